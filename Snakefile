@@ -1,0 +1,23 @@
+# paraplan: bench -> fit -> profile -> simulate -> plan, every job tracked in MLflow.
+# Thin on purpose: config, its schema, and one rules file per stage. Stage code lives
+# in src/paraplan and runs as `paraplan <stage>`; nothing heavy is imported here
+# (cluster jobs re-parse this file).
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/bench.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        ALL_TARGETS,

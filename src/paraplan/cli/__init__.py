@@ -1,0 +1,1 @@
+"""`paraplan <command>`: one small module per command, found by `main`."""

@@ -1,0 +1,41 @@
+"""One error type per kind of user mistake; the CLI catches `ParaplanError` once and
+prints its message without a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ParaplanError(Exception):
+    """Base of every error that is the user's to fix (bad config, file, strategy)."""
+
+
+class ConfigError(ParaplanError):
+    """A config key or command-line value is missing, unknown or out of range."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"config key '{key}': {message}")
+
+
+class InputFileError(ParaplanError):
+    """An input file (log, profile, CSV) cannot be read as promised."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}")
+
+
+class StrategyError(ParaplanError):
+    """A parallelisation strategy that cannot run (e.g. 2BW with more stages than
+    micro-batches); the message says why."""
+
+
+class TrackingError(ParaplanError):
+    """The MLflow store could not be reached or written; results on disk stay intact."""
+
+    def __init__(self, store: str, message: str):
+        self.store = store
+        super().__init__(f"MLflow tracking store '{store}': {message}")

@@ -1,0 +1,93 @@
+"""A parallelisation strategy: degrees, micro-batches, schedule and layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.core.errors import StrategyError
+
+SCHEDULES: tuple[str, ...] = (
+    "gpipe",
+    "1f1b",
+    "2bw",
+    "eager_1f1b",
+    "eager_1f1b_noflush",
+    "interleaved_1f1b",
+    "zb_h1",
+    "distir_greedy",
+)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """D x T x P over `num_devices` devices.
+
+    - `stage_boundaries`: first layer of stages 1..P-1 (empty: even split).
+    - `stage_replicas`: data-parallel width of each stage (DAPPLE's uneven "15:1");
+      empty: `data_degree` for every stage.
+    - `placement`: device ids of each stage (empty: node-major packing, stage by stage).
+    """
+
+    data_degree: int = 1
+    tensor_degree: int = 1
+    pipeline_degree: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    stage_boundaries: tuple[int, ...] = ()
+    stage_replicas: tuple[int, ...] = ()
+    placement: tuple[tuple[int, ...], ...] = ()
+    virtual_stages: int = 1
+    overlap_grad_allreduce: bool = False
+    iterations: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("data_degree", "tensor_degree", "pipeline_degree", "microbatches",
+                    "virtual_stages", "iterations"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise StrategyError(f"{key} must be an integer >= 1, got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise StrategyError(
+                f"unknown schedule '{self.schedule}'; known: {', '.join(SCHEDULES)}"
+            )
+        p = self.pipeline_degree
+        if self.stage_boundaries and len(self.stage_boundaries) != p - 1:
+            raise StrategyError(
+                f"stage_boundaries needs {p - 1} entries for {p} stages, got {len(self.stage_boundaries)}"
+            )
+        if list(self.stage_boundaries) != sorted(set(self.stage_boundaries)):
+            raise StrategyError(f"stage_boundaries must increase strictly: {self.stage_boundaries}")
+        if self.stage_replicas and len(self.stage_replicas) != p:
+            raise StrategyError(
+                f"stage_replicas needs {p} entries for {p} stages, got {len(self.stage_replicas)}"
+            )
+        if any(r < 1 for r in self.stage_replicas):
+            raise StrategyError(f"stage_replicas must be >= 1: {self.stage_replicas}")
+        if self.placement and len(self.placement) != p:
+            raise StrategyError(f"placement needs one device list per stage ({p}), got {len(self.placement)}")
+
+    @property
+    def replicas_per_stage(self) -> tuple[int, ...]:
+        return self.stage_replicas or (self.data_degree,) * self.pipeline_degree
+
+    @property
+    def num_devices(self) -> int:
+        return sum(self.replicas_per_stage) * self.tensor_degree
+
+    def stage_layer_ranges(self, num_layers: int) -> list[tuple[int, int]]:
+        """[start, stop) layer range per stage; an even split gives the first stages
+        one layer more when the layers do not divide."""
+        p = self.pipeline_degree
+        if p > num_layers:
+            raise StrategyError(f"{p} pipeline stages need at least {p} layers, the model has {num_layers}")
+        if self.stage_boundaries:
+            starts = [0, *self.stage_boundaries]
+            if starts[-1] >= num_layers:
+                raise StrategyError(
+                    f"stage boundary {starts[-1]} is past the last layer ({num_layers - 1})"
+                )
+        else:
+            base, extra = divmod(num_layers, p)
+            starts = [s * base + min(s, extra) for s in range(p)]
+        stops = [*starts[1:], num_layers]
+        return list(zip(starts, stops, strict=True))

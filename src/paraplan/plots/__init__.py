@@ -1,0 +1,1 @@
+"""Figures: one house style; every figure is saved as PNG and PDF."""
