@@ -1,0 +1,55 @@
+"""Cluster files load into `Cluster` with SI units; bad keys are named."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from paraplan.clusters import cluster_from_dict, load_cluster
+from paraplan.core import ConfigError
+
+
+@pytest.mark.parametrize("name", ["local-cpu", "dgx1-v100", "dgx-a100", "dgx-h100"])
+def test_shipped_clusters_load(repo_root, name):
+    cluster = load_cluster(name, repo_root / "config/clusters")
+    assert cluster.name == name
+    assert cluster.device.peak_flops > 1e10
+    assert cluster.intra.bandwidth_Bps >= cluster.inter.bandwidth_Bps
+
+
+def test_dapple_v100_setting(repo_root):
+    c = load_cluster("dgx1-v100", repo_root / "config/clusters")
+    assert (c.nodes, c.devices_per_node) == (2, 8)
+    assert c.device.memory_bytes == 16e9
+    assert c.intra.bandwidth_Bps == 25e9 and c.inter.bandwidth_Bps == 3e9
+
+
+def test_topology_helpers(repo_root):
+    c = load_cluster("dgx1-v100", repo_root / "config/clusters")
+    assert c.num_devices == 16
+    assert c.node_of(7) == 0 and c.node_of(8) == 1
+    assert c.nodes_spanned([0, 3, 9]) == 2
+    assert c.link_between(0, 7) is c.intra and c.link_between(7, 8) is c.inter
+
+
+def _base(repo_root):
+    return yaml.safe_load((repo_root / "config/clusters/dgx1-v100.yaml").read_text())
+
+
+def test_unknown_device_key_is_named(repo_root):
+    data = _base(repo_root)
+    data["device"]["peak_tflop"] = 1
+    with pytest.raises(ConfigError, match=r"x\.yaml:device\.peak_tflop': unknown key"):
+        cluster_from_dict(data, "x.yaml")
+
+
+def test_negative_bandwidth_is_named(repo_root):
+    data = _base(repo_root)
+    data["links"]["inter"]["bandwidth_GBps"] = -3
+    with pytest.raises(ConfigError, match=r"links\.inter\.bandwidth_GBps"):
+        cluster_from_dict(data, "x.yaml")
+
+
+def test_missing_cluster_lists_known(repo_root):
+    with pytest.raises(ConfigError, match="known clusters: .*dgx1-v100"):
+        load_cluster("nope", repo_root / "config/clusters")
