@@ -77,3 +77,24 @@ def test_unusable_store_is_a_tracking_error_naming_it(tmp_path, monkeypatch):
     uri = f"sqlite:///{blocker}/sub/mlflow.db"  # a path under a regular file cannot exist
     with pytest.raises(TrackingError, match="sub/mlflow.db"):
         track.log_run(track.RunLog(stage="bench", run_name="x"), uri=uri)
+
+
+@pytest.mark.slow
+def test_invocation_summary_links_the_invocations_runs(store):
+    import mlflow
+
+    track.ensure_store(store)
+    ids = [
+        track.log_run(track.RunLog(stage=stage, run_name=name), base_tags=track.job_tags(stage))
+        for stage, name in [("bench", "all_reduce_n2"), ("fit", "local-cpu")]
+    ]
+    # a run of another invocation is not listed
+    track.log_run(track.RunLog(stage="bench", run_name="other"), base_tags={"invocation_id": "zzz"})
+
+    summary_id = track.log_invocation_summary("inv-123", uri=store)
+    client = mlflow.tracking.MlflowClient(store)
+    tags = client.get_run(summary_id).data.tags
+    assert tags["run.bench.all_reduce_n2"] == ids[0]
+    assert tags["run.fit.local-cpu"] == ids[1]
+    assert not any(key.endswith(".other") for key in tags)
+    assert track.log_invocation_summary("nothing-ran", uri=store) is None

@@ -191,3 +191,61 @@ def log_run(run: RunLog, base_tags: Mapping[str, str] | None = None, uri: str | 
         raise
     except Exception as exc:
         raise TrackingError(uri, f"{type(exc).__name__}: {exc}") from None
+
+
+def _run_link(uri: str, experiment_id: str, run_id: str) -> str:
+    """A UI-relative link to a run (`mlflow ui` serves it at http://127.0.0.1:5000/)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def log_invocation_summary(invocation_id: str, uri: str | None = None) -> str | None:
+    """One run in experiment `paraplan-invocation` that lists every run of one
+    `snakemake` call (tag `invocation_id`), with links by run id. Returns its run id,
+    or None when the invocation logged nothing."""
+    uri = uri or tracking_uri()
+    try:
+        client = _client(uri)
+        experiments = [e for e in client.search_experiments() if e.name.startswith("paraplan-")
+                       and e.name != "paraplan-invocation"]
+        rows = []
+        for exp in experiments:
+            for run in client.search_runs(
+                [exp.experiment_id],
+                filter_string=f"tags.invocation_id = '{invocation_id}'",
+                max_results=5000,
+            ):
+                if "mlflow.parentRunId" in run.data.tags:
+                    continue  # children are reachable from their parent
+                rows.append((exp.name.removeprefix("paraplan-"), run))
+        if not rows:
+            return None
+        rows.sort(key=lambda r: (r[1].info.start_time or 0))
+        lines = [
+            f"# paraplan invocation {invocation_id}",
+            "",
+            "| stage | run | rule | wildcards | status | link |",
+            "|---|---|---|---|---|---|",
+        ]
+        tags = {}
+        for stage, run in rows:
+            name = run.data.tags.get("mlflow.runName", "")
+            link = _run_link(uri, run.info.experiment_id, run.info.run_id)
+            lines.append(
+                f"| {stage} | {name} | {run.data.tags.get('rule', '')} | "
+                f"{run.data.tags.get('wildcards', '')} | {run.info.status} | [{run.info.run_id}]({link}) |"
+            )
+            tags[f"run.{stage}.{name}"[:250]] = run.info.run_id
+        summary = RunLog(
+            stage="invocation",
+            run_name=f"invocation-{invocation_id[:12]}",
+            params={"invocation_id": invocation_id, "runs": len(rows)},
+            metrics={f"runs_{stage}": sum(1 for s, _ in rows if s == stage) for stage, _ in rows},
+            tags={**tags, "invocation_id": invocation_id,
+                  "mlflow.note.content": "\n".join(lines)},
+        )
+        experiment_id = _experiment_id(client, "invocation", uri)
+        run_id = _log_one(client, experiment_id, summary, None, {"git_commit": _git_commit()})
+        client.log_text(run_id, "\n".join(lines) + "\n", "runs.md")
+        return run_id
+    except Exception as exc:
+        raise TrackingError(uri, f"{type(exc).__name__}: {exc}") from None

@@ -30,3 +30,18 @@ onstart:
     from paraplan.track import ensure_store
 
     ensure_store()
+
+
+onsuccess:
+    # Runs only when jobs ran (Snakemake skips hooks when nothing is to be done):
+    # one MLflow run that links every run of this invocation.
+    from paraplan.core import TrackingError
+    from paraplan.track import log_invocation_summary
+
+    try:
+        run_id = log_invocation_summary(os.environ["PARAPLAN_INVOCATION_ID"])
+    except TrackingError as exc:
+        print(f"paraplan: could not log the invocation summary: {exc}")
+    else:
+        if run_id:
+            print(f"paraplan: invocation summary logged as MLflow run {run_id}")
