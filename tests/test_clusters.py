@@ -51,5 +51,5 @@ def test_negative_bandwidth_is_named(repo_root):
 
 
 def test_missing_cluster_lists_known(repo_root):
-    with pytest.raises(ConfigError, match="known clusters: .*dgx1-v100"):
+    with pytest.raises(ConfigError, match=r"known clusters: .*dgx1-v100"):
         load_cluster("nope", repo_root / "config/clusters")

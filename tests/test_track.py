@@ -65,7 +65,7 @@ def test_log_run_with_children_metrics_and_artifacts(store, tmp_path):
     assert sorted((m.step, m.value) for m in history) == [(3, 10.0), (4, 12.0)]
     assert [a.path for a in client.list_artifacts(run_id)] == ["out.csv"]
     exp = client.get_experiment_by_name("paraplan-bench")
-    runs = mlflow.search_runs([exp.experiment_id], filter_string="tags.mlflow.parentRunId = '%s'" % run_id)
+    runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
     assert list(runs["tags.mlflow.runName"]) == ["child"]
     assert exp.artifact_location == (tmp_path / "mlruns").as_uri()
 
@@ -75,7 +75,7 @@ def test_unusable_store_is_a_tracking_error_naming_it(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("")
     uri = f"sqlite:///{blocker}/sub/mlflow.db"  # a path under a regular file cannot exist
-    with pytest.raises(TrackingError, match="sub/mlflow.db"):
+    with pytest.raises(TrackingError, match=r"sub/mlflow\.db"):
         track.log_run(track.RunLog(stage="bench", run_name="x"), uri=uri)
 
 
