@@ -1,0 +1,82 @@
+"""Run a function on N ranks of a fresh torch.distributed process group.
+
+Ranks are spawned processes that meet on a free local TCP port; each calls
+`target(rank, world_size, *args)` and the return values come back in rank order.
+A rank that fails ends all of them; a hang ends after `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _rank_entry(rank, world_size, backend, port, threads, timeout_s, target, args, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    try:
+        queue.put((rank, True, target(rank, world_size, *args)))
+    except BaseException:
+        queue.put((rank, False, traceback.format_exc()))
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(
+    target: Callable[..., Any],
+    args: Sequence[Any] = (),
+    world_size: int = 2,
+    backend: str = "gloo",
+    threads_per_rank: int = 1,
+    timeout_s: float = 600.0,
+) -> list[Any]:
+    """`target(rank, world_size, *args)` on every rank; returns the values by rank.
+    `target` must be importable by name (spawned processes import it)."""
+    import torch.multiprocessing as mp
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    procs = mp.start_processes(
+        _rank_entry,
+        args=(world_size, backend, free_port(), threads_per_rank, timeout_s, target, tuple(args), queue),
+        nprocs=world_size, join=False, start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout_s + 60
+    try:
+        while not procs.join(timeout=0.5):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ranks did not finish within {timeout_s + 60:.0f} s")
+    except mp.ProcessRaisedException:
+        pass  # the rank's own traceback comes through the queue below
+    finally:
+        for proc in procs.processes:
+            if proc.is_alive():
+                proc.terminate()
+    results: dict[int, Any] = {}
+    while not queue.empty():
+        rank, ok, value = queue.get()
+        if not ok:
+            raise RuntimeError(f"rank {rank} failed:\n{value}")
+        results[rank] = value
+    missing = [r for r in range(world_size) if r not in results]
+    if missing:
+        raise RuntimeError(f"rank {missing[0]} ended without a result")
+    return [results[r] for r in range(world_size)]

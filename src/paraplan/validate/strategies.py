@@ -1,0 +1,18 @@
+"""The strategies the validate stage runs for real and predicts.
+
+Every strategy uses 2 ranks:
+- `dp`: data parallel, gradients all-reduced after the whole backward pass.
+- `dp_overlap`: data parallel, each gradient all-reduced asynchronously as soon as
+  backward has produced it (overlapped with the rest of backward).
+- `pp_1f1b`, `pp_gpipe`: 2 pipeline stages, micro-batches, activations and their
+  gradients sent between the ranks; schedules 1F1B (PipeDream-Flush) and GPipe.
+- `tp2`: Megatron-style tensor parallelism of degree 2 (column- then row-parallel
+  linear pairs; one activation all-reduce in forward and one in backward per pair).
+"""
+
+from __future__ import annotations
+
+STRATEGIES: tuple[str, ...] = ("dp", "dp_overlap", "pp_1f1b", "pp_gpipe", "tp2")
+WORLD_SIZE = 2
+
+PIPELINE_SCHEDULES: dict[str, str] = {"pp_1f1b": "1f1b", "pp_gpipe": "gpipe"}
