@@ -8,6 +8,7 @@ A rank that fails ends all of them; a hang ends after `timeout_s`.
 from __future__ import annotations
 
 import datetime
+import pickle
 import socket
 import time
 import traceback
@@ -33,7 +34,9 @@ def _rank_entry(rank, world_size, backend, port, threads, timeout_s, target, arg
         timeout=datetime.timedelta(seconds=timeout_s),
     )
     try:
-        queue.put((rank, True, target(rank, world_size, *args)))
+        # plain pickle copies tensors by value: torch's queue would share them through
+        # file descriptors that die with this process
+        queue.put((rank, True, pickle.dumps(target(rank, world_size, *args))))
     except BaseException:
         queue.put((rank, False, traceback.format_exc()))
         raise
@@ -75,7 +78,7 @@ def run_ranks(
         rank, ok, value = queue.get()
         if not ok:
             raise RuntimeError(f"rank {rank} failed:\n{value}")
-        results[rank] = value
+        results[rank] = pickle.loads(value)
     missing = [r for r in range(world_size) if r not in results]
     if missing:
         raise RuntimeError(f"rank {missing[0]} ended without a result")
