@@ -1,0 +1,193 @@
+"""Measure collectives with torch.distributed (gloo on CPU, nccl on CUDA).
+
+Launches WORLD_SIZE local ranks (a free TCP port is picked automatically) and, for
+each collective and message size (geometric from --min-bytes to --max-bytes by
+--factor, each rounded up to a multiple of the element size times the world size),
+runs --warmup untimed calls and --iters timed ones, each after a barrier. An
+iteration's time is the slowest rank's; the CSV gives the median (time_us) and the
+10th/90th percentiles. Sizes, algbw and busbw follow nccl-tests.
+
+Writes OUT_DIR/<collective>_n<world>.csv per collective and world size, prints a
+nccl-tests-style table on stderr, saves a latency/bandwidth figure per collective
+(<figures>/<collective>_n<world>.png/.pdf) and logs one MLflow run per collective
+and world size (experiment paraplan-bench).
+
+all_to_allv measures --a2a-samples uneven DLRM-style exchanges instead of a size
+sweep (global batch, tables per rank and embedding dim drawn with --seed; see
+paraplan.comm.a2av).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, int_list, name_list, track
+from paraplan.core import COLLECTIVES, ConfigError
+
+NAME = "bench"
+HELP = "measure collectives (all_reduce, all_gather, ...) with torch.distributed"
+ORDER = 10
+
+BENCH_COLLECTIVES: tuple[str, ...] = (*COLLECTIVES, "all_to_allv")
+DEFAULT_COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--out-dir", required=True, type=Path, default=argparse.SUPPRESS,
+                        help="folder for the CSVs, one <collective>_n<world>.csv per collective and world size")
+    parser.add_argument("--backend", default="gloo",
+                        help="torch.distributed backend: gloo (CPU) or nccl (one CUDA device per rank)")
+    parser.add_argument("--world-size", default="2",
+                        help="ranks to launch; a comma list (2,4) runs one launch per world size")
+    parser.add_argument("--collectives", default=DEFAULT_COLLECTIVES,
+                        help=f"comma list of collectives among {', '.join(BENCH_COLLECTIVES)}")
+    parser.add_argument("--min-bytes", type=int, default=8, help="smallest message size in bytes")
+    parser.add_argument("--max-bytes", type=int, default=64 * 2**20, help="largest message size in bytes")
+    parser.add_argument("--factor", type=int, default=2, help="geometric step between sizes (integer >= 2)")
+    parser.add_argument("--dtype", default="float32",
+                        help="element type: float32, float64, float16, bfloat16, int32, int64, uint8")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per size")
+    parser.add_argument("--iters", type=int, default=20, help="timed calls per size (each after a barrier)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds without progress from any rank after which the job is "
+                             "declared hung; every rank is then stopped")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="number of nodes the ranks span, recorded in the CSV (ranks run locally)")
+    parser.add_argument("--figures", type=Path, default=argparse.SUPPRESS,
+                        help="folder for the figures (default: OUT_DIR)")
+    parser.add_argument("--a2a-samples", type=int, default=50,
+                        help="all_to_allv only: number of random uneven exchanges to measure")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="all_to_allv only: seed of the random exchanges")
+    add_tracking_arguments(parser)
+
+
+def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
+    worlds = int_list(args.world_size, "world_size")
+    if any(w < 1 for w in worlds):
+        raise ConfigError("world_size", f"every world size must be >= 1, got {args.world_size}")
+    collectives = list(dict.fromkeys(name_list(args.collectives, "collectives", BENCH_COLLECTIVES)))
+    for key, value, low in (("warmup", args.warmup, 0), ("iters", args.iters, 1), ("nodes", args.nodes, 1)):
+        if value < low:
+            raise ConfigError(key, f"must be >= {low}, got {value}")
+    if not args.timeout > 0:
+        raise ConfigError("timeout", f"must be positive, got {args.timeout}")
+    if "all_to_allv" in collectives and args.a2a_samples < 1:
+        raise ConfigError("a2a_samples", "all_to_allv needs at least one sample (--a2a-samples N, N >= 1)")
+    return worlds, collectives
+
+
+def run(args: argparse.Namespace) -> int:
+    from paraplan.comm.a2av import draw_samples
+    from paraplan.comm.bench import BenchJob, check_backend, run_bench
+    from paraplan.comm.sizes import element_bytes, message_sizes
+
+    worlds, collectives = _check(args)
+    elem = element_bytes(args.dtype)
+    jobs = []
+    for world in worlds:
+        check_backend(args.backend, world)
+        sweep = [c for c in collectives if c != "all_to_allv"]
+        sizes = message_sizes(args.min_bytes, args.max_bytes, args.factor, world, elem) if sweep else []
+        samples = draw_samples(args.a2a_samples, world, args.seed) if "all_to_allv" in collectives else []
+        jobs.append(BenchJob(
+            backend=args.backend, world_size=world, collectives=tuple(collectives),
+            sizes_bytes=tuple(sizes), dtype=args.dtype, warmup=args.warmup, iters=args.iters,
+            timeout_s=args.timeout, a2av_samples=tuple(samples),
+        ))
+    for job in jobs:
+        printer = _TablePrinter(job, args.nodes)
+        outcome = run_bench(job, on_start=printer.start, on_result=printer.row)
+        _write_outputs(args, job, outcome)
+    return 0
+
+
+class _TablePrinter:
+    """Streams the nccl-tests-style table to stderr as results arrive."""
+
+    def __init__(self, job, nodes: int):
+        self.job = job
+        self.nodes = nodes
+        self.host = ""
+
+    def start(self, collective: str, host: str) -> None:
+        from paraplan.comm.results import table_header
+
+        self.host = host
+        print(table_header(collective, self.job.backend, self.job.world_size, self.nodes, host),
+              file=sys.stderr, flush=True)
+
+    def row(self, timing) -> None:
+        from paraplan.comm.bench import timing_frame
+        from paraplan.comm.results import table_row
+
+        frame = timing_frame(self.job, timing, self.host, self.nodes)
+        print(table_row(frame.iloc[0]), file=sys.stderr, flush=True)
+
+
+def _write_outputs(args: argparse.Namespace, job, outcome) -> None:
+    from paraplan.comm.bench import collective_frame
+    from paraplan.comm.results import table_footer
+    from paraplan.files import write_csv
+    from paraplan.plots.bench import bench_figure
+    from paraplan.track import RunLog
+
+    figures_dir = getattr(args, "figures", None) or args.out_dir
+    for collective in job.collectives:
+        frame = collective_frame(job, collective, outcome, nodes=args.nodes)
+        stem = f"{collective}_n{job.world_size}"
+        csv_path = args.out_dir / f"{stem}.csv"
+        write_csv(csv_path, frame)
+        figure_paths = bench_figure(frame, figures_dir / stem)
+        print(f"# {stem}:\n{table_footer(frame)}\n# wrote {csv_path}", file=sys.stderr, flush=True)
+        track(args, RunLog(
+            stage="bench",
+            run_name=stem,
+            params=_params(args, job, collective),
+            metrics=_metrics(frame),
+            step_metrics={"time_us": _time_steps(frame, collective)},
+            artifacts=[csv_path, *figure_paths],
+            tags={"collective": collective, "world_size": str(job.world_size), "host": outcome.host},
+        ))
+
+
+def _params(args: argparse.Namespace, job, collective: str) -> dict[str, object]:
+    params: dict[str, object] = {
+        "collective": collective,
+        "backend": job.backend,
+        "world_size": job.world_size,
+        "nodes": args.nodes,
+        "warmup": job.warmup,
+        "iters": job.iters,
+        "timeout_s": job.timeout_s,
+    }
+    if collective == "all_to_allv":
+        params.update(a2a_samples=len(job.a2av_samples), seed=args.seed, dtype="float32")
+    else:
+        params.update(
+            dtype=job.dtype, min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor,
+            n_sizes=len(job.sizes_bytes), sizes_bytes=list(job.sizes_bytes),
+        )
+    return params
+
+
+def _metrics(frame) -> dict[str, float]:
+    smallest = frame.loc[frame["size_bytes"].idxmin()]
+    return {
+        "peak_busbw_GBps": float(frame["busbw_GBps"].max()),
+        "latency_min_size_us": float(smallest["time_us"]),
+    }
+
+
+def _time_steps(frame, collective: str) -> list[tuple[int, float]]:
+    """time_us stepped by round(log2 size_bytes); all_to_allv (whose samples may share
+    a size) is stepped by sample number."""
+    if collective == "all_to_allv":
+        return [(int(s), float(t)) for s, t in zip(frame["sample"], frame["time_us"], strict=True)]
+    return [
+        (round(math.log2(int(s))), float(t))
+        for s, t in zip(frame["size_bytes"], frame["time_us"], strict=True)
+    ]
