@@ -16,7 +16,9 @@ _DEVICE_KEYS = {
     "mem_bandwidth_GBps": float,
     "memory_GB": float,
     "launch_overhead_us": float,
+    "peak_tflops_by_dtype": dict,
 }
+_OPTIONAL_DEVICE_KEYS = {"launch_overhead_us", "peak_tflops_by_dtype"}
 _LINK_KEYS = {"bandwidth_GBps": float, "latency_us": float}
 
 
@@ -26,6 +28,14 @@ def _number(source: str, key: str, value: object) -> float:
     return float(value)
 
 
+def _peaks_by_dtype(source: str, data: object) -> tuple[tuple[str, float], ...]:
+    """`{float32: 19.5, bfloat16: 312}` (TFLOP/s) -> (("bfloat16", 3.12e14), ("float32", 1.95e13))."""
+    key = "device.peak_tflops_by_dtype"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}:{key}", "expected a mapping of dtype name to TFLOP/s")
+    return tuple(sorted((str(k), _number(source, f"{key}.{k}", v) * 1e12) for k, v in data.items()))
+
+
 def _check_keys(source: str, prefix: str, data: dict, allowed: dict) -> None:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
@@ -33,7 +43,7 @@ def _check_keys(source: str, prefix: str, data: dict, allowed: dict) -> None:
             f"{source}:{prefix}{unknown[0]}",
             f"unknown key; expected one of {', '.join(sorted(allowed))}",
         )
-    missing = sorted(set(allowed) - set(data) - {"launch_overhead_us", "latency_us"})
+    missing = sorted(set(allowed) - set(data) - _OPTIONAL_DEVICE_KEYS - {"latency_us"})
     if missing:
         raise ConfigError(f"{source}:{prefix}{missing[0]}", "missing")
 
@@ -63,6 +73,7 @@ def cluster_from_dict(data: dict, source: str = "<cluster>") -> Cluster:
         mem_bandwidth_Bps=_number(source, "device.mem_bandwidth_GBps", dev["mem_bandwidth_GBps"]) * 1e9,
         memory_bytes=_number(source, "device.memory_GB", dev["memory_GB"]) * 1e9,
         launch_overhead_s=_number(source, "device.launch_overhead_us", dev.get("launch_overhead_us", 0.0)) * 1e-6,
+        peak_flops_by_dtype=_peaks_by_dtype(source, dev.get("peak_tflops_by_dtype", {})),
     )
     links = data["links"]
     if not isinstance(links, dict) or set(links) != {"intra", "inter"}:

@@ -15,6 +15,13 @@ class Device:
     mem_bandwidth_Bps: float
     memory_bytes: float
     launch_overhead_s: float = 0.0
+    # optional per-dtype peaks, e.g. (("float32", 19.5e12), ("bfloat16", 312e12))
+    peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
+
+    def peak_flops_for(self, dtype: str) -> float:
+        """Peak FLOP/s for `dtype` (e.g. "float32", "bfloat16"); `peak_flops` when the
+        device lists no peak for it."""
+        return dict(self.peak_flops_by_dtype).get(dtype, self.peak_flops)
 
 
 @dataclass(frozen=True)

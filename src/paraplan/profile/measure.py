@@ -1,0 +1,185 @@
+"""The torch layer profiler: per-layer forward and backward times (median over
+repeats), output activation and parameter bytes, and a whole-model step for checking.
+
+Each layer runs on a detached copy of its predecessor's output, so its backward is timed
+alone: the backward pass walks the layers in reverse, seeding each with the gradient
+the next layer produced. The model's output is seeded with a fixed random gradient (no
+loss layer). Layer 0's input needs no gradient (as on a pipeline's first stage).
+GPU: CUDA events; CPU: `time.perf_counter` (monotonic). Parameter gradients are reset
+to None before every iteration, as `zero_grad(set_to_none=True)` does in training.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from paraplan.profile.models import LayeredModel
+from paraplan.profile.scaling import fixed_at_batch
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """One batch size: medians over `repeats` timed iterations."""
+
+    batch_size: int
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    activation_bytes: np.ndarray
+    param_bytes: np.ndarray
+    whole_step_s: float  # forward + backward of the whole model, no per-layer breaks
+
+    @property
+    def sum_vs_whole_rel_err(self) -> float:
+        """(sum of per-layer fwd+bwd) / whole step - 1."""
+        return float((self.fwd_s.sum() + self.bwd_s.sum()) / self.whole_step_s - 1.0)
+
+
+@dataclass(frozen=True)
+class ScaledTimes:
+    """Several batch sizes, and what the profile CSV keeps (the largest batch + fixed parts)."""
+
+    per_batch: tuple[LayerTimes, ...]
+    fwd_fixed_s: np.ndarray
+    bwd_fixed_s: np.ndarray
+
+    @property
+    def at_max(self) -> LayerTimes:
+        return max(self.per_batch, key=lambda t: t.batch_size)
+
+
+class _Clock:
+    """Marks on one stream of work; `elapsed_s(a, b)` after `finish()`."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def mark(self) -> int:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+        return len(self.marks) - 1
+
+    def finish(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def elapsed_s(self, a: int, b: int) -> float:
+        if self.cuda:
+            return self.marks[a].elapsed_time(self.marks[b]) / 1e3
+        return self.marks[b] - self.marks[a]
+
+
+def _tensor_bytes(out) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size()
+    return sum(_tensor_bytes(o) for o in out)
+
+
+def _clear_grads(model: LayeredModel) -> None:
+    for p in model.layers.parameters():
+        p.grad = None
+
+
+def _layerwise_iteration(model: LayeredModel, x0: torch.Tensor, seed_grad: torch.Tensor,
+                         device: torch.device) -> tuple[list[float], list[float]]:
+    clock = _Clock(device)
+    n = len(model.layers)
+    inputs, outputs, fwd_marks = [], [], []
+    x = x0
+    for i, layer in enumerate(model.layers):
+        if i > 0:
+            x = outputs[-1].detach().requires_grad_(True)
+        inputs.append(x)
+        start = clock.mark()
+        y = layer(x)
+        fwd_marks.append((start, clock.mark()))
+        outputs.append(y)
+    bwd_marks: list[tuple[int, int]] = [(0, 0)] * n
+    grad = seed_grad
+    for i in range(n - 1, -1, -1):
+        start = clock.mark()
+        outputs[i].backward(grad)
+        bwd_marks[i] = (start, clock.mark())
+        grad = inputs[i].grad
+    clock.finish()
+    return [clock.elapsed_s(a, b) for a, b in fwd_marks], [clock.elapsed_s(a, b) for a, b in bwd_marks]
+
+
+def _whole_iteration(model: LayeredModel, x0: torch.Tensor, seed_grad: torch.Tensor,
+                     device: torch.device) -> float:
+    clock = _Clock(device)
+    start = clock.mark()
+    model.forward(x0).backward(seed_grad)
+    end = clock.mark()
+    clock.finish()
+    return clock.elapsed_s(start, end)
+
+
+def measure_layers(model: LayeredModel, batch: int, repeats: int = 10, warmup: int = 3,
+                   device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0) -> LayerTimes:
+    """Time every layer's forward and backward at `batch` samples (medians)."""
+    if repeats < 1 or warmup < 0 or batch < 1:
+        raise ValueError("need batch >= 1, repeats >= 1, warmup >= 0")
+    dev = torch.device(device)
+    model.layers.to(device=dev, dtype=dtype)
+    model.layers.train()
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    x0 = model.make_input(batch, dev, dtype, gen)
+    with torch.no_grad():
+        out = model.forward(x0)
+    seed_grad = torch.randn(out.shape, device=dev, generator=gen).to(out.dtype)
+
+    fwd, bwd, whole = [], [], []
+    for it in range(warmup + repeats):
+        _clear_grads(model)
+        f, b = _layerwise_iteration(model, x0, seed_grad, dev)
+        _clear_grads(model)
+        w = _whole_iteration(model, x0, seed_grad, dev)
+        if it >= warmup:
+            fwd.append(f)
+            bwd.append(b)
+            whole.append(w)
+    _clear_grads(model)
+
+    act, params = [], []
+    with torch.no_grad():
+        x = x0
+        for layer in model.layers:
+            x = layer(x)
+            act.append(_tensor_bytes(x))
+            params.append(sum(p.numel() * p.element_size() for p in layer.parameters()))
+    return LayerTimes(
+        batch_size=batch,
+        fwd_s=np.median(np.array(fwd), axis=0),
+        bwd_s=np.median(np.array(bwd), axis=0),
+        activation_bytes=np.array(act, dtype=float),
+        param_bytes=np.array(params, dtype=float),
+        whole_step_s=float(np.median(whole)),
+    )
+
+
+def measure_scaling(model: LayeredModel, batches: Sequence[int], repeats: int = 10, warmup: int = 3,
+                    device: str = "cpu", dtype: torch.dtype = torch.float32) -> ScaledTimes:
+    """`measure_layers` at each batch size, plus the per-layer fixed parts of
+    time(b) = fixed + per_sample x b (zero with a single batch size)."""
+    per_batch = tuple(
+        measure_layers(model, b, repeats, warmup, device, dtype) for b in sorted(set(batches))
+    )
+    sizes = [t.batch_size for t in per_batch]
+    at_max = per_batch[-1]
+    if len(per_batch) > 1:
+        fwd_fixed = fixed_at_batch(sizes, np.array([t.fwd_s for t in per_batch]), at_max.fwd_s)
+        bwd_fixed = fixed_at_batch(sizes, np.array([t.bwd_s for t in per_batch]), at_max.bwd_s)
+    else:
+        fwd_fixed = np.zeros_like(at_max.fwd_s)
+        bwd_fixed = np.zeros_like(at_max.bwd_s)
+    return ScaledTimes(per_batch=per_batch, fwd_fixed_s=fwd_fixed, bwd_fixed_s=bwd_fixed)
