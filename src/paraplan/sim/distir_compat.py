@@ -209,6 +209,12 @@ def _stage_costs(
     )
 
 
+def clear_caches() -> None:
+    """Forget cached schedules and stage costs (timings then start cold, like a fresh process)."""
+    greedy_rounds.cache_clear()
+    _stage_costs.cache_clear()
+
+
 # ---------------------------------------------------------------- simulation
 
 _K_FWD, _K_BWD = KINDS.index("fwd"), KINDS.index("bwd")
