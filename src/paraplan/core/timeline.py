@@ -57,6 +57,9 @@ class Timeline:
     speedup: float  # over one device running the whole batch
     bubble_fraction: float  # idle share of compute-stream time over the step
     peak_mem_bytes: tuple[float, ...] = ()  # per device; empty when a mode does not model memory
+    schedule: str = ""  # pipeline schedule that produced the events (empty: none)
+    microbatches: int = 0  # per iteration (0: not a pipeline timeline); Gantt labels e x M + i + 1
+    iterations: int = 1  # iterations the events cover (step_time_s is per iteration)
 
     @property
     def throughput(self) -> float:

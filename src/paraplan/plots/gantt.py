@@ -1,0 +1,76 @@
+"""Pipeline Gantt charts in seed 001's style: one row per worker, forward blocks
+blue with the micro-batch number in white, backward blocks green with the number
+in blue; micro-batches numbered across iterations (e x M + i + 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.collections import PatchCollection
+from matplotlib.patches import Rectangle
+
+from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.plots.style import new_figure, save_figure
+
+# kind -> (face colour, label colour)
+_STYLE = {
+    "fwd": ("royalblue", "white"),
+    "bwd": ("lightgreen", "blue"),
+    "bwd_input": ("lightgreen", "blue"),
+    "bwd_weight": ("khaki", "darkgoldenrod"),
+}
+
+
+def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
+                 devices: list[int] | None = None):
+    """Draw the compute stream of `devices` (default: all) with times in units of
+    `time_unit_s` (1.0: seed 001's unit steps). Returns the matplotlib figure."""
+    compute = timeline.stream == STREAMS.index("compute")
+    rows = sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)
+    row_of = {d: i for i, d in enumerate(rows)}
+    sel = compute & np.isin(timeline.device, rows)
+    start = timeline.start_s[sel] / time_unit_s
+    end = timeline.end_s[sel] / time_unit_s
+    span = float(end.max()) if end.size else 1.0
+    n_rows = max(len(rows), 1)
+    width = float(np.clip(0.32 * span + 1.5, 6.0, 60.0))
+    fig, axes = new_figure(width, 0.55 * n_rows + 1.2)
+    ax = axes[0, 0]
+    ax.set_title(title or _default_title(timeline))
+    patches, label_pos = [], []
+    for d, k, mb, s0, s1 in zip(timeline.device[sel].tolist(), timeline.kind[sel].tolist(),
+                                timeline.microbatch[sel].tolist(), start.tolist(), end.tolist(), strict=True):
+        face, text_colour = _STYLE.get(KINDS[k], ("lightgrey", "black"))
+        y = row_of[d]
+        patches.append(Rectangle((s0, y - 0.5), s1 - s0, 1.0, facecolor=face, edgecolor="black", linewidth=0.8))
+        label_pos.append(((s0 + s1) / 2, y, str(mb + 1), text_colour, s1 - s0))
+    ax.add_collection(PatchCollection(patches, match_original=True))
+    min_width = span / 400
+    for x, y, text, colour, w in label_pos:
+        if w >= min_width:
+            ax.text(x, y, text, color=colour, ha="center", va="center", fontsize=8, clip_on=True)
+    ax.set_xlim(0, span)
+    ax.set_ylim(n_rows - 0.5, -0.5)
+    ax.set_yticks(range(n_rows), labels=[f"worker-{d}" for d in rows])
+    ax.set_xlabel("time (steps)" if time_unit_s == 1.0 else f"time (x {time_unit_s:g} s)")
+    if time_unit_s == 1.0 and span <= 200:
+        ax.set_xticks(np.arange(0, np.ceil(span) + 1, 1 if span <= 60 else 5))
+    ax.grid(True, axis="x", color="black", alpha=0.25, linewidth=0.5)
+    ax.grid(False, axis="y")
+    return fig
+
+
+def _default_title(tl: Timeline) -> str:
+    parts = [f"Pipeline ({tl.schedule})" if tl.schedule else "Timeline"]
+    if tl.microbatches:
+        parts.append(f"{tl.microbatches} micro-batches")
+    if tl.iterations > 1:
+        parts.append(f"{tl.iterations} iterations")
+    return ", ".join(parts)
+
+
+def save_gantt(timeline: Timeline, stem: str | Path, title: str = "", time_unit_s: float = 1.0,
+               devices: list[int] | None = None) -> list[Path]:
+    """Draw and save as `<stem>.png` and `<stem>.pdf`."""
+    return save_figure(gantt_figure(timeline, title, time_unit_s, devices), stem)

@@ -1,0 +1,109 @@
+"""A bare pipeline: one schedule, per-stage costs, no data or tensor parallelism.
+
+This is what seed 001 draws (unit costs, free communication) and what the closed
+forms describe; `simulate` in `strategy_sim` builds on the same pieces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.sim.engine import PipelineCosts, PipelineRun, execute
+from paraplan.sim.schedules import BWD, FWD, get_schedule
+
+COMPUTE = STREAMS.index("compute")
+COMM = STREAMS.index("comm")
+SEND = KINDS.index("send")
+
+
+def timeline_kinds(kind: np.ndarray, split_backward: bool) -> np.ndarray:
+    """Engine op kinds (FWD, BWD, WGT) as Timeline KINDS indices."""
+    bwd = "bwd_input" if split_backward else "bwd"
+    table = np.array([KINDS.index("fwd"), KINDS.index(bwd), KINDS.index("bwd_weight")], dtype=np.int8)
+    return table[kind]
+
+
+def transfer_columns(run: PipelineRun, costs: PipelineCosts) -> dict[str, np.ndarray]:
+    """Send events on the sender's comm stream for every pipeline transfer with a cost:
+    F(vs) sends its activation to vs + 1, B(vs) its gradient to vs - 1."""
+    nv = costs.num_virtual_stages
+    fwd_cost = np.append(costs.send_fwd_s, 0.0)  # by sender vs
+    bwd_cost = np.insert(costs.send_bwd_s, 0, 0.0)  # by sender vs: vs -> vs - 1
+    cost = np.where(run.kind == FWD, fwd_cost[run.vstage], np.where(run.kind == BWD, bwd_cost[run.vstage], 0.0))
+    sends = (cost > 0) & (((run.kind == FWD) & (run.vstage < nv - 1)) | ((run.kind == BWD) & (run.vstage > 0)))
+    n = int(sends.sum())
+    return {
+        "device": run.device[sends],
+        "stream": np.full(n, COMM, dtype=np.int8),
+        "kind": np.full(n, SEND, dtype=np.int8),
+        "stage": run.vstage[sends],
+        "microbatch": run.microbatch[sends],
+        "start_s": run.end_s[sends],
+        "end_s": run.end_s[sends] + cost[sends],
+    }
+
+
+def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]:
+    """The engine's compute ops as Timeline columns."""
+    return {
+        "device": run.device,
+        "stream": np.full(run.kind.shape[0], COMPUTE, dtype=np.int8),
+        "kind": timeline_kinds(run.kind, split_backward),
+        "stage": run.vstage,
+        "microbatch": run.microbatch,
+        "start_s": run.start_s,
+        "end_s": run.end_s,
+    }
+
+
+def concat_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    keys = ("device", "stream", "kind", "stage", "microbatch", "start_s", "end_s")
+    dtypes = (np.int32, np.int8, np.int8, np.int32, np.int32, float, float)
+    return {k: np.concatenate([p[k] for p in parts]).astype(t, copy=False) for k, t in zip(keys, dtypes, strict=True)}
+
+
+def simulate_pipeline(
+    schedule: str,
+    num_stages: int,
+    num_microbatches: int,
+    fwd_s: float | np.ndarray = 1.0,
+    bwd_s: float | np.ndarray = 2.0,
+    *,
+    iterations: int = 1,
+    virtual_stages: int = 1,
+    send_s: float = 0.0,
+    weight_grad_fraction: float = 0.5,
+    micro_batch_size: int = 1,
+) -> Timeline:
+    """Run `schedule` over `num_stages` devices with per-virtual-stage costs (scalars
+    apply to every virtual stage; with v chunks per device, pass the cost of one
+    chunk). With a split backward, B takes (1 - weight_grad_fraction) x bwd_s and W
+    the rest. `step_time_s` is the makespan over `iterations`, divided by them."""
+    sched = get_schedule(schedule)
+    nv = num_stages * virtual_stages
+    fwd = np.broadcast_to(np.asarray(fwd_s, dtype=float), (nv,)).copy()
+    bwd = np.broadcast_to(np.asarray(bwd_s, dtype=float), (nv,)).copy()
+    if sched.split_backward:
+        wgt = bwd * weight_grad_fraction
+        bwd = bwd - wgt
+    else:
+        wgt = np.zeros(nv)
+    sends = np.full(max(nv - 1, 0), float(send_s))
+    costs = PipelineCosts(fwd, bwd, wgt, sends, sends)
+    orders = sched.orders(num_stages, num_microbatches, iterations, virtual_stages)
+    run = execute(orders, costs, num_microbatches * iterations)
+    makespan = run.makespan_s
+    serial = float((fwd.sum() + bwd.sum() + wgt.sum()) * num_microbatches * iterations)
+    cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, costs)])
+    return Timeline(
+        **cols,
+        step_time_s=makespan / iterations,
+        batch_size=num_microbatches * micro_batch_size,
+        num_devices=num_stages,
+        speedup=serial / makespan if makespan > 0 else 1.0,
+        bubble_fraction=run.bubble_fraction(),
+        schedule=schedule,
+        microbatches=num_microbatches,
+        iterations=iterations,
+    )

@@ -1,0 +1,360 @@
+"""Pipeline schedules: each one a small object that orders every stage's operations.
+
+A schedule answers one question: in which order does pipeline device `s` run its
+forwards (F), backwards (B) and, for split-backward schedules, weight-gradient
+passes (W)? The engine (`paraplan.sim.engine`) then runs those orders as soon as
+dependencies allow, so a schedule carries no timing at all.
+
+Conventions: `p` devices (pipeline stages), `M` micro-batches per iteration, `v`
+model chunks per device (virtual stages, interleaved only). Micro-batches are
+numbered across iterations: iteration e, index i -> e x M + i. Chunk c on device s
+is virtual stage c x p + s (Megatron's interleaving).
+
+Flushed schedules (gpipe, 1f1b, eager_1f1b, interleaved_1f1b, zb_h1,
+distir_greedy) repeat one iteration's order; the engine's in-order execution then
+reproduces the flush (the next iteration's first forward on stage 0 waits for that
+stage's last backward). The no-flush schedules (2bw, eager_1f1b_noflush) order all
+iterations as one long 1F1B stream, as PipeDream-2BW does with double-buffered
+weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from paraplan.core.errors import StrategyError
+from paraplan.core.strategy import SCHEDULES
+
+FWD, BWD, WGT = 0, 1, 2  # op kinds: forward, backward (input gradient when split), weight gradient
+OP_LETTERS = ("F", "B", "W")
+
+
+@dataclass(frozen=True, eq=False)
+class OpOrder:
+    """The ordered operations of one pipeline device (three aligned int arrays)."""
+
+    kind: np.ndarray  # FWD, BWD or WGT
+    microbatch: np.ndarray  # across iterations: e x M + i
+    chunk: np.ndarray  # model chunk on this device (0 unless interleaved)
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    def labels(self) -> list[str]:
+        """Readable form, e.g. ['F0', 'F1', 'B0', ...] (chunk suffix when interleaved)."""
+        multi = bool(self.chunk.size and self.chunk.max() > 0)
+        return [
+            f"{OP_LETTERS[k]}{m}" + (f".{c}" if multi else "")
+            for k, m, c in zip(self.kind.tolist(), self.microbatch.tolist(), self.chunk.tolist(), strict=True)
+        ]
+
+
+def _order(kinds: np.ndarray, mbs: np.ndarray, chunks: np.ndarray | None = None) -> OpOrder:
+    kinds = np.asarray(kinds, dtype=np.int8)
+    mbs = np.asarray(mbs, dtype=np.int64)
+    chunks = np.zeros_like(mbs) if chunks is None else np.asarray(chunks, dtype=np.int64)
+    return OpOrder(kinds, mbs, chunks)
+
+
+def _concat(orders: list[OpOrder]) -> OpOrder:
+    return OpOrder(
+        np.concatenate([o.kind for o in orders]),
+        np.concatenate([o.microbatch for o in orders]),
+        np.concatenate([o.chunk for o in orders]),
+    )
+
+
+def one_f_one_b_order(num_microbatches: int, warmup: int) -> OpOrder:
+    """`warmup` forwards, then alternate one forward and one backward, then drain the
+    remaining backwards (micro-batches 0..n-1 in order)."""
+    n = num_microbatches
+    w = min(warmup, n)
+    steady = n - w
+    kinds = np.empty(2 * n, dtype=np.int8)
+    mbs = np.empty(2 * n, dtype=np.int64)
+    kinds[:w] = FWD
+    mbs[:w] = np.arange(w)
+    # steady state: F(w + i), B(i) for i < steady
+    kinds[w : w + 2 * steady : 2] = FWD
+    mbs[w : w + 2 * steady : 2] = np.arange(w, n)
+    kinds[w + 1 : w + 2 * steady : 2] = BWD
+    mbs[w + 1 : w + 2 * steady : 2] = np.arange(steady)
+    kinds[w + 2 * steady :] = BWD
+    mbs[w + 2 * steady :] = np.arange(steady, n)
+    return _order(kinds, mbs)
+
+
+def _repeat_iterations(one: OpOrder, num_microbatches: int, iterations: int) -> OpOrder:
+    """Repeat one iteration's order, shifting micro-batch numbers by e x M."""
+    if iterations == 1:
+        return one
+    return _concat(
+        [OpOrder(one.kind, one.microbatch + e * num_microbatches, one.chunk) for e in range(iterations)]
+    )
+
+
+class Schedule:
+    """One interface for every schedule: `check` rejects impossible requests with a
+    `StrategyError` saying why; `orders` gives each device's ordered ops."""
+
+    name: ClassVar[str]
+    split_backward: ClassVar[bool] = False  # backward split into B (input grad) and W (weight grad)
+    flush: ClassVar[bool] = True  # False: iterations run as one stream (stale weights)
+    weight_versions: ClassVar[int] = 1  # copies of the weights held (2BW keeps two)
+
+    def check(self, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> None:
+        if num_stages < 1 or num_microbatches < 1:
+            raise StrategyError(
+                f"schedule '{self.name}' needs >= 1 stage and >= 1 micro-batch, "
+                f"got {num_stages} stages and {num_microbatches} micro-batches"
+            )
+        if virtual_stages != 1:
+            raise StrategyError(
+                f"schedule '{self.name}' runs one model chunk per device; virtual_stages="
+                f"{virtual_stages} needs schedule 'interleaved_1f1b'"
+            )
+
+    def orders(
+        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    ) -> list[OpOrder]:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        if iterations < 1:
+            raise StrategyError(f"iterations must be >= 1, got {iterations}")
+        return [
+            _repeat_iterations(self.iteration_order(num_stages, num_microbatches, s), num_microbatches, iterations)
+            for s in range(num_stages)
+        ]
+
+    def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
+        raise NotImplementedError
+
+
+class GPipe(Schedule):
+    """F-then-B: all M forwards, then all M backwards; flush."""
+
+    name = "gpipe"
+
+    def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
+        m = np.arange(num_microbatches)
+        return _order(
+            np.repeat(np.array([FWD, BWD], dtype=np.int8), num_microbatches), np.concatenate([m, m])
+        )
+
+
+class OneFOneB(Schedule):
+    """PipeDream-Flush: min(p - s - 1, M) warm-up forwards, then 1F1B, then drain; flush."""
+
+    name = "1f1b"
+
+    def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
+        return min(num_stages - stage - 1, num_microbatches)
+
+    def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
+        return one_f_one_b_order(num_microbatches, self.warmup(num_stages, num_microbatches, stage))
+
+
+class EagerOneFOneB(OneFOneB):
+    """Eager 1F1B: min(2 (p - s - 1), M) warm-up forwards, so a forward can overlap the
+    previous step's communication; more activation memory; flush."""
+
+    name = "eager_1f1b"
+
+    def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
+        return min(2 * (num_stages - stage - 1), num_microbatches)
+
+
+class TwoBW(OneFOneB):
+    """PipeDream-2BW: 1F1B without flushes; all iterations form one 1F1B stream (the
+    warm-up still counts the micro-batches of one iteration). Needs p <= M."""
+
+    name = "2bw"
+    flush = False
+    weight_versions = 2
+
+    def check(self, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> None:
+        super().check(num_stages, num_microbatches, virtual_stages)
+        if num_stages > num_microbatches:
+            raise StrategyError(
+                f"schedule '{self.name}' (1F1B without flushes) needs at least as many micro-batches "
+                f"per iteration as pipeline stages: {num_stages} stages > {num_microbatches} micro-batches"
+            )
+
+    def orders(
+        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    ) -> list[OpOrder]:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        if iterations < 1:
+            raise StrategyError(f"iterations must be >= 1, got {iterations}")
+        total = num_microbatches * iterations
+        return [
+            one_f_one_b_order(total, self.warmup(num_stages, num_microbatches, s)) for s in range(num_stages)
+        ]
+
+
+class EagerNoFlush(TwoBW):
+    """Eager 1F1B without flushes (eager warm-up + 2BW). Needs p < M."""
+
+    name = "eager_1f1b_noflush"
+
+    def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
+        return min(2 * (num_stages - stage - 1), num_microbatches)
+
+    def check(self, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> None:
+        Schedule.check(self, num_stages, num_microbatches, virtual_stages)
+        if num_stages >= num_microbatches:
+            raise StrategyError(
+                f"schedule '{self.name}' (eager 1F1B without flushes) needs more micro-batches per "
+                f"iteration than pipeline stages: {num_stages} stages >= {num_microbatches} micro-batches"
+            )
+
+
+class Interleaved(Schedule):
+    """Megatron's interleaved 1F1B: v model chunks per device (virtual stage c x p + s).
+    Forwards go in groups of p micro-batches per chunk; warm-up (p - s - 1) x 2 +
+    (v - 1) x p ops; bubble / ideal = (p - 1) / (v M). Needs M divisible by p (when
+    v > 1); v = 1 is plain 1F1B."""
+
+    name = "interleaved_1f1b"
+
+    def check(self, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> None:
+        if virtual_stages < 1:
+            raise StrategyError(f"virtual_stages must be >= 1, got {virtual_stages}")
+        Schedule.check(self, num_stages, num_microbatches, 1)
+        if virtual_stages > 1 and num_microbatches % num_stages != 0:
+            raise StrategyError(
+                f"schedule '{self.name}' needs the micro-batch count divisible by the pipeline "
+                f"degree: {num_microbatches} micro-batches over {num_stages} stages"
+            )
+
+    def orders(
+        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    ) -> list[OpOrder]:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        if iterations < 1:
+            raise StrategyError(f"iterations must be >= 1, got {iterations}")
+        return [
+            _repeat_iterations(
+                self.device_order(num_stages, num_microbatches, virtual_stages, s), num_microbatches, iterations
+            )
+            for s in range(num_stages)
+        ]
+
+    def device_order(self, p: int, n_mb: int, v: int, stage: int) -> OpOrder:
+        if v == 1:
+            return one_f_one_b_order(n_mb, min(p - stage - 1, n_mb))
+        total = v * n_mb
+        k = np.arange(total)
+        mb_of = (k // (p * v)) * p + (k % p)
+        fwd_chunk = (k // p) % v
+        bwd_chunk = v - 1 - fwd_chunk
+        warm = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        steady = total - warm
+        kinds = np.empty(2 * total, dtype=np.int8)
+        mbs = np.empty(2 * total, dtype=np.int64)
+        chunks = np.empty(2 * total, dtype=np.int64)
+        kinds[:warm], mbs[:warm], chunks[:warm] = FWD, mb_of[:warm], fwd_chunk[:warm]
+        sl_f = slice(warm, warm + 2 * steady, 2)
+        sl_b = slice(warm + 1, warm + 2 * steady, 2)
+        kinds[sl_f], mbs[sl_f], chunks[sl_f] = FWD, mb_of[warm:], fwd_chunk[warm:]
+        kinds[sl_b], mbs[sl_b], chunks[sl_b] = BWD, mb_of[:steady], bwd_chunk[:steady]
+        tail = slice(warm + 2 * steady, None)
+        kinds[tail], mbs[tail], chunks[tail] = BWD, mb_of[steady:], bwd_chunk[steady:]
+        return _order(kinds, mbs, chunks)
+
+
+class ZeroBubbleH1(Schedule):
+    """ZB-H1 (Qi et al.): backward split into B (input gradient, on the critical path)
+    and W (weight gradient, deferrable). Stage s runs 1F1B's warm-up of p - s - 1
+    forwards, then F, B and the W of micro-batch i - s, so at most p micro-batches
+    are in flight on any stage (1F1B's peak), and the deferred Ws fill the drain.
+    Bubble with F = B = W: (p - 1)(t_F + t_B - t_W), a third of 1F1B's."""
+
+    name = "zb_h1"
+    split_backward = True
+
+    def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
+        p, n = num_stages, num_microbatches
+        w = min(p - stage - 1, n)
+        delay = stage
+        kinds: list[int] = [FWD] * w
+        mbs: list[int] = list(range(w))
+        next_w = 0
+        for i in range(n):
+            if w + i < n:
+                kinds.append(FWD)
+                mbs.append(w + i)
+            kinds.append(BWD)
+            mbs.append(i)
+            if i - delay >= 0:
+                kinds.append(WGT)
+                mbs.append(next_w)
+                next_w += 1
+        kinds.extend([WGT] * (n - next_w))
+        mbs.extend(range(next_w, n))
+        return _order(np.array(kinds), np.array(mbs))
+
+
+class DistIRGreedy(Schedule):
+    """DistIR's PipeDream scheduler (seed 000): rounds in which every stage with a ready
+    unit runs one; after an F it prefers a B, otherwise an F (lowest micro-batch
+    first); readiness counts only units of earlier rounds; no warm-up limit; flush."""
+
+    name = "distir_greedy"
+
+    def orders(
+        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    ) -> list[OpOrder]:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        if iterations < 1:
+            raise StrategyError(f"iterations must be >= 1, got {iterations}")
+        per_stage, _ = self.rounds(num_stages, num_microbatches)
+        return [
+            _repeat_iterations(_order(np.array(k), np.array(m)), num_microbatches, iterations)
+            for k, m in per_stage
+        ]
+
+    @staticmethod
+    def rounds(p: int, n: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+        """Per stage (kinds, micro-batches) in pick order, and the number of rounds."""
+        fwd_done = [0] * p  # forwards are done in micro-batch order: count = next one
+        bwd_done = [0] * p
+        last = [BWD] * p
+        out: list[tuple[list[int], list[int]]] = [([], []) for _ in range(p)]
+        num_rounds = 0
+        while bwd_done[0] < n:
+            num_rounds += 1
+            f_prev, b_prev = fwd_done[:], bwd_done[:]  # state at the start of the round
+            for s in range(p):
+                f_next, b_next = f_prev[s], b_prev[s]
+                f_ready = f_next < n and (s == 0 or f_prev[s - 1] > f_next)
+                b_ready = b_next < f_prev[s] and (s == p - 1 or b_prev[s + 1] > b_next)
+                prefer_b = last[s] == FWD
+                if b_ready and (prefer_b or not f_ready):
+                    out[s][0].append(BWD)
+                    out[s][1].append(b_next)
+                    bwd_done[s] += 1
+                    last[s] = BWD
+                elif f_ready:
+                    out[s][0].append(FWD)
+                    out[s][1].append(f_next)
+                    fwd_done[s] += 1
+                    last[s] = FWD
+        return out, num_rounds
+
+
+_REGISTRY: dict[str, Schedule] = {
+    cls.name: cls()
+    for cls in (GPipe, OneFOneB, TwoBW, EagerOneFOneB, EagerNoFlush, Interleaved, ZeroBubbleH1, DistIRGreedy)
+}
+assert tuple(_REGISTRY) == SCHEDULES, "schedule registry must list paraplan.core.SCHEDULES in order"
+
+
+def get_schedule(name: str) -> Schedule:
+    """The schedule named `name` (names as in `paraplan.core.SCHEDULES`)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise StrategyError(f"unknown schedule '{name}'; known: {', '.join(SCHEDULES)}") from None
