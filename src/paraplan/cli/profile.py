@@ -1,0 +1,200 @@
+"""Profile a model layer by layer: forward and backward time, output activation and
+parameter bytes per layer, measured with torch (warm-up, then the median of --repeats
+iterations) or computed analytically for a device of a cluster file (--analytic).
+
+Examples:
+  paraplan profile --model mlp --layers 4 --hidden-dim 1024 --batch 32 -o results/profiles/mlp.csv
+  paraplan profile --model gpt --batches 2,4,8 --threads 1 -o results/profiles/gpt.csv --plots results/figures/profile
+  paraplan profile --model resnet --batch 32 --analytic --cluster dgx1-v100 -o resnet_v100.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, int_list
+from paraplan.core import ConfigError
+
+NAME = "profile"
+HELP = "layer-wise profile of a model (torch measurement or analytic)"
+ORDER = 30
+
+# command-line option -> spec setting (a model rejects the settings it does not take)
+_MODEL_OPTIONS = {
+    "layers": (int, "MLP layers / GPT transformer blocks"),
+    "input_dim": (int, "MLP input features"),
+    "hidden_dim": (int, "MLP hidden features"),
+    "output_dim": (int, "MLP output features"),
+    "hidden": (int, "GPT hidden size"),
+    "heads": (int, "GPT attention heads"),
+    "seq_len": (int, "GPT sequence length"),
+    "vocab": (int, "GPT vocabulary size"),
+    "blocks": (str, "ResNet bottleneck blocks per stage, e.g. 3,4,6,3"),
+    "width": (int, "ResNet first-stage bottleneck channels"),
+    "image_size": (int, "ResNet input image side"),
+    "num_classes": (int, "ResNet classes"),
+}
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="model name: mlp, gpt or resnet")
+    models = parser.add_argument_group("model settings (defaults: see paraplan.profile.specs)")
+    for key, (kind, text) in _MODEL_OPTIONS.items():
+        models.add_argument(f"--{key.replace('_', '-')}", dest=f"spec_{key}", type=kind, default=None, help=text)
+    models.add_argument("--bias", dest="spec_bias", action=argparse.BooleanOptionalAction, default=None,
+                        help="MLP Linear layers with bias")
+    parser.add_argument("--batch", type=int, default=None, help="batch size of the profile (default 32)")
+    parser.add_argument("--batches", default=None,
+                        help="several batch sizes, e.g. 8,16,32: fit time(b) = fixed + per_sample x b per "
+                        "layer; the CSV keeps the largest batch plus fwd_fixed_s/bwd_fixed_s")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="profile CSV (meta JSON beside it)")
+    parser.add_argument("--plots", type=Path, default=None, help="folder for the per-layer bar chart")
+    measured = parser.add_argument_group("measurement (torch)")
+    measured.add_argument("--repeats", type=int, default=10, help="timed iterations (median)")
+    measured.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    measured.add_argument("--threads", type=int, default=None,
+                          help="torch threads (default: torch's); use cores // ranks to predict an N-rank run")
+    measured.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    measured.add_argument("--dtype", choices=DTYPES, default="float32")
+    analytic = parser.add_argument_group("analytic (no measurement)")
+    analytic.add_argument("--analytic", action="store_true", help="FLOPs and bytes on a cluster's device")
+    analytic.add_argument("--cluster", default=None, help="cluster name or YAML path (with --analytic)")
+    analytic.add_argument("--combine", choices=("roofline", "sum"), default="roofline",
+                          help="roofline: max(compute, memory) per op; sum: the DistIR cost model")
+    add_tracking_arguments(parser)
+
+
+def _spec_settings(args: argparse.Namespace) -> dict[str, object]:
+    keys = [*_MODEL_OPTIONS, "bias"]
+    return {k: getattr(args, f"spec_{k}") for k in keys if getattr(args, f"spec_{k}") is not None}
+
+
+def _batches(args: argparse.Namespace) -> list[int]:
+    if args.batches:
+        batches = sorted(set(int_list(args.batches, "--batches")))
+        if args.batch is not None and args.batch != batches[-1]:
+            raise ConfigError("--batch", f"with --batches the profile is at the largest ({batches[-1]}), "
+                              f"got --batch {args.batch}")
+    else:
+        batches = [args.batch if args.batch is not None else 32]
+    if min(batches) < 1:
+        raise ConfigError("--batch", f"batch sizes must be >= 1, got {batches}")
+    return batches
+
+
+def _measure(args, spec, batches):
+    import numpy as np
+    import torch
+
+    from paraplan.core import LayerProfile, ModelProfile
+    from paraplan.profile.analytic import DTYPE_BYTES, model_ops
+    from paraplan.profile.measure import measure_scaling
+    from paraplan.profile.models import build_model
+
+    if args.repeats < 1 or args.warmup < 0:
+        raise ConfigError("--repeats", "need --repeats >= 1 and --warmup >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", "cuda requested but torch sees no CUDA device")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ConfigError("--threads", f"expected >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    model = build_model(spec)
+    scaled = measure_scaling(model, batches, args.repeats, args.warmup, args.device, dtype)
+    top = scaled.at_max
+    ops = model_ops(spec, top.batch_size, DTYPE_BYTES[args.dtype])
+    layers = tuple(
+        LayerProfile(
+            name=model.names[i], fwd_s=float(top.fwd_s[i]), bwd_s=float(top.bwd_s[i]),
+            activation_bytes=float(top.activation_bytes[i]), param_bytes=float(top.param_bytes[i]),
+            fwd_fixed_s=float(scaled.fwd_fixed_s[i]), bwd_fixed_s=float(scaled.bwd_fixed_s[i]),
+            flops=ops[i].fwd_flops,
+        )
+        for i in range(len(model.names))
+    )
+    device_name = (torch.cuda.get_device_name() if args.device == "cuda"
+                   else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)")
+    checks = {
+        "whole_step_s": top.whole_step_s,
+        "sum_vs_whole_rel_err": top.sum_vs_whole_rel_err,
+        "min_layer_step_s": float(np.min(top.fwd_s + top.bwd_s)),
+    }
+    per_batch = {
+        str(t.batch_size): {"fwd_s": float(t.fwd_s.sum()), "bwd_s": float(t.bwd_s.sum()),
+                            "whole_step_s": t.whole_step_s, "sum_vs_whole_rel_err": t.sum_vs_whole_rel_err}
+        for t in scaled.per_batch
+    }
+    meta = {
+        "device": device_name, "dtype": args.dtype, "threads": torch.get_num_threads(),
+        "method": "torch", "repeats": args.repeats, "warmup": args.warmup, "batches": batches,
+        "statistic": "median", "torch_version": torch.__version__, **checks, "per_batch": per_batch,
+    }
+    return ModelProfile(args.output.stem, top.batch_size, layers, meta=meta), checks
+
+
+def _analytic(args, spec, batches):
+    from paraplan.clusters import load_cluster
+    from paraplan.profile.analytic import analytic_profile
+
+    if not args.cluster:
+        raise ConfigError("--cluster", "--analytic needs --cluster (a name under config/clusters or a YAML path)")
+    if len(batches) > 1:
+        raise ConfigError("--batches", "analytic profiles are linear in the batch; give --batch only")
+    cluster = load_cluster(args.cluster)
+    profile = analytic_profile(spec, batches[0], cluster.device, args.combine, args.dtype, name=args.output.stem)
+    meta = {**profile.meta, "cluster": cluster.name, "threads": None, "repeats": 0}
+    return type(profile)(profile.name, profile.batch_size, profile.layers, meta=meta), {}
+
+
+def run(args: argparse.Namespace) -> int:
+    from paraplan.profile.io import write_profile
+    from paraplan.profile.specs import make_spec, spec_settings
+    from paraplan.track import RunLog
+
+    spec = make_spec(args.model, _spec_settings(args))
+    batches = _batches(args)
+    if args.analytic:
+        profile, checks = _analytic(args, spec, batches)
+    else:
+        profile, checks = _measure(args, spec, batches)
+    meta = {"model": args.model, "model_settings": spec_settings(spec), **profile.meta}
+    profile = type(profile)(profile.name, profile.batch_size, profile.layers, meta=meta)
+
+    csv_path, mpath = write_profile(profile, args.output)
+    artifacts = [csv_path, mpath]
+    if args.plots is not None:
+        from paraplan.plots.profile import plot_profile
+
+        artifacts += plot_profile(profile, args.plots / profile.name)
+
+    fwd, bwd = float(profile.fwd_s.sum()), float(profile.bwd_s.sum())
+    print(f"{profile.name}: {profile.num_layers} layers at batch {profile.batch_size} "
+          f"({meta['method']}, {meta['device']}, threads {meta.get('threads')}): "
+          f"fwd {fwd * 1e3:.3f} ms, bwd {bwd * 1e3:.3f} ms, params {profile.total_param_bytes / 1e6:.3f} MB")
+    if checks:
+        err = checks["sum_vs_whole_rel_err"]
+        print(f"  sum of layers vs whole step ({checks['whole_step_s'] * 1e3:.3f} ms): {err:+.1%}")
+        if abs(err) > 0.15 and checks["min_layer_step_s"] >= 1e-3:
+            print("  warning: layers of >= 1 ms each, yet the sum is more than 15% off the whole step "
+                  "(noisy machine?)", file=sys.stderr)
+    print(f"wrote {csv_path} and {mpath}")
+
+    metrics = {"fwd_s": fwd, "bwd_s": bwd, "param_bytes": profile.total_param_bytes,
+               "activation_bytes": float(profile.activation_bytes.max()), "layers": profile.num_layers}
+    metrics.update({k: v for k, v in checks.items()})
+    for b, entry in meta.get("per_batch", {}).items():
+        for key in ("fwd_s", "bwd_s", "whole_step_s", "sum_vs_whole_rel_err"):
+            metrics[f"{key}__b{b}"] = entry[key]
+    params = {k: v for k, v in meta.items() if k not in ("per_batch", *checks)}
+    params.update({"batch_size": profile.batch_size, "output": str(csv_path)})
+    from paraplan.cli.common import track
+
+    track(args, RunLog(stage="profile", run_name=profile.name, params=params, metrics=metrics,
+                       artifacts=artifacts))
+    return 0
