@@ -120,9 +120,11 @@ def _figures(exp, result, rows, published, out: Path) -> list[Path]:
 
 
 def _gantt_and_traces(result, out: Path) -> list[Path]:
+    """A Gantt chart (seed 001's style) and a Chrome trace per simulated timeline; only
+    the charts are returned for logging."""
     from paraplan.files import write_json
-    from paraplan.plots.gantt import plot_gantt
-    from paraplan.sim.trace import chrome_trace
+    from paraplan.plots.gantt import save_gantt
+    from paraplan.sim import to_chrome_trace
 
     paths: list[Path] = []
     for sim in result.simulated:
@@ -130,8 +132,8 @@ def _gantt_and_traces(result, out: Path) -> list[Path]:
         stem = f"{pt.series}_b{pt.batch_size}_m{pt.microbatches}_it{pt.iterations}"
         title = (f"{pt.series}: {pt.P} stages, {pt.iterations} iteration(s), batch {pt.batch_size}, "
                  f"{pt.microbatches} micro-batches")
-        paths += plot_gantt(sim.timeline, out / "figures" / stem, title=title)
-        write_json(out / "traces" / f"{stem}.json", chrome_trace(sim.timeline))  # not logged: one per chart
+        paths += save_gantt(sim.timeline, out / "figures" / stem, title=title)
+        write_json(out / "traces" / f"{stem}.json", to_chrome_trace(sim.timeline))
     return paths
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,6 @@ from paraplan.core import (
     ConfigError,
     ConstantBandwidthModel,
     Device,
-    LayerProfile,
     Link,
     ModelProfile,
     Strategy,
@@ -221,13 +220,14 @@ def parse_experiment(data: object, path: str) -> Experiment:
             modes[name] = CompatMode(**s)
         else:
             s = _fields(settings or {}, {
-                "bandwidth_gbps": ((int, float), _REQUIRED), "schedule": (str, "1f1b"),
+                "bandwidth_gbps": ((int, float), 0.0 if model.kind == "unit" else _REQUIRED),
+                "schedule": (str, "1f1b"),
                 "overlap_grad_allreduce": (bool, False), "latency_s": ((int, float), 0.0),
                 "device_memory_bytes": ((int, float), 80e9),
             }, where, path)
             _choice(s["schedule"], SCHEDULES, f"{where}.schedule", path)
             modes[name] = CorrectedMode(**s)
-        if modes[name].bandwidth_gbps <= 0:
+        if modes[name].bandwidth_gbps <= 0 and model.kind == "mlp":
             raise ConfigError(f"{where}.bandwidth_gbps", f"must be > 0 in {path}")
 
     series = []
@@ -341,41 +341,35 @@ def _points(series: SeriesSpec, batch: int, n: int, iterations: int) -> list[Poi
 
 
 def mlp_profile(layers: int, dim: int, batch_size: int) -> ModelProfile:
-    """DistIR's MLP with physical costs (4 bytes per element) on DistIR's device
-    (1e14 FLOP/s, 1.2e12 B/s), as a paraplan profile at `batch_size` samples.
+    """DistIR's MLP with physical costs (4 bytes per element, DistIR's device: 1e14
+    FLOP/s, 1.2e12 B/s) from `paraplan.profile.analytic` (combine `sum`: the DistIR
+    cost model; Loss and LossGrad on the last layer), at `batch_size` samples.
 
-    Reading the weights does not scale with the batch: it is the layer's fixed time.
-    Loss and LossGrad join the last layer's forward and backward.
+    Reading a weight matrix does not shrink with the micro-batch: each layer's fixed
+    time is the intercept of its (exactly linear) time at `batch_size` and half of it.
     """
-    e = dc.FP32_BYTES
-    b, d = batch_size, dim
-    weight_read_s = e * d * d / dc.DRAM_BYTES_PER_S
-    act_s = dc.ELEMENTWISE_FLOPS_PER_ELEMENT * b * d / dc.TP_FLOPS
-    matmul_s = e * b * d / dc.DRAM_BYTES_PER_S + weight_read_s + 2 * b * d * d / dc.TP_FLOPS
-    # dx = dz . W^T and dw = x^T . dz, each reading its two inputs once
-    matmul_grad_s = (e * (b * d + d * d) + e * (d * b + b * d)) / dc.DRAM_BYTES_PER_S + 4 * b * d * d / dc.TP_FLOPS
-    flops = 2.0 * b * d * d
-    layer_list = []
-    for i in range(layers):
-        extra = act_s if i == layers - 1 else 0.0
-        layer_list.append(LayerProfile(
-            name=f"linear{i}", fwd_s=matmul_s + act_s + extra, bwd_s=act_s + matmul_grad_s + extra,
-            activation_bytes=float(e * b * d), param_bytes=float(e * d * d),
-            fwd_fixed_s=weight_read_s, bwd_fixed_s=weight_read_s, flops=flops,
-        ))
-    return ModelProfile(f"distir_mlp{layers}x{dim}", batch_size, tuple(layer_list),
-                        meta={"method": "analytic", "source": "DistIR cost model, 4 bytes per element"})
+    from dataclasses import replace
 
+    from paraplan.profile.analytic import analytic_profile
+    from paraplan.profile.specs import MLPSpec
 
-def unit_profile(model: ModelSpec) -> ModelProfile:
-    """Seed 001's unit costs: every layer forward `fwd_s`, backward `bwd_s` per
-    micro-batch; no activations or parameters to move (free communication)."""
-    layers = tuple(
-        LayerProfile(name=f"stage{i}", fwd_s=float(model.fwd_s), bwd_s=float(model.bwd_s),
-                     activation_bytes=0.0, param_bytes=0.0)
-        for i in range(model.layers)
-    )
-    return ModelProfile("unit", model.microbatch_size, layers, meta={"method": "unit costs"})
+    spec = MLPSpec(layers=layers, input_dim=dim, hidden_dim=dim, output_dim=dim, bias=False)
+    device = Device("distir-device", peak_flops=dc.TP_FLOPS, mem_bandwidth_Bps=dc.DRAM_BYTES_PER_S,
+                    memory_bytes=0.0)
+    full = analytic_profile(spec, batch_size, device, combine="sum", include_loss=True,
+                            name=f"distir_mlp{layers}x{dim}")
+    if batch_size < 2:
+        return full
+    half = analytic_profile(spec, batch_size // 2, device, combine="sum", include_loss=True)
+    ratio = batch_size / (batch_size // 2)
+    fixed_layers = []
+    for lf, lh in zip(full.layers, half.layers, strict=True):
+        # t(b) = fixed + slope b through the two points
+        fwd_fixed = max(0.0, (ratio * lh.fwd_s - lf.fwd_s) / (ratio - 1))
+        bwd_fixed = max(0.0, (ratio * lh.bwd_s - lf.bwd_s) / (ratio - 1))
+        fixed_layers.append(replace(lf, fwd_fixed_s=min(fwd_fixed, lf.fwd_s),
+                                    bwd_fixed_s=min(bwd_fixed, lf.bwd_s)))
+    return replace(full, layers=tuple(fixed_layers))
 
 
 def physical_cluster(num_devices: int, mode: CorrectedMode) -> tuple[Cluster, ConstantBandwidthModel]:
@@ -419,32 +413,33 @@ def _run_compat(exp: Experiment, mode: CompatMode, points: list[tuple[SeriesSpec
     return out
 
 
-def _engine() -> Callable[..., Timeline]:
-    from paraplan.sim.engine import simulate
-
-    return simulate
-
-
 def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[SeriesSpec, Point]]) -> list[Simulated]:
-    simulate = _engine()
+    from paraplan.sim import simulate, simulate_pipeline
+
     profiles: dict[int, ModelProfile] = {}
     out = []
     for series, pt in points:
         schedule = series.schedule or mode.schedule
-        overlap = mode.overlap_grad_allreduce if series.overlap_grad_allreduce is None else series.overlap_grad_allreduce
         if exp.model.kind == "unit":
-            profile = profiles.setdefault(0, unit_profile(exp.model))
-        else:
-            profile = profiles.setdefault(pt.batch_size, mlp_profile(exp.model.layers, exp.model.dim, pt.batch_size))
-        P = pt.P
+            # seed 001: unit costs per stage (split over the virtual stages), free transfers
+            v = series.virtual_stages
+            tl = simulate_pipeline(
+                schedule, pt.P, pt.microbatches, exp.model.fwd_s / v, exp.model.bwd_s / v,
+                iterations=pt.iterations, virtual_stages=v, micro_batch_size=exp.model.microbatch_size,
+            )
+            out.append(Simulated("corrected", pt, schedule, tl))
+            continue
+        overlap = mode.overlap_grad_allreduce if series.overlap_grad_allreduce is None else series.overlap_grad_allreduce
+        if pt.batch_size not in profiles:
+            profiles[pt.batch_size] = mlp_profile(exp.model.layers, exp.model.dim, pt.batch_size)
         strategy = Strategy(
-            data_degree=pt.D, tensor_degree=pt.T, pipeline_degree=P, microbatches=pt.microbatches,
-            schedule=schedule if P > 1 else "1f1b", overlap_grad_allreduce=overlap,
-            iterations=pt.iterations, virtual_stages=series.virtual_stages,
+            data_degree=pt.D, tensor_degree=pt.T, pipeline_degree=pt.P, microbatches=pt.microbatches,
+            schedule=schedule if pt.P > 1 else "1f1b", overlap_grad_allreduce=overlap,
+            virtual_stages=series.virtual_stages,
         )
         cluster, comm = physical_cluster(strategy.num_devices, mode)
-        tl = simulate(profile, cluster, comm, strategy, pt.batch_size)
-        out.append(Simulated("corrected", pt, schedule if P > 1 else "", tl))
+        tl = simulate(profiles[pt.batch_size], cluster, comm, strategy, pt.batch_size)
+        out.append(Simulated("corrected", pt, schedule if pt.P > 1 else "", tl))
     return out
 
 
