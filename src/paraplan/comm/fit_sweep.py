@@ -143,3 +143,21 @@ def _choice_key(entry: FitEntry, order: int) -> tuple[float, float, int]:
         # Nothing held out: never pick the interpolating table (exact in-sample by design).
         return (math.inf, entry.gmae if entry.model != "table" else math.inf, order)
     return (round(held, 6), 0.0, order)
+
+
+def fit_frame(frame) -> list[FitEntry]:
+    """Fit every (collective, world size, nodes) sweep of a bench-CSV frame (the
+    all_to_allv samples are predicted, not fitted: `fit_a2av`). Where a sweep has
+    both in-place and out-of-place rows, the out-of-place ones are fitted."""
+    entries: list[FitEntry] = []
+    sweeps = frame.loc[frame["collective"] != "all_to_allv"]
+    for (collective, world, nodes), rows in sweeps.groupby(["collective", "world_size", "nodes"], sort=True):
+        if "in_place" in rows.columns and rows["in_place"].nunique() > 1:
+            rows = rows.loc[~rows["in_place"].astype(str).str.lower().isin(("true", "1"))]
+        entries.extend(
+            fit_sweep(
+                str(collective), int(world), int(nodes),
+                rows["size_bytes"].to_numpy(float), rows["time_us"].to_numpy(float) * 1e-6,
+            )
+        )
+    return entries

@@ -1,0 +1,154 @@
+"""Fit communication cost models to measured sweeps, with honest errors.
+
+Reads bench CSVs (`paraplan bench` or `paraplan ingest` output) and fits, per
+collective x world size x node count, three models of time vs size: `alpha_beta`
+(Hockney, relative-error least squares), `sigmoid_bw` (seed 002's three-region
+bandwidth model, bounded with a fallback) and `table` (PCHIP in log-log). Each is
+scored in-sample and leave-one-out over the interior sizes; the lowest held-out
+GMAE is `chosen`. Writes comm_model.json (DESIGN.md), which
+`paraplan.comm.model.FittedCommModel` reads. all_to_allv rows (uneven DLRM-style
+exchanges) are predicted from the all_to_all fit of the same world size with three
+effective sizes (sum, max_of_max, max_of_sum) and their errors reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.core import InputFileError
+
+NAME = "fit"
+HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps"
+ORDER = 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="IN.csv", help="bench CSVs (several collectives allowed)")
+    parser.add_argument("-o", "--out", required=True, type=Path, help="output comm_model.json")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="folder for figures: fit_<collective>_n<world>.png/.pdf per sweep, a2av_n<world> per all_to_allv study")
+    parser.add_argument("--a2av-out", type=Path, default=None,
+                        help="CSV of the all_to_allv errors per world size and effective-size variant "
+                             "(needs all_to_allv rows in the inputs)")
+    add_tracking_arguments(parser)
+
+
+def _sweep_names(entries) -> dict[tuple[str, int, int], str]:
+    """`<collective>_n<world>`, plus `_nodes<k>` where one world size was measured on
+    several node counts."""
+    keys = sorted({(e.collective, e.world_size, e.nodes) for e in entries})
+    names = {}
+    for collective, world, nodes in keys:
+        clash = sum(1 for c, w, _ in keys if (c, w) == (collective, world)) > 1
+        names[(collective, world, nodes)] = f"{collective}_n{world}" + (f"_nodes{nodes}" if clash else "")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from paraplan.comm.fit_a2av import a2av_frame, predict_a2av
+    from paraplan.comm.fit_input import read_sweep_csv
+    from paraplan.comm.fit_sweep import fit_frame
+    from paraplan.comm.model import FittedCommModel, fits_document
+    from paraplan.files import write_csv, write_json
+    from paraplan.track import RunLog
+
+    frames = [read_sweep_csv(path) for path in args.inputs]
+    frame = pd.concat(frames, ignore_index=True, sort=False)
+    has_a2av = bool((frame["collective"] == "all_to_allv").any())
+    if not (frame["collective"] != "all_to_allv").any():
+        raise InputFileError(args.inputs[0], "no size sweeps to fit (only all_to_allv samples); add the all_to_all CSV")
+    if args.a2av_out is not None and not has_a2av:
+        raise InputFileError(args.inputs[0], "--a2av-out given but no input has all_to_allv rows")
+    try:
+        entries = fit_frame(frame)
+    except ValueError as exc:
+        raise InputFileError(", ".join(str(p) for p in args.inputs), str(exc)) from None
+    document = fits_document(entries)
+    names = _sweep_names(entries)
+
+    a2av_results = []
+    if has_a2av:
+        model = FittedCommModel.from_dict(document, str(args.out))
+        a2av_results = predict_a2av(frame, model)
+        for result in a2av_results:
+            if result.flagged:
+                print(f"paraplan fit: warning: all_to_allv n={result.world_size}: {result.flagged} of "
+                      f"{result.n_points} '{result.variant}' predictions lie outside the measured all_to_all "
+                      "range or world size (extrapolated)", file=sys.stderr)
+
+    # Outputs first, tracking last: a tracking failure leaves the files intact.
+    write_json(args.out, document)
+    if args.a2av_out is not None:
+        write_csv(args.a2av_out, a2av_frame(a2av_results))
+    figures: list[Path] = []
+    if args.plots is not None:
+        from paraplan.comm.model import FittedCommModel as _Model
+        from paraplan.core import Group
+        from paraplan.plots.fit import plot_a2av, plot_sweep
+
+        sweeps = frame.loc[frame["collective"] != "all_to_allv"]
+        for key, name in names.items():
+            rows = sweeps.loc[
+                (sweeps["collective"] == key[0]) & (sweeps["world_size"] == key[1]) & (sweeps["nodes"] == key[2])
+            ]
+            sweep_entries = [e for e in entries if (e.collective, e.world_size, e.nodes) == key]
+            figures += plot_sweep(sweep_entries, rows["size_bytes"].to_numpy(float),
+                                  rows["time_us"].to_numpy(float) * 1e-6, args.plots / f"fit_{name}")
+        model = _Model.from_dict(document, str(args.out))
+        for world, nodes in sorted({(r.world_size, r.nodes) for r in a2av_results}):
+            group_results = [r for r in a2av_results if (r.world_size, r.nodes) == (world, nodes)]
+            sizes = np.concatenate([np.array(r.effective_size_bytes, float) for r in group_results])
+            grid = np.geomspace(sizes.min(), sizes.max(), 200)
+            curve = np.array([model.time_s("all_to_allv", s, Group(world, nodes)) for s in grid])
+            suffix = f"_nodes{nodes}" if nodes > 1 else ""
+            figures += plot_a2av(group_results, grid, curve, args.plots / f"a2av_n{world}{suffix}")
+
+    metrics: dict[str, float] = {}
+    chosen: dict[str, object] = {}
+    print(f"{'sweep':<28} {'model':<11} {'GMAE':>7} {'held-out':>9} {'mean':>7} {'std':>7}  points", file=sys.stderr)
+    for entry in entries:
+        name = names[(entry.collective, entry.world_size, entry.nodes)]
+        metrics[f"gmae_{entry.model}__{name}"] = entry.gmae
+        metrics[f"heldout_gmae_{entry.model}__{name}"] = entry.heldout_gmae
+        metrics[f"mean_abs_rel_err_{entry.model}__{name}"] = entry.mean_abs_rel_err
+        if entry.chosen:
+            chosen[name] = {"model": entry.model, **_loggable(entry.params)}
+        print(f"{name:<28} {entry.model + ('*' if entry.chosen else ''):<11} {entry.gmae:>7.2%} "
+              f"{entry.heldout_gmae:>9.2%} {entry.mean_abs_rel_err:>7.2%} {entry.std_abs_rel_err:>7.2%}  "
+              f"{entry.n_points}", file=sys.stderr)
+    for result in a2av_results:
+        name = f"all_to_allv_n{result.world_size}" + (f"_nodes{result.nodes}" if result.nodes > 1 else "")
+        metrics[f"gmae_{result.variant}__{name}"] = result.gmae
+        metrics[f"mean_abs_rel_err_{result.variant}__{name}"] = result.mean_abs_rel_err
+        metrics[f"std_abs_rel_err_{result.variant}__{name}"] = result.std_abs_rel_err
+        print(f"{name:<28} {result.variant:<11} {result.gmae:>7.2%} {'':>9} {result.mean_abs_rel_err:>7.2%} "
+              f"{result.std_abs_rel_err:>7.2%}  {result.n_points}", file=sys.stderr)
+    print(f"paraplan fit: {len(names)} sweep(s) fitted -> {args.out}", file=sys.stderr)
+
+    artifacts = [args.out, *figures]
+    if args.a2av_out is not None:
+        artifacts.append(args.a2av_out)
+    track(
+        args,
+        RunLog(
+            stage="fit",
+            run_name=args.out.parent.name or "fit",
+            params={"inputs": [str(p) for p in args.inputs], "chosen": chosen},
+            metrics=metrics,
+            artifacts=artifacts,
+        ),
+    )
+    return 0
+
+
+def _loggable(params: dict) -> dict:
+    """A model's parameters as MLflow params (table knots summarised by their count)."""
+    if "log2_size_bytes" in params:
+        return {"knots": len(params["log2_size_bytes"])}
+    return {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in params.items()}

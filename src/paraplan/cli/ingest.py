@@ -1,0 +1,101 @@
+"""Import another tool's output into paraplan's own files.
+
+nccl-tests / rccl-tests stdout and PARAM comms output become the bench CSV of
+DESIGN.md (one CSV may hold several collectives). The out-of-place columns are
+read unless --in-place; the world size, node count and collective come from the
+log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
+printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the
+file and line. Lines that are not table rows are skipped; a row that starts like
+one but cannot be read, or a file without any, is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.core import ConfigError
+
+NAME = "ingest"
+HELP = "import nccl-tests, rccl-tests or PARAM logs as bench CSVs"
+ORDER = 15
+
+
+def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
+    """Read a collective log with the named importer, write the bench CSV; returns
+    what to track."""
+    from paraplan.comm import nccl_tests, param_log
+    from paraplan.comm.log_common import ImportOptions, rows_frame
+    from paraplan.files import write_csv
+
+    if args.in_place and reader_name == "param":
+        raise ConfigError("in_place", "PARAM output has one time per size; --in-place applies to nccl-tests logs")
+    options = ImportOptions(
+        in_place=args.in_place, world_size=args.world_size, nodes=args.nodes, collective=args.collective
+    )
+    reader = nccl_tests.read_nccl_tests if reader_name == "nccl-tests" else param_log.read_param
+    result = reader(args.log, options)
+    for warning in result.warnings:
+        print(f"paraplan ingest: warning: {warning}", file=sys.stderr)
+    frame = rows_frame(result.rows)
+    write_csv(args.out, frame)
+    sweeps = frame.groupby(["collective", "world_size", "nodes"], sort=True).size()
+    for (collective, world, nodes), rows in sweeps.items():
+        print(f"paraplan ingest: {args.log}: {collective}, {world} ranks on {nodes} node(s): {rows} sizes -> {args.out}",
+              file=sys.stderr)
+    return {
+        "metrics": {"rows": float(len(frame)), "warnings": float(len(result.warnings))},
+        "params": {"collectives": sorted(frame["collective"].unique()),
+                   "world_sizes": sorted(int(w) for w in frame["world_size"].unique())},
+    }
+
+
+# --format -> handler(args) -> {"metrics": ..., "params": ...}; a new format is one entry.
+HANDLERS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "nccl-tests": lambda args: _collective_log(args, "nccl-tests"),
+    "param": lambda args: _collective_log(args, "param"),
+}
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("log", type=Path, help="the log file to import")
+    parser.add_argument("--format", required=True, choices=sorted(HANDLERS), help="the log's format")
+    parser.add_argument("-o", "--out", required=True, type=Path, help="output CSV")
+    parser.add_argument("--in-place", action="store_true", help="nccl-tests: read the in-place columns")
+    parser.add_argument("--world-size", type=_positive, default=None,
+                        help="ranks (default: count the log's rank lines)")
+    parser.add_argument("--nodes", type=_positive, default=None,
+                        help="nodes (default: count the distinct host names of the log)")
+    parser.add_argument("--collective", default=None,
+                        help="collective (default: from the log's command line or header)")
+    add_tracking_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = HANDLERS[args.format](args)
+    from paraplan.track import RunLog
+
+    track(
+        args,
+        RunLog(
+            stage="ingest",
+            run_name=f"{args.format}:{args.log.name}",
+            params={"format": args.format, "log": str(args.log), "in_place": args.in_place, **summary["params"]},
+            metrics=summary["metrics"],
+            artifacts=[args.out],
+        ),
+    )
+    return 0

@@ -1,0 +1,261 @@
+"""`FittedCommModel`: the `CommModel` the simulator and planner use, read from
+`comm_model.json` (written by `paraplan fit`).
+
+    model = FittedCommModel.from_json("results/fits/local-cpu/comm_model.json")
+    model.time_s("all_reduce", 64 * 2**20, Group(size=8, nodes=1))   # seconds
+    model.predict("all_reduce", 1e12, Group(8, 2))  # Prediction(time_s, flags)
+
+How a prediction is made for (collective, nbytes, group):
+1. The group's size and tier (`intra`: one node, `inter`: several, `Group.tier`)
+   select the fit entries of that collective, world size and tier. `all_to_allv`
+   uses the even `all_to_all` fits (nbytes is then an effective size, see
+   `paraplan.comm.fit_a2av`).
+2. Measured world size, nbytes inside the measured size range: the chosen model.
+3. Measured world size, nbytes outside the range: flag `outside_range`; alpha-beta,
+   anchored to the chosen model at the nearest edge (t_edge x ab(nbytes) / ab(edge)),
+   so the curve stays continuous and grows with the fitted bus bandwidth.
+4. World size never measured: flag `extrapolated`; the alpha-beta fit of the same
+   collective and tier at the nearest measured world size is turned into a per-link
+   (latency, bandwidth) pair and priced with the ring formulas of
+   `paraplan.core.ring_time_s`. No fit of that collective in the tier: the same
+   from another collective (prefer all_reduce), flag `other_collective`; nothing
+   measured in the tier: the other tier, flag `other_tier`.
+5. `send_recv` (point to point): per-link alpha-beta as in 4, flag `derived`,
+   from a broadcast fit at 2 ranks if there is one, else as in 4.
+6. A group of one rank costs 0.
+
+Speed: everything but the final arithmetic is resolved once per (collective, world
+size, tier) and cached; a call is a dict lookup, a range check and a few float
+operations (PCHIP tables are evaluated from their stored cubic coefficients).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from paraplan.comm.fit_sweep import MODEL_NAMES, predict
+from paraplan.core import InputFileError, ParaplanError, ring_time_s
+
+SCHEMA_VERSION = 1
+FLAG_OUTSIDE_RANGE = "outside_range"
+FLAG_EXTRAPOLATED = "extrapolated"
+FLAG_OTHER_COLLECTIVE = "other_collective"
+FLAG_OTHER_TIER = "other_tier"
+FLAG_DERIVED = "derived"
+_ALIASES = {"all_to_allv": "all_to_all"}
+_REQUIRED_KEYS = ("collective", "world_size", "nodes", "tier", "model", "chosen", "params", "size_range_bytes")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_s: float
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Entry:
+    collective: str
+    world_size: int
+    tier: str
+    model: str
+    chosen: bool
+    params: dict
+    lo_bytes: float
+    hi_bytes: float
+
+
+def _scalar_predictor(model: str, params: dict) -> Callable[[float], float]:
+    """A fast float -> float version of `fit_sweep.predict` for one fitted model."""
+    if model == "alpha_beta":
+        alpha, slope = params["alpha_s"], params["busbw_factor"] / params["beta_Bps"]
+        return lambda s: alpha + s * slope
+    if model == "table":
+        xs = [float(v) for v in params["log2_size_bytes"]]
+        ys = [float(v) for v in params["log2_time_s"]]
+        if len(xs) == 1:
+            return lambda s: 2.0 ** ys[0]
+        from scipy.interpolate import PchipInterpolator
+
+        coeffs = PchipInterpolator(np.array(xs), np.array(ys)).c.T.tolist()
+        last = len(xs) - 2
+
+        def table(s: float) -> float:
+            x = math.log2(s)
+            i = min(max(bisect.bisect_right(xs, x) - 1, 0), last)
+            d = x - xs[i]
+            c3, c2, c1, c0 = coeffs[i]
+            return 2.0 ** (((c3 * d + c2) * d + c1) * d + c0)
+
+        return table
+    return lambda s: float(predict(model, params, np.array([s]))[0])
+
+
+def _ring_coefficients(collective: str, world_size: int) -> tuple[float, float]:
+    """(a, b) with ring_time_s(coll, m, p, lat, bw) = a lat + b m / bw."""
+    return (
+        ring_time_s(collective, 0.0, world_size, 1.0, 1.0),
+        ring_time_s(collective, 1.0, world_size, 0.0, 1.0),
+    )
+
+
+def _per_link(entry: _Entry) -> tuple[float, float]:
+    """Per-link (latency_s, bandwidth_Bps) that reproduce an alpha-beta fit through
+    the ring formula of its collective at its world size."""
+    p = entry.params
+    a, b = _ring_coefficients(entry.collective, entry.world_size)
+    latency = p["alpha_s"] / a if a > 0 else 0.0
+    # fitted slope = factor / beta per byte; ring slope = b / bw
+    bandwidth = b * p["beta_Bps"] / p["busbw_factor"]
+    return latency, bandwidth
+
+
+class FittedCommModel:
+    """`paraplan.core.CommModel` from fitted entries (see the module docstring)."""
+
+    def __init__(self, entries: list[_Entry], source: str = "<dict>"):
+        if not entries:
+            raise InputFileError(source, "no fits: a comm model needs at least one fitted sweep")
+        self.source = source
+        self._entries = entries
+        self._cache: dict[tuple[str, int, str], Callable[[float], Prediction]] = {}
+
+    # ---- construction -------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, document: Mapping, source: str = "<dict>") -> FittedCommModel:
+        fits = document.get("fits") if isinstance(document, Mapping) else None
+        if not isinstance(fits, list):
+            raise InputFileError(source, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
+        entries = []
+        for i, fit in enumerate(fits):
+            missing = [k for k in _REQUIRED_KEYS if not isinstance(fit, Mapping) or k not in fit]
+            if missing:
+                raise InputFileError(source, f"fits[{i}]: missing key(s) {', '.join(missing)}")
+            if fit["model"] not in MODEL_NAMES or fit["tier"] not in ("intra", "inter"):
+                raise InputFileError(source, f"fits[{i}]: unknown model '{fit['model']}' or tier '{fit['tier']}'")
+            lo, hi = fit["size_range_bytes"]
+            entries.append(
+                _Entry(
+                    collective=str(fit["collective"]),
+                    world_size=int(fit["world_size"]),
+                    tier=str(fit["tier"]),
+                    model=str(fit["model"]),
+                    chosen=bool(fit["chosen"]),
+                    params=dict(fit["params"]),
+                    lo_bytes=float(lo),
+                    hi_bytes=float(hi),
+                )
+            )
+        return cls(entries, source)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> FittedCommModel:
+        path = Path(path)
+        try:
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputFileError(path, "file not found (run `paraplan fit` first)") from None
+        except json.JSONDecodeError as exc:
+            raise InputFileError(path, f"not JSON: {exc.msg}", line=exc.lineno) from None
+        return cls.from_dict(document, str(path))
+
+    # ---- prediction ---------------------------------------------------------------
+    def time_s(self, collective: str, nbytes: float, group) -> float:
+        return self.predict(collective, nbytes, group).time_s
+
+    def predict(self, collective: str, nbytes: float, group) -> Prediction:
+        if group.size <= 1:
+            return Prediction(0.0)
+        key = (collective, int(group.size), group.tier)
+        predictor = self._cache.get(key)
+        if predictor is None:
+            predictor = self._cache[key] = self._resolve(*key)
+        return predictor(float(nbytes))
+
+    def measured(self) -> list[tuple[str, int, str]]:
+        """(collective, world size, tier) of every fitted sweep."""
+        return sorted({(e.collective, e.world_size, e.tier) for e in self._entries})
+
+    def _find(self, collective: str, world: int, tier: str, model: str | None = None) -> _Entry | None:
+        for e in self._entries:
+            same_sweep = e.collective == collective and e.world_size == world and e.tier == tier
+            if same_sweep and ((model is None and e.chosen) or e.model == model):
+                return e
+        return None
+
+    def _resolve(self, collective: str, world: int, tier: str) -> Callable[[float], Prediction]:
+        if collective == "send_recv":
+            return self._link_predictor("send_recv", world, tier, (FLAG_DERIVED,), prefer="send_recv")
+        fitted = _ALIASES.get(collective, collective)
+        chosen = self._find(fitted, world, tier)
+        ab = self._find(fitted, world, tier, "alpha_beta")
+        if chosen is None or ab is None:
+            return self._link_predictor(collective, world, tier, (FLAG_EXTRAPOLATED,), prefer=fitted)
+        inside = _scalar_predictor(chosen.model, chosen.params)
+        ab_time = _scalar_predictor("alpha_beta", ab.params)
+        lo, hi = chosen.lo_bytes, chosen.hi_bytes
+        at_lo, at_hi = inside(lo), inside(hi)
+        ab_lo, ab_hi = ab_time(lo), ab_time(hi)
+        outside = (FLAG_OUTSIDE_RANGE,)
+
+        def one(nbytes: float) -> Prediction:
+            if lo <= nbytes <= hi:
+                return Prediction(inside(nbytes))
+            if nbytes < lo:
+                return Prediction(at_lo * ab_time(max(nbytes, 0.0)) / ab_lo, outside)
+            return Prediction(at_hi * ab_time(nbytes) / ab_hi, outside)
+
+        return one
+
+    def _link_predictor(
+        self, collective: str, world: int, tier: str, flags: tuple[str, ...], prefer: str
+    ) -> Callable[[float], Prediction]:
+        source, extra = self._link_source(prefer, world, tier)
+        latency, bandwidth = _per_link(source)
+        all_flags = flags + extra
+        if collective == "all_to_allv":
+            collective = "all_to_all"
+        try:
+            ring_time_s(collective, 1.0, world, latency, bandwidth)
+        except ValueError as exc:
+            raise ParaplanError(f"comm model {self.source}: {exc}") from None
+        return lambda nbytes: Prediction(ring_time_s(collective, nbytes, world, latency, bandwidth), all_flags)
+
+    def _link_source(self, prefer: str, world: int, tier: str) -> tuple[_Entry, tuple[str, ...]]:
+        """The alpha-beta entry to derive per-link constants from, and extra flags."""
+        fits = [e for e in self._entries if e.model == "alpha_beta"]
+        point_to_point = prefer == "send_recv"
+        if point_to_point:
+            exact = [e for e in fits if e.collective == "broadcast" and e.world_size == 2 and e.tier == tier]
+            if exact:
+                return exact[0], ()
+        order = {prefer: 0, "all_reduce": 1}
+        tiers = (tier, "inter" if tier == "intra" else "intra")
+
+        def distance(e: _Entry) -> tuple:
+            return (
+                tiers.index(e.tier),
+                order.get(e.collective, 2),
+                abs(math.log2(e.world_size) - math.log2(max(world, 1))),
+                -e.world_size,
+                e.collective,
+            )
+
+        best = min((e for e in fits if e.tier in tiers), key=distance)
+        extra = []
+        if best.collective != prefer and not point_to_point:
+            extra.append(FLAG_OTHER_COLLECTIVE)
+        if best.tier != tier:
+            extra.append(FLAG_OTHER_TIER)
+        return best, tuple(extra)
+
+
+def fits_document(entries: list) -> dict:
+    """comm_model.json's content from `fit_sweep.FitEntry` objects."""
+    return {"schema_version": SCHEMA_VERSION, "fits": [e.to_dict() for e in entries]}
