@@ -15,6 +15,9 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/fit.smk"
+include: "workflow/rules/profile.smk"
+include: "workflow/rules/simulate.smk"
 
 
 rule all:

@@ -20,7 +20,7 @@ from paraplan.cli.common import add_tracking_arguments, track
 from paraplan.core import ConfigError
 
 NAME = "ingest"
-HELP = "import nccl-tests, rccl-tests or PARAM logs as bench CSVs"
+HELP = "import nccl-tests, rccl-tests or PARAM logs as bench CSVs, PipeDream profiles as profile CSVs"
 ORDER = 15
 
 
@@ -53,10 +53,29 @@ def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     }
 
 
+def _pipedream_profile(args: argparse.Namespace) -> dict:
+    """A PipeDream/DAPPLE TorchGraph profile -> profile CSV + meta (paraplan.profile.pipedream)."""
+    from paraplan.profile.io import write_profile
+    from paraplan.profile.pipedream import read_pipedream
+
+    profile = read_pipedream(args.log, args.batch_size)
+    csv_path, mpath = write_profile(profile, args.out)
+    fwd_ms, bwd_ms = profile.fwd_s.sum() * 1e3, profile.bwd_s.sum() * 1e3
+    print(f"paraplan ingest: {args.log}: {profile.num_layers} layers at batch {profile.batch_size}, "
+          f"fwd {fwd_ms:.1f} ms, bwd {bwd_ms:.1f} ms, params {profile.total_param_bytes / 1e6:.1f} MB "
+          f"-> {csv_path} (+ {mpath.name})", file=sys.stderr)
+    return {
+        "metrics": {"layers": float(profile.num_layers), "fwd_s": float(profile.fwd_s.sum()),
+                    "bwd_s": float(profile.bwd_s.sum()), "param_bytes": profile.total_param_bytes},
+        "params": {"batch_size": profile.batch_size},
+    }
+
+
 # --format -> handler(args) -> {"metrics": ..., "params": ...}; a new format is one entry.
 HANDLERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "nccl-tests": lambda args: _collective_log(args, "nccl-tests"),
     "param": lambda args: _collective_log(args, "param"),
+    "pipedream": _pipedream_profile,
 }
 
 
@@ -81,6 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nodes (default: count the distinct host names of the log)")
     parser.add_argument("--collective", default=None,
                         help="collective (default: from the log's command line or header)")
+    parser.add_argument("--batch-size", type=_positive, default=None,
+                        help="pipedream: the profile's batch size (default: the file name's -pbs-N)")
     add_tracking_arguments(parser)
 
 

@@ -116,3 +116,25 @@ def num_layers(spec: Spec) -> int:
     if isinstance(spec, GPTSpec):
         return spec.layers + 2
     return sum(spec.blocks) + 2
+
+
+def profile_cli_args(entry: dict) -> list[str]:
+    """A workflow config entry (`model`, `batches`, `settings`, optional `analytic`) as
+    `paraplan profile` options; used by workflow/rules/profile.smk (no torch here)."""
+    args = ["--model", str(entry["model"])]
+    for key, value in sorted(entry.get("settings", {}).items()):
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, list | tuple):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    batches = [int(b) for b in entry["batches"]]
+    analytic = entry.get("analytic")
+    if analytic:
+        args += ["--analytic", "--cluster", str(analytic["cluster"]),
+                 "--combine", str(analytic.get("combine", "roofline")), "--batch", str(max(batches))]
+    else:
+        args += ["--batches", ",".join(str(b) for b in batches)]
+    return args

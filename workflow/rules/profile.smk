@@ -1,0 +1,60 @@
+# Profile stage: one job per entry of config["profile"]["models"] (wildcard {model} is
+# the entry's key), each a single `paraplan profile` call. Measuring jobs take the
+# measure=1 resource so they never run beside bench or validate jobs.
+
+import os
+
+from paraplan.profile.specs import profile_cli_args
+
+PROFILE = config["profile"]
+PROFILE_MODELS = sorted(PROFILE["models"])
+
+
+# `paraplan profile` options of each entry (model, settings, batches, analytic), by name
+PROFILE_ARGS = {
+    name: " ".join(profile_cli_args(entry)) for name, entry in PROFILE["models"].items()
+}
+
+
+rule profile:
+    output:
+        csv=f"{RESULTS}/profiles/{{model}}.csv",
+        meta=f"{RESULTS}/profiles/{{model}}.meta.json",
+        figure=report(
+            f"{FIGURES}/profile/{{model}}.png",
+            caption="../report/profile.rst",
+            category="profile",
+        ),
+        figure_pdf=f"{FIGURES}/profile/{{model}}.pdf",
+    log:
+        f"{LOGS}/profile/{{model}}.log",
+    benchmark:
+        f"{BENCHMARKS}/profile/{{model}}.tsv"
+    wildcard_constraints:
+        model="[A-Za-z0-9_.-]+",
+    params:
+        model_args=lambda wildcards: PROFILE_ARGS[wildcards.model],
+        threads=PROFILE["threads"],
+        repeats=PROFILE["repeats"],
+        warmup=PROFILE["warmup"],
+        device=PROFILE["device"],
+        dtype=PROFILE["dtype"],
+        figures=lambda wildcards, output: os.path.dirname(output.figure),
+    resources:
+        measure=1,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan profile {params.model_args} --threads {params.threads}"
+        " --repeats {params.repeats} --warmup {params.warmup}"
+        " --device {params.device} --dtype {params.dtype}"
+        " -o {output.csv} --plots {params.figures}"
+        " --rule profile --wildcards model={wildcards.model} > {log} 2>&1"
+
+
+rule profile_all:
+    input:
+        expand(f"{RESULTS}/profiles/{{model}}.csv", model=PROFILE_MODELS),
+
+
+ALL_TARGETS.extend(rules.profile_all.input)
