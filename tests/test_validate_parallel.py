@@ -1,6 +1,6 @@
 """The real parallel runs compute what the single-process model computes:
-Megatron's split of an MLP pair and a 2-stage pipeline give the same outputs,
-losses and gradients (2 gloo ranks, small sizes)."""
+Megatron's split (MLP pairs, transformer blocks) and a 2-stage pipeline give the
+same outputs, losses and gradients (2 gloo ranks, small sizes, float64)."""
 
 from __future__ import annotations
 
@@ -13,64 +13,87 @@ from torch import nn
 from paraplan.core import StrategyError
 from paraplan.validate.pipeline import PipelineStage, balanced_boundary, schedule_ops
 from paraplan.validate.ranks import run_ranks
-from paraplan.validate.tensor_parallel import pair_count, tensor_parallel_layers
+from paraplan.validate.tensor_parallel import allreduces_per_direction, tensor_parallel_layers
 from paraplan.validate.workload import WorkloadSpec
 
-SPEC = WorkloadSpec(
-    "paraplan.validate.workload:mlp_workload",
-    {"num_layers": 5, "input_dim": 6, "hidden_dim": 8, "output_dim": 4, "bias": True},
-    seed=3,
-)
+BUILDER = "paraplan.validate.workload:profile_model_workload"
+MLP = WorkloadSpec(BUILDER, {"model": "mlp", "settings": {
+    "layers": 5, "input_dim": 6, "hidden_dim": 16, "output_dim": 4}, "seed": 0})
+GPT = WorkloadSpec(BUILDER, {"model": "gpt", "settings": {
+    "layers": 2, "hidden": 8, "heads": 2, "seq_len": 5, "vocab": 11}, "seed": 3})
+BATCH = 6
 
 
-def _reference(batch: int):
-    """Loss, output and gradients of the whole model in one process."""
-    work = SPEC.build()
-    model = nn.Sequential(*copy.deepcopy(list(work.layers))).double()
-    x, y = work.make_batch(batch, torch.Generator().manual_seed(7))
-    out = model(x.double())
-    loss = work.loss(out, y.double())
+def _run(spec: WorkloadSpec, layers: list[nn.Module]) -> tuple[torch.Tensor, float, dict]:
+    """Output, loss and named gradients of `layers` on the spec's batch (float64)."""
+    work = spec.build()
+    model = nn.Sequential(*layers).double()
+    x, y = work.make_batch(BATCH, torch.Generator().manual_seed(7))
+    out = model(x if not x.is_floating_point() else x.double())
+    loss = work.loss(out, y if not y.is_floating_point() else y.double())
     loss.backward()
-    return model, out.detach(), float(loss.detach()), [p.grad.clone() for p in model.parameters()]
+    return out.detach(), float(loss.detach()), {n: p.grad for n, p in model.named_parameters()}
 
 
 def _tp_rank(rank: int, world: int) -> dict:
-    work = SPEC.build()
-    layers = [layer.double() for layer in tensor_parallel_layers(list(work.layers), rank, world)]
-    model = nn.Sequential(*layers)
-    x, y = work.make_batch(12, torch.Generator().manual_seed(7))
-    out = model(x.double())
-    loss = work.loss(out, y.double())
-    loss.backward()
-    return {"out": out.detach(), "loss": float(loss.detach()), "grads": {n: p.grad for n, p in model.named_parameters()}}
+    return {
+        name: _run(spec, tensor_parallel_layers(list(spec.build().layers), rank, world))
+        for name, spec in (("mlp", MLP), ("gpt", GPT))
+    }
+
+
+@pytest.fixture(scope="module")
+def tp_ranks():
+    return run_ranks(_tp_rank, world_size=2)
 
 
 @pytest.mark.slow
-def test_megatron_split_matches_unsplit_mlp_pairs():
-    ref_model, ref_out, ref_loss, _ = _reference(12)
-    ranks = run_ranks(_tp_rank, world_size=2)
-    full = dict(ref_model.named_parameters())
-    for rank, res in enumerate(ranks):
+def test_megatron_split_of_mlp_pairs_matches_the_unsplit_mlp(tp_ranks):
+    ref_out, ref_loss, ref = _run(MLP, copy.deepcopy(list(MLP.build().layers)))
+    # no dead ReLU hides a missing gradient reduction
+    assert all(float(ref[f"{i}.linear.weight"].norm()) > 1e-3 for i in range(5))
+    for rank, ranks in enumerate(tp_ranks):
+        out, loss, grads = ranks["mlp"]
         # every rank sees the full output after the forward all-reduce
-        torch.testing.assert_close(res["out"], ref_out)
-        assert res["loss"] == pytest.approx(ref_loss, rel=1e-12)
-        grads = res["grads"]
+        torch.testing.assert_close(out, ref_out)
+        assert loss == pytest.approx(ref_loss, rel=1e-12)
         # pair 0 = layers 0,1 and pair 1 = layers 2,3: rows of A, columns of B
         for pair, (a, b) in enumerate([(0, 1), (2, 3)]):
-            torch.testing.assert_close(grads[f"{pair}.weight_a"], full[f"{a}.0.weight"].grad.chunk(2, 0)[rank])
-            torch.testing.assert_close(grads[f"{pair}.bias_a"], full[f"{a}.0.bias"].grad.chunk(2, 0)[rank])
-            torch.testing.assert_close(grads[f"{pair}.weight_b"], full[f"{b}.0.weight"].grad.chunk(2, 1)[rank])
-            torch.testing.assert_close(grads[f"{pair}.bias_b"], full[f"{b}.0.bias"].grad)
+            torch.testing.assert_close(grads[f"{pair}.weight_a"], ref[f"{a}.linear.weight"].chunk(2, 0)[rank])
+            torch.testing.assert_close(grads[f"{pair}.bias_a"], ref[f"{a}.linear.bias"].chunk(2, 0)[rank])
+            torch.testing.assert_close(grads[f"{pair}.weight_b"], ref[f"{b}.linear.weight"].chunk(2, 1)[rank])
+            torch.testing.assert_close(grads[f"{pair}.bias_b"], ref[f"{b}.linear.bias"])
         # the odd last layer stays whole on both ranks
-        torch.testing.assert_close(grads["2.0.weight"], full["4.0.weight"].grad)
+        torch.testing.assert_close(grads["2.linear.weight"], ref["4.linear.weight"])
+
+
+@pytest.mark.slow
+def test_megatron_split_of_transformer_blocks_matches_the_unsplit_gpt(tp_ranks):
+    ref_out, ref_loss, ref = _run(GPT, copy.deepcopy(list(GPT.build().layers)))
+    hidden = 8
+    for rank, ranks in enumerate(tp_ranks):
+        out, loss, grads = ranks["gpt"]
+        torch.testing.assert_close(out, ref_out)
+        assert loss == pytest.approx(ref_loss, rel=1e-12)
+        for layer in (1, 2):  # the blocks; embedding (0) and head (3) are replicated
+            q, k, v = ref[f"{layer}.qkv.weight"].split(hidden)
+            expect_qkv = torch.cat([t.chunk(2, 0)[rank] for t in (q, k, v)])
+            torch.testing.assert_close(grads[f"{layer}.qkv_weight"], expect_qkv)
+            torch.testing.assert_close(grads[f"{layer}.proj_weight"], ref[f"{layer}.proj.weight"].chunk(2, 1)[rank])
+            torch.testing.assert_close(grads[f"{layer}.fc1_weight"], ref[f"{layer}.fc1.weight"].chunk(2, 0)[rank])
+            torch.testing.assert_close(grads[f"{layer}.fc2_weight"], ref[f"{layer}.fc2.weight"].chunk(2, 1)[rank])
+            torch.testing.assert_close(grads[f"{layer}.ln1.weight"], ref[f"{layer}.ln1.weight"])
+            torch.testing.assert_close(grads[f"{layer}.fc2_bias"], ref[f"{layer}.fc2.bias"])
+        torch.testing.assert_close(grads["0.token.weight"], ref["0.token.weight"])
+        torch.testing.assert_close(grads["3.out.weight"], ref["3.out.weight"])
 
 
 def _pp_rank(rank: int, world: int, schedule: str, microbatches: int) -> dict:
-    work = SPEC.build()
+    work = MLP.build()
     layers = [layer.double() for layer in work.layers]
     cut = 2
     stages = [nn.Sequential(*layers[:cut]), nn.Sequential(*layers[cut:])]
-    x, y = work.make_batch(12, torch.Generator().manual_seed(7))
+    x, y = work.make_batch(BATCH, torch.Generator().manual_seed(7))
     xs, ys = x.double().chunk(microbatches), y.double().chunk(microbatches)
     shape = stages[0](xs[0]).shape
     stage = PipelineStage(stages[rank], rank, world, work.loss, shape, torch.float64, shape, torch.device("cpu"))
@@ -86,16 +109,14 @@ def _pp_rank(rank: int, world: int, schedule: str, microbatches: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 def test_two_stage_pipeline_matches_single_process(schedule):
-    ref_model, _, ref_loss, _ = _reference(12)
+    _, ref_loss, ref = _run(MLP, copy.deepcopy(list(MLP.build().layers)))
     ranks = run_ranks(_pp_rank, (schedule, 3), world_size=2)
-    assert ranks[0]["loss"] == 0.0
+    assert ranks[0]["loss"] == 0.0  # only the last stage computes the loss
     assert ranks[1]["loss"] == pytest.approx(ref_loss, rel=1e-12)
-    full = dict(ref_model.named_parameters())
-    names = set(ranks[0]["grads"]) | set(ranks[1]["grads"])
-    assert names == set(full)
+    assert set(ranks[0]["grads"]) | set(ranks[1]["grads"]) == set(ref)
     for res in ranks:
         for name, grad in res["grads"].items():
-            torch.testing.assert_close(grad, full[name].grad)
+            torch.testing.assert_close(grad, ref[name])
 
 
 def test_1f1b_order_for_two_stages_and_four_microbatches():
@@ -118,8 +139,8 @@ def test_balanced_boundary_minimises_the_slower_stage():
         balanced_boundary([1.0])
 
 
-def test_pair_count_and_unsplittable_models():
-    work = SPEC.build()
-    assert pair_count(work.layers) == 2
+def test_allreduce_count_and_unsplittable_models():
+    assert allreduces_per_direction(MLP.build().layers) == 2  # 2 pairs of 5 layers
+    assert allreduces_per_direction(GPT.build().layers) == 4  # 2 blocks x (attention, MLP)
     with pytest.raises(StrategyError, match="no layer pair"):
         tensor_parallel_layers([nn.Conv1d(2, 2, 1)], 0, 2)

@@ -12,6 +12,7 @@ because every rank sees the full output.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -64,8 +65,12 @@ def reduce_from_shards(x: torch.Tensor, group=None) -> torch.Tensor:
 def split_linear_layer(layer: nn.Module) -> tuple[nn.Linear, list[nn.Module]] | None:
     """A layer that is one `nn.Linear` followed by element-wise functions, as
     (linear, functions); None when the layer has any other shape."""
+    from paraplan.profile.models import LinearReLU
+
     if isinstance(layer, nn.Linear):
         return layer, []
+    if isinstance(layer, LinearReLU):
+        return layer.linear, [nn.ReLU()]
     if isinstance(layer, nn.Sequential) and len(layer) >= 1 and isinstance(layer[0], nn.Linear):
         rest = list(layer)[1:]
         if all(isinstance(m, _ELEMENTWISE) for m in rest):
@@ -106,21 +111,61 @@ class ParallelLinearPair(nn.Module):
         return self.post_b(y)
 
 
+class ParallelDecoderBlock(nn.Module):
+    """Rank `rank`'s shard of a pre-norm transformer block (`profile.models.DecoderBlock`):
+    attention split by heads (q, k, v column-parallel, output projection
+    row-parallel) and the 4x MLP as a linear pair; two all-reduces in forward (after
+    the projection and after fc2) and two in backward (into each LayerNorm's output)."""
+
+    def __init__(self, block: nn.Module, rank: int, world: int, group=None):
+        super().__init__()
+        hidden = block.proj.weight.shape[0]
+        if block.heads % world:
+            raise StrategyError(f"{block.heads} attention heads do not split over {world} ranks")
+        self.group = group
+        self.heads = block.heads // world
+        self.ln1 = copy.deepcopy(block.ln1)
+        self.ln2 = copy.deepcopy(block.ln2)
+        # q, k and v each keep this rank's heads
+        qkv_w = block.qkv.weight.detach().split(hidden, dim=0)
+        qkv_b = block.qkv.bias.detach().split(hidden, dim=0)
+        self.qkv_weight = nn.Parameter(torch.cat([w.chunk(world, 0)[rank] for w in qkv_w]).clone())
+        self.qkv_bias = nn.Parameter(torch.cat([b.chunk(world, 0)[rank] for b in qkv_b]).clone())
+        self.proj_weight = _shard(block.proj.weight, 1, rank, world)
+        self.proj_bias = nn.Parameter(block.proj.bias.detach().clone())
+        self.fc1_weight = _shard(block.fc1.weight, 0, rank, world)
+        self.fc1_bias = _shard(block.fc1.bias, 0, rank, world)
+        self.fc2_weight = _shard(block.fc2.weight, 1, rank, world)
+        self.fc2_bias = nn.Parameter(block.fc2.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = copy_to_shards(self.ln1(x), self.group)
+        q, k, v = nn.functional.linear(h, self.qkv_weight, self.qkv_bias).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attn = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        attn = attn.transpose(1, 2).reshape(b, s, -1)
+        x = x + reduce_from_shards(nn.functional.linear(attn, self.proj_weight), self.group) + self.proj_bias
+        h = copy_to_shards(self.ln2(x), self.group)
+        h = nn.functional.gelu(nn.functional.linear(h, self.fc1_weight, self.fc1_bias))
+        return x + reduce_from_shards(nn.functional.linear(h, self.fc2_weight), self.group) + self.fc2_bias
+
+
 def tensor_parallel_layers(
     layers: Sequence[nn.Module], rank: int, world: int, group=None
 ) -> list[nn.Module]:
-    """Rank `rank`'s model: consecutive Linear layers paired and split; a layer that
-    cannot be paired (an odd last one, or another kind) stays replicated. Modules
-    with their own `tensor_parallel(rank, world, group)` method (e.g. transformer
-    blocks) split themselves."""
+    """Rank `rank`'s model: consecutive Linear layers paired and split, transformer
+    blocks split by heads and MLP features; other layers (an odd last Linear,
+    embeddings, heads) stay replicated."""
+    from paraplan.profile.models import DecoderBlock
+
     out: list[nn.Module] = []
     i = 0
     split_any = False
     while i < len(layers):
         layer = layers[i]
-        own = getattr(layer, "tensor_parallel", None)
-        if callable(own):
-            out.append(own(rank, world, group))
+        if isinstance(layer, DecoderBlock):
+            out.append(ParallelDecoderBlock(layer, rank, world, group))
             split_any = True
             i += 1
             continue
@@ -140,11 +185,17 @@ def tensor_parallel_layers(
     return out
 
 
-def pair_count(layers: Sequence[nn.Module]) -> int:
-    """How many Linear pairs `tensor_parallel_layers` splits (for the prediction)."""
+def allreduces_per_direction(layers: Sequence[nn.Module]) -> int:
+    """How many activation all-reduces `tensor_parallel_layers` puts in forward (and
+    as many in backward): one per Linear pair, two per transformer block."""
+    from paraplan.profile.models import DecoderBlock
+
     count, i = 0, 0
     while i < len(layers):
-        if (
+        if isinstance(layers[i], DecoderBlock):
+            count += 2
+            i += 1
+        elif (
             i + 1 < len(layers)
             and split_linear_layer(layers[i]) is not None
             and split_linear_layer(layers[i + 1]) is not None

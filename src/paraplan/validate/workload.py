@@ -49,14 +49,36 @@ class WorkloadSpec:
         return func(**self.kwargs)
 
 
-def mlp_workload(
-    num_layers: int, input_dim: int, hidden_dim: int, output_dim: int, bias: bool = False
-) -> Workload:
-    """A plain MLP (Linear + ReLU per layer) for tests that need no profile models."""
-    dims = [input_dim] + [hidden_dim] * (num_layers - 1) + [output_dim]
-    layers = [nn.Sequential(nn.Linear(dims[i], dims[i + 1], bias=bias), nn.ReLU()) for i in range(num_layers)]
+def profile_model_workload(model: str, settings: dict | None = None, seed: int = 0) -> Workload:
+    """The profile stage's model (`paraplan.profile.models`), so the measured model is
+    the profiled one, with a loss: mean squared error against random targets (mlp),
+    cross-entropy against random tokens (gpt) or classes (resnet)."""
+    from paraplan.profile.models import build_model
+    from paraplan.profile.specs import GPTSpec, MLPSpec, make_spec
 
-    def make_batch(batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.randn(batch, input_dim, generator=gen), torch.randn(batch, output_dim, generator=gen)
+    spec = make_spec(model, settings or {})
+    built = build_model(spec, seed=seed)
+    cpu = torch.device("cpu")
 
-    return Workload("mlp", layers, make_batch, nn.functional.mse_loss)
+    if isinstance(spec, MLPSpec):
+        def make_batch(batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+            x = built.make_input(batch, cpu, torch.float32, gen)
+            return x, torch.randn(batch, spec.output_dim, generator=gen)
+
+        return Workload(model, list(built.layers), make_batch, nn.functional.mse_loss)
+
+    if isinstance(spec, GPTSpec):
+        def make_batch(batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+            tokens = built.make_input(batch, cpu, torch.float32, gen)
+            return tokens, torch.randint(0, spec.vocab, (batch, spec.seq_len), generator=gen)
+
+        def token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+        return Workload(model, list(built.layers), make_batch, token_loss)
+
+    def make_images(batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = built.make_input(batch, cpu, torch.float32, gen)
+        return x, torch.randint(0, spec.num_classes, (batch,), generator=gen)
+
+    return Workload(model, list(built.layers), make_images, nn.functional.cross_entropy)
