@@ -37,7 +37,7 @@ from paraplan.core import InputFileError, busbw_factor
 
 _RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
 _PERF_RE = re.compile(r"\b([A-Za-z_]+?)_perf(?:_mpi)?\b")
-_STARTING_RE = re.compile(r"Collective test starting:\s*([A-Za-z_]+)")
+_STARTING_RE = re.compile(r"Collective test starting:\s*([A-Za-z_]+?)(?:_perf)?\b")
 
 
 @dataclass
