@@ -41,6 +41,7 @@ BACKENDS: tuple[str, ...] = ("gloo", "nccl")
 _KILL_GRACE_S = 3.0
 _PG_TIMEOUT_MARGIN_S = 60.0
 _STDERR_TAIL_LINES = 15
+_STARTUP_STAGES = ("starting Python", "importing torch", "forming the process group", "ready")
 
 
 class BenchError(ParaplanError):
@@ -101,16 +102,17 @@ class _RankState:
     size_bytes: int | None = None
     done: bool = False
     closed_streams: int = 0
+    stage: str = "starting Python"
     error: str = ""
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
-    def progress(self) -> tuple[int, int]:
-        return (self.task_index, self.point)
+    def progress(self) -> tuple[int, int, int]:
+        return (self.task_index, self.point, _STARTUP_STAGES.index(self.stage))
 
     def where(self) -> str:
         if not self.collective:
-            return "during start-up (before the first collective)"
+            return f"during start-up ({self.stage})"
         at = f" at {self.size_bytes} B" if self.size_bytes is not None else ""
         return f"in {self.collective}{at}"
 
@@ -119,24 +121,21 @@ def check_backend(backend: str, world_size: int) -> None:
     """Fail early, with the option's name, when `backend` cannot run `world_size` ranks."""
     if backend not in BACKENDS:
         raise ConfigError("backend", f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
+    if backend == "gloo":
+        return  # every CPU build of torch has gloo; the ranks report it if not (saves a torch import here)
     import torch
     import torch.distributed as dist
 
-    if not dist.is_available():
-        raise ConfigError("backend", "this torch build has no torch.distributed")
-    if backend == "gloo" and not dist.is_gloo_available():
-        raise ConfigError("backend", "this torch build has no gloo backend")
-    if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise ConfigError("backend", "nccl needs CUDA, but torch sees no CUDA device; use --backend gloo")
-        if not dist.is_nccl_available():
-            raise ConfigError("backend", "this torch build has no nccl backend; use --backend gloo")
-        found = torch.cuda.device_count()
-        if found < world_size:
-            raise ConfigError(
-                "world_size",
-                f"nccl runs one rank per CUDA device: {world_size} ranks need {world_size} devices, found {found}",
-            )
+    if not torch.cuda.is_available():
+        raise ConfigError("backend", "nccl needs CUDA, but torch sees no CUDA device; use --backend gloo")
+    if not dist.is_available() or not dist.is_nccl_available():
+        raise ConfigError("backend", "this torch build has no nccl backend; use --backend gloo")
+    found = torch.cuda.device_count()
+    if found < world_size:
+        raise ConfigError(
+            "world_size",
+            f"nccl runs one rank per CUDA device: {world_size} ranks need {world_size} devices, found {found}",
+        )
 
 
 def free_port() -> int:
@@ -212,15 +211,17 @@ def _describe_exit(code: int) -> str:
 
 def _failure_message(state: _RankState, job: BenchJob) -> str:
     if state.error:
-        what = f"failed: {state.error}"
+        what, tail = f"failed {state.where()}: {state.error}", ""
     else:
-        what = _describe_exit(state.process.returncode if state.process.returncode is not None else -1)
-    tail = "\n".join(f"  [rank {state.rank}] {line}" for line in state.stderr_tail[-_STDERR_TAIL_LINES:])
-    text = (
-        f"rank {state.rank} {what} {state.where()} "
-        f"({job.backend}, {job.world_size} ranks); all ranks were stopped and no results were written"
+        code = state.process.returncode if state.process.returncode is not None else -1
+        what = f"{_describe_exit(code)} {state.where()}"
+        lines = state.stderr_tail[-5:]
+        tail = "".join(f"\n  [rank {state.rank}] {line}" for line in lines)
+        tail = f"\nlast lines of rank {state.rank}'s stderr:{tail}" if lines else ""
+    return (
+        f"rank {state.rank} {what} ({job.backend}, {job.world_size} ranks); "
+        f"all ranks were stopped and no results were written{tail}"
     )
-    return text + (f"\nlast lines of rank {state.rank}'s stderr:\n{tail}" if tail else "")
 
 
 def _hang_message(states: Sequence[_RankState], job: BenchJob) -> str:
@@ -328,8 +329,14 @@ def _handle_line(state: _RankState, kind: str, line: str | None, host_sink: list
         return False
     event = json.loads(line[len(EVENT_PREFIX):])
     name = event["ev"]
-    if name == "hello" and state.rank == 0:
-        host_sink.append(event["host"])
+    if name == "hello":
+        state.stage = "importing torch"
+        if state.rank == 0:
+            host_sink.append(event["host"])
+    elif name == "imported":
+        state.stage = "forming the process group"
+    elif name == "ready":
+        state.stage = "ready"
     elif name == "start":
         state.collective, state.task_index = event["c"], task_of[event["c"]]
         state.point, state.size_bytes = -1, None

@@ -2,7 +2,8 @@
 
 Started by `paraplan.comm.bench` (one process per rank, each in its own session),
 it reads the job as JSON on stdin and reports on stdout, one JSON event per line
-prefixed with `EVENT_PREFIX`: `hello` (host), `start` (a collective), `size` (a
+prefixed with `EVENT_PREFIX`: `hello` (host; before importing torch), `imported`
+(torch loaded), `ready` (process group formed), `start` (a collective), `size` (a
 message size or all_to_allv sample is about to run), `result` (rank 0 only: the
 per-iteration times, already the max over ranks), `error` and `done`. Anything
 else a rank prints goes to stderr.
@@ -114,6 +115,7 @@ def _time_op(dist, torch, op, warmup: int, iters: int, device) -> list[float]:
 
 
 def run_rank(rank: int, job: dict) -> None:
+    emit("hello", host=socket.gethostname(), pid=os.getpid())
     import torch
     import torch.distributed as dist
 
@@ -125,11 +127,12 @@ def run_rank(rank: int, job: dict) -> None:
     else:
         device = torch.device("cpu")
         torch.set_num_threads(job["threads_per_rank"])
-    emit("hello", host=socket.gethostname(), pid=os.getpid())
+    emit("imported")
     dist.init_process_group(
         backend, init_method=job["init_method"], rank=rank, world_size=n,
         timeout=datetime.timedelta(seconds=job["pg_timeout_s"]),
     )
+    emit("ready")
     for task in job["tasks"]:
         collective = task["collective"]
         dtype = getattr(torch, task["dtype"])

@@ -81,7 +81,8 @@ def bench_frame(
 ) -> pd.DataFrame:
     """One collective's rows with the DESIGN.md columns, then `in_place, host`, then
     `extra` columns in the given order. algbw/busbw are computed here from size and
-    time; rows of size 0 are dropped. Times must be positive."""
+    time (rounded to the nanosecond); rows of size 0 are dropped, the others need
+    positive times."""
     sizes = np.asarray(size_bytes, dtype=np.int64)
     n_rows = sizes.size
     times = np.round(np.asarray(time_us, dtype=float), _TIME_DECIMALS)
@@ -97,9 +98,11 @@ def bench_frame(
     counts = np.asarray(count, dtype=np.int64)
     if counts.shape != (n_rows,) or times.shape != (n_rows,):
         raise ValueError(f"size_bytes, count and time_us must have equal lengths ({n_rows})")
-    if not np.all(np.isfinite(times) & (times > 0)):
+    kept = sizes > 0
+    if not np.all(np.isfinite(times[kept]) & (times[kept] > 0)):
         raise ValueError(f"{collective}: times must be positive and finite")
-    algbw = algbw_GBps(sizes, times)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = algbw_GBps(sizes, times)
     data: dict[str, object] = {
         "collective": collective,
         "backend": backend,
@@ -121,7 +124,7 @@ def bench_frame(
             raise ValueError(f"extra column {name}: expected {n_rows} values, got {len(values)}")
         data[name] = list(values)
     frame = pd.DataFrame(data, index=range(n_rows))
-    return frame.loc[frame["size_bytes"] > 0].reset_index(drop=True)
+    return frame.loc[kept].reset_index(drop=True)
 
 
 # ---- nccl-tests-style table --------------------------------------------------------
