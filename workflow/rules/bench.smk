@@ -1,0 +1,74 @@
+# Bench stage: one `paraplan bench` job per collective x world size of config["bench"]
+# on the machine named by config["cluster"]. Jobs take measure=1 (never beside another
+# measuring job) and one thread per rank, so the ranks get the cores to themselves.
+# all_to_allv, when listed, measures bench.a2a_samples random DLRM-style exchanges
+# instead of the size sweep.
+import os
+
+BENCH = config["bench"]
+BENCH_COLLECTIVES = list(BENCH["collectives"])
+_BENCH_KNOWN = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "all_to_allv",
+)
+_BENCH_SWEEP_ARGS = (
+    f"--min-bytes {BENCH['min_bytes']} --max-bytes {BENCH['max_bytes']}"
+    f" --factor {BENCH['factor']} --dtype {BENCH['dtype']}"
+)
+_BENCH_A2AV_ARGS = f"--a2a-samples {BENCH['a2a_samples']} --seed {BENCH['a2a_seed']}"
+
+
+rule bench:
+    output:
+        csv=f"{RESULTS}/collectives/{{cluster}}/{{collective}}_n{{world}}.csv",
+        figure=report(
+            f"{FIGURES}/bench/{{cluster}}/{{collective}}_n{{world}}.png",
+            caption="../report/bench.rst",
+            category="bench",
+        ),
+        figure_pdf=f"{FIGURES}/bench/{{cluster}}/{{collective}}_n{{world}}.pdf",
+    log:
+        f"{LOGS}/bench/{{cluster}}/{{collective}}_n{{world}}.log",
+    benchmark:
+        f"{BENCHMARKS}/bench/{{cluster}}/{{collective}}_n{{world}}.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+        collective="|".join(_BENCH_KNOWN),
+        world=r"[1-9][0-9]*",
+    params:
+        backend=BENCH["backend"],
+        # the sweep options, or the sample options for all_to_allv: a job reruns only
+        # when a setting it uses changes
+        points=lambda wildcards: (
+            _BENCH_A2AV_ARGS if wildcards.collective == "all_to_allv" else _BENCH_SWEEP_ARGS
+        ),
+        warmup=BENCH["warmup"],
+        iters=BENCH["iters"],
+        timeout=BENCH["timeout_s"],
+        out_dir=lambda wildcards, output: os.path.dirname(output.csv),
+        figures=lambda wildcards, output: os.path.dirname(output.figure),
+    threads: lambda wildcards: int(wildcards.world)
+    resources:
+        measure=1,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan bench --backend {params.backend} --world-size {wildcards.world}"
+        " --collectives {wildcards.collective} {params.points}"
+        " --warmup {params.warmup} --iters {params.iters} --timeout {params.timeout}"
+        " -o {params.out_dir} --figures {params.figures}"
+        " --rule bench --wildcards"
+        " cluster={wildcards.cluster},collective={wildcards.collective},world={wildcards.world}"
+        " > {log} 2>&1"
+
+
+rule bench_all:
+    input:
+        expand(
+            f"{RESULTS}/collectives/{CLUSTER}/{{collective}}_n{{world}}.csv",
+            collective=BENCH_COLLECTIVES,
+            world=BENCH["world_sizes"],
+        ),
+
+
+ALL_TARGETS.extend(rules.bench_all.input)
