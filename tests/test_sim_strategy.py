@@ -143,3 +143,14 @@ def test_hybrid_events_cover_every_device():
 def test_impossible_strategies_say_why(strategy, batch, message):
     with pytest.raises(StrategyError, match=message):
         simulate(PROFILE, CLUSTER, AB, strategy, batch)
+
+
+def test_iterations_repeat_flushed_steps():
+    s1 = Strategy(pipeline_degree=2, microbatches=4, data_degree=2)
+    s3 = Strategy(pipeline_degree=2, microbatches=4, data_degree=2, iterations=3)
+    one = simulate(PROFILE, CLUSTER, AB, s1, 64)
+    three = simulate(PROFILE, CLUSTER, AB, s3, 64)
+    assert three.step_time_s == pytest.approx(one.step_time_s)
+    assert three.num_events == 3 * one.num_events
+    assert three.end_s.max() == pytest.approx(3 * one.step_time_s)
+    assert three.microbatch.max() == 11 and three.iterations == 3

@@ -13,13 +13,30 @@ from matplotlib.patches import Rectangle
 from paraplan.core.timeline import KINDS, STREAMS, Timeline
 from paraplan.plots.style import new_figure, save_figure
 
-# kind -> (face colour, label colour)
+# kind -> (face colour, label colour); odd model chunks (interleaved) use the second row
 _STYLE = {
     "fwd": ("royalblue", "white"),
     "bwd": ("lightgreen", "blue"),
     "bwd_input": ("lightgreen", "blue"),
     "bwd_weight": ("khaki", "darkgoldenrod"),
 }
+_STYLE_ODD_CHUNK = {
+    "fwd": ("navy", "white"),
+    "bwd": ("mediumseagreen", "navy"),
+    "bwd_input": ("mediumseagreen", "navy"),
+    "bwd_weight": ("goldenrod", "black"),
+}
+
+
+def _chunk_parity(device: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """Rank of each event's stage among the stages its device runs, modulo 2
+    (0 everywhere unless a device holds several model chunks)."""
+    pairs = np.unique(np.stack([device, stage]), axis=1)
+    rank = {}
+    for d in np.unique(pairs[0]):
+        for i, st in enumerate(pairs[1][pairs[0] == d].tolist()):
+            rank[(int(d), st)] = i % 2
+    return np.array([rank[(d, st)] for d, st in zip(device.tolist(), stage.tolist(), strict=True)], dtype=int)
 
 
 def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
@@ -39,9 +56,11 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     ax = axes[0, 0]
     ax.set_title(title or _default_title(timeline))
     patches, label_pos = [], []
-    for d, k, mb, s0, s1 in zip(timeline.device[sel].tolist(), timeline.kind[sel].tolist(),
-                                timeline.microbatch[sel].tolist(), start.tolist(), end.tolist(), strict=True):
-        face, text_colour = _STYLE.get(KINDS[k], ("lightgrey", "black"))
+    odd = _chunk_parity(timeline.device[sel], timeline.stage[sel]) if sel.any() else np.zeros(0, dtype=int)
+    for d, k, mb, s0, s1, c in zip(timeline.device[sel].tolist(), timeline.kind[sel].tolist(),
+                                   timeline.microbatch[sel].tolist(), start.tolist(), end.tolist(),
+                                   odd.tolist(), strict=True):
+        face, text_colour = (_STYLE_ODD_CHUNK if c else _STYLE).get(KINDS[k], ("lightgrey", "black"))
         y = row_of[d]
         patches.append(Rectangle((s0, y - 0.5), s1 - s0, 1.0, facecolor=face, edgecolor="black", linewidth=0.8))
         label_pos.append(((s0 + s1) / 2, y, str(mb + 1), text_colour, s1 - s0))

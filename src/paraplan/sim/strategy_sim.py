@@ -32,9 +32,11 @@ How each kind of parallelism is costed (all times from the profile and the
   batch's stage activations are held from its F until its last backward op).
 - Speedup: the same batch on one device with no communication.
 
-A flushed schedule's step is one iteration; a no-flush schedule's (2BW) step is
-the steady-state period (makespan of two iterations minus one), with its gradient
-all-reduce hidden behind the next iteration except where it is longer.
+A flushed schedule's step is one iteration (with `strategy.iterations` > 1 the
+events repeat it, shifted by whole steps); a no-flush schedule's (2BW) step is the
+steady-state period ((makespan of K >= 2 iterations - makespan of one) / (K - 1)),
+its gradient all-reduce hidden behind the next iteration except where it is longer
+(the timeline then shows the all-reduce once, after the last iteration).
 """
 
 from __future__ import annotations
@@ -212,7 +214,7 @@ def simulate(
         bwd_in = bwd
     costs = PipelineCosts(fwd, bwd_in, wgt, send, send.copy())
 
-    iters = 1 if sched.flush else 2
+    iters = 1 if sched.flush else max(2, strategy.iterations)
     orders = sched.orders(p, m, iters, v)
     run = execute(orders, costs, m * iters)
 
@@ -269,7 +271,7 @@ def simulate(
         busy_per_step = busy
     else:
         one = execute(sched.orders(p, m, 1, v), costs, m).makespan_s
-        period = run.makespan_s - one
+        period = (run.makespan_s - one) / (iters - 1)
         step = float(max(period, sync_s.max()))
         busy_per_step = busy / iters
     bubble = float(1.0 - busy_per_step.sum() / (p * step)) if step > 0 else 0.0
@@ -295,6 +297,9 @@ def simulate(
             "kind": np.full(n, ALLREDUCE, dtype=np.int8), "stage": ev[:, 0].astype(np.int32),
             "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 1], "end_s": ev[:, 2],
         }])
+    if sched.flush and strategy.iterations > 1:
+        cols = _repeat_steps(cols, strategy.iterations, step, m)
+        iters = strategy.iterations
     cols = _expand_to_devices(cols, lay.devices)
     num_ids = max(max(ids) for ids in lay.devices) + 1
     peak_ids = np.zeros(num_ids)
@@ -328,4 +333,18 @@ def _expand_to_devices(cols: dict[str, np.ndarray],
     within = np.arange(rep.shape[0]) - np.repeat(np.cumsum(per_event) - per_event, per_event)
     out = {k: a[rep] for k, a in cols.items()}
     out["device"] = flat_ids[offsets[pipe_dev[rep]] + within]
+    return out
+
+
+def _repeat_steps(cols: dict[str, np.ndarray], iterations: int, step_s: float,
+                  microbatches: int) -> dict[str, np.ndarray]:
+    """Flushed iterations are identical: iteration e is iteration 0 shifted by e steps
+    (micro-batches renumbered e x M + i)."""
+    n = cols["start_s"].shape[0]
+    e = np.repeat(np.arange(iterations), n)
+    out = {k: np.tile(a, iterations) for k, a in cols.items()}
+    out["start_s"] = out["start_s"] + e * step_s
+    out["end_s"] = out["end_s"] + e * step_s
+    has_mb = out["microbatch"] >= 0
+    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
     return out
