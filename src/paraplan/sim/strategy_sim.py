@@ -10,6 +10,8 @@ How each kind of parallelism is costed (all times from the profile and the
   micro-batch and costs `comm.time_s("send_recv", bytes, Group(2, nodes))`, nodes
   = 2 when any replica pair of the two stages sits on different nodes; a
   CommModel that does not know `send_recv` falls back to the cluster's link.
+  With T > 1 every tensor rank sends the full activation to its partner, in
+  parallel; transfers never contend with each other.
 - Data (D, or per-stage replicas r_s): every micro-batch is split over the
   stage's r_s replicas (DAPPLE), so a replica computes batch / (M r_s) samples
   per micro-batch. Gradients (the stage's parameters / T) are all-reduced over
@@ -203,6 +205,8 @@ def simulate(
     send = np.zeros(max(nv - 1, 0))
     for vs in range(nv - 1):
         a, b = int(dev_of_v[vs]), int(dev_of_v[vs + 1])
+        if a == b:  # chunks on one device (interleaving with P = 1) hand over in memory
+            continue
         # bytes per link: the larger share when replica counts differ
         nbytes = out_act[vs] * reps[a] / min(reps[a], reps[b])
         send[vs] = _p2p_s(comm, cluster, nbytes, _cross_node(cluster, lay.devices[a], lay.devices[b], t))
