@@ -154,3 +154,14 @@ def test_iterations_repeat_flushed_steps():
     assert three.num_events == 3 * one.num_events
     assert three.end_s.max() == pytest.approx(3 * one.step_time_s)
     assert three.microbatch.max() == 11 and three.iterations == 3
+
+
+@pytest.mark.parametrize(("schedule", "v"), [("interleaved_1f1b", 2), ("zb_h1", 1), ("gpipe", 1)])
+def test_schedules_in_simulate_match_bare_pipeline(schedule, v):
+    """Free communication: simulate() equals the bare pipeline with per-chunk costs."""
+    p, m = 2, 4
+    s = Strategy(pipeline_degree=p, microbatches=m, schedule=schedule, virtual_stages=v)
+    tl = simulate(PROFILE, CLUSTER, FREE, s, 32)
+    per_chunk = 8 // (p * v)
+    bare = simulate_pipeline(schedule, p, m, per_chunk * FWD_S / m, per_chunk * BWD_S / m, virtual_stages=v)
+    assert tl.step_time_s == pytest.approx(bare.step_time_s)
