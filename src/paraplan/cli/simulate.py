@@ -4,8 +4,9 @@ reproduce seed 000; `corrected`: paraplan's physical engine).
 
 Writes DIR/results.csv (one row per configuration), DIR/timing.json (simulate_s:
 simulation wall time only, best of --repeats), DIR/published_comparison.csv when the
-experiment names published numbers that exist, DIR/figures/*.png|pdf and, for
-Gantt experiments, DIR/traces/*.json (Chrome trace, opens in Perfetto).
+experiment names published numbers that exist, the figures (PNG + PDF, in --figures,
+default DIR/figures) and, for Gantt experiments, DIR/traces/*.json (Chrome trace,
+opens in Perfetto).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="experiment file, e.g. config/experiments/distir_fig3.yaml")
     parser.add_argument("-o", "--output", required=True, type=Path,
                         help="output folder (results.csv, timing.json, figures/, traces/)")
+    parser.add_argument("--figures", type=Path, default=None,
+                        help="folder for the figures (PNG + PDF); default: OUTPUT/figures")
     parser.add_argument("--modes", default="",
                         help="comma-separated subset of the file's modes (distir-v0.1, corrected); default: all")
     parser.add_argument("--repeats", type=int, default=5,
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
 
     if not args.no_figures:
-        artifacts.extend(_figures(exp, result, rows, published, out))
+        figures = args.figures if args.figures is not None else out / "figures"
+        artifacts.extend(_figures(exp, result, rows, published, figures, out / "traces"))
 
     print(f"paraplan simulate: {exp.name}: {len(rows)} configurations, "
           f"simulate_s {result.simulate_s:.4f} (best of {result.repeats}) -> {out}", file=sys.stderr)
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _figures(exp, result, rows, published, out: Path) -> list[Path]:
+def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[Path]:
     paths: list[Path] = []
     modes = list(dict.fromkeys(rows["mode"]))
     if exp.figure == "distir_fig3":
@@ -104,7 +108,7 @@ def _figures(exp, result, rows, published, out: Path) -> list[Path]:
 
         for mode in modes:
             label = "published (DistIR v0.1)" if mode == "distir-v0.1" else "DistIR 83d7fc3 (4800 Gbps)"
-            paths += figure3(rows, published, mode, out / "figures" / f"{exp.name}_{_slug(mode)}", label)
+            paths += figure3(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", label)
     elif exp.figure == "distir_fig4":
         from paraplan.plots.distir import figure4
 
@@ -113,13 +117,13 @@ def _figures(exp, result, rows, published, out: Path) -> list[Path]:
             one = published[(published["devices"] == 1) & (published["microbatches"] == 1)]
             baseline = float(one["throughput"].iloc[0]) if not one.empty else None
         for mode in modes:
-            paths += figure4(rows, published, mode, out / "figures" / f"{exp.name}_{_slug(mode)}", baseline)
+            paths += figure4(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", baseline)
     elif exp.figure == "gantt":
-        paths += _gantt_and_traces(result, out)
+        paths += _gantt_and_traces(result, figures, traces)
     return paths
 
 
-def _gantt_and_traces(result, out: Path) -> list[Path]:
+def _gantt_and_traces(result, figures: Path, traces: Path) -> list[Path]:
     """A Gantt chart (seed 001's style) and a Chrome trace per simulated timeline; only
     the charts are returned for logging."""
     from paraplan.files import write_json
@@ -132,8 +136,8 @@ def _gantt_and_traces(result, out: Path) -> list[Path]:
         stem = f"{pt.series}_b{pt.batch_size}_m{pt.microbatches}_it{pt.iterations}"
         title = (f"{pt.series}: {pt.P} stages, {pt.iterations} iteration(s), batch {pt.batch_size}, "
                  f"{pt.microbatches} micro-batches")
-        paths += save_gantt(sim.timeline, out / "figures" / stem, title=title)
-        write_json(out / "traces" / f"{stem}.json", to_chrome_trace(sim.timeline))
+        paths += save_gantt(sim.timeline, figures / stem, title=title)
+        write_json(traces / f"{stem}.json", to_chrome_trace(sim.timeline))
     return paths
 
 
