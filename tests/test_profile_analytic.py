@@ -57,7 +57,7 @@ def test_roofline_takes_the_larger_of_compute_and_memory():
 @pytest.mark.parametrize(("name", "settings"), [
     ("mlp", {"layers": 3, "input_dim": 24, "hidden_dim": 40, "output_dim": 8}),
     ("gpt", {"layers": 2, "hidden": 32, "heads": 4, "seq_len": 16, "vocab": 100}),
-    ("resnet", {}),
+    ("resnet", {"image_size": 64}),
 ])
 def test_analytic_bytes_match_the_torch_models(name, settings):
     spec = make_spec(name, settings)
