@@ -11,7 +11,8 @@ before the first index >= i0 whose relative central slope of latency exceeds 0.1
 `sats_p` two points after the last one whose busbw is below 95% of the peak;
 `overhead` is the latency at `ln_p`. Robustness added here: i0 is 5 only for sweeps
 long enough to have 5 flat points (n // 4 otherwise), the sigmoid parameters are
-bounded, several starting points are tried with a generous evaluation budget, and
+bounded, the search starts from the best point of a (k, x0) grid (L and b solved
+in closed form there) with a generous evaluation budget, and
 when the sigmoid cannot be fitted (too few points, no convergence, a non-finite
 answer) the middle region falls back to a straight line in (x, log10 busbw), or a
 constant. `params["fit"]` records which. The fit never raises for finite positive
@@ -29,7 +30,6 @@ NAME = "sigmoid_bw"
 FLAT_SLOPE = 0.1
 SATURATION = 0.95
 _MAX_EVALUATIONS = 4000
-_K_STARTS = (0.5, 1.5, 4.0)
 
 
 def _sigmoid(x: np.ndarray, big_l: float, k: float, x0: float, b: float) -> np.ndarray:
@@ -52,32 +52,56 @@ def turning_indices(time_s: np.ndarray, busbw: np.ndarray) -> tuple[int, int]:
     return ln_idx, sats_idx
 
 
+def _jacobian(x: np.ndarray, big_l: float, k: float, x0: float, b: float) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-k * (x - x0)))
+    ds = s * (1.0 - s)
+    return np.column_stack((s, big_l * ds * (x - x0), -big_l * ds * k, np.ones_like(x)))
+
+
+def _grid_start(x: np.ndarray, y: np.ndarray, lower, upper) -> tuple[float, float, float, float]:
+    """Best (L, k, x0, b) on a grid of (k, x0), with L >= 0 and b solved in closed
+    form (the model is linear in them): a start that needs no luck."""
+    ks = np.geomspace(max(lower[1], 0.02), upper[1], 24)
+    x0s = np.linspace(lower[2], upper[2], 41)
+    kk, xx = np.meshgrid(ks, x0s, indexing="ij")
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-kk[..., None] * (x - xx[..., None])))
+    s_mean = s.mean(axis=-1)
+    s_var = ((s - s_mean[..., None]) ** 2).sum(axis=-1)
+    cov = ((s - s_mean[..., None]) * (y - y.mean())).sum(axis=-1)
+    big_l = np.clip(np.where(s_var > 1e-12, cov / np.maximum(s_var, 1e-12), 0.0), lower[0], upper[0])
+    b = np.clip(y.mean() - big_l * s_mean, lower[3], upper[3])
+    sse = (((big_l[..., None] * s + b[..., None]) - y) ** 2).sum(axis=-1)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return float(big_l[i, j]), float(kk[i, j]), float(xx[i, j]), float(b[i, j])
+
+
 def _fit_middle(x: np.ndarray, y: np.ndarray) -> tuple[dict, str]:
-    """Sigmoid (bounded, multi-start) through (x, log10 busbw), else a line, else a constant."""
+    """Sigmoid (bounded, grid start, analytic Jacobian) through (x, log10 busbw),
+    else a line, else a constant."""
     if x.size >= 4:
         span = float(y.max() - y.min())
         lower = (0.0, 1e-3, float(x.min()) - 8.0, float(y.min()) - 3.0)
         upper = (span + 3.0, 20.0, float(x.max()) + 8.0, float(y.max()) + 0.5)
-        best = None
-        for k0 in _K_STARTS:
-            start = (span + 0.05, k0, float(np.median(x)), float(y.min()) - 0.025)
-            start = tuple(float(np.clip(s, lo + 1e-9, hi - 1e-9)) for s, lo, hi in zip(start, lower, upper, strict=True))
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", OptimizeWarning)
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    popt, _ = curve_fit(
-                        _sigmoid, x, y, p0=start, bounds=(lower, upper), method="trf", max_nfev=_MAX_EVALUATIONS
-                    )
-            except (RuntimeError, ValueError, FloatingPointError):
-                continue
-            if not np.all(np.isfinite(popt)):
-                continue
-            sse = float(np.sum((_sigmoid(x, *popt) - y) ** 2))
-            if best is None or sse < best[0]:
-                best = (sse, popt)
-        if best is not None:
-            big_l, k, x0, b = (float(v) for v in best[1])
+        start = _grid_start(x, y, lower, upper)
+        start = tuple(float(np.clip(v, lo + 1e-9, hi - 1e-9)) for v, lo, hi in zip(start, lower, upper, strict=True))
+        candidates = [np.array(start)]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                popt, _ = curve_fit(
+                    _sigmoid, x, y, p0=start, bounds=(lower, upper), method="trf",
+                    jac=_jacobian, max_nfev=_MAX_EVALUATIONS,
+                )
+            if np.all(np.isfinite(popt)):
+                candidates.append(popt)
+        except (RuntimeError, ValueError, FloatingPointError):
+            pass  # the grid start is itself a bounded least-squares answer
+        best = min(candidates, key=lambda p: float(np.sum((_sigmoid(x, *p) - y) ** 2)))
+        if np.all(np.isfinite(best)):
+            big_l, k, x0, b = (float(v) for v in best)
             return {"L": big_l, "k": k, "x0": x0, "b": b}, "sigmoid"
     if x.size >= 2 and np.ptp(x) > 0:
         slope, intercept = np.polyfit(x, y, 1)
