@@ -1,0 +1,94 @@
+"""Write results/summary.md: the headline numbers of every stage (fit errors,
+reproduced DistIR figures vs published, best plans per batch size, validation
+errors), each with the command that reproduces it.
+
+Give it the result files of the other stages (any order; unknown files are
+ignored): results/collectives/<cluster>/*.csv, results/fits/<cluster>/comm_model.json,
+results/profiles/<model>.csv (+ .meta.json), results/simulations/<exp>/results.csv
+(+ timing.json, published_comparison.csv), results/plans/*.csv,
+results/validation/*.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.core import InputFileError
+
+NAME = "report"
+HELP = "summarise every stage's results in one Markdown file"
+ORDER = 70
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="result files of the stages")
+    parser.add_argument("-o", "--out", required=True, type=Path, help="output summary.md")
+    add_tracking_arguments(parser)
+
+
+def _read_csv(path: Path):
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputFileError(path, f"cannot read CSV: {exc}") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFileError(path, f"cannot read JSON: {exc}") from None
+
+
+def collect(paths: list[Path]):
+    from paraplan.report.summary import StageFiles
+
+    collectives, fits, profiles, simulations, plans, validations = {}, {}, {}, {}, {}, {}
+    for path in paths:
+        parts = path.parts
+        if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
+            collectives[f"{parts[-2]}/{path.stem}"] = _read_csv(path)
+        elif path.name == "comm_model.json" and len(parts) >= 3 and parts[-3] == "fits":
+            fits[parts[-2]] = _read_json(path)
+        elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "profiles":
+            meta_path = path.with_name(path.stem + ".meta.json")
+            profiles[path.stem] = (_read_csv(path), _read_json(meta_path) if meta_path.exists() else {})
+        elif path.name == "results.csv" and len(parts) >= 3 and parts[-3] == "simulations":
+            timing = path.with_name("timing.json")
+            comparison = path.with_name("published_comparison.csv")
+            simulations[parts[-2]] = (
+                _read_csv(path),
+                _read_json(timing) if timing.exists() else {},
+                _read_csv(comparison) if comparison.exists() else None,
+            )
+        elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "plans":
+            plans[path.stem] = _read_csv(path)
+        elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "validation":
+            validations[path.stem] = _read_csv(path)
+    return StageFiles(collectives, fits, profiles, simulations, plans, validations)
+
+
+def run(args: argparse.Namespace) -> int:
+    from paraplan.files import write_text
+    from paraplan.report.summary import render
+    from paraplan.track import RunLog
+
+    missing = [p for p in args.inputs if not p.exists()]
+    if missing:
+        raise InputFileError(missing[0], "no such file")
+    files = collect(list(args.inputs))
+    write_text(args.out, render(files))
+    print(f"paraplan report: wrote {args.out}", file=sys.stderr)
+    counts = {
+        "collective_sweeps": len(files.collectives), "fits": len(files.fits),
+        "profiles": len(files.profiles), "simulations": len(files.simulations),
+        "plans": len(files.plans), "validations": len(files.validations),
+    }
+    track(args, RunLog(stage="report", run_name=args.out.stem, params=counts, artifacts=[args.out]))
+    return 0

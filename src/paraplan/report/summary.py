@@ -1,0 +1,204 @@
+"""Build `summary.md` from the stages' result files (pure: frames in, Markdown out).
+
+Each section takes the parsed files of one stage and returns Markdown lines: a
+small table of headline numbers and the commands that reproduce them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class StageFiles:
+    """Parsed result files, keyed by the name that identifies each."""
+
+    collectives: Mapping[str, pd.DataFrame]  # "<cluster>/<collective>_n<world>"
+    fits: Mapping[str, dict]  # cluster -> comm_model.json
+    profiles: Mapping[str, tuple[pd.DataFrame, dict]]  # model -> (csv, meta)
+    simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.DataFrame | None]]  # experiment -> (results, timing, published comparison)
+    plans: Mapping[str, pd.DataFrame]  # "<model>__<cluster>"
+    validations: Mapping[str, pd.DataFrame]  # model
+
+
+def _fmt(value: object, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}%"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out.extend("| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows)
+    return out
+
+
+def bench_section(collectives: Mapping[str, pd.DataFrame]) -> list[str]:
+    rows = []
+    for key, frame in sorted(collectives.items()):
+        if frame.empty or "sample" in frame.columns:
+            continue
+        first = frame.sort_values("size_bytes").iloc[0]
+        peak = frame.loc[frame["busbw_GBps"].idxmax()]
+        rows.append([key, first["backend"], int(first["size_bytes"]), float(first["time_us"]),
+                     float(peak["busbw_GBps"]), int(peak["size_bytes"])])
+    if not rows:
+        return []
+    return [
+        "## bench: collective benchmarks",
+        "",
+        *_table(["sweep", "backend", "smallest size (B)", "latency there (us)", "peak busbw (GB/s)",
+                 "at size (B)"], rows),
+        "",
+        "Reproduce: `snakemake -R bench --until bench` (one job per collective and world size), "
+        "or `paraplan bench --world-size N --collectives C -o DIR`.",
+        "",
+    ]
+
+
+def fit_section(fits: Mapping[str, dict]) -> list[str]:
+    rows = []
+    for cluster, doc in sorted(fits.items()):
+        by_sweep: dict[tuple, dict[str, dict]] = {}
+        for entry in doc.get("fits", []):
+            key = (entry["collective"], entry["world_size"], entry.get("nodes", 1))
+            by_sweep.setdefault(key, {})[entry["model"]] = entry
+        for (collective, world, nodes), models in sorted(by_sweep.items()):
+            chosen = next((m for m in models.values() if m.get("chosen")), None)
+            rows.append([
+                cluster, f"{collective} n{world}" + (f" ({nodes} nodes)" if nodes > 1 else ""),
+                chosen["model"] if chosen else "",
+                _pct(chosen.get("heldout_gmae")) if chosen else "",
+                *(_pct(models[m].get("heldout_gmae")) if m in models else ""
+                  for m in ("alpha_beta", "sigmoid_bw", "table")),
+            ])
+    if not rows:
+        return []
+    return [
+        "## fit: communication cost models (held-out GMAE, leave-one-out)",
+        "",
+        *_table(["cluster", "sweep", "chosen", "chosen GMAE", "alpha_beta", "sigmoid_bw", "table"], rows),
+        "",
+        "Reproduce: `snakemake -R fit --until fit`, or "
+        "`paraplan fit results/collectives/<cluster>/*.csv -o comm_model.json --plots DIR`.",
+        "",
+    ]
+
+
+def profile_section(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[str]:
+    rows = []
+    for model, (frame, meta) in sorted(profiles.items()):
+        rows.append([
+            model, len(frame), meta.get("batch_size", ""), meta.get("device", ""), meta.get("threads", ""),
+            1e3 * float(frame["fwd_s"].sum()), 1e3 * float(frame["bwd_s"].sum()),
+            float(frame["param_bytes"].sum()) / 1e6,
+            _pct(meta.get("sum_vs_whole_rel_err")) if "sum_vs_whole_rel_err" in meta else "",
+        ])
+    if not rows:
+        return []
+    return [
+        "## profile: layer-wise profiles",
+        "",
+        *_table(["model", "layers", "batch", "device", "threads", "fwd total (ms)", "bwd total (ms)",
+                 "params (MB)", "sum vs whole step"], rows),
+        "",
+        "Reproduce: `snakemake -R profile --until profile`, or "
+        "`paraplan profile --model NAME --batch B -o PROFILE.csv`.",
+        "",
+    ]
+
+
+def simulate_section(simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.DataFrame | None]]) -> list[str]:
+    rows = []
+    for experiment, (frame, timing, comparison) in sorted(simulations.items()):
+        modes = ", ".join(sorted(frame["mode"].astype(str).unique())) if "mode" in frame else ""
+        best = frame.loc[frame["speedup"].idxmax()] if "speedup" in frame and frame["speedup"].notna().any() else None
+        vs = ""
+        if comparison is not None and not comparison.empty:
+            parts = []
+            for (mode, reference), part in comparison.groupby(["mode", "reference"]):
+                err = part["rel_diff"].abs()
+                parts.append(f"{mode} vs {reference}: max {_pct(err.max())}, median {_pct(err.median())}")
+            vs = "; ".join(parts)
+        rows.append([
+            experiment, len(frame), modes, timing.get("simulate_s"),
+            f"{best['speedup']:.2f}x at D{best['D']} T{best['T']} P{best['P']}" if best is not None else "",
+            vs,
+        ])
+    if not rows:
+        return []
+    return [
+        "## simulate: experiments",
+        "",
+        *_table(["experiment", "configurations", "modes", "simulate_s", "best speedup",
+                 "difference to published"], rows),
+        "",
+        "Reproduce: `snakemake -R simulate --until simulate`, or "
+        "`paraplan simulate --experiment config/experiments/<name>.yaml -o DIR`.",
+        "",
+    ]
+
+
+def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
+    lines: list[str] = []
+    for key, frame in sorted(plans.items()):
+        if frame.empty:
+            continue
+        if not lines:
+            lines = ["## plan: best hybrid plans (simulated speedup over one device)", ""]
+        picks = sorted({0, len(frame) // 2, len(frame) - 1})
+        rows = [
+            [int(r["gbs"]), r.get("dp_no_overlap"), r.get("dp_overlap"), r.get("dp_p3"),
+             r.get("best_hybrid"), r.get("stages", "")]
+            for r in (frame.iloc[i] for i in picks)
+        ]
+        lines += [f"### {key}", "",
+                  *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
+    if lines:
+        lines += ["Reproduce: `snakemake -R plan --until plan`, or "
+                  "`paraplan plan --profile PROFILE --cluster NxG --gbs 32,64,128 -o PLAN.csv`.", ""]
+    return lines
+
+
+def validate_section(validations: Mapping[str, pd.DataFrame]) -> list[str]:
+    rows = []
+    for model, frame in sorted(validations.items()):
+        for r in frame.itertuples(index=False):
+            rows.append([model, r.strategy, 1e3 * r.measured_s,
+                         f"{1e3 * r.measured_p10_s:.3g} .. {1e3 * r.measured_p90_s:.3g}",
+                         1e3 * r.predicted_s, _pct(r.rel_err)])
+    if not rows:
+        return []
+    errs = pd.concat(list(validations.values()))["rel_err"].abs()
+    return [
+        "## validate: predicted vs measured step time",
+        "",
+        *_table(["model", "strategy", "measured (ms)", "p10 .. p90 (ms)", "predicted (ms)",
+                 "error (pred/meas - 1)"], rows),
+        "",
+        f"Absolute error: median {_pct(errs.median())}, max {_pct(errs.max())}.",
+        "",
+        "Reproduce: `snakemake -R validate --until validate`, or `paraplan validate --help`.",
+        "",
+    ]
+
+
+def render(files: StageFiles, title: str = "paraplan summary") -> str:
+    lines = [f"# {title}", "",
+             "Headline numbers of every stage of the last `snakemake` run; every figure is in "
+             "`results/figures/` and in MLflow (`mlflow ui`).", ""]
+    for section in (bench_section(files.collectives), fit_section(files.fits),
+                    profile_section(files.profiles), simulate_section(files.simulations),
+                    plan_section(files.plans), validate_section(files.validations)):
+        lines += section
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,57 @@
+"""summary.md: each stage's headline numbers come out of its files."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from paraplan.cli.main import main
+from paraplan.report.summary import StageFiles, fit_section, render, validate_section
+
+
+def _fit_doc():
+    def entry(model, heldout, chosen):
+        return {"collective": "all_reduce", "world_size": 2, "nodes": 1, "tier": "intra", "model": model,
+                "chosen": chosen, "params": {}, "size_range_bytes": [8, 1024], "gmae": heldout / 2,
+                "heldout_gmae": heldout, "mean_abs_rel_err": 0.0, "std_abs_rel_err": 0.0, "n_points": 8}
+    return {"schema_version": 1, "fits": [entry("alpha_beta", 0.12, False), entry("sigmoid_bw", 0.08, False),
+                                           entry("table", 0.031, True)]}
+
+
+def test_fit_section_names_the_chosen_model_and_all_errors():
+    lines = fit_section({"local-cpu": _fit_doc()})
+    row = next(line for line in lines if line.startswith("| local-cpu"))
+    assert row == "| local-cpu | all_reduce n2 | table | 3.1% | 12.0% | 8.0% | 3.1% |"
+    assert any("snakemake -R fit --until fit" in line for line in lines)
+
+
+def test_validate_section_reports_signed_errors_and_median():
+    frame = pd.DataFrame({"strategy": ["dp", "tp2"], "measured_s": [0.010, 0.020],
+                          "measured_p10_s": [0.009, 0.018], "measured_p90_s": [0.011, 0.022],
+                          "predicted_s": [0.011, 0.017], "rel_err": [0.1, -0.15]})
+    text = "\n".join(validate_section({"mlp": frame}))
+    assert "| mlp | tp2 | 20 | 18 .. 22 | 17 | -15.0% |" in text
+    assert "median 12.5%, max 15.0%" in text
+
+
+def test_empty_stages_are_left_out():
+    text = render(StageFiles({}, {}, {}, {}, {}, {}))
+    assert "## " not in text
+
+
+def test_cli_writes_summary_from_result_files(tmp_path):
+    fits = tmp_path / "results/fits/local-cpu"
+    fits.mkdir(parents=True)
+    (fits / "comm_model.json").write_text(json.dumps(_fit_doc()))
+    ignored = tmp_path / "results/figures/x.png"
+    ignored.parent.mkdir(parents=True)
+    ignored.write_bytes(b"")
+    out = tmp_path / "results/summary.md"
+    assert main(["report", str(fits / "comm_model.json"), str(ignored), "-o", str(out), "--no-track"]) == 0
+    assert "| local-cpu | all_reduce n2 | table | 3.1%" in out.read_text()
+
+
+def test_cli_missing_input_is_an_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "s.md"), "--no-track"]) == 2
+    assert "nope.csv: no such file" in capsys.readouterr().err
