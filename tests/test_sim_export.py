@@ -36,3 +36,28 @@ def test_gantt_writes_png_and_pdf(tmp_path):
     paths = save_gantt(tl, tmp_path / "zb")
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_chrome_trace_of_a_hybrid_step_has_allreduce_lanes():
+    from paraplan.core import (
+        Cluster,
+        ConstantBandwidthModel,
+        Device,
+        LayerProfile,
+        Link,
+        ModelProfile,
+        Strategy,
+    )
+    from paraplan.sim import simulate
+
+    profile = ModelProfile("m", 16, tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 1e6, 4e6) for i in range(4)))
+    cluster = Cluster("c", 1, 8, Device("a", 1e12, 1e12, 1e10), Link(1e10), Link(1e9))
+    s = Strategy(data_degree=2, pipeline_degree=2, microbatches=4, overlap_grad_allreduce=True)
+    tl = simulate(profile, cluster, ConstantBandwidthModel(1e10, 1e9), s, 64, grad_bucket_bytes=4e6)
+    trace = to_chrome_trace(tl)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == tl.num_events
+    # 4 devices x 2 layers' buckets each
+    assert sum(e["name"] == "allreduce" for e in slices) == 8
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"compute", "comm"} <= threads

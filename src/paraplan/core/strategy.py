@@ -25,7 +25,12 @@ class Strategy:
     - `stage_boundaries`: first layer of stages 1..P-1 (empty: even split).
     - `stage_replicas`: data-parallel width of each stage (DAPPLE's uneven "15:1");
       empty: `data_degree` for every stage.
-    - `placement`: device ids of each stage (empty: node-major packing, stage by stage).
+    - `placement`: device ids of each stage (empty: node-major packing, stage by stage),
+      r_s x T ids per stage, replica-major (tensor ranks of one replica adjacent).
+    - `virtual_stages`: model chunks per device (v); only `interleaved_1f1b` takes v > 1.
+    - `overlap_grad_allreduce`: bucketed gradient all-reduce during the last backward
+      (False: one all-reduce after it).
+    - `iterations`: iterations a timeline shows (the step time is per iteration).
     """
 
     data_degree: int = 1
