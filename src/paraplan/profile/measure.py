@@ -124,32 +124,10 @@ def _whole_iteration(model: LayeredModel, x0: torch.Tensor, seed_grad: torch.Ten
     return clock.elapsed_s(start, end)
 
 
-def measure_layers(model: LayeredModel, batch: int, repeats: int = 10, warmup: int = 3,
-                   device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0) -> LayerTimes:
-    """Time every layer's forward and backward at `batch` samples (medians)."""
-    if repeats < 1 or warmup < 0 or batch < 1:
-        raise ValueError("need batch >= 1, repeats >= 1, warmup >= 0")
-    dev = torch.device(device)
-    model.layers.to(device=dev, dtype=dtype)
-    model.layers.train()
-    gen = torch.Generator(device=dev).manual_seed(seed)
+def _prepare(model: LayeredModel, batch: int, dev: torch.device, dtype: torch.dtype, seed: int):
+    """Layer 0's input and the gradient seeded on the output, plus the bytes per layer."""
+    gen = torch.Generator(device=dev).manual_seed(seed + batch)
     x0 = model.make_input(batch, dev, dtype, gen)
-    with torch.no_grad():
-        out = model.forward(x0)
-    seed_grad = torch.randn(out.shape, device=dev, generator=gen).to(out.dtype)
-
-    fwd, bwd, whole = [], [], []
-    for it in range(warmup + repeats):
-        _clear_grads(model)
-        f, b = _layerwise_iteration(model, x0, seed_grad, dev)
-        _clear_grads(model)
-        w = _whole_iteration(model, x0, seed_grad, dev)
-        if it >= warmup:
-            fwd.append(f)
-            bwd.append(b)
-            whole.append(w)
-    _clear_grads(model)
-
     act, params = [], []
     with torch.no_grad():
         x = x0
@@ -157,23 +135,63 @@ def measure_layers(model: LayeredModel, batch: int, repeats: int = 10, warmup: i
             x = layer(x)
             act.append(_tensor_bytes(x))
             params.append(sum(p.numel() * p.element_size() for p in layer.parameters()))
-    return LayerTimes(
-        batch_size=batch,
-        fwd_s=np.median(np.array(fwd), axis=0),
-        bwd_s=np.median(np.array(bwd), axis=0),
-        activation_bytes=np.array(act, dtype=float),
-        param_bytes=np.array(params, dtype=float),
-        whole_step_s=float(np.median(whole)),
+    seed_grad = torch.randn(x.shape, device=dev, generator=gen).to(x.dtype)
+    return x0, seed_grad, np.array(act, dtype=float), np.array(params, dtype=float)
+
+
+def measure_batches(model: LayeredModel, batches: Sequence[int], repeats: int = 10, warmup: int = 3,
+                    device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0) -> tuple[LayerTimes, ...]:
+    """Time every layer's forward and backward at each batch size (medians).
+
+    The batch sizes take turns within every repeat (and the per-layer and whole-model
+    iterations alternate), so a burst of load from other jobs on a shared machine
+    spreads over all of them instead of skewing one."""
+    batches = sorted(set(int(b) for b in batches))
+    if repeats < 1 or warmup < 0 or not batches or batches[0] < 1:
+        raise ValueError("need batch sizes >= 1, repeats >= 1, warmup >= 0")
+    dev = torch.device(device)
+    model.layers.to(device=dev, dtype=dtype)
+    model.layers.train()
+    setups = {b: _prepare(model, b, dev, dtype, seed) for b in batches}
+    fwd: dict[int, list] = {b: [] for b in batches}
+    bwd: dict[int, list] = {b: [] for b in batches}
+    whole: dict[int, list] = {b: [] for b in batches}
+    for it in range(warmup + repeats):
+        for b in batches:
+            x0, seed_grad, _, _ = setups[b]
+            _clear_grads(model)
+            f, g = _layerwise_iteration(model, x0, seed_grad, dev)
+            _clear_grads(model)
+            w = _whole_iteration(model, x0, seed_grad, dev)
+            if it >= warmup:
+                fwd[b].append(f)
+                bwd[b].append(g)
+                whole[b].append(w)
+    _clear_grads(model)
+    return tuple(
+        LayerTimes(
+            batch_size=b,
+            fwd_s=np.median(np.array(fwd[b]), axis=0),
+            bwd_s=np.median(np.array(bwd[b]), axis=0),
+            activation_bytes=setups[b][2],
+            param_bytes=setups[b][3],
+            whole_step_s=float(np.median(whole[b])),
+        )
+        for b in batches
     )
+
+
+def measure_layers(model: LayeredModel, batch: int, repeats: int = 10, warmup: int = 3,
+                   device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0) -> LayerTimes:
+    """Time every layer's forward and backward at `batch` samples (medians)."""
+    return measure_batches(model, [batch], repeats, warmup, device, dtype, seed)[0]
 
 
 def measure_scaling(model: LayeredModel, batches: Sequence[int], repeats: int = 10, warmup: int = 3,
                     device: str = "cpu", dtype: torch.dtype = torch.float32) -> ScaledTimes:
-    """`measure_layers` at each batch size, plus the per-layer fixed parts of
-    time(b) = fixed + per_sample x b (zero with a single batch size)."""
-    per_batch = tuple(
-        measure_layers(model, b, repeats, warmup, device, dtype) for b in sorted(set(batches))
-    )
+    """`measure_batches`, plus the per-layer fixed parts of time(b) = fixed + per_sample x b
+    (zero with a single batch size)."""
+    per_batch = measure_batches(model, batches, repeats, warmup, device, dtype)
     sizes = [t.batch_size for t in per_batch]
     at_max = per_batch[-1]
     if len(per_batch) > 1:
