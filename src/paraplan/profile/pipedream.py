@@ -13,7 +13,8 @@ Import rules:
 - a layer's ``activation_bytes`` is the activation crossing the cut right after it: the
   sum over all edges (u, v) with u at or before the layer and v after it, each edge
   carrying u's output bytes (DESIGN.md). For a chain this is the layer's own output.
-  The last layer's value is its own output (nothing follows it).
+  The last layer's value is its own output (nothing follows it). Each layer's own
+  output bytes are kept in the meta as `output_bytes` (for activation memory).
 """
 
 from __future__ import annotations
@@ -261,7 +262,8 @@ def graph_to_profile(graph: TorchGraph, batch_size: int, name: str, path: str | 
         )
         for i, n in enumerate(kept)
     )
-    info = {"method": "pipedream-import", "source": str(path), "node_ids": [int(n) for n in kept]}
+    info = {"method": "pipedream-import", "source": str(path), "node_ids": [int(n) for n in kept],
+            "output_bytes": [float(b) for b in own]}  # each layer's own output (activation_bytes: the cut)
     info.update(meta or {})
     return ModelProfile(name=name, batch_size=batch_size, layers=layers, meta=info)
 
