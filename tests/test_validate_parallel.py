@@ -13,7 +13,7 @@ from torch import nn
 from paraplan.core import StrategyError
 from paraplan.validate.pipeline import PipelineStage, balanced_boundary, schedule_ops
 from paraplan.validate.ranks import run_ranks
-from paraplan.validate.tensor_parallel import allreduces_per_direction, tensor_parallel_layers
+from paraplan.validate.tensor_parallel import tensor_parallel_layers, tp_allreduce_counts
 from paraplan.validate.workload import WorkloadSpec
 
 BUILDER = "paraplan.validate.workload:profile_model_workload"
@@ -140,7 +140,8 @@ def test_balanced_boundary_minimises_the_slower_stage():
 
 
 def test_allreduce_count_and_unsplittable_models():
-    assert allreduces_per_direction(MLP.build().layers) == 2  # 2 pairs of 5 layers
-    assert allreduces_per_direction(GPT.build().layers) == 4  # 2 blocks x (attention, MLP)
+    assert tp_allreduce_counts(MLP.build().layers) == [0, 1, 0, 1, 0]  # 2 pairs of 5 layers
+    # embedding, 2 blocks x (attention, MLP), head
+    assert tp_allreduce_counts(GPT.build().layers) == [0, 2, 2, 0]
     with pytest.raises(StrategyError, match="no layer pair"):
         tensor_parallel_layers([nn.Conv1d(2, 2, 1)], 0, 2)

@@ -185,23 +185,26 @@ def tensor_parallel_layers(
     return out
 
 
-def allreduces_per_direction(layers: Sequence[nn.Module]) -> int:
-    """How many activation all-reduces `tensor_parallel_layers` puts in forward (and
-    as many in backward): one per Linear pair, two per transformer block."""
+def tp_allreduce_counts(layers: Sequence[nn.Module]) -> list[float]:
+    """Per layer, how many activation all-reduces `tensor_parallel_layers` puts in
+    forward (and as many in backward) after that layer's output: one on the second
+    layer of each Linear pair, two on each transformer block, none elsewhere. The
+    simulator's `tp_allreduces` takes this list."""
     from paraplan.profile.models import DecoderBlock
 
-    count, i = 0, 0
+    counts = [0.0] * len(layers)
+    i = 0
     while i < len(layers):
         if isinstance(layers[i], DecoderBlock):
-            count += 2
+            counts[i] = 2.0
             i += 1
         elif (
             i + 1 < len(layers)
             and split_linear_layer(layers[i]) is not None
             and split_linear_layer(layers[i + 1]) is not None
         ):
-            count += 1
+            counts[i + 1] = 1.0
             i += 2
         else:
             i += 1
-    return count
+    return counts

@@ -1,0 +1,170 @@
+"""Run real distributed training steps of a profiled model and compare them with the
+simulator's prediction of the same strategies.
+
+Spawns 2 ranks (torch.distributed: gloo on CPU, nccl with one GPU per rank), each
+with --threads threads, and runs for every strategy --warmup untimed and --steps
+timed training steps at global batch --batch: `dp` (gradients all-reduced after
+backward), `dp_overlap` (each gradient all-reduced asynchronously during backward),
+`pp_1f1b` and `pp_gpipe` (2 stages cut where the profile balances them,
+--microbatches micro-batches, send/recv between the ranks) and `tp2` (Megatron
+split: MLP pairs, transformer blocks by heads). A step's time is the slowest
+rank's, from a barrier to the end of its forward, backward and communication (the
+SGD update follows untimed). The same strategies are simulated from the profile
+and the fitted communication model; rel_err = predicted / measured - 1.
+
+Example:
+  paraplan validate --profile results/profiles/mlp.csv \\
+      --comm-model results/fits/local-cpu/comm_model.json --batch 32 --steps 20 \\
+      -o results/validation/mlp.csv --plots results/figures/validate
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from paraplan.cli.common import add_tracking_arguments, name_list
+from paraplan.core import ConfigError, InputFileError
+
+NAME = "validate"
+HELP = "measure real 2-rank training steps and compare them with the simulator's prediction"
+ORDER = 60
+
+_ALL = "dp,dp_overlap,pp_1f1b,pp_gpipe,tp2"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", required=True, type=Path,
+                        help="profile CSV of the model (paraplan profile); its meta JSON names the model settings")
+    parser.add_argument("--comm-model", required=True, type=Path, help="comm_model.json (paraplan fit)")
+    parser.add_argument("--model", default=None,
+                        help="model kind (mlp, gpt, resnet); default: the profile meta's 'model'")
+    parser.add_argument("--cluster", default="local-cpu", help="cluster name or YAML path (for the simulator)")
+    parser.add_argument("--strategies", default=_ALL, help="comma list among " + _ALL)
+    parser.add_argument("--batch", type=int, default=None,
+                        help="global batch per step (default: the profile's batch size)")
+    parser.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches per step")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per strategy")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per strategy first")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per rank (default: cores // 2, at least 1)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="torch.distributed backend; nccl needs one CUDA device per rank")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before hung ranks are ended")
+    parser.add_argument("-o", "--output", required=True, type=Path, help="validation CSV")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="folder for the predicted-vs-measured figure (<profile name>.png/.pdf)")
+    add_tracking_arguments(parser)
+
+
+def _model_settings(args: argparse.Namespace) -> tuple[str, dict]:
+    from paraplan.profile.io import meta_path, read_meta
+
+    path = meta_path(args.profile)
+    if not path.is_file():
+        raise InputFileError(path, "missing: the profile's meta JSON names the model settings")
+    meta = read_meta(args.profile)
+    model = args.model or meta.get("model")
+    settings = meta.get("model_settings")
+    if not isinstance(model, str) or not isinstance(settings, dict):
+        raise InputFileError(path, "expected keys 'model' (a model name) and 'model_settings' (a mapping)")
+    if meta.get("method", "torch") != "torch":
+        raise InputFileError(path, f"validation needs a measured profile, this one is '{meta.get('method')}'")
+    return model, settings
+
+
+def _check_positive(args: argparse.Namespace) -> None:
+    for key in ("microbatches", "steps", "threads", "batch"):
+        value = getattr(args, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"--{key}", f"must be >= 1, got {value}")
+    if args.warmup < 0:
+        raise ConfigError("--warmup", f"must be >= 0, got {args.warmup}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from paraplan.clusters import load_cluster
+    from paraplan.comm.model import FittedCommModel
+    from paraplan.profile.io import read_profile
+    from paraplan.validate import STRATEGIES
+    from paraplan.validate.pipeline import balanced_boundary
+    from paraplan.validate.predict import PredictionSetup, predict_step_times
+    from paraplan.validate.runner import RunConfig, run_strategies
+    from paraplan.validate.tensor_parallel import tp_allreduce_counts
+    from paraplan.validate.workload import WorkloadSpec
+
+    _check_positive(args)
+    strategies = tuple(name_list(args.strategies, "--strategies", STRATEGIES))
+    if not args.comm_model.is_file():
+        raise InputFileError(args.comm_model, "missing: run `paraplan fit` first")
+    profile = read_profile(args.profile)
+    model, settings = _model_settings(args)
+    comm = FittedCommModel.from_json(args.comm_model)
+    cluster = load_cluster(args.cluster)
+    batch = args.batch or profile.batch_size
+    threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
+    profile_threads = profile.meta.get("threads")
+    if args.backend == "gloo" and profile_threads not in (None, threads):
+        print(f"paraplan validate: warning: the profile was taken with {profile_threads} threads, "
+              f"the ranks use {threads}", file=sys.stderr)
+
+    spec = WorkloadSpec("paraplan.validate.workload:profile_model_workload",
+                        {"model": model, "settings": settings})
+    layers = spec.build().layers
+    if len(layers) != profile.num_layers:
+        raise InputFileError(args.profile, f"{profile.num_layers} layers, but the model '{model}' with the "
+                             f"meta's settings has {len(layers)}")
+    micro = batch / args.microbatches
+    cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
+    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)))
+    predicted = predict_step_times(profile, cluster, comm, strategies, setup)
+
+    cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
+                    warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
+                    backend=args.backend, timeout_s=args.timeout)
+    print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
+          f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
+          f"{cut}, {args.backend}", file=sys.stderr)
+    measured = run_strategies(cfg)
+    return _finish(args, profile.name, model, settings, setup, threads, measured, predicted)
+
+
+def _finish(args, name, model, settings, setup, threads, measured, predicted) -> int:
+    from paraplan.cli.common import track
+    from paraplan.files import write_csv
+    from paraplan.track import RunLog
+    from paraplan.validate import validation_table
+
+    table = validation_table(measured, predicted)
+    write_csv(args.output, table)
+    print(f"{'strategy':<12}{'measured ms':>12}{'p10':>9}{'p90':>9}{'predicted ms':>14}{'rel_err':>9}")
+    for row in table.itertuples(index=False):
+        print(f"{row.strategy:<12}{row.measured_s * 1e3:12.2f}{row.measured_p10_s * 1e3:9.2f}"
+              f"{row.measured_p90_s * 1e3:9.2f}{row.predicted_s * 1e3:14.2f}{row.rel_err:+9.1%}")
+    abs_err = table["rel_err"].abs()
+    print(f"wrote {args.output}: |rel_err| median {abs_err.median():.1%}, max {abs_err.max():.1%}")
+
+    artifacts = [args.output]
+    if args.plots is not None:
+        from paraplan.plots.validate import plot_validation
+
+        artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured")
+    metrics: dict[str, float] = {}
+    for row in table.to_dict("records"):
+        for key in ("measured_s", "measured_p10_s", "measured_p90_s", "predicted_s", "rel_err"):
+            metrics[f"{key}__{row['strategy']}"] = float(row[key])
+    metrics["median_abs_rel_err"] = float(abs_err.median())
+    metrics["max_abs_rel_err"] = float(abs_err.max())
+    step_metrics = {f"step_time_s__{s}": list(enumerate(m.step_times_s)) for s, m in measured.items()}
+    params = {
+        "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,
+        "model": model, "model_settings": settings, "strategies": list(measured),
+        "batch_size": setup.batch_size, "microbatches": setup.microbatches,
+        "pipeline_boundary": setup.pipeline_boundary, "steps": args.steps, "warmup": args.warmup,
+        "threads_per_rank": threads, "backend": args.backend,
+    }
+    track(args, RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
+                       step_metrics=step_metrics, artifacts=artifacts))
+    return 0
