@@ -31,6 +31,9 @@ SPLIT_S = 1e-6  # the only op with a launch term in v0.1
 ELEMENTWISE_FLOPS_PER_ELEMENT = 4  # Relu, ReluGrad, Loss, LossGrad, Add
 
 SEND_FILTERS = ("none", "fig3_dp", "fig3_pp")
+_K_FWD, _K_BWD = KINDS.index("fwd"), KINDS.index("bwd")
+_K_SEND, _K_AR = KINDS.index("send"), KINDS.index("allreduce")
+_S_COMPUTE, _S_COMM = STREAMS.index("compute"), STREAMS.index("comm")
 PHASE2_MODES = ("v0.1", "csv")
 
 
@@ -140,86 +143,114 @@ def greedy_rounds(num_stages: int, num_microbatches: int) -> tuple[tuple[tuple[i
     return tuple(rounds)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """The greedy schedule of (P, M) in the shapes the simulation loop and the event
+    columns need; depends on nothing else, so it is computed once per (P, M)."""
+
+    rounds: tuple[tuple[tuple[int, bool, int], ...], ...]
+    sends: tuple[tuple[tuple[int, int], ...], ...]  # per round: (stage, peer) in emission order
+    unit_stage: np.ndarray  # emission order of every unit
+    unit_kind: np.ndarray
+    unit_mb: np.ndarray
+    send_stage: np.ndarray  # emission order of every activation / gradient Send
+    send_mb: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _plan(num_stages: int, num_microbatches: int) -> _Plan:
+    rounds = greedy_rounds(num_stages, num_microbatches)
+    last = num_stages - 1
+    sends = tuple(
+        tuple((s, s + 1 if f else s - 1) for s, f, _ in units if (f and s < last) or (not f and s > 0))
+        for units in rounds
+    )
+    units = [u for r in rounds for u in r]
+    send_units = [u for r in rounds for u in r if (u[1] and u[0] < last) or (not u[1] and u[0] > 0)]
+    return _Plan(
+        rounds, sends,
+        np.array([u[0] for u in units], dtype=np.int32),
+        np.array([_K_FWD if u[1] else _K_BWD for u in units], dtype=np.int8),
+        np.array([u[2] for u in units], dtype=np.int32),
+        np.array([u[0] for u in send_units], dtype=np.int32),
+        np.array([u[2] for u in send_units], dtype=np.int32),
+    )
+
+
 # ---------------------------------------------------------------- per-configuration costs
 
 
 @dataclass(frozen=True)
 class _StageCosts:
-    fwd_layers_s: tuple[tuple[float, ...], ...]  # per stage, per layer: MatMul + HP Allreduce + Relu
-    fwd_s: tuple[float, ...]
-    bwd_first_s: tuple[float, ...]  # micro-batch 0: Identity instead of Add
-    bwd_s: tuple[float, ...]  # micro-batches > 0: with the Add into the dw accumulator
-    fwd_compute_s: tuple[float, ...]  # without HP Allreduces (for the bubble)
-    bwd_first_compute_s: tuple[float, ...]
-    bwd_compute_s: tuple[float, ...]
+    """Costs of one stage (every stage holds the same even number of layers, so all
+    stages cost the same; the last one adds Loss and LossGrad)."""
+
+    fwd_layers_s: tuple[float, ...]  # per layer: MatMul + HP Allreduce + Relu
+    fwd_s: float
+    bwd_first_s: float  # micro-batch 0: Identity instead of Add
+    bwd_s: float  # micro-batches > 0: with the Add into the dw accumulator
+    compute_s: float  # one stage, all micro-batches, without HP Allreduces (for the bubble)
     loss_s: float
-    phase2_s: tuple[float, ...]
+    phase2_first_s: float  # stage 0: dw Allreduces (+ dy0 Allgather)
+    phase2_mid_s: float
+    phase2_last_s: float  # stage P-1: dw Allreduces (+ l Allgather)
 
 
 @lru_cache(maxsize=1024)
 def _stage_costs(
-    program: MlpProgram, d_degree: int, h_degree: int, p_degree: int, microbatch_rows: float,
+    program: MlpProgram, d_degree: int, h_degree: int, p_degree: int, microbatches: int,
     bandwidth_gbps: float, cm: DistirCostModel, phase2: str,
 ) -> _StageCosts:
-    d, n_layers, b, h = program.dim, program.num_layers, microbatch_rows, h_degree
+    d, h = program.dim, h_degree
+    b = program.batch_size / (d_degree * microbatches)
     dh = d / h
+    pairs = program.num_layers // p_degree // 2  # (even, odd) layer pairs per stage
+    nl = 2 * pairs
     # Even layers hold a column shard (d x d/H), odd layers a row shard (d/H x d).
-    mm_even = _matmul_s(b, d, dh, cm)
-    mm_odd = _matmul_s(b, dh, d, cm)
-    mmg_even = _matmul_grad_s(b, d, dh, cm)
-    mmg_odd = _matmul_grad_s(b, dh, d, cm)
+    mm_even, mm_odd = _matmul_s(b, d, dh, cm), _matmul_s(b, dh, d, cm)
+    mmg_even, mmg_odd = _matmul_grad_s(b, d, dh, cm), _matmul_grad_s(b, dh, d, cm)
     ar_act = _allreduce_s(b * d, h, bandwidth_gbps, cm) if h > 1 else 0.0
     act_full, act_shard = _elementwise_s(b * d), _elementwise_s(b * dh)
     add_s = _elementwise_s(d * dh)
 
-    odd = (np.arange(n_layers) % 2).astype(bool)
-    fwd_compute = np.where(odd, mm_odd + act_full, mm_even + act_shard)
-    fwd_layer = np.where(odd, mm_odd + ar_act + act_full, mm_even + act_shard)
-    bwd_compute = np.where(odd, act_full + mmg_odd, act_shard + mmg_even)
-    bwd_layer = np.where(odd, act_full + mmg_odd, act_shard + mmg_even + ar_act)
-
-    bounds = [s * n_layers // p_degree for s in range(p_degree + 1)]
-    stage = [slice(bounds[s], bounds[s + 1]) for s in range(p_degree)]
-    nl = [bounds[s + 1] - bounds[s] for s in range(p_degree)]
+    fwd_even, fwd_odd = mm_even + act_shard, mm_odd + ar_act + act_full
+    bwd_odd, bwd_even = act_full + mmg_odd, act_shard + mmg_even + ar_act
+    fwd_pair = fwd_even + fwd_odd
+    bwd_pair = bwd_odd + bwd_even
+    fwd_compute = pairs * (mm_even + act_shard + mm_odd + act_full)
+    bwd_compute = pairs * (act_full + mmg_odd + act_shard + mmg_even)
 
     # Phase 2: gradient Allreduce (and Allgathers of l and dy0) across replicas.
-    phase2_s = [0.0] * p_degree
+    ar_total = gather = 0.0
     if d_degree > 1:
         if phase2 == "csv":
-            n_ar = h if h > 1 else d_degree
-            ar_w = _allreduce_s(d * dh, n_ar, bandwidth_gbps, cm)
-            gather = 0.0
+            ar_total = nl * _allreduce_s(d * dh, h if h > 1 else d_degree, bandwidth_gbps, cm)
         else:
-            ar_w = _allreduce_s(d * dh, d_degree, bandwidth_gbps, cm)
+            ar_total = nl * _allreduce_s(d * dh, d_degree, bandwidth_gbps, cm)
             gather = _allgather_s(program.batch_size / d_degree * d, d_degree, bandwidth_gbps, cm)
-        phase2_s = [nl[s] * ar_w for s in range(p_degree)]
-        phase2_s[0] += gather
-        phase2_s[-1] += gather
-
+    first = ar_total + gather
+    last = ar_total + gather if p_degree > 1 else ar_total + 2 * gather
     return _StageCosts(
-        fwd_layers_s=tuple(tuple(fwd_layer[sl].tolist()) for sl in stage),
-        fwd_s=tuple(float(fwd_layer[sl].sum()) for sl in stage),
-        bwd_first_s=tuple(float(bwd_layer[sl].sum()) for sl in stage),
-        bwd_s=tuple(float(bwd_layer[sl].sum()) + nl[s] * add_s for s, sl in enumerate(stage)),
-        fwd_compute_s=tuple(float(fwd_compute[sl].sum()) for sl in stage),
-        bwd_first_compute_s=tuple(float(bwd_compute[sl].sum()) for sl in stage),
-        bwd_compute_s=tuple(float(bwd_compute[sl].sum()) + nl[s] * add_s for s, sl in enumerate(stage)),
+        fwd_layers_s=(fwd_even, fwd_odd) * pairs,
+        fwd_s=pairs * fwd_pair,
+        bwd_first_s=pairs * bwd_pair,
+        bwd_s=pairs * bwd_pair + nl * add_s,
+        compute_s=microbatches * (fwd_compute + bwd_compute) + (microbatches - 1) * nl * add_s,
         loss_s=2 * act_full,
-        phase2_s=tuple(phase2_s),
+        phase2_first_s=first if p_degree > 1 else last,
+        phase2_mid_s=ar_total,
+        phase2_last_s=last,
     )
 
 
 def clear_caches() -> None:
     """Forget cached schedules and stage costs (timings then start cold, like a fresh process)."""
     greedy_rounds.cache_clear()
+    _plan.cache_clear()
     _stage_costs.cache_clear()
 
 
 # ---------------------------------------------------------------- simulation
-
-_K_FWD, _K_BWD = KINDS.index("fwd"), KINDS.index("bwd")
-_K_SEND, _K_AR = KINDS.index("send"), KINDS.index("allreduce")
-_S_COMPUTE, _S_COMM = STREAMS.index("compute"), STREAMS.index("comm")
 
 
 def microbatch_counts(batch_size: int, data_degree: int, pipeline_degree: int) -> list[int]:
@@ -275,88 +306,79 @@ def simulate_distir(
         )
     b = program.batch_size // (D * M)
     d = program.dim
-    costs = _stage_costs(program, D, H, P, float(b), float(bandwidth_gbps), cost_model, phase2)
+    costs = _stage_costs(program, D, H, P, M, float(bandwidth_gbps), cost_model, phase2)
+    plan = _plan(P, M)
     act_send_s = _send_s(b * d, bandwidth_gbps, cost_model)  # activation, dy and z micro-batch
     weight_send_s = _send_s(d * d / H, bandwidth_gbps, cost_model)
     lazy_sends = sends == "none"
 
     clock = [0.0] * P
     host = 0.0
-    ev: list[tuple[int, int, int, int, int, float, float]] = []
-    record = ev.append if record_events else None
-
     # Phase 0: inputs from d0 to replica 0's root (cost-0 Scatters/Broadcasts when D > 1).
+    input_s = 0.0
     if D == 1 and sends != "fig3_dp":
-        input_send_s = _send_s(program.batch_size * d, bandwidth_gbps, cost_model)
         n_weight = program.num_layers if sends == "none" else 0
-        total = 2 * input_send_s + n_weight * _send_s(d * d, bandwidth_gbps, cost_model)
-        host = clock[0] = total
-        if record:
-            record((0, _S_COMM, _K_SEND, 0, -1, 0.0, total))
+        input_s = (2 * _send_s(program.batch_size * d, bandwidth_gbps, cost_model)
+                   + n_weight * _send_s(d * d, bandwidth_gbps, cost_model))
+        host = clock[0] = input_s
     if P > 1:
         clock[0] += 2 * SPLIT_S  # Split x and z into M parts on each HP root
 
     last = P - 1
-    loss_s = costs.loss_s
-    fwd_s, bwd_s, bwd_first_s = costs.fwd_s, costs.bwd_s, costs.bwd_first_s
-    for units in greedy_rounds(P, M):
+    loss_s, fwd_s, bwd_s, bwd_first_s = costs.loss_s, costs.fwd_s, costs.bwd_s, costs.bwd_first_s
+    starts: list[float] = []
+    ends: list[float] = []
+    send_ends: list[float] = []
+    start_at, end_at, send_at = starts.append, ends.append, send_ends.append
+    for units, round_sends in zip(plan.rounds, plan.sends, strict=True):
         for s, is_f, m in units:
             start = clock[s]
-            if is_f:
+            if not is_f:
+                clock[s] = end = start + (bwd_s if m else bwd_first_s)
+            else:
                 if lazy_sends and m == 0 and s > 0:
                     # each weight is Sent from stage 0 just before its first MatMul
-                    c0, cs = clock[0], clock[s]
-                    for layer_s in costs.fwd_layers_s[s]:
+                    c0, cs = clock[0], start
+                    for layer_s in costs.fwd_layers_s:
                         t = (c0 if c0 > cs else cs) + weight_send_s
                         c0, cs = t, t + layer_s
-                    clock[0], clock[s] = c0, cs
+                    clock[0] = c0
+                    end = cs
                 else:
-                    clock[s] = start + fwd_s[s]
+                    end = start + fwd_s
                 if s == last:
                     if P > 1:  # the z micro-batch comes from stage 0 right before Loss
-                        c0, cs = clock[0], clock[s]
-                        t = (c0 if c0 > cs else cs) + act_send_s
+                        c0 = clock[0]
+                        t = (c0 if c0 > end else end) + act_send_s
                         clock[0] = t
-                        clock[s] = t + loss_s
+                        end = t + loss_s
                     else:
-                        clock[s] += loss_s
-                if record:
-                    record((s, _S_COMPUTE, _K_FWD, s, m, start, clock[s]))
-            else:
-                clock[s] = start + (bwd_first_s[s] if m == 0 else bwd_s[s])
-                if record:
-                    record((s, _S_COMPUTE, _K_BWD, s, m, start, clock[s]))
-        if P > 1:
-            for s, is_f, m in units:
-                if is_f:
-                    if s == last:
-                        continue
-                    peer = s + 1
-                elif s == 0:
-                    continue
-                else:
-                    peer = s - 1
-                a, c = clock[s], clock[peer]
-                t = (a if a > c else c) + act_send_s
-                clock[s] = clock[peer] = t
-                if record:
-                    record((s, _S_COMM, _K_SEND, s, m, t - act_send_s, t))
+                        end += loss_s
+                clock[s] = end
+            if record_events:
+                start_at(start)
+                end_at(end)
+        for s, peer in round_sends:
+            a, c = clock[s], clock[peer]
+            t = (a if a > c else c) + act_send_s
+            clock[s] = clock[peer] = t
+            if record_events:
+                send_at(t)
 
     # Phase 2: per-device additions (the barriers span identical replicas).
-    for s in range(P):
-        if costs.phase2_s[s] > 0:
-            if record:
-                record((s, _S_COMM, _K_AR, s, -1, clock[s], clock[s] + costs.phase2_s[s]))
-            clock[s] += costs.phase2_s[s]
+    phase2_s = [costs.phase2_mid_s] * P
+    phase2_s[0], phase2_s[-1] = costs.phase2_first_s, costs.phase2_last_s
+    phase2_start = list(clock)
+    clock = [c + x for c, x in zip(clock, phase2_s, strict=True)]
     step_s = max(max(clock), host)
 
-    compute = sum(
-        M * costs.fwd_compute_s[s] + costs.bwd_first_compute_s[s] + (M - 1) * costs.bwd_compute_s[s]
-        for s in range(P)
-    ) + M * loss_s
+    compute = P * costs.compute_s + M * loss_s
     bubble = 1.0 - compute / (P * step_s)
     baseline = sequential_time_s(program, cost_model) if baseline_s is None else baseline_s
-    columns = _columns(ev)
+    if record_events:
+        columns = _columns(plan, starts, ends, send_ends, act_send_s, input_s, phase2_start, phase2_s)
+    else:
+        columns = _columns(plan, None, None, None, 0.0, 0.0, [], [])
     return Timeline(
         **columns,
         step_time_s=step_s,
@@ -367,14 +389,36 @@ def simulate_distir(
     )
 
 
-def _columns(ev: list[tuple]) -> dict[str, np.ndarray]:
-    arr = np.array(ev, dtype=float) if ev else np.empty((0, 7))
+def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float,
+             phase2_start: list[float], phase2_s: list[float]) -> dict[str, np.ndarray]:
+    """Event columns: units (compute), Sends between stages, the inputs' Sends from d0
+    (on stage 0), and Phase 2 (one all-reduce event per stage)."""
+    if starts is None:
+        empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0)
+        return {"device": empty_i, "stream": np.zeros(0, dtype=np.int8), "kind": np.zeros(0, dtype=np.int8),
+                "stage": empty_i, "microbatch": empty_i, "start_s": empty_f, "end_s": empty_f}
+    n_units, n_sends = plan.unit_stage.shape[0], plan.send_stage.shape[0]
+    extra_stage = [0] if input_s > 0 else []
+    extra_kind = [_K_SEND] if input_s > 0 else []
+    extra_start = [0.0] if input_s > 0 else []
+    extra_end = [input_s] if input_s > 0 else []
+    for s, (t0, dt) in enumerate(zip(phase2_start, phase2_s, strict=True)):
+        if dt > 0:
+            extra_stage.append(s)
+            extra_kind.append(_K_AR)
+            extra_start.append(t0)
+            extra_end.append(t0 + dt)
+    n_extra = len(extra_stage)
+    stage = np.concatenate([plan.unit_stage, plan.send_stage, np.array(extra_stage, dtype=np.int32)])
+    send_end = np.array(send_ends, dtype=float)
     return {
-        "device": arr[:, 0].astype(np.int32),
-        "stream": arr[:, 1].astype(np.int8),
-        "kind": arr[:, 2].astype(np.int8),
-        "stage": arr[:, 3].astype(np.int32),
-        "microbatch": arr[:, 4].astype(np.int32),
-        "start_s": arr[:, 5].copy(),
-        "end_s": arr[:, 6].copy(),
+        "device": stage,
+        "stream": np.concatenate([np.full(n_units, _S_COMPUTE, dtype=np.int8),
+                                  np.full(n_sends + n_extra, _S_COMM, dtype=np.int8)]),
+        "kind": np.concatenate([plan.unit_kind, np.full(n_sends, _K_SEND, dtype=np.int8),
+                                np.array(extra_kind, dtype=np.int8)]),
+        "stage": stage.copy(),
+        "microbatch": np.concatenate([plan.unit_mb, plan.send_mb, np.full(n_extra, -1, dtype=np.int32)]),
+        "start_s": np.concatenate([np.array(starts, dtype=float), send_end - send_s, np.array(extra_start)]),
+        "end_s": np.concatenate([np.array(ends, dtype=float), send_end, np.array(extra_end)]),
     }
