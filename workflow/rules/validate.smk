@@ -1,0 +1,67 @@
+# Validate stage: one job per entry of config["validate"]["models"] (wildcard {model} is
+# a profile name), each a single `paraplan validate` call that trains the profiled model
+# for real on 2 ranks and compares with the simulator. It measures, so it takes the
+# measure=1 resource (never beside bench, profile or another validate job).
+
+import os
+
+VALIDATE = config["validate"]
+VALIDATE_MODELS = sorted(VALIDATE["models"])
+
+
+def _validate_model(wildcards):
+    """The profile entry's model kind (mlp, gpt, resnet)."""
+    return config["profile"]["models"][wildcards.model]["model"]
+
+
+rule validate:
+    input:
+        profile=f"{RESULTS}/profiles/{{model}}.csv",
+        meta=f"{RESULTS}/profiles/{{model}}.meta.json",
+        comm=f"{RESULTS}/fits/{CLUSTER}/comm_model.json",
+    output:
+        csv=f"{RESULTS}/validation/{{model}}.csv",
+        figure=report(
+            f"{FIGURES}/validate/{{model}}.png",
+            caption="../report/validate.rst",
+            category="validate",
+        ),
+        figure_pdf=f"{FIGURES}/validate/{{model}}.pdf",
+    log:
+        f"{LOGS}/validate/{{model}}.log",
+    benchmark:
+        f"{BENCHMARKS}/validate/{{model}}.tsv"
+    wildcard_constraints:
+        model="[A-Za-z0-9_.-]+",
+    params:
+        model=_validate_model,
+        batch=lambda wildcards: VALIDATE["models"][wildcards.model]["batch"],
+        microbatches=lambda wildcards: VALIDATE["models"][wildcards.model].get("microbatches", 4),
+        strategies=",".join(VALIDATE["strategies"]),
+        steps=VALIDATE["steps"],
+        warmup=VALIDATE["warmup"],
+        threads=VALIDATE["threads"],
+        backend=VALIDATE["backend"],
+        timeout=VALIDATE["timeout_s"],
+        cluster=CLUSTER,
+        figures=lambda wildcards, output: os.path.dirname(output.figure),
+    resources:
+        measure=1,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan validate --profile {input.profile} --comm-model {input.comm}"
+        " --model {params.model} --cluster {params.cluster} --strategies {params.strategies}"
+        " --batch {params.batch} --microbatches {params.microbatches}"
+        " --steps {params.steps} --warmup {params.warmup} --threads {params.threads}"
+        " --backend {params.backend} --timeout {params.timeout}"
+        " -o {output.csv} --plots {params.figures}"
+        " --rule validate --wildcards model={wildcards.model} > {log} 2>&1"
+
+
+rule validate_all:
+    input:
+        expand(f"{RESULTS}/validation/{{model}}.csv", model=VALIDATE_MODELS),
+
+
+ALL_TARGETS.extend(rules.validate_all.input)
