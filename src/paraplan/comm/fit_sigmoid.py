@@ -8,8 +8,10 @@ With x = log2(size) and busbw = size x factor / time:
 
 Turning points follow the seed (reference/comm-fitting.md): `ln_p` is the point
 before the first index >= i0 whose relative central slope of latency exceeds 0.1,
-`sats_p` two points after the last one whose busbw is below 95% of the peak;
-`overhead` is the latency at `ln_p`. Robustness added here: i0 is 5 only for sweeps
+`sats_p` two points after the last one whose busbw is below 95% of the peak.
+`overhead` is the median latency of the flat region (the seed takes the one point
+at `ln_p`, which lets a single noisy size set every small size's time). Robustness
+added here: i0 is 5 only for sweeps
 long enough to have 5 flat points (n // 4 otherwise), the sigmoid parameters are
 bounded, the search starts from the best point of a (k, x0) grid (L and b solved
 in closed form there) with a generous evaluation budget, and
@@ -122,7 +124,7 @@ def fit(size_bytes: np.ndarray, time_s: np.ndarray, factor: float) -> dict:
     curve, kind = _fit_middle(x[middle], np.log10(busbw[middle]))
     return {
         "busbw_factor": float(factor),
-        "overhead_s": float(time[ln_idx]),
+        "overhead_s": float(np.median(time[: ln_idx + 1])),
         "max_busbw_Bps": float(busbw.max()),
         "ln_p_log2_bytes": float(x[ln_idx]),
         "sats_p_log2_bytes": sats_log2,
