@@ -9,11 +9,6 @@ VALIDATE = config["validate"]
 VALIDATE_MODELS = sorted(VALIDATE["models"])
 
 
-def _validate_model(wildcards):
-    """The profile entry's model kind (mlp, gpt, resnet)."""
-    return config["profile"]["models"][wildcards.model]["model"]
-
-
 rule validate:
     input:
         profile=f"{RESULTS}/profiles/{{model}}.csv",
@@ -34,7 +29,7 @@ rule validate:
     wildcard_constraints:
         model="[A-Za-z0-9_.-]+",
     params:
-        model=_validate_model,
+        model=lambda wildcards: config["profile"]["models"][wildcards.model]["model"],
         batch=lambda wildcards: VALIDATE["models"][wildcards.model]["batch"],
         microbatches=lambda wildcards: VALIDATE["models"][wildcards.model].get("microbatches", 4),
         strategies=",".join(VALIDATE["strategies"]),
