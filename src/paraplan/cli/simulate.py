@@ -108,7 +108,8 @@ def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[
 
         for mode in modes:
             label = "published (DistIR v0.1)" if mode == "distir-v0.1" else "DistIR 83d7fc3 (4800 Gbps)"
-            paths += figure3(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", label)
+            paths += figure3(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", label,
+                             _subtitle(exp, mode))
     elif exp.figure == "distir_fig4":
         from paraplan.plots.distir import figure4
 
@@ -117,7 +118,10 @@ def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[
             one = published[(published["devices"] == 1) & (published["microbatches"] == 1)]
             baseline = float(one["throughput"].iloc[0]) if not one.empty else None
         for mode in modes:
-            paths += figure4(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", baseline)
+            note = _subtitle(exp, mode)
+            if mode == "corrected":
+                note = note[:-1] + ", speedup over one device without transfers)"
+            paths += figure4(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", baseline, note)
     elif exp.figure == "gantt":
         paths += _gantt_and_traces(result, figures, traces)
     return paths
@@ -139,6 +143,10 @@ def _gantt_and_traces(result, figures: Path, traces: Path) -> list[Path]:
         paths += save_gantt(sim.timeline, figures / stem, title=title)
         write_json(traces / f"{stem}.json", to_chrome_trace(sim.timeline))
     return paths
+
+
+def _subtitle(exp, mode: str) -> str:
+    return f"({exp.modes[mode].bandwidth_gbps:g} Gbps)"
 
 
 def _slug(mode: str) -> str:

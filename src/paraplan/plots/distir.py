@@ -12,9 +12,9 @@ import pandas as pd
 from paraplan.plots.style import new_figure, save_figure
 
 _MARKERS = ("o", "D", "v", "s", "<", "x")
-_STYLES = ("-", "--", "-.", ":", (0, (3, 1, 1, 1, 1, 1)))
+_STYLES = ("-", "--", "-.", (0, (3, 1, 1, 1, 1, 1)), (0, (5, 2)))  # ":" is kept for overlap lines
 _MODE_TITLES = {
-    "distir-v0.1": "DistIR v0.1 semantics (200 Gbps)",
+    "distir-v0.1": "DistIR v0.1 semantics",
     "corrected": "paraplan physical engine",
 }
 
@@ -32,9 +32,10 @@ def _log2_devices(ax, devices) -> None:
 
 
 def figure3(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem: str | Path,
-            reference_label: str = "published") -> list[Path]:
+            reference_label: str = "published", subtitle: str = "") -> list[Path]:
     """Two panels: data-parallel speedup per batch size, pipeline speedup per micro-batch
-    count, against devices; published points as black crosses."""
+    count, against devices; published points as black crosses. A `<series>_overlap`
+    series (e.g. `DP_overlap`) is drawn dotted in its batch size's colour."""
     data = rows[rows["mode"] == mode]
     pub = published[published["mode"] == mode] if published is not None else None
     fig, axes = new_figure(6.4, 5.2, nrows=2)
@@ -48,6 +49,7 @@ def figure3(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
         part = data[data["series"] == series]
         values = sorted(part[key].unique())
         colors = _shades(cmap, len(values))
+        overlap_labelled = False
         for i, value in enumerate(values):
             line = part[part[key] == value].sort_values("devices")
             ax.plot(line["devices"], line["speedup"], marker=_MARKERS[i % len(_MARKERS)],
@@ -55,8 +57,10 @@ def figure3(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
             overlap = data[(data["series"] == f"{series}_overlap") & (data[key] == value)]
             if not overlap.empty:
                 overlap = overlap.sort_values("devices")
-                ax.plot(overlap["devices"], overlap["speedup"], linestyle=":", linewidth=1,
-                        color=colors[i], label=f"{label.format(value)}, overlapped all-reduce")
+                ax.plot(overlap["devices"], overlap["speedup"], linestyle=":", linewidth=1.2,
+                        marker=".", color=colors[i],
+                        label=None if overlap_labelled else "dotted: all-reduce overlapped with backward")
+                overlap_labelled = True
         if pub is not None and not pub.empty:
             ref = pub[pub["series"] == series]
             if not ref.empty:
@@ -68,12 +72,13 @@ def figure3(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
         if devices:
             _log2_devices(ax, devices)
     ax_pp.set_xlabel("# Devices")
-    fig.suptitle(f"DistIR Figure 3: 64-layer MLP, {_MODE_TITLES.get(mode, mode)}", fontsize=9)
+    title = f"DistIR Figure 3: 64-layer MLP, {_MODE_TITLES.get(mode, mode)}"
+    fig.suptitle(f"{title} {subtitle}".strip(), fontsize=9)
     return save_figure(fig, stem)
 
 
 def figure4(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem: str | Path,
-            published_baseline: float | None = None) -> list[Path]:
+            published_baseline: float | None = None, subtitle: str = "") -> list[Path]:
     """Speedup against devices: pure D, pure H (T), best P (over micro-batches), D = H,
     and every grid point as a grey cross; published points as small black dots."""
     data = rows[(rows["mode"] == mode) & (rows["series"] == "grid")]
@@ -102,7 +107,8 @@ def figure4(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
         _log2_devices(ax, devices)
     ax.set_xlabel("# Devices")
     ax.set_ylabel("Speedup")
-    ax.set_title(f"DistIR Figure 4: grid search, {_MODE_TITLES.get(mode, mode)}", fontsize=9)
+    title = f"DistIR Figure 4: grid search, {_MODE_TITLES.get(mode, mode)} {subtitle}".strip()
+    ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left")
     return save_figure(fig, stem)
 
