@@ -135,7 +135,7 @@ def _finish(args, name, model, settings, setup, threads, measured, predicted) ->
     from paraplan.cli.common import track
     from paraplan.files import write_csv
     from paraplan.track import RunLog
-    from paraplan.validate import validation_table
+    from paraplan.validate import validation_metrics, validation_table
 
     table = validation_table(measured, predicted)
     write_csv(args.output, table)
@@ -151,12 +151,7 @@ def _finish(args, name, model, settings, setup, threads, measured, predicted) ->
         from paraplan.plots.validate import plot_validation
 
         artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured")
-    metrics: dict[str, float] = {}
-    for row in table.to_dict("records"):
-        for key in ("measured_s", "measured_p10_s", "measured_p90_s", "predicted_s", "rel_err"):
-            metrics[f"{key}__{row['strategy']}"] = float(row[key])
-    metrics["median_abs_rel_err"] = float(abs_err.median())
-    metrics["max_abs_rel_err"] = float(abs_err.max())
+    metrics = validation_metrics(table)
     step_metrics = {f"step_time_s__{s}": list(enumerate(m.step_times_s)) for s, m in measured.items()}
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,

@@ -10,7 +10,14 @@ same strategies with the simulator, and report predicted / measured - 1.
 - `compare`: measured vs predicted table (pure).
 """
 
-from paraplan.validate.compare import COLUMNS, Measurement, rel_err, summarise, validation_table
+from paraplan.validate.compare import (
+    COLUMNS,
+    Measurement,
+    rel_err,
+    summarise,
+    validation_metrics,
+    validation_table,
+)
 from paraplan.validate.strategies import STRATEGIES
 
-__all__ = ["COLUMNS", "STRATEGIES", "Measurement", "rel_err", "summarise", "validation_table"]
+__all__ = ["COLUMNS", "STRATEGIES", "Measurement", "rel_err", "summarise", "validation_metrics", "validation_table"]

@@ -78,3 +78,16 @@ def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[s
         for name, m in measured.items()
     ]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def validation_metrics(table) -> dict[str, float]:
+    """MLflow metrics of a validation table: every column per strategy
+    (`measured_s__dp`, `rel_err__tp2`, ...) plus the median and max |rel_err|."""
+    metrics: dict[str, float] = {}
+    for row in table.to_dict("records"):
+        for key in COLUMNS[1:]:
+            metrics[f"{key}__{row['strategy']}"] = float(row[key])
+    abs_err = table["rel_err"].abs()
+    metrics["median_abs_rel_err"] = float(abs_err.median())
+    metrics["max_abs_rel_err"] = float(abs_err.max())
+    return metrics

@@ -1,0 +1,72 @@
+"""Validation arithmetic: step-time statistics, rel_err, the CSV columns of DESIGN.md,
+the MLflow metric names, and the prediction's strategies and correction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paraplan.core import ConstantBandwidthModel, Group, LayerProfile, ModelProfile, StrategyError
+from paraplan.validate import COLUMNS, Measurement, rel_err, summarise, validation_metrics, validation_table
+from paraplan.validate.predict import PredictionSetup, strategy_for, tp_unused_backward_allreduce_s
+
+
+def test_rel_err_is_predicted_over_measured_minus_one():
+    assert rel_err(1.1, 1.0) == pytest.approx(0.1)
+    assert rel_err(0.5, 2.0) == pytest.approx(-0.75)
+    with pytest.raises(ValueError):
+        rel_err(1.0, 0.0)
+
+
+def test_each_step_counts_the_slowest_rank():
+    m = summarise("dp", [[1.0, 5.0, 3.0, 2.0, 4.0], [2.0, 1.0, 3.5, 1.0, 1.0]])
+    assert m.step_times_s == (2.0, 5.0, 3.5, 2.0, 4.0)
+    assert m.median_s == 3.5
+    assert m.p10_s == pytest.approx(np.percentile([2, 5, 3.5, 2, 4], 10))
+    assert m.p90_s == pytest.approx(4.6)  # numpy linear: 4 + 0.6 x (5 - 4)
+    with pytest.raises(ValueError, match="no timed steps"):
+        Measurement("dp", ())
+    with pytest.raises(ValueError, match="> 0"):
+        Measurement("dp", (1.0, float("nan")))
+
+
+def test_table_has_the_design_columns_in_order():
+    measured = {"dp": Measurement("dp", (0.1, 0.2, 0.3)), "tp2": Measurement("tp2", (0.4, 0.4, 0.4))}
+    table = validation_table(measured, {"tp2": 0.3, "dp": 0.25})
+    assert tuple(table.columns) == COLUMNS == (
+        "strategy", "measured_s", "measured_p10_s", "measured_p90_s", "predicted_s", "rel_err")
+    assert list(table["strategy"]) == ["dp", "tp2"]
+    assert table["rel_err"].tolist() == pytest.approx([0.25, -0.25])
+    metrics = validation_metrics(table)
+    assert metrics["measured_s__dp"] == pytest.approx(0.2)
+    assert metrics["rel_err__tp2"] == pytest.approx(-0.25)
+    assert metrics["median_abs_rel_err"] == pytest.approx(0.25)
+    assert len(metrics) == 2 * 5 + 2
+    with pytest.raises(ValueError, match="no prediction for strategy 'tp2'"):
+        validation_table(measured, {"dp": 0.2})
+
+
+SETUP = PredictionSetup(batch_size=32, microbatches=4, pipeline_boundary=2, tp_allreduces=(0, 1, 0, 1))
+
+
+def test_strategies_map_to_the_simulator():
+    assert strategy_for("dp", SETUP).data_degree == 2
+    assert not strategy_for("dp", SETUP).overlap_grad_allreduce
+    assert strategy_for("dp_overlap", SETUP).overlap_grad_allreduce
+    assert strategy_for("tp2", SETUP).tensor_degree == 2
+    pp = strategy_for("pp_gpipe", SETUP)
+    assert (pp.pipeline_degree, pp.microbatches, pp.schedule, pp.stage_boundaries) == (2, 4, "gpipe", (2,))
+    assert strategy_for("pp_1f1b", SETUP).schedule == "1f1b"
+    with pytest.raises(StrategyError, match="unknown strategy 'zb'"):
+        strategy_for("zb", SETUP)
+
+
+def test_tp_correction_removes_the_first_pairs_backward_allreduce():
+    layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
+    profile = ModelProfile("mlp", 16, (layer,) * 4)
+    comm = ConstantBandwidthModel(1e9, 1e9, intra_latency_s=1e-5)
+    # batch 32 doubles the profile's 4096 activation bytes
+    expected = comm.time_s("all_reduce", 8192.0, Group(2))
+    assert tp_unused_backward_allreduce_s(profile, comm, SETUP) == pytest.approx(expected)
+    gpt = PredictionSetup(32, 4, 2, (0, 2, 2, 0))  # a block's input comes from the embedding
+    assert tp_unused_backward_allreduce_s(profile, comm, gpt) == 0.0
