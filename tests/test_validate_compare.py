@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from paraplan.core import ConstantBandwidthModel, Group, LayerProfile, ModelProfile, StrategyError
-from paraplan.validate import COLUMNS, Measurement, rel_err, summarise, validation_metrics, validation_table
+from paraplan.validate import (
+    COLUMNS,
+    Measurement,
+    rel_err,
+    summarise,
+    validation_metrics,
+    validation_table,
+)
 from paraplan.validate.predict import PredictionSetup, strategy_for, tp_unused_backward_allreduce_s
 
 
