@@ -110,3 +110,14 @@ def test_corrected_dp_without_overlap_is_close_to_distir_83d7fc3():
     exp = ex.Experiment("x", "x.yaml", "", ex.ModelSpec("mlp", 64, 4096), {"corrected": mode}, (series,))
     [sim] = ex._run_corrected(exp, mode, [(series, ex.expand(series)[0])])
     assert sim.timeline.speedup == pytest.approx(9.59, rel=0.01)
+
+
+def test_tensor_shards_read_a_t_th_of_each_weight():
+    profile = ex.mlp_profile(8, 1024, 512)
+    sharded = ex.tensor_sharded_profile(profile, 4)
+    la, sh = profile.layers[3], sharded.layers[3]
+    # what the engine computes per shard: fixed + (t - fixed) / T
+    per_shard = sh.fwd_fixed_s + (sh.fwd_s - sh.fwd_fixed_s) / 4
+    assert per_shard == pytest.approx(la.fwd_s / 4, rel=1e-12)
+    assert sh.bwd_fixed_s == pytest.approx(la.bwd_fixed_s / 4)
+    assert ex.tensor_sharded_profile(profile, 1) is profile

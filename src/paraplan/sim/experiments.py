@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from paraplan.core import (
@@ -348,8 +348,6 @@ def mlp_profile(layers: int, dim: int, batch_size: int) -> ModelProfile:
     Reading a weight matrix does not shrink with the micro-batch: each layer's fixed
     time is the intercept of its (exactly linear) time at `batch_size` and half of it.
     """
-    from dataclasses import replace
-
     from paraplan.profile.analytic import analytic_profile
     from paraplan.profile.specs import MLPSpec
 
@@ -438,9 +436,33 @@ def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[Seri
             virtual_stages=series.virtual_stages,
         )
         cluster, comm = physical_cluster(strategy.num_devices, mode)
-        tl = simulate(profiles[pt.batch_size], cluster, comm, strategy, pt.batch_size)
+        profile = profiles[pt.batch_size]
+        tl = simulate(tensor_sharded_profile(profile, pt.T), cluster, comm, strategy, pt.batch_size)
+        if pt.T > 1:  # speedup over one device running the unsharded model
+            single_s = float(profile.fwd_s_at(pt.batch_size).sum() + profile.bwd_s_at(pt.batch_size).sum())
+            tl = replace(tl, speedup=single_s / tl.step_time_s)
         out.append(Simulated("corrected", pt, schedule if pt.P > 1 else "", tl))
     return out
+
+
+def tensor_sharded_profile(profile: ModelProfile, tensor_degree: int) -> ModelProfile:
+    """The MLP profile as the engine's tensor-parallel model should see it.
+
+    The engine divides a layer's batch-proportional time by T and keeps its fixed time
+    (a per-call cost). In `mlp_profile` the fixed time is reading the weight matrix,
+    and a tensor-parallel shard reads only 1/T of it; so the fixed part becomes
+    fixed / T and the total is lowered to match: the engine then computes exactly
+    fixed / T + (t - fixed) / T per shard.
+    """
+    if tensor_degree == 1:
+        return profile
+    t = tensor_degree
+    layers = tuple(
+        replace(la, fwd_s=la.fwd_s - la.fwd_fixed_s * (1 - 1 / t), fwd_fixed_s=la.fwd_fixed_s / t,
+                bwd_s=la.bwd_s - la.bwd_fixed_s * (1 - 1 / t), bwd_fixed_s=la.bwd_fixed_s / t)
+        for la in profile.layers
+    )
+    return replace(profile, layers=layers)
 
 
 @dataclass(frozen=True)
