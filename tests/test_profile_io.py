@@ -65,3 +65,11 @@ def test_missing_column_and_missing_meta(tmp_path):
     path.write_text(HEADER + "0,a,1,2,3,4\n")
     with pytest.raises(InputFileError, match=r"meta\.json"):
         read_profile(path)
+
+
+def test_meta_keeps_profile_name_and_model_apart(tmp_path):
+    profile = ModelProfile("gpt-small", 8, (LayerProfile("a", 1.0, 2.0, 3.0, 4.0),), meta={"model": "gpt"})
+    csv_path, mpath = write_profile(profile, tmp_path / "gpt-small.csv")
+    meta = json.loads(mpath.read_text())
+    assert (meta["name"], meta["model"], meta["batch_size"], meta["num_layers"]) == ("gpt-small", "gpt", 8, 1)
+    assert read_profile(csv_path).name == "gpt-small"

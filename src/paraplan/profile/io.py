@@ -64,11 +64,13 @@ def profile_to_csv_text(profile: ModelProfile) -> str:
 def write_profile(profile: ModelProfile, csv_path: str | Path) -> tuple[Path, Path]:
     """Write the CSV and its meta JSON atomically; returns both paths.
 
-    The meta holds `batch_size`, `model` (the profile's name) and everything in
-    `profile.meta` (device, dtype, threads, method, repeats, model settings, ...).
+    The meta holds `name` (the profile's), `model` (the model it profiles; the name when
+    `profile.meta` has none), `batch_size`, `num_layers` and everything else in
+    `profile.meta` (device, dtype, threads, method, repeats, model_settings, ...).
     """
     csv_path = Path(csv_path)
-    meta = {"model": profile.name, "batch_size": profile.batch_size, "num_layers": profile.num_layers}
+    meta = {"name": profile.name, "model": profile.meta.get("model", profile.name),
+            "batch_size": profile.batch_size, "num_layers": profile.num_layers}
     meta.update({k: v for k, v in profile.meta.items() if k not in meta})
     write_text(csv_path, profile_to_csv_text(profile))
     mpath = meta_path(csv_path)
@@ -165,5 +167,5 @@ def read_profile(path: str | Path, batch_size: int | None = None) -> ModelProfil
     else:
         meta = read_meta(path) if meta_path(path).is_file() else {}
         meta["batch_size"] = batch_size
-    name = str(meta.get("model") or path.stem)
+    name = str(meta.get("name") or meta.get("model") or path.stem)
     return parse_profile_csv(text, path, batch_size, name, meta)
