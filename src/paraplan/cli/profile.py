@@ -25,30 +25,32 @@ ORDER = 30
 
 # command-line option -> spec setting (a model rejects the settings it does not take)
 _MODEL_OPTIONS = {
-    "layers": (int, "MLP layers / GPT transformer blocks"),
-    "input_dim": (int, "MLP input features"),
-    "hidden_dim": (int, "MLP hidden features"),
-    "output_dim": (int, "MLP output features"),
-    "hidden": (int, "GPT hidden size"),
-    "heads": (int, "GPT attention heads"),
-    "seq_len": (int, "GPT sequence length"),
-    "vocab": (int, "GPT vocabulary size"),
-    "blocks": (str, "ResNet bottleneck blocks per stage, e.g. 3,4,6,3"),
-    "width": (int, "ResNet first-stage bottleneck channels"),
-    "image_size": (int, "ResNet input image side"),
-    "num_classes": (int, "ResNet classes"),
+    "layers": (int, "MLP layers (4) / GPT transformer blocks (4)"),
+    "input_dim": (int, "MLP input features (1024)"),
+    "hidden_dim": (int, "MLP hidden features (1024)"),
+    "output_dim": (int, "MLP output features (1024)"),
+    "hidden": (int, "GPT hidden size (256)"),
+    "heads": (int, "GPT attention heads (4)"),
+    "seq_len": (int, "GPT sequence length (128)"),
+    "vocab": (int, "GPT vocabulary size (1024)"),
+    "blocks": (str, "ResNet bottleneck blocks per stage (3,4,6,3)"),
+    "width": (int, "ResNet first-stage bottleneck channels (64)"),
+    "image_size": (int, "ResNet input image side (224)"),
+    "num_classes": (int, "ResNet classes (1000)"),
 }
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model name: mlp, gpt or resnet")
-    models = parser.add_argument_group("model settings (defaults: see paraplan.profile.specs)")
+    models = parser.add_argument_group("model settings (defaults in parentheses; paraplan.profile.specs)")
     for key, (kind, text) in _MODEL_OPTIONS.items():
-        models.add_argument(f"--{key.replace('_', '-')}", dest=f"spec_{key}", type=kind, default=None, help=text)
-    models.add_argument("--bias", dest="spec_bias", action=argparse.BooleanOptionalAction, default=None,
-                        help="MLP Linear layers with bias")
-    parser.add_argument("--batch", type=int, default=None, help="batch size of the profile (default 32)")
+        models.add_argument(f"--{key.replace('_', '-')}", dest=f"spec_{key}", type=kind,
+                            default=argparse.SUPPRESS, metavar="N" if kind is int else "LIST", help=text)
+    models.add_argument("--bias", dest="spec_bias", action=argparse.BooleanOptionalAction,
+                        default=argparse.SUPPRESS, help="MLP Linear layers with bias (on)")
+    parser.add_argument("--batch", type=int, default=argparse.SUPPRESS, metavar="B",
+                        help="batch size of the profile (32)")
     parser.add_argument("--batches", default=None,
                         help="several batch sizes, e.g. 8,16,32: fit time(b) = fixed + per_sample x b per "
                         "layer; the CSV keeps the largest batch plus fwd_fixed_s/bwd_fixed_s")
@@ -71,17 +73,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _spec_settings(args: argparse.Namespace) -> dict[str, object]:
     keys = [*_MODEL_OPTIONS, "bias"]
-    return {k: getattr(args, f"spec_{k}") for k in keys if getattr(args, f"spec_{k}") is not None}
+    return {k: getattr(args, f"spec_{k}") for k in keys if hasattr(args, f"spec_{k}")}
 
 
 def _batches(args: argparse.Namespace) -> list[int]:
+    batch = getattr(args, "batch", None)
     if args.batches:
         batches = sorted(set(int_list(args.batches, "--batches")))
-        if args.batch is not None and args.batch != batches[-1]:
+        if batch is not None and batch != batches[-1]:
             raise ConfigError("--batch", f"with --batches the profile is at the largest ({batches[-1]}), "
-                              f"got --batch {args.batch}")
+                              f"got --batch {batch}")
     else:
-        batches = [args.batch if args.batch is not None else 32]
+        batches = [batch if batch is not None else 32]
     if min(batches) < 1:
         raise ConfigError("--batch", f"batch sizes must be >= 1, got {batches}")
     return batches
