@@ -92,3 +92,11 @@ def test_gpu_clusters_list_float32_peaks(repo_root):
 def test_unknown_combine_is_a_config_error():
     with pytest.raises(ConfigError, match="combine"):
         analytic_profile(make_spec("mlp"), 8, DISTIR, "average")  # type: ignore[arg-type]
+
+
+def test_distir_corrected_sequential_anchor():
+    # 83d7fc3 (4 bytes per element in the MatMul memory term): sequential 285.445 ms
+    spec = make_spec("mlp", {"layers": 64, "input_dim": 4096, "hidden_dim": 4096, "output_dim": 4096,
+                             "bias": False})
+    profile = analytic_profile(spec, 4096, DISTIR, "sum", dtype="float32", include_loss=True)
+    assert (profile.fwd_s.sum() + profile.bwd_s.sum()) * 1e3 == pytest.approx(285.445, abs=5e-4)
