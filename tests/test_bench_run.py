@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +133,37 @@ def test_nccl_without_cuda_and_unknown_backends_are_clear_errors(tmp_path, capsy
     assert main(["bench", "--collectives", "all_reduce,allreduce", "-o", str(tmp_path), "--no-track"]) == 2
     assert "unknown value 'allreduce'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """Processes of this user whose environment carries `mark`."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if mark.encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_ctrl_c_stops_every_rank_and_writes_nothing(tmp_path):
+    """SIGINT to the command (SIGTERM takes the same path)."""
+    mark = f"paraplan-test-{uuid.uuid4().hex}"
+    env = {**os.environ, FAULT_ENV: "1:all_reduce:hang", "PARAPLAN_TEST_MARK": mark}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paraplan.cli.main", "bench", "--world-size", "2",
+         "--collectives", "all_reduce", "--max-bytes", "64", "--timeout", "120",
+         "-o", str(tmp_path), "--no-track"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )
+    for line in proc.stderr:  # wait until the ranks are measuring (rank 1 is hanging)
+        if line.startswith("# paraplan bench: all_reduce"):
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 130
+    assert "interrupted; no partial output was kept" in rest
+    assert not list(tmp_path.iterdir())
+    assert _marked_processes(mark) == []

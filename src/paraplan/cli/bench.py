@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -98,11 +99,21 @@ def run(args: argparse.Namespace) -> int:
             sizes_bytes=tuple(sizes), dtype=args.dtype, warmup=args.warmup, iters=args.iters,
             timeout_s=args.timeout, a2av_samples=tuple(samples),
         ))
-    for job in jobs:
-        printer = _TablePrinter(job, args.nodes)
-        outcome = run_bench(job, on_start=printer.start, on_result=printer.row)
-        _write_outputs(args, job, outcome)
+    # SIGTERM (Snakemake stopping the job, a batch scheduler) ends the command like
+    # Ctrl-C: ranks are stopped and no file is left half-written.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for job in jobs:
+            printer = _TablePrinter(job, args.nodes)
+            outcome = run_bench(job, on_start=printer.start, on_result=printer.row)
+            _write_outputs(args, job, outcome)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class _TablePrinter:

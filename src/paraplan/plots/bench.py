@@ -10,9 +10,12 @@ import pandas as pd
 from paraplan.plots.style import PALETTE, new_figure, save_figure
 
 
-def _size_axis(ax) -> None:
+def _size_axis(ax, sweep: bool) -> None:
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes, nccl-tests convention)")
+    if sweep:
+        ax.set_xlabel("message size (bytes, nccl-tests convention)")
+    else:
+        ax.set_xlabel("largest rank's input buffer (bytes)")
 
 
 def bench_figure(frame: pd.DataFrame, stem: str | Path) -> list[Path]:
@@ -41,14 +44,14 @@ def bench_figure(frame: pd.DataFrame, stem: str | Path) -> list[Path]:
     else:
         err = np.vstack([data["time_us"] - p10, p90 - data["time_us"]])
         lat_ax.errorbar(sizes, data["time_us"], yerr=err, fmt="o", ms=3, color=PALETTE[0],
-                        elinewidth=0.6, label="median, p10-p90 (one sample each)")
+                        elinewidth=0.6, label="median and p10-p90 per exchange")
         bw_ax.scatter(sizes, data["busbw_GBps"], s=9, color=PALETTE[1], label="busbw")
     lat_ax.set_yscale("log")
     lat_ax.set_ylabel("time per call (us)")
     bw_ax.set_yscale("log")
     bw_ax.set_ylabel("bandwidth (GB/s)")
     for ax in (lat_ax, bw_ax):
-        _size_axis(ax)
+        _size_axis(ax, sweep)
         ax.legend(loc="upper left")
     fig.suptitle(title)
     return save_figure(fig, stem)
