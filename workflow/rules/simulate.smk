@@ -26,8 +26,10 @@ rule simulate:
     wildcard_constraints:
         experiment="[A-Za-z0-9_.-]+",
     params:
-        outdir=f"{RESULTS}/simulations/{{experiment}}",
+        outdir=lambda wildcards, output: os.path.dirname(output.results),
         repeats=SIMULATE["repeats"],
+    conda:
+        "../../environment.yml"
     shell:
         "paraplan simulate --experiment {input.experiment} -o {params.outdir}"
         " --figures {output.figures} --repeats {params.repeats}"
