@@ -90,6 +90,16 @@ def _batches(args: argparse.Namespace) -> list[int]:
     return batches
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _measure(args, spec, batches):
     import numpy as np
     import torch
@@ -122,7 +132,7 @@ def _measure(args, spec, batches):
         for i in range(len(model.names))
     )
     device_name = (torch.cuda.get_device_name() if args.device == "cuda"
-                   else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)")
+                   else f"cpu ({_cpu_model()}, {os.cpu_count()} cores)")
     checks = {
         "whole_step_s": top.whole_step_s,
         "sum_vs_whole_rel_err": top.sum_vs_whole_rel_err,
