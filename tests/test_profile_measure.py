@@ -23,8 +23,15 @@ def test_tiny_mlp_profile_values_and_exact_bytes():
     assert list(times.activation_bytes) == [4 * 8 * 64, 4 * 8 * 64, 4 * 8 * 16]
 
 
-def test_sum_of_layers_is_close_to_whole_step_for_ms_layers():
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_sum_of_layers_is_close_to_whole_step_for_ms_layers(one_thread):
     spec = make_spec("mlp", {"layers": 2, "input_dim": 1024, "hidden_dim": 1024, "output_dim": 1024})
     times = measure_layers(build_model(spec), batch=64, repeats=7, warmup=2)
     assert times.fwd_s.min() > 5e-4
