@@ -5,10 +5,11 @@ return the rows of `results.csv` (DESIGN.md) with the simulation's wall time.
 Modes:
 - `distir-v0.1`: DistIR's own semantics and cost model (`sim/distir_compat.py`), to
   reproduce seed 000's published figures.
-- `corrected`: paraplan's physical engine (`sim/engine.py`) on the same MLP with
-  physical costs (4 bytes per element, bandwidth in bits per second).
+- `corrected`: paraplan's physical engine (`paraplan.sim.simulate`) on the same MLP
+  with physical costs (4 bytes per element, bandwidth in bits per second).
 
-A `unit` model simulates pipeline schedules with unit costs (seed 001's charts); an
+A `unit` model runs bare pipelines with unit costs (`paraplan.sim.simulate_pipeline`,
+seed 001's charts); an
 experiment with `figure: gantt` draws every timeline as a Gantt chart and exports it
 as a Chrome trace.
 """
