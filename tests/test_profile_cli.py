@@ -12,7 +12,16 @@ from paraplan.profile.io import read_profile
 from paraplan.profile.specs import profile_cli_args
 
 
-def test_profile_tiny_mlp_with_batch_scaling_and_chart(tmp_path, capsys):
+@pytest.fixture
+def keep_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_profile_tiny_mlp_with_batch_scaling_and_chart(tmp_path, capsys, keep_threads):
     out = tmp_path / "mlp.csv"
     code = main(["profile", "--model", "mlp", "--layers", "2", "--input-dim", "16", "--hidden-dim", "32",
                  "--output-dim", "8", "--batches", "2,4", "--repeats", "2", "--warmup", "1", "--threads", "1",
