@@ -1,5 +1,6 @@
-"""Per-layer bar chart of a profile: forward and backward time (stacked), and the
-output activation and parameter bytes of each layer."""
+"""Per-layer bar chart of a profile: forward and backward time (stacked), and per
+layer the activation bytes crossing the cut after it (its output, for a chain) and its
+parameter bytes."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def plot_profile(profile: ModelProfile, stem: str | Path, title: str | None = No
     top.legend(loc="upper right")
     top.set_title(title or f"{profile.name}: {n} layers, fwd {fwd_ms.sum():.3g} ms, bwd {bwd_ms.sum():.3g} ms")
     width = 0.4
-    bottom.bar(x - width / 2, profile.activation_bytes / 1e6, width, color=PALETTE[1], label="output activation")
+    bottom.bar(x - width / 2, profile.activation_bytes / 1e6, width, color=PALETTE[1], label="activation crossing the cut after the layer")
     bottom.bar(x + width / 2, profile.param_bytes / 1e6, width, color=PALETTE[4], label="parameters")
     bottom.set_ylabel("MB (1e6 bytes)")
     bottom.set_xlabel("layer (execution order)")
