@@ -1,0 +1,131 @@
+# Fit stage: one `paraplan fit` per cluster over the bench CSVs of
+# results/collectives/{cluster}/ (config["bench"]: collectives x world sizes), and
+# for every log listed in config["fit"]["logs"] an `ingest` job (the log as a bench
+# CSV) followed by its own fit. Fits are pure computation: no measure resource.
+import re
+
+FIT = config["fit"]
+FIT_LOGS = {entry["name"]: entry for entry in FIT["logs"]}
+FIT_BENCH_COLLECTIVES = [c for c in config["bench"]["collectives"] if c != "all_to_allv"]
+FIT_A2AV = "all_to_allv" in config["bench"]["collectives"]
+if CLUSTER in FIT_LOGS:
+    raise ValueError(
+        f"config fit.logs: log name '{CLUSTER}' equals the cluster name; "
+        "both would write results/fits/<name>/"
+    )
+# {log} matches only the listed names; for those, fit_log (not fit) makes the fit.
+_FIT_LOG_NAMES = "|".join(re.escape(name) for name in sorted(FIT_LOGS)) or "(?!)"
+
+
+ruleorder: fit_log > fit
+
+
+# The bench CSVs the cluster's fit reads (all_to_allv samples included).
+_FIT_INPUT_COLLECTIVES = [*FIT_BENCH_COLLECTIVES, *(["all_to_allv"] if FIT_A2AV else [])]
+
+
+# Each fit.logs entry's overrides as `paraplan ingest` options.
+FIT_INGEST_ARGS = {
+    name: " ".join(
+        [
+            f"--format {entry['format']}",
+            *(["--in-place"] if entry.get("in_place") else []),
+            *(
+                f"--{key.replace('_', '-')} {entry[key]}"
+                for key in ("world_size", "nodes", "collective")
+                if entry.get(key) is not None
+            ),
+        ]
+    )
+    for name, entry in FIT_LOGS.items()
+}
+
+
+_FIT_OUTPUTS = {
+    "json": f"{RESULTS}/fits/{{cluster}}/comm_model.json",
+    "figures": report(
+        directory(f"{FIGURES}/fit/{{cluster}}"),
+        patterns=["{name}.png"],
+        caption="../report/fit.rst",
+        category="fit",
+    ),
+}
+if FIT_A2AV:
+    _FIT_OUTPUTS["a2av"] = f"{RESULTS}/fits/{{cluster}}/all_to_allv_errors.csv"
+
+
+rule fit:
+    input:
+        lambda wildcards: expand(
+            f"{RESULTS}/collectives/{wildcards.cluster}/{{collective}}_n{{world}}.csv",
+            collective=_FIT_INPUT_COLLECTIVES,
+            world=config["bench"]["world_sizes"],
+        ),
+    output:
+        **_FIT_OUTPUTS,
+    log:
+        f"{LOGS}/fit/{{cluster}}.log",
+    benchmark:
+        f"{BENCHMARKS}/fit/{{cluster}}.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+    params:
+        a2av=lambda wildcards, output: f"--a2av-out {output.a2av}" if FIT_A2AV else "",
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit {input} -o {output.json} --plots {output.figures} {params.a2av}"
+        " --rule fit --wildcards cluster={wildcards.cluster} > {log} 2>&1"
+
+
+rule ingest:
+    input:
+        lambda wildcards: FIT_LOGS[wildcards.log]["path"],
+    output:
+        f"{RESULTS}/collectives/{{log}}/ingested.csv",
+    log:
+        f"{LOGS}/ingest/{{log}}.log",
+    benchmark:
+        f"{BENCHMARKS}/ingest/{{log}}.tsv"
+    wildcard_constraints:
+        log=_FIT_LOG_NAMES,
+    params:
+        args=lambda wildcards: FIT_INGEST_ARGS[wildcards.log],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan ingest {input} {params.args} -o {output}"
+        " --rule ingest --wildcards log={wildcards.log} > {log} 2>&1"
+
+
+rule fit_log:
+    input:
+        f"{RESULTS}/collectives/{{log}}/ingested.csv",
+    output:
+        json=f"{RESULTS}/fits/{{log}}/comm_model.json",
+        figures=report(
+            directory(f"{FIGURES}/fit/{{log}}"),
+            patterns=["{name}.png"],
+            caption="../report/fit.rst",
+            category="fit",
+        ),
+    log:
+        f"{LOGS}/fit/{{log}}.log",
+    benchmark:
+        f"{BENCHMARKS}/fit/{{log}}.tsv"
+    wildcard_constraints:
+        log=_FIT_LOG_NAMES,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit {input} -o {output.json} --plots {output.figures}"
+        " --rule fit_log --wildcards log={wildcards.log} > {log} 2>&1"
+
+
+rule fit_all:
+    input:
+        f"{RESULTS}/fits/{CLUSTER}/comm_model.json",
+        expand(f"{RESULTS}/fits/{{log}}/comm_model.json", log=sorted(FIT_LOGS)),
+
+
+ALL_TARGETS.extend(rules.fit_all.input)
