@@ -111,3 +111,36 @@ def test_two_point_sweep_chooses_a_model_and_one_point_is_refused():
     assert chosen.model == "alpha_beta" and np.isnan(chosen.heldout_gmae)
     with pytest.raises(ValueError, match="at least 2 distinct sizes"):
         fit_sweep("broadcast", 2, 1, np.array([1e3, 1e3]), np.array([1e-5, 2e-5]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rough_sweeps_fit_and_predict_finite_times(seed):
+    """Congested, protocol-switching, flat and decreasing sweeps of any length: every
+    model fits without warnings and the comm model predicts finite positive times
+    inside, outside and beyond the measured world size."""
+    import json
+    import warnings
+
+    from paraplan.comm.model import FittedCommModel, fits_document
+    from paraplan.core import Group
+
+    rng = np.random.default_rng(seed)
+    for case in range(6):
+        n = int(rng.integers(2, 30))
+        sizes = 2.0 ** np.arange(4, 4 + n)
+        base = rng.uniform(1e-6, 1e-3) + sizes / rng.uniform(1e7, 1e12)
+        times = [
+            base * rng.lognormal(0, 0.5, n),  # congested network
+            base * np.where(sizes > sizes[n // 2], 3.0, 1.0),  # protocol switch
+            np.full(n, 1e-4),  # flat
+            base[::-1].copy(),  # decreasing
+            base * (1 + 0.5 * np.sin(np.arange(n))),  # wavy
+            np.maximum(base + rng.normal(0, base.mean(), n), 1e-7),  # additive noise
+        ][case]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            entries = fit_sweep("all_gather", 4, 1, sizes, times)
+        model = FittedCommModel.from_dict(json.loads(json.dumps(fits_document(entries), allow_nan=False)))
+        for group in (Group(4, 1), Group(16, 2)):
+            predicted = [model.time_s("all_gather", q, group) for q in np.geomspace(1, 2**40, 25)]
+            assert np.all(np.isfinite(predicted)) and min(predicted) > 0

@@ -87,3 +87,9 @@ def test_ingest_command_round_trip(shared_dir, tmp_path, capsys):
     assert main(["ingest", "--no-track", "--format", "nccl-tests", str(empty), "-o", str(tmp_path / "e.csv")]) == 2
     assert f"{empty}: empty file" in capsys.readouterr().err
     assert not (tmp_path / "e.csv").exists()
+
+
+def test_in_place_is_refused_for_param(shared_dir, tmp_path, capsys):
+    args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(shared_dir)), "-o", str(tmp_path / "p.csv")]
+    assert main(args) == 2
+    assert "config key 'in_place'" in capsys.readouterr().err
