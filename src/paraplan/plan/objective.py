@@ -1,0 +1,128 @@
+"""The planner's objective: DAPPLE's iteration latency of a hybrid plan.
+
+HPGO form (what its code computes, and what paraplan minimises), with M micro-batches,
+per-micro-batch stage times c_s (compute of the stage's layers on b / r_s samples, b the
+micro-batch of one pipeline copy), boundary transfers x_s (2 x activation bytes / link)
+and gradient all-reduces A_s of each stage's replicas:
+
+    B       = max(max_s c_s, max_s x_s)                    (the pipeline's block)
+    latency = (M - 1) B + sum_s c_s + sum_s x_s + max_s max(0, A_s - s B)
+
+Stage s (0-based from the front) finishes its last backward s blocks before stage 0,
+so its all-reduce hides behind s blocks. speedup = T / latency, T the single-device
+time of the whole global batch.
+
+The paper's form (DAPPLE, PPoPP'21, Sec. 4) around a pivot stage Q:
+    warmup = sum_{s<=Q} F_s;  steady = (M - 1)(F_Q + B_Q);
+    ending = max_s (A_s minus the backward work behind which it hides)
+with transfers counted as stages of their own; `paper_latency_s` computes it for a plan
+(pivot = the slowest stage), for comparison only.
+
+A plan is feasible when every replica gets at least one sample per micro-batch and
+every stage's device holds its model state and the activations
+of its in-flight micro-batches: with 1F1B stage s holds min(M, S - s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paraplan.plan.problem import PlanProblem
+from paraplan.plan.records import HybridPlan, PlannedStage, StageSlot
+
+
+def hpgo_latency_s(block_s: float, microbatches: int, path_s: float, allreduce_s: Sequence[float]) -> float:
+    """(M - 1) B + path + max_s max(0, A_s - s B); `path_s` = sum of stage times and transfers."""
+    ending = max([0.0, *(a - s * block_s for s, a in enumerate(allreduce_s))])
+    return (microbatches - 1) * block_s + path_s + ending
+
+
+def paper_latency_s(fwd_s: Sequence[float], bwd_s: Sequence[float], microbatches: int,
+                    allreduce_s: Sequence[float]) -> float:
+    """DAPPLE paper's warmup + steady + ending, pivot Q = the stage with the largest
+    F + B; transfers may be passed as stages of their own (with no all-reduce)."""
+    q = max(range(len(fwd_s)), key=lambda s: fwd_s[s] + bwd_s[s])
+    warmup = sum(fwd_s[: q + 1])
+    steady = (microbatches - 1) * (fwd_s[q] + bwd_s[q])
+    tail = sum(bwd_s[: q + 1])  # the last micro-batch's backward back to stage 0
+    ending = max(a - sum(bwd_s[:s]) for s, a in enumerate(allreduce_s))
+    return warmup + steady + tail + max(0.0, ending)
+
+
+def layout_slots(widths_layers: Sequence[tuple[int, int, int]]) -> list[StageSlot]:
+    """[(first, stop, width), ...] packed left to right inside a pipeline copy."""
+    slots, offset = [], 0
+    for first, stop, width in widths_layers:
+        slots.append(StageSlot(first, stop, width, offset))
+        offset += width
+    return slots
+
+
+def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: int,
+                    slots: Sequence[StageSlot]) -> HybridPlan | None:
+    """The latency of one layout, or None when it breaks a rule (memory, devices, more
+    stages than micro-batches). Scalar reference for the searches."""
+    n = problem.num_devices
+    if n % pipeline_devices:
+        return None
+    copies = n // pipeline_devices
+    if problem.global_batch % (copies * microbatches):
+        return None
+    b = problem.global_batch / (copies * microbatches)
+    num_stages = len(slots)
+    if num_stages == 0 or num_stages > microbatches:
+        return None
+    if slots[0].first != 0 or slots[-1].stop != problem.num_layers:
+        return None
+    block = 0.0
+    path = 0.0
+    allreduce = []
+    for s, slot in enumerate(slots):
+        if slot.width < 1 or slot.stop <= slot.first:
+            return None
+        if slot.offset + slot.width > pipeline_devices:
+            return None
+        if s > 0 and (slots[s - 1].stop != slot.first or slots[s - 1].offset + slots[s - 1].width != slot.offset):
+            return None
+        samples = b / slot.width
+        if samples < 1:
+            return None
+        inflight = min(microbatches, num_stages - s)
+        if problem.stage_max_inflight(slot.first, slot.stop, samples) < inflight:
+            return None
+        c = float(problem.compute_s(slot.first, slot.stop, samples))
+        x = 0.0
+        if s > 0:
+            prev = slots[s - 1]
+            intra = problem.in_one_node(prev.offset, slot.offset + slot.width - 1, pipeline_devices, copies)
+            x = float(problem.transfer_s(problem.cut_bytes_per_sample[slot.first] * b, intra))
+        nodes = problem.nodes_spanned(slot.offset, slot.width, pipeline_devices, copies)
+        params = problem.param_prefix_bytes[slot.stop] - problem.param_prefix_bytes[slot.first]
+        allreduce.append(float(problem.allreduce_s(params, copies * slot.width, nodes)))
+        block = max(block, c, x)
+        path += c + x
+    latency = hpgo_latency_s(block, microbatches, path, allreduce)
+    return make_plan(problem, pipeline_devices, microbatches, slots, latency)
+
+
+def make_plan(problem: PlanProblem, pipeline_devices: int, microbatches: int,
+              slots: Sequence[StageSlot], latency_s: float) -> HybridPlan:
+    copies = problem.num_devices // pipeline_devices
+    stages = tuple(
+        PlannedStage(
+            first_layer=slot.first,
+            last_layer=slot.stop - 1,
+            devices=tuple(sorted(c * pipeline_devices + slot.offset + k
+                                 for c in range(copies) for k in range(slot.width))),
+        )
+        for slot in slots
+    )
+    return HybridPlan(
+        stages=stages,
+        microbatches=microbatches,
+        copies=copies,
+        pipeline_devices=pipeline_devices,
+        microbatch_samples=problem.global_batch / (copies * microbatches),
+        latency_s=latency_s,
+        speedup=problem.single_device_s / latency_s,
+    )
