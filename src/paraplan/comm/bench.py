@@ -226,6 +226,12 @@ def _failure_message(state: _RankState, job: BenchJob) -> str:
 
 def _hang_message(states: Sequence[_RankState], job: BenchJob) -> str:
     running = [s for s in states if not s.done]
+    if not running:
+        stuck = ", ".join(str(s.rank) for s in states if s.process.poll() is None)
+        return (
+            f"rank(s) {stuck} finished measuring but did not exit within {job.timeout_s:g} s "
+            "(--timeout); all ranks were stopped and no results were written"
+        )
     behind = min(s.progress for s in running)
     laggards = [s for s in running if s.progress == behind]
     names = ", ".join(str(s.rank) for s in laggards)
