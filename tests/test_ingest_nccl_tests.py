@@ -146,3 +146,11 @@ def test_unknown_collective_needs_the_option():
         parse_nccl_tests(text, "h.log")
     rows = parse_nccl_tests(text, "h.log", ImportOptions(collective="all_to_all")).rows
     assert rows[0].collective == "all_to_all"
+
+
+@pytest.mark.parametrize("tag", ["[1,0]<stdout>:", "0: "])
+def test_launcher_tags_are_removed(shared_dir, tag):
+    text = _log(shared_dir, "04_gh200_alps_2node_1gpu_all_reduce").read_text()
+    tagged = "\n".join(tag + line for line in text.splitlines())
+    rows = parse_nccl_tests(tagged, "tagged.log").rows
+    assert len(rows) == 8 and rows[0].size_bytes == 1048576 and rows[0].world_size == 2

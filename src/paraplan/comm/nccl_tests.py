@@ -1,7 +1,8 @@
 """Import nccl-tests / rccl-tests stdout (same layout) into bench-CSV rows.
 
 A table row is `size count type [redop [root]] | time algbw busbw #wrong` for
-out-of-place, then the same four for in-place. Everything that does not start like
+out-of-place, then the same four for in-place. Launcher tags (OpenMPI
+`[1,0]<stdout>:`, `srun -l`'s `0: `) are removed first. Everything that does not start like
 a row (shell prompts, prose, `#` comments, environment dumps, footers) is skipped;
 a line whose first two tokens are integers starts like a row and must parse, or it
 is an `InputFileError` naming the file and line. Zero-size rows are dropped.
@@ -37,6 +38,8 @@ from paraplan.core import InputFileError, busbw_factor
 
 _RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
 _PERF_RE = re.compile(r"\b([A-Za-z_]+?)_perf(?:_mpi)?\b")
+# Launcher tags in front of every line: OpenMPI --tag-output "[1,0]<stdout>:", srun -l "0: ".
+_TAG_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))\s?")
 _STARTING_RE = re.compile(r"Collective test starting:\s*([A-Za-z_]+?)(?:_perf)?\b")
 
 
@@ -139,7 +142,7 @@ def parse_nccl_tests(text: str, path: str | Path, options: ImportOptions = DEFAU
             current = _Table(current.collective_raw, current.collective_line, dict(current.ranks))
 
     for lineno, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
+        stripped = _TAG_RE.sub("", line, count=1).strip()
         if not stripped:
             continue
         if stripped.startswith("#"):
