@@ -95,11 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", required=True, type=Path, help="output CSV")
     parser.add_argument("--in-place", action="store_true", help="nccl-tests: read the in-place columns")
     parser.add_argument("--world-size", type=_positive, default=None,
-                        help="ranks (default: count the log's rank lines)")
+                        help="ranks; when omitted, the log's rank lines are counted")
     parser.add_argument("--nodes", type=_positive, default=None,
-                        help="nodes (default: count the distinct host names of the log)")
+                        help="nodes; when omitted, the log's distinct host names are counted")
     parser.add_argument("--collective", default=None,
-                        help="collective (default: from the log's command line or header)")
+                        help="collective; when omitted, read from the log's command line or header")
     parser.add_argument("--batch-size", type=_positive, default=None,
                         help="pipedream: the profile's batch size (default: the file name's -pbs-N)")
     add_tracking_arguments(parser)
