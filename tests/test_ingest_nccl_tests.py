@@ -154,3 +154,19 @@ def test_launcher_tags_are_removed(shared_dir, tag):
     tagged = "\n".join(tag + line for line in text.splitlines())
     rows = parse_nccl_tests(tagged, "tagged.log").rows
     assert len(rows) == 8 and rows[0].size_bytes == 1048576 and rows[0].world_size == 2
+
+
+def test_old_nccl_tests_layout_without_group_redop_or_root():
+    """nccl-tests 2.0-era output: no `Group` in rank lines, all_gather rows without
+    redop/root, an `error` column printed as a float."""
+    text = (
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+        "#   Rank  0 Pid  40017 on     node1 device  0 [0x06] Tesla V100-SXM2-16GB\n"
+        "#   Rank  1 Pid  40018 on     node1 device  1 [0x07] Tesla V100-SXM2-16GB\n"
+        "#                                                     out-of-place                       in-place\n"
+        "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "        1024           128   float    10.00    0.10    0.05  0e+00    10.00    0.10    0.05  0e+00\n"
+        "     4194304        524288   float   400.00   10.49    5.24  0e+00   400.00   10.49    5.24  0e+00\n"
+    )
+    rows = parse_nccl_tests(text, "old.log", ImportOptions(collective="all_gather")).rows
+    assert [(r.size_bytes, r.time_us, r.world_size, r.nodes) for r in rows] == [(1024, 10.0, 2, 1), (4194304, 400.0, 2, 1)]

@@ -36,7 +36,8 @@ from paraplan.comm.log_common import (
 )
 from paraplan.core import InputFileError, busbw_factor
 
-_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
+# "Group N" is absent in nccl-tests before 2.11
+_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
 _PERF_RE = re.compile(r"\b([A-Za-z_]+?)_perf(?:_mpi)?\b")
 # Launcher tags in front of every line: OpenMPI --tag-output "[1,0]<stdout>:", srun -l "0: ".
 _TAG_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))\s?")
