@@ -108,3 +108,24 @@ def test_fit_logs_to_mlflow(shared_dir, tmp_path, monkeypatch):
     assert run.data.metrics["heldout_gmae_table__all_reduce_n2"] == pytest.approx(table["heldout_gmae"])
     assert "gmae_sigmoid_bw__all_reduce_n2" in run.data.metrics
     assert run.data.params["chosen.all_reduce_n2.model"] == next(f["model"] for f in fits if f["chosen"])
+
+
+def test_param_all_to_allv_sweep_is_fitted_as_a_sweep(tmp_path):
+    """PARAM's all_to_allv is an even size sweep (no DLRM sample columns): it gets
+    its own fits, which the comm model then uses for all_to_allv."""
+    from paraplan.comm.model import FittedCommModel
+    from paraplan.comm.param_log import parse_param
+    from paraplan.core import Group
+
+    lines = ["world_size: 4"]
+    for k in range(10, 20):
+        size, time_us = 2**k, 20.0 + 2**k / 1e3
+        lines.append(f"COMMS-RES-all_to_allv-float32 {size} {size // 16} {time_us} 1 1 1 1 0 0")
+    csv = tmp_path / "a2av_sweep.csv"
+    write_csv(csv, rows_frame(parse_param("\n".join(lines), "p.txt").rows))
+    out = tmp_path / "cm.json"
+    assert main(["fit", "--no-track", str(csv), "-o", str(out)]) == 0
+    model = FittedCommModel.from_json(out)
+    assert model.measured() == [("all_to_allv", 4, "intra")]
+    prediction = model.predict("all_to_allv", 2**15, Group(4))
+    assert prediction.flags == () and prediction.time_s == pytest.approx((20.0 + 2**15 / 1e3) * 1e-6, rel=1e-3)

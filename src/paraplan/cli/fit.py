@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
-    from paraplan.comm.fit_a2av import a2av_frame, predict_a2av
+    from paraplan.comm.fit_a2av import a2av_frame, predict_a2av, sample_rows
     from paraplan.comm.fit_input import read_sweep_csv
     from paraplan.comm.fit_sweep import fit_frame
     from paraplan.comm.model import FittedCommModel, fits_document
@@ -60,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
     frames = [read_sweep_csv(path) for path in args.inputs]
     frame = pd.concat(frames, ignore_index=True, sort=False)
-    has_a2av = bool((frame["collective"] == "all_to_allv").any())
-    if not (frame["collective"] != "all_to_allv").any():
+    samples = sample_rows(frame)
+    has_a2av = bool(samples.any())
+    if samples.all():
         raise InputFileError(args.inputs[0], "no size sweeps to fit (only all_to_allv samples); add the all_to_all CSV")
     if args.a2av_out is not None and not has_a2av:
         raise InputFileError(args.inputs[0], "--a2av-out given but no input has all_to_allv rows")
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         from paraplan.core import Group
         from paraplan.plots.fit import plot_a2av, plot_sweep
 
-        sweeps = frame.loc[frame["collective"] != "all_to_allv"]
+        sweeps = frame.loc[~samples]
         for key, name in names.items():
             rows = sweeps.loc[
                 (sweeps["collective"] == key[0]) & (sweeps["world_size"] == key[1]) & (sweeps["nodes"] == key[2])

@@ -24,6 +24,15 @@ VARIANTS: tuple[str, ...] = ("sum", "max_of_max", "max_of_sum")
 ELEMENT_BYTES = 4
 
 
+def sample_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the uneven all_to_allv samples (rows with a `global_batch`);
+    all_to_allv rows without one (e.g. PARAM's even all_to_allv sweep) are sweeps."""
+    is_a2av = (frame["collective"] == "all_to_allv").to_numpy()
+    if "global_batch" not in frame.columns:
+        return np.zeros(len(frame), dtype=bool)
+    return is_a2av & frame["global_batch"].notna().to_numpy()
+
+
 def parse_tables(text: str) -> tuple[int, ...]:
     """ "3-17-5" -> (3, 17, 5)."""
     return tuple(int(part) for part in str(text).split("-") if part != "")
@@ -70,7 +79,7 @@ def predict_a2av(frame: pd.DataFrame, model) -> list[A2AVResult]:
     (bench CSV with `global_batch, tables_per_rank, dim`), predicted by `model`
     (`FittedCommModel`) through its `all_to_all` fit."""
     results = []
-    rows = frame.loc[frame["collective"] == "all_to_allv"]
+    rows = frame.loc[sample_rows(frame)]
     for (world, nodes), group_rows in rows.groupby(["world_size", "nodes"], sort=True):
         group = Group(int(world), int(nodes))
         measured = group_rows["time_us"].to_numpy(float) * 1e-6

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paraplan.comm.results import A2AV_COLUMNS, COLUMNS
+from paraplan.comm.results import COLUMNS
 from paraplan.core import InputFileError
 
 # Columns a CSV must have to be fitted (the rest are informative).
@@ -40,8 +40,4 @@ def read_sweep_csv(path: str | Path) -> pd.DataFrame:
                 path, f"column '{column}' must be a positive number, got '{frame[column].iloc[bad[0]]}'", line=int(bad[0]) + 2
             )
         frame[column] = values
-    if "all_to_allv" in set(frame["collective"]):
-        missing = [c for c in A2AV_COLUMNS if c not in frame.columns]
-        if missing:
-            raise InputFileError(path, f"all_to_allv rows need the column(s) {', '.join(missing)}")
     return frame

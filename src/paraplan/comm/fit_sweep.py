@@ -147,10 +147,12 @@ def _choice_key(entry: FitEntry, order: int) -> tuple[float, float, int]:
 
 def fit_frame(frame) -> list[FitEntry]:
     """Fit every (collective, world size, nodes) sweep of a bench-CSV frame (the
-    all_to_allv samples are predicted, not fitted: `fit_a2av`). Where a sweep has
+    uneven all_to_allv samples are predicted, not fitted: `fit_a2av`). Where a sweep has
     both in-place and out-of-place rows, the out-of-place ones are fitted."""
     entries: list[FitEntry] = []
-    sweeps = frame.loc[frame["collective"] != "all_to_allv"]
+    from paraplan.comm.fit_a2av import sample_rows
+
+    sweeps = frame.loc[~sample_rows(frame)]
     for (collective, world, nodes), rows in sweeps.groupby(["collective", "world_size", "nodes"], sort=True):
         if "in_place" in rows.columns and rows["in_place"].nunique() > 1:
             rows = rows.loc[~rows["in_place"].astype(str).str.lower().isin(("true", "1"))]

@@ -8,8 +8,8 @@
 How a prediction is made for (collective, nbytes, group):
 1. The group's size and tier (`intra`: one node, `inter`: several, `Group.tier`)
    select the fit entries of that collective, world size and tier. `all_to_allv`
-   uses the even `all_to_all` fits (nbytes is then an effective size, see
-   `paraplan.comm.fit_a2av`).
+   without fits of its own (e.g. a PARAM all_to_allv sweep) uses the even
+   `all_to_all` fits (nbytes is then an effective size, see `paraplan.comm.fit_a2av`).
 2. Measured world size, nbytes inside the measured size range: the chosen model.
 3. Measured world size, nbytes outside the range: flag `outside_range`; alpha-beta,
    anchored to the chosen model at the nearest edge (t_edge x ab(nbytes) / ab(edge)),
@@ -192,7 +192,9 @@ class FittedCommModel:
     def _resolve(self, collective: str, world: int, tier: str) -> Callable[[float], Prediction]:
         if collective == "send_recv":
             return self._link_predictor("send_recv", world, tier, (FLAG_DERIVED,), prefer="send_recv")
-        fitted = _ALIASES.get(collective, collective)
+        fitted = collective
+        if self._find(collective, world, tier) is None and not any(e.collective == collective for e in self._entries):
+            fitted = _ALIASES.get(collective, collective)
         chosen = self._find(fitted, world, tier)
         ab = self._find(fitted, world, tier, "alpha_beta")
         if chosen is None or ab is None:
