@@ -35,25 +35,29 @@ def _run(spec: WorkloadSpec, layers: list[nn.Module]) -> tuple[torch.Tensor, flo
     return out.detach(), float(loss.detach()), {n: p.grad for n, p in model.named_parameters()}
 
 
-def _tp_rank(rank: int, world: int) -> dict:
-    return {
+def _rank(rank: int, world: int) -> dict:
+    """Everything the tests below check, in one launch of 2 ranks (spawning is slow)."""
+    out = {
         name: _run(spec, tensor_parallel_layers(list(spec.build().layers), rank, world))
         for name, spec in (("mlp", MLP), ("gpt", GPT))
     }
+    for schedule in ("1f1b", "gpipe"):
+        out[schedule] = _pp_rank(rank, world, schedule, 3)
+    return out
 
 
 @pytest.fixture(scope="module")
-def tp_ranks():
-    return run_ranks(_tp_rank, world_size=2)
+def ranks():
+    return run_ranks(_rank, world_size=2)
 
 
 @pytest.mark.slow
-def test_megatron_split_of_mlp_pairs_matches_the_unsplit_mlp(tp_ranks):
+def test_megatron_split_of_mlp_pairs_matches_the_unsplit_mlp(ranks):
     ref_out, ref_loss, ref = _run(MLP, copy.deepcopy(list(MLP.build().layers)))
     # no dead ReLU hides a missing gradient reduction
     assert all(float(ref[f"{i}.linear.weight"].norm()) > 1e-3 for i in range(5))
-    for rank, ranks in enumerate(tp_ranks):
-        out, loss, grads = ranks["mlp"]
+    for rank, res in enumerate(ranks):
+        out, loss, grads = res["mlp"]
         # every rank sees the full output after the forward all-reduce
         torch.testing.assert_close(out, ref_out)
         assert loss == pytest.approx(ref_loss, rel=1e-12)
@@ -68,11 +72,11 @@ def test_megatron_split_of_mlp_pairs_matches_the_unsplit_mlp(tp_ranks):
 
 
 @pytest.mark.slow
-def test_megatron_split_of_transformer_blocks_matches_the_unsplit_gpt(tp_ranks):
+def test_megatron_split_of_transformer_blocks_matches_the_unsplit_gpt(ranks):
     ref_out, ref_loss, ref = _run(GPT, copy.deepcopy(list(GPT.build().layers)))
     hidden = 8
-    for rank, ranks in enumerate(tp_ranks):
-        out, loss, grads = ranks["gpt"]
+    for rank, res in enumerate(ranks):
+        out, loss, grads = res["gpt"]
         torch.testing.assert_close(out, ref_out)
         assert loss == pytest.approx(ref_loss, rel=1e-12)
         for layer in (1, 2):  # the blocks; embedding (0) and head (3) are replicated
@@ -108,13 +112,13 @@ def _pp_rank(rank: int, world: int, schedule: str, microbatches: int) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
-def test_two_stage_pipeline_matches_single_process(schedule):
+def test_two_stage_pipeline_matches_single_process(ranks, schedule):
     _, ref_loss, ref = _run(MLP, copy.deepcopy(list(MLP.build().layers)))
-    ranks = run_ranks(_pp_rank, (schedule, 3), world_size=2)
-    assert ranks[0]["loss"] == 0.0  # only the last stage computes the loss
-    assert ranks[1]["loss"] == pytest.approx(ref_loss, rel=1e-12)
-    assert set(ranks[0]["grads"]) | set(ranks[1]["grads"]) == set(ref)
-    for res in ranks:
+    stages = [res[schedule] for res in ranks]
+    assert stages[0]["loss"] == 0.0  # only the last stage computes the loss
+    assert stages[1]["loss"] == pytest.approx(ref_loss, rel=1e-12)
+    assert set(stages[0]["grads"]) | set(stages[1]["grads"]) == set(ref)
+    for res in stages:
         for name, grad in res["grads"].items():
             torch.testing.assert_close(grad, ref[name])
 

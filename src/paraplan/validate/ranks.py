@@ -63,8 +63,15 @@ def run_ranks(
         nprocs=world_size, join=False, start_method="spawn",
     )
     deadline = time.monotonic() + timeout_s + 60
+    messages: list = []
     try:
-        while not procs.join(timeout=0.5):
+        # read while waiting: a result larger than the pipe's buffer blocks its rank
+        # until someone reads it
+        while True:
+            while not queue.empty():
+                messages.append(queue.get())
+            if procs.join(timeout=0.2):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ranks did not finish within {timeout_s + 60:.0f} s")
     except mp.ProcessRaisedException:
@@ -73,9 +80,10 @@ def run_ranks(
         for proc in procs.processes:
             if proc.is_alive():
                 proc.terminate()
-    results: dict[int, Any] = {}
     while not queue.empty():
-        rank, ok, value = queue.get()
+        messages.append(queue.get())
+    results: dict[int, Any] = {}
+    for rank, ok, value in messages:
         if not ok:
             raise RuntimeError(f"rank {rank} failed:\n{value}")
         results[rank] = pickle.loads(value)
