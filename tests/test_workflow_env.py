@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from paraplan import workflow_env
 from paraplan.track import ENV_CONFIG_DIGEST, ENV_INVOCATION, config_digest
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment(monkeypatch):
+    """prepare_environment writes os.environ; monkeypatch restores these keys after each test."""
+    for key in (ENV_INVOCATION, ENV_CONFIG_DIGEST, "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(key, "placeholder")
+        monkeypatch.delenv(key)
 
 
 def test_invocation_id_is_kept_when_inherited(monkeypatch):
