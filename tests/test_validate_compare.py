@@ -15,7 +15,12 @@ from paraplan.validate import (
     validation_metrics,
     validation_table,
 )
-from paraplan.validate.predict import PredictionSetup, strategy_for, tp_unused_backward_allreduce_s
+from paraplan.validate.predict import (
+    PredictionSetup,
+    both_busy_fraction,
+    strategy_for,
+    tp_unused_backward_allreduce_s,
+)
 
 
 def test_rel_err_is_predicted_over_measured_minus_one():
@@ -77,3 +82,24 @@ def test_tp_correction_removes_the_first_pairs_backward_allreduce():
     assert tp_unused_backward_allreduce_s(profile, comm, SETUP) == pytest.approx(expected)
     gpt = PredictionSetup(32, 4, 2, (0, 2, 2, 0))  # a block's input comes from the embedding
     assert tp_unused_backward_allreduce_s(profile, comm, gpt) == 0.0
+
+
+def _timeline(device, stream, start, end):
+    from paraplan.core import Timeline
+
+    n = len(device)
+    return Timeline(np.array(device), np.array(stream, dtype=np.int8), np.zeros(n, dtype=np.int8),
+                    np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32), np.array(start, float),
+                    np.array(end, float), step_time_s=max(end), batch_size=1, num_devices=2,
+                    speedup=1.0, bubble_fraction=0.0)
+
+
+def test_both_busy_fraction_reads_the_overlap_of_the_compute_streams():
+    # rank 0 computes [0, 2], rank 1 [1, 3]: 1 s of 2 together
+    assert both_busy_fraction(_timeline([0, 1], [0, 0], [0, 1], [2, 3])) == pytest.approx(0.5)
+    # identical work (data parallel): always together; communication (stream 1) does not count
+    tl = _timeline([0, 1, 0, 1], [0, 0, 1, 1], [0, 0, 1, 1], [1, 1, 5, 5])
+    assert both_busy_fraction(tl) == pytest.approx(1.0)
+    # a 2-stage pipeline's fill and drain: F0 on 0, then F1 on 0 beside F0 on 1, then F1 on 1
+    tl = _timeline([0, 0, 1, 1], [0, 0, 0, 0], [0, 1, 1, 2], [1, 2, 2, 3])
+    assert both_busy_fraction(tl) == pytest.approx(0.5)

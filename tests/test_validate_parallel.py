@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from paraplan.core import StrategyError
+from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, balanced_boundary, schedule_ops
 from paraplan.validate.ranks import run_ranks
 from paraplan.validate.tensor_parallel import tensor_parallel_layers, tp_allreduce_counts
@@ -43,7 +44,23 @@ def _rank(rank: int, world: int) -> dict:
     }
     for schedule in ("1f1b", "gpipe"):
         out[schedule] = _pp_rank(rank, world, schedule, 3)
+    for overlap in (False, True):
+        out[f"dp_overlap={overlap}"] = _dp_rank(rank, world, overlap)
     return out
+
+
+def _dp_rank(rank: int, world: int, overlap: bool) -> dict:
+    """Each rank the half of the batch; gradients summed through the flat buffer."""
+    work = MLP.build()
+    layers = [layer.double() for layer in work.layers]
+    grads = GradientBuffer(layers, overlap)
+    x, y = work.make_batch(BATCH, torch.Generator().manual_seed(7))
+    xs, ys = x.double().chunk(world), y.double().chunk(world)
+    for _ in range(2):  # a second step after zero() must give the same gradients
+        grads.zero()
+        (work.loss(nn.Sequential(*layers)(xs[rank]), ys[rank]) / world).backward()
+        grads.synchronise()
+    return {f"{i}.{n}": p.grad.clone() for i, layer in enumerate(layers) for n, p in layer.named_parameters()}
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +137,17 @@ def test_two_stage_pipeline_matches_single_process(ranks, schedule):
     assert set(stages[0]["grads"]) | set(stages[1]["grads"]) == set(ref)
     for res in stages:
         for name, grad in res["grads"].items():
+            torch.testing.assert_close(grad, ref[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overlap", [False, True])
+def test_data_parallel_gradients_equal_the_whole_batch(ranks, overlap):
+    _, _, ref = _run(MLP, copy.deepcopy(list(MLP.build().layers)))
+    for res in ranks:
+        grads = res[f"dp_overlap={overlap}"]
+        assert set(grads) == set(ref)
+        for name, grad in grads.items():
             torch.testing.assert_close(grad, ref[name])
 
 

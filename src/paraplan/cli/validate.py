@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     micro = batch / args.microbatches
     cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
     setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)))
-    predicted = predict_step_times(profile, cluster, comm, strategies, setup)
+    uncorrected = predict_step_times(profile, cluster, comm, strategies, setup)  # fails early on bad input
 
     cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
@@ -127,22 +127,33 @@ def run(args: argparse.Namespace) -> int:
     print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
           f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
           f"{cut}, {args.backend}", file=sys.stderr)
-    measured = run_strategies(cfg)
-    return _finish(args, profile.name, model, settings, setup, threads, measured, predicted)
+    result = run_strategies(cfg)
+    predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
+    print(f"contention: whole-model forward+backward alone {_ms(result.alone_s)} ms, all ranks at once "
+          f"{_ms(result.together_s)} ms: compute x {result.contention_factor:.3f}")
+    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected)
 
 
-def _finish(args, name, model, settings, setup, threads, measured, predicted) -> int:
+def _ms(values) -> str:
+    return "/".join(f"{v * 1e3:.2f}" for v in values)
+
+
+def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected) -> int:
     from paraplan.cli.common import track
     from paraplan.files import write_csv
     from paraplan.track import RunLog
     from paraplan.validate import validation_metrics, validation_table
 
+    measured = result.measured
     table = validation_table(measured, predicted)
     write_csv(args.output, table)
-    print(f"{'strategy':<12}{'measured ms':>12}{'p10':>9}{'p90':>9}{'predicted ms':>14}{'rel_err':>9}")
+    print(f"{'strategy':<12}{'measured ms':>12}{'p10':>9}{'p90':>9}{'predicted ms':>14}{'rel_err':>9}"
+          f"{'uncorrected ms':>16}{'rel_err':>9}")
     for row in table.itertuples(index=False):
+        raw = uncorrected[row.strategy]
         print(f"{row.strategy:<12}{row.measured_s * 1e3:12.2f}{row.measured_p10_s * 1e3:9.2f}"
-              f"{row.measured_p90_s * 1e3:9.2f}{row.predicted_s * 1e3:14.2f}{row.rel_err:+9.1%}")
+              f"{row.measured_p90_s * 1e3:9.2f}{row.predicted_s * 1e3:14.2f}{row.rel_err:+9.1%}"
+              f"{raw * 1e3:16.2f}{raw / row.measured_s - 1:+9.1%}")
     abs_err = table["rel_err"].abs()
     print(f"wrote {args.output}: |rel_err| median {abs_err.median():.1%}, max {abs_err.max():.1%}")
 
@@ -152,6 +163,10 @@ def _finish(args, name, model, settings, setup, threads, measured, predicted) ->
 
         artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured")
     metrics = validation_metrics(table)
+    metrics["contention_factor"] = result.contention_factor
+    for strategy, raw in uncorrected.items():
+        metrics[f"predicted_uncorrected_s__{strategy}"] = raw
+        metrics[f"rel_err_uncorrected__{strategy}"] = raw / measured[strategy].median_s - 1
     step_metrics = {f"step_time_s__{s}": list(enumerate(m.step_times_s)) for s, m in measured.items()}
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,

@@ -5,8 +5,19 @@ Each strategy becomes a `Strategy` on the 2 devices of the cluster and goes thro
 the layout the real run uses (pipeline cut, micro-batches, one gradient bucket per
 layer for the overlapped all-reduce, the model's tensor-parallel all-reduces).
 
-One documented correction is applied on top of the simulator, because it is a
-fact of the real run the simulator cannot know:
+Two documented corrections are applied on top of the simulator, because they are
+facts of the real run the simulator cannot know:
+- Contention (`compute_factor`): the profile times each layer in one process; in
+  the real run every rank computes at the same time and on a CPU the ranks share
+  cores, caches and memory bandwidth (and, on a shared machine, the other tenants'
+  load). The validate stage measures the factor at run time (the whole model's
+  forward + backward on all ranks at once over each rank alone, see
+  `runner.calibrate_contention`). Compute slows down only while both ranks compute,
+  so the profiled times are multiplied by 1 + (factor - 1) x overlap, where
+  overlap is the share of a rank's compute time during which the other rank
+  computes too, read from the simulated timeline (1 for dp and tp2, less for the
+  pipelines' fill and drain); overlap and timeline are iterated to a fixed point.
+  Without it (factor 1) the prediction is the simulator's as is; both are reported.
 - `tp2`: when the model's first layer starts a Linear pair, the pair's input is
   the data, which needs no gradient, so its backward all-reduce never runs
   (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
@@ -16,7 +27,9 @@ fact of the real run the simulator cannot know:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from paraplan.core import Cluster, CommModel, Group, ModelProfile, Strategy, StrategyError
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
@@ -64,26 +77,77 @@ def tp_unused_backward_allreduce_s(profile: ModelProfile, comm: CommModel, setup
     return float(comm.time_s("all_reduce", nbytes, Group(WORLD_SIZE, 1)))
 
 
+def scale_compute(profile: ModelProfile, factor: float) -> ModelProfile:
+    """The profile with every forward and backward time (and fixed part) x `factor`."""
+    if not factor > 0:
+        raise ValueError(f"compute factor must be > 0, got {factor}")
+    layers = tuple(
+        replace(la, fwd_s=la.fwd_s * factor, bwd_s=la.bwd_s * factor,
+                fwd_fixed_s=la.fwd_fixed_s * factor, bwd_fixed_s=la.bwd_fixed_s * factor)
+        for la in profile.layers
+    )
+    return ModelProfile(profile.name, profile.batch_size, layers, meta=profile.meta)
+
+
+CONTENTION_ITERATIONS = 4
+
+
+def both_busy_fraction(timeline) -> float:
+    """Share of the ranks' compute time (mean over ranks) during which every rank's
+    compute stream is busy at once."""
+    from paraplan.core.timeline import STREAMS
+
+    compute = timeline.stream == STREAMS.index("compute")
+    devices = np.unique(timeline.device[compute])
+    if devices.size < 2:
+        return 0.0
+    points = np.unique(np.concatenate([timeline.start_s[compute], timeline.end_s[compute]]))
+    if points.size < 2:
+        return 0.0
+    mids, widths = (points[:-1] + points[1:]) / 2, np.diff(points)
+    busy = []
+    for d in devices:
+        sel = compute & (timeline.device == d)
+        order = np.argsort(timeline.start_s[sel])
+        starts, ends = timeline.start_s[sel][order], timeline.end_s[sel][order]
+        idx = np.searchsorted(starts, mids, side="right") - 1
+        busy.append((idx >= 0) & (mids < ends[np.clip(idx, 0, None)]))
+    all_busy = np.logical_and.reduce(busy)
+    per_rank = np.mean([widths[b].sum() for b in busy])
+    return float(widths[all_busy].sum() / per_rank) if per_rank > 0 else 0.0
+
+
 def predict_step_times(
     profile: ModelProfile,
     cluster: Cluster,
     comm: CommModel,
     strategies: Sequence[str],
     setup: PredictionSetup,
+    compute_factor: float = 1.0,
 ) -> dict[str, float]:
-    """Predicted step time (s) of each strategy at `setup.batch_size` samples."""
-    from paraplan.sim import simulate
-
+    """Predicted step time (s) of each strategy at `setup.batch_size` samples, with
+    compute slowed by `compute_factor` while both ranks compute (see the module doc)."""
     if cluster.num_devices < WORLD_SIZE:
         raise StrategyError(f"cluster '{cluster.name}' has {cluster.num_devices} devices, need {WORLD_SIZE}")
     out: dict[str, float] = {}
     for name in strategies:
-        timeline = simulate(
-            profile, cluster, comm, strategy_for(name, setup), setup.batch_size,
-            grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
-        )
+        timeline = _simulate(profile, cluster, comm, name, setup, 1.0)
+        if compute_factor != 1.0:
+            for _ in range(CONTENTION_ITERATIONS):
+                effective = 1.0 + (compute_factor - 1.0) * both_busy_fraction(timeline)
+                timeline = _simulate(profile, cluster, comm, name, setup, effective)
         step_s = timeline.step_time_s
         if name == "tp2":
             step_s -= tp_unused_backward_allreduce_s(profile, comm, setup)
         out[name] = float(step_s)
     return out
+
+
+def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor: float):
+    from paraplan.sim import simulate
+
+    scaled = scale_compute(profile, factor) if factor != 1.0 else profile
+    return simulate(
+        scaled, cluster, comm, strategy_for(name, setup), setup.batch_size,
+        grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
+    )

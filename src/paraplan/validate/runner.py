@@ -10,6 +10,7 @@ Every rank uses `threads_per_rank` threads (cores // ranks on a CPU machine).
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from torch import nn
 
 from paraplan.core import ConfigError, StrategyError
 from paraplan.validate.compare import Measurement, summarise
-from paraplan.validate.data_parallel import OverlappedGradientSync, allreduce_gradients
+from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, schedule_ops
 from paraplan.validate.ranks import run_ranks
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
@@ -82,20 +83,22 @@ def _sgd_update(params: list[nn.Parameter]) -> Callable[[], None]:
 
 
 def _data_parallel(work: Workload, cfg: RunConfig, rank: int, device, overlap: bool) -> StepFns:
-    model = nn.Sequential(*copy.deepcopy(list(work.layers))).to(device)
+    layers = [layer.to(device) for layer in copy.deepcopy(list(work.layers))]
+    model = nn.Sequential(*layers)
     gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)  # each replica its own data
     x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // WORLD_SIZE, gen))
-    params = [p for p in model.parameters() if p.requires_grad]
-    sync = OverlappedGradientSync(params) if overlap else None
+    grads = GradientBuffer(layers, overlap)
+    opt = torch.optim.SGD(grads.params, lr=LEARNING_RATE)
 
     def step() -> None:
         (work.loss(model(x), y) / WORLD_SIZE).backward()
-        if sync is not None:
-            sync.wait()
-        else:
-            allreduce_gradients(params)
+        grads.synchronise()
 
-    return step, _sgd_update(params)
+    def update() -> None:
+        opt.step()
+        grads.zero()
+
+    return step, update
 
 
 def _tensor_parallel(work: Workload, cfg: RunConfig, rank: int, device) -> StepFns:
@@ -169,12 +172,55 @@ def _time_steps(step: Callable[[], None], update: Callable[[], None], cfg: RunCo
     return times
 
 
-def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict[str, list[list[float]]]:
-    """One rank: every strategy in turn; returns per strategy the step times of all
-    ranks (gathered, so rank 0 holds the same lists)."""
+CALIBRATION_WARMUP = 2
+CALIBRATION_REPEATS = 5
+
+
+def _compute_pass_s(work: Workload, x: torch.Tensor, y: torch.Tensor, device) -> float:
+    """One forward + backward of the whole model, no communication."""
+    model = nn.Sequential(*work.layers)
+    cuda = device.type == "cuda"
+    start = time.perf_counter()
+    work.loss(model(x), y).backward()
+    if cuda:
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+    for p in model.parameters():
+        p.grad = None
+    return elapsed
+
+
+def calibrate_contention(work: Workload, cfg: RunConfig, rank: int, world_size: int, device) -> dict:
+    """How much slower compute gets when every rank computes at once: the whole
+    model's forward + backward (at batch / ranks samples), first on each rank alone
+    while the others wait, then on all ranks together. On a CPU the ranks share
+    cores, caches and memory bandwidth, which the profile (one process) cannot see.
+    Returns median times: {"alone_s", "together_s"} for this rank."""
+    layers = [layer.to(device) for layer in copy.deepcopy(list(work.layers))]
+    local = Workload(work.name, layers, work.make_batch, work.loss)
+    gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
+    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // world_size, gen))
+    reps = CALIBRATION_WARMUP + CALIBRATION_REPEATS
+    alone: list[float] = []
+    for turn in range(world_size):
+        dist.barrier()
+        if turn == rank:
+            alone = [_compute_pass_s(local, x, y, device) for _ in range(reps)]
+        dist.barrier()
+    together = []
+    for _ in range(reps):
+        dist.barrier()
+        together.append(_compute_pass_s(local, x, y, device))
+    med = statistics.median
+    return {"alone_s": med(alone[CALIBRATION_WARMUP:]), "together_s": med(together[CALIBRATION_WARMUP:])}
+
+
+def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
+    """One rank: the contention calibration, then every strategy in turn; returns
+    the calibration and per strategy the step times of all ranks (gathered)."""
     device = torch.device("cuda", rank) if cfg.backend == "nccl" else torch.device("cpu")
     work = cfg.workload.build()
-    results: dict[str, list[list[float]]] = {}
+    results: dict = {"calibration": calibrate_contention(work, cfg, rank, world_size, device)}
     for name in cfg.strategies:
         step, update = build_step(name, work, cfg, rank, device)
         times = torch.tensor(_time_steps(step, update, cfg, device), dtype=torch.float64, device=device)
@@ -184,11 +230,28 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict[str, list[lis
     return results
 
 
-def run_strategies(cfg: RunConfig) -> dict[str, Measurement]:
-    """Spawn the ranks, run every strategy of `cfg`, return the step times (slowest
-    rank per step) in the order of `cfg.strategies`."""
-    raw = run_ranks(
+@dataclass(frozen=True)
+class RunResult:
+    """Step times per strategy, and the compute slowdown when all ranks compute at
+    once (median over ranks of together / alone)."""
+
+    measured: dict[str, Measurement]
+    contention_factor: float
+    alone_s: tuple[float, ...]
+    together_s: tuple[float, ...]
+
+
+def run_strategies(cfg: RunConfig) -> RunResult:
+    """Spawn the ranks, calibrate, run every strategy of `cfg`; step times are the
+    slowest rank's per step, in the order of `cfg.strategies`."""
+    per_rank = run_ranks(
         _rank_main, (cfg,), world_size=WORLD_SIZE, backend=cfg.backend,
         threads_per_rank=cfg.threads_per_rank, timeout_s=cfg.timeout_s,
-    )[0]
-    return {name: summarise(name, raw[name]) for name in cfg.strategies}
+    )
+    raw = per_rank[0]
+    alone = tuple(r["calibration"]["alone_s"] for r in per_rank)
+    together = tuple(r["calibration"]["together_s"] for r in per_rank)
+    factor = statistics.median(t / a for t, a in zip(together, alone, strict=True))
+    return RunResult(
+        {name: summarise(name, raw[name]) for name in cfg.strategies}, float(factor), alone, together
+    )
