@@ -7,6 +7,12 @@ import os
 
 VALIDATE = config["validate"]
 VALIDATE_MODELS = sorted(VALIDATE["models"])
+_UNPROFILED = [name for name in VALIDATE_MODELS if name not in config["profile"]["models"]]
+if _UNPROFILED:
+    raise ValueError(
+        f"config validate.models.{_UNPROFILED[0]}: no such profile; validate.models takes "
+        f"names from profile.models ({', '.join(sorted(config['profile']['models']))})"
+    )
 
 
 rule validate:
