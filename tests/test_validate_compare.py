@@ -103,3 +103,26 @@ def test_both_busy_fraction_reads_the_overlap_of_the_compute_streams():
     # a 2-stage pipeline's fill and drain: F0 on 0, then F1 on 0 beside F0 on 1, then F1 on 1
     tl = _timeline([0, 0, 1, 1], [0, 0, 0, 0], [0, 1, 1, 2], [1, 2, 2, 3])
     assert both_busy_fraction(tl) == pytest.approx(0.5)
+
+
+def test_saturated_cpu_predicts_overlap_as_serial_per_layer_allreduces():
+    from paraplan.clusters import load_cluster
+    from paraplan.validate.predict import predict_step_times
+
+    layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
+    profile = ModelProfile("mlp", 32, (layer,) * 4)
+    latency_s = 1e-4
+    comm = ConstantBandwidthModel(1e9, 1e9, intra_latency_s=latency_s)
+    cluster = load_cluster("local-cpu")
+    free = PredictionSetup(32, 4, 2, (0, 1, 0, 1))
+    busy = PredictionSetup(32, 4, 2, (0, 1, 0, 1), comm_uses_compute_cores=True)
+    t_free = predict_step_times(profile, cluster, comm, ["dp", "dp_overlap"], free)
+    t_busy = predict_step_times(profile, cluster, comm, ["dp", "dp_overlap"], busy)
+    # no overlap: compute (b = 16 per rank) then one ring all-reduce of 4 MB over 2 ranks
+    assert t_free["dp"] == pytest.approx(4 * 1.5e-3 + 2 * latency_s + 4e6 / 1e9)
+    assert t_free["dp_overlap"] < t_free["dp"]
+    # 4 per-layer all-reduces in series: the same bytes, 3 more latencies of 2 alpha each
+    assert t_busy["dp_overlap"] == pytest.approx(t_free["dp"] + 3 * 2 * latency_s)
+    # contention x 2 while both ranks compute: data parallel ranks always compute together
+    t_slow = predict_step_times(profile, cluster, comm, ["dp"], free, compute_factor=2.0)
+    assert t_slow["dp"] == pytest.approx(2 * 4 * 1.5e-3 + 2 * latency_s + 4e6 / 1e9)

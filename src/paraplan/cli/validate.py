@@ -118,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
                              f"meta's settings has {len(layers)}")
     micro = batch / args.microbatches
     cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
-    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)))
-    uncorrected = predict_step_times(profile, cluster, comm, strategies, setup)  # fails early on bad input
+    cores = os.cpu_count() or 1
+    saturated = args.backend == "gloo" and threads * 2 >= cores
+    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)),
+                            comm_uses_compute_cores=saturated)
+    plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
+    uncorrected = predict_step_times(profile, cluster, comm, strategies, plain)  # fails early on bad input
 
     cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
@@ -129,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
           f"{cut}, {args.backend}", file=sys.stderr)
     result = run_strategies(cfg)
     predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
+    if saturated:
+        print(f"gloo ranks fill all {cores} cores: dp_overlap predicted without overlap")
     print(f"contention: whole-model forward+backward alone {_ms(result.alone_s)} ms, all ranks at once "
           f"{_ms(result.together_s)} ms: compute x {result.contention_factor:.3f}")
     return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected)
@@ -174,6 +180,7 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
         "batch_size": setup.batch_size, "microbatches": setup.microbatches,
         "pipeline_boundary": setup.pipeline_boundary, "steps": args.steps, "warmup": args.warmup,
         "threads_per_rank": threads, "backend": args.backend,
+        "comm_uses_compute_cores": setup.comm_uses_compute_cores,
     }
     track(args, RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
                        step_metrics=step_metrics, artifacts=artifacts))

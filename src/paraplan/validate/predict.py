@@ -18,6 +18,11 @@ facts of the real run the simulator cannot know:
   computes too, read from the simulated timeline (1 for dp and tp2, less for the
   pipelines' fill and drain); overlap and timeline are iterated to a fixed point.
   Without it (factor 1) the prediction is the simulator's as is; both are reported.
+- Overlap on a saturated CPU (`comm_uses_compute_cores`): gloo reduces and copies
+  with the CPU, so when the ranks' threads already fill every core, an all-reduce
+  started during backward takes its cycles from backward instead of running beside
+  it. `dp_overlap` is then predicted without overlap: the `dp` step with its one
+  all-reduce replaced by the per-layer all-reduces the overlapped run issues.
 - `tp2`: when the model's first layer starts a Linear pair, the pair's input is
   the data, which needs no gradient, so its backward all-reduce never runs
   (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
@@ -48,6 +53,7 @@ class PredictionSetup:
     pipeline_boundary: int  # first layer of pipeline stage 1
     tp_allreduces: tuple[float, ...]  # per layer, see tensor_parallel.tp_allreduce_counts
     first_pair_input_needs_grad: bool = False
+    comm_uses_compute_cores: bool = False  # gloo ranks x threads >= cores: no overlap
 
 
 def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
@@ -137,10 +143,22 @@ def predict_step_times(
                 effective = 1.0 + (compute_factor - 1.0) * both_busy_fraction(timeline)
                 timeline = _simulate(profile, cluster, comm, name, setup, effective)
         step_s = timeline.step_time_s
+        if name == "dp_overlap" and setup.comm_uses_compute_cores:
+            step_s = _serialised_overlap_s(profile, cluster, comm, setup, timeline, compute_factor)
         if name == "tp2":
             step_s -= tp_unused_backward_allreduce_s(profile, comm, setup)
         out[name] = float(step_s)
     return out
+
+
+def _serialised_overlap_s(profile, cluster, comm, setup, overlapped, compute_factor: float) -> float:
+    """`dp_overlap` when communication cannot run beside compute: the `dp` step (same
+    contention correction) minus its single all-reduce plus one all-reduce per layer."""
+    dp = predict_step_times(profile, cluster, comm, ["dp"], setup, compute_factor)["dp"]
+    group = Group(WORLD_SIZE, 1)
+    whole = float(comm.time_s("all_reduce", profile.total_param_bytes, group))
+    per_layer = sum(float(comm.time_s("all_reduce", nb, group)) for nb in profile.param_bytes if nb > 0)
+    return dp - whole + per_layer
 
 
 def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor: float):

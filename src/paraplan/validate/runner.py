@@ -154,78 +154,71 @@ def build_step(name: str, work: Workload, cfg: RunConfig, rank: int, device) -> 
 # ---- the ranks ----
 
 
-def _time_steps(step: Callable[[], None], update: Callable[[], None], cfg: RunConfig, device) -> list[float]:
+def _timed(fn: Callable[[], None], device) -> float:
+    """Seconds from a barrier (all ranks start together) to the end of this rank's work."""
     cuda = device.type == "cuda"
-    times = []
-    for i in range(cfg.warmup + cfg.steps):
-        dist.barrier()
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if cuda:
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - start
-        update()
-        if i >= cfg.warmup:
-            times.append(elapsed)
-    return times
-
-
-CALIBRATION_WARMUP = 2
-CALIBRATION_REPEATS = 5
-
-
-def _compute_pass_s(work: Workload, x: torch.Tensor, y: torch.Tensor, device) -> float:
-    """One forward + backward of the whole model, no communication."""
-    model = nn.Sequential(*work.layers)
-    cuda = device.type == "cuda"
-    start = time.perf_counter()
-    work.loss(model(x), y).backward()
+    dist.barrier()
     if cuda:
         torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def _compute_pass(work: Workload, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """One forward + backward of the whole model, no communication."""
+
+    def run() -> None:
+        work.loss(model(x), y).backward()
+
+    return run
+
+
+def _clear(model: nn.Module) -> None:
     for p in model.parameters():
         p.grad = None
-    return elapsed
-
-
-def calibrate_contention(work: Workload, cfg: RunConfig, rank: int, world_size: int, device) -> dict:
-    """How much slower compute gets when every rank computes at once: the whole
-    model's forward + backward (at batch / ranks samples), first on each rank alone
-    while the others wait, then on all ranks together. On a CPU the ranks share
-    cores, caches and memory bandwidth, which the profile (one process) cannot see.
-    Returns median times: {"alone_s", "together_s"} for this rank."""
-    layers = [layer.to(device) for layer in copy.deepcopy(list(work.layers))]
-    local = Workload(work.name, layers, work.make_batch, work.loss)
-    gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
-    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // world_size, gen))
-    reps = CALIBRATION_WARMUP + CALIBRATION_REPEATS
-    alone: list[float] = []
-    for turn in range(world_size):
-        dist.barrier()
-        if turn == rank:
-            alone = [_compute_pass_s(local, x, y, device) for _ in range(reps)]
-        dist.barrier()
-    together = []
-    for _ in range(reps):
-        dist.barrier()
-        together.append(_compute_pass_s(local, x, y, device))
-    med = statistics.median
-    return {"alone_s": med(alone[CALIBRATION_WARMUP:]), "together_s": med(together[CALIBRATION_WARMUP:])}
 
 
 def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
-    """One rank: the contention calibration, then every strategy in turn; returns
-    the calibration and per strategy the step times of all ranks (gathered)."""
+    """One rank. Rounds of: the contention calibration (the whole model's forward +
+    backward at batch / ranks samples on each rank alone while the others wait, then
+    on all ranks at once), then one training step of every strategy. Interleaving
+    makes every strategy and the calibration see the same machine load, which on a
+    shared machine changes by the second. The first `warmup` rounds are not kept."""
     device = torch.device("cuda", rank) if cfg.backend == "nccl" else torch.device("cpu")
     work = cfg.workload.build()
-    results: dict = {"calibration": calibrate_contention(work, cfg, rank, world_size, device)}
-    for name in cfg.strategies:
-        step, update = build_step(name, work, cfg, rank, device)
-        times = torch.tensor(_time_steps(step, update, cfg, device), dtype=torch.float64, device=device)
-        gathered = [torch.empty_like(times) for _ in range(world_size)]
-        dist.all_gather(gathered, times)
+    steps = {name: build_step(name, work, cfg, rank, device) for name in cfg.strategies}
+    model = nn.Sequential(*[layer.to(device) for layer in copy.deepcopy(list(work.layers))])
+    gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
+    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // world_size, gen))
+    compute = _compute_pass(work, model, x, y)
+    times: dict[str, list[float]] = {name: [] for name in ("alone", "together", *cfg.strategies)}
+    for i in range(cfg.warmup + cfg.steps):
+        keep = i >= cfg.warmup
+        for turn in range(world_size):
+            if turn == rank:
+                elapsed = _timed(compute, device)
+                if keep:
+                    times["alone"].append(elapsed)
+            else:
+                dist.barrier()
+            _clear(model)
+        elapsed = _timed(compute, device)
+        _clear(model)
+        if keep:
+            times["together"].append(elapsed)
+        for name, (step, update) in steps.items():
+            elapsed = _timed(step, device)
+            update()
+            if keep:
+                times[name].append(elapsed)
+    results: dict = {}
+    for name, values in times.items():
+        local = torch.tensor(values, dtype=torch.float64, device=device)
+        gathered = [torch.empty_like(local) for _ in range(world_size)]
+        dist.all_gather(gathered, local)
         results[name] = [g.cpu().tolist() for g in gathered]
     return results
 
@@ -233,7 +226,8 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
 @dataclass(frozen=True)
 class RunResult:
     """Step times per strategy, and the compute slowdown when all ranks compute at
-    once (median over ranks of together / alone)."""
+    once: per rank the median of its passes alone and together; the factor is the
+    median over ranks of together / alone."""
 
     measured: dict[str, Measurement]
     contention_factor: float
@@ -242,16 +236,17 @@ class RunResult:
 
 
 def run_strategies(cfg: RunConfig) -> RunResult:
-    """Spawn the ranks, calibrate, run every strategy of `cfg`; step times are the
-    slowest rank's per step, in the order of `cfg.strategies`."""
+    """Spawn the ranks and run `cfg` (see `_rank_main`); step times are the slowest
+    rank's per step, in the order of `cfg.strategies`."""
     per_rank = run_ranks(
         _rank_main, (cfg,), world_size=WORLD_SIZE, backend=cfg.backend,
         threads_per_rank=cfg.threads_per_rank, timeout_s=cfg.timeout_s,
     )
     raw = per_rank[0]
-    alone = tuple(r["calibration"]["alone_s"] for r in per_rank)
-    together = tuple(r["calibration"]["together_s"] for r in per_rank)
-    factor = statistics.median(t / a for t, a in zip(together, alone, strict=True))
+    med = statistics.median
+    alone = tuple(med(times) for times in raw["alone"])
+    together = tuple(med(times) for times in raw["together"])
+    factor = med(t / a for t, a in zip(together, alone, strict=True))
     return RunResult(
         {name: summarise(name, raw[name]) for name in cfg.strategies}, float(factor), alone, together
     )
