@@ -2,15 +2,21 @@
 simulator's prediction of the same strategies.
 
 Spawns 2 ranks (torch.distributed: gloo on CPU, nccl with one GPU per rank), each
-with --threads threads, and runs for every strategy --warmup untimed and --steps
-timed training steps at global batch --batch: `dp` (gradients all-reduced after
-backward), `dp_overlap` (each gradient all-reduced asynchronously during backward),
-`pp_1f1b` and `pp_gpipe` (2 stages cut where the profile balances them,
---microbatches micro-batches, send/recv between the ranks) and `tp2` (Megatron
-split: MLP pairs, transformer blocks by heads). A step's time is the slowest
-rank's, from a barrier to the end of its forward, backward and communication (the
-SGD update follows untimed). The same strategies are simulated from the profile
-and the fitted communication model; rel_err = predicted / measured - 1.
+with --threads threads, and runs --warmup untimed and --steps timed rounds at
+global batch --batch. A round times, after a barrier each: the whole model's
+forward + backward on each rank alone and on both at once (the contention
+calibration), then one training step of every strategy: `dp` (one all-reduce of
+the gradient buffer after backward), `dp_overlap` (per-layer asynchronous
+all-reduces during backward), `pp_1f1b` and `pp_gpipe` (2 stages cut where the
+profile balances them, --microbatches micro-batches, send/recv between the ranks)
+and `tp2` (Megatron split: MLP pairs, transformer blocks by heads). A step's time
+is the slowest rank's, from the barrier to the end of its forward, backward and
+communication (the SGD update follows untimed). The same strategies are simulated
+from the profile and the fitted communication model with two documented
+corrections (compute slowed by the measured contention while both ranks compute;
+no overlap when gloo ranks fill every core, see paraplan.validate.predict);
+rel_err = predicted / measured - 1. The uncorrected prediction is printed and
+logged beside it.
 
 Example:
   paraplan validate --profile results/profiles/mlp.csv \\
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -135,16 +142,23 @@ def run(args: argparse.Namespace) -> int:
     predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
     if saturated:
         print(f"gloo ranks fill all {cores} cores: dp_overlap predicted without overlap")
-    print(f"contention: whole-model forward+backward alone {_ms(result.alone_s)} ms, all ranks at once "
-          f"{_ms(result.together_s)} ms: compute x {result.contention_factor:.3f}")
-    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected)
+    half = batch / 2
+    profiled_s = float(profile.fwd_s_at(half).sum() + profile.bwd_s_at(half).sum())
+    drift = statistics.median(result.alone_s) / profiled_s
+    print(f"contention: whole-model forward+backward at batch {half:g} alone {_ms(result.alone_s)} ms, "
+          f"all ranks at once {_ms(result.together_s)} ms: compute x {result.contention_factor:.3f} "
+          f"(the profile says {profiled_s * 1e3:.2f} ms alone: drift x {drift:.3f}, not corrected)")
+    extra = {"contention_factor": result.contention_factor, "profile_drift": drift,
+             "calibration_alone_s": statistics.median(result.alone_s),
+             "calibration_together_s": statistics.median(result.together_s)}
+    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected, extra)
 
 
 def _ms(values) -> str:
     return "/".join(f"{v * 1e3:.2f}" for v in values)
 
 
-def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected) -> int:
+def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected, extra) -> int:
     from paraplan.cli.common import track
     from paraplan.files import write_csv
     from paraplan.track import RunLog
@@ -169,7 +183,7 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
 
         artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured")
     metrics = validation_metrics(table)
-    metrics["contention_factor"] = result.contention_factor
+    metrics.update(extra)
     for strategy, raw in uncorrected.items():
         metrics[f"predicted_uncorrected_s__{strategy}"] = raw
         metrics[f"rel_err_uncorrected__{strategy}"] = raw / measured[strategy].median_s - 1

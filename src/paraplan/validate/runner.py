@@ -1,10 +1,12 @@
-"""Spawn the ranks, run each strategy's warm-up and timed steps, collect step times.
+"""Spawn the ranks, build every strategy's training step, and time them in rounds.
 
-Each step is timed on every rank between a barrier and the end of its own work
-(after a device synchronisation on GPUs); the step's time is the slowest rank's.
-The optimiser update (SGD) follows each step outside the timed region: the
-simulator predicts forward, backward and communication, not the update.
-Every rank uses `threads_per_rank` threads (cores // ranks on a CPU machine).
+Each round times, after a barrier each, the contention calibration (the whole
+model's forward + backward on each rank alone, then on all ranks at once) and one
+step of every strategy, so all of them see the same machine load; a step's time is
+the slowest rank's, from the barrier to the end of its own work (after a device
+synchronisation on GPUs). The optimiser update (SGD) follows each step outside the
+timed region: the simulator predicts forward, backward and communication, not the
+update. Every rank uses `threads_per_rank` threads (cores // ranks on a CPU).
 """
 
 from __future__ import annotations
