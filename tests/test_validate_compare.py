@@ -126,3 +126,23 @@ def test_saturated_cpu_predicts_overlap_as_serial_per_layer_allreduces():
     # contention x 2 while both ranks compute: data parallel ranks always compute together
     t_slow = predict_step_times(profile, cluster, comm, ["dp"], free, compute_factor=2.0)
     assert t_slow["dp"] == pytest.approx(2 * 4 * 1.5e-3 + 2 * latency_s + 4e6 / 1e9)
+
+
+def test_tensor_parallel_profile_keeps_replicated_layers_whole_and_splits_cpu_fixed_time():
+    from paraplan.validate.predict import tensor_parallel_profile
+
+    layer = LayerProfile("l", 3e-3, 6e-3, activation_bytes=4096.0, param_bytes=1e6,
+                         fwd_fixed_s=1e-3, bwd_fixed_s=2e-3)
+    profile = ModelProfile("m", 32, (layer,) * 3)
+    setup = PredictionSetup(32, 4, 1, (0, 1, 0), tp_split=(True, True, False), tp_splits_fixed_time=True)
+    tp = tensor_parallel_profile(profile, setup)
+    # what the simulator computes per rank at batch b: fixed + (t - fixed) x (b / B) / 2
+    def per_rank_fwd(la, b):
+        return la.fwd_fixed_s + (la.fwd_s - la.fwd_fixed_s) * (b / 32) / 2
+
+    for b in (16, 32):
+        # split layer: all of it halves; replicated layer: all of it stays
+        assert per_rank_fwd(tp.layers[0], b) == pytest.approx((1e-3 + 2e-3 * b / 32) / 2)
+        assert per_rank_fwd(tp.layers[2], b) == pytest.approx(1e-3 + 2e-3 * b / 32)
+    gpu = tensor_parallel_profile(profile, PredictionSetup(32, 4, 1, (0, 1, 0), tp_split=(True, True, False)))
+    assert gpu.layers[0] == layer  # a GPU's fixed (launch) time stays whole: the simulator's rule

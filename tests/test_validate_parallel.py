@@ -14,7 +14,11 @@ from paraplan.core import StrategyError
 from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, balanced_boundary, schedule_ops
 from paraplan.validate.ranks import run_ranks
-from paraplan.validate.tensor_parallel import tensor_parallel_layers, tp_allreduce_counts
+from paraplan.validate.tensor_parallel import (
+    tensor_parallel_layers,
+    tp_allreduce_counts,
+    tp_split_layers,
+)
 from paraplan.validate.workload import WorkloadSpec
 
 BUILDER = "paraplan.validate.workload:profile_model_workload"
@@ -175,5 +179,7 @@ def test_allreduce_count_and_unsplittable_models():
     assert tp_allreduce_counts(MLP.build().layers) == [0, 1, 0, 1, 0]  # 2 pairs of 5 layers
     # embedding, 2 blocks x (attention, MLP), head
     assert tp_allreduce_counts(GPT.build().layers) == [0, 2, 2, 0]
+    assert tp_split_layers(MLP.build().layers) == [True, True, True, True, False]
+    assert tp_split_layers(GPT.build().layers) == [False, True, True, False]
     with pytest.raises(StrategyError, match="no layer pair"):
         tensor_parallel_layers([nn.Conv1d(2, 2, 1)], 0, 2)

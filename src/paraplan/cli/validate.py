@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.validate.pipeline import balanced_boundary
     from paraplan.validate.predict import PredictionSetup, predict_step_times
     from paraplan.validate.runner import RunConfig, run_strategies
-    from paraplan.validate.tensor_parallel import tp_allreduce_counts
+    from paraplan.validate.tensor_parallel import tp_allreduce_counts, tp_split_layers
     from paraplan.validate.workload import WorkloadSpec
 
     _check_positive(args)
@@ -127,14 +127,14 @@ def run(args: argparse.Namespace) -> int:
     cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
     cores = os.cpu_count() or 1
     saturated = args.backend == "gloo" and threads * 2 >= cores
-    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)),
-                            comm_uses_compute_cores=saturated)
-    plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
-    uncorrected = predict_step_times(profile, cluster, comm, strategies, plain)  # fails early on bad input
-
     cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
                     backend=args.backend, timeout_s=args.timeout)
+    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)),
+                            comm_uses_compute_cores=saturated, tp_split=tuple(tp_split_layers(layers)),
+                            tp_splits_fixed_time=args.backend == "gloo")
+    plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
+    uncorrected = predict_step_times(profile, cluster, comm, strategies, plain)  # fails early on bad input
     print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
           f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
           f"{cut}, {args.backend}", file=sys.stderr)

@@ -23,6 +23,15 @@ facts of the real run the simulator cannot know:
   started during backward takes its cycles from backward instead of running beside
   it. `dp_overlap` is then predicted without overlap: the `dp` step with its one
   all-reduce replaced by the per-layer all-reduces the overlapped run issues.
+- `tp2`, replicated layers: the simulator divides every layer's batch-proportional
+  time by T; the real run splits only Linear pairs and transformer blocks and keeps
+  the others (embedding, head, an odd last Linear) whole on every rank, so their
+  profiled times are given to the simulator x T in the batch-proportional part.
+- `tp2`, batch-independent time (`tp_splits_fixed_time`, on CPUs): the simulator
+  keeps a layer's fixed part whole (a GPU's per-kernel launch cost). On a CPU the
+  fixed part the profile fits is mostly per-parameter work (allocating and writing
+  the weight gradients), which a split layer does for its 1/T of the weights, so a
+  split layer's fixed part is divided by T as well.
 - `tp2`: when the model's first layer starts a Linear pair, the pair's input is
   the data, which needs no gradient, so its backward all-reduce never runs
   (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
@@ -54,6 +63,8 @@ class PredictionSetup:
     tp_allreduces: tuple[float, ...]  # per layer, see tensor_parallel.tp_allreduce_counts
     first_pair_input_needs_grad: bool = False
     comm_uses_compute_cores: bool = False  # gloo ranks x threads >= cores: no overlap
+    tp_split: tuple[bool, ...] = ()  # per layer: split by tensor parallelism (empty: all)
+    tp_splits_fixed_time: bool = False  # CPU: a split layer's fixed time shrinks by T too
 
 
 def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
@@ -161,9 +172,33 @@ def _serialised_overlap_s(profile, cluster, comm, setup, overlapped, compute_fac
     return dp - whole + per_layer
 
 
+def tensor_parallel_profile(profile: ModelProfile, setup: PredictionSetup) -> ModelProfile:
+    """The profile as the simulator must see it for `tp2` (see the module doc): it
+    computes fixed + (t - fixed) x (b / B) / T per layer; replicated layers get
+    t' = fixed + T (t - fixed), split layers with `tp_splits_fixed_time` get
+    fixed' = fixed / T and t' = fixed / T + (t - fixed)."""
+    split = setup.tp_split or (True,) * profile.num_layers
+    if len(split) != profile.num_layers:
+        raise StrategyError(f"tp_split needs one entry per layer ({profile.num_layers}), got {len(split)}")
+    t = WORLD_SIZE
+    layers = []
+    for la, is_split in zip(profile.layers, split, strict=True):
+        if not is_split:
+            la = replace(la, fwd_s=la.fwd_fixed_s + t * (la.fwd_s - la.fwd_fixed_s),
+                         bwd_s=la.bwd_fixed_s + t * (la.bwd_s - la.bwd_fixed_s))
+        elif setup.tp_splits_fixed_time:
+            la = replace(la, fwd_s=la.fwd_fixed_s / t + (la.fwd_s - la.fwd_fixed_s),
+                         bwd_s=la.bwd_fixed_s / t + (la.bwd_s - la.bwd_fixed_s),
+                         fwd_fixed_s=la.fwd_fixed_s / t, bwd_fixed_s=la.bwd_fixed_s / t)
+        layers.append(la)
+    return ModelProfile(profile.name, profile.batch_size, tuple(layers), meta=profile.meta)
+
+
 def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor: float):
     from paraplan.sim import simulate
 
+    if name == "tp2":
+        profile = tensor_parallel_profile(profile, setup)
     scaled = scale_compute(profile, factor) if factor != 1.0 else profile
     return simulate(
         scaled, cluster, comm, strategy_for(name, setup), setup.batch_size,

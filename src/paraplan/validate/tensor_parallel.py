@@ -185,6 +185,29 @@ def tensor_parallel_layers(
     return out
 
 
+def tp_split_layers(layers: Sequence[nn.Module]) -> list[bool]:
+    """Per layer, whether `tensor_parallel_layers` splits it (both layers of a Linear
+    pair, every transformer block) or keeps it whole on every rank."""
+    from paraplan.profile.models import DecoderBlock
+
+    split = [False] * len(layers)
+    i = 0
+    while i < len(layers):
+        if isinstance(layers[i], DecoderBlock):
+            split[i] = True
+            i += 1
+        elif (
+            i + 1 < len(layers)
+            and split_linear_layer(layers[i]) is not None
+            and split_linear_layer(layers[i + 1]) is not None
+        ):
+            split[i] = split[i + 1] = True
+            i += 2
+        else:
+            i += 1
+    return split
+
+
 def tp_allreduce_counts(layers: Sequence[nn.Module]) -> list[float]:
     """Per layer, how many activation all-reduces `tensor_parallel_layers` puts in
     forward (and as many in backward) after that layer's output: one on the second
