@@ -181,7 +181,8 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
     if args.plots is not None:
         from paraplan.plots.validate import plot_validation
 
-        artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured")
+        artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured",
+                                     uncorrected_s=uncorrected)
     metrics = validation_metrics(table)
     metrics.update(extra)
     for strategy, raw in uncorrected.items():
