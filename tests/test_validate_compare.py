@@ -146,3 +146,17 @@ def test_tensor_parallel_profile_keeps_replicated_layers_whole_and_splits_cpu_fi
         assert per_rank_fwd(tp.layers[2], b) == pytest.approx(1e-3 + 2e-3 * b / 32)
     gpu = tensor_parallel_profile(profile, PredictionSetup(32, 4, 1, (0, 1, 0), tp_split=(True, True, False)))
     assert gpu.layers[0] == layer  # a GPU's fixed (launch) time stays whole: the simulator's rule
+
+
+def test_pipeline_backward_is_charged_its_average_gradient_accumulation():
+    from paraplan.validate.predict import accumulation_profile
+
+    layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=4e6)
+    profile = ModelProfile("m", 32, (layer,) * 2)
+    acc = accumulation_profile(profile, microbatches=4, mem_bandwidth_Bps=20e9)
+    # 3 of 4 micro-batches add 4 MB into 4 MB: 3 x 4e6 B / 20e9 B/s = 0.6 ms each
+    extra_s = 3 / 4 * 0.6e-3
+    for b in (8, 32):  # the same at every micro-batch size
+        assert acc.bwd_s_at(b)[0] == pytest.approx(profile.bwd_s_at(b)[0] + extra_s)
+    assert acc.fwd_s_at(8)[0] == profile.fwd_s_at(8)[0]
+    assert accumulation_profile(profile, 1, 20e9) is profile

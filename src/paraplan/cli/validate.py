@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                     backend=args.backend, timeout_s=args.timeout)
     setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)),
                             comm_uses_compute_cores=saturated, tp_split=tuple(tp_split_layers(layers)),
-                            tp_splits_fixed_time=args.backend == "gloo")
+                            tp_splits_fixed_time=args.backend == "gloo", pipeline_accumulation=True)
     plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
     uncorrected = predict_step_times(profile, cluster, comm, strategies, plain)  # fails early on bad input
     print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "

@@ -23,6 +23,12 @@ facts of the real run the simulator cannot know:
   started during backward takes its cycles from backward instead of running beside
   it. `dp_overlap` is then predicted without overlap: the `dp` step with its one
   all-reduce replaced by the per-layer all-reduces the overlapped run issues.
+- Pipelines, gradient accumulation: the profile times each backward with fresh
+  gradients (the first micro-batch's case); every later micro-batch adds its weight
+  gradients into the accumulated ones, one more pass over the gradient memory
+  (read both, write one: 3 x parameter bytes at the device's memory bandwidth) that
+  the simulator does not charge. It is added to each layer's backward, averaged over
+  the M micro-batches ((M - 1) / M of it per backward).
 - `tp2`, replicated layers: the simulator divides every layer's batch-proportional
   time by T; the real run splits only Linear pairs and transformer blocks and keeps
   the others (embedding, head, an odd last Linear) whole on every rank, so their
@@ -65,6 +71,7 @@ class PredictionSetup:
     comm_uses_compute_cores: bool = False  # gloo ranks x threads >= cores: no overlap
     tp_split: tuple[bool, ...] = ()  # per layer: split by tensor parallelism (empty: all)
     tp_splits_fixed_time: bool = False  # CPU: a split layer's fixed time shrinks by T too
+    pipeline_accumulation: bool = False  # charge micro-batch gradient accumulation
 
 
 def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
@@ -194,11 +201,26 @@ def tensor_parallel_profile(profile: ModelProfile, setup: PredictionSetup) -> Mo
     return ModelProfile(profile.name, profile.batch_size, tuple(layers), meta=profile.meta)
 
 
+def accumulation_profile(profile: ModelProfile, microbatches: int, mem_bandwidth_Bps: float) -> ModelProfile:
+    """The profile with each layer's backward charged its average gradient
+    accumulation: (M - 1) / M x 3 x param_bytes / mem_bandwidth (see the module doc)."""
+    if microbatches <= 1:
+        return profile
+    share = (microbatches - 1) / microbatches * 3.0 / mem_bandwidth_Bps
+    layers = tuple(
+        replace(la, bwd_s=la.bwd_s + share * la.param_bytes, bwd_fixed_s=la.bwd_fixed_s + share * la.param_bytes)
+        for la in profile.layers
+    )
+    return ModelProfile(profile.name, profile.batch_size, layers, meta=profile.meta)
+
+
 def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor: float):
     from paraplan.sim import simulate
 
     if name == "tp2":
         profile = tensor_parallel_profile(profile, setup)
+    if name in PIPELINE_SCHEDULES and setup.pipeline_accumulation:
+        profile = accumulation_profile(profile, setup.microbatches, cluster.device.mem_bandwidth_Bps)
     scaled = scale_compute(profile, factor) if factor != 1.0 else profile
     return simulate(
         scaled, cluster, comm, strategy_for(name, setup), setup.batch_size,
