@@ -56,6 +56,7 @@ class PlanProblem:
     max_pipeline_devices: int = 0  # widest pipeline copy searched; 0: all devices
     _ar_cache: dict = field(default_factory=dict, repr=False)
     _send_cache: dict = field(default_factory=dict, repr=False)
+    _span_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.global_batch < 1:
@@ -129,6 +130,13 @@ class PlanProblem:
 
     # ---- devices ----
     def nodes_spanned(self, offset: int, width: int, pipeline_devices: int, copies: int) -> int:
+        key = ("span", offset, width, pipeline_devices, copies)
+        found = self._span_cache.get(key)
+        if found is None:
+            found = self._span_cache[key] = self._nodes_spanned(offset, width, pipeline_devices, copies)
+        return found
+
+    def _nodes_spanned(self, offset: int, width: int, pipeline_devices: int, copies: int) -> int:
         g = self.cluster.devices_per_node
         nodes = set()
         for c in range(copies):
@@ -138,11 +146,16 @@ class PlanProblem:
 
     def in_one_node(self, first: int, last: int, pipeline_devices: int, copies: int) -> bool:
         """Devices first..last (inclusive, offsets in a copy) share a node in every copy."""
+        key = ("one", first, last, pipeline_devices, copies)
+        found = self._span_cache.get(key)
+        if found is not None:
+            return found
         g = self.cluster.devices_per_node
-        return all(
+        found = self._span_cache[key] = all(
             (c * pipeline_devices + first) // g == (c * pipeline_devices + last) // g
             for c in range(copies)
         )
+        return found
 
     # ---- communication ----
     def allreduce_s(self, nbytes, group_size: int, nodes: int):
@@ -227,4 +240,4 @@ class PlanProblem:
             return 0
         if per_sample <= 0:
             return 1 << 40
-        return int(math.floor((cap - state) / per_sample))
+        return math.floor((cap - state) / per_sample)

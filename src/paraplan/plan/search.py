@@ -54,15 +54,43 @@ class _Label:
 def _dominates(a: _Label, b: _Label) -> bool:
     """Every completion of b is at least as slow with a's prefix instead.
 
-    Sound because the final block beta_b >= b.block, a evaluated at beta_b is no faster
-    than at its own final block, and a's ending at beta >= b.block is <= b's ending when
-    (i) a's ending at b.block is <= b's stage-0 all-reduce (never hidden), or (ii) a's
-    all-reduce of every stage is <= b's."""
+    For a completion F, b's final block is beta >= b.block; a evaluated at that beta is no
+    faster than at its own final block (the latency does not decrease with the block), so
+    it suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every
+    beta >= b.block, and path_a <= path_b (for when F's own all-reduce sets the ending).
+    Two cheap sufficient tests of the first condition (ending_b >= its never-hidden
+    stage-0 all-reduce; or stage by stage with the path slack), then the exact one."""
     if a.block_s > b.block_s or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
-    if a.ending_s(b.block_s) <= max(0.0, b.allreduce_s[0]):
+    slack = b.path_s - a.path_s
+    if a.ending_s(b.block_s) <= slack + max(0.0, b.allreduce_s[0]):
         return True
-    return all(x <= y for x, y in zip(a.allreduce_s, b.allreduce_s, strict=True))
+    if all(x - y <= slack for x, y in zip(a.allreduce_s, b.allreduce_s, strict=True)):
+        return True
+    return _ending_below(a.allreduce_s, b.allreduce_s, slack, b.block_s)
+
+
+def _ending_below(ars_a: tuple[float, ...], ars_b: tuple[float, ...], slack: float, beta0: float) -> bool:
+    """ending_a(beta) <= slack + ending_b(beta) for every beta >= beta0 (exact): both
+    sides are piecewise linear, so checking beta0, every breakpoint beyond it and the
+    limit (only the constant stage-0 lines remain) suffices."""
+    if max(0.0, ars_a[0]) > slack + max(0.0, ars_b[0]):
+        return False
+    points = {beta0}
+    for ars in (ars_a, ars_b):
+        lines = [(0.0, 0)] + [(a, t) for t, a in enumerate(ars)]
+        for i, (a1, t1) in enumerate(lines):
+            for a2, t2 in lines[i + 1:]:
+                if t1 != t2:
+                    x = (a1 - a2) / (t1 - t2)
+                    if x > beta0:
+                        points.add(x)
+    for beta in points:
+        ea = max(0.0, max(a - t * beta for t, a in enumerate(ars_a)))
+        eb = max(0.0, max(a - t * beta for t, a in enumerate(ars_b)))
+        if ea > slack + eb:
+            return False
+    return True
 
 
 def _insert(bucket: list[_Label], label: _Label) -> None:
@@ -157,8 +185,13 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                     new_block = np.maximum(np.maximum(c, x), la.block_s)
                     new_path = la.path_s + x + c
                     new_limit = np.minimum(stage_limit, la.max_stages)
-                    first_ar = np.maximum(ar, 0.0) if s == 0 else max(0.0, la.allreduce_s[0])
-                    lb = (m - 1) * np.maximum(new_block, lb_block) + new_path + lb_block + first_ar
+                    # (M-1) beta + ending(beta) does not decrease with beta, so evaluating the
+                    # stages known so far at the smallest possible final block bounds it
+                    beta = np.maximum(new_block, lb_block)
+                    ending = np.maximum(ar - s * beta, 0.0)
+                    for t, a in enumerate(la.allreduce_s):
+                        ending = np.maximum(ending, a - t * beta)
+                    lb = (m - 1) * beta + new_path + lb_block + ending
                     keep = (new_limit >= s + 2) & (lb <= inc.latency_s * tol)
                     for k in np.flatnonzero(keep):
                         stop = int(stops[k])
