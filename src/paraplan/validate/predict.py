@@ -5,14 +5,15 @@ Each strategy becomes a `Strategy` on the 2 devices of the cluster and goes thro
 the layout the real run uses (pipeline cut, micro-batches, one gradient bucket per
 layer for the overlapped all-reduce, the model's tensor-parallel all-reduces).
 
-Two documented corrections are applied on top of the simulator, because they are
-facts of the real run the simulator cannot know:
+These documented corrections are applied on top of the simulator, because they are
+facts of the real run the simulator cannot know (the CLI also reports the
+prediction without them, "uncorrected"):
 - Contention (`compute_factor`): the profile times each layer in one process; in
   the real run every rank computes at the same time and on a CPU the ranks share
   cores, caches and memory bandwidth (and, on a shared machine, the other tenants'
   load). The validate stage measures the factor at run time (the whole model's
-  forward + backward on all ranks at once over each rank alone, see
-  `runner.calibrate_contention`). Compute slows down only while both ranks compute,
+  forward + backward on all ranks at once over each rank alone, interleaved with
+  the strategies' steps, see `runner._rank_main`). Compute slows down only while both ranks compute,
   so the profiled times are multiplied by 1 + (factor - 1) x overlap, where
   overlap is the share of a rank's compute time during which the other rank
   computes too, read from the simulated timeline (1 for dp and tp2, less for the
@@ -38,7 +39,7 @@ facts of the real run the simulator cannot know:
   fixed part the profile fits is mostly per-parameter work (allocating and writing
   the weight gradients), which a split layer does for its 1/T of the weights, so a
   split layer's fixed part is divided by T as well.
-- `tp2`: when the model's first layer starts a Linear pair, the pair's input is
+- `tp2` layout (always applied): when the model's first layer starts a Linear pair, the pair's input is
   the data, which needs no gradient, so its backward all-reduce never runs
   (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
   per pair in both directions, so one all-reduce of the pair's input is removed.
@@ -55,7 +56,7 @@ from paraplan.core import Cluster, CommModel, Group, ModelProfile, Strategy, Str
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
 
 # Each layer's gradients form their own bucket: the real overlapped run starts one
-# all-reduce per parameter as soon as backward has produced it.
+# all-reduce per layer as soon as backward has produced that layer's gradients.
 PER_LAYER_BUCKET_BYTES = 1.0
 
 
