@@ -18,6 +18,7 @@ include: "workflow/rules/bench.smk"
 include: "workflow/rules/fit.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/simulate.smk"
+include: "workflow/rules/plan.smk"
 include: "workflow/rules/validate.smk"
 include: "workflow/rules/report.smk"
 

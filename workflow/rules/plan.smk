@@ -1,0 +1,130 @@
+# Plan stage: DAPPLE-style hybrid planning (`paraplan plan`) of the models the profile
+# stage measured, on this machine (config["cluster"]) with its fitted comm model, and of
+# analytic profiles of the same models on the GPU clusters of config["plan"]["gpu_clusters"]
+# with DAPPLE's formulas at each cluster file's link bandwidths. Pure computation (no
+# measure resource). The DAPPLE ResNet-50 study is an experiment of its own:
+#   paraplan plan --experiment config/experiments/dapple_resnet50.yaml -o results/plans/dapple_resnet50
+
+import os
+import re
+
+from paraplan.profile.specs import profile_cli_args
+
+PLAN = config["plan"]
+PLAN_MODELS = sorted(config["profile"]["models"])
+PLAN_GPU_CLUSTERS = list(PLAN["gpu_clusters"])
+if CLUSTER in PLAN_GPU_CLUSTERS:
+    raise ValueError(f"config plan.gpu_clusters: '{CLUSTER}' is the measured cluster; list GPU clusters only")
+_PLAN_GPU_RE = "|".join(re.escape(c) for c in PLAN_GPU_CLUSTERS) or "(?!)"
+
+
+# `paraplan plan` options shared by both planning rules
+PLAN_ARGS = " ".join(
+    [
+        f"--optimizer-factor {PLAN['optimizer_factor']}",
+        f"--candidates {PLAN['candidates']}",
+        *([f"--mbs {PLAN['mbs']}"] if PLAN["mbs"] else []),
+        *([f"--max-pipeline-devices {PLAN['max_pipeline_devices']}"] if PLAN["max_pipeline_devices"] else []),
+    ]
+)
+
+
+rule plan_measured:
+    input:
+        profile=f"{RESULTS}/profiles/{{model}}.csv",
+        comm=f"{RESULTS}/fits/{{cluster}}/comm_model.json",
+    output:
+        csv=f"{RESULTS}/plans/{{model}}__{{cluster}}.csv",
+        figure=report(
+            f"{FIGURES}/plan/{{model}}__{{cluster}}.png",
+            caption="../report/plan.rst",
+            category="plan",
+        ),
+        figure_pdf=f"{FIGURES}/plan/{{model}}__{{cluster}}.pdf",
+    log:
+        f"{LOGS}/plan/{{model}}__{{cluster}}.log",
+    benchmark:
+        f"{BENCHMARKS}/plan/{{model}}__{{cluster}}.tsv"
+    wildcard_constraints:
+        model="[A-Za-z0-9_.-]+",
+        cluster=re.escape(CLUSTER),
+    threads: 2
+    params:
+        gbs=",".join(str(g) for g in PLAN["gbs"]),
+        args=PLAN_ARGS,
+        figures=lambda wildcards, output: os.path.dirname(output.figure),
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan plan --profile {input.profile} --cluster-file {wildcards.cluster}"
+        " --comm-model {input.comm} --gbs {params.gbs} {params.args} --jobs {threads}"
+        " -o {output.csv} --plots {params.figures}"
+        " --rule plan_measured --wildcards model={wildcards.model},cluster={wildcards.cluster}"
+        " > {log} 2>&1"
+
+
+rule plan_analytic_profile:
+    output:
+        csv=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.csv",
+        meta=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.meta.json",
+    log:
+        f"{LOGS}/plan/profile_{{model}}__{{cluster}}.log",
+    benchmark:
+        f"{BENCHMARKS}/plan/profile_{{model}}__{{cluster}}.tsv"
+    wildcard_constraints:
+        model="[A-Za-z0-9_.-]+",
+        cluster=_PLAN_GPU_RE,
+    params:
+        model_args=lambda wildcards: " ".join(
+            profile_cli_args(
+                dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster})
+            )
+        ),
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan profile {params.model_args} -o {output.csv}"
+        " --rule plan_analytic_profile --wildcards model={wildcards.model},cluster={wildcards.cluster}"
+        " > {log} 2>&1"
+
+
+rule plan_analytic:
+    input:
+        profile=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.csv",
+    output:
+        csv=f"{RESULTS}/plans/{{model}}__{{cluster}}.csv",
+        figure=report(
+            f"{FIGURES}/plan/{{model}}__{{cluster}}.png",
+            caption="../report/plan.rst",
+            category="plan",
+        ),
+        figure_pdf=f"{FIGURES}/plan/{{model}}__{{cluster}}.pdf",
+    log:
+        f"{LOGS}/plan/{{model}}__{{cluster}}.log",
+    benchmark:
+        f"{BENCHMARKS}/plan/{{model}}__{{cluster}}.tsv"
+    wildcard_constraints:
+        model="[A-Za-z0-9_.-]+",
+        cluster=_PLAN_GPU_RE,
+    threads: 2
+    params:
+        gbs=",".join(str(g) for g in PLAN["gpu_gbs"]),
+        args=PLAN_ARGS,
+        figures=lambda wildcards, output: os.path.dirname(output.figure),
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan plan --profile {input.profile} --cluster-file {wildcards.cluster}"
+        " --gbs {params.gbs} {params.args} --jobs {threads}"
+        " -o {output.csv} --plots {params.figures}"
+        " --rule plan_analytic --wildcards model={wildcards.model},cluster={wildcards.cluster}"
+        " > {log} 2>&1"
+
+
+rule plan_all:
+    input:
+        expand(f"{RESULTS}/plans/{{model}}__{{cluster}}.csv", model=PLAN_MODELS,
+               cluster=[CLUSTER, *PLAN_GPU_CLUSTERS]),
+
+
+ALL_TARGETS.extend(rules.plan_all.input)
