@@ -236,13 +236,19 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3) -> list[HybridPlan]:
     plans: list[HybridPlan] = []
     seen = set()
     for lat, w, m, slots in ranked:
-        key = (w, m, slots)
+        plan = make_plan(problem, w, m, slots, lat)
+        key = (plan.describe(), m)  # copies of one layout differ only in placement
         if key in seen:
             continue
         seen.add(key)
-        plans.append(make_plan(problem, w, m, slots, lat))
+        plans.append(plan)
         if len(plans) >= candidates:
             break
+    # the best single-stage plan (data parallelism with accumulation) is always re-timed
+    single = [f for f in ranked if len(f[3]) == 1]
+    if single and all(p.num_stages > 1 for p in plans):
+        lat, w, m, slots = single[0]
+        plans.append(make_plan(problem, w, m, slots, lat))
     return plans
 
 
