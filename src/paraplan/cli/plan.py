@@ -120,6 +120,13 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
     start = time.perf_counter()
     rows = plan_sweep(settings, sizes, args.jobs)
     wall = time.perf_counter() - start
+    if all(r.infeasible for r in rows):
+        from paraplan.plan.search import NoFeasiblePlanError
+
+        raise NoFeasiblePlanError(rows[0].infeasible + " (at every batch size asked for)")
+    for r in rows:
+        if r.infeasible:
+            print(f"paraplan plan: gbs {r.gbs}: {r.infeasible}", file=sys.stderr)
     frame = pd.DataFrame([r.as_record() for r in rows], columns=list(COLUMNS))
     write_csv(csv_path, frame)
     figures = []

@@ -59,6 +59,7 @@ class PlanRow:
     microbatches: int = 0
     accumulation_steps: int = 0
     plan: HybridPlan | None = None
+    infeasible: str = ""  # why no hybrid plan fits (empty when one does)
 
     def as_record(self) -> dict[str, object]:
         return {c: getattr(self, c) for c in COLUMNS}
@@ -76,10 +77,12 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
     problem = settings.problem(gbs)
     start = time.perf_counter()
     dp = data_parallel_estimates(problem)
+    infeasible = ""
     try:
         candidates = plan_hybrid(problem, max(1, settings.candidates))
-    except NoFeasiblePlanError:
+    except NoFeasiblePlanError as exc:
         candidates = []
+        infeasible = str(exc)
     planning_s = time.perf_counter() - start
     nan = math.nan
     est = {
@@ -113,6 +116,7 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
         microbatches=chosen.microbatches if chosen else 0,
         accumulation_steps=dp.accumulation_steps,
         plan=chosen,
+        infeasible=infeasible,
         **est,
     )
 
