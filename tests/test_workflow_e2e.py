@@ -38,6 +38,8 @@ TINY = {
         },
     },
     "simulate": {"experiments": ["schedules"], "repeats": 1},
+    "validate": {"steps": 3, "warmup": 1,
+                 "models": {"mlp": {"batch": 8, "microbatches": 2}, "gpt": {"batch": 4, "microbatches": 2}}},
 }
 
 
@@ -92,6 +94,8 @@ def test_outputs_exist(workflow_dir):
                  "results/fits/local-cpu/comm_model.json",
                  "results/profiles/mlp.csv",
                  "results/simulations/schedules/results.csv",
+                 "results/validation/mlp.csv",
+                 "results/validation/gpt.csv",
                  "results/summary.md"):
         assert (workflow_dir / path).is_file(), path
     assert (workflow_dir / "results/figures/bench/local-cpu/all_reduce_n2.png").stat().st_size > 0
@@ -107,7 +111,7 @@ def test_mlflow_runs_are_tagged_and_summarised(workflow_dir):
     assert all(r.data.metrics["peak_busbw_GBps"] > 0 for r in bench)
     invocations = {r.data.tags["invocation_id"] for r in bench}
     assert len(invocations) == 1
-    for stage in ("fit", "profile", "simulate", "report"):
+    for stage in ("fit", "profile", "simulate", "validate", "report"):
         runs = [r for r in _runs(workflow_dir, stage) if "mlflow.parentRunId" not in r.data.tags]
         assert runs and {r.data.tags["invocation_id"] for r in runs} == invocations, stage
     summary = _runs(workflow_dir, "invocation")
@@ -145,7 +149,8 @@ def test_changed_profile_value_does_not_rerun_bench(workflow_dir):
     out = _snakemake(workflow_dir, "-n", config=_changed(workflow_dir, "profile", "repeats", 3))
     assert out.returncode == 0, out.stderr[-3000:]
     counts = _job_counts(out.stdout)
-    assert counts.get("profile") == 2 and counts.get("report") == 1  # mlp and gpt
+    assert counts.get("profile") == 2 and counts.get("validate") == 2  # mlp and gpt
+    assert counts.get("report") == 1
     assert {"bench", "fit", "simulate"}.isdisjoint(counts)
 
 
