@@ -115,14 +115,13 @@ class _Incumbent:
         self.latency_s = min(self.latency_s, latency_s)
 
 
-def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incumbent,
-                               stage_cap: int = _UNLIMITED) -> None:
+def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incumbent) -> None:
     """Exact search over pipelines of `w` devices with `m` micro-batches; completed plans
     go to `inc`."""
     n_layers = problem.num_layers
     copies = problem.num_devices // w
     b = problem.global_batch / (copies * m)
-    max_stages = min(m, w, n_layers, stage_cap)
+    max_stages = min(m, w, n_layers)
     var = problem.var_prefix_s_per_sample
     params = problem.param_prefix_bytes
     stops_all = np.arange(n_layers + 1)
@@ -221,12 +220,8 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3) -> list[HybridPlan]:
             f"global batch {problem.global_batch} cannot be split into micro-batches of "
             f">= {problem.min_microbatch} samples on any pipeline width of {problem.num_devices} devices"
         )
-    # a quick pass over plans of at most two stages sets a good bound for the exact pass
     for w, m in pairs:
-        _search_width_microbatches(problem, w, m, inc, stage_cap=2)
-    for w, m in pairs:
-        if min(m, w, problem.num_layers) > 2:
-            _search_width_microbatches(problem, w, m, inc)
+        _search_width_microbatches(problem, w, m, inc)
     if not inc.found:
         raise NoFeasiblePlanError(_nothing_fits(problem))
     # near-ties (within 1e-9): fewer stages, then fewer micro-batches, first
