@@ -201,6 +201,28 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
         states[j] = {}  # done with this layer
 
 
+def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incumbent) -> None:
+    """A first bound for branch and bound: for every (W, M), every stage count S dividing
+    W, S stages of W / S devices over compute-balanced layer ranges. Bounds only; the
+    exact pass finds these plans again if they are optimal."""
+    n_layers = problem.num_layers
+    work = problem.var_prefix_s_per_sample + problem.fixed_prefix_s
+    for w, m in pairs:
+        for num_stages in range(1, min(w, m, n_layers) + 1):
+            if w % num_stages:
+                continue
+            targets = work[-1] * np.arange(1, num_stages) / num_stages
+            cuts = np.searchsorted(work, targets).clip(1, n_layers - 1)
+            bounds = [0, *sorted(set(int(c) for c in cuts)), n_layers]
+            if len(bounds) != num_stages + 1:
+                continue
+            width = w // num_stages
+            slots = tuple(StageSlot(bounds[s], bounds[s + 1], width, s * width) for s in range(num_stages))
+            plan = evaluate_layout(problem, w, m, slots)
+            if plan is not None:
+                inc.offer(plan.latency_s, w, m, slots)
+
+
 def search_space(problem: PlanProblem) -> list[tuple[int, int]]:
     """(pipeline devices W, micro-batches M) pairs, widest pipelines first."""
     pairs = []
@@ -220,6 +242,7 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3) -> list[HybridPlan]:
             f"global batch {problem.global_batch} cannot be split into micro-batches of "
             f">= {problem.min_microbatch} samples on any pipeline width of {problem.num_devices} devices"
         )
+    _seed_incumbent(problem, pairs, inc)
     for w, m in pairs:
         _search_width_microbatches(problem, w, m, inc)
     if not inc.found:
