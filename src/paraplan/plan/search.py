@@ -16,8 +16,14 @@ another label of its state is at least as good in every respect that can matter 
 the latency is non-decreasing in the final block when S <= M (its slope is M - 1 - s*
 >= 0), which makes the dominance test below sound, so the result equals exhaustive
 enumeration's optimum (tests check this on small instances). Branch and bound prunes a
-label whose lower bound (remaining compute spread over the remaining devices) cannot beat
-the best complete plan found so far.
+label whose lower bound (remaining compute spread over the remaining devices, the
+all-reduces known so far at the smallest possible block) cannot beat the best complete
+plan found so far, seeded with balanced even-width layouts.
+
+Cost: fine for tens of devices per pipeline copy (ResNet-50's 176 layers on 16 GPUs:
+~0.1-0.3 s per batch size); the label sets grow fast on wide, communication-bound
+pipelines, so very large clusters should cap `max_pipeline_devices` (e.g. one machine)
+and get their width from copies.
 """
 
 from __future__ import annotations
