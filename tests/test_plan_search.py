@@ -113,3 +113,17 @@ def test_dapple_constants():
     assert m.time_s("all_reduce", 1e9, Group(16, 2)) == pytest.approx(2 * 15 / 16 * 1e9 / 3e9)
     assert m.time_s("send_recv", 3e9, Group(2, 2)) == pytest.approx(1.0)
     assert m.time_s("all_reduce", 1e9, Group(1, 1)) == 0.0
+
+
+def test_paper_form_closed_forms():
+    from paraplan.plan.objective import paper_latency_s
+
+    # uniform stages, no all-reduce: 1F1B takes (M + S - 1)(F + B)
+    assert paper_latency_s([1.0] * 3, [2.0] * 3, 4, [0.0] * 3) == pytest.approx((4 + 3 - 1) * 3.0)
+    # its compute part equals HPGO's (M - 1) B + path
+    fwd, bwd = [1.0, 3.0, 2.0], [2.0, 5.0, 3.0]
+    block = max(f + b for f, b in zip(fwd, bwd, strict=True))
+    path = sum(fwd) + sum(bwd)
+    assert paper_latency_s(fwd, bwd, 6, [0.0] * 3) == pytest.approx(hpgo_latency_s(block, 6, path, [0.0] * 3))
+    # stage 2's all-reduce of 10 s hides behind the backward of stages 0 and 1 (7 s)
+    assert paper_latency_s(fwd, bwd, 6, [0.0, 0.0, 10.0]) == pytest.approx(5 * 8 + path + 3.0)

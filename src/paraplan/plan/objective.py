@@ -12,11 +12,13 @@ Stage s (0-based from the front) finishes its last backward s blocks before stag
 so its all-reduce hides behind s blocks. speedup = T / latency, T the single-device
 time of the whole global batch.
 
-The paper's form (DAPPLE, PPoPP'21, Sec. 4) around a pivot stage Q:
+The paper's form (DAPPLE, PPoPP'21) around a pivot stage Q (the slowest):
     warmup = sum_{s<=Q} F_s;  steady = (M - 1)(F_Q + B_Q);
-    ending = max_s (A_s minus the backward work behind which it hides)
-with transfers counted as stages of their own; `paper_latency_s` computes it for a plan
-(pivot = the slowest stage), for comparison only.
+    ending = the last micro-batch after Q and back, plus each stage's all-reduce minus
+             the backward work (of the stages in front of it) that hides it
+with transfers counted as stages of their own (`paper_latency_s`, for comparison). Its
+compute part equals HPGO's (M - 1) B + path; the two differ in how much of an
+all-reduce hides (HPGO: s blocks; paper: the backward of the stages in front).
 
 A plan is feasible when every replica gets at least one sample per micro-batch and
 every stage's device holds its model state and the activations
@@ -39,14 +41,18 @@ def hpgo_latency_s(block_s: float, microbatches: int, path_s: float, allreduce_s
 
 def paper_latency_s(fwd_s: Sequence[float], bwd_s: Sequence[float], microbatches: int,
                     allreduce_s: Sequence[float]) -> float:
-    """DAPPLE paper's warmup + steady + ending, pivot Q = the stage with the largest
-    F + B; transfers may be passed as stages of their own (with no all-reduce)."""
-    q = max(range(len(fwd_s)), key=lambda s: fwd_s[s] + bwd_s[s])
+    """DAPPLE paper's warm-up + steady + ending around the pivot Q (the slowest stage):
+    warm-up = forward of the first micro-batch up to Q, steady = (M - 1)(F_Q + B_Q),
+    ending = the last micro-batch through the stages after Q and back to stage 0, plus
+    the part of each stage's all-reduce the backward of the stages in front of it cannot
+    hide. Transfers may be passed as stages of their own (with no all-reduce). With
+    uniform stages and no all-reduce: (M + S - 1)(F + B)."""
+    q = max(range(len(fwd_s)), key=lambda s: (fwd_s[s] + bwd_s[s], s))
     warmup = sum(fwd_s[: q + 1])
     steady = (microbatches - 1) * (fwd_s[q] + bwd_s[q])
-    tail = sum(bwd_s[: q + 1])  # the last micro-batch's backward back to stage 0
-    ending = max(a - sum(bwd_s[:s]) for s, a in enumerate(allreduce_s))
-    return warmup + steady + tail + max(0.0, ending)
+    ending = sum(fwd_s[q + 1:]) + sum(bwd_s)
+    exposed = max([0.0, *(a - sum(bwd_s[:s]) for s, a in enumerate(allreduce_s))])
+    return warmup + steady + ending + exposed
 
 
 def layout_slots(widths_layers: Sequence[tuple[int, int, int]]) -> list[StageSlot]:
