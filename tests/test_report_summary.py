@@ -55,3 +55,15 @@ def test_cli_writes_summary_from_result_files(tmp_path):
 def test_cli_missing_input_is_an_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope.csv"), "-o", str(tmp_path / "s.md"), "--no-track"]) == 2
     assert "nope.csv: no such file" in capsys.readouterr().err
+
+
+def test_plan_section_lists_every_batch_size_of_a_short_sweep():
+    from paraplan.report.summary import plan_section
+
+    frame = pd.DataFrame({"gbs": [32, 64, 128], "dp_no_overlap": [1.5, 2.0, 3.0], "dp_overlap": [1.6, 2.1, 3.2],
+                          "dp_p3": [1.7, 2.2, 3.3], "best_hybrid": [1.9, 2.5, 3.4],
+                          "stages": ["[0-3]x2", "[0-1]x1 | [2-3]x1", "[0-3]x2"]})
+    text = "\n".join(plan_section({"mlp__local-cpu": frame}))
+    assert "### mlp__local-cpu" in text
+    assert "| 64 | 2 | 2.1 | 2.2 | 2.5 | [0-1]x1 \\| [2-3]x1 |" in text  # the cell's pipe is escaped
+    assert "| 128 | 3 | 3.2 | 3.3 | 3.4 | [0-3]x2 |" in text

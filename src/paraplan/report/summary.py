@@ -30,7 +30,7 @@ def _fmt(value: object, digits: int = 3) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.{digits}g}"
-    return str(value)
+    return str(value).replace("|", "\\|")  # a pipe would end the table cell
 
 
 def _pct(value: float | None) -> str:
@@ -156,7 +156,9 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
             continue
         if not lines:
             lines = ["## plan: best hybrid plans (simulated speedup over one device)", ""]
-        picks = sorted({0, len(frame) // 2, len(frame) - 1})
+        # every batch size for short sweeps; first, quartiles and last for long ones
+        n = len(frame)
+        picks = range(n) if n <= 12 else sorted({0, n // 4, n // 2, 3 * n // 4, n - 1})
         rows = [
             [int(r["gbs"]), r.get("dp_no_overlap"), r.get("dp_overlap"), r.get("dp_p3"),
              r.get("best_hybrid"), r.get("stages", "")]
