@@ -26,6 +26,8 @@ def test_measuring_rules_take_the_measure_resource(repo_root):
         text = (repo_root / f"workflow/rules/{stage}.smk").read_text()
         body = text.split(f"rule {stage}:", 1)[1].split("\nrule ", 1)[0]
         assert re.search(r"resources:\s*\n\s*measure=1", body), stage
+        # and every core, so that no other job runs beside it on this machine
+        assert "threads: workflow.cores" in body, stage
 
 
 def test_slurm_profile_names_only_existing_rules(repo_root):

@@ -1,6 +1,6 @@
 # Bench stage: one `paraplan bench` job per collective x world size of config["bench"]
 # on the machine named by config["cluster"]. Jobs take measure=1 (never beside another
-# measuring job) and one thread per rank, so the ranks get the cores to themselves.
+# measuring job) and every core (never beside any other job).
 # all_to_allv, when listed, measures bench.a2a_samples random DLRM-style exchanges
 # instead of the size sweep.
 import os
@@ -47,7 +47,9 @@ rule bench:
         timeout=BENCH["timeout_s"],
         out_dir=lambda wildcards, output: os.path.dirname(output.csv),
         figures=lambda wildcards, output: os.path.dirname(output.figure),
-    threads: lambda wildcards: int(wildcards.world)
+    # a measuring job has the machine to itself: it takes every core, so no other
+    # job runs beside it (measure=1 keeps measuring jobs apart from each other)
+    threads: workflow.cores
     resources:
         measure=1,
     conda:

@@ -46,6 +46,9 @@ rule validate:
         timeout=VALIDATE["timeout_s"],
         cluster=CLUSTER,
         figures=lambda wildcards, output: os.path.dirname(output.figure),
+    # a measuring job has the machine to itself: it takes every core, so no other
+    # job runs beside it (measure=1 keeps measuring jobs apart from each other)
+    threads: workflow.cores
     resources:
         measure=1,
     conda:
