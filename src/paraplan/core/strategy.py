@@ -16,6 +16,7 @@ SCHEDULES: tuple[str, ...] = (
     "zb_h1",
     "distir_greedy",
 )
+GRAD_SYNCS: tuple[str, ...] = ("end", "overlap", "p3")
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,13 @@ class Strategy:
     - `placement`: device ids of each stage (empty: node-major packing, stage by stage),
       r_s x T ids per stage, replica-major (tensor ranks of one replica adjacent).
     - `virtual_stages`: model chunks per device (v); only `interleaved_1f1b` takes v > 1.
-    - `overlap_grad_allreduce`: bucketed gradient all-reduce during the last backward
-      (False: one all-reduce after it).
+    - `grad_sync`: how gradients are all-reduced over data-parallel replicas:
+      `end` (one all-reduce after the last backward), `overlap` (buckets during the
+      last backward, DDP / Horovod) or `p3` (priority-based parameter propagation:
+      per-layer all-reduces, lowest layer first, overlapping the last backward and the
+      next iteration's forward; pure data parallelism only, pipeline_degree 1).
+    - `overlap_grad_allreduce`: the older spelling of `grad_sync="overlap"` (True turns
+      the default `end` into `overlap`); `gradient_sync` is the mode in effect.
     - `iterations`: iterations a timeline shows (the step time is per iteration).
     """
 
@@ -44,6 +50,7 @@ class Strategy:
     virtual_stages: int = 1
     overlap_grad_allreduce: bool = False
     iterations: int = 1
+    grad_sync: str = "end"
 
     def __post_init__(self) -> None:
         for key in ("data_degree", "tensor_degree", "pipeline_degree", "microbatches",
@@ -55,7 +62,14 @@ class Strategy:
             raise StrategyError(
                 f"unknown schedule '{self.schedule}'; known: {', '.join(SCHEDULES)}"
             )
+        if self.grad_sync not in GRAD_SYNCS:
+            raise StrategyError(f"unknown grad_sync '{self.grad_sync}'; known: {', '.join(GRAD_SYNCS)}")
         p = self.pipeline_degree
+        if self.grad_sync == "p3" and (p > 1 or self.virtual_stages > 1):
+            raise StrategyError(
+                f"grad_sync 'p3' is a data-parallel gradient schedule; needs pipeline_degree 1 and "
+                f"virtual_stages 1, got {p} and {self.virtual_stages}"
+            )
         if self.stage_boundaries and len(self.stage_boundaries) != p - 1:
             raise StrategyError(
                 f"stage_boundaries needs {p - 1} entries for {p} stages, got {len(self.stage_boundaries)}"
@@ -70,6 +84,14 @@ class Strategy:
             raise StrategyError(f"stage_replicas must be >= 1: {self.stage_replicas}")
         if self.placement and len(self.placement) != p:
             raise StrategyError(f"placement needs one device list per stage ({p}), got {len(self.placement)}")
+
+    @property
+    def gradient_sync(self) -> str:
+        """The gradient synchronisation in effect (`grad_sync`, with `overlap_grad_allreduce`
+        turning `end` into `overlap`)."""
+        if self.grad_sync == "end" and self.overlap_grad_allreduce:
+            return "overlap"
+        return self.grad_sync
 
     @property
     def replicas_per_stage(self) -> tuple[int, ...]:

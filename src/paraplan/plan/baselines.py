@@ -1,4 +1,5 @@
-"""Data-parallel baselines printed beside the hybrid plan (planner estimates).
+"""Data-parallel baselines printed beside the hybrid plan (planner estimates; the
+simulator re-times all three, `plan/verify.py`).
 
 All devices hold the whole model; a device that cannot hold its share of the batch
 at once accumulates gradients over k micro-steps, k = ceil((gbs / N) / max samples),

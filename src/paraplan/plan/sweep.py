@@ -94,8 +94,8 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
     chosen = candidates[0] if candidates else None
     hybrid_sim = nan
     if settings.verify:
-        for key, overlap in (("dp_no_overlap", False), ("dp_overlap", True)):
-            s = simulate_data_parallel(problem, overlap)
+        for key, mode in (("dp_no_overlap", "end"), ("dp_overlap", "overlap"), ("dp_p3", "p3")):
+            s = simulate_data_parallel(problem, mode)
             sim[key] = s.speedup if s is not None else nan
         best = None
         for plan in candidates:

@@ -5,8 +5,10 @@ The simulator's memory model counts parameters + gradients + optimizer state x
 parameters, so the planner's `optimizer_factor` (all model state, in parameter
 bytes) maps to `optimizer_state_factor = optimizer_factor - 2`.
 
-P3 (gradient all-reduce overlapping the next iteration's forward) is not a strategy
-the simulator runs; its column stays empty and the plan reports the estimate only.
+The three data-parallel baselines run as `Strategy.grad_sync` "end" (no overlap),
+"overlap" (DDP buckets) and "p3" (per-layer all-reduces, lowest layer first,
+overlapping the next iteration's forward), with the estimate's gradient accumulation
+(`accumulation_steps` micro-batches).
 """
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ def simulate_plan(problem: PlanProblem, plan: HybridPlan) -> Simulated | None:
     return _simulate(problem, plan.to_strategy())
 
 
-def simulate_data_parallel(problem: PlanProblem, overlap: bool) -> Simulated | None:
+def simulate_data_parallel(problem: PlanProblem, grad_sync: str | bool) -> Simulated | None:
+    """Pure data parallelism on every device with gradient sync `grad_sync` ("end",
+    "overlap", "p3"; True / False: "overlap" / "end"); None when the model state does
+    not fit one device."""
     k = accumulation_steps(problem)
     if k == 0:
         return None
+    if isinstance(grad_sync, bool):
+        grad_sync = "overlap" if grad_sync else "end"
     strategy = Strategy(data_degree=problem.num_devices, pipeline_degree=1, microbatches=k,
-                        overlap_grad_allreduce=overlap)
+                        grad_sync=grad_sync)
     return _simulate(problem, strategy)

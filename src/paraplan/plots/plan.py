@@ -1,6 +1,7 @@
-"""Plan figure: speedup vs global batch size for the data-parallel baselines and the
-best hybrid plan (simulated; a strategy the simulator cannot run is drawn from the
-planner's estimate, dashed)."""
+"""Plan figure: speedup vs global batch size for the data-parallel baselines (no
+overlap, P3, normal overlap) and the best hybrid plan, all simulated and drawn solid;
+a series with no simulated value at any batch size (`PlanSettings.verify` off)
+falls back to the planner's estimate, dashed."""
 
 from __future__ import annotations
 

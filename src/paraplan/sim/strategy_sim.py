@@ -16,10 +16,25 @@ How each kind of parallelism is costed (all times from the profile and the
   stage's r_s replicas (DAPPLE), so a replica computes batch / (M r_s) samples
   per micro-batch. Gradients (the stage's parameters / T) are all-reduced over
   Group(r_s, nodes spanned): either once after the stage's last backward (no
-  overlap), or with `strategy.overlap_grad_allreduce` in buckets of
+  overlap; `strategy.gradient_sync == "end"`), or with `"overlap"` in buckets of
   `grad_bucket_bytes` that start as soon as the last micro-batch's backward has
   produced them (layers finish in reverse order, in proportion to their
   backward time) and run one after another on the comm stream.
+- P3 (`"p3"`, priority-based parameter propagation; P = 1 only): every layer's
+  gradient (parameters / T) is all-reduced on its own (one `all_reduce` of the
+  layer's bytes, no buckets), ready when that layer's backward of the last
+  micro-batch ends. The comm stream serves the lowest-numbered pending layer first
+  and preempts at any point (preempt-resume: P3's parameter slices taken small
+  enough that a layer never waits for a slice of a later layer in flight; each
+  layer's latency is paid once). The next iteration's first forward runs layer by
+  layer, layer l starting only once layers 0..l are synchronised (the later micro-
+  batches of gradient accumulation follow it). The comm stream is empty when an
+  iteration's last backward starts (every all-reduce gates some forward before
+  it), so iterations repeat exactly from there: the step is the period of the last
+  of max(2, `iterations`) simulated iterations, and the timeline shows them all,
+  with per-layer compute folded into micro-batch ops (the gated forward is split
+  where it waits). Backward is one op per layer here (a split-backward schedule's
+  W is not separated; with P = 1 it changes no time).
 - Tensor (T, Megatron): the batch-proportional part of every layer's time is
   divided by T (fixed per-call time stays). Each layer carries a count of
   activation all-reduces (`tp_allreduces`, per layer; default 1 on every second
@@ -55,7 +70,7 @@ from paraplan.core.profile import ModelProfile
 from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import KINDS, Timeline
 from paraplan.sim.engine import PipelineCosts, execute
-from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
+from paraplan.sim.pipeline import COMM, COMPUTE, concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, get_schedule
 
 ALLREDUCE = KINDS.index("allreduce")
@@ -182,6 +197,8 @@ def simulate(
     # per virtual stage costs
     fwd = np.zeros(nv)
     bwd = np.zeros(nv)
+    layer_fwd = np.zeros(nl)  # per layer per micro-batch on its device (P3 needs layers)
+    layer_bwd = np.zeros(nl)
     act_mb = np.zeros(nv)  # activations held per micro-batch (all layers of the stage), per device
     out_act = np.zeros(nv)  # boundary activation per micro-batch per replica
     for vs, (lo, hi) in enumerate(lay.layer_ranges):
@@ -199,6 +216,7 @@ def simulate(
             f_l = f_l + tp_counts[lo:hi] * ar
             b_l = b_l + tp_counts[lo:hi] * ar
         fwd[vs], bwd[vs] = f_l.sum(), b_l.sum()
+        layer_fwd[lo:hi], layer_bwd[lo:hi] = f_l, b_l
         act_mb[vs] = acts.sum() / t
         out_act[vs] = acts[-1]
 
@@ -233,12 +251,13 @@ def simulate(
     sync_s = np.zeros(p)
     grad_kind = WGT if sched.split_backward else BWD
     last_mb = m * iters - 1
+    mode = strategy.gradient_sync
     for s in range(p):
         r = int(reps[s])
-        if r <= 1 or param_dev[s] <= 0:
+        if r <= 1 or param_dev[s] <= 0 or mode == "p3":
             continue
         group = Group(r, cluster.nodes_spanned(lay.devices[s][0::t]))
-        if not strategy.overlap_grad_allreduce:
+        if mode == "end":
             dur = float(comm.time_s("all_reduce", param_dev[s], group))
             sync_events.append((s, compute_end[s], compute_end[s] + dur))
             sync_s[s] = dur
@@ -292,7 +311,20 @@ def simulate(
     ])
 
     single = float(profile.fwd_s_at(batch_size).sum() + profile.bwd_s_at(batch_size).sum())
-    cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, costs)])
+    if mode == "p3":
+        r = int(reps[0])
+        layer_ar = np.zeros(nl)
+        if r > 1:
+            group = Group(r, cluster.nodes_spanned(lay.devices[0][0::t]))
+            grads = profile.param_bytes / t
+            layer_ar = np.array([float(comm.time_s("all_reduce", nb, group)) if nb > 0 else 0.0
+                                 for nb in grads])
+        iters = max(2, strategy.iterations)
+        cols, step = p3_steady_state(layer_fwd, layer_bwd, layer_ar, m, iters)
+        busy_one = m * float(layer_fwd.sum() + layer_bwd.sum())
+        bubble = float(1.0 - busy_one / step) if step > 0 else 0.0
+    else:
+        cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, costs)])
     if sync_events:
         ev = np.array(sync_events, dtype=float)
         n = ev.shape[0]
@@ -301,7 +333,7 @@ def simulate(
             "kind": np.full(n, ALLREDUCE, dtype=np.int8), "stage": ev[:, 0].astype(np.int32),
             "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 1], "end_s": ev[:, 2],
         }])
-    if sched.flush and strategy.iterations > 1:
+    if sched.flush and strategy.iterations > 1 and mode != "p3":
         cols = _repeat_steps(cols, strategy.iterations, step, m)
         iters = strategy.iterations
     cols = _expand_to_devices(cols, lay.devices)
@@ -321,6 +353,111 @@ def simulate(
         microbatches=m,
         iterations=iters,
     )
+
+
+def p3_comm_segments(release_s: np.ndarray, work_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Preempt-resume priority service of per-layer all-reduces on one comm stream.
+
+    Layer l is released at `release_s[l]` and needs `work_s[l]` seconds; the stream
+    always serves the lowest-numbered pending layer. Releases must not increase with
+    the layer index (the backward produces the last layer's gradient first), so the
+    newest pending layer is the one served: a stack, O(layers). Returns the service
+    segments as (layer, start_s, end_s) arrays in time order."""
+    release_s = np.asarray(release_s, dtype=float)
+    work_s = np.asarray(work_s, dtype=float)
+    if np.any(np.diff(release_s) > 0):
+        raise StrategyError("P3 releases must come from the last layer to the first")
+    segs: list[tuple[int, float, float]] = []
+    stack: list[list] = []  # [layer, remaining seconds]
+    clock = -np.inf
+    for layer in range(release_s.shape[0] - 1, -1, -1):
+        ready = float(release_s[layer])
+        while stack and clock < ready:
+            top = stack[-1]
+            if top[1] <= ready - clock:
+                segs.append((top[0], clock, clock + top[1]))
+                clock += top[1]
+                stack.pop()
+            else:
+                segs.append((top[0], clock, ready))
+                top[1] -= ready - clock
+                clock = ready
+        clock = max(clock, ready)
+        if work_s[layer] > 0:
+            stack.append([layer, float(work_s[layer])])
+    while stack:
+        top = stack.pop()
+        segs.append((top[0], clock, clock + top[1]))
+        clock += top[1]
+    if not segs:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    arr = np.array(segs, dtype=float)
+    return arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2]
+
+
+def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarray, microbatches: int,
+                    iterations: int = 2) -> tuple[dict[str, np.ndarray], float]:
+    """Data parallelism with P3 gradient synchronisation on one (pipeline) device.
+
+    `fwd_s`, `bwd_s`: per layer and micro-batch; `allreduce_s`: per layer (0: nothing
+    to synchronise); `microbatches`: gradient accumulation steps k (micro-batch i of an
+    iteration runs F then B; only the first forward of an iteration waits for the
+    previous iteration's all-reduces). Simulates `iterations` (>= 2) iterations and
+    returns the timeline columns (device 0, stage 0) and the period of the last one
+    (from the start of one iteration's last backward to the next's)."""
+    if iterations < 2:
+        raise StrategyError(f"P3's steady state needs >= 2 iterations, got {iterations}")
+    f = np.asarray(fwd_s, dtype=float)
+    b = np.asarray(bwd_s, dtype=float)
+    k = int(microbatches)
+    f_tot, b_tot = float(f.sum()), float(b.sum())
+    f_cum = np.cumsum(f)
+    f_before = f_cum - f
+    b_from = np.cumsum(b[::-1])[::-1]  # backward from the last layer down to layer l
+    fk, bk, ck = KINDS.index("fwd"), KINDS.index("bwd"), ALLREDUCE
+    # the ops between an iteration's first forward and its last backward:
+    # B0, F1, B1, ..., F(k-1); then B(k-1)
+    mid_dur = np.tile([b_tot, f_tot], k - 1)
+    mid_kind = np.tile([bk, fk], k - 1)
+    mid_mb = np.repeat(np.arange(k - 1), 2) + np.tile([0, 1], k - 1)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(stream: int, kind, mb, start, end) -> None:
+        start = np.atleast_1d(np.asarray(start, dtype=float))
+        n = start.shape[0]
+        parts.append((np.full(n, stream), np.broadcast_to(kind, (n,)), np.broadcast_to(mb, (n,)),
+                      start, np.atleast_1d(np.asarray(end, dtype=float))))
+
+    fwd0_end = f_tot  # iteration 0: nothing to wait for
+    add(COMPUTE, fk, 0, 0.0, f_tot)
+    last_bwd = np.zeros(iterations)
+    for e in range(iterations):
+        base = e * k
+        mid_start = fwd0_end + np.cumsum(mid_dur) - mid_dur
+        add(COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
+        s = fwd0_end + (k - 1) * (f_tot + b_tot)
+        last_bwd[e] = s
+        add(COMPUTE, bk, base + k - 1, s, s + b_tot)
+        release = s + b_from
+        layer, seg_start, seg_end = p3_comm_segments(release, allreduce_s)
+        add(COMM, ck, -1, seg_start, seg_end)
+        if e == iterations - 1:
+            break
+        synced = release.copy()
+        np.maximum.at(synced, layer, seg_end)
+        gate = np.maximum.accumulate(np.maximum(s + b_tot, np.maximum.accumulate(synced) - f_before))
+        # layer l of the next forward runs in [gate_l + f_before_l, gate_l + f_cum_l]; gate
+        # rises where it waits: one op per stretch without waiting
+        first = np.flatnonzero(np.concatenate(([True], gate[1:] > gate[:-1])))
+        last = np.append(first[1:] - 1, f.shape[0] - 1)
+        add(COMPUTE, fk, base + k, gate[first] + f_before[first], gate[last] + f_cum[last])
+        fwd0_end = float(gate[-1] + f_cum[-1])
+    stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*parts, strict=True))
+    n = start.shape[0]
+    cols = {"device": np.zeros(n, dtype=np.int32), "stream": stream.astype(np.int8),
+            "kind": kind.astype(np.int8), "stage": np.zeros(n, dtype=np.int32),
+            "microbatch": mb.astype(np.int32), "start_s": start, "end_s": end}
+    return cols, float(last_bwd[-1] - last_bwd[-2])
 
 
 def _expand_to_devices(cols: dict[str, np.ndarray],
