@@ -53,3 +53,8 @@ def test_negative_bandwidth_is_named(repo_root):
 def test_missing_cluster_lists_known(repo_root):
     with pytest.raises(ConfigError, match=r"known clusters: .*dgx1-v100"):
         load_cluster("nope", repo_root / "config/clusters")
+
+
+def test_named_cluster_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no config/clusters here
+    assert load_cluster("dgx1-v100").devices_per_node == 8
