@@ -67,7 +67,7 @@ def test_log_run_with_children_metrics_and_artifacts(store, tmp_path):
     exp = client.get_experiment_by_name("paraplan-bench")
     runs = mlflow.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
     assert list(runs["tags.mlflow.runName"]) == ["child"]
-    assert exp.artifact_location == (tmp_path / "mlruns").as_uri()
+    assert exp.artifact_location == (tmp_path / "mlruns" / "paraplan-bench").as_uri()
 
 
 def test_unusable_store_is_a_tracking_error_naming_it(tmp_path, monkeypatch):

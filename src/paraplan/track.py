@@ -129,7 +129,7 @@ def _experiment_id(client, stage: str, uri: str) -> str:
         return found.experiment_id
     kwargs = {}
     if uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri:
-        kwargs["artifact_location"] = f"{_artifact_root()}"
+        kwargs["artifact_location"] = f"{_artifact_root()}/{name}"  # mlruns/paraplan-<stage>/<run id>/
     try:
         return client.create_experiment(name, **kwargs)
     except Exception:
