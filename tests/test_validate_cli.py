@@ -49,7 +49,9 @@ def test_tiny_real_validation_writes_the_table_and_figure(tmp_path, capsys):
     assert (table["measured_s"] > 0).all() and (table["predicted_s"] > 0).all()
     np.testing.assert_allclose(table["rel_err"], table["predicted_s"] / table["measured_s"] - 1)
     assert (tmp_path / "fig" / "tiny.png").is_file() and (tmp_path / "fig" / "tiny.pdf").is_file()
-    assert "|rel_err| median" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "|rel_err| median" in out
+    assert "(tp2's activations), " in out and "tp2 charged the mean" in out  # the all-reduce calibration
 
 
 def test_missing_meta_names_the_file(tmp_path, capsys):

@@ -160,3 +160,30 @@ def test_pipeline_backward_is_charged_its_average_gradient_accumulation():
         assert acc.bwd_s_at(b)[0] == pytest.approx(profile.bwd_s_at(b)[0] + extra_s)
     assert acc.fwd_s_at(8)[0] == profile.fwd_s_at(8)[0]
     assert accumulation_profile(profile, 1, 20e9) is profile
+
+
+def test_tp2_charges_each_activation_allreduce_its_measured_mean():
+    from dataclasses import replace
+
+    from paraplan.clusters import load_cluster
+    from paraplan.validate.predict import MeasuredAllReduce, predict_step_times
+
+    layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
+    profile = ModelProfile("mlp", 32, (layer,) * 4)
+    comm = ConstantBandwidthModel(1e9, 1e9, intra_latency_s=1e-4)
+    cluster = load_cluster("local-cpu")
+    fitted = PredictionSetup(32, 4, 2, (0, 1, 0, 1))
+    mean_s = 3e-3
+    measured = replace(fitted, tp_allreduce_s=((4096.0, mean_s),))
+    fit_s = comm.time_s("all_reduce", 4096.0, Group(2))
+    # the wrapper answers only the measured size on the run's 2 ranks, the fit otherwise
+    wrapped = MeasuredAllReduce(comm, measured.tp_allreduce_s)
+    assert wrapped.time_s("all_reduce", 4096.0, Group(2)) == mean_s
+    assert wrapped.time_s("all_reduce", 8192.0, Group(2)) == comm.time_s("all_reduce", 8192.0, Group(2))
+    assert wrapped.time_s("all_gather", 4096.0, Group(2)) == comm.time_s("all_gather", 4096.0, Group(2))
+    names = ["dp", "tp2"]
+    before = predict_step_times(profile, cluster, comm, names, fitted)
+    after = predict_step_times(profile, cluster, comm, names, measured)
+    # two pairs: 2 forward + 2 backward all-reduces, less the first pair's backward one
+    assert after["tp2"] == pytest.approx(before["tp2"] + 3 * (mean_s - fit_s))
+    assert after["dp"] == before["dp"]

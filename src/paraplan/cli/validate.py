@@ -12,9 +12,10 @@ profile balances them, --microbatches micro-batches, send/recv between the ranks
 and `tp2` (Megatron split: MLP pairs, transformer blocks by heads). A step's time
 is the slowest rank's, from the barrier to the end of its forward, backward and
 communication (the SGD update follows untimed). The same strategies are simulated
-from the profile and the fitted communication model with two documented
-corrections (compute slowed by the measured contention while both ranks compute;
-no overlap when gloo ranks fill every core, see paraplan.validate.predict);
+from the profile and the fitted communication model with documented corrections
+(among them: compute slowed by the measured contention while both ranks compute;
+no overlap when gloo ranks fill every core; tp2's activation all-reduces at the
+mean time the run measures for their size, see paraplan.validate.predict);
 rel_err = predicted / measured - 1. The uncorrected prediction is printed and
 logged beside it.
 
@@ -92,8 +93,11 @@ def _check_positive(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
+    from paraplan.core import Group
     from paraplan.profile.io import read_profile
     from paraplan.validate import STRATEGIES
     from paraplan.validate.pipeline import balanced_boundary
@@ -127,10 +131,14 @@ def run(args: argparse.Namespace) -> int:
     cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
     cores = os.cpu_count() or 1
     saturated = args.backend == "gloo" and threads * 2 >= cores
+    tp_counts = tp_allreduce_counts(layers)
+    acts = profile.activation_bytes_at(batch)
+    probe_bytes = tuple(sorted({round(float(a)) for a, c in zip(acts, tp_counts, strict=True) if c > 0})) \
+        if "tp2" in strategies else ()
     cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
-                    backend=args.backend, timeout_s=args.timeout)
-    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_allreduce_counts(layers)),
+                    backend=args.backend, timeout_s=args.timeout, allreduce_probe_bytes=probe_bytes)
+    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_counts),
                             comm_uses_compute_cores=saturated, tp_split=tuple(tp_split_layers(layers)),
                             tp_splits_fixed_time=args.backend == "gloo", pipeline_accumulation=True)
     plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
@@ -139,6 +147,17 @@ def run(args: argparse.Namespace) -> int:
           f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
           f"{cut}, {args.backend}", file=sys.stderr)
     result = run_strategies(cfg)
+    extra: dict = {}
+    if result.allreduce_s:
+        setup = replace(setup, tp_allreduce_s=tuple(
+            (float(nb), statistics.fmean(times)) for nb, times in sorted(result.allreduce_s.items())))
+        for nb, times in sorted(result.allreduce_s.items()):
+            fit = float(comm.time_s("all_reduce", nb, Group(2, 1)))
+            print(f"all_reduce of {nb} B (tp2's activations), {len(times)} calls: mean "
+                  f"{statistics.fmean(times) * 1e3:.2f} ms, median {statistics.median(times) * 1e3:.2f} ms "
+                  f"(the fit says {fit * 1e3:.2f} ms): tp2 charged the mean")
+            extra[f"allreduce_mean_s__{nb}"] = statistics.fmean(times)
+            extra[f"allreduce_median_s__{nb}"] = statistics.median(times)
     predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
     if saturated:
         print(f"gloo ranks fill all {cores} cores: dp_overlap predicted without overlap")
@@ -148,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"contention: whole-model forward+backward at batch {half:g} alone {_ms(result.alone_s)} ms, "
           f"all ranks at once {_ms(result.together_s)} ms: compute x {result.contention_factor:.3f} "
           f"(the profile says {profiled_s * 1e3:.2f} ms alone: drift x {drift:.3f}, not corrected)")
-    extra = {"contention_factor": result.contention_factor, "profile_drift": drift,
+    extra |= {"contention_factor": result.contention_factor, "profile_drift": drift,
              "calibration_alone_s": statistics.median(result.alone_s),
              "calibration_together_s": statistics.median(result.together_s)}
     # diagnostic only: the profile rescaled to the run's own compute speed, which

@@ -43,6 +43,16 @@ prediction without them, "uncorrected"):
   the data, which needs no gradient, so its backward all-reduce never runs
   (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
   per pair in both directions, so one all-reduce of the pair's input is removed.
+- `tp2`, activation all-reduces at their mean time (`tp_allreduce_s`): the fitted
+  model is fitted to each size's median time, but on a CPU a small gloo all-reduce
+  has a long tail (the benchmark's all_reduce n2 at 128 KiB: p10 0.54 ms, median
+  3.2 ms, p90 4.7 ms; the alpha-beta fit says 0.79 ms). One call per step (dp) costs
+  about its median; tp2 issues many small synchronous all-reduces per step (3 for
+  the MLP, 16 for the GPT), and a sum of many draws costs about their mean. The
+  validate run times all-reduces of tp2's activation sizes in every round (after a
+  barrier, as the benchmark does, see `runner._rank_main`); `tp2` is simulated with
+  each such all-reduce at the mean of those times (`MeasuredAllReduce`), every other
+  collective and strategy with the fit.
 """
 
 from __future__ import annotations
@@ -73,6 +83,28 @@ class PredictionSetup:
     tp_split: tuple[bool, ...] = ()  # per layer: split by tensor parallelism (empty: all)
     tp_splits_fixed_time: bool = False  # CPU: a split layer's fixed time shrinks by T too
     pipeline_accumulation: bool = False  # charge micro-batch gradient accumulation
+    tp_allreduce_s: tuple[tuple[float, float], ...] = ()  # (bytes, measured mean s) per size
+
+
+@dataclass(frozen=True)
+class MeasuredAllReduce:
+    """`comm`, except that an all-reduce on the validate run's 2 ranks of one of the
+    `measured` sizes ((bytes, seconds) pairs) takes the measured time."""
+
+    comm: CommModel
+    measured: tuple[tuple[float, float], ...]
+
+    def time_s(self, collective: str, nbytes: float, group: Group) -> float:
+        if collective == "all_reduce" and group.size == WORLD_SIZE and group.nodes == 1:
+            for size, seconds in self.measured:
+                if abs(float(nbytes) - size) <= 1e-9 * max(size, 1.0):
+                    return float(seconds)
+        return float(self.comm.time_s(collective, nbytes, group))
+
+
+def tp_comm(comm: CommModel, setup: PredictionSetup) -> CommModel:
+    """The communication model `tp2` is simulated with (see the module doc)."""
+    return MeasuredAllReduce(comm, setup.tp_allreduce_s) if setup.tp_allreduce_s else comm
 
 
 def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
@@ -165,7 +197,7 @@ def predict_step_times(
         if name == "dp_overlap" and setup.comm_uses_compute_cores:
             step_s = _serialised_overlap_s(profile, cluster, comm, setup, timeline, compute_factor)
         if name == "tp2":
-            step_s -= tp_unused_backward_allreduce_s(profile, comm, setup)
+            step_s -= tp_unused_backward_allreduce_s(profile, tp_comm(comm, setup), setup)
         out[name] = float(step_s)
     return out
 
@@ -220,6 +252,7 @@ def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor:
 
     if name == "tp2":
         profile = tensor_parallel_profile(profile, setup)
+        comm = tp_comm(comm, setup)
     if name in PIPELINE_SCHEDULES and setup.pipeline_accumulation:
         profile = accumulation_profile(profile, setup.microbatches, cluster.device.mem_bandwidth_Bps)
     scaled = scale_compute(profile, factor) if factor != 1.0 else profile

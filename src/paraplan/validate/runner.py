@@ -1,7 +1,9 @@
 """Spawn the ranks, build every strategy's training step, and time them in rounds.
 
 Each round times, after a barrier each, the contention calibration (the whole
-model's forward + backward on each rank alone, then on all ranks at once) and one
+model's forward + backward on each rank alone, then on all ranks at once), the
+all-reduce calibration (`ALLREDUCE_PROBES_PER_ROUND` all-reduces of each size in
+`RunConfig.allreduce_probe_bytes`, the sizes of tp2's activation all-reduces) and one
 step of every strategy, so all of them see the same machine load; a step's time is
 the slowest rank's, from the barrier to the end of its own work (after a device
 synchronisation on GPUs). The optimiser update (SGD) follows each step outside the
@@ -15,7 +17,7 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -31,6 +33,7 @@ from paraplan.validate.tensor_parallel import tensor_parallel_layers
 from paraplan.validate.workload import Workload, WorkloadSpec
 
 LEARNING_RATE = 1e-4
+ALLREDUCE_PROBES_PER_ROUND = 3
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class RunConfig:
     backend: str = "gloo"
     seed: int = 0
     timeout_s: float = 600.0
+    allreduce_probe_bytes: tuple[int, ...] = ()  # all-reduce sizes to time each round
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.strategies if s not in STRATEGIES]
@@ -196,7 +200,9 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
     x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // world_size, gen))
     compute = _compute_pass(work, model, x, y)
-    times: dict[str, list[float]] = {name: [] for name in ("alone", "together", *cfg.strategies)}
+    probes = {f"allreduce_{nb}": torch.zeros(max(1, nb // 4), dtype=torch.float32, device=device)
+              for nb in cfg.allreduce_probe_bytes}
+    times: dict[str, list[float]] = {name: [] for name in ("alone", "together", *probes, *cfg.strategies)}
     for i in range(cfg.warmup + cfg.steps):
         keep = i >= cfg.warmup
         for turn in range(world_size):
@@ -211,6 +217,11 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
         _clear(model)
         if keep:
             times["together"].append(elapsed)
+        for name, buf in probes.items():
+            for _ in range(ALLREDUCE_PROBES_PER_ROUND):
+                elapsed = _timed(lambda buf=buf: dist.all_reduce(buf), device)
+                if keep:
+                    times[name].append(elapsed)
         for name, (step, update) in steps.items():
             elapsed = _timed(step, device)
             update()
@@ -229,12 +240,14 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
 class RunResult:
     """Step times per strategy, and the compute slowdown when all ranks compute at
     once: per rank the median of its passes alone and together; the factor is the
-    median over ranks of together / alone."""
+    median over ranks of together / alone. `allreduce_s`: per probed size (bytes),
+    every timed all-reduce of the calibration, each the slowest rank's."""
 
     measured: dict[str, Measurement]
     contention_factor: float
     alone_s: tuple[float, ...]
     together_s: tuple[float, ...]
+    allreduce_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
 
 def run_strategies(cfg: RunConfig) -> RunResult:
@@ -249,6 +262,9 @@ def run_strategies(cfg: RunConfig) -> RunResult:
     alone = tuple(med(times) for times in raw["alone"])
     together = tuple(med(times) for times in raw["together"])
     factor = med(t / a for t, a in zip(together, alone, strict=True))
+    allreduce = {nb: summarise("all_reduce", raw[f"allreduce_{nb}"]).step_times_s
+                 for nb in cfg.allreduce_probe_bytes}
     return RunResult(
-        {name: summarise(name, raw[name]) for name in cfg.strategies}, float(factor), alone, together
+        {name: summarise(name, raw[name]) for name in cfg.strategies}, float(factor), alone, together,
+        allreduce,
     )
