@@ -123,6 +123,12 @@ class Schedule:
         self.check(num_stages, num_microbatches, virtual_stages)
         if iterations < 1:
             raise StrategyError(f"iterations must be >= 1, got {iterations}")
+        return self.device_orders(num_stages, num_microbatches, iterations, virtual_stages)
+
+    def device_orders(
+        self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int
+    ) -> list[OpOrder]:
+        """Each device's ops for a checked request; flushed schedules repeat one iteration."""
         return [
             _repeat_iterations(self.iteration_order(num_stages, num_microbatches, s), num_microbatches, iterations)
             for s in range(num_stages)
@@ -182,12 +188,9 @@ class TwoBW(OneFOneB):
                 f"per iteration as pipeline stages: {num_stages} stages > {num_microbatches} micro-batches"
             )
 
-    def orders(
-        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    def device_orders(
+        self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int
     ) -> list[OpOrder]:
-        self.check(num_stages, num_microbatches, virtual_stages)
-        if iterations < 1:
-            raise StrategyError(f"iterations must be >= 1, got {iterations}")
         total = num_microbatches * iterations
         return [
             one_f_one_b_order(total, self.warmup(num_stages, num_microbatches, s)) for s in range(num_stages)
@@ -229,12 +232,9 @@ class Interleaved(Schedule):
                 f"degree: {num_microbatches} micro-batches over {num_stages} stages"
             )
 
-    def orders(
-        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    def device_orders(
+        self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int
     ) -> list[OpOrder]:
-        self.check(num_stages, num_microbatches, virtual_stages)
-        if iterations < 1:
-            raise StrategyError(f"iterations must be >= 1, got {iterations}")
         return [
             _repeat_iterations(
                 self.device_order(num_stages, num_microbatches, virtual_stages, s), num_microbatches, iterations
@@ -304,12 +304,9 @@ class DistIRGreedy(Schedule):
 
     name = "distir_greedy"
 
-    def orders(
-        self, num_stages: int, num_microbatches: int, iterations: int = 1, virtual_stages: int = 1
+    def device_orders(
+        self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int
     ) -> list[OpOrder]:
-        self.check(num_stages, num_microbatches, virtual_stages)
-        if iterations < 1:
-            raise StrategyError(f"iterations must be >= 1, got {iterations}")
         per_stage, _ = self.rounds(num_stages, num_microbatches)
         return [
             _repeat_iterations(_order(np.array(k), np.array(m)), num_microbatches, iterations)
