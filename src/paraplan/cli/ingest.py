@@ -20,7 +20,8 @@ from paraplan.cli.common import add_tracking_arguments, track
 from paraplan.core import ConfigError
 
 NAME = "ingest"
-HELP = "import nccl-tests, rccl-tests or PARAM logs as bench CSVs, PipeDream profiles as profile CSVs"
+HELP = ("import nccl-tests, rccl-tests or PARAM logs as bench CSVs, PipeDream profiles as profile CSVs, "
+        "vTrain measurements as run tables")
 ORDER = 15
 
 
@@ -71,11 +72,28 @@ def _pipedream_profile(args: argparse.Namespace) -> dict:
     }
 
 
+def _vtrain_runs(args: argparse.Namespace) -> dict:
+    """vTrain's measured iteration times -> a run table (paraplan.predict.vtrain)."""
+    import csv
+
+    from paraplan.files import atomic_open
+    from paraplan.predict.vtrain import RUN_TABLE_COLUMNS, read_vtrain
+
+    rows = read_vtrain(args.log)
+    with atomic_open(args.out, "w") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(RUN_TABLE_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"paraplan ingest: {args.log}: {len(rows)} measured runs -> {args.out}", file=sys.stderr)
+    return {"metrics": {"rows": float(len(rows))}, "params": {}}
+
+
 # --format -> handler(args) -> {"metrics": ..., "params": ...}; a new format is one entry.
 HANDLERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "nccl-tests": lambda args: _collective_log(args, "nccl-tests"),
     "param": lambda args: _collective_log(args, "param"),
     "pipedream": _pipedream_profile,
+    "vtrain": _vtrain_runs,
 }
 
 

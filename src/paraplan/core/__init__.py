@@ -9,6 +9,7 @@ from paraplan.core.comm import (
     CommModel,
     ConstantBandwidthModel,
     Group,
+    TieredCommModel,
     busbw_factor,
     ring_time_s,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ParaplanError",
     "Strategy",
     "StrategyError",
+    "TieredCommModel",
     "Timeline",
     "TrackingError",
     "busbw_factor",

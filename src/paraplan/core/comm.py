@@ -89,3 +89,17 @@ class ConstantBandwidthModel:
         else:
             lat, bw = self.inter_latency_s, self.inter_bandwidth_Bps
         return ring_time_s(collective, nbytes, group.size, lat, bw)
+
+
+@dataclass(frozen=True)
+class TieredCommModel:
+    """One model for groups inside a node and another for groups across nodes (e.g. a
+    fit of nccl-tests inside a DGX node, and the InfiniBand links of the cluster file
+    across nodes)."""
+
+    intra: CommModel
+    inter: CommModel
+
+    def time_s(self, collective: str, nbytes: float, group: Group) -> float:
+        model = self.intra if group.tier == "intra" else self.inter
+        return float(model.time_s(collective, nbytes, group))

@@ -1,0 +1,155 @@
+"""How one training run executes: parallel degrees, batch, recomputation, optimizer
+sharding, overlaps and precision, in Megatron-LM's argument names.
+
+Every interlock between these settings and a model is checked in one place,
+`RunSettings.check(model)`, which raises `StrategyError` naming the setting and
+what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from paraplan.core.errors import StrategyError
+from paraplan.core.transformer import TransformerModel
+
+RecomputeGranularity = Literal["none", "selective", "full"]
+Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
+RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
+PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One run's execution settings (the columns of a run table besides the model)."""
+
+    tensor_model_parallel_size: int = 1
+    """t: ranks that split every layer's weights (Megatron's column/row split)."""
+    pipeline_model_parallel_size: int = 1
+    """p: pipeline stages."""
+    data_parallel_size: int = 1
+    """d: model replicas, each fed global_batch_size / d sequences per iteration."""
+    global_batch_size: int = 1
+    """B: sequences per iteration over all replicas."""
+    micro_batch_size: int = 1
+    """b: sequences per micro-batch on one replica."""
+    virtual_pipeline_model_parallel_size: int = 1
+    """v: model chunks per pipeline rank (interleaved 1F1B when > 1)."""
+    recompute_granularity: RecomputeGranularity = "none"
+    """`selective`: recompute the attention core in backward (Korthikanti et al. 2022);
+    `full`: keep only each layer's input and recompute the layer."""
+    sequence_parallel: bool = False
+    """Split norms and dropouts over the tensor-parallel ranks along the sequence;
+    all-gather + reduce-scatter replace each all-reduce."""
+    use_distributed_optimizer: bool = False
+    """Megatron's distributed optimizer: optimizer state and main weights sharded over
+    the data-parallel ranks; gradients reduce-scattered, weights all-gathered."""
+    zero_stage: int = 0
+    """DeepSpeed ZeRO: 1 shards optimizer state, 2 also gradients, 3 also weights."""
+    overlap_grad_reduce: bool = False
+    """Start gradient reduction in buckets during the last micro-batch's backward."""
+    overlap_param_gather: bool = False
+    """With sharded weights: all-gather the next iteration's weights during forward."""
+    tp_comm_overlap: bool = False
+    """Overlap tensor-parallel communication with the GEMMs around it."""
+    dtype: Dtype = "bf16"
+    """Precision of weights, activations and GEMMs (fp8: GEMM inputs in 8 bits)."""
+    schedule: PipelineSchedule | Literal[""] = ""
+    """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
+    use_flash_attn: bool = True
+    """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
+
+    @property
+    def pipeline_schedule(self) -> str:
+        if self.schedule:
+            return self.schedule
+        return "interleaved_1f1b" if self.virtual_pipeline_model_parallel_size > 1 else "1f1b"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.data_parallel_size
+
+    @property
+    def num_microbatches(self) -> int:
+        """M = B / (d b): micro-batches per replica per iteration."""
+        return self.global_batch_size // (self.data_parallel_size * self.micro_batch_size)
+
+    @property
+    def optimizer_shards(self) -> int:
+        """Ranks the optimizer state is sharded over (1: not sharded)."""
+        sharded = self.use_distributed_optimizer or self.zero_stage >= 1
+        return self.data_parallel_size if sharded else 1
+
+    def check(self, model: TransformerModel) -> None:
+        """Raise `StrategyError` for settings that cannot run `model`."""
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+                    "global_batch_size", "micro_batch_size", "virtual_pipeline_model_parallel_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StrategyError(f"{key} must be an integer >= 1, got {value!r}")
+        if self.recompute_granularity not in RECOMPUTE_GRANULARITIES:
+            raise StrategyError(
+                f"recompute_granularity '{self.recompute_granularity}' is not one of "
+                f"{', '.join(RECOMPUTE_GRANULARITIES)}"
+            )
+        if self.dtype not in DTYPES:
+            raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
+        if self.zero_stage not in ZERO_STAGES:
+            raise StrategyError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
+            raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
+        t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
+                   self.virtual_pipeline_model_parallel_size)
+        d, b, batch = self.data_parallel_size, self.micro_batch_size, self.global_batch_size
+        if batch % (d * b):
+            raise StrategyError(
+                f"global_batch_size {batch} is not divisible by data_parallel_size x micro_batch_size "
+                f"= {d} x {b}"
+            )
+        if model.num_attention_heads % t:
+            raise StrategyError(
+                f"num_attention_heads {model.num_attention_heads} is not divisible by "
+                f"tensor_model_parallel_size {t}"
+            )
+        if model.query_groups % t:
+            raise StrategyError(
+                f"num_query_groups {model.query_groups} is not divisible by tensor_model_parallel_size {t}"
+            )
+        if model.ffn_size % t:
+            raise StrategyError(
+                f"ffn_hidden_size {model.ffn_size} is not divisible by tensor_model_parallel_size {t}"
+            )
+        if self.sequence_parallel and model.seq_length % t:
+            raise StrategyError(
+                f"sequence_parallel needs seq_length {model.seq_length} divisible by "
+                f"tensor_model_parallel_size {t}"
+            )
+        if p * v > model.num_layers:
+            raise StrategyError(
+                f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
+                f"the model has {model.num_layers}"
+            )
+        schedule = self.pipeline_schedule
+        if v > 1 and schedule != "interleaved_1f1b":
+            raise StrategyError(
+                f"virtual_pipeline_model_parallel_size {v} needs schedule interleaved_1f1b, got {schedule}"
+            )
+        if v > 1 and p < 2:
+            raise StrategyError("virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size >= 2")
+        if schedule == "interleaved_1f1b" and v > 1 and self.num_microbatches % p:
+            raise StrategyError(
+                f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
+                f"divisible by pipeline_model_parallel_size {p}"
+            )
+        if self.zero_stage >= 2 and p > 1:
+            raise StrategyError(
+                f"zero_stage {self.zero_stage} shards gradients over data-parallel ranks, which pipeline "
+                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines)"
+            )
+        if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
+            raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")

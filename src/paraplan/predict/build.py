@@ -1,0 +1,329 @@
+"""The execution model of a transformer training run: model + cluster + settings +
+device calibration -> `paraplan.sim.execution.ExecutionModel`.
+
+Placement follows Megatron-LM's rank order (tensor-parallel ranks adjacent, then
+data-parallel, then pipeline): rank = tp + t (dp + d pp), node = rank //
+devices_per_node. Each group's node span decides the link tier its collectives
+use.
+
+What each piece costs:
+- a layer's forward, recomputation and backward on one rank: its kernels
+  (`paraplan.predict.ops`) priced by the device model, plus its tensor-parallel
+  collectives (blocking ones in full; overlapped ones only where they outlast the
+  kernel they run beside); each pass is bounded below by the host's issue time;
+- embedding on the first virtual stage, final norm + LM head + loss on the last;
+- pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
+  scatters it over the tensor-parallel ranks), point to point;
+- data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
+  (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
+  the last backward; ZeRO-3 gathers each layer's weights before its forward and its
+  backward and reduce-scatters its gradients, prefetched beside the compute;
+- after the reduction: the tied-embedding gradient exchange between the first and
+  last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
+  and, with a sharded optimizer, the weight all-gather unless `overlap_param_gather`;
+- memory: Megatron-LM's bytes per parameter for weights, gradients and optimizer
+  state (sharded as the settings say) and the activations of `ops.layer_activation_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.device_model import (
+    DeviceEfficiency,
+    DeviceSpeed,
+    host_bound_s,
+    kernel_times_s,
+    memory_time_s,
+)
+from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
+from paraplan.sim.engine import PipelineCosts
+from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
+
+GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
+OPTIMIZER_KERNELS = 4  # multi-tensor Adam, norm, scale, zero: a few launches per bucket
+KERNEL_FIELDS = tuple(f.name for f in fields(Kernels))
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter of each kind of state (Megatron-LM's mixed precision)."""
+
+    weight_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int  # main weights, main gradients (fp16), Adam moments
+    optimizer_step_bytes: int  # memory traffic of one optimizer step per parameter
+
+    @staticmethod
+    def of(dtype: str) -> Precision:
+        """bf16/fp8: 2-byte weights, fp32 gradients, 12 bytes of optimizer state (18 in
+        all); fp16: 2-byte gradients plus an fp32 copy in the optimizer (20); fp32: 16.
+        A step reads the gradient, reads and writes main weights and both moments,
+        writes the model weights, and passes over the gradients for the norm and zeroing
+        (fp16 also copies them to fp32 and checks for overflow)."""
+        if dtype == "fp32":
+            return Precision(4, 4, 8, 4 + 24 + 4 + 4)
+        if dtype == "fp16":
+            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 4 + 2)
+        return Precision(2, 4, 12, 4 + 24 + 2 + 4 + 4)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Node spans of the groups one rank belongs to."""
+
+    tp_nodes: int
+    dp_nodes: int
+    pp_cross_node: bool
+    embedding_cross_node: bool
+
+
+def placement(settings: RunSettings, devices_per_node: int) -> Placement:
+    t, d, p = (settings.tensor_model_parallel_size, settings.data_parallel_size,
+               settings.pipeline_model_parallel_size)
+    g = devices_per_node
+    tp_nodes = len({r // g for r in range(t)})
+    dp_nodes = len({(t * j) // g for j in range(d)})
+    pp_cross = p > 1 and (t * d) // g != 0
+    emb_cross = p > 1 and (t * d * (p - 1)) // g != 0
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross)
+
+
+def layers_per_virtual_stage(num_layers: int, stages: int) -> np.ndarray:
+    """Layers split as evenly as possible; the first stages take one more."""
+    base, extra = divmod(num_layers, stages)
+    return np.array([base + (1 if i < extra else 0) for i in range(stages)], dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class PassCost:
+    """A pass's cost before the device is priced: its kernels, the time of its blocking
+    collectives, and each overlapped collective's time with the kernel it runs beside."""
+
+    kernels: Kernels
+    blocking_comm_s: float
+    hidden_comm_s: np.ndarray
+    hidden_by: np.ndarray
+    num_collectives: int
+
+    @staticmethod
+    def of(work: PassWork, comm: CommModel, group: Group) -> PassCost:
+        blocking, hidden_s, hidden_by = 0.0, [], []
+        for c in work.collectives:
+            cost = float(comm.time_s(c.collective, c.nbytes, group)) if group.size > 1 else 0.0
+            if c.hidden_by >= 0:
+                hidden_s.append(cost)
+                hidden_by.append(c.hidden_by)
+            else:
+                blocking += cost
+        return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives))
+
+    def time_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """The pass on one rank, given its kernels' device times: kernels, blocking
+        collectives and the overlapped ones' excess, bounded below by the host's issue
+        time."""
+        if len(self.kernels) == 0 and self.num_collectives == 0:
+            return 0.0
+        device = float(kernel_s.sum()) + self.blocking_comm_s
+        if self.hidden_by.size:
+            device += float(np.maximum(self.hidden_comm_s - kernel_s[self.hidden_by], 0.0).sum())
+        host = len(self.kernels) * eff.host_kernel_s + self.num_collectives * eff.host_collective_s
+        return host_bound_s(device, host, eff)
+
+    def weight_grad_s(self, kernel_s: np.ndarray) -> float:
+        return float(kernel_s[self.kernels.weight_grad].sum()) if len(self.kernels) else 0.0
+
+
+PASSES: tuple[str, ...] = ("layer_fwd", "layer_recompute", "layer_bwd", "embedding_fwd", "embedding_bwd",
+                           "head_fwd", "head_bwd")
+
+
+@dataclass(frozen=True, eq=False)
+class RunStructure:
+    """Everything about a run that does not depend on the device calibration: the
+    passes' kernels and collectives, the layer split, transfers, gradient buckets,
+    parameters and activations. `price` turns it into an `ExecutionModel`."""
+
+    settings: RunSettings
+    speed: DeviceSpeed
+    passes: tuple[PassCost, ...]  # in PASSES order
+    zero3_gather_s: float
+    zero3_scatter_s: float
+    layers_per_vstage: np.ndarray
+    send_s: np.ndarray
+    grad_sync: tuple[GradSync, ...]
+    rank_params: np.ndarray
+    precision: Precision
+    after_sync_comm_s: np.ndarray
+    memory: tuple[RankMemory, ...]
+
+
+def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
+    """Kernel device times of every pass of every structure, priced in one vectorised
+    call per device speed."""
+    out: list[list[np.ndarray]] = [[np.zeros(0)] * len(PASSES) for _ in structures]
+    by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
+    for i, st in enumerate(structures):
+        for j in range(len(PASSES)):
+            by_speed.setdefault(st.speed, []).append((i, j))
+    for speed, members in by_speed.items():
+        parts = [structures[i].passes[j].kernels for i, j in members]
+        merged = Kernels(*(np.concatenate([getattr(k, f) for k in parts]) for f in KERNEL_FIELDS))
+        times = kernel_times_s(merged, speed, eff)
+        bounds = np.cumsum([0, *[len(k) for k in parts]])
+        for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:], strict=True):
+            out[i][j] = times[lo:hi]
+    return out
+
+
+def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
+                  comm: CommModel) -> RunStructure:
+    """The calibration-independent part of a run's execution model (see the module
+    doc). `settings.check(model)` runs first; the cluster's node count does not limit
+    the run (its nodes are the run's kind of node)."""
+    settings.check(model)
+    t, p, d = (settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size,
+               settings.data_parallel_size)
+    v = settings.virtual_pipeline_model_parallel_size
+    speed = DeviceSpeed.of(cluster.device, settings.dtype)
+    place = placement(settings, cluster.devices_per_node)
+    tp_group = Group(t, place.tp_nodes)
+    dp_group = Group(d, place.dp_nodes)
+    prec = Precision.of(settings.dtype)
+    zero3 = settings.zero_stage == 3
+
+    layer = layer_work(model, settings)
+    emb = embedding_work(model, settings)
+    head = head_work(model, settings)
+    passes = tuple(PassCost.of(w, comm, tp_group) for w in (
+        layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward))
+    layer_params = model.layer_params / t
+    gather_s = scatter_s = 0.0
+    if zero3 and d > 1:
+        gather_s = float(comm.time_s("all_gather", layer_params * prec.weight_bytes, dp_group))
+        scatter_s = float(comm.time_s("reduce_scatter", layer_params * prec.grad_bytes, dp_group))
+
+    nv = p * v
+    counts = layers_per_virtual_stage(model.num_layers, nv)
+    e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
+    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
+    send = np.zeros(max(nv - 1, 0))
+    if p > 1:
+        send[:] = float(comm.time_s("send_recv", boundary_bytes, Group(2, 2 if place.pp_cross_node else 1)))
+
+    # parameters on one rank of each pipeline stage
+    vocab_params = model.padded_vocab_size(t) * model.hidden_size / t
+    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    chunk_layers = counts.reshape(v, p)  # [chunk, rank]
+    rank_params = chunk_layers.sum(axis=0) * layer_params
+    rank_params[0] += vocab_params + positions
+    head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    rank_params[p - 1] += head_params
+
+    sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
+    grad_collective = "reduce_scatter" if sharded else "all_reduce"
+    syncs = []
+    for s in range(p):
+        if d == 1 or zero3:
+            syncs.append(GradSync.none())
+            continue
+        chunks, sizes, fractions = [], [], []
+        for c in range(v - 1, -1, -1):  # later chunks finish their backward first
+            params = int(chunk_layers[c, s]) * layer_params
+            if c == 0 and s == 0:
+                params += vocab_params + positions
+            if c == v - 1 and s == p - 1:
+                params += head_params
+            n_buckets = max(1, math.ceil(params / GRAD_BUCKET_PARAMS))
+            for k in range(n_buckets):
+                chunks.append(c)
+                sizes.append(params / n_buckets)
+                fractions.append((k + 1) / n_buckets)
+        bucket_s = np.array([float(comm.time_s(grad_collective, nb * prec.grad_bytes, dp_group)) for nb in sizes])
+        syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
+
+    after_comm = np.zeros(p)
+    if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
+        after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
+                                for n in rank_params])
+    if not model.untie_embeddings_and_output_weights and p > 1:
+        group = Group(2, 2 if place.embedding_cross_node else 1)
+        exchange = float(comm.time_s("all_reduce", vocab_params * prec.grad_bytes, group))
+        after_comm[0] += exchange
+        after_comm[p - 1] += exchange
+
+    shards = settings.optimizer_shards
+    full_layer_bytes = (layer_work(model, replace(settings, recompute_granularity="none")).activation_bytes
+                        if settings.recompute_granularity == "full" else 0.0)
+    memory = []
+    for s in range(p):
+        params = rank_params[s]
+        acts = (chunk_layers[:, s] * layer.activation_bytes).astype(float)
+        if s == 0:
+            acts[0] += emb.activation_bytes
+        if s == p - 1:
+            acts[v - 1] += head.activation_bytes
+        working = full_layer_bytes + (2 * layer_params * prec.weight_bytes if zero3 else 0.0)
+        memory.append(RankMemory(
+            weights_bytes=params * prec.weight_bytes / (d if zero3 else 1),
+            gradients_bytes=params * prec.grad_bytes / (d if settings.zero_stage >= 2 else 1),
+            optimizer_bytes=params * prec.optimizer_bytes / shards,
+            activation_bytes_per_chunk=acts,
+            working_bytes=working,
+        ))
+    return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
+                        rank_params, prec, after_comm, tuple(memory))
+
+
+def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
+    """The execution model of a structure, with its kernels' device times."""
+    st, settings = structure, structure.settings
+    p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
+    times = [c.time_s(k, eff) for c, k in zip(st.passes, kernel_s, strict=True)]
+    layer_fwd, layer_rec, layer_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd = times
+    layer_fwd = max(layer_fwd, st.zero3_gather_s)
+    layer_back = max(layer_rec + layer_bwd, st.zero3_gather_s + st.zero3_scatter_s)
+    counts = st.layers_per_vstage
+    fwd = counts * layer_fwd
+    bwd = counts * layer_back
+    fwd[0] += emb_fwd
+    bwd[0] += emb_bwd
+    fwd[-1] += head_fwd
+    bwd[-1] += head_bwd
+    if settings.pipeline_schedule == "zb_h1":
+        wgt = counts * st.passes[2].weight_grad_s(kernel_s[2])
+        wgt[-1] += st.passes[6].weight_grad_s(kernel_s[6])
+        bwd = bwd - wgt
+    else:
+        wgt = np.zeros(counts.shape[0])
+    costs = PipelineCosts(fwd, bwd, wgt, st.send_s, st.send_s.copy())
+    opt_bytes = st.rank_params / settings.optimizer_shards * st.precision.optimizer_step_bytes
+    after = st.after_sync_comm_s + np.array([memory_time_s(b, st.speed, eff, OPTIMIZER_KERNELS) for b in opt_bytes])
+    return ExecutionModel(
+        schedule=settings.pipeline_schedule,
+        pipeline_stages=p,
+        virtual_stages=v,
+        microbatches=settings.num_microbatches,
+        costs=costs,
+        grad_sync=st.grad_sync,
+        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2,
+        after_sync_s=after,
+        memory=st.memory,
+        samples_per_iteration=settings.global_batch_size,
+        num_devices=settings.num_gpus,
+    )
+
+
+def build_execution(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
+                    efficiency: DeviceEfficiency) -> ExecutionModel:
+    """The execution model of one iteration of `settings` running `model` on `cluster`."""
+    structure = run_structure(model, settings, cluster, comm)
+    return price(structure, kernel_times_by_pass([structure], efficiency)[0], efficiency)

@@ -1,0 +1,153 @@
+"""Fit the device model's efficiency parameters to measured iteration times, and
+measure how well the fit predicts runs it has not seen.
+
+The fit minimises the squared log ratio of predicted to measured iteration time
+over all runs (relative errors, so a 50 ms and a 2 s run count alike) with
+scipy's bounded trust-region least squares. Each parameter stays inside a
+physical range (`FIT_BOUNDS`): no GEMM beats 95% of the datasheet peak, no
+kernel streams memory faster than 95% of the datasheet bandwidth, a kernel's fixed
+cost is 1-10 us. A parameter that ends on a bound is reported as such.
+
+Cross-validation leaves one group out at a time (by default a model shape: the
+runs that share hidden size, layers, heads and sequence length), fits on the rest
+and predicts the group; the errors reported for a calibration are those
+out-of-fold predictions, never the in-sample ones.
+
+Everything that does not depend on the parameters (the runs' kernels,
+collectives, layer splits) is built once (`paraplan.predict.build.RunStructure`);
+an evaluation prices all kernels in one vectorised call and runs each iteration
+through the pipeline engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.core.errors import ParaplanError
+from paraplan.predict.build import RunStructure, kernel_times_by_pass, price
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.sim.execution import iteration_time_s
+
+# name: (lower, upper, unit scale of the optimiser's variable)
+FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
+    "gemm_efficiency": (0.30, 0.95, 1.0),
+    "gemm_k_half": (0.0, 1024.0, 100.0),
+    "memory_efficiency": (0.30, 0.95, 1.0),
+    "kernel_latency_s": (1e-6, 10e-6, 1e-6),
+    "host_kernel_s": (0.0, 200e-6, 1e-6),
+    "host_collective_s": (0.0, 500e-6, 1e-6),
+    "host_overlap_exponent": (1.0, 20.0, 1.0),
+}
+DEFAULT_FIT: tuple[str, ...] = tuple(FIT_BOUNDS)
+START = DeviceEfficiency(host_kernel_s=30e-6, host_collective_s=30e-6)
+
+
+def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficiency) -> np.ndarray:
+    """Predicted iteration time of every run."""
+    kernel_s = kernel_times_by_pass(list(structures), eff)
+    return np.array([iteration_time_s(price(s, k, eff)) for s, k in zip(structures, kernel_s, strict=True)])
+
+
+@dataclass(frozen=True)
+class FitResult:
+    efficiency: DeviceEfficiency
+    fitted: tuple[str, ...]
+    at_bound: tuple[str, ...]  # fitted parameters that ended on a bound
+    evaluations: int
+
+
+def fit_efficiency(structures: Sequence[RunStructure], measured_s: np.ndarray,
+                   fitted: Sequence[str] = DEFAULT_FIT, start: DeviceEfficiency = START,
+                   max_evaluations: int = 400) -> FitResult:
+    """The parameters `fitted` that minimise the squared log error (see the module doc)."""
+    from scipy.optimize import least_squares
+
+    unknown = [n for n in fitted if n not in FIT_BOUNDS]
+    if unknown:
+        raise ParaplanError(f"cannot fit '{unknown[0]}'; fittable: {', '.join(FIT_BOUNDS)}")
+    measured_s = np.asarray(measured_s, dtype=float)
+    if len(structures) != measured_s.shape[0] or not len(structures):
+        raise ParaplanError("calibration needs at least one run with a measured iteration time")
+    names = tuple(fitted)
+    scale = np.array([FIT_BOUNDS[n][2] for n in names])
+    lower = np.array([FIT_BOUNDS[n][0] for n in names]) / scale
+    upper = np.array([FIT_BOUNDS[n][1] for n in names]) / scale
+    x0 = np.clip(np.array([getattr(start, n) for n in names]) / scale, lower, upper)
+    log_measured = np.log(measured_s)
+
+    def efficiency(x: np.ndarray) -> DeviceEfficiency:
+        return replace(start, **{n: float(v) for n, v in zip(names, x * scale, strict=True)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.log(predict_iteration_s(structures, efficiency(x))) - log_measured
+
+    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac", diff_step=1e-3,
+                           max_nfev=max_evaluations)
+    span = upper - lower
+    at_bound = tuple(n for n, x, lo, s in zip(names, result.x, lower, span, strict=True)
+                     if min(x - lo, lo + s - x) <= 1e-6 * max(s, 1e-12))
+    return FitResult(efficiency(result.x), names, at_bound, int(result.nfev))
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Out-of-fold predictions: each group predicted by a fit on the other groups."""
+
+    predicted_s: np.ndarray
+    group_of_run: np.ndarray  # index into `groups`
+    groups: tuple[str, ...]
+    fits: tuple[DeviceEfficiency, ...]  # per group (fitted without it)
+
+
+def cross_validate(structures: Sequence[RunStructure], measured_s: np.ndarray, group_labels: Sequence[str],
+                   fitted: Sequence[str] = DEFAULT_FIT, start: DeviceEfficiency = START,
+                   progress: Callable[[str], None] | None = None) -> CrossValidation:
+    """Leave-one-group-out predictions (see the module doc); each fold starts from
+    `start` (pass the all-data fit to converge in fewer evaluations)."""
+    labels = np.asarray(list(group_labels))
+    groups = tuple(dict.fromkeys(labels.tolist()))
+    if len(groups) < 2:
+        raise ParaplanError(f"cross-validation needs at least 2 groups of runs, got {len(groups)}")
+    measured_s = np.asarray(measured_s, dtype=float)
+    predicted = np.zeros(measured_s.shape[0])
+    group_of = np.array([groups.index(g) for g in labels.tolist()])
+    fits = []
+    for i, group in enumerate(groups):
+        test = np.flatnonzero(group_of == i)
+        train = np.flatnonzero(group_of != i)
+        fit = fit_efficiency([structures[j] for j in train], measured_s[train], fitted, start)
+        predicted[test] = predict_iteration_s([structures[j] for j in test], fit.efficiency)
+        fits.append(fit.efficiency)
+        if progress:
+            err = np.abs(predicted[test] / measured_s[test] - 1).mean()
+            progress(f"fold {i + 1}/{len(groups)} ({group}): MAPE {err:.1%}")
+    return CrossValidation(predicted, group_of, groups, tuple(fits))
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Errors of predicted vs measured times (fractions: 0.05 = 5%)."""
+
+    mape: float
+    median_ape: float
+    max_ape: float
+    mean_error: float  # signed: > 0 predicts too slow
+    spearman: float
+    n: int
+
+    @staticmethod
+    def of(predicted: np.ndarray, measured: np.ndarray) -> ErrorSummary:
+        from scipy.stats import spearmanr
+
+        rel = np.asarray(predicted, float) / np.asarray(measured, float) - 1.0
+        ape = np.abs(rel)
+        rho = float(spearmanr(predicted, measured).statistic) if rel.size > 1 else float("nan")
+        return ErrorSummary(float(ape.mean()), float(np.median(ape)), float(ape.max()), float(rel.mean()),
+                            rho, int(rel.size))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mape": self.mape, "median_ape": self.median_ape, "max_ape": self.max_ape,
+                "mean_error": self.mean_error, "spearman": self.spearman, "n": self.n}

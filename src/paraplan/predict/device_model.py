@@ -1,0 +1,130 @@
+"""How long a device takes for a kernel, and for a pass of kernels issued by a host.
+
+A kernel's device time is a roofline with shape-dependent efficiency plus a fixed
+latency:
+
+    t = max(flops / (peak x efficiency), bytes / (bandwidth x memory_efficiency)) + latency
+
+- GEMMs: `efficiency` = gemm_efficiency x wave x k-loop, where the output is cut into
+  128 x 128 tiles spread over the device's compute units in waves (a last, partial
+  wave leaves units idle: wave = tiles / (waves x units)), and a tile's main loop
+  over the inner dimension k runs at k / (k + gemm_k_half) of its speed (the
+  prologue and epilogue cost about as much as gemm_k_half steps). Small GEMMs are
+  therefore slower per FLOP; large ones reach gemm_efficiency of the peak.
+- Fused (flash) attention: attention_efficiency of the peak, same roofline.
+- Memory-bound kernels (norms, softmax, dropout, activations, optimizer): bytes at
+  memory_efficiency of the bandwidth.
+
+The host (Python and the framework's dispatcher) issues kernels one by one and may
+run ahead of the device. A pass of n kernels with total device time G and host time
+H = n x host_kernel_s + collectives x host_collective_s takes the smooth maximum
+(G^q + H^q)^(1/q): the device time when it dominates (large models), the host's
+when kernels are short (small models), and more than either near the crossover,
+where neither side always waits for the other.
+
+The parameters are what `paraplan calibrate` fits (`DeviceEfficiency`); the peaks and
+bandwidths come from the cluster file (vendor datasheets).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from paraplan.core.cluster import Device
+from paraplan.predict.ops import ATTENTION, GEMM, Kernels
+
+TILE = 128.0
+DEFAULT_COMPUTE_UNITS = 108  # A100's streaming multiprocessors
+PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
+
+
+@dataclass(frozen=True)
+class DeviceEfficiency:
+    """The calibrated part of the device model (see the module doc)."""
+
+    gemm_efficiency: float = 0.80
+    """Fraction of the dtype's dense peak that large GEMMs reach."""
+    gemm_k_half: float = 64.0
+    """Inner dimension at which a GEMM tile's main loop runs at half speed."""
+    attention_efficiency: float = 0.55
+    """Fraction of the peak that fused (flash) attention reaches."""
+    memory_efficiency: float = 0.80
+    """Fraction of the memory bandwidth that memory-bound kernels reach."""
+    kernel_latency_s: float = 4e-6
+    """Fixed device time per kernel (launch, ramp-up, tail)."""
+    host_kernel_s: float = 0.0
+    """Host time to issue one kernel (framework dispatch)."""
+    host_collective_s: float = 0.0
+    """Host time to issue one collective."""
+    host_overlap_exponent: float = 4.0
+    """q of the smooth maximum of device and host time (large q: plain maximum)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"DeviceEfficiency.{f.name} must be a finite number >= 0, got {value!r}")
+        for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
+            if not 0 < getattr(self, key) <= 1:
+                raise ValueError(f"DeviceEfficiency.{key} must be in (0, 1], got {getattr(self, key)!r}")
+        if self.host_overlap_exponent < 1:
+            raise ValueError("DeviceEfficiency.host_overlap_exponent must be >= 1")
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class DeviceSpeed:
+    """The datasheet numbers the model needs for one dtype."""
+
+    peak_flops: float
+    mem_bandwidth_Bps: float
+    compute_units: int = DEFAULT_COMPUTE_UNITS
+
+    @staticmethod
+    def of(device: Device, dtype: str) -> DeviceSpeed:
+        peak = device.peak_flops_for(PEAK_DTYPE_NAMES.get(dtype, dtype))
+        units = int(getattr(device, "compute_units", 0) or DEFAULT_COMPUTE_UNITS)
+        return DeviceSpeed(peak, device.mem_bandwidth_Bps, units)
+
+
+def gemm_efficiency(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
+                    speed: DeviceSpeed, eff: DeviceEfficiency) -> np.ndarray:
+    """Fraction of the peak a GEMM of this shape reaches (wave x k-loop x top)."""
+    tiles = np.ceil(m / TILE) * np.ceil(n / TILE) * batch
+    units = float(speed.compute_units)
+    waves = np.ceil(tiles / units)
+    wave = tiles / np.maximum(waves * units, 1.0)
+    kloop = k / (k + eff.gemm_k_half)
+    return eff.gemm_efficiency * wave * kloop
+
+
+def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) -> np.ndarray:
+    """Device time of every kernel (see the module doc)."""
+    if len(kernels) == 0:
+        return np.zeros(0)
+    efficiency = np.full(len(kernels), 1.0)
+    is_gemm = kernels.kind == GEMM
+    if is_gemm.any():
+        efficiency[is_gemm] = gemm_efficiency(kernels.m[is_gemm], kernels.n[is_gemm], kernels.k[is_gemm],
+                                              kernels.batch[is_gemm], speed, eff)
+    efficiency[kernels.kind == ATTENTION] = eff.attention_efficiency
+    compute = kernels.flops / (speed.peak_flops * np.maximum(efficiency, 1e-9))
+    memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
+    return np.maximum(compute, memory) + eff.kernel_latency_s
+
+
+def memory_time_s(nbytes: float, speed: DeviceSpeed, eff: DeviceEfficiency, kernels: int = 1) -> float:
+    """A memory-bound piece of work moving `nbytes` in `kernels` kernels."""
+    return nbytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + kernels * eff.kernel_latency_s
+
+
+def host_bound_s(device_s: float, host_s: float, eff: DeviceEfficiency) -> float:
+    """Smooth maximum of device and host time (see the module doc)."""
+    if host_s <= 0:
+        return device_s
+    q = eff.host_overlap_exponent
+    return float((device_s**q + host_s**q) ** (1.0 / q))

@@ -1,0 +1,421 @@
+"""What one transformer layer (and the embedding and LM head) runs on one
+tensor-parallel rank for one micro-batch: its kernels with their shapes, FLOPs and
+bytes, and its collectives, for the forward, the backward and the recomputation.
+
+This is Megatron-LM's layer (Narayanan et al. 2021; Korthikanti et al. 2022):
+norm, fused QKV projection, attention core, output projection, bias-dropout-add,
+norm, MLP (GeLU, or SwiGLU's gated pair), bias-dropout-add. With tensor
+parallelism t the projections are split column/row-wise (QKV and the first MLP
+projection by output, the output projection and the second MLP projection by
+input), so a layer's forward ends each half with an all-reduce of the activation
+(`g`) and its backward all-reduces the input gradient of each half (`f`). With
+sequence parallelism the norms and dropouts run on s / t tokens and each
+all-reduce becomes a reduce-scatter after the row-parallel projection plus an
+all-gather before the column-parallel one.
+
+Overlaps that Megatron-LM performs by default are recorded on the collective:
+the backward all-reduce (or reduce-scatter) of a column-parallel layer's input
+gradient runs while that layer's weight gradient is computed, and with sequence
+parallelism the backward re-gather of its input runs while its input gradient is
+computed; `tp_comm_overlap` hides every tensor-parallel collective behind its
+neighbouring GEMM. The device model (`paraplan.predict.device_model`) prices the
+kernels; the step builder prices the collectives with the communication model.
+
+Only FLOPs that a kernel executes are counted here (causal flash attention skips
+the masked half of the score matrix); the closed-form model FLOPs of
+`paraplan.core.transformer` count the full matrices as Megatron-LM's papers do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.transformer import TransformerModel
+
+GEMM, ATTENTION, MEMORY = 0, 1, 2
+KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
+MASK_BYTES = 1  # dropout masks are stored as bytes
+FP32_BYTES = 4
+FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
+
+
+@dataclass(frozen=True, eq=False)
+class Kernels:
+    """Aligned columns, one entry per kernel. A GEMM is `batch` independent
+    (m x k) @ (k x n) products; other kernels have m = n = k = 0."""
+
+    kind: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray  # read + written
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    batch: np.ndarray
+    weight_grad: np.ndarray  # bool: computes a weight gradient (deferrable in split-backward schedules)
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops.sum())
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective over the tensor-parallel group; `nbytes` in nccl-tests' convention
+    (all_gather: the gathered output; reduce_scatter: the input). `hidden_by` is the
+    index of the kernel of the same pass it runs beside (-1: the compute stream
+    waits for it)."""
+
+    collective: str
+    nbytes: float
+    hidden_by: int = -1
+
+
+@dataclass(frozen=True)
+class PassWork:
+    """The kernels and tensor-parallel collectives of one pass."""
+
+    kernels: Kernels
+    collectives: tuple[Collective, ...] = ()
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.kernels)
+
+
+@dataclass
+class _Builder:
+    """Accumulates kernels and collectives of one pass."""
+
+    gemm_bytes: int  # bytes per GEMM operand element
+    rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
+    collectives: list[Collective] = field(default_factory=list)
+
+    def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False) -> int:
+        """(m x k) @ (k x n), `batch` times; returns its kernel index."""
+        flops = 2.0 * m * k * n * batch
+        nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
+        self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
+        return len(self.rows) - 1
+
+    def attention(self, flops: float, nbytes: float) -> int:
+        self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+        return len(self.rows) - 1
+
+    def memory(self, nbytes: float) -> int:
+        self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+        return len(self.rows) - 1
+
+    def comm(self, collective: str, nbytes: float, hidden_by: int = -1) -> None:
+        self.collectives.append(Collective(collective, float(nbytes), hidden_by))
+
+    def build(self) -> PassWork:
+        cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
+        kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
+                          cols[7].astype(bool))
+        return PassWork(kernels, tuple(self.collectives))
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """One transformer layer, one micro-batch, one tensor-parallel rank."""
+
+    forward: PassWork
+    backward: PassWork  # input and weight gradients
+    recompute: PassWork  # forward work redone during backward (empty without recomputation)
+    activation_bytes: float  # held from the forward until the backward, per micro-batch
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The sizes one rank sees."""
+
+    tokens: float  # b s
+    sp_tokens: float  # tokens in the sequence-parallel regions (b s / t with SP)
+    b: float
+    s: float
+    h: float
+    t: int
+    heads: float  # query heads per rank
+    groups: float  # key/value heads per rank
+    d: float  # head width
+    qkv: float  # QKV output width per rank
+    ffn: float  # f per rank
+    mlp_in: float  # first MLP projection's output width per rank
+    e: int  # activation bytes
+    sp: bool
+
+
+def _shape(model: TransformerModel, settings: RunSettings) -> _Shape:
+    t = settings.tensor_model_parallel_size
+    b, s = float(settings.micro_batch_size), float(model.seq_length)
+    sp = settings.sequence_parallel and t > 1
+    tokens = b * s
+    return _Shape(
+        tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
+        heads=model.num_attention_heads / t, groups=model.query_groups / t, d=float(model.kv_channels),
+        qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
+        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp,
+    )
+
+
+def _enter_tp(w: _Builder, x: _Shape, overlap: bool, next_gemm: int = -1) -> None:
+    """Before a column-parallel projection: all-gather the sequence-parallel input."""
+    if x.sp:
+        w.comm("all_gather", x.tokens * x.h * x.e, next_gemm if overlap else -1)
+
+
+def _leave_tp(w: _Builder, x: _Shape, gemm: int, overlap: bool) -> None:
+    """After a row-parallel projection: sum the partial outputs over the group."""
+    if x.t > 1:
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, gemm if overlap else -1)
+
+
+def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    batch = x.b * x.heads
+    if flash:
+        # causal: the kernel skips blocks above the diagonal (about half the matrix)
+        flops = 4.0 * batch * x.s * x.s * x.d * 0.5
+        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d)
+        return
+    scores = batch * x.s * x.s
+    w.gemm(x.s, x.d, x.s, batch)  # Q K^T
+    w.memory(2 * x.e * scores)  # scale, mask, softmax (one fused kernel)
+    if model.attention_dropout > 0:
+        w.memory((2 * x.e + MASK_BYTES) * scores)
+    w.gemm(x.s, x.s, x.d, batch)  # probabilities @ V
+
+
+def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    batch = x.b * x.heads
+    if flash:
+        flops = 4.0 * batch * x.s * x.s * x.d * 0.5 * FLASH_BACKWARD_FLOPS
+        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d)
+        return
+    scores = batch * x.s * x.s
+    w.gemm(x.s, x.d, x.s, batch)  # d probs = dO V^T
+    w.gemm(x.s, x.s, x.d, batch)  # dV = probs^T dO
+    if model.attention_dropout > 0:
+        w.memory((2 * x.e + MASK_BYTES) * scores)
+    w.memory(3 * x.e * scores)  # softmax backward
+    w.gemm(x.s, x.s, x.d, batch)  # dQ = dS K
+    w.gemm(x.s, x.s, x.d, batch)  # dK = dS^T Q
+
+
+def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """bias + dropout + residual add, one fused kernel."""
+    per_token = 3 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
+    w.memory(per_token * x.sp_tokens * x.h)
+
+
+def _residual_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    per_token = 2 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
+    w.memory(per_token * x.sp_tokens * x.h)
+
+
+def _norm_forward(w: _Builder, x: _Shape) -> None:
+    w.memory(2 * x.e * x.sp_tokens * x.h)
+
+
+def _norm_backward(w: _Builder, x: _Shape) -> None:
+    w.memory(3 * x.e * x.sp_tokens * x.h)
+
+
+def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    inputs = 2 if model.swiglu else 1
+    w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
+
+
+def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    inputs = 2 if model.swiglu else 1
+    w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
+
+
+def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    if model.position_embedding_type == "rope":
+        w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
+
+
+def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
+    w = _Builder(gemm_bytes)
+    _norm_forward(w, x)
+    qkv_index = len(w.rows)
+    _enter_tp(w, x, overlap, qkv_index)
+    w.gemm(x.tokens, x.h, x.qkv)
+    _rope(w, model, x)
+    _attention_core_forward(w, model, x, flash)
+    proj = w.gemm(x.tokens, x.h / x.t, x.h)
+    _leave_tp(w, x, proj, overlap)
+    _residual_forward(w, model, x)
+    _norm_forward(w, x)
+    _enter_tp(w, x, overlap, len(w.rows))
+    w.gemm(x.tokens, x.h, x.mlp_in)
+    _activation_forward(w, model, x)
+    fc2 = w.gemm(x.tokens, x.ffn, x.h)
+    _leave_tp(w, x, fc2, overlap)
+    _residual_forward(w, model, x)
+    return w.build()
+
+
+def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float) -> None:
+    """Backward of a column-parallel projection (k_in -> n_out per rank): input gradient,
+    then weight gradient, with the input-gradient reduction beside the weight gradient
+    (Megatron's asynchronous all-reduce) and, with sequence parallelism, the input
+    re-gathered beside the input gradient."""
+    dgrad = w.gemm(x.tokens, n_out, k_in)
+    if x.sp:
+        w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
+    wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
+    if x.t > 1:
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+
+
+def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bool) -> None:
+    """Backward of a row-parallel projection: with sequence parallelism its output
+    gradient is first all-gathered (the backward of the reduce-scatter)."""
+    dgrad_index = len(w.rows)
+    if x.sp:
+        w.comm("all_gather", x.tokens * x.h * x.e, dgrad_index if overlap else -1)
+    w.gemm(x.tokens, n_out, k_in)
+    w.gemm(k_in, x.tokens, n_out, weight_grad=True)
+
+
+def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
+    w = _Builder(gemm_bytes)
+    _residual_backward(w, model, x)
+    _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
+    _activation_backward(w, model, x)
+    _column_backward(w, x, x.h, x.mlp_in)  # fc1
+    _norm_backward(w, x)
+    _residual_backward(w, model, x)
+    _row_backward(w, x, x.h / x.t, x.h, overlap)  # output projection
+    _attention_core_backward(w, model, x, flash)
+    _rope(w, model, x)
+    _column_backward(w, x, x.h, x.qkv)  # QKV
+    _norm_backward(w, x)
+    return w.build()
+
+
+def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, gemm_bytes: int) -> PassWork:
+    w = _Builder(gemm_bytes)
+    _attention_core_forward(w, model, x, flash)
+    return w.build()
+
+
+def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
+    """Activations one layer keeps per micro-batch until its backward, per rank.
+
+    Korthikanti et al. 2022, Table 2, from its parts (e = 2 bytes, masks 1 byte):
+    norm inputs 2 x e sbh; QKV and first-MLP inputs 2 x e sbh (all three sharded by
+    the sequence-parallel split); Q, K, V; the output-projection input e sbh/t; the
+    MLP's inner activations; the attention scores (softmax output, dropout mask and
+    output: (2e + 1) as^2 b / t) unless flash attention or selective recomputation
+    drops them; the two dropout masks sbh. GPT with TP and SP: sbh(34/t + 5as/ht).
+    Full recomputation keeps only the layer's input (e sbh, / t with SP)."""
+    x = _shape(model, settings)
+    granularity = settings.recompute_granularity
+    if granularity == "full":
+        return x.e * x.sp_tokens * x.h
+    split = x.sp_tokens * x.h  # sequence-parallel regions
+    hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
+    outside = 2 * x.e * split + 2 * x.e * split + hidden_masks  # norm inputs, QKV/fc1 inputs
+    qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
+    proj_in = x.e * x.tokens * x.h / x.t
+    mlp_inner = (2 if model.swiglu else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+    scores = 0.0
+    flash = settings.use_flash_attn
+    if flash:
+        scores = FP32_BYTES * x.b * x.heads * x.s  # softmax statistics
+    elif granularity != "selective":
+        per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
+        scores = per * x.b * x.heads * x.s * x.s
+    return float(outside + qkv + proj_in + mlp_inner + scores)
+
+
+def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
+    """The work of one transformer layer (see the module doc)."""
+    x = _shape(model, settings)
+    flash = settings.use_flash_attn
+    overlap = settings.tp_comm_overlap
+    gemm_bytes = DTYPE_BYTES[settings.dtype]
+    forward = _forward(model, x, flash, overlap, gemm_bytes)
+    granularity = settings.recompute_granularity
+    if granularity == "full":
+        recompute = forward
+    elif granularity == "selective":
+        recompute = _selective_recompute(model, x, flash, gemm_bytes)
+    else:
+        recompute = _Builder(gemm_bytes).build()
+    return LayerWork(
+        forward=forward,
+        backward=_backward(model, x, flash, overlap, gemm_bytes),
+        recompute=recompute,
+        activation_bytes=layer_activation_bytes(model, settings),
+    )
+
+
+def embedding_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
+    """Word (and learned position) embedding on the first pipeline stage: a gather,
+    an add and a dropout; vocabulary-parallel, so the partial lookups are summed
+    over the tensor-parallel group. Backward scatters the gradient into the table."""
+    x = _shape(model, settings)
+    gemm_bytes = DTYPE_BYTES[settings.dtype]
+    w = _Builder(gemm_bytes)
+    w.memory(2 * x.e * x.tokens * x.h)  # gather rows
+    if model.position_embedding_type == "learned_absolute":
+        w.memory(3 * x.e * x.tokens * x.h)
+    if x.t > 1:
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e)
+    if model.hidden_dropout > 0:
+        w.memory((2 * x.e + MASK_BYTES) * x.sp_tokens * x.h)
+    forward = w.build()
+    w = _Builder(gemm_bytes)
+    if x.sp:
+        w.comm("all_gather", x.tokens * x.h * x.e)
+    if model.hidden_dropout > 0:
+        w.memory((2 * x.e + MASK_BYTES) * x.sp_tokens * x.h)
+    w.memory(3 * x.e * x.tokens * x.h)  # scatter-add into the table's gradient
+    backward = w.build()
+    mask = MASK_BYTES * x.sp_tokens * x.h if model.hidden_dropout > 0 else 0.0
+    return LayerWork(forward, backward, _Builder(gemm_bytes).build(), mask)
+
+
+def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
+    """Final norm, LM head and cross-entropy on the last pipeline stage. The head is
+    vocabulary-parallel (V / t logits per rank); the loss is computed in fp32 in a
+    handful of passes over the logits (cast, max, exp, sum, normalise) with three
+    small all-reduces of per-token values; backward forms softmax - one-hot."""
+    x = _shape(model, settings)
+    vocab = model.padded_vocab_size(x.t) / x.t
+    gemm_bytes = DTYPE_BYTES[settings.dtype]
+    logits = x.tokens * vocab
+    w = _Builder(gemm_bytes)
+    _norm_forward(w, x)
+    _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
+    w.gemm(x.tokens, x.h, vocab)
+    w.memory((x.e + FP32_BYTES) * logits)  # cast to fp32
+    w.memory(FP32_BYTES * logits)  # max
+    w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
+    w.memory(FP32_BYTES * logits)  # sum
+    w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
+    if x.t > 1:
+        for _ in range(3):
+            w.comm("all_reduce", FP32_BYTES * x.tokens)
+    forward = w.build()
+    w = _Builder(gemm_bytes)
+    w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
+    dgrad = w.gemm(x.tokens, vocab, x.h)
+    if x.sp:
+        w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
+    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
+    if x.t > 1:
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+    _norm_backward(w, x)
+    backward = w.build()
+    held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits
+    return LayerWork(forward, backward, _Builder(gemm_bytes).build(), held)

@@ -1,0 +1,147 @@
+"""Predictions for run-table rows: iteration time, throughput, MFU, memory, bubble.
+
+A row with an empty micro-batch size (or virtual pipeline size) is predicted for
+every value it could take and answered with the fastest that fits in device
+memory (or, when none fits, the one that needs the least memory, marked as not
+fitting): what a tuned run would use.
+
+Metrics:
+- `tflops_per_gpu`: model FLOPs per iteration as Megatron-LM's paper counts them
+  (`TransformerModel.model_flops_per_iteration`: with the recomputed forward when
+  recomputation is full) / iteration time / GPUs;
+- `mfu`: 6 x parameters x tokens / iteration time / GPUs / the dtype's dense peak;
+- memory: the largest peak over pipeline ranks; weights + gradients + optimizer
+  state and the activation peak of the first pipeline stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel
+from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import kernel_times_by_pass, price, run_structure
+from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+from paraplan.predict.runtable import RunRow
+from paraplan.sim.execution import IterationResult, run_iteration
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    iteration_s: float
+    tflops_per_gpu: float
+    mfu: float
+    peak_memory_bytes: float
+    weight_state_bytes: float  # first pipeline stage
+    activation_bytes: float  # first pipeline stage, peak
+    bubble_fraction: float
+    fits_memory: bool
+    memory_capacity_bytes: float
+    settings: RunSettings  # with the micro-batch size and v that were predicted
+    chosen: tuple[str, ...] = ()  # settings the predictor chose (empty cells)
+
+
+def divisors(n: int) -> list[int]:
+    small = [k for k in range(1, int(n**0.5) + 1) if n % k == 0]
+    return sorted({*small, *(n // k for k in small)})
+
+
+def candidate_settings(model: TransformerModel, settings: RunSettings, search_micro_batch_size: bool,
+                       search_virtual_stages: bool) -> list[RunSettings]:
+    """Every setting a row stands for (one, unless a size is searched)."""
+    d, p = settings.data_parallel_size, settings.pipeline_model_parallel_size
+    per_replica = settings.global_batch_size // d if settings.global_batch_size % d == 0 else 0
+    mbs = divisors(per_replica) if search_micro_batch_size and per_replica else [settings.micro_batch_size]
+    if search_virtual_stages:
+        vs = [1] + [v for v in range(2, model.num_layers // p + 1) if p > 1 and model.num_layers % (p * v) == 0]
+    else:
+        vs = [settings.virtual_pipeline_model_parallel_size]
+    out = []
+    for b in mbs:
+        for v in vs:
+            schedule = settings.schedule if not search_virtual_stages else ("interleaved_1f1b" if v > 1 else "")
+            candidate = replace(settings, micro_batch_size=b, virtual_pipeline_model_parallel_size=v,
+                                schedule=schedule)
+            try:
+                candidate.check(model)
+            except StrategyError:
+                continue
+            out.append(candidate)
+    return out
+
+
+def summarize(model: TransformerModel, settings: RunSettings, result: IterationResult, cluster: Cluster,
+              chosen: tuple[str, ...] = ()) -> RunPrediction:
+    gpus = settings.num_gpus
+    seconds = result.iteration_s
+    flops = model.model_flops_per_iteration(settings.global_batch_size, settings.recompute_granularity == "full")
+    peak = DeviceSpeed.of(cluster.device, settings.dtype).peak_flops
+    mfu_flops = model.mfu_flops_per_iteration(settings.global_batch_size)
+    memory = float(result.peak_memory_bytes.max())
+    capacity = float(cluster.device.memory_bytes)
+    return RunPrediction(
+        iteration_s=seconds,
+        tflops_per_gpu=flops / seconds / gpus / 1e12,
+        mfu=mfu_flops / seconds / gpus / peak,
+        peak_memory_bytes=memory,
+        weight_state_bytes=float(result.peak_memory_bytes[0] - result.activation_peak_bytes[0]),
+        activation_bytes=float(result.activation_peak_bytes[0]),
+        bubble_fraction=result.bubble_fraction,
+        fits_memory=memory <= capacity,
+        memory_capacity_bytes=capacity,
+        settings=settings,
+        chosen=chosen,
+    )
+
+
+def predict_settings(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cluster, comm: CommModel,
+                     efficiency: DeviceEfficiency) -> list[tuple[IterationResult, RunSettings]]:
+    """Iteration results of many settings of one model, priced in one batch."""
+    structures = [run_structure(model, s, cluster, comm) for s in settings]
+    kernel_s = kernel_times_by_pass(structures, efficiency)
+    return [(run_iteration(price(st, k, efficiency), timeline=False), s)
+            for st, k, s in zip(structures, kernel_s, settings, strict=True)]
+
+
+def _pick(model: TransformerModel, results: list[tuple[IterationResult, RunSettings]], cluster: Cluster,
+          chosen: tuple[str, ...]) -> RunPrediction:
+    capacity = cluster.device.memory_bytes
+    fitting = [(r, s) for r, s in results if r.peak_memory_bytes.max() <= capacity]
+    if fitting:
+        best = min(fitting, key=lambda rs: rs[0].iteration_s)
+    else:
+        best = min(results, key=lambda rs: rs[0].peak_memory_bytes.max())
+    return summarize(model, best[1], best[0], cluster, chosen)
+
+
+def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, efficiency: DeviceEfficiency,
+                 progress: Callable[[int], None] | None = None) -> list[RunPrediction]:
+    """One prediction per row (see the module doc); all candidates of all rows are
+    priced in one vectorised batch."""
+    per_row: list[list[RunSettings]] = []
+    for row in rows:
+        cands = candidate_settings(row.model, row.settings, row.search_micro_batch_size, row.search_virtual_stages)
+        if not cands:
+            raise StrategyError(f"line {row.line}: no micro-batch size / virtual pipeline size can run this row")
+        per_row.append(cands)
+    structures = [run_structure(row.model, s, cluster, comm) for row, cands in zip(rows, per_row, strict=True)
+                  for s in cands]
+    kernel_s = kernel_times_by_pass(structures, efficiency)
+    out = []
+    k = 0
+    for row, cands in zip(rows, per_row, strict=True):
+        results = []
+        for s in cands:
+            results.append((run_iteration(price(structures[k], kernel_s[k], efficiency), timeline=False), s))
+            k += 1
+        chosen = tuple(name for name, searched in (("micro_batch_size", row.search_micro_batch_size),
+                                                   ("virtual_pipeline_model_parallel_size",
+                                                    row.search_virtual_stages)) if searched)
+        out.append(_pick(row.model, results, cluster, chosen))
+        if progress:
+            progress(1)
+    return out

@@ -1,0 +1,87 @@
+"""vTrain's measured iteration times (VIA-Research/vTrain `data/ground_truth_*.csv`)
+as a paraplan run table.
+
+Columns in: `# GPUs, global batch, micro batch, hidden size, attention heads,
+# layers, sequence length, tensor parallelism, data parallelism, pipeline
+parallelism, iteration time (ms)`. What the file does not say is taken from
+vTrain's repository and written into every row (`ASSUMPTIONS`): GPT-2's
+vocabulary (50,257), Megatron-DeepSpeed's GPT (learned positions, LayerNorm,
+biases, dropout 0.1, tied embeddings), full activation recomputation of every
+layer, fp16, 1F1B, the unfused attention path (baddbmm, fused scale-mask-softmax,
+dropout, bmm), no overlap of the gradient all-reduce (`use_gradient_bucket`
+false).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from paraplan.core.errors import InputFileError
+
+COLUMNS: dict[str, str] = {
+    "# GPUs": "num_gpus",
+    "global batch": "global_batch_size",
+    "micro batch": "micro_batch_size",
+    "hidden size": "hidden_size",
+    "attention heads": "num_attention_heads",
+    "# layers": "num_layers",
+    "sequence length": "seq_length",
+    "tensor parallelism": "tensor_model_parallel_size",
+    "data parallelism": "data_parallel_size",
+    "pipeline parallelism": "pipeline_model_parallel_size",
+}
+TIME_COLUMN = "iteration time (ms)"
+ASSUMPTIONS: dict[str, str] = {
+    "vocab_size": "50257",
+    "recompute_granularity": "full",
+    "dtype": "fp16",
+    "use_flash_attn": "false",
+    "overlap_grad_reduce": "false",
+    "schedule": "1f1b",
+}
+RUN_TABLE_COLUMNS: tuple[str, ...] = ("name", *COLUMNS.values(), *ASSUMPTIONS, "measured_iteration_s")
+
+
+def read_vtrain(path: str | Path) -> list[dict[str, str]]:
+    """Rows of the run table (strings, in `RUN_TABLE_COLUMNS`)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(path, "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not UTF-8 text (byte {exc.start})") from None
+    reader = csv.reader(text.splitlines())
+    header = [h.strip() for h in next(reader, [])]
+    missing = [c for c in (*COLUMNS, TIME_COLUMN) if c not in header]
+    if missing:
+        raise InputFileError(path, f"missing column '{missing[0]}'; expected vTrain's columns "
+                             f"({', '.join((*COLUMNS, TIME_COLUMN))})", line=1)
+    rows = []
+    for line, fields in enumerate(reader, start=2):
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != len(header):
+            raise InputFileError(path, f"expected {len(header)} fields, got {len(fields)}", line=line)
+        cells = dict(zip(header, (f.strip() for f in fields), strict=True))
+        row = {}
+        for source, target in COLUMNS.items():
+            value = cells[source]
+            if not value.isdigit() or int(value) < 1:
+                raise InputFileError(path, f"column '{source}': expected an integer >= 1, got '{value}'", line=line)
+            row[target] = value
+        try:
+            ms = float(cells[TIME_COLUMN])
+        except ValueError:
+            ms = float("nan")
+        if not math.isfinite(ms) or ms <= 0 or ms > 1e10:
+            raise InputFileError(path, f"column '{TIME_COLUMN}': expected a time in ms > 0, "
+                                 f"got '{cells[TIME_COLUMN]}'", line=line)
+        name = (f"h{row['hidden_size']}-a{row['num_attention_heads']}-L{row['num_layers']}"
+                f"-s{row['seq_length']}")
+        rows.append({"name": name, **row, **ASSUMPTIONS, "measured_iteration_s": repr(ms / 1e3)})
+    if not rows:
+        raise InputFileError(path, "no rows")
+    return rows
