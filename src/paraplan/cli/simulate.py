@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    exp = ex.load_experiment(args.experiment)
+    from paraplan.config_files import find
+
+    exp = ex.load_experiment(find("experiments", args.experiment))
     modes = tuple(name_list(args.modes, "--modes", ex.MODES)) if args.modes.strip() else ()
     result = ex.run_experiment(exp, modes, repeats=args.repeats)
     out: Path = args.output
