@@ -53,6 +53,9 @@ rule bench:
     threads: workflow.cores
     resources:
         measure=1,
+        # one GPU per rank with NCCL, none with gloo (a cluster executor turns this
+        # into --gpus; a CPU config never asks for a GPU partition)
+        gpu=lambda wildcards: int(wildcards.world) if BENCH["backend"] == "nccl" else 0,
     conda:
         "../../environment.yml"
     shell:

@@ -44,6 +44,7 @@ rule profile:
     threads: workflow.cores
     resources:
         measure=1,
+        gpu=1 if PROFILE["device"] == "cuda" else 0,
     conda:
         "../../environment.yml"
     shell:

@@ -51,6 +51,7 @@ rule validate:
     threads: workflow.cores
     resources:
         measure=1,
+        gpu=2 if VALIDATE["backend"] == "nccl" else 0,  # one per rank with NCCL
     conda:
         "../../environment.yml"
     shell:
