@@ -123,21 +123,29 @@ def config_digest(config: Mapping[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _git_commit() -> str:
+def _git_commit_in(directory: Path | None) -> str:
+    where = ["-C", str(directory)] if directory is not None else []
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
-        )
+        out = subprocess.run(["git", *where, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=False)
+        if out.returncode != 0 or not out.stdout.strip():
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", *where, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    commit = out.stdout.strip()
-    if out.returncode != 0 or not commit:
-        return "unknown"
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, timeout=10, check=False,
-    ).stdout.strip()
-    return commit + ("-dirty" if dirty else "")
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def _git_commit() -> str:
+    """The commit of the working directory's repository (the workflow's, under
+    Snakemake), else of the checkout paraplan runs from; `-dirty` with local changes."""
+    commit = _git_commit_in(None)
+    if commit == "unknown":
+        commit = _git_commit_in(Path(__file__).resolve().parents[2])
+    return commit
 
 
 def _user() -> str:

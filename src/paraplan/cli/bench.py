@@ -35,6 +35,7 @@ from paraplan.cli.common import (
     deprecated,
     int_list,
     name_list,
+    require_torch,
     track,
 )
 from paraplan.core import COLLECTIVES, ConfigError
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.bench import BenchJob, check_backend, run_bench
     from paraplan.comm.sizes import element_bytes, message_sizes
 
+    require_torch("measuring collectives")
     worlds, collectives = _check(args)
     elem = element_bytes(args.dtype)
     jobs = []

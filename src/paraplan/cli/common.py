@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from paraplan.core import ConfigError
+from paraplan.core import ConfigError, ParaplanError
 
 # Old spellings are accepted, with a warning, until this version.
 DEPRECATED_UNTIL = "0.2"
@@ -90,6 +90,20 @@ def missing_required(args: argparse.Namespace) -> str | None:
         if getattr(args, dest, None) in (None, ""):
             return spelling
     return None
+
+
+class MissingExtraError(ParaplanError):
+    """A measuring command run where torch is not installed."""
+
+
+def require_torch(what: str) -> None:
+    """Measuring needs torch, which the `measure` extra brings; say how to get it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MissingExtraError(
+            f"{what} needs torch: pip install 'paraplan[measure]' (CPU-only machines first: "
+            "pip install torch --index-url https://download.pytorch.org/whl/cpu)") from None
 
 
 def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:

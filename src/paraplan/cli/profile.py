@@ -16,7 +16,7 @@ import platform
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_output_argument, add_tracking_arguments, int_list
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, int_list, require_torch
 from paraplan.core import ConfigError
 
 NAME = "profile"
@@ -102,6 +102,7 @@ def _cpu_model() -> str:
 
 
 def _measure(args, spec, batches):
+    require_torch("a measured profile (--analytic needs none)")
     import numpy as np
     import torch
 

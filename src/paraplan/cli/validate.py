@@ -33,7 +33,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, name_list
+from paraplan.cli.common import (
+    add_output_argument,
+    add_tracking_arguments,
+    deprecated,
+    name_list,
+    require_torch,
+)
 from paraplan.core import ConfigError, InputFileError
 
 NAME = "validate"
@@ -95,6 +101,7 @@ def _check_positive(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_torch("validation (real distributed training)")
     from dataclasses import replace
 
     from paraplan.clusters import load_cluster
