@@ -78,7 +78,8 @@ def timeout_s() -> float:
 
 
 _UNTRACKED_HINT = ("start it, point MLFLOW_TRACKING_URI elsewhere, or run untracked "
-                   "(paraplan: --no-track; snakemake: --config mlflow='{enabled: false}')")
+                   "(paraplan: --no-track; snakemake: config mlflow.enabled: false, or "
+                   "PARAPLAN_TRACKING=off snakemake)")
 
 
 def probe(uri: str, seconds: float | None = None) -> None:
@@ -100,7 +101,7 @@ def probe(uri: str, seconds: float | None = None) -> None:
         return  # it answered
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise TrackingError(uri, f"no answer within {seconds:g} s ({reason}); {_UNTRACKED_HINT}") from None
+        raise TrackingError(uri, f"unreachable ({reason}; waited at most {seconds:g} s); {_UNTRACKED_HINT}") from None
 
 
 def flatten(mapping: Mapping[str, object], prefix: str = "") -> dict[str, str]:
