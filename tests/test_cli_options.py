@@ -106,4 +106,4 @@ def test_progress_line_on_a_terminal_only(tmp_path):
     assert "simulate distir_fig4" in on_terminal and "config/s" in on_terminal
     assert "/222 [" in on_terminal  # the grid's configurations, both modes
     in_a_log = _stderr_of(args, tmp_path, terminal=False)
-    assert "/222 [" not in in_a_log and "simulate distir_fig4:" in in_a_log
+    assert "/222 [" not in in_a_log and "distir_fig4: 222 configurations" in in_a_log
