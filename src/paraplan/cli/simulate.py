@@ -66,12 +66,14 @@ def run(args: argparse.Namespace) -> int:
 
     published = None
     comparison = None
+    published_note = ""
     if exp.published is not None:
-        source = Path(exp.published.file)
+        source = _published_source(Path(exp.published.file), Path(exp.path))
         if source.is_file():
             published = pb.load_published(source, exp.published.format)
             comparison = pb.compare(rows, published)
         else:
+            published_note = f"not compared: {exp.published.file} not found"
             print(f"paraplan simulate: published numbers {source} not found; no comparison",
                   file=sys.stderr)
 
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         "simulate_s_by_mode": dict(result.simulate_s_by_mode),
         "repeats": result.repeats,
         "configurations": len(rows),
+        **({"published": published_note} if published_note else {}),
     }
     write_json(out / "timing.json", timing)
     artifacts = [out / "results.csv", out / "timing.json"]
@@ -109,6 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
     track(args, _runlog(exp, result, rows, summary, artifacts))
     return 0
+
+
+def _published_source(path: Path, experiment_file: Path) -> Path:
+    """A relative published-numbers path is relative to the working directory (the
+    repository root under Snakemake); failing that, to the checkout that holds the
+    experiment file (`<checkout>/config/experiments/x.yaml`), so a run from any
+    directory finds the same reference data."""
+    if path.is_absolute() or path.is_file():
+        return path
+    checkout = experiment_file.resolve().parent.parent.parent
+    beside = checkout / path
+    return beside if beside.is_file() else path
 
 
 def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[Path]:
