@@ -40,3 +40,19 @@ def test_write_json_round_trip(tmp_path):
 
     files.write_json(tmp_path / "a.json", {"b": [1, 2]})
     assert json.loads((tmp_path / "a.json").read_text()) == {"b": [1, 2]}
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_written_files_honour_the_umask(tmp_path, umask, mode):
+    import os
+    import stat
+
+    previous = os.umask(umask)
+    try:
+        files.write_text(tmp_path / "a.txt", "x")
+        with files.atomic_path(tmp_path / "fig.png") as tmp:
+            tmp.write_bytes(b"png")
+    finally:
+        os.umask(previous)
+    for name in ("a.txt", "fig.png"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name

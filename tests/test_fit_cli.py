@@ -68,7 +68,7 @@ def _a2a_inputs(tmp_path):
 def test_all_to_allv_study_and_figures(tmp_path):
     inputs = _a2a_inputs(tmp_path)
     out, a2av, plots = tmp_path / "cm.json", tmp_path / "a2av.csv", tmp_path / "figs"
-    assert main(["fit", "--no-track", *inputs, "-o", str(out), "--a2av-out", str(a2av), "--plots", str(plots)]) == 0
+    assert main(["fit", "--no-track", *inputs, "-o", str(out), "--a2av-output", str(a2av), "--plots", str(plots)]) == 0
     errors = pd.read_csv(a2av).set_index("variant")
     assert list(errors.index) == ["sum", "max_of_max", "max_of_sum"]
     assert errors.loc["max_of_max", "gmae"] < 0.01  # the variant the times were made from
@@ -102,12 +102,21 @@ def test_fit_logs_to_mlflow(shared_dir, tmp_path, monkeypatch):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("paraplan-fit")
-    (run,) = client.search_runs([experiment.experiment_id])
+    runs = client.search_runs([experiment.experiment_id])
+    (run,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    # one child per sweep, metric names shared across sweeps (the UI compares them)
+    (child,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]
+    assert child.data.tags["mlflow.runName"] == "all_reduce_n2"
     fits = json.loads((tmp_path / "cm.json").read_text())["fits"]
     table = next(f for f in fits if f["model"] == "table")
-    assert run.data.metrics["heldout_gmae_table__all_reduce_n2"] == pytest.approx(table["heldout_gmae"])
-    assert "gmae_sigmoid_bw__all_reduce_n2" in run.data.metrics
-    assert run.data.params["chosen.all_reduce_n2.model"] == next(f["model"] for f in fits if f["chosen"])
+    chosen = next(f for f in fits if f["chosen"])
+    assert child.data.metrics["heldout_gmae__table"] == pytest.approx(table["heldout_gmae"])
+    assert child.data.metrics["chosen_heldout_gmae"] == pytest.approx(chosen["heldout_gmae"])
+    assert "gmae__sigmoid_bw" in child.data.metrics
+    assert child.data.params["chosen_model"] == chosen["model"] and child.data.params["world_size"] == "2"
+    assert run.data.metrics["max_chosen_heldout_gmae"] == pytest.approx(chosen["heldout_gmae"])
+    assert run.data.params["chosen.all_reduce_n2.model"] == chosen["model"]
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.source.name"] == "paraplan fit"
 
 
 def test_param_all_to_allv_sweep_is_fitted_as_a_sweep(tmp_path):

@@ -1,19 +1,50 @@
-"""pyproject.toml and environment.yml declare the same dependencies."""
+"""pyproject.toml and environment.yml declare the same dependencies; the wheel carries
+the default clusters and experiments and runs from outside the checkout."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import subprocess
+import sys
+import sysconfig
 import tomllib
+import venv
+from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 
 CONDA_TO_PYPI = {"pytorch": "torch"}
 
 
+def _pyproject(repo_root) -> dict:
+    return tomllib.loads((repo_root / "pyproject.toml").read_text())
+
+
+def _extra_packages(package: str, extra: str) -> set[str]:
+    """The packages a requirement's extra adds (conda has no extras, so environment.yml
+    lists them by name), read from the installed distribution's metadata."""
+    added = set()
+    for text in importlib.metadata.requires(package) or []:
+        req = Requirement(text)
+        if req.marker is not None and req.marker.evaluate({"extra": extra}) and not req.marker.evaluate({"extra": ""}):
+            added.add(req.name.lower())
+    return added
+
+
 def _pyproject_requirements(repo_root) -> dict[str, str]:
-    data = tomllib.loads((repo_root / "pyproject.toml").read_text())
-    reqs = [Requirement(r) for r in data["project"]["dependencies"]]
-    return {r.name.lower(): str(r.specifier) for r in reqs}
+    """Dependencies plus the `measure` extra (the conda environment runs the whole
+    workflow); an extra's packages enter with no version bound."""
+    data = _pyproject(repo_root)
+    reqs = [Requirement(r) for r in [*data["project"]["dependencies"],
+                                     *data["project"]["optional-dependencies"]["measure"]]]
+    out = {r.name.lower(): str(r.specifier) for r in reqs}
+    for req in reqs:
+        for extra in req.extras:
+            out.update({name: "" for name in _extra_packages(req.name, extra)})
+    return out
 
 
 def _conda_requirements(repo_root) -> dict[str, str]:
@@ -31,7 +62,16 @@ def _conda_requirements(repo_root) -> dict[str, str]:
 
 
 def test_environment_yml_matches_pyproject(repo_root):
-    assert _conda_requirements(repo_root) == _pyproject_requirements(repo_root)
+    conda = _conda_requirements(repo_root)
+    assert "pygments" in conda  # snakemake --report needs it (snakemake's reports extra)
+    assert conda == _pyproject_requirements(repo_root)
+
+
+def test_torch_is_only_in_the_measure_extra(repo_root):
+    data = _pyproject(repo_root)
+    names = {Requirement(r).name for r in data["project"]["dependencies"]}
+    assert "torch" not in names
+    assert [Requirement(r).name for r in data["project"]["optional-dependencies"]["measure"]] == ["torch"]
 
 
 def test_torch_range_admits_the_local_cpu_build(repo_root):
@@ -46,3 +86,49 @@ def test_mlflow_range_resolves_below_3_18(repo_root):
 
     spec = Requirement(f"mlflow{_pyproject_requirements(repo_root)['mlflow']}").specifier
     assert Version("3.17.2") in spec and Version("3.18.0") not in spec
+
+
+@pytest.mark.slow
+def test_wheel_runs_outside_the_checkout(repo_root, tmp_path):
+    """Build the wheel, install it in a fresh venv that borrows this environment's
+    packages (nothing is downloaded), and simulate a packaged experiment by name from
+    an empty folder with the installed `paraplan` command."""
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+         str(repo_root)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    wheel = next(wheels.glob("paraplan-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+         str(wheel)], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-3000:]
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # numpy, pandas, ... from this environment, after the venv's own site-packages (a
+    # plain path line: this environment's editable paraplan stays invisible)
+    (site / "borrowed.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
+    env["PYTHONNOUSERSITE"] = "1"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(args), cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+
+    where = run(str(python), "-c", "import paraplan; print(paraplan.__file__)")
+    assert Path(where.stdout.strip()).is_relative_to(site), where.stdout + where.stderr
+    out = run(str(env_dir / "bin" / "paraplan"), "simulate", "--experiment", "schedules", "-o", "sim",
+              "--no-track")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = (outside / "sim" / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("experiment,mode,series") and len(rows) == 1 + 18
+    cluster = run(str(python), "-m", "paraplan", "plan", "--help")
+    assert cluster.returncode == 0 and "usage: paraplan plan" in cluster.stdout
+    found = run(str(python), "-c", "from paraplan.clusters import cluster_path, load_cluster; "
+                "print(cluster_path('dgx-a100'), load_cluster('dgx-a100').num_devices)")
+    path, devices = found.stdout.split()
+    assert Path(path).is_relative_to(site) and "_config" in path and int(devices) > 1

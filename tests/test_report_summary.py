@@ -67,3 +67,29 @@ def test_plan_section_lists_every_batch_size_of_a_short_sweep():
     assert "### mlp__local-cpu" in text
     assert "| 64 | 2 | 2.1 | 2.2 | 2.5 | [0-1]x1 \\| [2-3]x1 |" in text  # the cell's pipe is escaped
     assert "| 128 | 3 | 3.2 | 3.3 | 3.4 | [0-3]x2 |" in text
+
+
+def test_distir_figures_are_compared_from_any_working_directory(repo_root, shared_dir, tmp_path, monkeypatch):
+    """The published numbers are found beside the checkout as well as beside the working
+    directory, so the summary's "difference to published" column is filled."""
+    monkeypatch.chdir(tmp_path)  # ../shared is not beside this folder
+    out = tmp_path / "results/simulations"
+    for name in ("distir_fig3", "distir_fig4"):
+        assert main(["simulate", "--experiment", str(repo_root / f"config/experiments/{name}.yaml"),
+                     "-o", str(out / name), "--repeats", "1", "--no-plots", "--no-track"]) == 0
+    assert main(["report", str(out / "distir_fig3/results.csv"), str(out / "distir_fig4/results.csv"),
+                 "-o", str(tmp_path / "summary.md"), "--no-track"]) == 0
+    rows = {line.split("|")[1].strip(): line.split("|")[6].strip()
+            for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith("| distir_fig")}
+    assert "distir-v0.1 vs DistIR v0.1: max 0.4%" in rows["distir_fig3"]
+    assert "distir-v0.1 vs DistIR v0.1 (published CSV): max 0.0%" in rows["distir_fig4"]
+
+
+def test_missing_published_numbers_are_said_not_left_blank():
+    from paraplan.report.summary import simulate_section
+
+    frame = pd.DataFrame({"mode": ["corrected"], "speedup": [2.0], "D": [2], "T": [1], "P": [1]})
+    lines = simulate_section({"distir_fig3": (frame, {"simulate_s": 0.01, "published":
+                                                      "not compared: ../shared/x.csv not found"}, None)})
+    row = next(line for line in lines if line.startswith("| distir_fig3"))
+    assert row.rstrip(" |").endswith("not compared: ../shared/x.csv not found")

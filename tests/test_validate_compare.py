@@ -11,6 +11,7 @@ from paraplan.validate import (
     COLUMNS,
     Measurement,
     rel_err,
+    strategy_metrics,
     summarise,
     validation_metrics,
     validation_table,
@@ -50,10 +51,13 @@ def test_table_has_the_design_columns_in_order():
     assert list(table["strategy"]) == ["dp", "tp2"]
     assert table["rel_err"].tolist() == pytest.approx([0.25, -0.25])
     metrics = validation_metrics(table)
-    assert metrics["measured_s__dp"] == pytest.approx(0.2)
-    assert metrics["rel_err__tp2"] == pytest.approx(-0.25)
-    assert metrics["median_abs_rel_err"] == pytest.approx(0.25)
-    assert len(metrics) == 2 * 5 + 2
+    assert metrics == pytest.approx({"median_abs_rel_err": 0.25, "max_abs_rel_err": 0.25})
+    # one child run per strategy, the same metric names in each
+    per_strategy = strategy_metrics(table)
+    assert list(per_strategy) == ["dp", "tp2"]
+    assert per_strategy["dp"]["measured_s"] == pytest.approx(0.2)
+    assert per_strategy["tp2"]["rel_err"] == pytest.approx(-0.25)
+    assert set(per_strategy["dp"]) == set(per_strategy["tp2"]) == set(COLUMNS[1:])
     with pytest.raises(ValueError, match="no prediction for strategy 'tp2'"):
         validation_table(measured, {"dp": 0.2})
 

@@ -6,12 +6,10 @@ from pathlib import Path
 
 import yaml
 
+from paraplan import config_files
 from paraplan.core import Cluster, ConfigError, Device, Link
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
-# The checkout this package was installed from (`pip install -e .`): its cluster files
-# are found from any working directory.
-_CHECKOUT_CLUSTER_DIR = Path(__file__).resolve().parents[2] / "config" / "clusters"
 
 _DEVICE_KEYS = {
     "name": str,
@@ -104,31 +102,22 @@ def cluster_from_dict(data: dict, source: str = "<cluster>") -> Cluster:
     )
 
 
-def _search_dirs(cluster_dir: Path) -> list[Path]:
-    dirs = [cluster_dir]
-    if cluster_dir == DEFAULT_CLUSTER_DIR and _CHECKOUT_CLUSTER_DIR.resolve() != cluster_dir.resolve():
-        dirs.append(_CHECKOUT_CLUSTER_DIR)
-    return dirs
-
-
 def cluster_path(name_or_path: str | Path, cluster_dir: Path = DEFAULT_CLUSTER_DIR) -> Path:
     """A cluster given by path (`my/cluster.yaml`) or by name (`dgx1-v100`): the name is
-    looked up in `cluster_dir` (default `config/clusters` of the working directory),
-    then in the checkout paraplan was installed from."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml"):
-        return candidate
-    for directory in _search_dirs(cluster_dir):
-        path = directory / f"{name_or_path}.yaml"
-        if path.is_file():
-            return path
-    return cluster_dir / f"{name_or_path}.yaml"
+    looked up in `cluster_dir` when one is given, else in `config/clusters` of the
+    working directory, the checkout paraplan was installed from and the wheel's copies
+    (`paraplan.config_files`)."""
+    return config_files.find("clusters", name_or_path, _explicit(cluster_dir))
+
+
+def _explicit(cluster_dir: Path) -> Path | None:
+    return None if cluster_dir == DEFAULT_CLUSTER_DIR else cluster_dir
 
 
 def load_cluster(name_or_path: str | Path, cluster_dir: Path = DEFAULT_CLUSTER_DIR) -> Cluster:
     path = cluster_path(name_or_path, cluster_dir)
     if not path.is_file():
-        known = sorted({p.stem for d in _search_dirs(cluster_dir) if d.is_dir() for p in d.glob("*.yaml")})
+        known = config_files.known_names("clusters", _explicit(cluster_dir))
         raise ConfigError(
             "cluster", f"no cluster file {path}" + (f"; known clusters: {', '.join(known)}" if known else "")
         )

@@ -1,6 +1,9 @@
 """Atomic file output: write to a temporary file beside the target, then rename.
 
-A crash or Ctrl-C never leaves a half-written result behind.
+A crash or Ctrl-C never leaves a half-written result behind. The file gets the mode
+`open()` would give it (0666 less the umask: 0644 on the usual umask 022), not
+mkstemp's private 0600, so teammates and a tracking server running as another user
+can read results and their MLflow copies.
 """
 
 from __future__ import annotations
@@ -14,6 +17,13 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _umask() -> int:
+    # os.umask both reads and sets; put the value straight back
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success rename it onto `path`."""
@@ -22,6 +32,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         yield tmp
         os.replace(tmp, target)

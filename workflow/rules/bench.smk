@@ -2,7 +2,8 @@
 # on the machine named by config["cluster"]. Jobs take measure=1 (never beside another
 # measuring job) and every core (never beside any other job).
 # all_to_allv, when listed, measures bench.a2a_samples random DLRM-style exchanges
-# instead of the size sweep.
+# instead of the size sweep. Config values reach the shell only quoted ({params.x:q};
+# a list is quoted item by item).
 import os
 
 BENCH = config["bench"]
@@ -11,11 +12,11 @@ _BENCH_KNOWN = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
     "all_to_allv",
 )
-_BENCH_SWEEP_ARGS = (
-    f"--min-bytes {BENCH['min_bytes']} --max-bytes {BENCH['max_bytes']}"
-    f" --factor {BENCH['factor']} --dtype {BENCH['dtype']}"
-)
-_BENCH_A2AV_ARGS = f"--a2a-samples {BENCH['a2a_samples']} --seed {BENCH['a2a_seed']}"
+_BENCH_SWEEP_ARGS = [
+    "--min-bytes", str(BENCH["min_bytes"]), "--max-bytes", str(BENCH["max_bytes"]),
+    "--factor", str(BENCH["factor"]), "--dtype", str(BENCH["dtype"]),
+]
+_BENCH_A2AV_ARGS = ["--a2a-samples", str(BENCH["a2a_samples"]), "--seed", str(BENCH["a2a_seed"])]
 
 
 rule bench:
@@ -44,7 +45,7 @@ rule bench:
         ),
         warmup=BENCH["warmup"],
         iters=BENCH["iters"],
-        timeout=BENCH["timeout_s"],
+        timeout_s=BENCH["timeout_s"],
         out_dir=lambda wildcards, output: os.path.dirname(output.csv),
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     # a measuring job has the machine to itself: it takes every core, so no other
@@ -52,16 +53,19 @@ rule bench:
     threads: workflow.cores
     resources:
         measure=1,
+        # one GPU per rank with NCCL, none with gloo (a cluster executor turns this
+        # into --gpus; a CPU config never asks for a GPU partition)
+        gpu=lambda wildcards: int(wildcards.world) if BENCH["backend"] == "nccl" else 0,
     conda:
         "../../environment.yml"
     shell:
-        "paraplan bench --backend {params.backend} --world-size {wildcards.world}"
-        " --collectives {wildcards.collective} {params.points}"
-        " --warmup {params.warmup} --iters {params.iters} --timeout {params.timeout}"
-        " -o {params.out_dir} --figures {params.figures}"
+        "paraplan bench --backend {params.backend:q} --world-size {wildcards.world:q}"
+        " --collectives {wildcards.collective:q} {params.points:q}"
+        " --warmup {params.warmup:q} --iters {params.iters:q} --timeout-s {params.timeout_s:q}"
+        " -o {params.out_dir:q} --plots {params.figures:q}"
         " --rule bench --wildcards"
-        " cluster={wildcards.cluster},collective={wildcards.collective},world={wildcards.world}"
-        " > {log} 2>&1"
+        " cluster={wildcards.cluster:q},collective={wildcards.collective:q},world={wildcards.world:q}"
+        " > {log:q} 2>&1"
 
 
 rule bench_all:

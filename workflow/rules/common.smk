@@ -25,3 +25,9 @@ onstart:
 onsuccess:
     # Runs only when jobs ran (Snakemake skips hooks when nothing is to be done).
     summarise_invocation()
+
+
+onerror:
+    # A failed invocation gets its run too, FAILED, listing the runs of its jobs
+    # (failed jobs have FAILED runs of their own).
+    summarise_invocation(failed=True, log=log)

@@ -24,19 +24,19 @@ ruleorder: fit_log > fit
 _FIT_INPUT_COLLECTIVES = [*FIT_BENCH_COLLECTIVES, *(["all_to_allv"] if FIT_A2AV else [])]
 
 
-# Each fit.logs entry's overrides as `paraplan ingest` options.
+# Each fit.logs entry's overrides as `paraplan ingest` options, one list item per
+# shell word (the rule quotes each: a path or collective may hold any character).
 FIT_INGEST_ARGS = {
-    name: " ".join(
-        [
-            f"--format {entry['format']}",
-            *(["--in-place"] if entry.get("in_place") else []),
-            *(
-                f"--{key.replace('_', '-')} {entry[key]}"
-                for key in ("world_size", "nodes", "collective")
-                if entry.get(key) is not None
-            ),
-        ]
-    )
+    name: [
+        "--format", str(entry["format"]),
+        *(["--in-place"] if entry.get("in_place") else []),
+        *(
+            token
+            for key in ("world_size", "nodes", "collective")
+            if entry.get(key) is not None
+            for token in (f"--{key.replace('_', '-')}", str(entry[key]))
+        ),
+    ]
     for name, entry in FIT_LOGS.items()
 }
 
@@ -70,12 +70,12 @@ rule fit:
     wildcard_constraints:
         cluster="[A-Za-z0-9_.-]+",
     params:
-        a2av=lambda wildcards, output: f"--a2av-out {output.a2av}" if FIT_A2AV else "",
+        a2av=lambda wildcards, output: ["--a2av-output", output.a2av] if FIT_A2AV else [],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit {input} -o {output.json} --plots {output.figures} {params.a2av}"
-        " --rule fit --wildcards cluster={wildcards.cluster} > {log} 2>&1"
+        "paraplan fit {input:q} -o {output.json:q} --plots {output.figures:q} {params.a2av:q}"
+        " --rule fit --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
 
 
 rule ingest:
@@ -94,8 +94,8 @@ rule ingest:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan ingest {input} {params.args} -o {output}"
-        " --rule ingest --wildcards log={wildcards.log} > {log} 2>&1"
+        "paraplan ingest {input:q} {params.args:q} -o {output:q}"
+        " --rule ingest --wildcards log={wildcards.log:q} > {log:q} 2>&1"
 
 
 rule fit_log:
@@ -118,8 +118,8 @@ rule fit_log:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit {input} -o {output.json} --plots {output.figures}"
-        " --rule fit_log --wildcards log={wildcards.log} > {log} 2>&1"
+        "paraplan fit {input:q} -o {output.json:q} --plots {output.figures:q}"
+        " --rule fit_log --wildcards log={wildcards.log:q} > {log:q} 2>&1"
 
 
 rule fit_all:

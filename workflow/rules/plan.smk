@@ -3,7 +3,7 @@
 # analytic profiles of the same models on the GPU clusters of config["plan"]["gpu_clusters"]
 # with DAPPLE's formulas at each cluster file's link bandwidths. Pure computation (no
 # measure resource). The DAPPLE ResNet-50 study is an experiment of its own:
-#   paraplan plan --experiment config/experiments/dapple_resnet50.yaml -o results/plans/dapple_resnet50
+#   paraplan plan --experiment dapple_resnet50 -o results/plans/dapple_resnet50
 
 import os
 import re
@@ -18,15 +18,13 @@ if CLUSTER in PLAN_GPU_CLUSTERS:
 _PLAN_GPU_RE = "|".join(re.escape(c) for c in PLAN_GPU_CLUSTERS) or "(?!)"
 
 
-# `paraplan plan` options shared by both planning rules
-PLAN_ARGS = " ".join(
-    [
-        f"--optimizer-factor {PLAN['optimizer_factor']}",
-        f"--candidates {PLAN['candidates']}",
-        *([f"--mbs {PLAN['mbs']}"] if PLAN["mbs"] else []),
-        *([f"--max-pipeline-devices {PLAN['max_pipeline_devices']}"] if PLAN["max_pipeline_devices"] else []),
-    ]
-)
+# `paraplan plan` options shared by both planning rules, one item per shell word
+PLAN_ARGS = [
+    "--optimizer-factor", str(PLAN["optimizer_factor"]),
+    "--candidates", str(PLAN["candidates"]),
+    *(["--mbs", str(PLAN["mbs"])] if PLAN["mbs"] else []),
+    *(["--max-pipeline-devices", str(PLAN["max_pipeline_devices"])] if PLAN["max_pipeline_devices"] else []),
+]
 
 
 rule plan_measured:
@@ -56,11 +54,11 @@ rule plan_measured:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan plan --profile {input.profile} --cluster-file {wildcards.cluster}"
-        " --comm-model {input.comm} --gbs {params.gbs} {params.args} --jobs {threads}"
-        " -o {output.csv} --plots {params.figures}"
-        " --rule plan_measured --wildcards model={wildcards.model},cluster={wildcards.cluster}"
-        " > {log} 2>&1"
+        "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
+        " --comm-model {input.comm:q} --gbs {params.gbs:q} {params.args:q} --jobs {threads}"
+        " -o {output.csv:q} --plots {params.figures:q}"
+        " --rule plan_measured --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
+        " > {log:q} 2>&1"
 
 
 rule plan_analytic_profile:
@@ -75,17 +73,15 @@ rule plan_analytic_profile:
         model="[A-Za-z0-9_.-]+",
         cluster=_PLAN_GPU_RE,
     params:
-        model_args=lambda wildcards: " ".join(
-            profile_cli_args(
-                dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster})
-            )
+        model_args=lambda wildcards: profile_cli_args(
+            dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster})
         ),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan profile {params.model_args} -o {output.csv}"
-        " --rule plan_analytic_profile --wildcards model={wildcards.model},cluster={wildcards.cluster}"
-        " > {log} 2>&1"
+        "paraplan profile {params.model_args:q} -o {output.csv:q}"
+        " --rule plan_analytic_profile --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
+        " > {log:q} 2>&1"
 
 
 rule plan_analytic:
@@ -114,11 +110,11 @@ rule plan_analytic:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan plan --profile {input.profile} --cluster-file {wildcards.cluster}"
-        " --gbs {params.gbs} {params.args} --jobs {threads}"
-        " -o {output.csv} --plots {params.figures}"
-        " --rule plan_analytic --wildcards model={wildcards.model},cluster={wildcards.cluster}"
-        " > {log} 2>&1"
+        "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
+        " --gbs {params.gbs:q} {params.args:q} --jobs {threads}"
+        " -o {output.csv:q} --plots {params.figures:q}"
+        " --rule plan_analytic --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
+        " > {log:q} 2>&1"
 
 
 rule plan_all:

@@ -10,10 +10,9 @@ PROFILE = config["profile"]
 PROFILE_MODELS = sorted(PROFILE["models"])
 
 
-# `paraplan profile` options of each entry (model, settings, batches, analytic), by name
-PROFILE_ARGS = {
-    name: " ".join(profile_cli_args(entry)) for name, entry in PROFILE["models"].items()
-}
+# `paraplan profile` options of each entry (model, settings, batches, analytic), by
+# name, one item per shell word (quoted one by one in the rule)
+PROFILE_ARGS = {name: profile_cli_args(entry) for name, entry in PROFILE["models"].items()}
 
 
 rule profile:
@@ -45,14 +44,15 @@ rule profile:
     threads: workflow.cores
     resources:
         measure=1,
+        gpu=1 if PROFILE["device"] == "cuda" else 0,
     conda:
         "../../environment.yml"
     shell:
-        "paraplan profile {params.model_args} --threads {params.threads}"
-        " --repeats {params.repeats} --warmup {params.warmup}"
-        " --device {params.device} --dtype {params.dtype}"
-        " -o {output.csv} --plots {params.figures}"
-        " --rule profile --wildcards model={wildcards.model} > {log} 2>&1"
+        "paraplan profile {params.model_args:q} --threads {params.threads:q}"
+        " --repeats {params.repeats:q} --warmup {params.warmup:q}"
+        " --device {params.device:q} --dtype {params.dtype:q}"
+        " -o {output.csv:q} --plots {params.figures:q}"
+        " --rule profile --wildcards model={wildcards.model:q} > {log:q} 2>&1"
 
 
 rule profile_all:

@@ -15,7 +15,7 @@ rule report:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan report {input} -o {output.summary} --rule report > {log} 2>&1"
+        "paraplan report {input:q} -o {output.summary:q} --rule report > {log:q} 2>&1"
 
 
 ALL_TARGETS.append(rules.report.output.summary)

@@ -31,9 +31,9 @@ rule simulate:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan simulate --experiment {input.experiment} -o {params.outdir}"
-        " --figures {output.figures} --repeats {params.repeats}"
-        " --rule simulate --wildcards experiment={wildcards.experiment} > {log} 2>&1"
+        "paraplan simulate --experiment {input.experiment:q} -o {params.outdir:q}"
+        " --plots {output.figures:q} --repeats {params.repeats:q}"
+        " --rule simulate --wildcards experiment={wildcards.experiment:q} > {log:q} 2>&1"
 
 
 rule simulate_all:

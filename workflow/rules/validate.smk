@@ -43,7 +43,7 @@ rule validate:
         warmup=VALIDATE["warmup"],
         threads=VALIDATE["threads"],
         backend=VALIDATE["backend"],
-        timeout=VALIDATE["timeout_s"],
+        timeout_s=VALIDATE["timeout_s"],
         cluster=CLUSTER,
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     # a measuring job has the machine to itself: it takes every core, so no other
@@ -51,16 +51,17 @@ rule validate:
     threads: workflow.cores
     resources:
         measure=1,
+        gpu=2 if VALIDATE["backend"] == "nccl" else 0,  # one per rank with NCCL
     conda:
         "../../environment.yml"
     shell:
-        "paraplan validate --profile {input.profile} --comm-model {input.comm}"
-        " --model {params.model} --cluster {params.cluster} --strategies {params.strategies}"
-        " --batch {params.batch} --microbatches {params.microbatches}"
-        " --steps {params.steps} --warmup {params.warmup} --threads {params.threads}"
-        " --backend {params.backend} --timeout {params.timeout}"
-        " -o {output.csv} --plots {params.figures}"
-        " --rule validate --wildcards model={wildcards.model} > {log} 2>&1"
+        "paraplan validate --profile {input.profile:q} --comm-model {input.comm:q}"
+        " --model {params.model:q} --cluster {params.cluster:q} --strategies {params.strategies:q}"
+        " --batch {params.batch:q} --microbatches {params.microbatches:q}"
+        " --steps {params.steps:q} --warmup {params.warmup:q} --threads {params.threads:q}"
+        " --backend {params.backend:q} --timeout-s {params.timeout_s:q}"
+        " -o {output.csv:q} --plots {params.figures:q}"
+        " --rule validate --wildcards model={wildcards.model:q} > {log:q} 2>&1"
 
 
 rule validate_all:

@@ -7,14 +7,18 @@ runs --warmup untimed calls and --iters timed ones, each after a barrier. An
 iteration's time is the slowest rank's; the CSV gives the median (time_us) and the
 10th/90th percentiles. Sizes, algbw and busbw follow nccl-tests.
 
-Writes OUT_DIR/<collective>_n<world>.csv per collective and world size, prints a
-nccl-tests-style table on stderr, saves a latency/bandwidth figure per collective
-(<figures>/<collective>_n<world>.png/.pdf) and logs one MLflow run per collective
-and world size (experiment paraplan-bench).
+Writes OUTPUT/<collective>_n<world>.csv per collective and world size, prints a
+nccl-tests-style table on stderr (with a progress line on a terminal), saves a
+latency/bandwidth figure per collective (PLOTS/<collective>_n<world>.png/.pdf) and
+logs one MLflow run per collective and world size (experiment paraplan-bench).
 
 all_to_allv measures --a2a-samples uneven DLRM-style exchanges instead of a size
 sweep (global batch, tables per rank and embedding dim drawn with --seed; see
 paraplan.comm.a2av).
+
+Examples:
+  paraplan bench --world-size 2 --collectives all_reduce,all_gather --max-bytes 1048576 -o out/
+  paraplan bench --world-size 4 --collectives all_to_allv --a2a-samples 50 --seed 0 -o out/
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ import signal
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, int_list, name_list, track
+from paraplan.cli.common import (
+    add_output_argument,
+    add_tracking_arguments,
+    deprecated,
+    int_list,
+    name_list,
+    require_torch,
+    track,
+)
 from paraplan.core import COLLECTIVES, ConfigError
 
 NAME = "bench"
@@ -37,8 +49,8 @@ DEFAULT_COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--out-dir", required=True, type=Path, default=argparse.SUPPRESS,
-                        help="folder for the CSVs, one <collective>_n<world>.csv per collective and world size")
+    add_output_argument(parser, "folder for the CSVs, one <collective>_n<world>.csv per collective and "
+                        "world size", old=["--out-dir"])
     parser.add_argument("--backend", default="gloo",
                         help="torch.distributed backend: gloo (CPU) or nccl (one CUDA device per rank)")
     parser.add_argument("--world-size", default="2",
@@ -52,13 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="element type: float32, float64, float16, bfloat16, int32, int64, uint8")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls per size")
     parser.add_argument("--iters", type=int, default=20, help="timed calls per size (each after a barrier)")
-    parser.add_argument("--timeout", type=float, default=300.0,
+    parser.add_argument("--timeout-s", type=float, default=300.0,
                         help="seconds without progress from any rank after which the job is "
                              "declared hung; every rank is then stopped")
+    deprecated(parser, "--timeout", "--timeout-s", "timeout_s", convert=float)
     parser.add_argument("--nodes", type=int, default=1,
                         help="number of nodes the ranks span, recorded in the CSV (ranks run locally)")
-    parser.add_argument("--figures", type=Path, default=argparse.SUPPRESS,
-                        help="folder for the figures (default: OUT_DIR)")
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                        help="folder for the figures (default: OUTPUT)")
+    deprecated(parser, "--figures", "--plots", "plots", convert=Path)
     parser.add_argument("--a2a-samples", type=int, default=50,
                         help="all_to_allv only: number of random uneven exchanges to measure")
     parser.add_argument("--seed", type=int, default=0,
@@ -74,8 +88,8 @@ def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     for key, value, low in (("warmup", args.warmup, 0), ("iters", args.iters, 1), ("nodes", args.nodes, 1)):
         if value < low:
             raise ConfigError(key, f"must be >= {low}, got {value}")
-    if not args.timeout > 0:
-        raise ConfigError("timeout", f"must be positive, got {args.timeout}")
+    if not args.timeout_s > 0:
+        raise ConfigError("--timeout-s", f"must be positive, got {args.timeout_s}")
     if "all_to_allv" in collectives and args.a2a_samples < 1:
         raise ConfigError("a2a_samples", "all_to_allv needs at least one sample (--a2a-samples N, N >= 1)")
     return worlds, collectives
@@ -86,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.bench import BenchJob, check_backend, run_bench
     from paraplan.comm.sizes import element_bytes, message_sizes
 
+    require_torch("measuring collectives")
     worlds, collectives = _check(args)
     elem = element_bytes(args.dtype)
     jobs = []
@@ -97,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         jobs.append(BenchJob(
             backend=args.backend, world_size=world, collectives=tuple(collectives),
             sizes_bytes=tuple(sizes), dtype=args.dtype, warmup=args.warmup, iters=args.iters,
-            timeout_s=args.timeout, a2av_samples=tuple(samples),
+            timeout_s=args.timeout_s, a2av_samples=tuple(samples),
         ))
     # SIGTERM (Snakemake stopping the job, a batch scheduler) ends the command like
     # Ctrl-C: ranks are stopped and no file is left half-written.
@@ -105,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         for job in jobs:
             printer = _TablePrinter(job, args.nodes)
-            outcome = run_bench(job, on_start=printer.start, on_result=printer.row)
+            try:
+                outcome = run_bench(job, on_start=printer.start, on_result=printer.row)
+            finally:
+                printer.close()
             _write_outputs(args, job, outcome)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -117,26 +135,40 @@ def _raise_interrupt(signum, frame):
 
 
 class _TablePrinter:
-    """Streams the nccl-tests-style table to stderr as results arrive."""
+    """Streams the nccl-tests-style table to stderr as results arrive, under a progress
+    line (sizes and samples measured, rate, ETA) when stderr is a terminal."""
 
     def __init__(self, job, nodes: int):
+        from paraplan.progress import bar
+
         self.job = job
         self.nodes = nodes
         self.host = ""
+        sweeps = sum(1 for c in job.collectives if c != "all_to_allv")
+        total = sweeps * len(job.sizes_bytes) + len(job.a2av_samples)
+        self.progress = bar(total, f"bench n={job.world_size}", "size")
+
+    def _print(self, text: str) -> None:
+        self.progress.write(text, file=sys.stderr)
+        sys.stderr.flush()
 
     def start(self, collective: str, host: str) -> None:
         from paraplan.comm.results import table_header
 
         self.host = host
-        print(table_header(collective, self.job.backend, self.job.world_size, self.nodes, host),
-              file=sys.stderr, flush=True)
+        self.progress.set_description(f"bench {collective} n={self.job.world_size}")
+        self._print(table_header(collective, self.job.backend, self.job.world_size, self.nodes, host))
 
     def row(self, timing) -> None:
         from paraplan.comm.bench import timing_frame
         from paraplan.comm.results import table_row
 
         frame = timing_frame(self.job, timing, self.host, self.nodes)
-        print(table_row(frame.iloc[0]), file=sys.stderr, flush=True)
+        self._print(table_row(frame.iloc[0]))
+        self.progress.update(1)
+
+    def close(self) -> None:
+        self.progress.close()
 
 
 def _write_outputs(args: argparse.Namespace, job, outcome) -> None:
@@ -146,11 +178,11 @@ def _write_outputs(args: argparse.Namespace, job, outcome) -> None:
     from paraplan.plots.bench import bench_figure
     from paraplan.track import RunLog
 
-    figures_dir = getattr(args, "figures", None) or args.out_dir
+    figures_dir = args.plots or args.output
     for collective in job.collectives:
         frame = collective_frame(job, collective, outcome, nodes=args.nodes)
         stem = f"{collective}_n{job.world_size}"
-        csv_path = args.out_dir / f"{stem}.csv"
+        csv_path = args.output / f"{stem}.csv"
         write_csv(csv_path, frame)
         figure_paths = bench_figure(frame, figures_dir / stem)
         print(f"# {stem}:\n{table_footer(frame)}\n# wrote {csv_path}", file=sys.stderr, flush=True)

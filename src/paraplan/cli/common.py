@@ -1,32 +1,148 @@
-"""Options and helpers shared by the stage commands."""
+"""Options and helpers shared by the stage commands: one vocabulary across stages
+(`-o/--output`, `--plots DIR`, `--cluster NAME`, `--shape NxG`, units in option names
+such as `--timeout-s`), the help layout, old spellings kept for one release, and
+tracking."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
-from paraplan.core import ConfigError
+from paraplan.core import ConfigError, ParaplanError
+
+# Old spellings are accepted, with a warning, until this version.
+DEPRECATED_UNTIL = "0.2"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions keep their line breaks (each example on its own line); an option's
+    default is shown only when it says something (not None, empty, off or required)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "default" in text.lower()
+            or action.required
+            or not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or isinstance(default, bool)
+            or default in ("", [], ())
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _Deprecated(argparse.Action):
+    """An old option spelling: stores into the new option's destination and says so on
+    stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", convert=None, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+        self.convert = convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_deprecated(parser.prog, option_string or self.option_strings[0], self.new)
+        value = self.const if self.nargs == 0 else values
+        setattr(namespace, self.dest, self.convert(value) if self.convert else value)
+
+
+def warn_deprecated(prog: str, old: str, new: str) -> None:
+    print(f"{prog}: warning: {old} is deprecated, use {new} (the old spelling goes away after "
+          f"paraplan {DEPRECATED_UNTIL})", file=sys.stderr)
+
+
+def deprecated(parser, old: str | Sequence[str], new: str, dest: str, convert=None, flag: bool = False,
+               const: object = True) -> None:
+    """Accept `old` (hidden from --help) as `new`, storing into `dest`."""
+    names = [old] if isinstance(old, str) else list(old)
+    if flag:
+        parser.add_argument(*names, dest=dest, action=_Deprecated, new=new, nargs=0, const=const,
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    else:
+        parser.add_argument(*names, dest=dest, action=_Deprecated, new=new, convert=convert,
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def add_output_argument(parser, help: str, old: Sequence[str] = (), type=None) -> None:
+    """`-o/--output` (required; checked after parsing so an old spelling also counts)."""
+    from pathlib import Path
+
+    kind = type or Path
+    parser.add_argument("-o", "--output", type=kind, default=None, metavar="PATH", help=f"{help} (required)")
+    for name in old:
+        deprecated(parser, name, "-o/--output", "output", convert=kind)
+    require(parser, "output", "-o/--output")
+
+
+def require(parser: argparse.ArgumentParser, dest: str, spelling: str) -> None:
+    """Mark an option required in a way old spellings satisfy (main checks it)."""
+    required = list(parser.get_default("_required") or [])
+    parser.set_defaults(_required=[*required, (dest, spelling)])
+
+
+def missing_required(args: argparse.Namespace) -> str | None:
+    for dest, spelling in getattr(args, "_required", []) or []:
+        if getattr(args, dest, None) in (None, ""):
+            return spelling
+    return None
+
+
+class MissingExtraError(ParaplanError):
+    """A measuring command run where torch is not installed."""
+
+
+def require_torch(what: str) -> None:
+    """Measuring needs torch, which the `measure` extra brings; say how to get it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MissingExtraError(
+            f"{what} needs torch: pip install 'paraplan[measure]' (CPU-only machines first: "
+            "pip install torch --index-url https://download.pytorch.org/whl/cpu)") from None
 
 
 def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("tracking (MLflow)")
+    group = parser.add_argument_group("tracking (MLflow: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     group.add_argument(
         "--no-track", action="store_true",
-        help="do not log to MLflow (default: log to $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)",
+        help="run untracked: log nothing to MLflow (also PARAPLAN_TRACKING=off; "
+             "workflow: config mlflow.enabled: false)",
     )
     group.add_argument("--rule", default="", help="Snakemake rule name, recorded as the run's 'rule' tag")
     group.add_argument("--wildcards", default="", help="Snakemake wildcards, recorded as the run's 'wildcards' tag")
 
 
-def track(args: argparse.Namespace, run) -> str | None:
-    """Log a `paraplan.track.RunLog` unless `--no-track`; returns the run id."""
-    if args.no_track:
+def tracking_wanted(args: argparse.Namespace) -> bool:
+    from paraplan.track import tracking_enabled
+
+    return hasattr(args, "no_track") and not args.no_track and tracking_enabled()
+
+
+def open_tracking(args: argparse.Namespace):
+    """The command's `JobTracker`, opened now (the run's start is the job's), or None
+    when untracked. An unreachable store fails here, before any work."""
+    if not tracking_wanted(args):
         return None
     from paraplan import track as tracking
 
-    tags = tracking.job_tags(args.rule or args.command, args.wildcards)
-    run_id = tracking.log_run(run, base_tags=tags)
-    print(f"paraplan {args.command}: logged MLflow run {run_id} ({tracking.tracking_uri()})", file=sys.stderr)
+    rule = args.rule or args.command
+    tags = tracking.job_tags(rule, args.wildcards, command=args.command)
+    name = args.wildcards.replace(",", "/") if args.wildcards else args.command
+    return tracking.JobTracker(args.command, name, tags)
+
+
+def track(args: argparse.Namespace, run) -> str | None:
+    """Log a `paraplan.track.RunLog` into the command's open tracking; returns the run id."""
+    tracker = getattr(args, "_tracker", None)
+    if tracker is None:
+        return None
+    run_id = tracker.log(run)
+    print(f"paraplan {args.command}: logged MLflow run {run_id} ({tracker.uri})", file=sys.stderr)
     return run_id
 
 

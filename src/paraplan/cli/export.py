@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments
+from paraplan.cli.common import add_output_argument, add_tracking_arguments
 from paraplan.core import ConfigError
 
 NAME = "export"
@@ -45,7 +45,7 @@ EXPORTERS: dict[str, Callable[[Path, Path], dict[str, object]]] = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="output format")
     parser.add_argument("source", type=Path, help="paraplan result file to export (pipedream: a profile CSV)")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="file to write")
+    add_output_argument(parser, "file to write")
     add_tracking_arguments(parser)
 
 

@@ -9,6 +9,13 @@ GMAE is `chosen`. Writes comm_model.json (DESIGN.md), which
 `paraplan.comm.model.FittedCommModel` reads. all_to_allv rows (uneven DLRM-style
 exchanges) are predicted from the all_to_all fit of the same world size with three
 effective sizes (sum, max_of_max, max_of_sum) and their errors reported.
+
+MLflow (experiment paraplan-fit): one run per fit with one child run per sweep
+(`<collective>_n<world>`), whose metrics share their names across sweeps
+(`heldout_gmae__<model>`, `chosen_heldout_gmae`, ...) so the UI compares sweeps.
+
+Example:
+  paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, track
 from paraplan.core import InputFileError
 
 NAME = "fit"
@@ -27,12 +34,13 @@ ORDER = 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, metavar="IN.csv", help="bench CSVs (several collectives allowed)")
-    parser.add_argument("-o", "--out", required=True, type=Path, help="output comm_model.json")
-    parser.add_argument("--plots", type=Path, default=None,
+    add_output_argument(parser, "output comm_model.json", old=["--out"])
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for figures: fit_<collective>_n<world>.png/.pdf per sweep, a2av_n<world> per all_to_allv study")
-    parser.add_argument("--a2av-out", type=Path, default=None,
+    parser.add_argument("--a2av-output", type=Path, default=None, metavar="PATH",
                         help="CSV of the all_to_allv errors per world size and effective-size variant "
                              "(needs all_to_allv rows in the inputs)")
+    deprecated(parser, "--a2av-out", "--a2av-output", "a2av_output", convert=Path)
     add_tracking_arguments(parser)
 
 
@@ -64,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     has_a2av = bool(samples.any())
     if samples.all():
         raise InputFileError(args.inputs[0], "no size sweeps to fit (only all_to_allv samples); add the all_to_all CSV")
-    if args.a2av_out is not None and not has_a2av:
-        raise InputFileError(args.inputs[0], "--a2av-out given but no input has all_to_allv rows")
+    if args.a2av_output is not None and not has_a2av:
+        raise InputFileError(args.inputs[0], "--a2av-output given but no input has all_to_allv rows")
     try:
         entries = fit_frame(frame)
     except ValueError as exc:
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
     a2av_results = []
     if has_a2av:
-        model = FittedCommModel.from_dict(document, str(args.out))
+        model = FittedCommModel.from_dict(document, str(args.output))
         a2av_results = predict_a2av(frame, model)
         for result in a2av_results:
             if result.flagged:
@@ -84,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
                       "range or world size (extrapolated)", file=sys.stderr)
 
     # Outputs first, tracking last: a tracking failure leaves the files intact.
-    write_json(args.out, document)
-    if args.a2av_out is not None:
-        write_csv(args.a2av_out, a2av_frame(a2av_results))
+    write_json(args.output, document)
+    if args.a2av_output is not None:
+        write_csv(args.a2av_output, a2av_frame(a2av_results))
     figures: list[Path] = []
     if args.plots is not None:
         from paraplan.comm.model import FittedCommModel as _Model
@@ -101,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             sweep_entries = [e for e in entries if (e.collective, e.world_size, e.nodes) == key]
             figures += plot_sweep(sweep_entries, rows["size_bytes"].to_numpy(float),
                                   rows["time_us"].to_numpy(float) * 1e-6, args.plots / f"fit_{name}")
-        model = _Model.from_dict(document, str(args.out))
+        model = _Model.from_dict(document, str(args.output))
         for world, nodes in sorted({(r.world_size, r.nodes) for r in a2av_results}):
             group_results = [r for r in a2av_results if (r.world_size, r.nodes) == (world, nodes)]
             sizes = np.concatenate([np.array(r.effective_size_bytes, float) for r in group_results])
@@ -110,42 +118,70 @@ def run(args: argparse.Namespace) -> int:
             suffix = f"_nodes{nodes}" if nodes > 1 else ""
             figures += plot_a2av(group_results, grid, curve, args.plots / f"a2av_n{world}{suffix}")
 
-    metrics: dict[str, float] = {}
+    per_sweep: dict[str, dict[str, float]] = {name: {} for name in names.values()}
+    sweep_keys = {name: key for key, name in names.items()}
     chosen: dict[str, object] = {}
     print(f"{'sweep':<28} {'model':<11} {'GMAE':>7} {'held-out':>9} {'mean':>7} {'std':>7}  points", file=sys.stderr)
     for entry in entries:
         name = names[(entry.collective, entry.world_size, entry.nodes)]
-        metrics[f"gmae_{entry.model}__{name}"] = entry.gmae
-        metrics[f"heldout_gmae_{entry.model}__{name}"] = entry.heldout_gmae
-        metrics[f"mean_abs_rel_err_{entry.model}__{name}"] = entry.mean_abs_rel_err
+        sweep = per_sweep[name]
+        sweep[f"gmae__{entry.model}"] = entry.gmae
+        sweep[f"heldout_gmae__{entry.model}"] = entry.heldout_gmae
+        sweep[f"mean_abs_rel_err__{entry.model}"] = entry.mean_abs_rel_err
+        sweep["n_points"] = float(entry.n_points)
         if entry.chosen:
             chosen[name] = {"model": entry.model, **_loggable(entry.params)}
+            sweep.update(chosen_gmae=entry.gmae, chosen_heldout_gmae=entry.heldout_gmae,
+                         chosen_mean_abs_rel_err=entry.mean_abs_rel_err)
         print(f"{name:<28} {entry.model + ('*' if entry.chosen else ''):<11} {entry.gmae:>7.2%} "
               f"{entry.heldout_gmae:>9.2%} {entry.mean_abs_rel_err:>7.2%} {entry.std_abs_rel_err:>7.2%}  "
               f"{entry.n_points}", file=sys.stderr)
     for result in a2av_results:
         name = f"all_to_allv_n{result.world_size}" + (f"_nodes{result.nodes}" if result.nodes > 1 else "")
-        metrics[f"gmae_{result.variant}__{name}"] = result.gmae
-        metrics[f"mean_abs_rel_err_{result.variant}__{name}"] = result.mean_abs_rel_err
-        metrics[f"std_abs_rel_err_{result.variant}__{name}"] = result.std_abs_rel_err
+        sweep = per_sweep.setdefault(name, {})
+        sweep_keys[name] = ("all_to_allv", result.world_size, result.nodes)
+        sweep[f"gmae__{result.variant}"] = result.gmae
+        sweep[f"mean_abs_rel_err__{result.variant}"] = result.mean_abs_rel_err
+        sweep[f"std_abs_rel_err__{result.variant}"] = result.std_abs_rel_err
+        sweep["n_points"] = float(result.n_points)
         print(f"{name:<28} {result.variant:<11} {result.gmae:>7.2%} {'':>9} {result.mean_abs_rel_err:>7.2%} "
               f"{result.std_abs_rel_err:>7.2%}  {result.n_points}", file=sys.stderr)
-    print(f"paraplan fit: {len(names)} sweep(s) fitted -> {args.out}", file=sys.stderr)
+    print(f"paraplan fit: {len(names)} sweep(s) fitted -> {args.output}", file=sys.stderr)
 
-    artifacts = [args.out, *figures]
-    if args.a2av_out is not None:
-        artifacts.append(args.a2av_out)
+    artifacts = [args.output, *figures]
+    if args.a2av_output is not None:
+        artifacts.append(args.a2av_output)
+    children = [
+        RunLog(stage="fit", run_name=name, params=_sweep_params(name, sweep_keys[name], chosen.get(name)), metrics=sweep)
+        for name, sweep in per_sweep.items()
+    ]
+    chosen_errors = [m["chosen_heldout_gmae"] for m in per_sweep.values() if "chosen_heldout_gmae" in m]
+    summary = {"sweeps": float(len(names))}
+    if chosen_errors:
+        summary.update(max_chosen_heldout_gmae=max(chosen_errors),
+                       median_chosen_heldout_gmae=float(np.median(chosen_errors)))
     track(
         args,
         RunLog(
             stage="fit",
-            run_name=args.out.parent.name or "fit",
+            run_name=args.output.parent.name or "fit",
             params={"inputs": [str(p) for p in args.inputs], "chosen": chosen},
-            metrics=metrics,
+            metrics=summary,
             artifacts=artifacts,
+            children=children,
         ),
     )
     return 0
+
+
+def _sweep_params(name: str, key: tuple[str, int, int], chosen: dict | None) -> dict[str, object]:
+    """A sweep child's params: which sweep, and the chosen model with its parameters."""
+    collective, world, nodes = key
+    params: dict[str, object] = {"sweep": name, "collective": collective, "world_size": world, "nodes": nodes}
+    if chosen:
+        params["chosen_model"] = chosen["model"]
+        params.update({f"chosen.{k}": v for k, v in chosen.items() if k != "model"})
+    return params
 
 
 def _loggable(params: dict) -> dict:

@@ -7,6 +7,10 @@ log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
 printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the
 file and line. Lines that are not table rows are skipped; a row that starts like
 one but cannot be read, or a file without any, is an error.
+
+Examples:
+  paraplan ingest --format nccl-tests all_reduce_perf.txt -o a100.csv
+  paraplan ingest --format pipedream resnet50-pbs-32.txt -o resnet50.csv
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, track
 from paraplan.core import ConfigError
 
 NAME = "ingest"
@@ -42,10 +46,10 @@ def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     for warning in result.warnings:
         print(f"paraplan ingest: warning: {warning}", file=sys.stderr)
     frame = rows_frame(result.rows)
-    write_csv(args.out, frame)
+    write_csv(args.output, frame)
     sweeps = frame.groupby(["collective", "world_size", "nodes"], sort=True).size()
     for (collective, world, nodes), rows in sweeps.items():
-        print(f"paraplan ingest: {args.log}: {collective}, {world} ranks on {nodes} node(s): {rows} sizes -> {args.out}",
+        print(f"paraplan ingest: {args.log}: {collective}, {world} ranks on {nodes} node(s): {rows} sizes -> {args.output}",
               file=sys.stderr)
     return {
         "metrics": {"rows": float(len(frame)), "warnings": float(len(result.warnings))},
@@ -60,7 +64,7 @@ def _pipedream_profile(args: argparse.Namespace) -> dict:
     from paraplan.profile.pipedream import read_pipedream
 
     profile = read_pipedream(args.log, args.batch_size)
-    csv_path, mpath = write_profile(profile, args.out)
+    csv_path, mpath = write_profile(profile, args.output)
     fwd_ms, bwd_ms = profile.fwd_s.sum() * 1e3, profile.bwd_s.sum() * 1e3
     print(f"paraplan ingest: {args.log}: {profile.num_layers} layers at batch {profile.batch_size}, "
           f"fwd {fwd_ms:.1f} ms, bwd {bwd_ms:.1f} ms, params {profile.total_param_bytes / 1e6:.1f} MB "
@@ -110,7 +114,7 @@ def _positive(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", type=Path, help="the log file to import")
     parser.add_argument("--format", required=True, choices=sorted(HANDLERS), help="the log's format")
-    parser.add_argument("-o", "--out", required=True, type=Path, help="output CSV")
+    add_output_argument(parser, "output CSV", old=["--out"])
     parser.add_argument("--in-place", action="store_true", help="nccl-tests: read the in-place columns")
     parser.add_argument("--world-size", type=_positive, default=None,
                         help="ranks; when omitted, the log's rank lines are counted")
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             run_name=f"{args.format}:{args.log.name}",
             params={"format": args.format, "log": str(args.log), "in_place": args.in_place, **summary["params"]},
             metrics=summary["metrics"],
-            artifacts=[args.out],
+            artifacts=[args.output],
         ),
     )
     return 0

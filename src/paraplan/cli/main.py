@@ -4,6 +4,10 @@ Every module in this package except `main` and `common` is a command: it defines
 `NAME`, `HELP`, `ORDER` (position in `--help`), `add_arguments(parser)` and
 `run(args) -> int`. Command modules import heavy packages (torch, mlflow,
 matplotlib) inside `run`, so `paraplan --help` stays fast.
+
+The dispatcher opens the command's MLflow tracking before the command runs (so a
+run's Duration is the job's) and marks it FAILED with the error when the command
+fails.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from types import ModuleType
 
 import paraplan
 import paraplan.cli
+from paraplan.cli.common import HelpFormatter, missing_required, open_tracking
 from paraplan.core import ParaplanError
 
 _NOT_COMMANDS = {"main", "common"}
@@ -34,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paraplan",
         description=(
-            "How should this model be split over this cluster, and what speedup will it get? "
-            "Each command is one stage of the workflow and also runs alone."
+            "How should this model be split over this cluster, and what speedup will it get?\n"
+            "Each command is one stage of the workflow and also runs alone;\n"
+            "`paraplan <command> --help` documents its options."
         ),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"paraplan {paraplan.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>", required=True)
@@ -45,24 +52,48 @@ def build_parser() -> argparse.ArgumentParser:
             module.NAME,
             help=module.HELP,
             description=(module.__doc__ or module.HELP).strip(),
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=HelpFormatter,
         )
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    missing = missing_required(args)
+    if missing:
+        args._parser.error(f"the following arguments are required: {missing}")
+    tracker = None
     try:
-        return int(args._run(args) or 0)
+        tracker = open_tracking(args)
+        args._tracker = tracker
+        code = int(args._run(args) or 0)
+        if tracker is not None and code == 0:
+            tracker.close()
     except ParaplanError as exc:
+        _failed(tracker, str(exc))
         print(f"paraplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _failed(tracker, "interrupted (Ctrl-C or SIGTERM)")
         print(f"paraplan {args.command}: interrupted; no partial output was kept", file=sys.stderr)
         return 130
+    except BaseException as exc:
+        _failed(tracker, f"{type(exc).__name__}: {exc}")
+        raise
+    if code != 0:
+        _failed(tracker, f"exit status {code}")
+    return code
+
+
+def _failed(tracker, error: str) -> None:
+    if tracker is None:
+        return
+    run_id = tracker.fail(error)
+    if run_id:
+        print(f"paraplan: MLflow run {run_id} marked FAILED", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -5,21 +5,30 @@ an exact search, re-timed with the simulator.
 
 Writes a CSV (gbs, dp_no_overlap, dp_p3, dp_overlap, best_hybrid, stages,
 planning_time_s, and the planner's estimates *_est); speedups are over one device.
+
 Examples:
-  paraplan plan --profile ../shared/data/pipedream-profiles/vgg-19-pbs-32.txt --cluster 2x8 --gbs 32,64,128 -o vgg.csv
-  paraplan plan --profile results/profiles/mlp.csv --cluster-file local-cpu --comm-model results/fits/local-cpu/comm_model.json --gbs 8,16,32 -o mlp.csv
-  paraplan plan --experiment config/experiments/dapple_resnet50.yaml -o results/plans/dapple_resnet50
+  paraplan plan --profile ../shared/data/pipedream-profiles/vgg-19-pbs-32.txt \
+      --cluster dgx1-v100 --shape 2x8 --gbs 32,64,128 -o vgg.csv
+  paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \
+      --comm-model results/fits/local-cpu/comm_model.json --gbs 8,16,32 -o mlp.csv
+  paraplan plan --experiment dapple_resnet50 -o results/plans/dapple_resnet50
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments
+from paraplan.cli.common import (
+    add_output_argument,
+    add_tracking_arguments,
+    deprecated,
+    warn_deprecated,
+)
 
 NAME = "plan"
 HELP = "plan hybrid pipeline x data parallelism over global batch sizes (DAPPLE-style)"
@@ -28,16 +37,18 @@ ORDER = 50
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("what to plan")
-    src.add_argument("--profile", type=Path, help="layer profile: paraplan CSV or PipeDream TorchGraph .txt")
+    src.add_argument("--profile", type=Path, metavar="FILE",
+                     help="layer profile: paraplan CSV or PipeDream TorchGraph .txt")
     src.add_argument("--pbs", type=int, default=None,
                      help="profile batch size (PipeDream text: default from '-pbs-N' in the name; CSV: its meta)")
-    src.add_argument("--experiment", type=Path, default=None,
-                     help="a planning study (config/experiments/dapple_resnet50.yaml); -o is then a folder")
+    src.add_argument("--experiment", default=None, metavar="NAME|FILE",
+                     help="a planning study (dapple_resnet50, or a YAML file); -o is then a folder")
     hw = parser.add_argument_group("cluster and communication")
-    hw.add_argument("--cluster-file", default="dgx1-v100",
+    hw.add_argument("--cluster", default="dgx1-v100", action=_ClusterOrOldShape, metavar="NAME|FILE",
                     help="cluster name (config/clusters/<name>.yaml) or YAML path: device memory and links")
-    hw.add_argument("--cluster", default="",
-                    help="NODESxDEVICES, e.g. 2x8 (16x1: flat); default: the cluster file's shape")
+    hw.add_argument("--shape", default="", metavar="NxG",
+                    help="NODESxDEVICES, e.g. 2x8 (16x1: flat); default: the cluster's own shape")
+    deprecated(hw, "--cluster-file", "--cluster", "cluster")
     hw.add_argument("--comm-model", type=Path, default=None,
                     help="fitted comm_model.json (paraplan fit); default: DAPPLE's formulas at the cluster "
                          "file's link bandwidths (dgx1-v100: 25 GB/s inside, 3 GB/s across)")
@@ -60,11 +71,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--candidates", type=int, default=3,
                         help="best plans re-timed with the simulator (the best simulated one is reported)")
     search.add_argument("--jobs", type=int, default=0, help="processes for the batch-size sweep (0: all cores)")
-    parser.add_argument("-o", "--output", type=Path, required=True,
-                        help="plan CSV (with --experiment: a folder for <name>__<layout>.csv)")
-    parser.add_argument("--plots", type=Path, default=None,
+    add_output_argument(parser, "plan CSV (with --experiment: a folder for <name>__<layout>.csv)")
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the speedup figure (PNG + PDF), named after the CSV")
     add_tracking_arguments(parser)
+
+
+_SHAPE = re.compile(r"^\d+x\d+$")
+
+
+class _ClusterOrOldShape(argparse.Action):
+    """`--cluster NAME`; the old `--cluster NxG` (a shape, before --shape existed) still
+    sets the shape, with a warning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if _SHAPE.match(values):
+            warn_deprecated(parser.prog, f"--cluster {values}", f"--shape {values}")
+            namespace.shape = values
+        else:
+            namespace.cluster = values
 
 
 def _load_profile(path: Path, pbs: int | None):
@@ -116,9 +141,11 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
 
     from paraplan.files import write_csv
     from paraplan.plan.sweep import COLUMNS, plan_sweep
+    from paraplan.progress import bar
 
     start = time.perf_counter()
-    rows = plan_sweep(settings, sizes, args.jobs)
+    with bar(len(sizes), f"plan {csv_path.stem}", "gbs") as progress:
+        rows = plan_sweep(settings, sizes, args.jobs, on_done=progress.update)
     wall = time.perf_counter() - start
     if all(r.infeasible for r in rows):
         from paraplan.plan.search import NoFeasiblePlanError
@@ -179,9 +206,9 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.gbs) == bool(args.gbs_range):
         raise ConfigError("--gbs", "give exactly one of --gbs and --gbs-range")
     sizes = parse_gbs_list(args.gbs, "--gbs") if args.gbs else parse_gbs_range(args.gbs_range, "--gbs-range")
-    cluster = load_cluster(args.cluster_file)
-    if args.cluster:
-        cluster = cluster.with_shape(*parse_cluster_shape(args.cluster, "--cluster"))
+    cluster = load_cluster(args.cluster)
+    if args.shape:
+        cluster = cluster.with_shape(*parse_cluster_shape(args.shape, "--shape"))
     profile = _load_profile(args.profile, args.pbs)
     settings = _settings(profile, cluster, args.comm_model, args.memory_gb, args.optimizer_factor,
                          args.peak_activation_bytes_per_sample, args.mbs, args.max_pipeline_devices,
@@ -190,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"{profile.name} on {cluster.name} ({shape})"
     rows, wall, figures = _run_one(args, settings, sizes, args.output, args.plots, title)
     params = {
-        "profile": str(args.profile), "cluster_file": args.cluster_file, "cluster": shape,
+        "profile": str(args.profile), "cluster_file": args.cluster, "cluster": shape,
         "comm_model": str(args.comm_model) if args.comm_model else "dapple_constants",
         "memory_bytes": settings.memory.memory_bytes, "optimizer_factor": args.optimizer_factor,
         "peak_activation_bytes_per_sample": args.peak_activation_bytes_per_sample,
@@ -203,9 +230,10 @@ def run(args: argparse.Namespace) -> int:
 def _run_experiment(args: argparse.Namespace) -> int:
     from paraplan.cli.common import track
     from paraplan.clusters import load_cluster
+    from paraplan.config_files import find
     from paraplan.plan.experiment import load_plan_experiment
 
-    exp = load_plan_experiment(args.experiment)
+    exp = load_plan_experiment(find("experiments", args.experiment))
     profile = _load_profile(exp.profile, exp.pbs)
     base = load_cluster(exp.cluster_file)
     for nodes, per_node in exp.layouts:

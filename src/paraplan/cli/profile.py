@@ -16,7 +16,7 @@ import platform
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, int_list
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, int_list, require_torch
 from paraplan.core import ConfigError
 
 NAME = "profile"
@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", default=None,
                         help="several batch sizes, e.g. 8,16,32: fit time(b) = fixed + per_sample x b per "
                         "layer; the CSV keeps the largest batch plus fwd_fixed_s/bwd_fixed_s")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="profile CSV (meta JSON beside it)")
-    parser.add_argument("--plots", type=Path, default=None, help="folder for the per-layer bar chart")
+    add_output_argument(parser, "profile CSV (meta JSON beside it)")
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR", help="folder for the per-layer bar chart")
     measured = parser.add_argument_group("measurement (torch)")
     measured.add_argument("--repeats", type=int, default=10, help="timed iterations (median)")
     measured.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measured.add_argument("--dtype", choices=DTYPES, default="float32")
     analytic = parser.add_argument_group("analytic (no measurement)")
     analytic.add_argument("--analytic", action="store_true", help="FLOPs and bytes on a cluster's device")
-    analytic.add_argument("--cluster", default=None, help="cluster name or YAML path (with --analytic)")
+    analytic.add_argument("--cluster", default=None, metavar="NAME|FILE",
+                          help="cluster name or YAML path (with --analytic)")
     analytic.add_argument("--combine", choices=("roofline", "sum"), default="roofline",
                           help="roofline: max(compute, memory) per op; sum: the DistIR cost model")
     add_tracking_arguments(parser)
@@ -101,6 +102,7 @@ def _cpu_model() -> str:
 
 
 def _measure(args, spec, batches):
+    require_torch("a measured profile (--analytic needs none)")
     import numpy as np
     import torch
 

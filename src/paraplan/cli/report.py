@@ -7,6 +7,9 @@ ignored): results/collectives/<cluster>/*.csv, results/fits/<cluster>/comm_model
 results/profiles/<model>.csv (+ .meta.json), results/simulations/<exp>/results.csv
 (+ timing.json, published_comparison.csv), results/plans/*.csv,
 results/validation/*.csv.
+
+Example:
+  paraplan report results/*/*.csv results/fits/*/comm_model.json -o results/summary.md
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, track
 from paraplan.core import InputFileError
 
 NAME = "report"
@@ -26,7 +29,7 @@ ORDER = 70
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="result files of the stages")
-    parser.add_argument("-o", "--out", required=True, type=Path, help="output summary.md")
+    add_output_argument(parser, "output summary.md", old=["--out"])
     add_tracking_arguments(parser)
 
 
@@ -83,12 +86,12 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise InputFileError(missing[0], "no such file")
     files = collect(list(args.inputs))
-    write_text(args.out, render(files))
-    print(f"paraplan report: wrote {args.out}", file=sys.stderr)
+    write_text(args.output, render(files))
+    print(f"paraplan report: wrote {args.output}", file=sys.stderr)
     counts = {
         "collective_sweeps": len(files.collectives), "fits": len(files.fits),
         "profiles": len(files.profiles), "simulations": len(files.simulations),
         "plans": len(files.plans), "validations": len(files.validations),
     }
-    track(args, RunLog(stage="report", run_name=args.out.stem, params=counts, artifacts=[args.out]))
+    track(args, RunLog(stage="report", run_name=args.output.stem, params=counts, artifacts=[args.output]))
     return 0

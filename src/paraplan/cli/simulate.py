@@ -4,9 +4,14 @@ reproduce seed 000; `corrected`: paraplan's physical engine).
 
 Writes DIR/results.csv (one row per configuration), DIR/timing.json (simulate_s:
 simulation wall time only, best of --repeats), DIR/published_comparison.csv when the
-experiment names published numbers that exist, the figures (PNG + PDF, in --figures,
+experiment names published numbers that exist, the figures (PNG + PDF, in --plots,
 default DIR/figures) and, for Gantt experiments, DIR/traces/*.json (Chrome trace,
-opens in Perfetto).
+opens in Perfetto). An experiment is a name (config/experiments/<name>.yaml here, in
+the checkout, or the copy the package carries) or a YAML path.
+
+Examples:
+  paraplan simulate --experiment schedules -o results/simulations/schedules
+  paraplan simulate --experiment config/experiments/distir_fig3.yaml -o out/fig3 --modes corrected
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, name_list
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, name_list
 
 NAME = "simulate"
 HELP = "simulate strategies of a named experiment (DistIR figures, pipeline schedules)"
@@ -23,17 +28,18 @@ ORDER = 40
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--experiment", required=True, type=Path,
-                        help="experiment file, e.g. config/experiments/distir_fig3.yaml")
-    parser.add_argument("-o", "--output", required=True, type=Path,
-                        help="output folder (results.csv, timing.json, figures/, traces/)")
-    parser.add_argument("--figures", type=Path, default=None,
+    parser.add_argument("--experiment", required=True, metavar="NAME|FILE",
+                        help="experiment name (distir_fig3, distir_fig4, schedules, ...) or YAML file")
+    add_output_argument(parser, "output folder (results.csv, timing.json, figures/, traces/)")
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the figures (PNG + PDF); default: OUTPUT/figures")
+    deprecated(parser, "--figures", "--plots", "plots", convert=Path)
     parser.add_argument("--modes", default="",
                         help="comma-separated subset of the file's modes (distir-v0.1, corrected); default: all")
     parser.add_argument("--repeats", type=int, default=5,
                         help="timing: best of this many runs of the sweep when one run is cheap (< 2 s)")
-    parser.add_argument("--no-figures", action="store_true", help="write results and timing only")
+    parser.add_argument("--no-plots", action="store_true", help="write results and timing only")
+    deprecated(parser, "--no-figures", "--no-plots", "no_plots", flag=True)
     add_tracking_arguments(parser)
 
 
@@ -47,20 +53,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    exp = ex.load_experiment(args.experiment)
+    from paraplan.config_files import find
+    from paraplan.progress import bar
+
+    exp = ex.load_experiment(find("experiments", args.experiment))
     modes = tuple(name_list(args.modes, "--modes", ex.MODES)) if args.modes.strip() else ()
-    result = ex.run_experiment(exp, modes, repeats=args.repeats)
+    total = sum(len(ex.experiment_points(exp, m)) for m in (modes or tuple(exp.modes)) if m in exp.modes)
+    with bar(total, f"simulate {exp.name}", "config") as progress:
+        result = ex.run_experiment(exp, modes, repeats=args.repeats, on_point=progress.update)
     out: Path = args.output
     rows = pd.DataFrame(ex.result_rows(result), columns=list(ex.RESULT_COLUMNS))
 
     published = None
     comparison = None
+    published_note = ""
     if exp.published is not None:
-        source = Path(exp.published.file)
+        source = _published_source(Path(exp.published.file), Path(exp.path))
         if source.is_file():
             published = pb.load_published(source, exp.published.format)
             comparison = pb.compare(rows, published)
         else:
+            published_note = f"not compared: {exp.published.file} not found"
             print(f"paraplan simulate: published numbers {source} not found; no comparison",
                   file=sys.stderr)
 
@@ -71,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         "simulate_s_by_mode": dict(result.simulate_s_by_mode),
         "repeats": result.repeats,
         "configurations": len(rows),
+        **({"published": published_note} if published_note else {}),
     }
     write_json(out / "timing.json", timing)
     artifacts = [out / "results.csv", out / "timing.json"]
@@ -88,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
                   f"max |rel diff| {err.max():.3%}, median {err.median():.3%} over {len(part)} points",
                   file=sys.stderr)
 
-    if not args.no_figures:
-        figures = args.figures if args.figures is not None else out / "figures"
+    if not args.no_plots:
+        figures = args.plots if args.plots is not None else out / "figures"
         artifacts.extend(_figures(exp, result, rows, published, figures, out / "traces"))
 
     print(f"paraplan simulate: {exp.name}: {len(rows)} configurations, "
@@ -98,6 +112,18 @@ def run(args: argparse.Namespace) -> int:
 
     track(args, _runlog(exp, result, rows, summary, artifacts))
     return 0
+
+
+def _published_source(path: Path, experiment_file: Path) -> Path:
+    """A relative published-numbers path is relative to the working directory (the
+    repository root under Snakemake); failing that, to the checkout that holds the
+    experiment file (`<checkout>/config/experiments/x.yaml`), so a run from any
+    directory finds the same reference data."""
+    if path.is_absolute() or path.is_file():
+        return path
+    checkout = experiment_file.resolve().parent.parent.parent
+    beside = checkout / path
+    return beside if beside.is_file() else path
 
 
 def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[Path]:

@@ -33,7 +33,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_tracking_arguments, name_list
+from paraplan.cli.common import (
+    add_output_argument,
+    add_tracking_arguments,
+    deprecated,
+    name_list,
+    require_torch,
+)
 from paraplan.core import ConfigError, InputFileError
 
 NAME = "validate"
@@ -49,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-model", required=True, type=Path, help="comm_model.json (paraplan fit)")
     parser.add_argument("--model", default=None,
                         help="model kind (mlp, gpt, resnet); default: the profile meta's 'model'")
-    parser.add_argument("--cluster", default="local-cpu", help="cluster name or YAML path (for the simulator)")
+    parser.add_argument("--cluster", default="local-cpu", metavar="NAME|FILE",
+                        help="cluster name or YAML path (for the simulator)")
     parser.add_argument("--strategies", default=_ALL, help="comma list among " + _ALL)
     parser.add_argument("--batch", type=int, default=None,
                         help="global batch per step (default: the profile's batch size)")
@@ -60,9 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch threads per rank (default: cores // 2, at least 1)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="torch.distributed backend; nccl needs one CUDA device per rank")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before hung ranks are ended")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="validation CSV")
-    parser.add_argument("--plots", type=Path, default=None,
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="seconds before hung ranks are ended")
+    deprecated(parser, "--timeout", "--timeout-s", "timeout_s", convert=float)
+    add_output_argument(parser, "validation CSV")
+    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the predicted-vs-measured figure (<profile name>.png/.pdf)")
     add_tracking_arguments(parser)
 
@@ -93,6 +101,7 @@ def _check_positive(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_torch("validation (real distributed training)")
     from dataclasses import replace
 
     from paraplan.clusters import load_cluster
@@ -137,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         if "tp2" in strategies else ()
     cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
-                    backend=args.backend, timeout_s=args.timeout, allreduce_probe_bytes=probe_bytes)
+                    backend=args.backend, timeout_s=args.timeout_s, allreduce_probe_bytes=probe_bytes)
     setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_counts),
                             comm_uses_compute_cores=saturated, tp_split=tuple(tp_split_layers(layers)),
                             tp_splits_fixed_time=args.backend == "gloo", pipeline_accumulation=True)
@@ -146,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
           f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
           f"{cut}, {args.backend}", file=sys.stderr)
-    result = run_strategies(cfg)
+    from paraplan.progress import bar
+
+    with bar(args.warmup + args.steps, f"validate {profile.name}", "round") as progress:
+        result = run_strategies(cfg, on_round=progress.update)
     extra: dict = {}
     if result.allreduce_s:
         setup = replace(setup, tp_allreduce_s=tuple(
@@ -190,7 +202,7 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
     from paraplan.cli.common import track
     from paraplan.files import write_csv
     from paraplan.track import RunLog
-    from paraplan.validate import validation_metrics, validation_table
+    from paraplan.validate import strategy_metrics, validation_metrics, validation_table
 
     measured = result.measured
     table = validation_table(measured, predicted)
@@ -211,12 +223,24 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
 
         artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured",
                                      uncorrected_s=uncorrected)
-    metrics = validation_metrics(table)
-    metrics.update(extra)
+    # one child run per strategy with the same metric names, so the UI compares them;
+    # the parent keeps what belongs to the whole run
+    per_strategy = strategy_metrics(table)
     for strategy, raw in uncorrected.items():
-        metrics[f"predicted_uncorrected_s__{strategy}"] = raw
-        metrics[f"rel_err_uncorrected__{strategy}"] = raw / measured[strategy].median_s - 1
-    step_metrics = {f"step_time_s__{s}": list(enumerate(m.step_times_s)) for s, m in measured.items()}
+        per_strategy[strategy]["predicted_uncorrected_s"] = raw
+        per_strategy[strategy]["rel_err_uncorrected"] = raw / measured[strategy].median_s - 1
+    metrics = validation_metrics(table)
+    for key, value in extra.items():
+        base, _, strategy = key.rpartition("__")
+        if strategy in per_strategy:
+            per_strategy[strategy][base] = value
+        else:
+            metrics[key] = value
+    children = [
+        RunLog(stage="validate", run_name=f"{name}/{strategy}", params={"strategy": strategy, "model": model},
+               metrics=values, step_metrics={"step_time_s": list(enumerate(measured[strategy].step_times_s))})
+        for strategy, values in per_strategy.items()
+    ]
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,
         "model": model, "model_settings": settings, "strategies": list(measured),
@@ -226,5 +250,5 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
         "comm_uses_compute_cores": setup.comm_uses_compute_cores,
     }
     track(args, RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
-                       step_metrics=step_metrics, artifacts=artifacts))
+                       artifacts=artifacts, children=children))
     return 0

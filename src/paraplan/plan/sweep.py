@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from paraplan.core import Cluster, CommModel, ModelProfile
@@ -125,19 +125,27 @@ def _plan_batch_star(args: tuple[PlanSettings, int]) -> PlanRow:
     return plan_batch(*args)
 
 
-def plan_sweep(settings: PlanSettings, batch_sizes: Sequence[int], jobs: int = 0) -> list[PlanRow]:
-    """`plan_batch` for every batch size, over `jobs` processes (0: all cores)."""
+def plan_sweep(settings: PlanSettings, batch_sizes: Sequence[int], jobs: int = 0,
+               on_done: Callable[[int], object] | None = None) -> list[PlanRow]:
+    """`plan_batch` for every batch size, over `jobs` processes (0: all cores);
+    `on_done(1)` after each batch size (progress)."""
     jobs = jobs or os.cpu_count() or 1
     work = [(settings, g) for g in batch_sizes]
+    done = on_done or (lambda n: None)
     if jobs == 1 or len(work) == 1:
-        return [plan_batch(*w) for w in work]
+        rows_in_order = []
+        for w in work:
+            rows_in_order.append(plan_batch(*w))
+            done(1)
+        return rows_in_order
     # big batches first: they take longest, so the pool ends evenly
     order = sorted(range(len(work)), key=lambda i: -work[i][1])
-    with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-        done = list(pool.map(_plan_batch_star, [work[i] for i in order], chunksize=1))
     rows: list[PlanRow | None] = [None] * len(work)
-    for i, row in zip(order, done, strict=True):
-        rows[i] = row
+    with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+        futures = {pool.submit(_plan_batch_star, work[i]): i for i in order}
+        for future in as_completed(futures):
+            rows[futures[future]] = future.result()
+            done(1)
     return [r for r in rows if r is not None]
 
 

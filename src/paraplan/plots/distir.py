@@ -73,7 +73,7 @@ def figure3(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
             _log2_devices(ax, devices)
     ax_pp.set_xlabel("# Devices")
     title = f"DistIR Figure 3: 64-layer MLP, {_MODE_TITLES.get(mode, mode)}"
-    fig.suptitle(f"{title} {subtitle}".strip(), fontsize=9)
+    fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, fontsize=9)
     return save_figure(fig, stem)
 
 
@@ -107,8 +107,9 @@ def figure4(rows: pd.DataFrame, published: pd.DataFrame | None, mode: str, stem:
         _log2_devices(ax, devices)
     ax.set_xlabel("# Devices")
     ax.set_ylabel("Speedup")
-    title = f"DistIR Figure 4: grid search, {_MODE_TITLES.get(mode, mode)} {subtitle}".strip()
-    ax.set_title(title, fontsize=9)
+    # the setting goes on a line of its own: one line overflows the figure's width
+    title = f"DistIR Figure 4: grid search, {_MODE_TITLES.get(mode, mode)}"
+    ax.set_title(f"{title}\n{subtitle}" if subtitle else title, fontsize=9)
     ax.legend(loc="upper left")
     return save_figure(fig, stem)
 

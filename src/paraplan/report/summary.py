@@ -130,6 +130,8 @@ def simulate_section(simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.Data
                 err = part["rel_diff"].abs()
                 parts.append(f"{mode} vs {reference}: max {_pct(err.max())}, median {_pct(err.median())}")
             vs = "; ".join(parts)
+        elif timing.get("published"):
+            vs = str(timing["published"])
         rows.append([
             experiment, len(frame), modes, timing.get("simulate_s"),
             f"{best['speedup']:.2f}x at D{best['D']} T{best['T']} P{best['P']}" if best is not None else "",

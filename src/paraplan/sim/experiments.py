@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -390,7 +390,8 @@ class Simulated:
     timeline: Timeline
 
 
-def _run_compat(exp: Experiment, mode: CompatMode, points: list[tuple[SeriesSpec, Point]]) -> list[Simulated]:
+def _run_compat(exp: Experiment, mode: CompatMode, points: list[tuple[SeriesSpec, Point]],
+                on_point: Callable[[int], object] | None = None) -> list[Simulated]:
     dc.clear_caches()  # time every repeat cold
     cm = dc.COST_MODELS[mode.cost_model]
     baselines: dict[int, float] = {}
@@ -409,10 +410,13 @@ def _run_compat(exp: Experiment, mode: CompatMode, points: list[tuple[SeriesSpec
             sends=series.distir_sends, phase2=mode.phase2, baseline_s=baselines[pt.batch_size],
         )
         out.append(Simulated("distir-v0.1", pt, "distir_greedy" if pt.P > 1 else "", tl))
+        if on_point is not None:
+            on_point(1)
     return out
 
 
-def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[SeriesSpec, Point]]) -> list[Simulated]:
+def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[SeriesSpec, Point]],
+                   on_point: Callable[[int], object] | None = None) -> list[Simulated]:
     from paraplan.sim import simulate, simulate_pipeline
 
     profiles: dict[int, ModelProfile] = {}
@@ -427,6 +431,8 @@ def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[Seri
                 iterations=pt.iterations, virtual_stages=v, micro_batch_size=exp.model.microbatch_size,
             )
             out.append(Simulated("corrected", pt, schedule, tl))
+            if on_point is not None:
+                on_point(1)
             continue
         overlap = mode.overlap_grad_allreduce if series.overlap_grad_allreduce is None else series.overlap_grad_allreduce
         if pt.batch_size not in profiles:
@@ -443,6 +449,8 @@ def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[Seri
             single_s = float(profile.fwd_s_at(pt.batch_size).sum() + profile.bwd_s_at(pt.batch_size).sum())
             tl = replace(tl, speedup=single_s / tl.step_time_s)
         out.append(Simulated("corrected", pt, schedule if pt.P > 1 else "", tl))
+        if on_point is not None:
+            on_point(1)
     return out
 
 
@@ -475,11 +483,18 @@ class ExperimentResult:
     repeats: int = 1
 
 
-def run_experiment(exp: Experiment, modes: tuple[str, ...] = (), repeats: int = TIMING_REPEATS) -> ExperimentResult:
+def experiment_points(exp: Experiment, mode: str) -> list[tuple[SeriesSpec, Point]]:
+    """The configurations one mode of `exp` simulates, in figure order."""
+    return [(s, p) for s in exp.series if not s.modes or mode in s.modes for p in expand(s)]
+
+
+def run_experiment(exp: Experiment, modes: tuple[str, ...] = (), repeats: int = TIMING_REPEATS,
+                   on_point: Callable[[int], object] | None = None) -> ExperimentResult:
     """Simulate every configuration of `exp` in each of its modes (or `modes`).
 
     The wall time covers simulation only; it is the best of `repeats` runs when one
-    run takes under CHEAP_RUN_S.
+    run takes under CHEAP_RUN_S. `on_point(1)` is called after each configuration of
+    the first run (progress; the re-timings are quick by definition).
     """
     chosen = modes or tuple(exp.modes)
     for mode in chosen:
@@ -490,14 +505,14 @@ def run_experiment(exp: Experiment, modes: tuple[str, ...] = (), repeats: int = 
     runs = 1
     for name in chosen:
         mode = exp.modes[name]
-        points = [(s, p) for s in exp.series if not s.modes or name in s.modes for p in expand(s)]
+        points = experiment_points(exp, name)
         if not points:
             continue
         runner = _run_compat if name == "distir-v0.1" else _run_corrected
         best, result = math.inf, []
         for attempt in range(max(1, repeats)):
             start = time.perf_counter()
-            result = runner(exp, mode, points)  # type: ignore[arg-type]
+            result = runner(exp, mode, points, on_point if attempt == 0 else None)  # type: ignore[arg-type]
             elapsed = time.perf_counter() - start
             best = min(best, elapsed)
             runs = max(runs, attempt + 1)

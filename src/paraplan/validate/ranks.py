@@ -2,7 +2,8 @@
 
 Ranks are spawned processes that meet on a free local TCP port; each calls
 `target(rank, world_size, *args)` and the return values come back in rank order.
-A rank that fails ends all of them; a hang ends after `timeout_s`.
+A rank that fails ends all of them; a hang ends after `timeout_s`. A rank may
+report progress with `report_progress(n)`; `run_ranks(on_progress=...)` receives it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_PROGRESS_QUEUE = None  # set in a rank process: where report_progress sends to
+
+
+def report_progress(n: int = 1) -> None:
+    """From a rank: `n` more units of work done (a no-op outside run_ranks)."""
+    if _PROGRESS_QUEUE is not None:
+        _PROGRESS_QUEUE.put((-1, None, n))
+
+
 def _rank_entry(rank, world_size, backend, port, threads, timeout_s, target, args, queue) -> None:
     import torch
     import torch.distributed as dist
 
+    global _PROGRESS_QUEUE
+    _PROGRESS_QUEUE = queue
     torch.set_num_threads(threads)
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -51,9 +63,11 @@ def run_ranks(
     backend: str = "gloo",
     threads_per_rank: int = 1,
     timeout_s: float = 600.0,
+    on_progress: Callable[[int], object] | None = None,
 ) -> list[Any]:
     """`target(rank, world_size, *args)` on every rank; returns the values by rank.
-    `target` must be importable by name (spawned processes import it)."""
+    `target` must be importable by name (spawned processes import it).
+    `on_progress(n)` receives what the ranks pass to `report_progress`."""
     import torch.multiprocessing as mp
 
     queue = mp.get_context("spawn").SimpleQueue()
@@ -64,12 +78,21 @@ def run_ranks(
     )
     deadline = time.monotonic() + timeout_s + 60
     messages: list = []
+
+    def receive() -> None:
+        message = queue.get()
+        if message[1] is None:  # progress, not a result
+            if on_progress is not None:
+                on_progress(message[2])
+        else:
+            messages.append(message)
+
     try:
         # read while waiting: a result larger than the pipe's buffer blocks its rank
         # until someone reads it
         while True:
             while not queue.empty():
-                messages.append(queue.get())
+                receive()
             if procs.join(timeout=0.2):
                 break
             if time.monotonic() > deadline:
@@ -81,7 +104,7 @@ def run_ranks(
             if proc.is_alive():
                 proc.terminate()
     while not queue.empty():
-        messages.append(queue.get())
+        receive()
     results: dict[int, Any] = {}
     for rank, ok, value in messages:
         if not ok:

@@ -27,7 +27,7 @@ from paraplan.core import ConfigError, StrategyError
 from paraplan.validate.compare import Measurement, summarise
 from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, schedule_ops
-from paraplan.validate.ranks import run_ranks
+from paraplan.validate.ranks import report_progress, run_ranks
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
 from paraplan.validate.tensor_parallel import tensor_parallel_layers
 from paraplan.validate.workload import Workload, WorkloadSpec
@@ -227,6 +227,8 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
             update()
             if keep:
                 times[name].append(elapsed)
+        if rank == 0:
+            report_progress(1)
     results: dict = {}
     for name, values in times.items():
         local = torch.tensor(values, dtype=torch.float64, device=device)
@@ -250,12 +252,13 @@ class RunResult:
     allreduce_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
 
 
-def run_strategies(cfg: RunConfig) -> RunResult:
+def run_strategies(cfg: RunConfig, on_round: Callable[[int], object] | None = None) -> RunResult:
     """Spawn the ranks and run `cfg` (see `_rank_main`); step times are the slowest
-    rank's per step, in the order of `cfg.strategies`."""
+    rank's per step, in the order of `cfg.strategies`. `on_round(1)` after each round
+    (warm-up rounds included)."""
     per_rank = run_ranks(
         _rank_main, (cfg,), world_size=WORLD_SIZE, backend=cfg.backend,
-        threads_per_rank=cfg.threads_per_rank, timeout_s=cfg.timeout_s,
+        threads_per_rank=cfg.threads_per_rank, timeout_s=cfg.timeout_s, on_progress=on_round,
     )
     raw = per_rank[0]
     med = statistics.median

@@ -1,0 +1,63 @@
+"""Where named data files live: `config/clusters/<name>.yaml` and
+`config/experiments/<name>.yaml`.
+
+A name is looked up, in order, in the working directory's `config/<kind>/`, in the
+checkout paraplan was installed from (`pip install -e .`), and in the copies the
+wheel carries as package data (`paraplan/_config/<kind>/`, put there by setup.py), so
+`paraplan plan --cluster dgx-a100` and `paraplan simulate --experiment schedules` work
+from any directory with any kind of install. A path (ending in .yaml/.yml) is used
+as given.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["clusters", "experiments"]
+
+_CHECKOUT_CONFIG = Path(__file__).resolve().parents[2] / "config"
+
+
+def _packaged(kind: Kind) -> Path | None:
+    root = resources.files("paraplan") / "_config" / kind
+    path = Path(str(root))
+    return path if path.is_dir() else None
+
+
+def search_dirs(kind: Kind, first: Path | None = None) -> list[Path]:
+    """The folders a name of this kind is looked up in, first match wins: `first`
+    alone when given, else the working directory's, the checkout's and the wheel's."""
+    if first is not None:
+        return [first]
+    candidates = [Path("config") / kind, _CHECKOUT_CONFIG / kind]
+    packaged = _packaged(kind)
+    if packaged is not None:
+        candidates.append(packaged)
+    dirs: list[Path] = []
+    for directory in candidates:
+        if directory.is_dir() and all(directory.resolve() != d.resolve() for d in dirs):
+            dirs.append(directory)
+    return dirs or candidates[:1]
+
+
+def is_path(name_or_path: str | Path) -> bool:
+    return Path(name_or_path).suffix in (".yaml", ".yml")
+
+
+def find(kind: Kind, name_or_path: str | Path, first: Path | None = None) -> Path:
+    """The file for a name (or the path itself); a name found nowhere gives the path
+    it would have in the first folder, so the caller's error names it."""
+    if is_path(name_or_path):
+        return Path(name_or_path)
+    dirs = search_dirs(kind, first)
+    for directory in dirs:
+        path = directory / f"{name_or_path}.yaml"
+        if path.is_file():
+            return path
+    return dirs[0] / f"{name_or_path}.yaml"
+
+
+def known_names(kind: Kind, first: Path | None = None) -> list[str]:
+    return sorted({p.stem for d in search_dirs(kind, first) if d.is_dir() for p in d.glob("*.yaml")})
