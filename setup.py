@@ -1,6 +1,6 @@
-"""Build hook: the wheel carries the default cluster and experiment files.
+"""Build hook: the wheel carries the default cluster, experiment and calibration files.
 
-config/clusters/*.yaml and config/experiments/*.yaml stay the one copy in the
+config/clusters/*.yaml, config/experiments/*.yaml and config/calibrations/*.json stay the one copy in the
 repository (Snakemake rules and users edit them there); building the package copies
 them into paraplan/_config/, where paraplan.config_files finds them when paraplan
 runs outside a checkout. Everything else is declared in pyproject.toml.
@@ -15,19 +15,19 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 _HERE = Path(__file__).resolve().parent
-_KINDS = ("clusters", "experiments")
+_KINDS = {"clusters": "*.yaml", "experiments": "*.yaml", "calibrations": "*.json"}
 
 
 class BuildPyWithConfig(build_py):
     def run(self) -> None:
         super().run()
-        for kind in _KINDS:
+        for kind, pattern in _KINDS.items():
             source = _HERE / "config" / kind
             if not source.is_dir():
                 raise SystemExit(f"setup.py: {source} is missing; the wheel must carry the default {kind}")
             target = Path(self.build_lib) / "paraplan" / "_config" / kind
             target.mkdir(parents=True, exist_ok=True)
-            for path in sorted(source.glob("*.yaml")):
+            for path in sorted(source.glob(pattern)):
                 shutil.copyfile(path, target / path.name)
 
 

@@ -1,5 +1,5 @@
-"""Where named data files live: `config/clusters/<name>.yaml` and
-`config/experiments/<name>.yaml`.
+"""Where named data files live: `config/clusters/<name>.yaml`,
+`config/experiments/<name>.yaml` and `config/calibrations/<name>.json`.
 
 A name is looked up, in order, in the working directory's `config/<kind>/`, in the
 checkout paraplan was installed from (`pip install -e .`), and in the copies the
@@ -15,7 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["clusters", "experiments"]
+Kind = Literal["clusters", "experiments", "calibrations"]
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "clusters": (".yaml", ".yml"), "experiments": (".yaml", ".yml"), "calibrations": (".json",),
+}
 
 _CHECKOUT_CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -42,22 +45,24 @@ def search_dirs(kind: Kind, first: Path | None = None) -> list[Path]:
     return dirs or candidates[:1]
 
 
-def is_path(name_or_path: str | Path) -> bool:
-    return Path(name_or_path).suffix in (".yaml", ".yml")
+def is_path(name_or_path: str | Path, kind: Kind = "clusters") -> bool:
+    return Path(name_or_path).suffix in SUFFIXES[kind]
 
 
 def find(kind: Kind, name_or_path: str | Path, first: Path | None = None) -> Path:
     """The file for a name (or the path itself); a name found nowhere gives the path
     it would have in the first folder, so the caller's error names it."""
-    if is_path(name_or_path):
+    if is_path(name_or_path, kind):
         return Path(name_or_path)
+    suffix = SUFFIXES[kind][0]
     dirs = search_dirs(kind, first)
     for directory in dirs:
-        path = directory / f"{name_or_path}.yaml"
+        path = directory / f"{name_or_path}{suffix}"
         if path.is_file():
             return path
-    return dirs[0] / f"{name_or_path}.yaml"
+    return dirs[0] / f"{name_or_path}{suffix}"
 
 
 def known_names(kind: Kind, first: Path | None = None) -> list[str]:
-    return sorted({p.stem for d in search_dirs(kind, first) if d.is_dir() for p in d.glob("*.yaml")})
+    suffix = SUFFIXES[kind][0]
+    return sorted({p.stem for d in search_dirs(kind, first) if d.is_dir() for p in d.glob(f"*{suffix}")})

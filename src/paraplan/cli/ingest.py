@@ -84,11 +84,11 @@ def _vtrain_runs(args: argparse.Namespace) -> dict:
     from paraplan.predict.vtrain import RUN_TABLE_COLUMNS, read_vtrain
 
     rows = read_vtrain(args.log)
-    with atomic_open(args.out, "w") as handle:
+    with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(RUN_TABLE_COLUMNS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    print(f"paraplan ingest: {args.log}: {len(rows)} measured runs -> {args.out}", file=sys.stderr)
+    print(f"paraplan ingest: {args.log}: {len(rows)} measured runs -> {args.output}", file=sys.stderr)
     return {"metrics": {"rows": float(len(rows))}, "params": {}}
 
 

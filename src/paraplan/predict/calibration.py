@@ -26,8 +26,6 @@ from paraplan.core.errors import InputFileError
 from paraplan.predict.device_model import DeviceEfficiency
 
 SCHEMA_VERSION = 1
-DEFAULT_CALIBRATION_DIR = Path("config/calibrations")
-_CHECKOUT_DIR = Path(__file__).resolve().parents[3] / "config" / "calibrations"
 DEFAULT_CALIBRATION = "a100-vtrain"
 _EFFICIENCY_KEYS = {f.name for f in fields(DeviceEfficiency)}
 
@@ -105,19 +103,12 @@ class Calibration:
         return TieredCommModel(intra, inter)
 
 
-def calibration_path(name_or_path: str | Path) -> Path:
-    candidate = Path(name_or_path)
-    if candidate.suffix == ".json":
-        return candidate
-    for directory in (DEFAULT_CALIBRATION_DIR, _CHECKOUT_DIR):
-        path = directory / f"{name_or_path}.json"
-        if path.is_file():
-            return path
-    return DEFAULT_CALIBRATION_DIR / f"{name_or_path}.json"
-
-
 def load_calibration(name_or_path: str | Path = DEFAULT_CALIBRATION) -> Calibration:
-    path = calibration_path(name_or_path)
+    """A calibration by name (config/calibrations/<name>.json, see
+    `paraplan.config_files`) or by path."""
+    from paraplan import config_files
+
+    path = config_files.find("calibrations", name_or_path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
