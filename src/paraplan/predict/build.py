@@ -126,17 +126,17 @@ class PassCost:
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
                         np.array(hidden_by, dtype=np.int64), len(work.collectives))
 
-    def time_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
-        """The pass on one rank, given its kernels' device times: kernels, blocking
-        collectives and the overlapped ones' excess, bounded below by the host's issue
-        time."""
-        if len(self.kernels) == 0 and self.num_collectives == 0:
-            return 0.0
+    def device_s(self, kernel_s: np.ndarray) -> float:
+        """Device time of the pass on one rank, given its kernels' times: kernels,
+        blocking collectives, and the overlapped ones where they outlast their kernel."""
         device = float(kernel_s.sum()) + self.blocking_comm_s
         if self.hidden_by.size:
             device += float(np.maximum(self.hidden_comm_s - kernel_s[self.hidden_by], 0.0).sum())
-        host = len(self.kernels) * eff.host_kernel_s + self.num_collectives * eff.host_collective_s
-        return host_bound_s(device, host, eff)
+        return device
+
+    def host_s(self, eff: DeviceEfficiency) -> float:
+        """Host time to issue the pass."""
+        return len(self.kernels) * eff.host_kernel_s + self.num_collectives * eff.host_collective_s
 
     def weight_grad_s(self, kernel_s: np.ndarray) -> float:
         return float(kernel_s[self.kernels.weight_grad].sum()) if len(self.kernels) else 0.0
@@ -287,17 +287,26 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     """The execution model of a structure, with its kernels' device times."""
     st, settings = structure, structure.settings
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
-    times = [c.time_s(k, eff) for c, k in zip(st.passes, kernel_s, strict=True)]
-    layer_fwd, layer_rec, layer_bwd, emb_fwd, emb_bwd, head_fwd, head_bwd = times
-    layer_fwd = max(layer_fwd, st.zero3_gather_s)
-    layer_back = max(layer_rec + layer_bwd, st.zero3_gather_s + st.zero3_scatter_s)
-    counts = st.layers_per_vstage
-    fwd = counts * layer_fwd
-    bwd = counts * layer_back
-    fwd[0] += emb_fwd
-    bwd[0] += emb_bwd
-    fwd[-1] += head_fwd
-    bwd[-1] += head_bwd
+    dev = [c.device_s(k) for c, k in zip(st.passes, kernel_s, strict=True)]
+    host = [c.host_s(eff) for c in st.passes]
+    layer_fwd_dev = max(dev[0], st.zero3_gather_s)
+    layer_bwd_dev = max(dev[1] + dev[2], st.zero3_gather_s + st.zero3_scatter_s)
+    counts = st.layers_per_vstage.astype(float)
+    # per virtual stage and micro-batch: device time and host time of its forward and backward op
+    fwd_dev = counts * layer_fwd_dev
+    bwd_dev = counts * layer_bwd_dev
+    fwd_host = counts * host[0] + eff.host_microbatch_s
+    bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
+    fwd_dev[0] += dev[3]
+    bwd_dev[0] += dev[4]
+    fwd_host[0] += host[3]
+    bwd_host[0] += host[4]
+    fwd_dev[-1] += dev[5]
+    bwd_dev[-1] += dev[6]
+    fwd_host[-1] += host[5]
+    bwd_host[-1] += host[6]
+    fwd = host_bound_s(fwd_dev, fwd_host, eff)
+    bwd = host_bound_s(bwd_dev, bwd_host, eff)
     if settings.pipeline_schedule == "zb_h1":
         wgt = counts * st.passes[2].weight_grad_s(kernel_s[2])
         wgt[-1] += st.passes[6].weight_grad_s(kernel_s[6])

@@ -39,6 +39,7 @@ FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
     "kernel_latency_s": (1e-6, 10e-6, 1e-6),
     "host_kernel_s": (0.0, 200e-6, 1e-6),
     "host_collective_s": (0.0, 500e-6, 1e-6),
+    "host_microbatch_s": (0.0, 20e-3, 1e-3),
     "host_overlap_exponent": (1.0, 20.0, 1.0),
 }
 DEFAULT_FIT: tuple[str, ...] = tuple(FIT_BOUNDS)

@@ -16,8 +16,9 @@ latency:
   memory_efficiency of the bandwidth.
 
 The host (Python and the framework's dispatcher) issues kernels one by one and may
-run ahead of the device. A pass of n kernels with total device time G and host time
-H = n x host_kernel_s + collectives x host_collective_s takes the smooth maximum
+run ahead of the device. One pipeline op (a micro-batch's forward or backward on a
+stage) of n kernels with total device time G and host time H = n x host_kernel_s +
+collectives x host_collective_s + host_microbatch_s takes the smooth maximum
 (G^q + H^q)^(1/q): the device time when it dominates (large models), the host's
 when kernels are short (small models), and more than either near the crossover,
 where neither side always waits for the other.
@@ -58,6 +59,9 @@ class DeviceEfficiency:
     """Host time to issue one kernel (framework dispatch)."""
     host_collective_s: float = 0.0
     """Host time to issue one collective."""
+    host_microbatch_s: float = 0.0
+    """Host time per pipeline op (one micro-batch's forward or backward on a stage):
+    the framework's schedule step, point-to-point setup, loss and bookkeeping."""
     host_overlap_exponent: float = 4.0
     """q of the smooth maximum of device and host time (large q: plain maximum)."""
 
@@ -122,9 +126,10 @@ def memory_time_s(nbytes: float, speed: DeviceSpeed, eff: DeviceEfficiency, kern
     return nbytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + kernels * eff.kernel_latency_s
 
 
-def host_bound_s(device_s: float, host_s: float, eff: DeviceEfficiency) -> float:
-    """Smooth maximum of device and host time (see the module doc)."""
-    if host_s <= 0:
-        return device_s
+def host_bound_s(device_s: np.ndarray, host_s: np.ndarray, eff: DeviceEfficiency) -> np.ndarray:
+    """Smooth maximum of device and host time, elementwise (see the module doc)."""
+    device = np.asarray(device_s, dtype=float)
+    host = np.asarray(host_s, dtype=float)
+    top = np.maximum(np.maximum(device, host), 1e-300)
     q = eff.host_overlap_exponent
-    return float((device_s**q + host_s**q) ** (1.0 / q))
+    return top * ((device / top) ** q + (host / top) ** q) ** (1.0 / q)

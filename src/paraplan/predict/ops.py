@@ -176,6 +176,42 @@ def _leave_tp(w: _Builder, x: _Shape, gemm: int, overlap: bool) -> None:
         w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, gemm if overlap else -1)
 
 
+def fused_softmax_available(model: TransformerModel, x: _Shape) -> bool:
+    """Megatron's fused scale-mask-softmax kernel runs only for 16-bit inputs with
+    16 < s <= 4096, s divisible by 4 and the b x heads score matrices in whole
+    blocks of its thread block (4 matrices for s >= 256, 8 below); otherwise the
+    softmax falls back to PyTorch in fp32."""
+    if x.e != 2 or not 16 < x.s <= 4096 or x.s % 4:
+        return False
+    width = 1 << int(np.ceil(np.log2(x.s)))
+    warp = min(width, 32)
+    per_block = (128 // warp) * (2 if width <= 128 else 1)
+    batches = x.b * x.heads
+    return batches % 4 == 0 and batches % per_block == 0
+
+
+def _softmax_forward(w: _Builder, x: _Shape, scores: float, fused: bool) -> None:
+    if fused:
+        w.memory(2 * x.e * scores)  # scale, mask and softmax in one kernel
+        return
+    w.memory((x.e + FP32_BYTES) * scores)  # to fp32
+    w.memory(2 * FP32_BYTES * scores)  # scale
+    w.memory((2 * FP32_BYTES + MASK_BYTES) * scores)  # mask
+    w.memory(2 * FP32_BYTES * scores)  # softmax
+    w.memory((FP32_BYTES + x.e) * scores)  # back to 16 bits
+
+
+def _softmax_backward(w: _Builder, x: _Shape, scores: float, fused: bool) -> None:
+    if fused:
+        w.memory(3 * x.e * scores)
+        return
+    w.memory((x.e + FP32_BYTES) * scores)
+    w.memory(3 * FP32_BYTES * scores)  # softmax backward
+    w.memory((2 * FP32_BYTES + MASK_BYTES) * scores)
+    w.memory(2 * FP32_BYTES * scores)
+    w.memory((FP32_BYTES + x.e) * scores)
+
+
 def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
     batch = x.b * x.heads
     if flash:
@@ -185,7 +221,7 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.d, x.s, batch)  # Q K^T
-    w.memory(2 * x.e * scores)  # scale, mask, softmax (one fused kernel)
+    _softmax_forward(w, x, scores, fused_softmax_available(model, x))
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
     w.gemm(x.s, x.s, x.d, batch)  # probabilities @ V
@@ -202,7 +238,7 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
     w.gemm(x.s, x.s, x.d, batch)  # dV = probs^T dO
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
-    w.memory(3 * x.e * scores)  # softmax backward
+    _softmax_backward(w, x, scores, fused_softmax_available(model, x))
     w.gemm(x.s, x.s, x.d, batch)  # dQ = dS K
     w.gemm(x.s, x.s, x.d, batch)  # dK = dS^T Q
 

@@ -1,0 +1,66 @@
+"""Calibration: a fit recovers the parameters that generated the times; cross-validation
+predicts each group from the others; the error summary."""
+
+from dataclasses import replace
+from itertools import product
+
+import numpy as np
+import pytest
+
+from paraplan.clusters import load_cluster
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import run_structure
+from paraplan.predict.calibrate import ErrorSummary, cross_validate, fit_efficiency, predict_iteration_s
+from paraplan.predict.calibration import Calibration
+from paraplan.predict.device_model import DeviceEfficiency
+
+TRUE = DeviceEfficiency(gemm_efficiency=0.7, gemm_k_half=150.0, memory_efficiency=0.6, kernel_latency_s=3e-6,
+                        host_kernel_s=20e-6, host_collective_s=40e-6, host_microbatch_s=5e-4)
+
+
+def structures():
+    cluster = load_cluster("dgx-a100")
+    comm = Calibration("x", "none", DeviceEfficiency()).comm_model(cluster)
+    out, groups = [], []
+    for h, layers in ((1024, 4), (2048, 4), (1024, 8)):
+        model = TransformerModel(f"h{h}", num_layers=layers, hidden_size=h, num_attention_heads=16, seq_length=512,
+                                 vocab_size=8192)
+        for t, p, b in product((1, 2, 4), (1, 2), (1, 4)):
+            settings = RunSettings(tensor_model_parallel_size=t, pipeline_model_parallel_size=p, micro_batch_size=b,
+                                   global_batch_size=8, recompute_granularity="full", dtype="fp16",
+                                   use_flash_attn=False)
+            out.append(run_structure(model, settings, cluster, comm))
+            groups.append(f"h{h}-L{layers}")
+    return out, groups
+
+
+def test_fit_recovers_the_parameters_that_generated_the_times():
+    runs, _ = structures()
+    measured = predict_iteration_s(runs, TRUE)
+    start = replace(TRUE, gemm_efficiency=0.85, memory_efficiency=0.85, host_kernel_s=40e-6)
+    fit = fit_efficiency(runs, measured, ("gemm_efficiency", "memory_efficiency", "host_kernel_s"), start)
+    assert fit.efficiency.gemm_efficiency == pytest.approx(0.7, rel=1e-3)
+    assert fit.efficiency.memory_efficiency == pytest.approx(0.6, rel=1e-3)
+    assert fit.efficiency.host_kernel_s == pytest.approx(20e-6, rel=1e-2)
+    assert fit.at_bound == ()
+
+
+def test_cross_validation_predicts_unseen_groups_from_the_others():
+    runs, groups = structures()
+    measured = predict_iteration_s(runs, TRUE) * np.where(np.array(groups) == "h2048-L4", 1.1, 1.0)
+    cv = cross_validate(runs, measured, groups, ("gemm_efficiency", "memory_efficiency"), TRUE)
+    assert cv.groups == ("h1024-L4", "h2048-L4", "h1024-L8")
+    rel = cv.predicted_s / measured - 1
+    held = cv.group_of_run == 1
+    # the group measured 10% slower is predicted by fits that never saw it: about 10% fast
+    assert np.median(rel[held]) < -0.05
+    assert np.abs(rel[~held]).max() < 0.08
+
+
+def test_error_summary():
+    e = ErrorSummary.of(np.array([3.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))
+    assert (e.mape, e.median_ape, e.max_ape, e.n) == (pytest.approx((2 + 0.5 + 1 / 3) / 3), pytest.approx(0.5),
+                                                       pytest.approx(2.0), 3)
+    assert e.mean_error == pytest.approx((2 - 0.5 - 1 / 3) / 3)
+    assert e.spearman == pytest.approx(-0.5)  # ranks (3, 1, 2) against (1, 2, 3)

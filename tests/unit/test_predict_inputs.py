@@ -1,0 +1,119 @@
+"""Run tables, model files and calibration files: what is accepted and the errors."""
+
+import json
+
+import pytest
+
+from paraplan.core import InputFileError
+from paraplan.predict.calibration import Calibration, load_calibration
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.models import PRESETS, from_hf_config, load_model
+from paraplan.predict.runtable import read_run_table
+
+HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"
+          "pipeline_model_parallel_size,data_parallel_size,global_batch_size")
+
+
+def table(tmp_path, text):
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    return path
+
+
+def test_a_row_with_defaults(tmp_path):
+    path = table(tmp_path, HEADER + ",micro_batch_size\nx,24,2048,16,2048,50257,2,2,2,64,2\n")
+    header, rows = read_run_table(path)
+    (row,) = rows
+    assert header[0] == "name" and row.line == 2 and row.name == "x"
+    s = row.settings
+    assert (s.tensor_model_parallel_size, s.pipeline_model_parallel_size, s.data_parallel_size) == (2, 2, 2)
+    assert (s.micro_batch_size, s.num_microbatches, s.dtype, s.recompute_granularity) == (2, 16, "bf16", "none")
+    assert s.use_flash_attn  # bf16: flash attention unless told otherwise
+    assert not row.search_micro_batch_size and not row.search_virtual_stages
+
+
+def test_empty_micro_batch_and_virtual_size_are_searched(tmp_path):
+    path = table(tmp_path, HEADER + ",micro_batch_size,virtual_pipeline_model_parallel_size,dtype\n"
+                 "x,24,2048,16,2048,50257,1,4,1,64,,,fp16\n")
+    (row,) = read_run_table(path)[1]
+    assert row.search_micro_batch_size and row.search_virtual_stages
+    assert not row.settings.use_flash_attn  # fp16: the unfused path by default
+
+
+@pytest.mark.parametrize(("extra_header", "cells", "message"), [
+    (",flavour", "x,24,2048,16,2048,50257,1,1,1,8,vanilla", "runs.csv:1: unknown column 'flavour'"),
+    ("", "x,24,2048,16,2048,50257,1,1,3,8",
+     "runs.csv:2: impossible run: global_batch_size 8 is not divisible by data_parallel_size x micro_batch_size"),
+    ("", "x,24,2048,16,2048,50257,3,1,1,8",
+     "runs.csv:2: impossible run: num_attention_heads 16 is not divisible by tensor_model_parallel_size 3"),
+    (",num_gpus", "x,24,2048,16,2048,50257,2,2,2,8,16",
+     "runs.csv:2: column 'num_gpus': 16 is not tensor x pipeline x data parallel size = 2 x 2 x 2 = 8"),
+    ("", "x,24,2048.5,16,2048,50257,1,1,1,8", "runs.csv:2: column 'hidden_size': expected an integer >= 1, got '2048.5'"),
+    ("", "x,,2048,16,2048,50257,1,1,1,8", "runs.csv:2: column 'num_layers': expected an integer >= 1, got an empty cell"),
+    (",sequence_parallel", "x,24,2048,16,2048,50257,2,1,1,8,maybe",
+     "runs.csv:2: column 'sequence_parallel': expected true or false, got 'maybe'"),
+    (",dtype", "x,24,2048,16,2048,50257,1,1,1,8,int4", "runs.csv:2: column 'dtype': expected one of bf16, fp16, fp8, fp32"),
+    (",measured_iteration_s", "x,24,2048,16,2048,50257,1,1,1,8,nan",
+     "runs.csv:2: column 'measured_iteration_s': expected a time in seconds > 0, got 'nan'"),
+    ("", "x,24,2048,16,2048,50257,1,1,1", "runs.csv:2: expected 10 fields, got 9"),
+])
+def test_bad_rows_name_line_column_and_expectation(tmp_path, extra_header, cells, message):
+    path = table(tmp_path, HEADER + extra_header + "\n" + cells + "\n")
+    with pytest.raises(InputFileError) as err:
+        read_run_table(path)
+    assert message in str(err.value)
+
+
+def test_missing_required_column_and_non_utf8(tmp_path):
+    path = table(tmp_path, "num_layers,hidden_size\n1,2\n")
+    with pytest.raises(InputFileError, match="missing required column 'num_attention_heads'"):
+        read_run_table(path)
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(HEADER.encode() + b"\n\xff\xfe\n")
+    with pytest.raises(InputFileError, match="not UTF-8"):
+        read_run_table(bad)
+
+
+LLAMA3_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 8192, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False,
+}
+
+
+def test_hugging_face_llama_config_equals_the_preset():
+    model = from_hf_config(LLAMA3_8B_CONFIG, "llama3-8b")
+    assert model == PRESETS["llama3-8b"]
+
+
+def test_model_files_by_path(tmp_path):
+    hf = tmp_path / "llama" / "config.json"
+    hf.parent.mkdir()
+    hf.write_text(json.dumps(LLAMA3_8B_CONFIG))
+    assert load_model(str(hf)).num_parameters == PRESETS["llama3-8b"].num_parameters
+    own = tmp_path / "tiny.yaml"
+    own.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nseq_length: 128\nvocab_size: 1000\n")
+    assert load_model(str(own)).name == "tiny"
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**LLAMA3_8B_CONFIG, "num_attention_heads": 0}))
+    with pytest.raises(InputFileError, match="key 'num_attention_heads': expected an integer >= 1, got 0"):
+        load_model(str(broken))
+
+
+def test_calibration_round_trip_and_label(tmp_path):
+    cal = Calibration("test", "A100-SXM4-80GB", DeviceEfficiency(gemm_efficiency=0.7), fitted=("gemm_efficiency",))
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps(cal.to_dict()))
+    back = load_calibration(str(path))
+    assert back.efficiency == cal.efficiency and back.label == cal.label
+    assert back.label.startswith("test@") and len(back.label) == len("test@") + 8
+    path.write_text(json.dumps({**cal.to_dict(), "efficiency": {"gemm_efficiency": 2.0}}))
+    with pytest.raises(InputFileError, match=r"efficiency: DeviceEfficiency.gemm_efficiency must be in \(0, 1\]"):
+        load_calibration(str(path))
+
+
+def test_shipped_calibration_is_for_the_dgx_a100_device():
+    cal = load_calibration()
+    assert cal.device == "A100-SXM4-80GB"
+    assert cal.errors["cross_validated"]["mape"] < 0.08
