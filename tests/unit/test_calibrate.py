@@ -11,7 +11,12 @@ from paraplan.clusters import load_cluster
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import run_structure
-from paraplan.predict.calibrate import ErrorSummary, cross_validate, fit_efficiency, predict_iteration_s
+from paraplan.predict.calibrate import (
+    ErrorSummary,
+    cross_validate,
+    fit_efficiency,
+    predict_iteration_s,
+)
 from paraplan.predict.calibration import Calibration
 from paraplan.predict.device_model import DeviceEfficiency
 

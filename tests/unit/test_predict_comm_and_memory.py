@@ -14,7 +14,13 @@ from paraplan.predict.build import Precision, build_execution, placement, run_st
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.ops import layer_work
 from paraplan.sim.engine import PipelineCosts
-from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory, iteration_time_s, run_iteration
+from paraplan.sim.execution import (
+    ExecutionModel,
+    GradSync,
+    RankMemory,
+    iteration_time_s,
+    run_iteration,
+)
 
 GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                        vocab_size=50257)

@@ -32,11 +32,11 @@ def test_megatron_flops_formula_with_full_recomputation():
     """96 B s l h^2 (1 + s / 6h + V / 16 l h) (Narayanan et al. 2021, eq. 3)."""
     m = gpt(layers=96, h=12288, a=96, s=2048, v=51200)
     batch = 1536
-    b, s, l, h, v = batch, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
-    expected = 96 * b * s * l * h**2 * (1 + s / (6 * h) + v / (16 * l * h))
+    b, s, n, h, v = batch, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
+    expected = 96 * b * s * n * h**2 * (1 + s / (6 * h) + v / (16 * n * h))
     assert m.model_flops_per_iteration(batch, full_recompute=True) == pytest.approx(expected, rel=1e-12)
     assert m.model_flops_per_iteration(batch, full_recompute=False) == pytest.approx(
-        expected - 24 * b * s * l * h**2 * (1 + s / (6 * h)), rel=1e-12)
+        expected - 24 * b * s * n * h**2 * (1 + s / (6 * h)), rel=1e-12)
 
 
 def test_kernels_of_a_layer_sum_to_the_closed_form_on_every_rank():
