@@ -20,6 +20,7 @@ include: "workflow/rules/profile.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/plan.smk"
 include: "workflow/rules/validate.smk"
+include: "workflow/rules/predict.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -1,4 +1,7 @@
 # Shared settings for every rule file: tracking environment and the target list.
+import os
+import sys
+
 from paraplan.workflow_env import create_store, prepare_environment, summarise_invocation
 
 # One invocation id for every job of this `snakemake` call, the config digest and the
@@ -14,6 +17,33 @@ SUMMARY = f"{RESULTS}/summary.md"
 
 # Each stage's rules file appends the files its aggregate rule (`<stage>_all`) builds.
 ALL_TARGETS = []
+
+# Calibrations of the predict stage whose measured runs are on this machine (the
+# shared data lives beside the checkout, ../shared; without it the shipped
+# calibration in config/calibrations/ is used). Their intra-node collective logs are
+# fitted by the fit stage's own rules, as extra fit.logs entries named <calibration>-comm.
+PREDICT = config["predict"]
+CALIBRATIONS = {
+    name: entry for name, entry in PREDICT["calibrations"].items() if os.path.isfile(entry["runs"])
+}
+for _name in sorted(set(PREDICT["calibrations"]) - set(CALIBRATIONS)):
+    print(
+        f"paraplan: calibration '{_name}' skipped: {PREDICT['calibrations'][_name]['runs']} is not here; "
+        f"predictions use config/calibrations/{_name}.json",
+        file=sys.stderr,
+    )
+
+
+def calibration_file(name):
+    """The calibration a prediction uses: made by this workflow, else the shipped one."""
+    return f"{RESULTS}/calibrations/{name}.json" if name in CALIBRATIONS else f"config/calibrations/{name}.json"
+
+
+CALIBRATION_COMM_LOGS = {
+    f"{name}-comm": {"name": f"{name}-comm", "path": entry["comm_log"], "format": "nccl-tests"}
+    for name, entry in CALIBRATIONS.items()
+    if entry.get("comm_log")
+}
 
 
 onstart:

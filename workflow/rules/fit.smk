@@ -6,6 +6,7 @@ import re
 
 FIT = config["fit"]
 FIT_LOGS = {entry["name"]: entry for entry in FIT["logs"]}
+FIT_LOGS.update(CALIBRATION_COMM_LOGS)  # common.smk: the predict stage's intra-node collectives
 FIT_BENCH_COLLECTIVES = [c for c in config["bench"]["collectives"] if c != "all_to_allv"]
 FIT_A2AV = "all_to_allv" in config["bench"]["collectives"]
 if CLUSTER in FIT_LOGS:

@@ -47,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the leave-one-group-out fits (the file then has in-sample errors only)")
     parser.add_argument("--predictions", type=Path, default=None,
                         help="also write each run's cross-validated and in-sample prediction (CSV)")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="folder for the predicted-vs-measured figure (PNG + PDF)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="calibration file (JSON)")
     add_tracking_arguments(parser)
 
@@ -123,6 +125,19 @@ def run(args: argparse.Namespace) -> int:
         }
         print(f"paraplan calibrate: cross-validated MAPE {cv_errors.mape:.2%} (median {cv_errors.median_ape:.2%}, "
               f"max {cv_errors.max_ape:.2%}) over {len(cv.groups)} groups", file=sys.stderr)
+    from paraplan.predict.ranking import ranking_summary
+    from paraplan.predict.runtable import question_label
+
+    questions = [question_label(r) for r in rows]
+    honest = cv_pred if cv_pred is not None else insample
+    ranking = ranking_summary(questions, honest, measured)
+    errors["ranking"] = {"questions": ranking.groups, "top_k": ranking.top_k,
+                         "measured_fastest_in_top_k": ranking.hit_fraction,
+                         "predicted_fastest_within_5pct": ranking.pick_fraction,
+                         "predictions": "cross_validated" if cv_pred is not None else "in_sample"}
+    print(f"paraplan calibrate: the measured-fastest configuration is in the predicted top {ranking.top_k} for "
+          f"{ranking.hits}/{ranking.groups} questions ({ranking.hit_fraction:.0%}); the predicted-fastest is "
+          f"within 5% of it for {ranking.pick_fraction:.0%}", file=sys.stderr)
     digest = hashlib.sha256(args.runs.read_bytes()).hexdigest()
     calibration = Calibration(
         name=name, device=cluster.device.name, efficiency=fit.efficiency, fitted=fit.fitted, at_bound=fit.at_bound,
@@ -144,12 +159,24 @@ def run(args: argparse.Namespace) -> int:
             frame["predicted_iteration_s"] = cv_pred
         write_csv(args.predictions, frame)
         artifacts.append(args.predictions)
+    if args.plots is not None:
+        from paraplan.plots.predict import plot_predicted_vs_measured
+
+        kind = "cross-validated (leave one model shape out)" if cv_pred is not None else "in-sample"
+        e = cal.ErrorSummary.of(honest, measured)
+        artifacts += plot_predicted_vs_measured(
+            measured, honest, np.array([r.settings.tensor_model_parallel_size for r in rows]),
+            np.array([r.settings.pipeline_model_parallel_size for r in rows]), args.plots / f"{name}_predicted_vs_measured",
+            f"{name} on {cluster.device.name}: {kind}\nMAPE {e.mape:.1%}, median {e.median_ape:.1%}, "
+            f"max {e.max_ape:.0%}, Spearman {e.spearman:.3f}, {e.n} runs")
     print(f"paraplan calibrate: {calibration.label} -> {args.output}", file=sys.stderr)
     metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n"}
     if cv_pred is not None:
         metrics.update({f"cv_{k}": float(v) for k, v in cal.ErrorSummary.of(cv_pred, measured).as_dict().items()
                         if k != "n"})
     metrics.update({f"param_{k}": v for k, v in fit.efficiency.as_dict().items()})
+    metrics["top3_fraction"] = ranking.hit_fraction
+    metrics["pick_within_5pct_fraction"] = ranking.pick_fraction
     metrics["calibrate_s"] = time.perf_counter() - started
     from paraplan.track import RunLog
 

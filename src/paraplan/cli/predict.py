@@ -47,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", default=None,
                         help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
+    parser.add_argument("--plots", type=Path, default=None,
+                        help="folder for the predicted-vs-measured figure (with a measured_iteration_s column)")
     add_tracking_arguments(parser)
 
 
@@ -119,17 +121,34 @@ def run(args: argparse.Namespace) -> int:
     metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit)}
     measured = [(r.measured_iteration_s, p.iteration_s) for r, p in zip(rows, predictions, strict=True)
                 if r.measured_iteration_s is not None]
+    artifacts = [args.output]
     if measured:
+        from paraplan.predict.ranking import ranking_summary
+        from paraplan.predict.runtable import question_label
+
+        with_measured = [(r, p) for r, p in zip(rows, predictions, strict=True) if r.measured_iteration_s is not None]
         m, p = np.array(measured).T
         errors = ErrorSummary.of(p, m)
+        ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
         metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
+        metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
-              f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}", file=sys.stderr)
+              f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}; measured-fastest "
+              f"in the predicted top 3 for {ranking.hits}/{ranking.groups} questions", file=sys.stderr)
+        if args.plots is not None:
+            from paraplan.plots.predict import plot_predicted_vs_measured
+
+            artifacts += plot_predicted_vs_measured(
+                m, p, np.array([r.settings.tensor_model_parallel_size for r, _ in with_measured]),
+                np.array([r.settings.pipeline_model_parallel_size for r, _ in with_measured]),
+                args.plots / f"{args.runs.stem}_predicted_vs_measured",
+                f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
+                f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
     from paraplan.track import RunLog
 
     track(args, RunLog(
         stage="predict", run_name=f"{args.runs.name}@{cluster.name}",
         params={"runs": str(args.runs), "cluster": cluster.name, "calibration": calibration.label},
-        metrics=metrics, artifacts=[args.output],
+        metrics=metrics, artifacts=artifacts,
     ))
     return 0

@@ -53,6 +53,7 @@ def collect(paths: list[Path]):
     from paraplan.report.summary import StageFiles
 
     collectives, fits, profiles, simulations, plans, validations = {}, {}, {}, {}, {}, {}
+    calibrations, predictions = {}, {}
     for path in paths:
         parts = path.parts
         if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
@@ -74,7 +75,11 @@ def collect(paths: list[Path]):
             plans[path.stem] = _read_csv(path)
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "validation":
             validations[path.stem] = _read_csv(path)
-    return StageFiles(collectives, fits, profiles, simulations, plans, validations)
+        elif path.suffix == ".json" and len(parts) >= 2 and parts[-2] == "calibrations":
+            calibrations[path.stem] = _read_json(path)
+        elif path.name == "predicted.csv" and len(parts) >= 3 and parts[-3] == "predict":
+            predictions[parts[-2]] = _read_csv(path)
+    return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "collective_sweeps": len(files.collectives), "fits": len(files.fits),
         "profiles": len(files.profiles), "simulations": len(files.simulations),
         "plans": len(files.plans), "validations": len(files.validations),
+        "calibrations": len(files.calibrations), "predictions": len(files.predictions),
     }
     track(args, RunLog(stage="report", run_name=args.output.stem, params=counts, artifacts=[args.output]))
     return 0

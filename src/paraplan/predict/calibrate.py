@@ -85,8 +85,9 @@ def fit_efficiency(structures: Sequence[RunStructure], measured_s: np.ndarray,
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(predict_iteration_s(structures, efficiency(x))) - log_measured
 
+    # relative changes below 1e-5 of a run's predicted time are noise to a calibration
     result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac", diff_step=1e-3,
-                           max_nfev=max_evaluations)
+                           max_nfev=max_evaluations, ftol=1e-5, xtol=1e-5, gtol=1e-5)
     span = upper - lower
     at_bound = tuple(n for n, x, lo, s in zip(names, result.x, lower, span, strict=True)
                      if min(x - lo, lo + s - x) <= 1e-6 * max(s, 1e-12))

@@ -73,6 +73,15 @@ class RunRow:
     cells: dict[str, str]  # the row as read (written back with the predictions)
 
 
+def question_label(row: RunRow) -> str:
+    """Runs with the same label answer the same question (model, GPU count, global
+    batch) with different parallel settings."""
+    m, s = row.model, row.settings
+    arch = (m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups, m.ffn_size, m.seq_length,
+            m.vocab_size, m.swiglu)
+    return f"{arch}|gpus={s.num_gpus}|gbs={s.global_batch_size}|dtype={s.dtype}"
+
+
 def _integer(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = float(text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -23,6 +23,8 @@ class StageFiles:
     simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.DataFrame | None]]  # experiment -> (results, timing, published comparison)
     plans: Mapping[str, pd.DataFrame]  # "<model>__<cluster>"
     validations: Mapping[str, pd.DataFrame]  # model
+    calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
+    predictions: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # table -> predicted.csv
 
 
 def _fmt(value: object, digits: int = 3) -> str:
@@ -197,12 +199,56 @@ def validate_section(validations: Mapping[str, pd.DataFrame]) -> list[str]:
     ]
 
 
+def calibrate_section(calibrations: Mapping[str, dict]) -> list[str]:
+    rows = []
+    for name, cal in sorted(calibrations.items()):
+        errors = cal.get("errors", {})
+        cv, ins, rank = errors.get("cross_validated", {}), errors.get("in_sample", {}), errors.get("ranking", {})
+        rows.append([name, cal.get("device", ""), cal.get("data", {}).get("rows", ""), _pct(ins.get("mape")),
+                     _pct(cv.get("mape")), _pct(cv.get("median_ape")), _pct(cv.get("max_ape")),
+                     _fmt(cv.get("spearman")), _pct(rank.get("measured_fastest_in_top_k"))])
+    if not rows:
+        return []
+    return [
+        "## calibrate: device model fitted to measured iteration times",
+        "",
+        *_table(["calibration", "device", "runs", "in-sample MAPE", "cross-validated MAPE", "CV median",
+                 "CV max", "CV Spearman", "fastest in top 3"], rows),
+        "",
+        "Cross-validated: each model shape predicted by a fit that never saw it. Reproduce: "
+        "`snakemake -R calibrate --until calibrate`, or `paraplan calibrate RUNS.csv --cluster dgx-a100 "
+        "--comm-model comm_model.json -o CAL.json`.",
+        "",
+    ]
+
+
+def predict_section(predictions: Mapping[str, pd.DataFrame]) -> list[str]:
+    lines: list[str] = []
+    for table, frame in sorted(predictions.items()):
+        rows = []
+        for r in frame.to_dict("records"):
+            rows.append([r.get("name", ""), f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
+                         f"{r['data_parallel_size']}", r.get("micro_batch_size", ""),
+                         r.get("virtual_pipeline_model_parallel_size", ""), r.get("recompute_granularity", ""),
+                         float(r["predicted_iteration_s"]), float(r["predicted_tflops_per_gpu"]),
+                         _pct(float(r["predicted_mfu"])), float(r["predicted_peak_memory_bytes"]) / 1e9,
+                         r["fits_memory"]])
+        lines += [f"## predict: {table}", "",
+                  *_table(["run", "TP/PP/DP", "micro-batch", "v", "recompute", "iteration (s)", "TFLOP/s per GPU",
+                           "MFU", "peak memory (GB)", "fits"], rows), ""]
+    if lines:
+        lines += ["Reproduce: `snakemake -R predict --until predict`, or "
+                  "`paraplan predict RUNS.csv --cluster dgx-a100 -o OUT.csv`.", ""]
+    return lines
+
+
 def render(files: StageFiles, title: str = "paraplan summary") -> str:
     lines = [f"# {title}", "",
              "Headline numbers of every stage of the last `snakemake` run; every figure is in "
              "`results/figures/` and in MLflow (`mlflow ui`).", ""]
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
-                    plan_section(files.plans), validate_section(files.validations)):
+                    plan_section(files.plans), validate_section(files.validations),
+                    calibrate_section(files.calibrations), predict_section(files.predictions)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"

@@ -18,6 +18,7 @@ fraction of a second. An order that can never complete raises `StrategyError`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,23 @@ class PipelineRun:
         return float(1.0 - self.busy_s().sum() / (self.num_devices * span))
 
 
+@functools.lru_cache(maxsize=1024)
+def _prepare(orders: Sequence[OpOrder], n: int, nv: int) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
+    """The orders as plain lists (kind, micro-batch, virtual stage per op), checked.
+    Cached for the tuples `schedules.cached_orders` hands out, which a calibration runs
+    thousands of times."""
+    p = len(orders)
+    for s, o in enumerate(orders):
+        if o.microbatch.size and (o.microbatch.min() < 0 or o.microbatch.max() >= n):
+            raise StrategyError(f"device {s}: micro-batch outside 0..{n - 1} in its order")
+        if o.chunk.size and (o.chunk.min() < 0 or o.chunk.max() * p + s >= nv):
+            raise StrategyError(f"device {s}: model chunk outside the {nv // p} chunks per device")
+    kinds = [o.kind.tolist() for o in orders]
+    mbs = [o.microbatch.tolist() for o in orders]
+    vss = [(o.chunk * p + s).tolist() for s, o in enumerate(orders)]
+    return kinds, mbs, vss
+
+
 def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: int) -> PipelineRun:
     """Run `orders` (one per pipeline device) as soon as possible; see the module doc.
 
@@ -103,6 +121,8 @@ def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: i
     if p < 1 or nv % p != 0:
         raise StrategyError(f"{nv} virtual stages cannot be spread over {p} pipeline devices")
     n = num_microbatches
+    prepare = _prepare if isinstance(orders, tuple) else _prepare.__wrapped__
+    kinds, mbs, vss = prepare(orders, n, nv)
     dur = (costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist())
     sendf = [*costs.send_fwd_s.tolist(), 0.0]
     sendb = [0.0, *costs.send_bwd_s.tolist()]  # sendb[vs]: transfer vs -> vs - 1
@@ -110,14 +130,6 @@ def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: i
     done = ([unset] * (nv * n), [unset] * (nv * n), [unset] * (nv * n))
     done_f, done_b = done[0], done[1]
 
-    kinds = [o.kind.tolist() for o in orders]
-    mbs = [o.microbatch.tolist() for o in orders]
-    vss = [(o.chunk * p + s).tolist() for s, o in enumerate(orders)]
-    for s, o in enumerate(orders):
-        if o.microbatch.size and (o.microbatch.min() < 0 or o.microbatch.max() >= n):
-            raise StrategyError(f"device {s}: micro-batch outside 0..{n - 1} in its order")
-        if o.chunk.size and (o.chunk.min() < 0 or o.chunk.max() * p + s >= nv):
-            raise StrategyError(f"device {s}: model chunk outside the {nv // p} chunks per device")
     starts: list[list[float]] = [[0.0] * len(k) for k in kinds]
     ptr = [0] * p
     clock = [0.0] * p

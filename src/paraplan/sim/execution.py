@@ -35,7 +35,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.timeline import KINDS, Timeline
 from paraplan.sim.engine import PipelineCosts, execute
 from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
-from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, get_schedule
+from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, cached_orders, get_schedule
 
 ALLREDUCE = KINDS.index("allreduce")
 OPTIMIZER = KINDS.index("optimizer")
@@ -176,7 +176,7 @@ def _tail(model: ExecutionModel, run, grad_kind: int) -> _Tail:
 def iteration_time_s(model: ExecutionModel) -> float:
     """The iteration time alone (what a calibration evaluates thousands of times)."""
     sched = get_schedule(model.schedule)
-    run = execute(sched.orders(model.pipeline_stages, model.microbatches, 1, model.virtual_stages),
+    run = execute(cached_orders(model.schedule, model.pipeline_stages, model.microbatches, 1, model.virtual_stages),
                   model.costs, model.microbatches)
     return float(_tail(model, run, WGT if sched.split_backward else BWD).end_s.max())
 
@@ -186,7 +186,7 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     events (a calibration evaluates thousands of iterations)."""
     p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
     sched = get_schedule(model.schedule)
-    orders = sched.orders(p, m, 1, v)
+    orders = cached_orders(model.schedule, p, m, 1, v)
     run = execute(orders, model.costs, m)
     grad_kind = WGT if sched.split_backward else BWD
     tail = _tail(model, run, grad_kind)

@@ -20,6 +20,7 @@ weights.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -347,6 +348,14 @@ _REGISTRY: dict[str, Schedule] = {
     for cls in (GPipe, OneFOneB, TwoBW, EagerOneFOneB, EagerNoFlush, Interleaved, ZeroBubbleH1, DistIRGreedy)
 }
 assert tuple(_REGISTRY) == SCHEDULES, "schedule registry must list paraplan.core.SCHEDULES in order"
+
+
+@functools.lru_cache(maxsize=1024)
+def cached_orders(name: str, num_stages: int, num_microbatches: int, iterations: int = 1,
+                  virtual_stages: int = 1) -> tuple[OpOrder, ...]:
+    """`get_schedule(name).orders(...)` as a tuple, computed once per request (the
+    orders are never modified; the engine caches its own preparation of them too)."""
+    return tuple(get_schedule(name).orders(num_stages, num_microbatches, iterations, virtual_stages))
 
 
 def get_schedule(name: str) -> Schedule:

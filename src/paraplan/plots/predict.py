@@ -1,0 +1,39 @@
+"""Predicted against measured iteration time, log-log, one colour per (TP, PP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from paraplan.plots.style import PALETTE, new_figure, save_figure
+
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+
+
+def plot_predicted_vs_measured(measured_s: np.ndarray, predicted_s: np.ndarray, tp: np.ndarray, pp: np.ndarray,
+                               stem: str | Path, title: str, band: float = 0.10) -> list[Path]:
+    measured_s = np.asarray(measured_s, float)
+    predicted_s = np.asarray(predicted_s, float)
+    fig, axes = new_figure(5.6, 5.0)
+    ax = axes[0][0]
+    lo = float(min(measured_s.min(), predicted_s.min())) / 1.3
+    hi = float(max(measured_s.max(), predicted_s.max())) * 1.3
+    line = np.geomspace(lo, hi, 50)
+    ax.fill_between(line, line * (1 - band), line * (1 + band), color="0.9", label=f"±{band:.0%}")
+    ax.plot(line, line, color="0.4", lw=1)
+    pairs = sorted({(int(t), int(p)) for t, p in zip(tp, pp, strict=True)})
+    for i, (t, p) in enumerate(pairs):
+        sel = (np.asarray(tp) == t) & (np.asarray(pp) == p)
+        ax.scatter(measured_s[sel], predicted_s[sel], s=9, alpha=0.7, color=PALETTE[i % len(PALETTE)],
+                   marker=_MARKERS[i % len(_MARKERS)], label=f"TP {t}, PP {p}", linewidths=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured iteration time (s)")
+    ax.set_ylabel("predicted iteration time (s)")
+    ax.set_aspect("equal")
+    ax.legend(loc="upper left", ncols=2, markerscale=1.5)
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, stem)

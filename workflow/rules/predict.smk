@@ -1,0 +1,101 @@
+# Predict stage: calibrate the device model on measured LLM iteration times (one
+# `paraplan calibrate` per entry of predict.calibrations whose data is here, with
+# leave-one-model-shape-out cross-validation and its predicted-vs-measured figure),
+# then predict each run table of predict.tables (`paraplan predict`). A table's
+# calibration is the one made here when there is one, else the shipped
+# config/calibrations/<name>.json.
+
+
+# A measured table in another tool's format becomes a run table (paraplan ingest).
+rule predict_ingest:
+    input:
+        lambda wildcards: CALIBRATIONS[wildcards.name]["runs"],
+    output:
+        f"{RESULTS}/predict/{{name}}/measured_runs.csv",
+    log:
+        f"{LOGS}/predict_ingest/{{name}}.log",
+    wildcard_constraints:
+        name="[A-Za-z0-9_.-]+",
+    params:
+        format=lambda wildcards: CALIBRATIONS[wildcards.name]["format"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan ingest {input:q} --format {params.format:q} -o {output:q}"
+        " --rule predict_ingest --wildcards name={wildcards.name:q} > {log:q} 2>&1"
+
+
+rule calibrate:
+    input:
+        runs=lambda wildcards: (
+            f"{RESULTS}/predict/{wildcards.name}/measured_runs.csv"
+            if CALIBRATIONS[wildcards.name]["format"] != "run-table"
+            else CALIBRATIONS[wildcards.name]["runs"]
+        ),
+        comm=lambda wildcards: (
+            [f"{RESULTS}/fits/{wildcards.name}-comm/comm_model.json"]
+            if f"{wildcards.name}-comm" in CALIBRATION_COMM_LOGS
+            else []
+        ),
+    output:
+        calibration=f"{RESULTS}/calibrations/{{name}}.json",
+        predictions=f"{RESULTS}/predict/{{name}}/cross_validated.csv",
+        figures=report(
+            directory(f"{FIGURES}/calibrate/{{name}}"),
+            patterns=["{file}.png"],
+            caption="../report/calibrate.rst",
+            category="predict",
+        ),
+    log:
+        f"{LOGS}/calibrate/{{name}}.log",
+    benchmark:
+        f"{BENCHMARKS}/calibrate/{{name}}.tsv"
+    wildcard_constraints:
+        name="[A-Za-z0-9_.-]+",
+    params:
+        cluster=lambda wildcards: CALIBRATIONS[wildcards.name]["cluster"],
+        comm=lambda wildcards, input: ["--comm-model", *input.comm] if input.comm else [],
+        cv=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("cross_validate", True) else ["--no-cross-validation"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q}"
+        " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
+        " --plots {output.figures:q} --rule calibrate --wildcards name={wildcards.name:q} > {log:q} 2>&1"
+
+
+rule predict:
+    input:
+        runs=lambda wildcards: PREDICT["tables"][wildcards.table]["runs"],
+        calibration=lambda wildcards: calibration_file(PREDICT["tables"][wildcards.table]["calibration"]),
+    output:
+        predicted=f"{RESULTS}/predict/{{table}}/predicted.csv",
+        figures=report(
+            directory(f"{FIGURES}/predict/{{table}}"),
+            patterns=["{file}.png"],
+            caption="../report/predict.rst",
+            category="predict",
+        ),
+    log:
+        f"{LOGS}/predict/{{table}}.log",
+    benchmark:
+        f"{BENCHMARKS}/predict/{{table}}.tsv"
+    wildcard_constraints:
+        table="[A-Za-z0-9_.-]+",
+    params:
+        cluster=lambda wildcards: PREDICT["tables"][wildcards.table]["cluster"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "mkdir -p {output.figures:q} && paraplan predict {input.runs:q} --cluster {params.cluster:q}"
+        " --calibration {input.calibration:q} -o {output.predicted:q} --plots {output.figures:q}"
+        " --rule predict --wildcards table={wildcards.table:q} > {log:q} 2>&1"
+
+
+rule predict_all:
+    input:
+        expand(f"{RESULTS}/calibrations/{{name}}.json", name=sorted(CALIBRATIONS)),
+        expand(f"{RESULTS}/predict/{{table}}/predicted.csv", table=sorted(PREDICT["tables"])),
+
+
+ALL_TARGETS.extend(rules.predict_all.input)
