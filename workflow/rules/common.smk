@@ -33,11 +33,15 @@ for _name in sorted(set(PREDICT["calibrations"]) - set(CALIBRATIONS)):
         file=sys.stderr,
     )
 
-
-def calibration_file(name):
-    """The calibration a prediction uses: made by this workflow, else the shipped one."""
-    return f"{RESULTS}/calibrations/{name}.json" if name in CALIBRATIONS else f"config/calibrations/{name}.json"
-
+# The calibration each prediction table uses: made by this workflow, else the shipped one.
+CALIBRATION_FILES = {
+    table["calibration"]: (
+        f"{RESULTS}/calibrations/{table['calibration']}.json"
+        if table["calibration"] in CALIBRATIONS
+        else f"config/calibrations/{table['calibration']}.json"
+    )
+    for table in PREDICT["tables"].values()
+}
 
 CALIBRATION_COMM_LOGS = {
     f"{name}-comm": {"name": f"{name}-comm", "path": entry["comm_log"], "format": "nccl-tests"}

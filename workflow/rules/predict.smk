@@ -67,7 +67,7 @@ rule calibrate:
 rule predict:
     input:
         runs=lambda wildcards: PREDICT["tables"][wildcards.table]["runs"],
-        calibration=lambda wildcards: calibration_file(PREDICT["tables"][wildcards.table]["calibration"]),
+        calibration=lambda wildcards: CALIBRATION_FILES[PREDICT["tables"][wildcards.table]["calibration"]],
     output:
         predicted=f"{RESULTS}/predict/{{table}}/predicted.csv",
         figures=report(
