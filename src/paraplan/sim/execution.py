@@ -33,7 +33,7 @@ import numpy as np
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.timeline import KINDS, Timeline
-from paraplan.sim.engine import PipelineCosts, execute
+from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
 from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, cached_orders, get_schedule
 
@@ -173,12 +173,22 @@ def _tail(model: ExecutionModel, run, grad_kind: int) -> _Tail:
     return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
 
 
+RECURRENCE_MIN_OPS = 2048  # below this the event loop is as fast
+
+
+def _execute(model: ExecutionModel):
+    """The engine's run of one iteration: 1F1B and GPipe with one chunk per device as an
+    array recurrence when large, every other schedule by the event loop."""
+    p, m, v = model.pipeline_stages, model.microbatches, model.virtual_stages
+    if v == 1 and p > 1 and model.schedule in ("1f1b", "gpipe") and 2 * p * m >= RECURRENCE_MIN_OPS:
+        return execute_flushed(p, m, model.costs, gpipe=model.schedule == "gpipe")
+    return execute(cached_orders(model.schedule, p, m, 1, v), model.costs, m)
+
+
 def iteration_time_s(model: ExecutionModel) -> float:
     """The iteration time alone (what a calibration evaluates thousands of times)."""
     sched = get_schedule(model.schedule)
-    run = execute(cached_orders(model.schedule, model.pipeline_stages, model.microbatches, 1, model.virtual_stages),
-                  model.costs, model.microbatches)
-    return float(_tail(model, run, WGT if sched.split_backward else BWD).end_s.max())
+    return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
 
 
 def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResult:
@@ -187,7 +197,7 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
     sched = get_schedule(model.schedule)
     orders = cached_orders(model.schedule, p, m, 1, v)
-    run = execute(orders, model.costs, m)
+    run = _execute(model)
     grad_kind = WGT if sched.split_backward else BWD
     tail = _tail(model, run, grad_kind)
     exposed = tail.sync_end_s - tail.compute_end_s
