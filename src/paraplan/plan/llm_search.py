@@ -1,0 +1,154 @@
+"""The best parallel strategy for training a transformer on N GPUs of a cluster: one
+search over TP, PP (even or balanced uneven layer splits), DP, micro-batch size,
+interleaving, schedule, recomputation, sequence parallelism and ZeRO stage.
+
+1. Enumerate every candidate that can run (`llm_space.enumerate_candidates`) and
+   estimate its iteration time and peak memory in closed form, vectorised
+   (`llm_space.estimate`).
+2. Keep the candidates whose estimated memory fits (with a small margin: the
+   estimate is not exact); re-time the `retime` fastest by estimate of each
+   schedule, and the data-parallel baselines, with the exact engine
+   (`paraplan.predict`), which also checks memory exactly.
+3. Answer the fastest re-timed plans that fit, best first. The baselines (pure data
+   parallelism with and without overlapped gradient reduction, and with ZeRO stages
+   1-3) are candidates of the same search, so the answer is never slower than any
+   of them.
+
+A model that fits nowhere is an error that names the least memory any candidate
+needs and the candidate that needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel
+from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_space import Candidates, SearchSpace, enumerate_candidates, estimate
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.predictor import RunPrediction, predict_settings, summarize
+from paraplan.predict.runtable import default_flash_attention
+
+MEMORY_MARGIN = 1.05  # estimated peak may exceed the device by this factor and still be re-timed
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: TransformerModel
+    cluster: Cluster  # the kind of node; the run uses num_gpus of them
+    num_gpus: int
+    global_batch_size: int
+    dtype: str = "bf16"
+    use_flash_attn: bool | None = None  # None: the run table's default for the dtype
+    space: SearchSpace = field(default_factory=SearchSpace)
+    top_k: int = 5
+    retime: int = 32
+
+    def base_settings(self) -> RunSettings:
+        flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
+        return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype,  # type: ignore[arg-type]
+                           use_flash_attn=flash)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plans: tuple[RunPrediction, ...]  # best first; every one fits
+    baselines: dict[str, RunPrediction | None]  # name -> exact prediction (None: cannot run)
+    candidates: int
+    estimated_fitting: int
+    retimed: int
+    search_s: float
+
+
+BASELINES: dict[str, dict[str, object]] = {
+    "dp_no_overlap": {"overlap_grad_reduce": False},
+    "dp_overlap": {"overlap_grad_reduce": True},
+    "dp_zero1": {"overlap_grad_reduce": True, "use_distributed_optimizer": True, "overlap_param_gather": True},
+    "dp_zero2": {"overlap_grad_reduce": True, "zero_stage": 2, "overlap_param_gather": True},
+    "dp_zero3": {"overlap_grad_reduce": True, "zero_stage": 3},
+}
+
+
+def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
+    """Pure data parallelism over every GPU, the micro-batch that fits best found by
+    the search below: here micro-batch 1 with full recomputation (the smallest
+    memory), so a baseline exists whenever data parallelism can run at all."""
+    base = request.base_settings()
+    n = request.num_gpus
+    out: dict[str, RunSettings | None] = {}
+    for name, extra in BASELINES.items():
+        if request.global_batch_size % n:
+            out[name] = None
+            continue
+        out[name] = replace(base, data_parallel_size=n, micro_batch_size=1, recompute_granularity="full",
+                            **extra)  # type: ignore[arg-type]
+    return out
+
+
+def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
+           progress: Callable[[str], None] | None = None) -> PlanResult:
+    """The best plans for `request` (see the module doc)."""
+    started = time.perf_counter()
+    model, cluster = request.model, request.cluster
+    if request.num_gpus < 1:
+        raise StrategyError(f"--gpus must be >= 1, got {request.num_gpus}")
+    base = request.base_settings()
+    cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
+                                request.space)
+    est = estimate(model, cand, base, cluster, comm, efficiency)
+    capacity = cluster.device.memory_bytes
+    fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
+    if progress:
+        progress(f"{len(cand)} candidates estimated, {int(fits.sum())} fit in memory by estimate")
+    # the fastest by estimate of each schedule: a schedule's estimate may be biased,
+    # its best candidates are re-timed all the same
+    order = np.flatnonzero(fits)[np.argsort(est.iteration_s[fits], kind="stable")]
+    chosen = np.concatenate([order[cand.schedule[order] == k][: request.retime]
+                             for k in np.unique(cand.schedule[order])]) if order.size else order
+    settings = [cand.settings(int(i), base) for i in chosen]
+    baselines = baseline_settings(request)
+    runnable = {k: s for k, s in baselines.items() if s is not None}
+    pool = settings + list(runnable.values())
+    results = predict_settings(model, pool, cluster, comm, efficiency) if pool else []
+    predictions = [summarize(model, s, r, cluster) for r, s in results]
+    base_pred: dict[str, RunPrediction | None] = dict.fromkeys(baselines)
+    for name, pred in zip(runnable, predictions[len(settings):], strict=True):
+        base_pred[name] = pred
+    fitting = sorted((p for p in predictions if p.fits_memory), key=lambda p: p.iteration_s)
+    unique: list[RunPrediction] = []
+    seen = set()
+    for p in fitting:
+        key = p.settings
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    if not unique:
+        _raise_fits_nowhere(request, cand, est, base, comm, efficiency)
+    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), len(pool),
+                      time.perf_counter() - started)
+
+
+def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
+                        efficiency: DeviceEfficiency) -> None:
+    """Re-time the candidates of least estimated memory exactly and say how much the
+    smallest needs."""
+    smallest = np.argsort(est.peak_memory_bytes, kind="stable")[:8]
+    settings = [cand.settings(int(i), base) for i in smallest]
+    results = predict_settings(request.model, settings, request.cluster, comm, efficiency)
+    best = min(results, key=lambda rs: float(rs[0].peak_memory_bytes.max()))
+    need = float(best[0].peak_memory_bytes.max())
+    s = best[1]
+    raise StrategyError(
+        f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
+        f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
+        f"the smallest plan needs {need / 1e9:.1f} GB per device (TP {s.tensor_model_parallel_size}, "
+        f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
+        f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
+        "more GPUs, a smaller model or a device with more memory would do")

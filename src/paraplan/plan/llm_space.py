@@ -1,0 +1,373 @@
+"""The space of parallel strategies an LLM planner searches, and a closed-form
+estimate of every candidate's iteration time and peak memory, vectorised with numpy.
+
+A candidate is (TP t, PP p, DP d, micro-batch b, virtual stages v, schedule,
+recomputation, sequence parallelism, ZeRO stage) with t x p x d = the GPUs. What a
+layer costs depends only on (t, b, sequence parallelism, recomputation): those few
+combinations are priced once with the exact device model (`paraplan.predict.build`);
+everything else is closed form over the candidate arrays:
+
+- stage op times: layers per stage x the layer's device and host time (smooth
+  maximum, as the exact model), the embedding on the first stage, the head on the last;
+- pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
+  (exact for uniform stages); interleaved (M v + p - 1) x one chunk's (F + B) plus
+  the first or last device's extra per micro-batch; ZB-H1 as 1F1B less (p - 1) W
+  (the weight gradients leave the fill and drain); plus the fill/drain transfers;
+- the gradient reduction exposed past the last backward, the optimizer step and a
+  sharded optimizer's weight all-gather (none with overlap_param_gather);
+- memory of the first and the last stage: weights, gradients and optimizer state as
+  sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
+  first stage; GPipe: M; interleaved: Megatron's warm-up count).
+
+Dominated settings are not enumerated (each is never faster and never smaller in
+the model): gradient reduction and weight all-gather are always overlapped when they
+can be. The estimate ranks; the planner re-times its best candidates with the exact
+engine.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import (
+    GRAD_BUCKET_PARAMS,
+    OPTIMIZER_KERNELS,
+    Precision,
+    kernel_times_by_pass,
+    run_structure,
+)
+from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.ops import embedding_work, head_work, layer_activation_bytes
+from paraplan.predict.predictor import divisors
+from paraplan.sim.engine import inflight_peak
+from paraplan.sim.schedules import cached_orders, get_schedule
+
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+ZERO: tuple[int, ...] = (0, 1, 2, 3)  # 1: Megatron's distributed optimizer (ZeRO-1)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose from."""
+
+    tensor_sizes: tuple[int, ...] = ()
+    """TP degrees; empty: every divisor of the node's GPU count that the model allows."""
+    allow_cross_node_tensor: bool = False
+    """Let TP groups span nodes (degrees above the node's GPU count)."""
+    schedules: tuple[str, ...] = SCHEDULES
+    recompute: tuple[str, ...] = RECOMPUTE
+    zero_stages: tuple[int, ...] = ZERO
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_micro_batch_size: int = 64
+    max_virtual_stages: int = 32
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.schedules if s not in SCHEDULES]
+        if bad:
+            raise StrategyError(f"unknown schedule '{bad[0]}' in the search space; known: {', '.join(SCHEDULES)}")
+        bad_rc = [r for r in self.recompute if r not in RECOMPUTE]
+        if bad_rc:
+            raise StrategyError(f"unknown recompute_granularity '{bad_rc[0]}'; known: {', '.join(RECOMPUTE)}")
+        bad_z = [z for z in self.zero_stages if z not in ZERO]
+        if bad_z:
+            raise StrategyError(f"unknown zero_stage {bad_z[0]}; known: 0, 1, 2, 3")
+        if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel):
+            raise StrategyError("every dimension of the search space needs at least one value")
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Aligned integer columns, one entry per candidate."""
+
+    t: np.ndarray
+    p: np.ndarray
+    d: np.ndarray
+    b: np.ndarray
+    v: np.ndarray
+    schedule: np.ndarray  # index into SCHEDULES
+    recompute: np.ndarray  # index into RECOMPUTE
+    sp: np.ndarray  # 0/1
+    zero: np.ndarray  # 0..3
+
+    def __len__(self) -> int:
+        return int(self.t.shape[0])
+
+    def take(self, idx: np.ndarray) -> Candidates:
+        return Candidates(*(getattr(self, f)[idx] for f in _FIELDS))
+
+    def settings(self, i: int, base: RunSettings) -> RunSettings:
+        """Candidate i as run settings (the base gives batch, dtype and attention kernel)."""
+        zero = int(self.zero[i])
+        return replace(
+            base,
+            tensor_model_parallel_size=int(self.t[i]), pipeline_model_parallel_size=int(self.p[i]),
+            data_parallel_size=int(self.d[i]), micro_batch_size=int(self.b[i]),
+            virtual_pipeline_model_parallel_size=int(self.v[i]), schedule=SCHEDULES[int(self.schedule[i])],
+            recompute_granularity=RECOMPUTE[int(self.recompute[i])], sequence_parallel=bool(self.sp[i]),
+            use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
+            overlap_grad_reduce=int(self.d[i]) > 1, overlap_param_gather=zero in (1, 2) and int(self.d[i]) > 1,
+        )
+
+
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero")
+
+
+def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
+    limit = num_gpus if space.allow_cross_node_tensor else devices_per_node
+    options = space.tensor_sizes or tuple(divisors(limit))
+    return [t for t in options if num_gpus % t == 0 and t <= limit and model.num_attention_heads % t == 0
+            and model.query_groups % t == 0 and model.ffn_size % t == 0]
+
+
+def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
+                         space: SearchSpace) -> Candidates:
+    """Every candidate that can run (divisibility, schedule rules); memory is checked later."""
+    rows: list[tuple[int, ...]] = []
+    sched_idx = {s: i for i, s in enumerate(SCHEDULES)}
+    rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
+    for t in tensor_degrees(model, devices_per_node, num_gpus, space):
+        sps = sorted({bool(x) and t > 1 for x in space.sequence_parallel})
+        for p in divisors(num_gpus // t):
+            if p > model.num_layers:
+                break
+            d = num_gpus // (t * p)
+            if global_batch_size % d:
+                continue
+            per_replica = global_batch_size // d
+            for b in divisors(per_replica):
+                if b > space.max_micro_batch_size:
+                    break
+                m = per_replica // b
+                pipes: list[tuple[int, int]] = []
+                for schedule in space.schedules:
+                    if schedule == "interleaved_1f1b":
+                        if p < 2 or m % p:
+                            continue
+                        pipes += [(sched_idx[schedule], v) for v in range(2, space.max_virtual_stages + 1)
+                                  if model.num_layers % (p * v) == 0]
+                    elif schedule in ("gpipe", "zb_h1") and p < 2:
+                        continue
+                    else:
+                        pipes.append((sched_idx[schedule], 1))
+                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d == 1)]
+                for s_i, v in pipes:
+                    for rc in rc_idx:
+                        for sp in sps:
+                            for z in zeros:
+                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z))
+    if not rows:
+        raise StrategyError(
+            f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
+            f"{global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)")
+    cols = np.array(rows, dtype=np.int64).T
+    return Candidates(*cols)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTable:
+    """Per (t, b, sp, recompute): device and host time of a layer's forward and
+    backward (with recomputation), of the embedding and head passes, the weight-grad
+    part, and activation bytes."""
+
+    index: dict[tuple[int, int, int, int], int]
+    fwd_dev: np.ndarray
+    fwd_host: np.ndarray
+    bwd_dev: np.ndarray
+    bwd_host: np.ndarray
+    wgt_dev: np.ndarray
+    emb_fwd: np.ndarray  # (dev, host) pairs
+    emb_bwd: np.ndarray
+    head_fwd: np.ndarray
+    head_bwd: np.ndarray
+    act_layer: np.ndarray
+    act_full_layer: np.ndarray  # a layer's activations without recomputation (full recompute's working set)
+    act_emb: np.ndarray
+    act_head: np.ndarray
+
+
+def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
+                eff: DeviceEfficiency) -> LayerTable:
+    keys = sorted({(int(t), int(b), int(sp), int(rc)) for t, b, sp, rc in
+                   zip(cand.t, cand.b, cand.sp, cand.recompute, strict=True)})
+    probes = [replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1, data_parallel_size=1,
+                      micro_batch_size=b, global_batch_size=b, virtual_pipeline_model_parallel_size=1, schedule="",
+                      sequence_parallel=bool(sp), recompute_granularity=RECOMPUTE[rc], zero_stage=0,
+                      use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False)
+              for t, b, sp, rc in keys]
+    structures = [run_structure(model, s, cluster, comm) for s in probes]
+    kernel_s = kernel_times_by_pass(structures, eff)
+    n = len(keys)
+    out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
+    pairs = {k: np.zeros((n, 2)) for k in ("ef", "eb", "hf", "hb")}
+    for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
+        dev = [c.device_s(k) for c, k in zip(st.passes, ks, strict=True)]
+        host = [c.host_s(eff) for c in st.passes]
+        out["fd"][i], out["fh"][i] = dev[0], host[0]
+        out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
+        out["w"][i] = st.passes[2].weight_grad_s(ks[2])
+        pairs["ef"][i] = dev[3], host[3]
+        pairs["eb"][i] = dev[4], host[4]
+        pairs["hf"][i] = dev[5], host[5]
+        pairs["hb"][i] = dev[6], host[6]
+        out["al"][i] = layer_activation_bytes(model, s)
+        out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
+        out["ae"][i] = embedding_work(model, s).activation_bytes
+        out["ah"][i] = head_work(model, s).activation_bytes
+    return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
+                      pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
+    """(micro-batch, chunk) pairs the first and the last stage hold at their peak, from
+    the schedule's own op orders; the count stops growing after a few p micro-batches,
+    so long runs are counted on a shorter one."""
+    if p == 1:
+        return (1, 1)
+    if schedule == "gpipe":
+        return (m, m)
+    if schedule == "1f1b":
+        return (min(p, m), 1)
+    step = p if v > 1 else 1
+    short = min(m, max(4 * p, step))
+    short -= short % step
+    orders = cached_orders(schedule, p, max(short, step), 1, v)
+    peaks = inflight_peak(orders, get_schedule(schedule).split_backward)
+    return (int(peaks[0]), int(peaks[-1]))
+
+
+def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    keys = list(zip(schedules.tolist(), p.tolist(), m.tolist(), v.tolist(), strict=True))
+    return np.array([_held(str(sc), int(pp), int(mm), int(vv)) for sc, pp, mm, vv in keys], dtype=float)
+
+
+@dataclass(frozen=True, eq=False)
+class Estimates:
+    iteration_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    bubble_fraction: np.ndarray
+
+
+def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
+             eff: DeviceEfficiency) -> Estimates:
+    """Closed-form iteration time and peak memory of every candidate (module doc)."""
+    table = layer_table(model, cand, base, cluster, comm, eff)
+    row = np.array([table.index[(int(t), int(b), int(sp), int(rc))] for t, b, sp, rc in
+                    zip(cand.t, cand.b, cand.sp, cand.recompute, strict=True)])
+    t, p, d, b, v = (cand.t.astype(float), cand.p.astype(float), cand.d.astype(float), cand.b.astype(float),
+                     cand.v.astype(float))
+    L = float(model.num_layers)
+    m = base.global_batch_size / (d * b)
+    zero3 = cand.zero == 3
+    prec = Precision.of(base.dtype)
+    gpn = cluster.devices_per_node
+    layer_params = model.layer_params / t
+    vocab_params = np.array([model.padded_vocab_size(int(x)) for x in cand.t]) * model.hidden_size / t
+    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
+    head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
+
+    # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
+    # take one more); interleaving needs an even split (enumerate_candidates ensures it)
+    n_big = np.ceil(L / p)
+    n_small = np.floor(L / p)
+    count_big = np.where(np.mod(L, p) == 0, p, np.mod(L, p))
+    n_chunk = np.where(v > 1, L / (p * v), n_big)
+    zero3_gather = np.zeros(len(cand))
+    zero3_scatter = np.zeros(len(cand))
+    # Megatron's rank order: a data-parallel group is every t-th rank, so it spans
+    # t d / gpn nodes (each member on its own node once t >= gpn)
+    dp_nodes = np.maximum(1, np.ceil(t * d / np.maximum(gpn, t))).astype(np.int64)
+    for i in np.flatnonzero(zero3 & (d > 1)):
+        group = Group(int(d[i]), int(dp_nodes[i]))
+        zero3_gather[i] = comm.time_s("all_gather", layer_params[i] * prec.weight_bytes, group)
+        zero3_scatter[i] = comm.time_s("reduce_scatter", layer_params[i] * prec.grad_bytes, group)
+    lf_dev = np.maximum(table.fwd_dev[row], zero3_gather)
+    lb_dev = np.maximum(table.bwd_dev[row], zero3_gather + zero3_scatter)
+    lf_host, lb_host = table.fwd_host[row], table.bwd_host[row]
+    ef, eb, hf, hb = table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row]
+
+    def op(n_layers, layer_dev, layer_host, extra=None):
+        dev, host = n_layers * layer_dev, n_layers * layer_host + eff.host_microbatch_s
+        if extra is not None:
+            dev, host = dev + extra[:, 0], host + extra[:, 1]
+        return host_bound_s(dev, host, eff)
+
+    mid = op(n_chunk, lf_dev, lf_host) + op(n_chunk, lb_dev, lb_host)  # one (virtual) stage, F + B
+    mid_small = op(n_small, lf_dev, lf_host) + op(n_small, lb_dev, lb_host)
+    n_last = np.where(v > 1, n_chunk, np.where(count_big == p, n_big, n_small))
+    first = op(n_chunk, lf_dev, lf_host, ef) + op(n_chunk, lb_dev, lb_host, eb)
+    last = op(n_last, lf_dev, lf_host, hf) + op(n_last, lb_dev, lb_host, hb)
+    single = p == 1
+    whole = op(L, lf_dev, lf_host, ef + hf) + op(L, lb_dev, lb_host, eb + hb)
+    w_mid = n_chunk * table.wgt_dev[row]
+
+    e = 2 if base.dtype == "fp8" else DTYPE_BYTES[base.dtype]
+    boundary = b * model.seq_length * model.hidden_size * e / t
+    cross = (t * d) >= gpn
+    send = np.zeros(len(cand))
+    for i in np.flatnonzero(p > 1):
+        send[i] = comm.time_s("send_recv", boundary[i], Group(2, 2 if cross[i] else 1))
+
+    sched = np.array(SCHEDULES)[cand.schedule]
+    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
+    stages_sum = first + last + np.maximum(count_big - 2, 0) * mid + np.maximum(p - count_big - (count_big < p), 0) * mid_small
+    slowest = np.maximum(np.maximum(first, last), mid)
+    flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
+    ends = np.maximum(np.maximum(first - mid, last - mid), 0.0)  # the first/last device's extra per micro-batch
+    interleaved = (m * v + p - 1) * mid + m * ends + 2 * (p - 1) * send
+    zb = flushed - (p - 1) * w_mid  # each stage's weight gradients leave the fill/drain path
+    pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
+    pipe = np.where(single, m * whole, pipe)
+    busy = m * np.where(single, whole, (first + last + (p - 2) * np.where(v > 1, v * mid, mid)) / np.maximum(p, 1))
+
+    # parameters on the first and the last stage's ranks
+    first_params = np.where(single, L, np.where(v > 1, n_chunk * v, n_big)) * layer_params + vocab_params + positions
+    first_params = first_params + np.where(single, head_params, 0.0)
+    last_params = np.where(single, first_params, n_last * np.where(v > 1, v, 1) * layer_params + head_params)
+    sharded = cand.zero >= 1
+    shards = np.where(sharded, d, 1.0)
+    # gradient reduction, overlapped with the first stage's last backward op
+    sync = np.zeros(len(cand))
+    for i in np.flatnonzero((d > 1) & ~zero3):
+        group = Group(int(d[i]), int(dp_nodes[i]))
+        collective = "reduce_scatter" if sharded[i] else "all_reduce"
+        buckets = max(1, int(np.ceil(first_params[i] / GRAD_BUCKET_PARAMS)))
+        one = comm.time_s(collective, first_params[i] / buckets * prec.grad_bytes, group)
+        window = whole[i] if single[i] else first[i]  # beside the first stage's last backward
+        sync[i] = max(one, buckets * one - 0.5 * window)
+    speed = DeviceSpeed.of(cluster.device, base.dtype)
+    opt = (first_params / shards * prec.optimizer_step_bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
+           + OPTIMIZER_KERNELS * eff.kernel_latency_s)
+    exchange = np.zeros(len(cand))
+    for i in np.flatnonzero(tied_copy):
+        exchange[i] = comm.time_s("all_reduce", vocab_params[i] * prec.grad_bytes, Group(2, 2 if cross[i] else 1))
+    iteration = pipe + sync + opt + exchange
+    bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
+
+    # memory of the first and the last stage
+    weights_b = np.where(zero3, prec.weight_bytes / d, prec.weight_bytes)
+    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / d, prec.grad_bytes)
+    state_b = weights_b + grads_b + prec.optimizer_bytes / shards
+    held = inflight(sched, cand.p, np.round(m).astype(np.int64), cand.v)  # (candidates, 2): first, last stage
+    act_chunk = n_chunk * table.act_layer[row]
+    act_first = held[:, 0] * np.where(v > 1, act_chunk, n_big * table.act_layer[row])
+    act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
+    act_first = act_first + np.where(single, table.act_head[row], 0.0)
+    working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    working = working + np.where(zero3, 2 * layer_params * prec.weight_bytes, 0.0)
+    mem_first = first_params * state_b + act_first + working
+    head_held = np.where(sched == "gpipe", m, np.where(sched == "zb_h1", held[:, 1], 1.0))  # the last chunk only
+    mem_last = (last_params * state_b + held[:, 1] * n_last * table.act_layer[row] + head_held * table.act_head[row]
+                + working)
+    peak = np.where(single, mem_first, np.maximum(mem_first, mem_last))
+    return Estimates(iteration, peak, bubble)

@@ -1,0 +1,95 @@
+"""The LLM planner: its answer equals exhaustive exact evaluation on small instances,
+fits memory, is never slower than a data-parallel baseline; a model that fits
+nowhere is an error with the smallest memory it would need."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from paraplan.clusters import load_cluster
+from paraplan.core import StrategyError
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_search import PlanRequest, search
+from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.predict.calibration import load_calibration
+from paraplan.predict.predictor import predict_settings, summarize
+
+CAL = load_calibration()
+SMALL = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                         vocab_size=32000)
+
+
+def exhaustive_best(request):
+    cluster = request.cluster
+    comm = CAL.comm_model(cluster)
+    base = request.base_settings()
+    cand = enumerate_candidates(request.model, request.num_gpus, request.global_batch_size,
+                                cluster.devices_per_node, request.space)
+    settings = [cand.settings(i, base) for i in range(len(cand))]
+    results = predict_settings(request.model, settings, cluster, comm, CAL.efficiency)
+    preds = [summarize(request.model, s, r, cluster) for r, s in results]
+    fitting = [p for p in preds if p.fits_memory]
+    return min(fitting, key=lambda p: p.iteration_s), len(cand)
+
+
+@pytest.mark.parametrize(("gpus", "batch", "memory_gb"), [(8, 32, 80), (8, 64, 12), (4, 16, 80)])
+def test_search_equals_exhaustive_exact_evaluation(gpus, batch, memory_gb):
+    cluster = load_cluster("dgx-a100")
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9))
+    request = PlanRequest(SMALL, cluster, gpus, batch)
+    best, count = exhaustive_best(request)
+    result = search(request, CAL.comm_model(cluster), CAL.efficiency)
+    assert result.candidates == count
+    assert result.plans[0].iteration_s == pytest.approx(best.iteration_s, rel=1e-12)
+
+
+def test_every_dimension_is_searched():
+    cand = enumerate_candidates(SMALL, 8, 32, 8, SearchSpace())
+    assert set(np.unique(cand.t)) == {1, 2, 4, 8}
+    assert set(np.unique(cand.p)) == {1, 2, 4, 8}
+    assert {SCHEDULES[i] for i in np.unique(cand.schedule)} == set(SCHEDULES)
+    assert set(np.unique(cand.v)) >= {1, 2, 4}
+    assert set(np.unique(cand.recompute)) == {0, 1, 2}
+    assert set(np.unique(cand.zero)) == {0, 1, 2, 3}
+    assert set(np.unique(cand.sp)) == {0, 1}
+    assert set(np.unique(cand.b)) == {1, 2, 4, 8, 16, 32}
+    # ZeRO-2/3 only without pipelining; sequence parallelism only with TP
+    assert not np.any((cand.zero >= 2) & (cand.p > 1))
+    assert not np.any((cand.sp == 1) & (cand.t == 1))
+
+
+def test_estimates_are_close_to_the_engine_for_memory():
+    cluster = load_cluster("dgx-a100")
+    request = PlanRequest(SMALL, cluster, 8, 32)
+    base = request.base_settings()
+    cand = enumerate_candidates(SMALL, 8, 32, 8, SearchSpace())
+    est = estimate(SMALL, cand, base, cluster, CAL.comm_model(cluster), CAL.efficiency)
+    idx = np.arange(0, len(cand), 7)
+    results = predict_settings(SMALL, [cand.settings(int(i), base) for i in idx], cluster,
+                               CAL.comm_model(cluster), CAL.efficiency)
+    exact = np.array([r.peak_memory_bytes.max() for r, _ in results])
+    assert np.abs(est.peak_memory_bytes[idx] / exact - 1).max() < 0.05
+
+
+def test_plans_fit_and_no_baseline_is_faster():
+    cluster = load_cluster("dgx-a100")
+    request = PlanRequest(SMALL, cluster, 8, 64, top_k=4)
+    result = search(request, CAL.comm_model(cluster), CAL.efficiency)
+    assert 1 <= len(result.plans) <= 4
+    times = [p.iteration_s for p in result.plans]
+    assert times == sorted(times)
+    for plan in result.plans:
+        assert plan.fits_memory and plan.peak_memory_bytes <= cluster.device.memory_bytes
+        assert plan.settings.num_gpus == 8
+    ran = [b for b in result.baselines.values() if b is not None and b.fits_memory]
+    assert ran, "pure data parallelism fits this small model"
+    assert all(result.plans[0].iteration_s <= b.iteration_s for b in ran)
+
+
+def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
+    cluster = load_cluster("dgx-a100")
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=0.2e9))
+    with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0 GB each\).*"
+                                            r"the smallest plan needs [0-9.]+ GB per device"):
+        search(PlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
