@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from paraplan.core.cluster import Device
+from paraplan.core.errors import StrategyError
 from paraplan.predict.ops import ATTENTION, GEMM, Kernels
 
 TILE = 128.0
@@ -90,7 +91,13 @@ class DeviceSpeed:
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
-        peak = device.peak_flops_for(PEAK_DTYPE_NAMES.get(dtype, dtype))
+        name = PEAK_DTYPE_NAMES.get(dtype, dtype)
+        listed = dict(device.peak_flops_by_dtype)
+        if listed and name not in listed:
+            raise StrategyError(
+                f"dtype {dtype}: device {device.name} lists no {name} peak in its cluster file "
+                f"(it has {', '.join(sorted(listed))}); it cannot run this precision on its tensor cores")
+        peak = device.peak_flops_for(name)
         units = int(getattr(device, "compute_units", 0) or DEFAULT_COMPUTE_UNITS)
         return DeviceSpeed(peak, device.mem_bandwidth_Bps, units)
 
