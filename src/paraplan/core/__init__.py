@@ -16,6 +16,7 @@ from paraplan.core.comm import (
 from paraplan.core.errors import (
     ConfigError,
     InputFileError,
+    OutputError,
     ParaplanError,
     StrategyError,
     TrackingError,
@@ -38,6 +39,7 @@ __all__ = [
     "LayerProfile",
     "Link",
     "ModelProfile",
+    "OutputError",
     "ParaplanError",
     "Strategy",
     "StrategyError",

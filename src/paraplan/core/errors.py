@@ -19,13 +19,27 @@ class ConfigError(ParaplanError):
 
 
 class InputFileError(ParaplanError):
-    """An input file (log, profile, CSV) cannot be read as promised."""
+    """An input file (log, profile, CSV) cannot be read as promised.
 
-    def __init__(self, path: str | Path, message: str, line: int | None = None):
+    The message reads `path:line: field: message`, e.g. `a.csv:7: column 'time_us':
+    expected ..., got 'nan'`; `field` (a column or key) and `line` are optional."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None, field: str | None = None):
         self.path = str(path)
         self.line = line
+        self.field = field
         where = f"{path}:{line}" if line is not None else f"{path}"
-        super().__init__(f"{where}: {message}")
+        what = f"{field}: {message}" if field else message
+        super().__init__(f"{where}: {what}")
+
+
+class OutputError(ParaplanError):
+    """An output cannot be written where it was asked for (a directory in the way, no
+    permission, a full disk); nothing half-written is left behind."""
+
+    def __init__(self, path: str | Path, message: str):
+        self.path = str(path)
+        super().__init__(f"cannot write '{path}': {message}")
 
 
 class StrategyError(ParaplanError):
