@@ -87,7 +87,10 @@ def test_fit_input_errors(tmp_path, capsys):
     neg = tmp_path / "neg.csv"
     neg.write_text("collective,world_size,nodes,size_bytes,time_us\nall_reduce,2,1,8,1.0\nall_reduce,2,1,16,-3\n")
     assert main(["fit", "--no-track", str(neg), "-o", str(tmp_path / "x.json")]) == 2
-    assert f"{neg}:3: column 'time_us' must be a positive number" in capsys.readouterr().err
+    assert (
+        f"{neg}:3: column 'time_us': expected a time in microseconds (a number >= 0.001 and <= 1e9), "
+        "got '-3': negative\n"
+    ) in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 
 

@@ -130,7 +130,7 @@ def test_empty_binary_and_tableless_files_are_errors(tmp_path):
         read_nccl_tests(empty)
     binary = tmp_path / "binary.log"
     binary.write_bytes(bytes(range(256)) * 8)
-    with pytest.raises(InputFileError, match=r"binary\.log: binary"):
+    with pytest.raises(InputFileError, match=r"binary\.log:1: NUL byte at column 1: binary data"):
         read_nccl_tests(binary)
     prose = tmp_path / "prose.log"
     prose.write_text("$ ./all_reduce_perf\nsegmentation fault\n")

@@ -57,27 +57,22 @@ def _sweep_names(entries) -> dict[tuple[str, int, int], str]:
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
-    import pandas as pd
 
     from paraplan.comm.fit_a2av import a2av_frame, predict_a2av, sample_rows
-    from paraplan.comm.fit_input import read_sweep_csv
+    from paraplan.comm.fit_input import read_sweeps
     from paraplan.comm.fit_sweep import fit_frame
     from paraplan.comm.model import FittedCommModel, fits_document
     from paraplan.files import write_csv, write_json
     from paraplan.track import RunLog
 
-    frames = [read_sweep_csv(path) for path in args.inputs]
-    frame = pd.concat(frames, ignore_index=True, sort=False)
+    frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)
     has_a2av = bool(samples.any())
     if samples.all():
         raise InputFileError(args.inputs[0], "no size sweeps to fit (only all_to_allv samples); add the all_to_all CSV")
     if args.a2av_output is not None and not has_a2av:
         raise InputFileError(args.inputs[0], "--a2av-output given but no input has all_to_allv rows")
-    try:
-        entries = fit_frame(frame)
-    except ValueError as exc:
-        raise InputFileError(", ".join(str(p) for p in args.inputs), str(exc)) from None
+    entries = fit_frame(frame)
     document = fits_document(entries)
     names = _sweep_names(entries)
 

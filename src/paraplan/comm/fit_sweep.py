@@ -146,20 +146,16 @@ def _choice_key(entry: FitEntry, order: int) -> tuple[float, float, int]:
 
 
 def fit_frame(frame) -> list[FitEntry]:
-    """Fit every (collective, world size, nodes) sweep of a bench-CSV frame (the
-    uneven all_to_allv samples are predicted, not fitted: `fit_a2av`). Where a sweep has
-    both in-place and out-of-place rows, the out-of-place ones are fitted."""
-    entries: list[FitEntry] = []
-    from paraplan.comm.fit_a2av import sample_rows
+    """Fit every (collective, world size, nodes) sweep of a bench-CSV frame checked by
+    `paraplan.comm.fit_input` (the uneven all_to_allv samples are predicted, not fitted:
+    `fit_a2av`). Where a sweep has both in-place and out-of-place rows, the out-of-place
+    ones are fitted."""
+    from paraplan.comm.fit_input import fitted_sweeps
 
-    sweeps = frame.loc[~sample_rows(frame)]
-    for (collective, world, nodes), rows in sweeps.groupby(["collective", "world_size", "nodes"], sort=True):
-        if "in_place" in rows.columns and rows["in_place"].nunique() > 1:
-            rows = rows.loc[~rows["in_place"].astype(str).str.lower().isin(("true", "1"))]
-        entries.extend(
-            fit_sweep(
-                str(collective), int(world), int(nodes),
-                rows["size_bytes"].to_numpy(float), rows["time_us"].to_numpy(float) * 1e-6,
-            )
+    return [
+        entry
+        for (collective, world, nodes), rows in fitted_sweeps(frame)
+        for entry in fit_sweep(
+            collective, world, nodes, rows["size_bytes"].to_numpy(float), rows["time_us"].to_numpy(float) * 1e-6
         )
-    return entries
+    ]

@@ -1,16 +1,20 @@
 """What the log importers (nccl-tests, PARAM) share: reading a text log safely,
-options, names of collectives and dtypes, and the printed-bandwidth check."""
+options, names of collectives and dtypes, the printed-bandwidth check, and
+`checked_row`, the one check every imported row passes (`paraplan.comm.results`'
+rules for measured points)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from paraplan.comm.results import bench_frame
+from paraplan.comm.results import SWEEP_RULES, bench_frame, sweep_point_problem
 from paraplan.core import InputFileError
+from paraplan.inputs import check_number, read_text
 
 # Printed bandwidths below this are too coarse (two decimals) to check.
 CHECK_MIN_GBPS = 1.0
@@ -53,7 +57,10 @@ _DTYPE_ALIASES = {
     "char": "int8",
 }
 
-_INT_RE = re.compile(r"^[+-]?\d+$")
+# Type names nccl-tests prints in its `type` column: a line with one third is a table row.
+PRINTED_DTYPES = frozenset((*_DTYPE_ALIASES, "fp8_e4m3", "fp8_e5m2", "f8e4m3", "f8e5m2", "bf16"))
+
+_INT_RE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class ImportResult:
 
 
 def is_int(token: str) -> bool:
-    return bool(_INT_RE.match(token))
+    return bool(_INT_RE.fullmatch(token))
 
 
 def parse_float(token: str) -> float | None:
@@ -130,33 +137,30 @@ def dtype_name(raw: str) -> str:
 
 
 def read_log_text(path: str | Path) -> str:
-    """The log as text; an unreadable, binary or empty file is an `InputFileError`."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(path, "file not found") from None
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read: {exc.strerror}") from None
-    if not data.strip():
+    """The log as UTF-8 text (`paraplan.inputs.read_text`); an empty one is an error too."""
+    text = read_text(path, "a text benchmark log")
+    if not text.strip():
         raise InputFileError(path, "empty file: expected a benchmark log")
-    if b"\x00" in data[:65536]:
-        raise InputFileError(path, "binary file (NUL bytes): expected a text benchmark log")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Logs are ASCII in practice; tolerate a stray Latin-1 byte, but not binary data.
-        bad = sum(1 for b in data if b >= 0x80 and b not in (0xA0,))
-        if bad > max(16, len(data) // 100):
-            line = data[: exc.start].count(b"\n") + 1
-            raise InputFileError(path, "binary or non-UTF-8 data: expected a text benchmark log", line=line) from None
-        return data.decode("latin-1")
+    return text
+
+
+def checked_row(path: Path, line: int, row: SweepRow) -> SweepRow:
+    """`row` if its world size, nodes, size, count and time are plausible together
+    (`SWEEP_RULES`, `sweep_point_problem`); else an `InputFileError` at `line`."""
+    for key in ("world_size", "nodes", "size_bytes", "count", "time_us"):
+        check_number(path, line, key.replace("_", " "), getattr(row, key), SWEEP_RULES[key])
+    problem = sweep_point_problem(row.world_size, row.nodes, row.size_bytes, row.count, row.time_us)
+    if problem:
+        raise InputFileError(path, problem[1], line=line)
+    return row
 
 
 def bandwidth_warning(
     path: Path, line: int, name: str, printed_GBps: float | None, recomputed_GBps: float
 ) -> str | None:
     """The warning for a printed bandwidth (>= 1.00 GB/s) more than 5% off the recomputed one."""
+    if printed_GBps is not None and not math.isfinite(printed_GBps):
+        return f"{path}:{line}: printed {name} '{printed_GBps}' is not a finite number; not checked"
     if printed_GBps is None or printed_GBps < CHECK_MIN_GBPS:
         return None
     mismatch = abs(recomputed_GBps - printed_GBps) / printed_GBps

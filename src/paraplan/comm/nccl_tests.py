@@ -4,8 +4,11 @@ A table row is `size count type [redop [root]] | time algbw busbw #wrong` for
 out-of-place, then the same four for in-place. Launcher tags (OpenMPI
 `[1,0]<stdout>:`, `srun -l`'s `0: `) are removed first. Everything that does not start like
 a row (shell prompts, prose, `#` comments, environment dumps, footers) is skipped;
-a line whose first two tokens are integers starts like a row and must parse, or it
-is an `InputFileError` naming the file and line. Zero-size rows are dropped.
+a line whose first two tokens are integers, or whose third token is a type name
+(`float`, `half`, ...), starts like a row and must parse, or it is an `InputFileError`
+naming the file, line and column. Sizes, counts and times are checked against
+`paraplan.comm.results.SWEEP_RULES` (finite, in range, integers where they should be);
+zero-size rows are dropped.
 
 Per table (one log may hold several, e.g. concatenated runs): the collective comes
 from `--collective`, else the `*_perf` command line or `# Collective test starting`
@@ -24,20 +27,24 @@ import numpy as np
 
 from paraplan.comm.log_common import (
     DEFAULT_OPTIONS,
+    PRINTED_DTYPES,
     ImportOptions,
     ImportResult,
     SweepRow,
     bandwidth_warning,
     checked_collective,
+    checked_row,
     dtype_name,
     is_int,
     parse_float,
     read_log_text,
 )
+from paraplan.comm.results import MAX_RANKS, SWEEP_RULES
 from paraplan.core import InputFileError, busbw_factor
+from paraplan.inputs import parse_number
 
 # "Group N" is absent in nccl-tests before 2.11
-_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
+_RANK_RE = re.compile(r"#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
 _PERF_RE = re.compile(r"\b([A-Za-z_]+?)_perf(?:_mpi)?\b")
 # Launcher tags in front of every line: OpenMPI --tag-output "[1,0]<stdout>:", srun -l "0: ".
 _TAG_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))\s?")
@@ -65,6 +72,13 @@ class _Table:
     rows: list[_RawRow] = field(default_factory=list)
 
 
+def _starts_like_row(tokens: list[str]) -> bool:
+    """Two leading integers (size, count), or a type name third: a table row, which must
+    parse. Anything else (prose, prompts, footers) is skipped."""
+    leading_ints = is_int(tokens[0]) and (len(tokens) == 1 or is_int(tokens[1]))
+    return leading_ints or (len(tokens) >= 6 and tokens[2].lower() in PRINTED_DTYPES)
+
+
 def _header_has_root(tokens: list[str]) -> bool | None:
     if "size" in tokens and "time" in tokens:
         return "root" in tokens
@@ -77,10 +91,8 @@ def _parse_row(
     """A `_RawRow`, a warning string (row without a usable time), or None (zero size)."""
     if len(tokens) < 3 or is_int(tokens[2]) or parse_float(tokens[2]) is not None:
         raise InputFileError(path, f"truncated or malformed table row: '{' '.join(tokens)}'", line=lineno)
-    size = int(tokens[0])
-    count = int(tokens[1])
-    if size < 0 or count < 0:
-        raise InputFileError(path, f"negative size or count in table row: '{' '.join(tokens)}'", line=lineno)
+    size = int(parse_number(path, lineno, "column 'size'", tokens[0], SWEEP_RULES["size_bytes"]))
+    count = int(parse_number(path, lineno, "column 'count'", tokens[1], SWEEP_RULES["count"]))
     pos = 3
     if len(tokens) > pos and parse_float(tokens[pos]) is None and tokens[pos].upper() != "N/A":
         pos += 1  # redop (sum, none, ...)
@@ -97,11 +109,10 @@ def _parse_row(
         )
     if size == 0:
         return None
-    time_us = parse_float(tokens[group])
-    if time_us is None and tokens[group].upper() in ("N/A", "NA", "-", "NAN"):
+    if tokens[group].upper() in ("N/A", "NA", "-"):
         return f"{path}:{lineno}: no time ({tokens[group]}); row skipped"
-    if time_us is None or not np.isfinite(time_us) or time_us <= 0:
-        raise InputFileError(path, f"expected a positive time in microseconds, got '{tokens[group]}'", line=lineno)
+    which = "in-place" if in_place else "out-of-place"
+    time_us = float(parse_number(path, lineno, f"column 'time' ({which})", tokens[group], SWEEP_RULES["time_us"]))
     return _RawRow(
         line=lineno,
         size_bytes=size,
@@ -115,7 +126,10 @@ def _parse_row(
 
 def _infer_world_size(collective: str, rows: list[_RawRow]) -> int | None:
     """World size from the printed busbw/algbw ratio (all_reduce: 2(n-1)/n, ...)."""
-    ratios = [r.busbw / r.algbw for r in rows if r.algbw and r.busbw and r.algbw >= 1.0]
+    ratios = [
+        r.busbw / r.algbw for r in rows
+        if r.algbw and r.busbw and np.isfinite(r.algbw) and np.isfinite(r.busbw) and r.algbw >= 1.0
+    ]
     if not ratios or collective in ("broadcast", "reduce"):
         return None
     ratio = float(np.median(ratios))
@@ -123,7 +137,7 @@ def _infer_world_size(collective: str, rows: list[_RawRow]) -> int | None:
     if ratio >= scale * 0.999:
         return None
     n = round(scale / (scale - ratio))
-    return n if n >= 2 else None
+    return n if 2 <= n <= MAX_RANKS else None
 
 
 def parse_nccl_tests(text: str, path: str | Path, options: ImportOptions = DEFAULT_OPTIONS) -> ImportResult:
@@ -165,7 +179,7 @@ def parse_nccl_tests(text: str, path: str | Path, options: ImportOptions = DEFAU
                 has_root = header
             continue
         tokens = stripped.split()
-        if is_int(tokens[0]) and (len(tokens) == 1 or is_int(tokens[1])):
+        if _starts_like_row(tokens):
             parsed = _parse_row(tokens, lineno, path, has_root, options.in_place)
             if isinstance(parsed, str):
                 warnings.append(parsed)
@@ -229,20 +243,19 @@ def _resolve(
             message = bandwidth_warning(path, raw.line, name, printed, recomputed)
             if message:
                 warnings.append(message)
-        out.append(
-            SweepRow(
-                collective=collective,
-                backend=backend,
-                world_size=world,
-                nodes=nodes,
-                size_bytes=raw.size_bytes,
-                count=raw.count,
-                dtype=raw.dtype,
-                time_us=raw.time_us,
-                in_place=options.in_place,
-                host=host,
-            )
+        row = SweepRow(
+            collective=collective,
+            backend=backend,
+            world_size=world,
+            nodes=nodes,
+            size_bytes=raw.size_bytes,
+            count=raw.count,
+            dtype=raw.dtype,
+            time_us=raw.time_us,
+            in_place=options.in_place,
+            host=host,
         )
+        out.append(checked_row(path, raw.line, row))
     return out
 
 

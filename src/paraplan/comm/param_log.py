@@ -10,7 +10,9 @@ The first nine numbers of a row are read in that order; `time_us` is p50.
 The collective comes from `--collective`, else the row prefix, else the last
 `collective=<name>` line; the world size from `--world-size`, else
 `world_size: N` / `groupSize N`; nodes from `--nodes`, else the distinct host names
-of the `[Rank N] host H` lines. Lines that do not start with `COMMS-RES` are skipped.
+of the `[Rank N] host H` lines. Lines that do not start with `COMMS-RES` are skipped;
+one that does is the column header (it names `size` or `p50`) or a row that must parse.
+Size, element count and p50 are checked against `paraplan.comm.results.SWEEP_RULES`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,18 @@ from paraplan.comm.log_common import (
     SweepRow,
     bandwidth_warning,
     checked_collective,
+    checked_row,
     dtype_name,
     parse_float,
     read_log_text,
 )
+from paraplan.comm.results import SWEEP_RULES
 from paraplan.core import InputFileError, busbw_factor
+from paraplan.inputs import parse_number
 
-_WORLD_RE = re.compile(r"(?:world_size['\"]?\s*[:=]\s*|groupSize\s+)(\d+)")
-_HOST_RE = re.compile(r"\[Rank\s+(\d+)\]\s+host\s+([^,\s]+)")
+_WORLD_RE = re.compile(r"(?:world_size['\"]?\s*[:=]\s*|groupSize\s+)(\d{1,9})\b")
+_HOST_RE = re.compile(r"\[Rank\s+(\d{1,9})\]\s+host\s+([^,\s]+)")
+_HEADER_RE = re.compile(r"size|p50", re.IGNORECASE)
 _COLLECTIVE_RE = re.compile(r"\bcollective\s*=\s*([A-Za-z_]+)")
 _BACKEND_RE = re.compile(r"\bbackend:\s*([A-Za-z0-9_]+)")
 _DTYPES_RE = re.compile(r"data_types:\s*\[\s*'([A-Za-z0-9_]+)'")
@@ -76,20 +82,20 @@ def parse_param(text: str, path: str | Path, options: ImportOptions = DEFAULT_OP
                 context_collective = (found.group(1), lineno)
             continue
         tokens = stripped.split()
-        if len(tokens) < 2 or parse_float(tokens[1]) is None:
-            continue  # the header line
+        if _HEADER_RE.search(stripped) and (len(tokens) < 2 or parse_float(tokens[1]) is None):
+            continue  # the column header
         prefix = tokens[0][len(_ROW_PREFIX) :].lstrip("-")
         coll_raw, _, dtype_raw = prefix.rpartition("-") if "-" in prefix else (prefix, "", "")
         numbers = [parse_float(t) for t in tokens[1 : 1 + _NUMBERS]]
-        if len(numbers) < _NUMBERS or any(v is None for v in numbers[:3]):
+        if len(numbers) < _NUMBERS or any(v is None for v in numbers[3:]):
             raise InputFileError(
                 path, f"truncated or malformed PARAM row: expected {_NUMBERS} numbers after {tokens[0]}", line=lineno
             )
-        size, elements, p50 = numbers[0], numbers[1], numbers[2]
-        if size != int(size) or size < 0 or p50 <= 0:
-            raise InputFileError(path, f"expected a byte size and a positive p50 time, got '{stripped}'", line=lineno)
+        size = int(parse_number(path, lineno, "column 'total-size (B)'", tokens[1], SWEEP_RULES["size_bytes"]))
+        elements = int(parse_number(path, lineno, "column 'nElementsPerRank'", tokens[2], SWEEP_RULES["count"]))
         if size == 0:
             continue
+        p50 = float(parse_number(path, lineno, "column 'Time(us):p50'", tokens[3], SWEEP_RULES["time_us"]))
         if options.collective:
             collective = checked_collective(options.collective, path, None)
         elif coll_raw:
@@ -106,20 +112,19 @@ def parse_param(text: str, path: str | Path, options: ImportOptions = DEFAULT_OP
             message = bandwidth_warning(path, lineno, name, printed, recomputed)
             if message:
                 warnings.append(message)
-        rows.append(
-            SweepRow(
-                collective=collective,
-                backend=backend,
-                world_size=world,
-                nodes=nodes,
-                size_bytes=int(size),
-                count=int(elements),
-                dtype=dtype_name(dtype_raw) if dtype_raw else default_dtype,
-                time_us=float(p50),
-                in_place=False,
-                host=host,
-            )
+        row = SweepRow(
+            collective=collective,
+            backend=backend,
+            world_size=world,
+            nodes=nodes,
+            size_bytes=size,
+            count=elements,
+            dtype=dtype_name(dtype_raw) if dtype_raw else default_dtype,
+            time_us=p50,
+            in_place=False,
+            host=host,
         )
+        rows.append(checked_row(path, lineno, row))
     if not rows:
         raise InputFileError(path, f"no PARAM result rows found (expected lines starting with '{_ROW_PREFIX}')")
     return ImportResult(tuple(rows), tuple(warnings))

@@ -18,7 +18,10 @@ and for all_to_allv also `sample, global_batch, tables_per_rank, dim`:
   samples), `tables_per_rank` (T_0..T_{n-1} joined with '-', e.g. "3-17"), `dim` (D).
 
 Every writer of such a CSV (the harness, the log importers) builds it with
-`bench_frame`, so the columns and the bandwidth arithmetic exist once.
+`bench_frame`, so the columns and the bandwidth arithmetic exist once; every reader of
+measured points (the log importers, the fit's CSV reader) checks them against
+`SWEEP_RULES` and `sweep_point_problem`, so what counts as a plausible measurement is
+written once too.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.core import busbw_factor
+from paraplan.inputs import NumberRule
 
 COLUMNS: tuple[str, ...] = (
     "collective",
@@ -46,6 +50,48 @@ COLUMNS: tuple[str, ...] = (
 )
 EXTRA_COLUMNS: tuple[str, ...] = ("in_place", "host")
 A2AV_COLUMNS: tuple[str, ...] = ("sample", "global_batch", "tables_per_rank", "dim")
+
+# What a measured point may hold. The bounds are far outside any real measurement and
+# keep every later product (bandwidths, fits, predictions) finite.
+MAX_RANKS = 2**20
+MAX_SIZE_BYTES = 2**50  # 1 PiB in one rank's buffer
+MAX_ALGBW_GBPS = 1e5  # 100 TB/s: ~100x the fastest link of today
+_TIME_RULE = NumberRule(
+    "a time in microseconds", 1e-3, 1e9, why="a collective call takes between 1 ns and 1000 s; wrong unit?"
+)
+_BANDWIDTH_RULE = NumberRule("a bandwidth in GB/s", 0, 1e15)  # printed values only inform
+SWEEP_RULES: dict[str, NumberRule] = {
+    "world_size": NumberRule("ranks", 1, MAX_RANKS, integer=True),
+    "nodes": NumberRule("nodes", 1, MAX_RANKS, integer=True),
+    "size_bytes": NumberRule("a message size in bytes", 0, MAX_SIZE_BYTES, integer=True, why="above 1 PiB"),
+    "count": NumberRule("an element count", 0, MAX_SIZE_BYTES, integer=True, why="above 2^50 elements"),
+    "time_us": _TIME_RULE,
+    "time_p10_us": _TIME_RULE,
+    "time_p90_us": _TIME_RULE,
+    "algbw_GBps": _BANDWIDTH_RULE,
+    "busbw_GBps": _BANDWIDTH_RULE,
+}
+
+
+def sweep_point_problem(
+    world_size: int, nodes: int, size_bytes: int, count: int | None, time_us: float
+) -> tuple[str, str] | None:
+    """(column, why) when values that each pass `SWEEP_RULES` do not fit together: more
+    nodes than ranks, more elements than bytes, or a bandwidth no link reaches (the
+    mark of a time in the wrong unit). None when they fit."""
+    if nodes > world_size:
+        return "nodes", f"{nodes} nodes for {world_size} ranks; expected nodes <= ranks"
+    if count is not None and count > size_bytes:
+        return "count", f"{count} elements in {size_bytes} bytes; expected count <= size_bytes"
+    if size_bytes > 0:
+        algbw = size_bytes / (time_us * 1e3)
+        if algbw > MAX_ALGBW_GBPS:
+            return "time_us", (
+                f"{size_bytes} B in {time_us:g} us is {algbw:.3g} GB/s, above any link "
+                f"({MAX_ALGBW_GBPS:g} GB/s); wrong time unit?"
+            )
+    return None
+
 
 _TIME_DECIMALS = 3  # microseconds to the nanosecond; bandwidths follow the rounded time
 
