@@ -43,9 +43,10 @@ def test_optional_columns_only_when_used(tmp_path):
     ("row", "message"),
     [
         ("0,a,1,2,3", "expected 6 fields"),
-        ("0,a,x,2,3,4", "'fwd_s': expected a number"),
-        ("0,a,-1,2,3,4", "'fwd_s': expected a finite number >= 0"),
-        ("0,a,1,nan,3,4", "'bwd_s'"),
+        ("0,a,x,2,3,4", r"'fwd_s': expected a time in seconds \(a number >= 0 and <= 100000\), got 'x'$"),
+        ("0,a,-1,2,3,4", r"'fwd_s': expected a time in seconds .*, got '-1': negative$"),
+        ("0,a,1,nan,3,4", r"'bwd_s': expected a time in seconds .*, got 'nan': not a finite number$"),
+        ("0,a,1e300,2,3,4", r"'fwd_s': .*, got '1e300': above 1e5 s \(28 h\) for one layer; wrong unit\?$"),
         ("1,a,1,2,3,4", "column 'layer': expected 0"),
     ],
 )

@@ -104,11 +104,15 @@ def test_getitem_nodes_are_bypassed(tmp_path):
     [
         ("node2 -- b -- forward_compute_time=1, backward_compute_time=2, activation_size=3", "parameter_size"),
         ("node2 -- b -- forward_compute_time=x, backward_compute_time=2, activation_size=3, parameter_size=4",
-         "expected a number"),
+         r"key 'forward_compute_time': expected a time in milliseconds \(a number >= 0 and <= 1e8\), got 'x'$"),
         ("node2 -- b -- forward_compute_time=-1, backward_compute_time=2, activation_size=3, parameter_size=4",
-         ">= 0"),
+         r"key 'forward_compute_time': .*, got '-1': negative$"),
         ("node2 -- b -- forward_compute_time=1, backward_compute_time=nan, activation_size=3, parameter_size=4",
-         ">= 0"),
+         r"key 'backward_compute_time': .*, got 'nan': not a finite number$"),
+        ("node2 -- b -- forward_compute_time=1, backward_compute_time=2, activation_size=[1e300; 1e300; 1e300], "
+         "parameter_size=4", r"key 'activation_size': .*, got '1e300': above 2\^60 bytes \(1 EiB\)$"),
+        ("node2 -- b -- forward_compute_time=1, backward_compute_time=2, activation_size=[1e18; 1e18; 1e18], "
+         "parameter_size=4", r"key 'activation_size' \(sum of the list\): .*, got 3e\+18: above 2\^60 bytes"),
         ("node2 -- b", "expected 'nodeK"),
         ("\tnode1 -- node8", "node8"),
     ],

@@ -3,23 +3,42 @@
 CSV columns (DESIGN.md): `layer, name, fwd_s, bwd_s, activation_bytes, param_bytes`,
 optionally `fwd_fixed_s, bwd_fixed_s, flops`; values at the meta's `batch_size`.
 Floats are written with `repr`, so a profile read back is bit-for-bit the one written.
+Reading checks every value against `LAYER_RULES` (finite, >= 0, below bounds no layer
+reaches) and the meta's `batch_size` against `BATCH_SIZE_RULE`; the PipeDream importer
+uses the same rules.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
 from paraplan.files import write_json, write_text
+from paraplan.inputs import NumberRule, parse_number, read_csv_table, read_json_object, read_text
 
 REQUIRED_COLUMNS = ("layer", "name", "fwd_s", "bwd_s", "activation_bytes", "param_bytes")
 OPTIONAL_COLUMNS = ("fwd_fixed_s", "bwd_fixed_s", "flops")
 _NUMERIC = ("fwd_s", "bwd_s", "activation_bytes", "param_bytes", "fwd_fixed_s", "bwd_fixed_s", "flops")
+
+# Bounds no layer of any model reaches; beyond them a value is a unit mistake, and the
+# simulator's sums over layers, micro-batches and steps would leave floating point.
+MAX_LAYER_TIME_S = 1e5  # 28 hours for one layer's pass
+MAX_LAYER_BYTES = 2.0**60
+_LAYER_TIME = NumberRule("a time in seconds", 0, MAX_LAYER_TIME_S, why="above 1e5 s (28 h) for one layer; wrong unit?")
+_LAYER_BYTES = NumberRule("a size in bytes", 0, MAX_LAYER_BYTES, why="above 2^60 bytes (1 EiB)")
+LAYER_RULES: dict[str, NumberRule] = {
+    "fwd_s": _LAYER_TIME,
+    "bwd_s": _LAYER_TIME,
+    "fwd_fixed_s": _LAYER_TIME,
+    "bwd_fixed_s": _LAYER_TIME,
+    "activation_bytes": _LAYER_BYTES,
+    "param_bytes": _LAYER_BYTES,
+    "flops": NumberRule("floating-point operations", 0, 1e24, why="above 1e24 for one layer's forward pass"),
+}
+BATCH_SIZE_RULE = NumberRule("a batch size in samples", 1, 2**24, integer=True)
 
 
 def meta_path(csv_path: str | Path) -> Path:
@@ -78,45 +97,18 @@ def write_profile(profile: ModelProfile, csv_path: str | Path) -> tuple[Path, Pa
     return csv_path, mpath
 
 
-def _number(path: Path, line: int, column: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputFileError(path, f"column '{column}': expected a number, got '{text}'", line) from None
-    if not math.isfinite(value) or value < 0:
-        raise InputFileError(path, f"column '{column}': expected a finite number >= 0, got '{text}'", line)
-    return value
-
-
 def parse_profile_csv(
     text: str, path: str | Path, batch_size: int, name: str, meta: Mapping[str, object] | None = None
 ) -> ModelProfile:
     """Parse CSV text (errors name `path` and the 1-based line)."""
     path = Path(path)
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise InputFileError(path, "empty file; expected a header row") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise InputFileError(
-            path, f"missing column(s) {', '.join(missing)}; expected {', '.join(REQUIRED_COLUMNS)}", 1
-        )
-    unknown = [c for c in header if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
-    if unknown:
-        raise InputFileError(path, f"unknown column '{unknown[0]}'", 1)
+    table = read_csv_table(text, path, REQUIRED_COLUMNS, known=REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
     layers = []
-    for row in reader:
-        line = reader.line_num
-        if not row or all(not cell.strip() for cell in row):
-            continue
-        if len(row) != len(header):
-            raise InputFileError(path, f"expected {len(header)} fields, got {len(row)}", line)
-        cells = dict(zip(header, (c.strip() for c in row), strict=True))
+    for line, cells in table.records:
         if cells["layer"] != str(len(layers)):
             raise InputFileError(
-                path, f"column 'layer': expected {len(layers)} (0-based, in order), got '{cells['layer']}'", line
+                path, f"expected {len(layers)} (0-based, in order), got '{cells['layer'][:40]}'", line,
+                field="column 'layer'",
             )
         values: dict[str, float | None] = {}
         for col in _NUMERIC:
@@ -125,10 +117,13 @@ def parse_profile_csv(
             if col == "flops" and cells[col] == "":
                 values[col] = None
                 continue
-            values[col] = _number(path, line, col, cells[col])
+            values[col] = float(parse_number(path, line, f"column '{col}'", cells[col], LAYER_RULES[col]))
         for base, fixed in (("fwd_s", "fwd_fixed_s"), ("bwd_s", "bwd_fixed_s")):
             if fixed in values and values[fixed] > values[base]:
-                raise InputFileError(path, f"column '{fixed}' exceeds '{base}'", line)
+                raise InputFileError(
+                    path, f"{values[fixed]!r} exceeds {base} {values[base]!r}; expected fixed <= total", line,
+                    field=f"column '{fixed}'",
+                )
         layers.append(LayerProfile(name=cells["name"], **values))
     if not layers:
         raise InputFileError(path, "no layer rows after the header")
@@ -137,15 +132,15 @@ def parse_profile_csv(
 
 def read_meta(csv_path: str | Path) -> dict:
     mpath = meta_path(csv_path)
-    try:
-        meta = json.loads(mpath.read_text())
-    except FileNotFoundError:
-        raise InputFileError(mpath, "missing (every profile CSV has a meta JSON beside it)") from None
-    except json.JSONDecodeError as exc:
-        raise InputFileError(mpath, f"not valid JSON: {exc.msg}", exc.lineno) from None
-    if not isinstance(meta, dict):
-        raise InputFileError(mpath, "expected a JSON object")
-    return meta
+    if not mpath.exists():
+        raise InputFileError(mpath, "missing (every profile CSV has a meta JSON beside it)")
+    return read_json_object(mpath, "a profile's meta JSON")
+
+
+def _batch_size(path: Path, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputFileError(path, f"expected {BATCH_SIZE_RULE.expected}, got {value!r}", field="key 'batch_size'")
+    return int(parse_number(path, None, "key 'batch_size'", str(value), BATCH_SIZE_RULE))
 
 
 def read_profile(path: str | Path, batch_size: int | None = None) -> ModelProfile:
@@ -154,17 +149,12 @@ def read_profile(path: str | Path, batch_size: int | None = None) -> ModelProfil
     `batch_size` overrides the meta's (and makes the meta optional).
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputFileError(path, "no such profile file") from None
+    text = read_text(path, "a profile CSV")
     if batch_size is None:
         meta = read_meta(path)
-        bs = meta.get("batch_size")
-        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-            raise InputFileError(meta_path(path), f"'batch_size' must be an integer >= 1, got {bs!r}")
-        batch_size = bs
+        batch_size = _batch_size(meta_path(path), meta.get("batch_size"))
     else:
+        batch_size = _batch_size(path, batch_size)
         meta = read_meta(path) if meta_path(path).is_file() else {}
         meta["batch_size"] = batch_size
     name = str(meta.get("name") or meta.get("model") or path.stem)

@@ -15,6 +15,9 @@ Import rules:
   carrying u's output bytes (DESIGN.md). For a chain this is the layer's own output.
   The last layer's value is its own output (nothing follows it). Each layer's own
   output bytes are kept in the meta as `output_bytes` (for activation memory).
+
+Values are checked against the profile CSV's `paraplan.profile.io.LAYER_RULES` (a list
+by its sum), so an imported profile is one `read_profile` would accept.
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 import numpy as np
 
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
 from paraplan.files import write_text
+from paraplan.inputs import NumberRule, check_number, parse_number, read_text
+from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES
 
 _FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
-_NODE_ID = re.compile(r"^node(\d+)$")
-_PBS = re.compile(r"-pbs-(\d+)")
+_NODE_ID = re.compile(r"^node([0-9]{1,18})$")
+_PBS = re.compile(r"-pbs-([0-9]{1,9})\b")
+# Field -> the rule its value (ms for times) must satisfy, once converted to the CSV's unit.
+_RULES = {
+    "forward_compute_time": LAYER_RULES["fwd_s"],
+    "backward_compute_time": LAYER_RULES["bwd_s"],
+    "activation_size": LAYER_RULES["activation_bytes"],
+    "parameter_size": LAYER_RULES["param_bytes"],
+}
+_MS = NumberRule("a time in milliseconds", 0, LAYER_RULES["fwd_s"].high * 1e3, why=LAYER_RULES["fwd_s"].why)
 
 
 @dataclass(frozen=True)
@@ -77,30 +90,25 @@ def ms_to_s(text: str) -> float:
         return float(Decimal(text) / 1000)
 
 
-def _value(path: Path, line: int, key: str, text: str) -> float:
+def _bytes(path: Path, line: int, key: str, text: str) -> float:
+    """A byte count, or a list `[a; b]` of them summed; both checked against the rule."""
+    field = f"key '{key}'"
     text = text.strip()
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise InputFileError(path, f"{key}: unterminated list '{text}'", line)
-        parts = [p for p in text[1:-1].split(";") if p.strip()]
-        if not parts:
-            raise InputFileError(path, f"{key}: empty list", line)
-        return sum(_value(path, line, key, p) for p in parts)
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputFileError(path, f"{key}: expected a number, got '{text}'", line) from None
-    if not math.isfinite(value) or value < 0:
-        raise InputFileError(path, f"{key}: expected a finite number >= 0, got '{text}'", line)
-    return value
+    if not text.startswith("["):
+        return float(parse_number(path, line, field, text, _RULES[key]))
+    if not text.endswith("]"):
+        raise InputFileError(path, f"unterminated list '{text[:40]}'", line, field=field)
+    parts = [p for p in text[1:-1].split(";") if p.strip()]
+    if not parts:
+        raise InputFileError(path, "empty list", line, field=field)
+    total = math.fsum(float(parse_number(path, line, field, p, _RULES[key])) for p in parts)
+    return check_number(path, line, f"{field} (sum of the list)", total, _RULES[key])
 
 
 def _time_s(path: Path, line: int, key: str, text: str) -> float:
-    _value(path, line, key, text)  # validates
-    try:
-        return ms_to_s(text.strip())
-    except InvalidOperation:
-        raise InputFileError(path, f"{key}: expected a number of ms, got '{text.strip()}'", line) from None
+    """Milliseconds text -> seconds (correctly rounded), checked against the rule."""
+    parse_number(path, line, f"key '{key}'", text, _MS)
+    return check_number(path, line, f"key '{key}'", ms_to_s(text.strip()), _RULES[key])
 
 
 def _parse_node(path: Path, line: int, text: str) -> GraphNode:
@@ -129,8 +137,8 @@ def _parse_node(path: Path, line: int, text: str) -> GraphNode:
         description=description,
         fwd_s=_time_s(path, line, _FIELDS[0], attrs[_FIELDS[0]]),
         bwd_s=_time_s(path, line, _FIELDS[1], attrs[_FIELDS[1]]),
-        activation_bytes=_value(path, line, _FIELDS[2], attrs[_FIELDS[2]]),
-        param_bytes=_value(path, line, _FIELDS[3], attrs[_FIELDS[3]]),
+        activation_bytes=_bytes(path, line, _FIELDS[2], attrs[_FIELDS[2]]),
+        param_bytes=_bytes(path, line, _FIELDS[3], attrs[_FIELDS[3]]),
         line=line,
     )
 
@@ -277,15 +285,8 @@ def read_pipedream(path: str | Path, batch_size: int | None = None) -> ModelProf
         batch_size = batch_size_from_name(path)
         if batch_size is None:
             raise InputFileError(path, "no '-pbs-N' in the file name; give the batch size (--batch-size)")
-    if batch_size < 1:
-        raise InputFileError(path, f"batch size must be >= 1, got {batch_size}")
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputFileError(path, "no such file") from None
-    except UnicodeDecodeError:
-        raise InputFileError(path, "not a text file") from None
-    graph = parse_torchgraph(text, path)
+    parse_number(path, None, "batch size", str(batch_size), BATCH_SIZE_RULE)
+    graph = parse_torchgraph(read_text(path, "a PipeDream TorchGraph text profile"), path)
     name = _PBS.split(path.stem)[0] or path.stem
     return graph_to_profile(graph, batch_size, name, path, {"device": "unknown", "dtype": "float32"})
 
