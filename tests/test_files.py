@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -56,3 +60,66 @@ def test_written_files_honour_the_umask(tmp_path, umask, mode):
         os.umask(previous)
     for name in ("a.txt", "fig.png"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+def test_json_refuses_nan_rather_than_writing_invalid_json(tmp_path):
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        files.write_json(tmp_path / "a.json", {"gmae": float("nan")})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_is_an_output_error_and_keeps_the_old_file(tmp_path):
+    target = tmp_path / "out.csv"
+    target.write_text("old")
+    with pytest.raises(files.OutputError) as info, files.atomic_open(target) as handle:
+        handle.write("half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(info.value) == f"cannot write '{target}': No space left on device; nothing was written"
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_a_folder_in_the_way_of_a_write_is_an_output_error(tmp_path):
+    (tmp_path / "blocker").write_text("a file where a folder should be")
+    with pytest.raises(files.OutputError) as info:
+        files.write_text(tmp_path / "blocker" / "deeper" / "out.csv", "x")
+    blocker = tmp_path / "blocker"
+    assert str(info.value) == f"cannot write '{blocker / 'deeper' / 'out.csv'}': '{blocker}' is a file, not a folder"
+
+
+def unwritable_folder(tmp_path):
+    """A folder no file can be created in: read-only bits, or (as root, whom the bits do
+    not stop) /sys, where even root cannot create files."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "ro"
+        folder.mkdir(mode=0o555)
+        return folder
+    try:
+        files.check_outputs(folders=["/sys"])
+    except files.OutputError:
+        return Path("/sys")
+    pytest.skip("running as root without a folder that refuses new files")
+
+
+def test_check_outputs_names_each_problem_in_one_line(tmp_path):
+    folder = tmp_path / "existing"
+    folder.mkdir()
+    a_file = tmp_path / "a.csv"
+    a_file.write_text("x")
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(files.OutputError) as info:
+        files.check_outputs(files=[folder])
+    assert str(info.value) == f"cannot write '{folder}': is an existing folder; expected a file path"
+    with pytest.raises(files.OutputError) as info:
+        files.check_outputs(folders=[a_file])
+    assert str(info.value) == f"cannot write '{a_file}': is an existing file; expected a folder"
+    with pytest.raises(files.OutputError) as info:
+        files.check_outputs(files=[a_file / "sub" / "out.csv"])
+    assert str(info.value) == f"cannot write '{a_file / 'sub' / 'out.csv'}': '{a_file}' is a file, not a folder"
+    ro = unwritable_folder(tmp_path)
+    with pytest.raises(files.OutputError, match=rf"^cannot write '{ro}/new/out\.csv': cannot create files in '{ro}': "):
+        files.check_outputs(files=[ro / "new" / "out.csv"])
+    # fine paths pass, and checking leaves nothing behind
+    files.check_outputs(files=[a_file, tmp_path / "new" / "b.csv", None], folders=[folder, tmp_path / "x", None])
+    assert sorted(tmp_path.iterdir()) == before
+    assert list(folder.iterdir()) == []
