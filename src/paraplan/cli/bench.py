@@ -99,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.a2av import draw_samples
     from paraplan.comm.bench import BenchJob, check_backend, run_bench
     from paraplan.comm.sizes import element_bytes, message_sizes
+    from paraplan.files import check_outputs
 
     require_torch("measuring collectives")
     worlds, collectives = _check(args)
+    check_outputs(folders=[args.output, args.plots])
     elem = element_bytes(args.dtype)
     jobs = []
     for world in worlds:

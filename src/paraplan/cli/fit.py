@@ -62,9 +62,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.fit_input import read_sweeps
     from paraplan.comm.fit_sweep import fit_frame
     from paraplan.comm.model import FittedCommModel, fits_document
-    from paraplan.files import write_csv, write_json
+    from paraplan.files import check_outputs, write_csv, write_json
     from paraplan.track import RunLog
 
+    check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)
     has_a2av = bool(samples.any())

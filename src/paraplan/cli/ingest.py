@@ -128,6 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from paraplan.files import check_outputs
+
+    check_outputs(files=[args.output])
     summary = HANDLERS[args.format](args)
     from paraplan.track import RunLog
 
