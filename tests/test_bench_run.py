@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -167,3 +168,57 @@ def test_ctrl_c_stops_every_rank_and_writes_nothing(tmp_path):
     assert "interrupted; no partial output was kept" in rest
     assert not list(tmp_path.iterdir())
     assert _marked_processes(mark) == []
+
+
+def _listening_addresses(pid: int) -> list[str]:
+    """IP addresses of the TCP sockets process `pid` listens on (/proc/net/tcp, tcp6)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = []
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for entry in Path(table).read_text().splitlines()[1:]:
+            fields = entry.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # state LISTEN
+                raw = bytes.fromhex(fields[1].split(":")[0])
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # little-endian words
+                found.append(socket.inet_ntop(family, raw))
+    return found
+
+
+def test_ranks_listen_on_loopback_only_and_die_with_a_killed_controller(tmp_path):
+    """The rendezvous store and gloo's sockets listen on 127.0.0.1, not every interface;
+    SIGKILL to the controller (no chance to clean up) still leaves no rank behind."""
+    mark = f"paraplan-test-{uuid.uuid4().hex}"
+    env = {**os.environ, FAULT_ENV: "1:all_reduce:hang", "PARAPLAN_TEST_MARK": mark}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paraplan.cli.main", "bench", "--world-size", "2",
+         "--collectives", "all_reduce", "--max-bytes", "64", "--timeout-s", "120",
+         "-o", str(tmp_path), "--no-track"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        for line in proc.stderr:  # the process group is formed: the ranks are measuring
+            if line.startswith("# paraplan bench: all_reduce"):
+                break
+        ranks = [pid for pid in _marked_processes(mark) if pid != proc.pid]
+        assert len(ranks) == 2
+        addresses = [address for pid in ranks for address in _listening_addresses(pid)]
+        assert addresses and set(addresses) == {"127.0.0.1"}, addresses
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while _marked_processes(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _marked_processes(mark) == []
+        assert not list(tmp_path.iterdir())
+    finally:  # whatever failed above, leave no process of this test behind
+        proc.kill()
+        proc.wait()
+        for pid in _marked_processes(mark):
+            os.kill(pid, signal.SIGKILL)

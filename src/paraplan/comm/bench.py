@@ -1,9 +1,17 @@
 """The collective benchmark harness: launch the ranks, watch them, collect timings.
 
 `run_bench(job)` starts `world_size` processes of `paraplan.comm.bench_rank` (each
-in its own session, so the whole group can be killed), rendezvous over TCP on a
-free local port, and streams their events back. It returns one `SizeTiming` per
-(collective, size or sample) with the per-iteration times of the slowest rank.
+in its own session, so the whole group can be killed), and streams their events
+back. It returns one `SizeTiming` per (collective, size or sample) with the
+per-iteration times of the slowest rank.
+
+The ranks run on this machine, so nothing of theirs listens beyond it: the
+rendezvous store is a socket this process binds to 127.0.0.1 (port chosen by the
+OS, no race for a "free" port) and hands to rank 0, and gloo's and NCCL's own
+sockets are put on the loopback interface (`GLOO_SOCKET_IFNAME` /
+`NCCL_SOCKET_IFNAME=lo` unless already set). Each rank dies with this process
+(Linux parent-death signal, see `bench_rank`), so killing the controller, even with
+SIGKILL, leaves no rank behind.
 
 Failure handling (the promise of `paraplan bench --timeout`):
 - a rank that raises or exits ends the job at once; the `BenchError` names the
@@ -138,11 +146,14 @@ def check_backend(backend: str, world_size: int) -> None:
         )
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+LOOPBACK = "127.0.0.1"
+_LOOPBACK_INTERFACE = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
+
+
+def rendezvous_socket() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1 at a port the OS picks: rank 0 serves the
+    rendezvous store on it (`master_listen_fd`), the others connect to its port."""
+    return socket.create_server((LOOPBACK, 0), backlog=128)
 
 
 def _job_payload(job: BenchJob, port: int) -> dict:
@@ -164,7 +175,8 @@ def _job_payload(job: BenchJob, port: int) -> dict:
     return {
         "backend": job.backend,
         "world_size": job.world_size,
-        "init_method": f"tcp://127.0.0.1:{port}",
+        "store_host": LOOPBACK,
+        "store_port": port,
         "pg_timeout_s": job.timeout_s + _PG_TIMEOUT_MARGIN_S,
         "threads_per_rank": max(1, cores // job.world_size),
         "warmup": job.warmup,
@@ -252,11 +264,13 @@ def run_bench(
     """Run `job`; `on_start(collective, host)` and `on_result(timing)` report progress
     as it happens (e.g. to print a table). Raises `BenchError` on a crash or hang."""
     check_backend(job.backend, job.world_size)
-    spec = _job_payload(job, free_port())
+    store_socket = rendezvous_socket()
+    spec = _job_payload(job, store_socket.getsockname()[1])
     payload = json.dumps(spec)
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(spec["threads_per_rank"]))
+    env.setdefault(_LOOPBACK_INTERFACE[job.backend], "lo")
     events: queue.Queue = queue.Queue()
     states: list[_RankState] = []
     readers: list[threading.Thread] = []
@@ -271,10 +285,12 @@ def run_bench(
         previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         for rank in range(job.world_size):
+            store_fd = [store_socket.fileno()] if rank == 0 else []
             process = subprocess.Popen(
-                [sys.executable, "-m", "paraplan.comm.bench_rank", str(rank)],
+                [sys.executable, "-m", "paraplan.comm.bench_rank", str(rank), str(os.getpid()),
+                 *map(str, store_fd)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env, start_new_session=True,
+                text=True, env=env, start_new_session=True, pass_fds=store_fd,
             )
             states.append(_RankState(rank, process))
             process.stdin.write(payload)
@@ -310,6 +326,7 @@ def run_bench(
             if time.monotonic() - last_progress > job.timeout_s:
                 raise BenchError(_hang_message(states, job))
     finally:
+        store_socket.close()
         _terminate(states)
         for thread in readers:
             thread.join(timeout=1.0)

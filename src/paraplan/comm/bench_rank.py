@@ -1,7 +1,11 @@
-"""One rank of a collective benchmark: `python -m paraplan.comm.bench_rank RANK`.
+"""One rank of a collective benchmark: `python -m paraplan.comm.bench_rank RANK PID [STORE_FD]`.
 
 Started by `paraplan.comm.bench` (one process per rank, each in its own session),
-it reads the job as JSON on stdin and reports on stdout, one JSON event per line
+it first arranges to die with its controller PID (Linux: `prctl(PR_SET_PDEATHSIG,
+SIGKILL)`; elsewhere a thread that watches the parent pid), then reads the job as
+JSON on stdin and forms the process group over a TCPStore: rank 0 serves it on the
+listening socket STORE_FD the controller bound to 127.0.0.1, the others connect to
+its port. It reports on stdout, one JSON event per line
 prefixed with `EVENT_PREFIX`: `hello` (host; before importing torch), `imported`
 (torch loaded), `ready` (process group formed), `start` (a collective), `size` (a
 message size or all_to_allv sample is about to run), `result` (rank 0 only: the
@@ -20,17 +24,44 @@ or raise (`raise`).
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
 
 EVENT_PREFIX = "@@paraplan-bench@@ "
 FAULT_ENV = "PARAPLAN_BENCH_FAULT"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent_pid: int) -> str:
+    """Make sure this process does not outlive `parent_pid` (the controller): the kernel
+    sends SIGKILL when the parent exits (Linux), or a daemon thread exits when the parent
+    pid changes (elsewhere). A parent that is already gone ends this process at once.
+    Returns the mechanism used."""
+    mechanism = "watchdog thread"
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+            mechanism = "PR_SET_PDEATHSIG"
+    if os.getppid() != parent_pid:  # it died before the signal was armed
+        os._exit(1)
+    if mechanism == "watchdog thread":
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(_PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+    return mechanism
 
 
 def emit(event: str, **fields: object) -> None:
@@ -114,7 +145,7 @@ def _time_op(dist, torch, op, warmup: int, iters: int, device) -> list[float]:
     return slowest.cpu().tolist()
 
 
-def run_rank(rank: int, job: dict) -> None:
+def run_rank(rank: int, job: dict, store_fd: int | None = None) -> None:
     emit("hello", host=socket.gethostname(), pid=os.getpid())
     import torch
     import torch.distributed as dist
@@ -128,10 +159,12 @@ def run_rank(rank: int, job: dict) -> None:
         device = torch.device("cpu")
         torch.set_num_threads(job["threads_per_rank"])
     emit("imported")
-    dist.init_process_group(
-        backend, init_method=job["init_method"], rank=rank, world_size=n,
-        timeout=datetime.timedelta(seconds=job["pg_timeout_s"]),
+    timeout = datetime.timedelta(seconds=job["pg_timeout_s"])
+    store = dist.TCPStore(
+        job["store_host"], job["store_port"], n, is_master=rank == 0, timeout=timeout,
+        master_listen_fd=store_fd,
     )
+    dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
     emit("ready")
     for task in job["tasks"]:
         collective = task["collective"]
@@ -155,10 +188,12 @@ def run_rank(rank: int, job: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    rank = int(argv[0])
+    rank, controller_pid = int(argv[0]), int(argv[1])
+    store_fd = int(argv[2]) if len(argv) > 2 else None
+    die_with_parent(controller_pid)
     job = json.loads(sys.stdin.read())
     try:
-        run_rank(rank, job)
+        run_rank(rank, job, store_fd)
     except BaseException as exc:  # report every failure, then exit non-zero
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         emit("error", message=last[:2000])
