@@ -32,11 +32,11 @@ _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?",
 _NON_FINITE_RE = re.compile(r"[+-]?(?:nan|inf|infinity)", re.ASCII | re.IGNORECASE)
 
 
-def shown(text: str) -> str:
-    """`text` quoted for a message, shortened when long."""
-    if len(text) <= _SHOWN_CHARS:
+def shown(text: str, limit: int = _SHOWN_CHARS) -> str:
+    """`text` quoted for a message, shortened when longer than `limit`."""
+    if len(text) <= limit:
         return f"'{text}'"
-    return f"'{text[:_SHOWN_CHARS // 2]}...' ({len(text)} characters)"
+    return f"'{text[:limit // 2]}...' ({len(text)} characters)"
 
 
 def _bound(value: float) -> str:
@@ -69,11 +69,11 @@ class NumberRule:
         """Why an already-numeric `value` does not qualify; None when it does."""
         if isinstance(value, float) and not math.isfinite(value):
             return "not a finite number"
-        if self.integer and isinstance(value, float) and not value.is_integer():
-            return "not an integer"
         too_low = value < self.low if self.low_inclusive else value <= self.low
         if too_low and value < 0 <= self.low:
             return "negative"
+        if self.integer and isinstance(value, float) and not value.is_integer():
+            return "not an integer"
         if too_low or value > self.high:
             return self.why or "out of range"
         return None
@@ -81,8 +81,8 @@ class NumberRule:
     def parse(self, text: str) -> int | float:
         """The value written as `text`; a ValueError says what is wrong with it."""
         text = text.strip()
-        if self.integer and len(text) <= _MAX_INT_DIGITS and _INT_RE.fullmatch(text):
-            value: int | float = int(text)
+        if len(text) <= _MAX_INT_DIGITS and _INT_RE.fullmatch(text):
+            value: int | float = int(text)  # exact: 2^60 + 1 must not round onto a bound of 2^60
         elif _FLOAT_RE.fullmatch(text):
             value = float(text)
             if self.integer and math.isfinite(value) and value.is_integer():
@@ -94,7 +94,7 @@ class NumberRule:
         problem = self.problem(value)
         if problem:
             raise ValueError(f"expected {self.expected}, got {shown(text)}: {problem}")
-        return value
+        return value if self.integer else float(value)
 
 
 def parse_number(path: str | Path, line: int | None, field: str, text: str, rule: NumberRule) -> int | float:

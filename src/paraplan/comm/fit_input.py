@@ -162,7 +162,7 @@ def _a2av_fields(path: Path, line: int, cells: Mapping[str, str], world_size: in
     }
     if fields["global_batch"] < world_size:
         raise InputFileError(
-            path, f"expected at least one sample per rank ({world_size}), got {cells['global_batch']}",
+            path, f"expected at least one sample per rank ({world_size}), got {int(fields['global_batch'])}",
             line=line, field="column 'global_batch'",
         )
     parts = cells["tables_per_rank"].split("-")

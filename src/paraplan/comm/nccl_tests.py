@@ -41,7 +41,7 @@ from paraplan.comm.log_common import (
 )
 from paraplan.comm.results import MAX_RANKS, SWEEP_RULES
 from paraplan.core import InputFileError, busbw_factor
-from paraplan.inputs import parse_number
+from paraplan.inputs import parse_number, shown
 
 # "Group N" is absent in nccl-tests before 2.11
 _RANK_RE = re.compile(r"#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
@@ -90,7 +90,7 @@ def _parse_row(
 ) -> _RawRow | str | None:
     """A `_RawRow`, a warning string (row without a usable time), or None (zero size)."""
     if len(tokens) < 3 or is_int(tokens[2]) or parse_float(tokens[2]) is not None:
-        raise InputFileError(path, f"truncated or malformed table row: '{' '.join(tokens)}'", line=lineno)
+        raise InputFileError(path, f"truncated or malformed table row: {shown(' '.join(tokens), 120)}", line=lineno)
     size = int(parse_number(path, lineno, "column 'size'", tokens[0], SWEEP_RULES["size_bytes"]))
     count = int(parse_number(path, lineno, "column 'count'", tokens[1], SWEEP_RULES["count"]))
     pos = 3
@@ -105,7 +105,12 @@ def _parse_row(
     if len(tokens) < group + 3:
         which = "in-place" if in_place else "out-of-place"
         raise InputFileError(
-            path, f"truncated table row: no {which} time/algbw/busbw in '{' '.join(tokens)}'", line=lineno
+            path, f"truncated table row: no {which} time/algbw/busbw in {shown(' '.join(tokens), 120)}", line=lineno
+        )
+    if len(tokens) - pos not in (4, 8):  # a lost or split token would shift every column
+        raise InputFileError(
+            path, f"expected 4 values (time algbw busbw #wrong) out-of-place, and 4 in-place, after the "
+            f"type/redop/root columns; got {len(tokens) - pos} in {shown(' '.join(tokens), 120)}", line=lineno,
         )
     if size == 0:
         return None

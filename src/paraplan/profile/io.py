@@ -39,6 +39,17 @@ LAYER_RULES: dict[str, NumberRule] = {
     "flops": NumberRule("floating-point operations", 0, 1e24, why="above 1e24 for one layer's forward pass"),
 }
 BATCH_SIZE_RULE = NumberRule("a batch size in samples", 1, 2**24, integer=True)
+MAX_NAME_CHARS = 4096  # a layer's name or description (PyTorch's longest reprs are a few hundred)
+
+
+def check_layer_name(path: Path, line: int, field: str, name: str) -> str:
+    """`name` if it is at most `MAX_NAME_CHARS` long (what the CSV reader will take back)."""
+    if len(name) > MAX_NAME_CHARS:
+        raise InputFileError(
+            path, f"expected a layer name of at most {MAX_NAME_CHARS} characters, got {len(name)}", line,
+            field=field,
+        )
+    return name
 
 
 def meta_path(csv_path: str | Path) -> Path:
@@ -124,7 +135,7 @@ def parse_profile_csv(
                     path, f"{values[fixed]!r} exceeds {base} {values[base]!r}; expected fixed <= total", line,
                     field=f"column '{fixed}'",
                 )
-        layers.append(LayerProfile(name=cells["name"], **values))
+        layers.append(LayerProfile(name=check_layer_name(path, line, "column 'name'", cells["name"]), **values))
     if not layers:
         raise InputFileError(path, "no layer rows after the header")
     return ModelProfile(name=name, batch_size=batch_size, layers=tuple(layers), meta=dict(meta or {}))

@@ -35,7 +35,7 @@ import numpy as np
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
 from paraplan.files import write_text
 from paraplan.inputs import NumberRule, check_number, parse_number, read_text
-from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES
+from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, check_layer_name
 
 _FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
 _NODE_ID = re.compile(r"^node([0-9]{1,18})$")
@@ -120,7 +120,7 @@ def _parse_node(path: Path, line: int, text: str) -> GraphNode:
             "activation_size=..., parameter_size=...'", line,
         )
     node_id = _node_id(path, line, parts[0])
-    description = " -- ".join(parts[1:attr_index]).strip()
+    description = check_layer_name(path, line, "description", " -- ".join(parts[1:attr_index]).strip())
     attrs: dict[str, str] = {}
     for item in parts[attr_index].split(","):
         if not item.strip():
