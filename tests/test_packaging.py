@@ -132,3 +132,16 @@ def test_wheel_runs_outside_the_checkout(repo_root, tmp_path):
                 "print(cluster_path('dgx-a100'), load_cluster('dgx-a100').num_devices)")
     path, devices = found.stdout.split()
     assert Path(path).is_relative_to(site) and "_config" in path and int(devices) > 1
+
+
+def test_conda_environment_installs_the_test_extra_with_hypothesis(repo_root):
+    """environment.yml's pip section installs this package with its `test` extra, so
+    conda users get the same test tools (hypothesis for the property-based suite) as
+    pip users."""
+    data = tomllib.loads((repo_root / "pyproject.toml").read_text())
+    test_extra = {Requirement(r).name for r in data["project"]["optional-dependencies"]["test"]}
+    assert {"pytest", "ruff", "hypothesis"} <= test_extra
+    env = yaml.safe_load((repo_root / "environment.yml").read_text())
+    (pip_section,) = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
+    extras = [Requirement(f"paraplan{line.split('.', 1)[1]}").extras for line in pip_section if "-e ." in line]
+    assert extras and "test" in extras[0], pip_section

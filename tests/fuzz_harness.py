@@ -1,0 +1,451 @@
+"""Mutated real inputs, and what counts as a right answer to them.
+
+Shared by the property-based suite (tests/test_fuzz_inputs.py, a fixed CI budget)
+and the bigger fuzz run that prints figures (benchmarks/fuzz_inputs.py).
+
+A `Target` is one kind of input file read the way a command reads it: `paraplan
+ingest --format nccl-tests|param|pipedream`, `paraplan fit` on a bench CSV, and the
+profile CSV reader. Seeds are the real files in ../shared/data (bench and profile
+CSVs are made from them). `classify` runs a target on some bytes and names the
+outcome:
+- "ok": exit 0, and every number in the output is finite, non-negative and in range
+  (and what ingest wrote, fit reads);
+- "error": a `ParaplanError` (exit 2, one line on stderr) whose message names the file;
+- "crash": any other exception or exit status, a traceback, or an error that does not
+  name the file;
+- "silent": an output with NaN, infinity, a negative or out-of-range number, or any
+  output at all for an input that carried a value its format forbids (a targeted
+  mutation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from paraplan.cli.main import main
+from paraplan.comm.fit_input import read_sweep_csv
+from paraplan.comm.log_common import rows_frame
+from paraplan.comm.nccl_tests import read_nccl_tests
+from paraplan.comm.param_log import read_param
+from paraplan.comm.results import SWEEP_RULES, bench_frame
+from paraplan.core import ParaplanError
+from paraplan.inputs import NumberRule
+from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
+from paraplan.profile.pipedream import read_pipedream
+
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+# Budgets. "paraplan-ci" is what `pytest` runs: derandomized (the same examples on
+# every run), no example database, bounded per test so the suite stays under a minute
+# on two cores. "paraplan-fuzz" is the bigger run of benchmarks/fuzz_inputs.py.
+settings.register_profile(
+    "paraplan-ci", max_examples=60, derandomize=True, database=None, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "paraplan-fuzz", max_examples=2000, derandomize=True, database=None, deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+OUTCOMES = ("ok", "error", "crash", "silent")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # one of OUTCOMES
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A span of a seed's text that a reader parses with `rule` (a targeted mutation
+    replaces it)."""
+
+    line: int  # 0-based index into the seed's lines
+    start: int
+    end: int
+    rule: NumberRule
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    file_name: str  # what the mutated bytes are saved as (pipedream needs -pbs-N)
+    seeds: tuple[str, ...]
+    run: Callable[[Path, Path], list[str]]  # (input, folder) -> problems with the output
+    fields: Callable[[str], list[Field]]  # the numbers a targeted mutation may break
+
+
+# ---- reading outputs ------------------------------------------------------------------
+
+
+def _out_of_range(values: np.ndarray, rule: NumberRule, name: str) -> list[str]:
+    values = np.asarray(values, dtype=float)
+    bad = [v for v in values if rule.problem(float(v)) is not None]
+    return [f"{name} = {bad[0]!r}: {rule.problem(float(bad[0]))}"] if bad else []
+
+
+def _check_bench_csv(path: Path) -> list[str]:
+    """A bench CSV written by ingest: plausible values, and fit's reader accepts it."""
+    frame = pd.read_csv(path)
+    problems = []
+    for column in ("world_size", "nodes", "size_bytes", "count", "time_us"):
+        problems += _out_of_range(frame[column].to_numpy(), SWEEP_RULES[column], column)
+    for column in ("algbw_GBps", "busbw_GBps"):
+        values = frame[column].to_numpy(float)
+        if not np.all(np.isfinite(values) & (values >= 0)):
+            problems.append(f"{column} not finite and >= 0")
+    if (frame["size_bytes"] <= 0).any():
+        problems.append("a zero-size row was kept")
+    if not problems and (frame["world_size"] >= 2).all():
+        try:
+            read_sweep_csv(path)
+        except ParaplanError as exc:
+            problems.append(f"ingest wrote a CSV that fit refuses: {exc}")
+    return problems
+
+
+def _check_profile(profile) -> list[str]:
+    problems = []
+    for column, rule in LAYER_RULES.items():
+        if column == "flops":
+            continue
+        problems += _out_of_range(getattr(profile, column), rule, column)
+    if BATCH_SIZE_RULE.problem(profile.batch_size):
+        problems.append(f"batch_size {profile.batch_size}")
+    totals = [profile.fwd_s.sum(), profile.bwd_s.sum(), profile.activation_bytes.sum(), profile.param_bytes.sum()]
+    if not all(math.isfinite(t) for t in totals):
+        problems.append("a sum over layers is not finite")
+    return problems
+
+
+def _finite_numbers(obj: object, where: str = "") -> list[str]:
+    """Every number in a JSON document is finite (json.loads took NaN if it was there)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return [f"{where or 'value'} = {obj}"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _finite_numbers(v, f"{where}.{k}")]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in _finite_numbers(v, f"{where}[{i}]")]
+    return []
+
+
+# ---- running a command --------------------------------------------------------------
+
+
+class CommandFailed(Exception):
+    """The command ended with a status other than 0 or 2, or printed a traceback."""
+
+
+def _command(args: Sequence[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main([*args, "--no-track"])
+    text = err.getvalue()
+    if code not in (0, 2) or "Traceback" in text:
+        raise CommandFailed(f"exit {code}: {text[-500:]}")
+    if code == 2:
+        errors = [line for line in text.splitlines() if ": error: " in line]
+        raise ParaplanError(errors[-1] if errors else text)
+    return code, text
+
+
+def _run_ingest(fmt: str) -> Callable[[Path, Path], list[str]]:
+    def run(path: Path, folder: Path) -> list[str]:
+        out = folder / "out.csv"
+        _command(["ingest", "--format", fmt, str(path), "-o", str(out)])
+        if fmt != "pipedream":
+            return _check_bench_csv(out)
+        profile = read_profile(out)  # what ingest wrote must read back
+        return _check_profile(profile)
+
+    return run
+
+
+def _run_profile(path: Path, folder: Path) -> list[str]:
+    del folder
+    return _check_profile(read_profile(path, batch_size=8))
+
+
+def _run_fit(path: Path, folder: Path) -> list[str]:
+    from paraplan.comm.model import FittedCommModel
+    from paraplan.core import Group
+
+    out = folder / "comm_model.json"
+    _command(["fit", str(path), "-o", str(out), "--a2av-out", str(folder / "a2av.csv")]
+             if "global_batch" in path.read_text(errors="replace").split("\n", 1)[0]
+             else ["fit", str(path), "-o", str(out)])
+    document = json.loads(out.read_text())  # strict JSON: NaN would not parse as a number here
+    problems = _finite_numbers(document)
+    model = FittedCommModel.from_dict(document, str(out))
+    for collective, world, tier in model.measured():
+        group = Group(world, 1 if tier == "intra" else 2)
+        for nbytes in (1.0, 1e3, 1e6, 1e9, 2.0**50):
+            time_s = model.time_s(collective, nbytes, group)
+            if not (math.isfinite(time_s) and time_s >= 0):
+                problems.append(f"{collective} n={world}: time_s({nbytes:g}) = {time_s}")
+    return problems
+
+
+# ---- seeds and their fields ---------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def _thinned_bench_csv(frame: pd.DataFrame, keep: int) -> str:
+    step = max(1, len(frame) // keep)
+    return frame.iloc[::step].to_csv(index=False, lineterminator="\n")
+
+
+def _a2av_csv() -> str:
+    """An all_to_all sweep and three uneven all_to_allv samples at 2 ranks, one file."""
+    sizes = 2 ** np.arange(10, 17)
+    sweep = bench_frame("all_to_all", "gloo", 2, 1, sizes, sizes // 8, "float32", 30 + sizes / 2e3)
+    samples = bench_frame(
+        "all_to_allv", "gloo", 2, 1, [8192, 65536, 24576], [2048, 16384, 6144], "float32", [40.0, 70.0, 50.0],
+        extra={"sample": [0, 1, 2], "global_batch": [256, 1024, 512], "tables_per_rank": ["1-2", "4-1", "3-3"],
+               "dim": [32, 64, 32]},
+    )
+    return pd.concat([sweep, samples], ignore_index=True).to_csv(index=False, lineterminator="\n")
+
+
+def _token_fields(text: str, select: Callable[[list[str]], dict[int, NumberRule]]) -> list[Field]:
+    """Whitespace-separated tokens chosen by `select(tokens)` on each line."""
+    fields = []
+    for index, line in enumerate(text.splitlines()):
+        spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", line)]
+        for position, rule in select([line[a:b] for a, b in spans]).items():
+            fields.append(Field(index, *spans[position], rule))
+    return fields
+
+
+def _nccl_fields(text: str) -> list[Field]:
+    def select(tokens: list[str]) -> dict[int, NumberRule]:
+        if len(tokens) == 13 and tokens[0].isdigit() and tokens[1].isdigit() and int(tokens[0]) > 0:
+            return {0: SWEEP_RULES["size_bytes"], 1: SWEEP_RULES["count"], 5: SWEEP_RULES["time_us"]}
+        return {}
+
+    return _token_fields(text, select)
+
+
+def _param_fields(text: str) -> list[Field]:
+    def select(tokens: list[str]) -> dict[int, NumberRule]:
+        if len(tokens) >= 10 and tokens[0].startswith("COMMS-RES-") and tokens[1].isdigit() and int(tokens[1]) > 0:
+            return {1: SWEEP_RULES["size_bytes"], 2: SWEEP_RULES["count"], 3: SWEEP_RULES["time_us"]}
+        return {}
+
+    return _token_fields(text, select)
+
+
+_MS_RULE = NumberRule("ms", 0, LAYER_RULES["fwd_s"].high * 1e3)
+_PIPEDREAM_KEYS = {
+    "forward_compute_time": _MS_RULE,
+    "backward_compute_time": _MS_RULE,
+    "activation_size": LAYER_RULES["activation_bytes"],
+    "parameter_size": LAYER_RULES["param_bytes"],
+}
+
+
+def _pipedream_fields(text: str) -> list[Field]:
+    fields = []
+    for index, line in enumerate(text.splitlines()):
+        for key, rule in _PIPEDREAM_KEYS.items():
+            found = re.search(rf"\b{key}=([0-9.eE+-]+)(?=,|$)", line)
+            if found and not line[:1].isspace():
+                fields.append(Field(index, found.start(1), found.end(1), rule))
+    return fields
+
+
+def _csv_fields(text: str, rules: dict[str, NumberRule], data_line: Callable[[list[str]], bool]) -> list[Field]:
+    """Cells of the named columns in a CSV whose cells hold no commas or quotes."""
+    lines = text.splitlines()
+    header = lines[0].split(",")
+    fields = []
+    for index, line in enumerate(lines[1:], start=1):
+        cells = line.split(",")
+        if len(cells) != len(header) or '"' in line or not data_line(dict(zip(header, cells, strict=True))):
+            continue
+        starts = np.cumsum([0] + [len(c) + 1 for c in cells])
+        for column, rule in rules.items():
+            if column in header:
+                i = header.index(column)
+                fields.append(Field(index, int(starts[i]), int(starts[i]) + len(cells[i]), rule))
+    return fields
+
+
+def _profile_fields(text: str) -> list[Field]:
+    """The four numbers that end each row (names may hold quoted commas)."""
+    rules = [LAYER_RULES[c] for c in ("fwd_s", "bwd_s", "activation_bytes", "param_bytes")]
+    fields = []
+    for index, line in enumerate(text.splitlines()[1:], start=1):
+        cells = line.rsplit(",", 4)[1:]
+        start = len(line) - sum(len(c) + 1 for c in cells) + 1
+        for cell, rule in zip(cells, rules, strict=True):
+            fields.append(Field(index, start, start + len(cell), rule))
+            start += len(cell) + 1
+    return fields
+
+
+_BENCH_RULES = {c: SWEEP_RULES[c] for c in ("world_size", "nodes", "size_bytes", "count", "time_us")}
+
+
+def _bench_fields(text: str) -> list[Field]:
+    return _csv_fields(text, _BENCH_RULES, lambda cells: cells.get("global_batch", "") == "")
+
+
+def targets(data: Path = SHARED_DATA) -> dict[str, Target]:
+    """The targets, seeded from `data` (../shared/data)."""
+    logs = sorted((data / "nccl-tests").glob("*.txt"))
+    param = data / "param" / "param_gloo_cpu_2ranks_blocking.txt"
+    graphs = sorted((data / "pipedream-profiles").glob("*.txt"))
+    profiles = [profile_to_csv_text(read_pipedream(g)) for g in graphs[:4]]
+    sweeps = [rows_frame(read_nccl_tests(log).rows) for log in logs] + [rows_frame(read_param(param).rows)]
+    bench_csvs = [_thinned_bench_csv(frame, 8) for frame in sweeps] + [_a2av_csv()]
+    return {
+        "ingest nccl-tests": Target("ingest nccl-tests", "log.txt", tuple(_read(p) for p in logs),
+                                    _run_ingest("nccl-tests"), _nccl_fields),
+        "ingest param": Target("ingest param", "param.txt", (_read(param),), _run_ingest("param"), _param_fields),
+        "ingest pipedream": Target("ingest pipedream", "graph-pbs-8.txt", tuple(_read(g) for g in graphs),
+                                   _run_ingest("pipedream"), _pipedream_fields),
+        "profile csv": Target("profile csv", "profile.csv", tuple(profiles), _run_profile, _profile_fields),
+        "fit": Target("fit", "sweep.csv", tuple(bench_csvs), _run_fit, _bench_fields),
+    }
+
+
+# ---- classifying --------------------------------------------------------------------
+
+
+def classify(target: Target, data: bytes, folder: Path, forbidden: bool = False) -> Outcome:
+    """Run `target` on `data` (saved in `folder`); `forbidden` says the input carries a
+    value its format does not allow, so any output is a silent acceptance."""
+    with tempfile.TemporaryDirectory(dir=folder) as own:
+        return _classify(target, data, Path(own), forbidden)
+
+
+def _classify(target: Target, data: bytes, folder: Path, forbidden: bool) -> Outcome:
+    path = folder / target.file_name
+    path.write_bytes(data)
+    try:
+        problems = target.run(path, folder)
+    except ParaplanError as exc:
+        if str(path) not in str(exc):
+            return Outcome("crash", f"error without the file name: {exc}")
+        if "\n" in str(exc).strip():
+            return Outcome("crash", f"error of several lines: {exc}")
+        left = sorted(p.name for p in folder.iterdir() if p != path)
+        if left:
+            return Outcome("crash", f"an error left {left} behind: {exc}")
+        return Outcome("error", str(exc))
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return Outcome("crash", f"{type(exc).__name__} at {where.filename}:{where.lineno}: {exc}"[:500])
+    if problems:
+        return Outcome("silent", "; ".join(problems)[:500])
+    if forbidden:
+        return Outcome("silent", "a forbidden value was accepted")
+    return Outcome("ok")
+
+
+# ---- mutations ----------------------------------------------------------------------
+
+NASTY_NUMBERS = (
+    "nan", "NaN", "inf", "-inf", "Infinity", "-1", "-0", "0", "0.0", "1e308", "1e309", "1e-300", "1e300",
+    "-1e-300", str(2**63), str(2**64), str(-(2**63)), "9" * 400, "1_000", "\u0661\u0662", "0x10", "1e",
+    "+5", "5.", ".5", "1,5", "", "-", "N/A", "1e-324", "4.9e-324",
+)
+_BAD_BYTES = (b"\x00", b"\xff", b"\xc3", b"\xe2\x82", b"\r", b"\t", b",", b";", b'"', b"[", b"]", b"#", b"\xef\xbb\xbf")
+
+
+def nasty_number() -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.sampled_from(NASTY_NUMBERS),
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    )
+
+
+def forbidden_value(rule: NumberRule) -> st.SearchStrategy[str]:
+    """Text that `rule` must refuse: not finite, negative, out of range, not an
+    integer where one is expected, or not a number at all (no separators, so the
+    line keeps its columns)."""
+    options = [
+        st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "1e309", "-1e309"]),
+        st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False).map(repr),
+        st.floats(min_value=rule.high * 1.001 + 1, allow_nan=False, allow_infinity=False).map(repr),
+        st.integers(min_value=int(rule.high) + 1, max_value=2**80).map(str),
+        st.from_regex(r"[A-DF-MO-Za-df-mo-z_]{1,6}", fullmatch=True),
+    ]
+    if rule.low > 0:
+        options.append(st.floats(min_value=0, max_value=rule.low, exclude_max=rule.low_inclusive).map(repr))
+    if rule.integer:
+        options.append(st.integers(min_value=1, max_value=2**40).map(lambda n: f"{n}.5"))
+    return st.one_of(*options)
+
+
+@st.composite
+def mutated(draw, seeds: Sequence[str]) -> bytes:
+    """A seed with one to three blind mutations (numbers, lines, bytes, huge fields)."""
+    lines = draw(st.sampled_from(seeds)).encode().split(b"\n")
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        kind = draw(st.sampled_from(("number", "number", "number", "delete", "duplicate", "swap", "truncate",
+                                     "bytes", "long field", "token text", "repeat")))
+        i = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+        if kind == "number":
+            parts = re.split(rb"([\s,=;\[\]]+)", lines[i])
+            numbers = [j for j, p in enumerate(parts) if re.fullmatch(rb"[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?", p)]
+            if numbers:
+                parts[draw(st.sampled_from(numbers))] = draw(nasty_number()).encode()
+                lines[i] = b"".join(parts)
+        elif kind == "delete" and len(lines) > 1:
+            del lines[i]
+        elif kind == "duplicate":
+            lines.insert(i, lines[i])
+        elif kind == "swap":
+            j = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif kind == "truncate":
+            data = b"\n".join(lines)
+            lines = data[: draw(st.integers(min_value=0, max_value=len(data)))].split(b"\n")
+        elif kind == "bytes":
+            at = draw(st.integers(min_value=0, max_value=len(lines[i])))
+            extra = draw(st.one_of(st.sampled_from(_BAD_BYTES), st.binary(min_size=1, max_size=6)))
+            lines[i] = lines[i][:at] + extra + lines[i][at:]
+        elif kind == "long field":
+            at = draw(st.integers(min_value=0, max_value=len(lines[i])))
+            lines[i] = lines[i][:at] + b"7" * draw(st.integers(min_value=131_000, max_value=140_000)) + lines[i][at:]
+        elif kind == "token text":
+            parts = lines[i].split(b" ")
+            j = draw(st.integers(min_value=0, max_value=len(parts) - 1))
+            parts[j] = draw(st.text(max_size=8)).encode("utf-8", "surrogatepass")
+            lines[i] = b" ".join(parts)
+        elif kind == "repeat":
+            lines = lines + lines
+    return b"\n".join(lines)
+
+
+@st.composite
+def with_forbidden_value(draw, target: Target) -> bytes:
+    """A seed with one number the reader parses replaced by a value its rule forbids."""
+    seeds = [s for s in target.seeds if target.fields(s)]
+    text = draw(st.sampled_from(seeds))
+    field = draw(st.sampled_from(target.fields(text)))
+    lines = text.split("\n")
+    line = lines[field.line]
+    lines[field.line] = line[: field.start] + draw(forbidden_value(field.rule)) + line[field.end :]
+    return "\n".join(lines).encode()
