@@ -37,11 +37,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from paraplan.cli.main import main
-from paraplan.comm.fit_input import read_sweep_csv
+from paraplan.comm.fit_input import FITTED_COLLECTIVES, read_sweep_csv
 from paraplan.comm.log_common import rows_frame
 from paraplan.comm.nccl_tests import read_nccl_tests
 from paraplan.comm.param_log import read_param
-from paraplan.comm.results import SWEEP_RULES, bench_frame
+from paraplan.comm.results import MAX_ALGBW_GBPS, MAX_SIZE_BYTES, SWEEP_RULES, bench_frame
 from paraplan.core import ParaplanError
 from paraplan.inputs import NumberRule
 from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
@@ -53,7 +53,7 @@ SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 # every run), no example database, bounded per test so the suite stays under a minute
 # on two cores. "paraplan-fuzz" is the bigger run of benchmarks/fuzz_inputs.py.
 settings.register_profile(
-    "paraplan-ci", max_examples=60, derandomize=True, database=None, deadline=None,
+    "paraplan-ci", max_examples=100, derandomize=True, database=None, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
@@ -449,3 +449,42 @@ def with_forbidden_value(draw, target: Target) -> bytes:
     line = lines[field.line]
     lines[field.line] = line[: field.start] + draw(forbidden_value(field.rule)) + line[field.end :]
     return "\n".join(lines).encode()
+
+
+# ---- fitting any valid sweep --------------------------------------------------------
+
+
+@st.composite
+def valid_sweeps(draw):
+    """(collective, world size, sizes in bytes, times in s) of any sweep the bench-CSV
+    reader lets through: 2 to 12 distinct sizes up to 2^50 bytes, times from 1 ns to
+    1000 s, no bandwidth above 100 TB/s."""
+    sizes = sorted(draw(st.sets(st.integers(min_value=1, max_value=MAX_SIZE_BYTES), min_size=2, max_size=12)))
+    times_us = [draw(st.floats(min_value=max(1e-3, size / (MAX_ALGBW_GBPS * 1e3)), max_value=1e9)) for size in sizes]
+    collective = draw(st.sampled_from(FITTED_COLLECTIVES))
+    world = draw(st.integers(min_value=2, max_value=2**20))
+    return collective, world, np.array(sizes, dtype=float), np.array(times_us) * 1e-6
+
+
+def classify_sweep(sweep) -> Outcome:
+    """"ok" when fit_sweep gives exactly one chosen model, finite parameters and
+    in-sample errors, strict JSON, and a comm model with finite non-negative times;
+    "silent" when a number is not; "crash" on any exception."""
+    from paraplan.comm.fit_sweep import fit_sweep
+    from paraplan.comm.model import FittedCommModel, fits_document
+    from paraplan.core import Group
+
+    collective, world, sizes, times_s = sweep
+    try:
+        entries = fit_sweep(collective, world, 1, sizes, times_s)
+        document = json.loads(json.dumps(fits_document(entries), allow_nan=False))
+        model = FittedCommModel.from_dict(document)
+        times = [model.time_s(collective, nbytes, Group(world))
+                 for nbytes in (1.0, sizes[0], math.sqrt(sizes[0] * sizes[-1]), sizes[-1], 2.0**50)]
+    except Exception as exc:
+        return Outcome("crash", f"{type(exc).__name__}: {exc}"[:500])
+    problems = [] if sum(e.chosen for e in entries) == 1 else ["not exactly one chosen model"]
+    problems += [f"gmae {f['gmae']}" for f in document["fits"] if f["gmae"] is None or f["gmae"] < 0]
+    problems += _finite_numbers([f["params"] for f in document["fits"]], "params")
+    problems += [f"time_s {t}" for t in times if not (math.isfinite(t) and t >= 0)]
+    return Outcome("silent", "; ".join(problems)[:500]) if problems else Outcome("ok")

@@ -1,8 +1,9 @@
 """Property-based suite over the input readers: mutated real files (../shared/data)
 through `paraplan ingest` (nccl-tests, PARAM, PipeDream), the profile CSV reader and
-`paraplan fit`. The property: a valid result with every number finite, non-negative
-and in range, or a `ParaplanError` naming the file (one line, nothing written);
-never another exception, never a forbidden value accepted.
+`paraplan fit`, and any valid sweep through `fit_sweep`. The property: a valid result
+with every number finite, non-negative and in range, or a `ParaplanError` naming the
+file (one line, nothing written); never another exception, never a forbidden value
+accepted.
 
 Budget: the "paraplan-ci" Hypothesis profile (tests/fuzz_harness.py): derandomized,
 a fixed number of examples per test, under a minute on two cores. A bigger run that
@@ -15,7 +16,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from fuzz_harness import classify, mutated, targets, with_forbidden_value
+from fuzz_harness import (
+    classify,
+    classify_sweep,
+    mutated,
+    targets,
+    valid_sweeps,
+    with_forbidden_value,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +68,18 @@ def test_every_seed_is_read_without_complaint(seeded, name, tmp_path):
     for seed in target.seeds:
         outcome = classify(target, seed.encode(), tmp_path)
         assert outcome.kind == "ok", outcome.detail
+
+
+
+def test_fitting_any_valid_sweep_gives_finite_models():
+    """fit_sweep on anything the bench-CSV reader admits: exactly one chosen model,
+    finite parameters and errors, strict JSON, and finite non-negative predictions
+    from the comm model built on it (`fuzz_harness.classify_sweep`)."""
+
+    @settings(settings.get_profile("paraplan-ci"))
+    @given(valid_sweeps())
+    def check(sweep) -> None:
+        outcome = classify_sweep(sweep)
+        assert outcome.kind == "ok", outcome.detail
+
+    check()
