@@ -302,3 +302,17 @@ def test_what_ingest_writes_fit_reads(shared_dir, tmp_path):
     assert len(read_sweep_csv(out)) == 21
     assert main(["fit", str(out), "-o", str(tmp_path / "cm.json"), "--no-track"]) == 0
     json.loads((tmp_path / "cm.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+
+
+@pytest.mark.parametrize("where", ["host", "dtype"])
+def test_a_name_the_bench_csv_could_not_hold(tmp_path, where):
+    """was: ingest wrote a 140 KB host or type name into the bench CSV, which fit's
+    reader refuses (a field over 128 KiB)."""
+    long = "h" * 140_000
+    head = NCCL_HEAD.replace("on  h device  0", f"on  {long} device  0") if where == "host" else NCCL_HEAD
+    row = GOOD_ROW.replace("float", long) if where == "dtype" else GOOD_ROW
+    path = tmp_path / "log.txt"
+    path.write_text(head + row + "\n")
+    with pytest.raises(InputFileError) as info:
+        read_nccl_tests(path)
+    assert _message(info) == f"{path}:5: {where}: expected a name of at most 256 characters, got 140000"

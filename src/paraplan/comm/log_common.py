@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from paraplan.comm.results import SWEEP_RULES, bench_frame, sweep_point_problem
+from paraplan.comm.results import MAX_LABEL_CHARS, SWEEP_RULES, bench_frame, sweep_point_problem
 from paraplan.core import InputFileError
 from paraplan.inputs import check_number, read_text
 
@@ -146,9 +146,16 @@ def read_log_text(path: str | Path) -> str:
 
 def checked_row(path: Path, line: int, row: SweepRow) -> SweepRow:
     """`row` if its world size, nodes, size, count and time are plausible together
-    (`SWEEP_RULES`, `sweep_point_problem`); else an `InputFileError` at `line`."""
+    (`SWEEP_RULES`, `sweep_point_problem`) and its backend, dtype and host are short
+    names; else an `InputFileError` at `line`."""
     for key in ("world_size", "nodes", "size_bytes", "count", "time_us"):
         check_number(path, line, key.replace("_", " "), getattr(row, key), SWEEP_RULES[key])
+    for key in ("backend", "dtype", "host"):
+        if len(getattr(row, key)) > MAX_LABEL_CHARS:
+            raise InputFileError(
+                path, f"expected a name of at most {MAX_LABEL_CHARS} characters, got {len(getattr(row, key))}",
+                line=line, field=key,
+            )
     problem = sweep_point_problem(row.world_size, row.nodes, row.size_bytes, row.count, row.time_us)
     if problem:
         raise InputFileError(path, problem[1], line=line)

@@ -56,6 +56,7 @@ A2AV_COLUMNS: tuple[str, ...] = ("sample", "global_batch", "tables_per_rank", "d
 MAX_RANKS = 2**20
 MAX_SIZE_BYTES = 2**50  # 1 PiB in one rank's buffer
 MAX_ALGBW_GBPS = 1e5  # 100 TB/s: ~100x the fastest link of today
+MAX_LABEL_CHARS = 256  # backend, dtype, host: short names, which every CSV reader takes back
 _TIME_RULE = NumberRule(
     "a time in microseconds", 1e-3, 1e9, why="a collective call takes between 1 ns and 1000 s; wrong unit?"
 )
