@@ -102,3 +102,16 @@ def test_an_old_output_survives_a_failed_write(shared_dir, tmp_path, command):
     assert proc.stderr.strip().splitlines()[-1].endswith("File too large; nothing was written")
     assert out.read_bytes() == old
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_profile_meta_path_in_the_way_is_found_before_the_csv_is_written(shared_dir, tmp_path, capsys):
+    """The meta JSON goes beside the CSV; a folder in its place fails before either is written."""
+    (tmp_path / "vgg.meta.json").mkdir()
+    graph = shared_dir / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt"
+    args = ["ingest", "--format", "pipedream", str(graph), "-o", str(tmp_path / "vgg.csv"), "--no-track"]
+    assert main(args) == 2
+    assert _error_line(capsys) == (
+        f"paraplan ingest: error: cannot write '{tmp_path / 'vgg.meta.json'}': is an existing folder; "
+        "expected a file path"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vgg.meta.json"]

@@ -129,8 +129,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from paraplan.files import check_outputs
+    from paraplan.profile.io import meta_path
 
-    check_outputs(files=[args.output])
+    check_outputs(files=[args.output, meta_path(args.output) if args.format == "pipedream" else None])
     summary = HANDLERS[args.format](args)
     from paraplan.track import RunLog
 

@@ -169,11 +169,11 @@ def _analytic(args, spec, batches):
 
 def run(args: argparse.Namespace) -> int:
     from paraplan.files import check_outputs
-    from paraplan.profile.io import write_profile
+    from paraplan.profile.io import meta_path, write_profile
     from paraplan.profile.specs import make_spec, spec_settings
     from paraplan.track import RunLog
 
-    check_outputs(files=[args.output], folders=[args.plots])
+    check_outputs(files=[args.output, meta_path(args.output)], folders=[args.plots])
     spec = make_spec(args.model, _spec_settings(args))
     batches = _batches(args)
     if args.analytic:
