@@ -17,9 +17,10 @@ _DEVICE_KEYS = {
     "mem_bandwidth_GBps": float,
     "memory_GB": float,
     "launch_overhead_us": float,
+    "compute_units": int,
     "peak_tflops_by_dtype": dict,
 }
-_OPTIONAL_DEVICE_KEYS = {"launch_overhead_us", "peak_tflops_by_dtype"}
+_OPTIONAL_DEVICE_KEYS = {"launch_overhead_us", "peak_tflops_by_dtype", "compute_units"}
 _LINK_KEYS = {"bandwidth_GBps": float, "latency_us": float}
 
 
@@ -27,6 +28,12 @@ def _number(source: str, key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ConfigError(f"{source}:{key}", f"expected a number >= 0, got {value!r}")
     return float(value)
+
+
+def _count(source: str, key: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
+        raise ConfigError(f"{source}:{key}", f"expected an integer in 0..1000000, got {value!r}")
+    return value
 
 
 def _peaks_by_dtype(source: str, data: object) -> tuple[tuple[str, float], ...]:
@@ -74,6 +81,7 @@ def cluster_from_dict(data: dict, source: str = "<cluster>") -> Cluster:
         mem_bandwidth_Bps=_number(source, "device.mem_bandwidth_GBps", dev["mem_bandwidth_GBps"]) * 1e9,
         memory_bytes=_number(source, "device.memory_GB", dev["memory_GB"]) * 1e9,
         launch_overhead_s=_number(source, "device.launch_overhead_us", dev.get("launch_overhead_us", 0.0)) * 1e-6,
+        compute_units=_count(source, "device.compute_units", dev.get("compute_units", 0)),
         peak_flops_by_dtype=_peaks_by_dtype(source, dev.get("peak_tflops_by_dtype", {})),
     )
     links = data["links"]

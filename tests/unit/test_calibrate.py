@@ -69,3 +69,30 @@ def test_error_summary():
                                                        pytest.approx(2.0), 3)
     assert e.mean_error == pytest.approx((2 - 0.5 - 1 / 3) / 3)
     assert e.spearman == pytest.approx(-0.5)  # ranks (3, 1, 2) against (1, 2, 3)
+
+
+def test_a_layer_profile_calibrates_the_device_it_was_taken_on():
+    """A GPT profile whose block times come from known efficiencies gives them back."""
+    from paraplan.core import LayerProfile, ModelProfile
+    from paraplan.predict.profile_fit import layer_times
+
+    cluster = load_cluster("local-cpu")
+    comm = Calibration("x", "none", DeviceEfficiency()).comm_model(cluster)
+    settings = {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024}
+    truth = replace(TRUE, host_kernel_s=5e-6)
+    skeleton = ModelProfile("gpt", 8, tuple(LayerProfile(f"block{i}", 1.0, 1.0, 1.0, 1.0) for i in range(2)),
+                            meta={"model": "gpt", "model_settings": settings, "dtype": "float32", "batches": [2, 8]})
+    probe = layer_times(skeleton, cluster, comm, "probe")
+    seconds = probe.predict(truth, np.arange(len(probe)))
+    # the profile stores times at batch 8 and a fixed part such that batch 2 comes out right
+    f2, b2, f8, b8 = seconds[0], seconds[1], seconds[4], seconds[5]
+    fixed_f, fixed_b = (4 * f2 - f8) / 3, (4 * b2 - b8) / 3
+    layers = tuple(LayerProfile(f"block{i}", f8, b8, 1.0, 1.0, fwd_fixed_s=fixed_f, bwd_fixed_s=fixed_b)
+                   for i in range(2))
+    profile = ModelProfile("gpt", 8, layers, meta=dict(skeleton.meta))
+    data = layer_times(profile, cluster, comm, "profile")
+    np.testing.assert_allclose(data.measured_s, seconds, rtol=1e-9)
+    start = replace(truth, gemm_efficiency=0.9, memory_efficiency=0.9)
+    fit = fit_efficiency(data, data.measured_s, ("gemm_efficiency", "memory_efficiency"), start)
+    assert fit.efficiency.gemm_efficiency == pytest.approx(0.7, rel=1e-3)
+    assert fit.efficiency.memory_efficiency == pytest.approx(0.6, rel=1e-3)

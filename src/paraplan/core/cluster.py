@@ -15,6 +15,7 @@ class Device:
     mem_bandwidth_Bps: float
     memory_bytes: float
     launch_overhead_s: float = 0.0
+    compute_units: int = 0  # streaming multiprocessors / compute units (0: not stated)
     # optional per-dtype peaks, e.g. (("float32", 19.5e12), ("bfloat16", 312e12))
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -52,6 +53,32 @@ def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficienc
     return np.array([iteration_time_s(price(s, k, eff)) for s, k in zip(structures, kernel_s, strict=True)])
 
 
+class Measured(Protocol):
+    """What a calibration fits to: measured times and how the device model predicts
+    them (`predict(eff, idx)` for the measurements at `idx`)."""
+
+    def __len__(self) -> int: ...
+
+    def predict(self, eff: DeviceEfficiency, idx: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, eq=False)
+class IterationTimes:
+    """Measured iteration times of whole runs (a run table)."""
+
+    structures: tuple[RunStructure, ...]
+
+    def __len__(self) -> int:
+        return len(self.structures)
+
+    def predict(self, eff: DeviceEfficiency, idx: np.ndarray) -> np.ndarray:
+        return predict_iteration_s([self.structures[int(i)] for i in idx], eff)
+
+
+def as_measured(data: Measured | Sequence[RunStructure]) -> Measured:
+    return data if hasattr(data, "predict") else IterationTimes(tuple(data))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class FitResult:
     efficiency: DeviceEfficiency
@@ -60,30 +87,33 @@ class FitResult:
     evaluations: int
 
 
-def fit_efficiency(structures: Sequence[RunStructure], measured_s: np.ndarray,
+def fit_efficiency(data: Measured | Sequence[RunStructure], measured_s: np.ndarray,
                    fitted: Sequence[str] = DEFAULT_FIT, start: DeviceEfficiency = START,
-                   max_evaluations: int = 400) -> FitResult:
-    """The parameters `fitted` that minimise the squared log error (see the module doc)."""
+                   max_evaluations: int = 400, idx: np.ndarray | None = None) -> FitResult:
+    """The parameters `fitted` that minimise the squared log error over the
+    measurements `idx` (default: all; see the module doc)."""
     from scipy.optimize import least_squares
 
     unknown = [n for n in fitted if n not in FIT_BOUNDS]
     if unknown:
         raise ParaplanError(f"cannot fit '{unknown[0]}'; fittable: {', '.join(FIT_BOUNDS)}")
+    data = as_measured(data)
     measured_s = np.asarray(measured_s, dtype=float)
-    if len(structures) != measured_s.shape[0] or not len(structures):
-        raise ParaplanError("calibration needs at least one run with a measured iteration time")
+    if len(data) != measured_s.shape[0] or not len(data):
+        raise ParaplanError("calibration needs at least one measured time")
+    idx = np.arange(len(data)) if idx is None else np.asarray(idx)
     names = tuple(fitted)
     scale = np.array([FIT_BOUNDS[n][2] for n in names])
     lower = np.array([FIT_BOUNDS[n][0] for n in names]) / scale
     upper = np.array([FIT_BOUNDS[n][1] for n in names]) / scale
     x0 = np.clip(np.array([getattr(start, n) for n in names]) / scale, lower, upper)
-    log_measured = np.log(measured_s)
+    log_measured = np.log(measured_s[idx])
 
     def efficiency(x: np.ndarray) -> DeviceEfficiency:
         return replace(start, **{n: float(v) for n, v in zip(names, x * scale, strict=True)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return np.log(predict_iteration_s(structures, efficiency(x))) - log_measured
+        return np.log(data.predict(efficiency(x), idx)) - log_measured
 
     # relative changes below 1e-5 of a run's predicted time are noise to a calibration
     result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac", diff_step=1e-3,
@@ -104,11 +134,12 @@ class CrossValidation:
     fits: tuple[DeviceEfficiency, ...]  # per group (fitted without it)
 
 
-def cross_validate(structures: Sequence[RunStructure], measured_s: np.ndarray, group_labels: Sequence[str],
+def cross_validate(data: Measured | Sequence[RunStructure], measured_s: np.ndarray, group_labels: Sequence[str],
                    fitted: Sequence[str] = DEFAULT_FIT, start: DeviceEfficiency = START,
                    progress: Callable[[str], None] | None = None) -> CrossValidation:
     """Leave-one-group-out predictions (see the module doc); each fold starts from
     `start` (pass the all-data fit to converge in fewer evaluations)."""
+    data = as_measured(data)
     labels = np.asarray(list(group_labels))
     groups = tuple(dict.fromkeys(labels.tolist()))
     if len(groups) < 2:
@@ -120,8 +151,8 @@ def cross_validate(structures: Sequence[RunStructure], measured_s: np.ndarray, g
     for i, group in enumerate(groups):
         test = np.flatnonzero(group_of == i)
         train = np.flatnonzero(group_of != i)
-        fit = fit_efficiency([structures[j] for j in train], measured_s[train], fitted, start)
-        predicted[test] = predict_iteration_s([structures[j] for j in test], fit.efficiency)
+        fit = fit_efficiency(data, measured_s, fitted, start, idx=train)
+        predicted[test] = data.predict(fit.efficiency, test)
         fits.append(fit.efficiency)
         if progress:
             err = np.abs(predicted[test] / measured_s[test] - 1).mean()

@@ -6,8 +6,9 @@ latency:
     t = max(flops / (peak x efficiency), bytes / (bandwidth x memory_efficiency)) + latency
 
 - GEMMs: `efficiency` = gemm_efficiency x wave x k-loop, where the output is cut into
-  128 x 128 tiles spread over the device's compute units in waves (a last, partial
-  wave leaves units idle: wave = tiles / (waves x units)), and a tile's main loop
+  128 x 128 tiles spread over the device's compute units (the cluster file's
+  `compute_units`: SMs or CUs) in waves (a last, partial wave leaves units idle:
+  wave = tiles / (waves x units); no such factor when the file states none), and a tile's main loop
   over the inner dimension k runs at k / (k + gemm_k_half) of its speed (the
   prologue and epilogue cost about as much as gemm_k_half steps). Small GEMMs are
   therefore slower per FLOP; large ones reach gemm_efficiency of the peak.
@@ -38,7 +39,6 @@ from paraplan.core.errors import StrategyError
 from paraplan.predict.ops import ATTENTION, GEMM, Kernels
 
 TILE = 128.0
-DEFAULT_COMPUTE_UNITS = 108  # A100's streaming multiprocessors
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
@@ -87,7 +87,7 @@ class DeviceSpeed:
 
     peak_flops: float
     mem_bandwidth_Bps: float
-    compute_units: int = DEFAULT_COMPUTE_UNITS
+    compute_units: int = 0  # 0: not stated, no wave quantisation
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
@@ -98,18 +98,19 @@ class DeviceSpeed:
                 f"dtype {dtype}: device {device.name} lists no {name} peak in its cluster file "
                 f"(it has {', '.join(sorted(listed))}); it cannot run this precision on its tensor cores")
         peak = device.peak_flops_for(name)
-        units = int(getattr(device, "compute_units", 0) or DEFAULT_COMPUTE_UNITS)
-        return DeviceSpeed(peak, device.mem_bandwidth_Bps, units)
+        return DeviceSpeed(peak, device.mem_bandwidth_Bps, device.compute_units)
 
 
 def gemm_efficiency(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarray,
                     speed: DeviceSpeed, eff: DeviceEfficiency) -> np.ndarray:
     """Fraction of the peak a GEMM of this shape reaches (wave x k-loop x top)."""
+    kloop = k / (k + eff.gemm_k_half)
+    if speed.compute_units < 1:
+        return eff.gemm_efficiency * kloop
     tiles = np.ceil(m / TILE) * np.ceil(n / TILE) * batch
     units = float(speed.compute_units)
     waves = np.ceil(tiles / units)
     wave = tiles / np.maximum(waves * units, 1.0)
-    kloop = k / (k + eff.gemm_k_half)
     return eff.gemm_efficiency * wave * kloop
 
 

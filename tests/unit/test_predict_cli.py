@@ -1,0 +1,99 @@
+"""`paraplan predict` and `paraplan calibrate` as a user runs them."""
+
+import csv
+import json
+
+import pytest
+
+from paraplan.cli.main import main
+
+HEADER = ["name", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
+          "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "global_batch_size",
+          "micro_batch_size", "recompute_granularity", "dtype"]
+
+
+def write_table(path, rows, header=HEADER):
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def read(path):
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_predict_writes_the_table_back_with_predictions(tmp_path):
+    runs = write_table(tmp_path / "runs.csv", [
+        ["a", 24, 2048, 16, 2048, 50257, 2, 2, 2, 64, 2, "full", "bf16"],
+        ["b", 24, 2048, 16, 2048, 50257, 2, 2, 2, 64, "", "selective", "bf16"],
+    ])
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
+    a, b = read(out)
+    assert a["name"] == "a" and a["micro_batch_size"] == "2" and a["chosen"] == ""
+    assert b["chosen"].startswith("micro_batch_size=") and b["micro_batch_size"] == b["chosen"].split("=")[1]
+    for row in (a, b):
+        assert float(row["predicted_iteration_s"]) > 0 and row["fits_memory"] == "true"
+        assert 0 < float(row["predicted_mfu"]) < 1 and row["calibration"].startswith("a100-vtrain@")
+        assert float(row["predicted_peak_memory_bytes"]) >= float(row["predicted_weight_state_bytes"])
+    # full recomputation counts the recomputed forward: more model FLOPs per second than MFU says
+    assert float(a["predicted_tflops_per_gpu"]) * 1e12 / 312e12 > float(a["predicted_mfu"])
+
+
+def test_predict_bad_row_is_one_line_error(tmp_path, capsys):
+    runs = write_table(tmp_path / "runs.csv", [["a", 24, 2048, 16, 2048, 50257, 3, 1, 1, 64, 1, "none", "bf16"]])
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert "runs.csv:2: impossible run: num_attention_heads 16 is not divisible by tensor_model_parallel_size 3" in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_predict_reports_runs_that_do_not_fit(tmp_path, capsys):
+    runs = write_table(tmp_path / "runs.csv", [["big", 96, 12288, 96, 2048, 50257, 1, 1, 8, 64, 8, "none", "bf16"]])
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
+    (row,) = read(out)
+    assert row["fits_memory"] == "false" and float(row["predicted_peak_memory_bytes"]) > 80e9
+    assert "1 do not fit in 80 GB" in capsys.readouterr().err
+
+
+def test_calibrate_writes_a_cross_validated_calibration(tmp_path):
+    rows = []
+    for h, layers in ((1024, 4), (1024, 8), (2048, 4)):
+        for t, p, b, seconds in ((1, 1, 2, 0.1), (2, 1, 2, 0.08), (1, 2, 4, 0.09), (2, 2, 4, 0.07)):
+            scale = layers / 4 * (h / 1024) ** 1.5
+            rows.append([f"h{h}", layers, h, 16, 1024, 50257, t, p, 1, 8, b, "full", "fp16", seconds * scale])
+    runs = write_table(tmp_path / "runs.csv", rows, HEADER + ["measured_iteration_s"])
+    out = tmp_path / "cal.json"
+    code = main(["calibrate", str(runs), "--cluster", "dgx-a100", "--fit", "gemm_efficiency,memory_efficiency",
+                 "-o", str(out), "--predictions", str(tmp_path / "cv.csv"), "--no-track"])
+    assert code == 0
+    cal = json.loads(out.read_text())
+    assert cal["name"] == "cal" and cal["device"] == "A100-SXM4-80GB" and cal["fitted"] == [
+        "gemm_efficiency", "memory_efficiency"]
+    cv = cal["errors"]["cross_validated"]
+    assert cv["groups"] == 3 and cv["n"] == 12 and cv["mape"] >= cal["errors"]["in_sample"]["mape"] - 1e-9
+    assert cal["data"]["measurements"] == 12 and len(cal["data"]["sha256"]) == 64
+    assert len(read(tmp_path / "cv.csv")) == 12
+    # the file is what predict uses
+    predicted = tmp_path / "p.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-a100", "--calibration", str(out), "-o", str(predicted),
+                 "--no-track"]) == 0
+    assert read(predicted)[0]["calibration"].startswith("cal@")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "give a run table or --profile"),
+    (["--fit", "speed"], "unknown parameter 'speed'"),
+])
+def test_calibrate_usage_errors(tmp_path, capsys, args, message):
+    runs = write_table(tmp_path / "runs.csv", [["a", 4, 1024, 16, 1024, 50257, 1, 1, 1, 8, 2, "full", "fp16"]],
+                       HEADER)
+    base = [] if not args else [str(runs)]
+    code = main(["calibrate", *base, *args, "--cluster", "dgx-a100", "-o", str(tmp_path / "c.json"), "--no-track"])
+    assert code == 2
+    assert message in capsys.readouterr().err
