@@ -67,7 +67,7 @@ def test_calibrate_writes_a_cross_validated_calibration(tmp_path):
         for t, p, b, seconds in ((1, 1, 2, 0.1), (2, 1, 2, 0.08), (1, 2, 4, 0.09), (2, 2, 4, 0.07)):
             scale = layers / 4 * (h / 1024) ** 1.5
             rows.append([f"h{h}", layers, h, 16, 1024, 50257, t, p, 1, 8, b, "full", "fp16", seconds * scale])
-    runs = write_table(tmp_path / "runs.csv", rows, HEADER + ["measured_iteration_s"])
+    runs = write_table(tmp_path / "runs.csv", rows, [*HEADER, "measured_iteration_s"])
     out = tmp_path / "cal.json"
     code = main(["calibrate", str(runs), "--cluster", "dgx-a100", "--fit", "gemm_efficiency,memory_efficiency",
                  "-o", str(out), "--predictions", str(tmp_path / "cv.csv"), "--no-track"])
