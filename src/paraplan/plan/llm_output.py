@@ -1,0 +1,74 @@
+"""An LLM plan as table rows, in `paraplan predict`'s column names: one row per plan
+kept, best first, with the data-parallel baselines' iteration times beside it."""
+
+from __future__ import annotations
+
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_search import BASELINES, PlanResult
+from paraplan.predict.predictor import RunPrediction
+
+PLAN_COLUMNS: tuple[str, ...] = (
+    "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
+    "recompute_granularity", "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
+    "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
+    "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
+    "bubble_fraction", "fits_memory", *(f"{name}_s" for name in BASELINES), "search_s", "calibration",
+)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def baseline_cell(prediction: RunPrediction | None) -> str:
+    """A baseline's iteration time; empty when it cannot run or does not fit."""
+    if prediction is None or not prediction.fits_memory:
+        return ""
+    return f"{prediction.iteration_s:.6g}"
+
+
+def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> list[dict[str, str]]:
+    baselines = {f"{name}_s": baseline_cell(result.baselines.get(name)) for name in BASELINES}
+    rows = []
+    for rank, plan in enumerate(result.plans, start=1):
+        s = plan.settings
+        tokens = s.global_batch_size * model.seq_length / plan.iteration_s
+        rows.append({
+            "rank": str(rank), "model": model.name, "num_gpus": str(s.num_gpus),
+            "global_batch_size": str(s.global_batch_size), "seq_length": str(model.seq_length),
+            "tensor_model_parallel_size": str(s.tensor_model_parallel_size),
+            "pipeline_model_parallel_size": str(s.pipeline_model_parallel_size),
+            "data_parallel_size": str(s.data_parallel_size), "micro_batch_size": str(s.micro_batch_size),
+            "virtual_pipeline_model_parallel_size": str(s.virtual_pipeline_model_parallel_size),
+            "recompute_granularity": s.recompute_granularity, "sequence_parallel": _flag(s.sequence_parallel),
+            "zero_stage": str(s.zero_stage), "use_distributed_optimizer": _flag(s.use_distributed_optimizer),
+            "overlap_grad_reduce": _flag(s.overlap_grad_reduce), "overlap_param_gather": _flag(s.overlap_param_gather),
+            "schedule": s.pipeline_schedule, "dtype": s.dtype, "use_flash_attn": _flag(s.use_flash_attn),
+            "predicted_iteration_s": f"{plan.iteration_s:.6g}", "predicted_tokens_per_s": f"{tokens:.6g}",
+            "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
+            "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}",
+            "bubble_fraction": f"{plan.bubble_fraction:.6g}", "fits_memory": _flag(plan.fits_memory),
+            **baselines, "search_s": f"{result.search_s:.4g}", "calibration": calibration,
+        })
+    return rows
+
+
+def describe(plan: RunPrediction) -> str:
+    """One line a person reads: 'TP 8, PP 8, DP 16, micro-batch 1, v 3, selective recomputation, ...'."""
+    s = plan.settings
+    parts = [f"TP {s.tensor_model_parallel_size}", f"PP {s.pipeline_model_parallel_size}",
+             f"DP {s.data_parallel_size}", f"micro-batch {s.micro_batch_size}"]
+    if s.virtual_pipeline_model_parallel_size > 1:
+        parts.append(f"v {s.virtual_pipeline_model_parallel_size}")
+    if s.pipeline_model_parallel_size > 1:
+        parts.append(s.pipeline_schedule)
+    parts.append(f"{s.recompute_granularity} recomputation" if s.recompute_granularity != "none"
+                 else "no recomputation")
+    if s.sequence_parallel:
+        parts.append("sequence parallel")
+    if s.use_distributed_optimizer:
+        parts.append("distributed optimizer")
+    elif s.zero_stage:
+        parts.append(f"ZeRO-{s.zero_stage}")
+    return ", ".join(parts)
