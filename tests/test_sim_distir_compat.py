@@ -11,6 +11,7 @@ import pytest
 
 from paraplan.core import StrategyError
 from paraplan.sim import distir_compat as dc
+from paraplan.sim.schedules import distir_greedy_rounds
 
 FIG3 = dc.MlpProgram(batch_size=4096, dim=4096, num_layers=64)
 FIG4 = dc.MlpProgram(batch_size=8192, dim=8192, num_layers=64)
@@ -35,7 +36,7 @@ def test_fig4_one_device_run_pays_66_input_sends():
 
 
 def test_greedy_schedule_of_4_stages_and_4_microbatches_takes_14_rounds():
-    rounds = dc.greedy_rounds(4, 4)
+    rounds = distir_greedy_rounds(4, 4)
     assert len(rounds) == 14
     units = [u for r in rounds for u in r]
     assert len(units) == 2 * 4 * 4 and len(set(units)) == len(units)

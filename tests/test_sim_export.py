@@ -52,7 +52,7 @@ def test_chrome_trace_of_a_hybrid_step_has_allreduce_lanes():
 
     profile = ModelProfile("m", 16, tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 1e6, 4e6) for i in range(4)))
     cluster = Cluster("c", 1, 8, Device("a", 1e12, 1e12, 1e10), Link(1e10), Link(1e9))
-    s = Strategy(data_degree=2, pipeline_degree=2, microbatches=4, overlap_grad_allreduce=True)
+    s = Strategy(data_parallel_size=2, pipeline_model_parallel_size=2, num_microbatches=4, gradient_sync="overlap")
     tl = simulate(profile, cluster, ConstantBandwidthModel(1e10, 1e9), s, 64, grad_bucket_bytes=4e6)
     trace = to_chrome_trace(tl)
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]

@@ -54,7 +54,7 @@ def test_p3_two_layer_step_by_hand():
     8-12. The next forward runs layer 0 at 8-9 (after its all-reduce), layer 1 at 12-13
     (after its own): period 13 - 2 = 11 ms. Bucket-free overlap is FIFO: 4-10, 10-12,
     step 12 ms; no overlap: 6 + 8 = 14 ms."""
-    s = Strategy(data_degree=2, grad_sync="p3")
+    s = Strategy(data_parallel_size=2, gradient_sync="p3")
     tl = simulate(TWO, CLUSTER, MS_PER_MB, s, 64)
     assert tl.step_time_s == pytest.approx(11e-3)
     assert tl.speedup == pytest.approx(12 / 11)
@@ -69,9 +69,9 @@ def test_p3_two_layer_step_by_hand():
     gated = dev0 & (tl.kind == KINDS.index("fwd")) & (tl.microbatch == 1)
     assert np.column_stack([tl.start_s[gated], tl.end_s[gated]]) == pytest.approx(
         np.array([[8, 9], [12, 13]]) * 1e-3)
-    overlap = simulate(TWO, CLUSTER, MS_PER_MB, Strategy(data_degree=2, grad_sync="overlap"), 64,
+    overlap = simulate(TWO, CLUSTER, MS_PER_MB, Strategy(data_parallel_size=2, gradient_sync="overlap"), 64,
                        grad_bucket_bytes=1)
-    end = simulate(TWO, CLUSTER, MS_PER_MB, Strategy(data_degree=2), 64)
+    end = simulate(TWO, CLUSTER, MS_PER_MB, Strategy(data_parallel_size=2), 64)
     assert overlap.step_time_s == pytest.approx(12e-3)
     assert end.step_time_s == pytest.approx(14e-3)
 
@@ -102,7 +102,7 @@ COMPUTE_S = (15 + 30) * 1e-3  # the whole model at the profile batch
 @pytest.mark.parametrize("d", [2, 4, 8, 16])
 @pytest.mark.parametrize("k", [1, 4])
 def test_p3_free_comm_speedup_is_d(d, k):
-    tl = simulate(EIGHT, CLUSTER, FREE, Strategy(data_degree=d, microbatches=k, grad_sync="p3"), 32 * d * k)
+    tl = simulate(EIGHT, CLUSTER, FREE, Strategy(data_parallel_size=d, num_microbatches=k, gradient_sync="p3"), 32 * d * k)
     assert tl.step_time_s == pytest.approx(k * COMPUTE_S)
     assert tl.speedup == pytest.approx(d)
     assert tl.bubble_fraction == pytest.approx(0.0, abs=1e-12)
@@ -114,7 +114,7 @@ def test_p3_comm_bound_period_approaches_total_allreduce(s_per_byte):
     forward's last layer, so total all-reduce <= period <= total + compute; with the
     network 10^3-10^5 x slower than compute the period is the all-reduce time."""
     total = EIGHT.total_param_bytes * s_per_byte
-    tl = simulate(EIGHT, CLUSTER, LinearAllReduce(s_per_byte), Strategy(data_degree=16, grad_sync="p3"), 512)
+    tl = simulate(EIGHT, CLUSTER, LinearAllReduce(s_per_byte), Strategy(data_parallel_size=16, gradient_sync="p3"), 512)
     compute = COMPUTE_S
     assert total <= tl.step_time_s <= total + compute
     assert tl.step_time_s / total == pytest.approx(1.0, abs=compute / total)
@@ -131,7 +131,7 @@ def test_p3_never_slower_than_overlap_or_end(bandwidth, k, d):
     steps = {}
     for mode in ("end", "overlap", "p3"):
         for bucket in (1.0, 10e6, 25e6):
-            s = Strategy(data_degree=d, microbatches=k, grad_sync=mode)
+            s = Strategy(data_parallel_size=d, num_microbatches=k, gradient_sync=mode)
             steps[mode, bucket] = simulate(EIGHT, CLUSTER, comm, s, 32 * d * k,
                                            grad_bucket_bytes=bucket).step_time_s
     p3 = steps["p3", 25e6]
@@ -142,10 +142,10 @@ def test_p3_never_slower_than_overlap_or_end(bandwidth, k, d):
 
 
 def test_p3_timeline_repeats_the_period():
-    s = Strategy(data_degree=4, microbatches=2, grad_sync="p3", iterations=4)
+    s = Strategy(data_parallel_size=4, num_microbatches=2, gradient_sync="p3", iterations=4)
     comm = ConstantBandwidthModel(1e9, 1e8)
     tl = simulate(EIGHT, CLUSTER, comm, s, 256)
-    two = simulate(EIGHT, CLUSTER, comm, Strategy(data_degree=4, microbatches=2, grad_sync="p3"), 256)
+    two = simulate(EIGHT, CLUSTER, comm, Strategy(data_parallel_size=4, num_microbatches=2, gradient_sync="p3"), 256)
     assert tl.iterations == 4 and tl.step_time_s == pytest.approx(two.step_time_s)
     assert sorted(np.unique(tl.device).tolist()) == [0, 1, 2, 3]
     assert tl.microbatch.max() == 7
@@ -158,15 +158,11 @@ def test_p3_timeline_repeats_the_period():
         assert (tl.start_s[sel][order][1:] >= tl.end_s[sel][order][:-1] - 1e-12).all()
 
 
-def test_grad_sync_names():
+def test_gradient_sync_names():
     assert Strategy().gradient_sync == "end"
-    assert Strategy(overlap_grad_allreduce=True).gradient_sync == "overlap"
-    assert Strategy(grad_sync="p3").gradient_sync == "p3"
-    comm = ConstantBandwidthModel(1e10, 1e9)
-    old = simulate(EIGHT, CLUSTER, comm, Strategy(data_degree=4, overlap_grad_allreduce=True), 128)
-    new = simulate(EIGHT, CLUSTER, comm, Strategy(data_degree=4, grad_sync="overlap"), 128)
-    assert old.step_time_s == pytest.approx(new.step_time_s)
-    with pytest.raises(StrategyError, match="unknown grad_sync 'fifo'"):
-        Strategy(grad_sync="fifo")
-    with pytest.raises(StrategyError, match="needs pipeline_degree 1"):
-        Strategy(pipeline_degree=2, microbatches=2, grad_sync="p3")
+    assert Strategy(gradient_sync="overlap").gradient_sync == "overlap"
+    assert Strategy(gradient_sync="p3").gradient_sync == "p3"
+    with pytest.raises(StrategyError, match="unknown gradient_sync 'fifo'"):
+        Strategy(gradient_sync="fifo")  # type: ignore[arg-type]
+    with pytest.raises(StrategyError, match="needs pipeline_model_parallel_size 1"):
+        Strategy(pipeline_model_parallel_size=2, num_microbatches=2, gradient_sync="p3")

@@ -12,7 +12,7 @@ from torch import nn
 
 from paraplan.core import StrategyError
 from paraplan.validate.data_parallel import GradientBuffer
-from paraplan.validate.pipeline import PipelineStage, balanced_boundary, schedule_ops
+from paraplan.validate.pipeline import PipelineStage, balanced_boundary, stage_order
 from paraplan.validate.ranks import run_ranks
 from paraplan.validate.tensor_parallel import (
     tensor_parallel_layers,
@@ -122,7 +122,7 @@ def _pp_rank(rank: int, world: int, schedule: str, microbatches: int) -> dict:
     xs, ys = x.double().chunk(microbatches), y.double().chunk(microbatches)
     shape = stages[0](xs[0]).shape
     stage = PipelineStage(stages[rank], rank, world, work.loss, shape, torch.float64, shape, torch.device("cpu"))
-    loss = stage.run(schedule_ops(schedule, rank, world, microbatches), xs, ys)
+    loss = stage.run(stage_order(schedule, rank, world, microbatches), xs, ys)
     offset = 0 if rank == 0 else cut
     grads = {}
     for name, p in stages[rank].named_parameters():
@@ -155,16 +155,14 @@ def test_data_parallel_gradients_equal_the_whole_batch(ranks, overlap):
             torch.testing.assert_close(grad, ref[name])
 
 
-def test_1f1b_order_for_two_stages_and_four_microbatches():
-    assert schedule_ops("1f1b", 0, 2, 4) == [
-        ("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3),
-    ]
-    assert schedule_ops("1f1b", 1, 2, 4) == [
-        ("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2), ("F", 3), ("B", 3),
-    ]
-    assert schedule_ops("gpipe", 0, 2, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
-    with pytest.raises(StrategyError, match="gpipe and 1f1b"):
-        schedule_ops("zb_h1", 0, 2, 4)
+def test_real_pipeline_runs_the_simulators_orders():
+    """A 2-rank run executes the schedule objects the engine executes."""
+    assert stage_order("1f1b", 0, 2, 4).labels() == ["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"]
+    assert stage_order("1f1b", 1, 2, 4).labels() == ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"]
+    assert stage_order("gpipe", 0, 2, 2).labels() == ["F0", "F1", "B0", "B1"]
+    assert stage_order("distir_greedy", 0, 2, 2).labels() == ["F0", "F1", "B0", "B1"]
+    with pytest.raises(StrategyError, match="splits the backward"):
+        stage_order("zb_h1", 0, 2, 4)
 
 
 def test_balanced_boundary_minimises_the_slower_stage():

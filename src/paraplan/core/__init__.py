@@ -21,19 +21,30 @@ from paraplan.core.errors import (
     StrategyError,
     TrackingError,
 )
+from paraplan.core.glossary import (
+    GRADIENT_SYNCS,
+    SCHEDULES,
+    TERMS,
+    GradientSync,
+    PipelineOp,
+    ScheduleName,
+)
 from paraplan.core.profile import LayerProfile, ModelProfile
-from paraplan.core.strategy import SCHEDULES, Strategy
+from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import Event, Timeline
 
 __all__ = [
     "COLLECTIVES",
+    "GRADIENT_SYNCS",
     "SCHEDULES",
+    "TERMS",
     "Cluster",
     "CommModel",
     "ConfigError",
     "ConstantBandwidthModel",
     "Device",
     "Event",
+    "GradientSync",
     "Group",
     "InputFileError",
     "LayerProfile",
@@ -41,6 +52,8 @@ __all__ = [
     "ModelProfile",
     "OutputError",
     "ParaplanError",
+    "PipelineOp",
+    "ScheduleName",
     "Strategy",
     "StrategyError",
     "TieredCommModel",

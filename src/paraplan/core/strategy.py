@@ -1,74 +1,66 @@
-"""A parallelisation strategy: degrees, micro-batches, schedule and layout."""
+"""A parallelisation strategy: degrees, micro-batches, schedule and layout, in the
+vocabulary of `paraplan.core.glossary` (Megatron-LM's names)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.glossary import GRADIENT_SYNCS, SCHEDULES, GradientSync, ScheduleName
 
-SCHEDULES: tuple[str, ...] = (
-    "gpipe",
-    "1f1b",
-    "2bw",
-    "eager_1f1b",
-    "eager_1f1b_noflush",
-    "interleaved_1f1b",
-    "zb_h1",
-    "distir_greedy",
-)
-GRAD_SYNCS: tuple[str, ...] = ("end", "overlap", "p3")
+__all__ = ["GRADIENT_SYNCS", "SCHEDULES", "Strategy"]
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """D x T x P over `num_devices` devices.
+    """D x T x P over `num_devices` devices: what the simulator runs for one step."""
 
-    - `stage_boundaries`: first layer of stages 1..P-1 (empty: even split).
-    - `stage_replicas`: data-parallel width of each stage (DAPPLE's uneven "15:1");
-      empty: `data_degree` for every stage.
-    - `placement`: device ids of each stage (empty: node-major packing, stage by stage),
-      r_s x T ids per stage, replica-major (tensor ranks of one replica adjacent).
-    - `virtual_stages`: model chunks per device (v); only `interleaved_1f1b` takes v > 1.
-    - `grad_sync`: how gradients are all-reduced over data-parallel replicas:
-      `end` (one all-reduce after the last backward), `overlap` (buckets during the
-      last backward, DDP / Horovod) or `p3` (priority-based parameter propagation:
-      per-layer all-reduces, lowest layer first, overlapping the last backward and the
-      next iteration's forward; pure data parallelism only, pipeline_degree 1).
-    - `overlap_grad_allreduce`: the older spelling of `grad_sync="overlap"` (True turns
-      the default `end` into `overlap`); `gradient_sync` is the mode in effect.
-    - `iterations`: iterations a timeline shows (the step time is per iteration).
-    """
-
-    data_degree: int = 1
-    tensor_degree: int = 1
-    pipeline_degree: int = 1
-    microbatches: int = 1
-    schedule: str = "1f1b"
+    data_parallel_size: int = 1
+    """d: replicas of every pipeline stage (unless `stage_replicas` says otherwise)."""
+    tensor_model_parallel_size: int = 1
+    """t: ranks that split every layer (Megatron's column/row split)."""
+    pipeline_model_parallel_size: int = 1
+    """p: pipeline stages."""
+    num_microbatches: int = 1
+    """M: micro-batches per iteration; each stage splits one over its replicas (DAPPLE)."""
+    schedule: ScheduleName = "1f1b"
+    """The pipeline schedule."""
     stage_boundaries: tuple[int, ...] = ()
+    """First layer of stages 1..p-1 (empty: an even split)."""
     stage_replicas: tuple[int, ...] = ()
+    """Data-parallel width of each stage (DAPPLE's uneven "15:1"); empty: d for every stage."""
     placement: tuple[tuple[int, ...], ...] = ()
-    virtual_stages: int = 1
-    overlap_grad_allreduce: bool = False
+    """Device ids of each stage, r_s x t per stage, replica-major (the tensor ranks of one
+    replica adjacent); empty: node-major packing, stage by stage."""
+    virtual_pipeline_model_parallel_size: int = 1
+    """v: model chunks per device; only `interleaved_1f1b` takes v > 1."""
+    gradient_sync: GradientSync = "end"
+    """How replicas reduce gradients: `end` (one all-reduce after the last backward),
+    `overlap` (buckets during the last backward, DDP / Megatron's overlap_grad_reduce) or
+    `p3` (per-layer all-reduces, lowest layer first, overlapping the last backward and
+    the next iteration's forward; pure data parallelism only)."""
     iterations: int = 1
-    grad_sync: str = "end"
+    """Iterations a timeline shows (the step time is per iteration)."""
 
     def __post_init__(self) -> None:
-        for key in ("data_degree", "tensor_degree", "pipeline_degree", "microbatches",
-                    "virtual_stages", "iterations"):
+        for key in ("data_parallel_size", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "num_microbatches", "virtual_pipeline_model_parallel_size", "iterations"):
             value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"{key} must be an integer >= 1, got {value!r}")
         if self.schedule not in SCHEDULES:
             raise StrategyError(
                 f"unknown schedule '{self.schedule}'; known: {', '.join(SCHEDULES)}"
             )
-        if self.grad_sync not in GRAD_SYNCS:
-            raise StrategyError(f"unknown grad_sync '{self.grad_sync}'; known: {', '.join(GRAD_SYNCS)}")
-        p = self.pipeline_degree
-        if self.grad_sync == "p3" and (p > 1 or self.virtual_stages > 1):
+        if self.gradient_sync not in GRADIENT_SYNCS:
             raise StrategyError(
-                f"grad_sync 'p3' is a data-parallel gradient schedule; needs pipeline_degree 1 and "
-                f"virtual_stages 1, got {p} and {self.virtual_stages}"
+                f"unknown gradient_sync '{self.gradient_sync}'; known: {', '.join(GRADIENT_SYNCS)}"
+            )
+        p, v = self.pipeline_model_parallel_size, self.virtual_pipeline_model_parallel_size
+        if self.gradient_sync == "p3" and (p > 1 or v > 1):
+            raise StrategyError(
+                "gradient_sync 'p3' is a data-parallel gradient schedule; needs pipeline_model_parallel_size 1 "
+                f"and virtual_pipeline_model_parallel_size 1, got {p} and {v}"
             )
         if self.stage_boundaries and len(self.stage_boundaries) != p - 1:
             raise StrategyError(
@@ -86,25 +78,17 @@ class Strategy:
             raise StrategyError(f"placement needs one device list per stage ({p}), got {len(self.placement)}")
 
     @property
-    def gradient_sync(self) -> str:
-        """The gradient synchronisation in effect (`grad_sync`, with `overlap_grad_allreduce`
-        turning `end` into `overlap`)."""
-        if self.grad_sync == "end" and self.overlap_grad_allreduce:
-            return "overlap"
-        return self.grad_sync
-
-    @property
     def replicas_per_stage(self) -> tuple[int, ...]:
-        return self.stage_replicas or (self.data_degree,) * self.pipeline_degree
+        return self.stage_replicas or (self.data_parallel_size,) * self.pipeline_model_parallel_size
 
     @property
     def num_devices(self) -> int:
-        return sum(self.replicas_per_stage) * self.tensor_degree
+        return sum(self.replicas_per_stage) * self.tensor_model_parallel_size
 
     def stage_layer_ranges(self, num_layers: int) -> list[tuple[int, int]]:
         """[start, stop) layer range per stage; an even split gives the first stages
         one layer more when the layers do not divide."""
-        p = self.pipeline_degree
+        p = self.pipeline_model_parallel_size
         if p > num_layers:
             raise StrategyError(f"{p} pipeline stages need at least {p} layers, the model has {num_layers}")
         if self.stage_boundaries:

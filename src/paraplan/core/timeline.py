@@ -11,26 +11,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-STREAMS: tuple[str, ...] = ("compute", "comm")
-KINDS: tuple[str, ...] = (
-    "fwd",
-    "bwd",
-    "bwd_input",
-    "bwd_weight",
-    "allreduce",
-    "allgather",
-    "send",
-    "recv",
-    "optimizer",
-    "other",
-)
+from paraplan.core.glossary import EVENT_KINDS, STREAMS, EventKind, Stream
+
+KINDS = EVENT_KINDS  # `Timeline.kind` holds indices into this tuple
 
 
 @dataclass(frozen=True)
 class Event:
     device: int
-    stream: str
-    kind: str
+    stream: Stream
+    kind: EventKind
     stage: int
     microbatch: int  # -1 when the event belongs to no micro-batch (e.g. a gradient all-reduce)
     start_s: float

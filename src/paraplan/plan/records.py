@@ -60,9 +60,9 @@ class HybridPlan:
     def to_strategy(self) -> Strategy:
         """The simulator's view: one pipeline whose stage s is replicated on its devices."""
         return Strategy(
-            data_degree=1,
-            pipeline_degree=self.num_stages,
-            microbatches=self.microbatches,
+            data_parallel_size=1,
+            pipeline_model_parallel_size=self.num_stages,
+            num_microbatches=self.microbatches,
             schedule=self.schedule,
             stage_boundaries=tuple(s.first_layer for s in self.stages[1:]),
             stage_replicas=tuple(s.replicas for s in self.stages),

@@ -5,7 +5,7 @@ The simulator's memory model counts parameters + gradients + optimizer state x
 parameters, so the planner's `optimizer_factor` (all model state, in parameter
 bytes) maps to `optimizer_state_factor = optimizer_factor - 2`.
 
-The three data-parallel baselines run as `Strategy.grad_sync` "end" (no overlap),
+The three data-parallel baselines run as `Strategy.gradient_sync` "end" (no overlap),
 "overlap" (DDP buckets) and "p3" (per-layer all-reduces, lowest layer first,
 overlapping the next iteration's forward), with the estimate's gradient accumulation
 (`accumulation_steps` micro-batches).
@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from paraplan.core import Strategy, StrategyError
+from paraplan.core.glossary import GradientSync
 from paraplan.plan.baselines import accumulation_steps
 from paraplan.plan.problem import PlanProblem
 from paraplan.plan.records import HybridPlan
@@ -47,15 +48,12 @@ def simulate_plan(problem: PlanProblem, plan: HybridPlan) -> Simulated | None:
     return _simulate(problem, plan.to_strategy())
 
 
-def simulate_data_parallel(problem: PlanProblem, grad_sync: str | bool) -> Simulated | None:
-    """Pure data parallelism on every device with gradient sync `grad_sync` ("end",
-    "overlap", "p3"; True / False: "overlap" / "end"); None when the model state does
-    not fit one device."""
+def simulate_data_parallel(problem: PlanProblem, gradient_sync: GradientSync) -> Simulated | None:
+    """Pure data parallelism on every device with `gradient_sync` ("end", "overlap",
+    "p3"); None when the model state does not fit one device."""
     k = accumulation_steps(problem)
     if k == 0:
         return None
-    if isinstance(grad_sync, bool):
-        grad_sync = "overlap" if grad_sync else "end"
-    strategy = Strategy(data_degree=problem.num_devices, pipeline_degree=1, microbatches=k,
-                        grad_sync=grad_sync)
+    strategy = Strategy(data_parallel_size=problem.num_devices, pipeline_model_parallel_size=1, num_microbatches=k,
+                        gradient_sync=gradient_sync)
     return _simulate(problem, strategy)

@@ -10,8 +10,9 @@ paraplan's physical engine, which never carries these semantics.
 Speed: the ops of one greedy-schedule unit (a stage's forward or backward of one
 micro-batch) are merged into one cost, computed once per configuration with numpy
 over the repeated layer structure; the greedy round order depends only on (P, M)
-and is cached; replicas and tensor shards are symmetric, so one pipeline (plus the
-host d0) is simulated and intra-group barriers become additions.
+and is cached (`paraplan.sim.schedules.distir_greedy_rounds`, the rounds the schedule
+`distir_greedy` also runs); replicas and tensor shards are symmetric, so one pipeline
+(plus the host d0) is simulated and intra-group barriers become additions.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.sim.schedules import distir_greedy_rounds
 
 TP_FLOPS = 1e14  # DistIR's device throughput, FLOP/s
 DRAM_BYTES_PER_S = 1.2e12  # DistIR's device memory bandwidth
@@ -107,42 +109,6 @@ def sequential_time_s(program: MlpProgram, cost_model: DistirCostModel = V0_1) -
     return n * fwd + 2 * act + n * bwd
 
 
-# ---------------------------------------------------------------- greedy schedule
-
-
-@lru_cache(maxsize=256)
-def greedy_rounds(num_stages: int, num_microbatches: int) -> tuple[tuple[tuple[int, bool, int], ...], ...]:
-    """DistIR's PipeDream scheduler: per round, each stage with a ready unit takes one,
-    alternating forward and backward when both are ready (first preference: forward),
-    lowest micro-batch first; readiness counts only units of earlier rounds.
-
-    Returns rounds of (stage, is_forward, microbatch), stages ascending.
-    """
-    p, m_total = num_stages, num_microbatches
-    next_f = [0] * p  # forwards and backwards of a stage run in micro-batch order
-    next_b = [0] * p
-    last_was_f = [False] * p
-    rounds = []
-    while next_b[0] < m_total:
-        done_f, done_b = list(next_f), list(next_b)
-        units = []
-        for s in range(p):
-            f_ready = next_f[s] < m_total and (s == 0 or done_f[s - 1] > next_f[s])
-            b_ready = next_b[s] < done_f[s] and (s == p - 1 or done_b[s + 1] > next_b[s])
-            if not (f_ready or b_ready):
-                continue
-            take_f = f_ready if not last_was_f[s] else not b_ready
-            if take_f:
-                units.append((s, True, next_f[s]))
-                next_f[s] += 1
-            else:
-                units.append((s, False, next_b[s]))
-                next_b[s] += 1
-            last_was_f[s] = take_f
-        rounds.append(tuple(units))
-    return tuple(rounds)
-
-
 @dataclass(frozen=True)
 class _Plan:
     """The greedy schedule of (P, M) in the shapes the simulation loop and the event
@@ -159,7 +125,7 @@ class _Plan:
 
 @lru_cache(maxsize=256)
 def _plan(num_stages: int, num_microbatches: int) -> _Plan:
-    rounds = greedy_rounds(num_stages, num_microbatches)
+    rounds = distir_greedy_rounds(num_stages, num_microbatches)
     last = num_stages - 1
     sends = tuple(
         tuple((s, s + 1 if f else s - 1) for s, f, _ in units if (f and s < last) or (not f and s > 0))
@@ -245,7 +211,7 @@ def _stage_costs(
 
 def clear_caches() -> None:
     """Forget cached schedules and stage costs (timings then start cold, like a fresh process)."""
-    greedy_rounds.cache_clear()
+    distir_greedy_rounds.cache_clear()
     _plan.cache_clear()
     _stage_costs.cache_clear()
 

@@ -438,9 +438,9 @@ def _run_corrected(exp: Experiment, mode: CorrectedMode, points: list[tuple[Seri
         if pt.batch_size not in profiles:
             profiles[pt.batch_size] = mlp_profile(exp.model.layers, exp.model.dim, pt.batch_size)
         strategy = Strategy(
-            data_degree=pt.D, tensor_degree=pt.T, pipeline_degree=pt.P, microbatches=pt.microbatches,
-            schedule=schedule if pt.P > 1 else "1f1b", overlap_grad_allreduce=overlap,
-            virtual_stages=series.virtual_stages,
+            data_parallel_size=pt.D, tensor_model_parallel_size=pt.T, pipeline_model_parallel_size=pt.P, num_microbatches=pt.microbatches,
+            schedule=schedule if pt.P > 1 else "1f1b", gradient_sync="overlap" if overlap else "end",
+            virtual_pipeline_model_parallel_size=series.virtual_stages,
         )
         cluster, comm = physical_cluster(strategy.num_devices, mode)
         profile = profiles[pt.batch_size]

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 
 from paraplan.core.errors import StrategyError
-from paraplan.core.strategy import SCHEDULES
+from paraplan.core.glossary import SCHEDULES, PipelineOp, ScheduleName
 
-FWD, BWD, WGT = 0, 1, 2  # op kinds: forward, backward (input gradient when split), weight gradient
-OP_LETTERS = ("F", "B", "W")
+FWD, BWD, WGT = PipelineOp.FWD, PipelineOp.BWD, PipelineOp.WGT
+OP_LETTERS = tuple(op.letter for op in PipelineOp)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,7 +102,7 @@ class Schedule:
     """One interface for every schedule: `check` rejects impossible requests with a
     `StrategyError` saying why; `orders` gives each device's ordered ops."""
 
-    name: ClassVar[str]
+    name: ClassVar[ScheduleName]
     split_backward: ClassVar[bool] = False  # backward split into B (input grad) and W (weight grad)
     flush: ClassVar[bool] = True  # False: iterations run as one stream (stale weights)
     weight_versions: ClassVar[int] = 1  # copies of the weights held (2BW keeps two)
@@ -298,49 +299,58 @@ class ZeroBubbleH1(Schedule):
         return _order(np.array(kinds), np.array(mbs))
 
 
+@lru_cache(maxsize=256)
+def distir_greedy_rounds(num_stages: int, num_microbatches: int) -> tuple[tuple[tuple[int, bool, int], ...], ...]:
+    """DistIR's PipeDream scheduler (seed 000): per round, each stage with a ready unit
+    runs one; after a forward it prefers a backward, otherwise a forward, lowest
+    micro-batch first; readiness counts only units of earlier rounds; no warm-up limit.
+
+    Returns the rounds, each a tuple of (stage, is_forward, micro-batch), stages ascending.
+    """
+    p, n = num_stages, num_microbatches
+    next_f = [0] * p  # forwards and backwards of a stage run in micro-batch order
+    next_b = [0] * p
+    last_was_f = [False] * p
+    rounds = []
+    while next_b[0] < n:
+        done_f, done_b = list(next_f), list(next_b)  # state at the start of the round
+        units = []
+        for s in range(p):
+            f_ready = next_f[s] < n and (s == 0 or done_f[s - 1] > next_f[s])
+            b_ready = next_b[s] < done_f[s] and (s == p - 1 or done_b[s + 1] > next_b[s])
+            if not (f_ready or b_ready):
+                continue
+            take_f = f_ready if not last_was_f[s] else not b_ready
+            if take_f:
+                units.append((s, True, next_f[s]))
+                next_f[s] += 1
+            else:
+                units.append((s, False, next_b[s]))
+                next_b[s] += 1
+            last_was_f[s] = take_f
+        rounds.append(tuple(units))
+    return tuple(rounds)
+
+
 class DistIRGreedy(Schedule):
-    """DistIR's PipeDream scheduler (seed 000): rounds in which every stage with a ready
-    unit runs one; after an F it prefers a B, otherwise an F (lowest micro-batch
-    first); readiness counts only units of earlier rounds; no warm-up limit; flush."""
+    """DistIR's greedy rounds (`distir_greedy_rounds`), each stage's units in the order
+    it picks them; flush."""
 
     name = "distir_greedy"
 
     def device_orders(
         self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int
     ) -> list[OpOrder]:
-        per_stage, _ = self.rounds(num_stages, num_microbatches)
+        kinds: list[list[int]] = [[] for _ in range(num_stages)]
+        mbs: list[list[int]] = [[] for _ in range(num_stages)]
+        for units in distir_greedy_rounds(num_stages, num_microbatches):
+            for stage, is_forward, mb in units:
+                kinds[stage].append(FWD if is_forward else BWD)
+                mbs[stage].append(mb)
         return [
             _repeat_iterations(_order(np.array(k), np.array(m)), num_microbatches, iterations)
-            for k, m in per_stage
+            for k, m in zip(kinds, mbs, strict=True)
         ]
-
-    @staticmethod
-    def rounds(p: int, n: int) -> tuple[list[tuple[list[int], list[int]]], int]:
-        """Per stage (kinds, micro-batches) in pick order, and the number of rounds."""
-        fwd_done = [0] * p  # forwards are done in micro-batch order: count = next one
-        bwd_done = [0] * p
-        last = [BWD] * p
-        out: list[tuple[list[int], list[int]]] = [([], []) for _ in range(p)]
-        num_rounds = 0
-        while bwd_done[0] < n:
-            num_rounds += 1
-            f_prev, b_prev = fwd_done[:], bwd_done[:]  # state at the start of the round
-            for s in range(p):
-                f_next, b_next = f_prev[s], b_prev[s]
-                f_ready = f_next < n and (s == 0 or f_prev[s - 1] > f_next)
-                b_ready = b_next < f_prev[s] and (s == p - 1 or b_prev[s + 1] > b_next)
-                prefer_b = last[s] == FWD
-                if b_ready and (prefer_b or not f_ready):
-                    out[s][0].append(BWD)
-                    out[s][1].append(b_next)
-                    bwd_done[s] += 1
-                    last[s] = BWD
-                elif f_ready:
-                    out[s][0].append(FWD)
-                    out[s][1].append(f_next)
-                    fwd_done[s] += 1
-                    last[s] = FWD
-        return out, num_rounds
 
 
 _REGISTRY: dict[str, Schedule] = {

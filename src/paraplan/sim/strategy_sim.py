@@ -91,7 +91,7 @@ def default_tp_allreduces(num_layers: int) -> np.ndarray:
 
 def layout(strategy: Strategy, cluster: Cluster, num_layers: int) -> StageLayout:
     """Stage placement (given, or node-major packing stage by stage) and layer ranges."""
-    p, t, v = strategy.pipeline_degree, strategy.tensor_degree, strategy.virtual_stages
+    p, t, v = strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size, strategy.virtual_pipeline_model_parallel_size
     reps = strategy.replicas_per_stage
     need = sum(reps) * t
     if need > cluster.num_devices:
@@ -159,19 +159,19 @@ def simulate(
     cluster: Cluster,
     comm: CommModel,
     strategy: Strategy,
-    batch_size: int,
+    global_batch_size: int,
     *,
     optimizer_state_factor: float = 2.0,
     grad_bucket_bytes: float = 25e6,
     weight_grad_fraction: float = 0.5,
     tp_allreduces: Sequence[float] | None = None,
 ) -> Timeline:
-    """One training step of `strategy` at global `batch_size` samples; see the module doc.
+    """One training step of `strategy` at `global_batch_size` samples; see the module doc.
 
     Raises `StrategyError` for strategies that cannot run (too few devices, too small
     a batch for M x replicas, schedule limits such as 2BW with p > M)."""
-    p, t, v, m = (strategy.pipeline_degree, strategy.tensor_degree, strategy.virtual_stages,
-                  strategy.microbatches)
+    p, t, v, m = (strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size, strategy.virtual_pipeline_model_parallel_size,
+                  strategy.num_microbatches)
     sched = get_schedule(strategy.schedule)
     sched.check(p, m, v)
     nl = profile.num_layers
@@ -179,11 +179,11 @@ def simulate(
     reps = np.array(strategy.replicas_per_stage, dtype=float)
     nv = p * v
     dev_of_v = np.arange(nv) % p
-    samples = batch_size / (m * reps)  # per replica per micro-batch, by pipeline device
+    samples = global_batch_size / (m * reps)  # per replica per micro-batch, by pipeline device
     if samples.min() < 1:
         s = int(samples.argmin())
         raise StrategyError(
-            f"batch {batch_size} gives {samples[s]:.3g} samples per micro-batch per replica at stage {s} "
+            f"global batch {global_batch_size} gives {samples[s]:.3g} samples per micro-batch per replica at stage {s} "
             f"({m} micro-batches x {int(reps[s])} replicas); need >= 1"
         )
 
@@ -310,7 +310,7 @@ def simulate(
         for s in range(p)
     ])
 
-    single = float(profile.fwd_s_at(batch_size).sum() + profile.bwd_s_at(batch_size).sum())
+    single = float(profile.fwd_s_at(global_batch_size).sum() + profile.bwd_s_at(global_batch_size).sum())
     if mode == "p3":
         r = int(reps[0])
         layer_ar = np.zeros(nl)
@@ -344,7 +344,7 @@ def simulate(
     return Timeline(
         **cols,
         step_time_s=step,
-        batch_size=batch_size,
+        batch_size=global_batch_size,
         num_devices=strategy.num_devices,
         speedup=single / step if step > 0 else 1.0,
         bubble_fraction=bubble,

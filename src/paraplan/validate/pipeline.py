@@ -1,10 +1,13 @@
 """Pipeline parallelism for real: one stage per rank, micro-batches, activations
 sent forward and their gradients sent back with point-to-point messages.
 
-A schedule is, per stage, the ordered list of its operations (`("F", m)` forward
-of micro-batch m, `("B", m)` its backward), the same orders the simulator uses.
-Sends are asynchronous (kept until the step ends); receives block, so a stage
-waits exactly when its input is not there yet.
+A stage runs the op order of the simulator's own schedule object
+(`paraplan.sim.schedules`): the same `OpOrder` the engine executes, so a schedule
+is written once. Any schedule whose orders hold only whole forwards and backwards of
+one model chunk per rank runs here (gpipe, 1f1b, eager_1f1b, distir_greedy, and
+2bw / eager_1f1b_noflush within one step); split-backward (zb_h1) and interleaved
+(v > 1) orders are refused. Sends are asynchronous (kept until the step ends);
+receives block, so a stage waits exactly when its input is not there yet.
 """
 
 from __future__ import annotations
@@ -16,25 +19,21 @@ import torch.distributed as dist
 from torch import nn
 
 from paraplan.core import StrategyError
+from paraplan.core.glossary import ScheduleName
+from paraplan.sim.schedules import FWD, WGT, OpOrder, get_schedule
 
-Op = tuple[str, int]
 
-
-def schedule_ops(schedule: str, stage: int, num_stages: int, microbatches: int) -> list[Op]:
-    """Stage `stage`'s operations in order for `gpipe` (all forwards, then all
-    backwards) or `1f1b` (min(p - s - 1, M) warm-up forwards, then one forward and one
-    backward alternately, then the remaining backwards)."""
-    m_count, p = microbatches, num_stages
-    if schedule == "gpipe":
-        return [("F", m) for m in range(m_count)] + [("B", m) for m in range(m_count)]
-    if schedule == "1f1b":
-        warmup = min(p - stage - 1, m_count)
-        ops: list[Op] = [("F", m) for m in range(warmup)]
-        for m in range(m_count - warmup):
-            ops += [("F", m + warmup), ("B", m)]
-        ops += [("B", m) for m in range(m_count - warmup, m_count)]
-        return ops
-    raise StrategyError(f"the validate stage runs pipeline schedules gpipe and 1f1b, not '{schedule}'")
+def stage_order(schedule: ScheduleName, stage: int, num_stages: int, num_microbatches: int) -> OpOrder:
+    """Stage `stage`'s op order for one step of `schedule`, as the simulator runs it."""
+    sched = get_schedule(schedule)
+    orders = sched.orders(num_stages, num_microbatches)
+    order = orders[stage]
+    if sched.split_backward or (order.kind == WGT).any() or (order.chunk != 0).any():
+        raise StrategyError(
+            f"the validate stage runs whole forwards and backwards of one model chunk per rank; "
+            f"schedule '{schedule}' splits the backward or interleaves chunks"
+        )
+    return order
 
 
 def balanced_boundary(stage_costs_s: Sequence[float]) -> int:
@@ -84,18 +83,19 @@ class PipelineStage:
     def is_last(self) -> bool:
         return self.stage == self.num_stages - 1
 
-    def run(self, ops: Sequence[Op], inputs: Sequence[torch.Tensor], targets: Sequence[torch.Tensor]) -> float:
-        """One step: `inputs`/`targets` hold every micro-batch (only the first stage
-        reads inputs, only the last reads targets). Returns the summed loss on the
-        last stage (0 elsewhere); gradients accumulate in the parameters and equal
-        those of the whole batch (each micro-batch's loss is divided by M)."""
+    def run(self, order: OpOrder, inputs: Sequence[torch.Tensor], targets: Sequence[torch.Tensor]) -> float:
+        """One step in `order` (`stage_order`): `inputs`/`targets` hold every micro-batch
+        (only the first stage reads inputs, only the last reads targets). Returns the
+        summed loss on the last stage (0 elsewhere); gradients accumulate in the
+        parameters and equal those of the whole batch (each micro-batch's loss is
+        divided by M)."""
         m_count = len(inputs)
         stage_in: dict[int, torch.Tensor] = {}
         stage_out: dict[int, torch.Tensor] = {}
         pending: list = []
         total = 0.0
-        for kind, m in ops:
-            if kind == "F":
+        for kind, m in zip(order.kind.tolist(), order.microbatch.tolist(), strict=True):
+            if kind == FWD:
                 if self.is_first:
                     x = inputs[m]
                 else:

@@ -110,14 +110,14 @@ def tp_comm(comm: CommModel, setup: PredictionSetup) -> CommModel:
 def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
     """The `Strategy` the simulator runs for strategy `name`."""
     if name == "dp":
-        return Strategy(data_degree=WORLD_SIZE)
+        return Strategy(data_parallel_size=WORLD_SIZE)
     if name == "dp_overlap":
-        return Strategy(data_degree=WORLD_SIZE, overlap_grad_allreduce=True)
+        return Strategy(data_parallel_size=WORLD_SIZE, gradient_sync="overlap")
     if name == "tp2":
-        return Strategy(tensor_degree=WORLD_SIZE)
+        return Strategy(tensor_model_parallel_size=WORLD_SIZE)
     if name in PIPELINE_SCHEDULES:
         return Strategy(
-            pipeline_degree=WORLD_SIZE, microbatches=setup.microbatches,
+            pipeline_model_parallel_size=WORLD_SIZE, num_microbatches=setup.microbatches,
             schedule=PIPELINE_SCHEDULES[name], stage_boundaries=(setup.pipeline_boundary,),
         )
     raise StrategyError(f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")

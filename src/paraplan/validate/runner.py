@@ -24,9 +24,10 @@ import torch.distributed as dist
 from torch import nn
 
 from paraplan.core import ConfigError, StrategyError
+from paraplan.core.glossary import ScheduleName
 from paraplan.validate.compare import Measurement, summarise
 from paraplan.validate.data_parallel import GradientBuffer
-from paraplan.validate.pipeline import PipelineStage, schedule_ops
+from paraplan.validate.pipeline import PipelineStage, stage_order
 from paraplan.validate.ranks import report_progress, run_ranks
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
 from paraplan.validate.tensor_parallel import tensor_parallel_layers
@@ -120,7 +121,7 @@ def _tensor_parallel(work: Workload, cfg: RunConfig, rank: int, device) -> StepF
     return step, _sgd_update(params)
 
 
-def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: str) -> StepFns:
+def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: ScheduleName) -> StepFns:
     layers = copy.deepcopy(list(work.layers))
     cut = cfg.pipeline_boundary
     if not 0 < cut < len(layers):
@@ -136,11 +137,11 @@ def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: str) 
         input_shape=boundary.shape, input_dtype=boundary.dtype,
         output_shape=boundary.shape, device=device,
     )
-    ops = schedule_ops(schedule, rank, WORLD_SIZE, cfg.microbatches)
+    order = stage_order(schedule, rank, WORLD_SIZE, cfg.microbatches)
     params = [p for p in stages[rank].parameters() if p.requires_grad]
 
     def step() -> None:
-        stage.run(ops, xs, ys)
+        stage.run(order, xs, ys)
 
     return step, _sgd_update(params)
 

@@ -12,7 +12,9 @@ Every strategy uses 2 ranks:
 
 from __future__ import annotations
 
+from paraplan.core.glossary import ScheduleName
+
 STRATEGIES: tuple[str, ...] = ("dp", "dp_overlap", "pp_1f1b", "pp_gpipe", "tp2")
 WORLD_SIZE = 2
 
-PIPELINE_SCHEDULES: dict[str, str] = {"pp_1f1b": "1f1b", "pp_gpipe": "gpipe"}
+PIPELINE_SCHEDULES: dict[str, ScheduleName] = {"pp_1f1b": "1f1b", "pp_gpipe": "gpipe"}
