@@ -4,12 +4,16 @@
 # (cluster jobs re-parse this file).
 from snakemake.utils import min_version, validate
 
+from paraplan.workflow_env import upgrade_config
+
 min_version("9.0")
 
 
 configfile: "config/config.yaml"
 
 
+# paraplan 0.1's key names still work (with a warning) until 0.2
+upgrade_config(config)
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

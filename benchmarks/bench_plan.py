@@ -21,8 +21,8 @@ import numpy as np
 from paraplan.clusters import load_cluster
 from paraplan.core import LayerProfile, ModelProfile
 from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.inputs import parse_gbs_range
 from paraplan.plan.problem import MemorySettings, PlanProblem
+from paraplan.plan.request import GlobalBatchSizes
 from paraplan.plan.search import plan_hybrid
 from paraplan.plan.sweep import PlanSettings, plan_sweep
 from paraplan.profile.pipedream import read_pipedream
@@ -34,7 +34,7 @@ def resnet_sweep(profile_path: Path) -> None:
     profile = read_pipedream(profile_path)
     cluster = load_cluster("dgx1-v100")  # 2 x 8
     settings = PlanSettings(profile, cluster, DappleConstantsModel(), MemorySettings(16e9, 2.0, 7e7), 32)
-    sizes = parse_gbs_range("32:4096:64")
+    sizes = list(GlobalBatchSizes.from_range("32:4096:64").values)
     jobs = os.cpu_count() or 1
     start = time.perf_counter()
     rows = plan_sweep(settings, sizes, jobs)
@@ -69,7 +69,7 @@ def large_cluster(max_pipeline_devices: int = 8) -> None:
     took = time.perf_counter() - start
     print(f"100 layers on 1024 GPUs (128x8), gbs 32768, pipelines of <= {max_pipeline_devices} devices: "
           f"{took:.2f} s (target < 10 s, {took / 10:.2f} of it); plan: {plan.num_stages} stages, "
-          f"{plan.copies} copies, {plan.microbatches} micro-batches, speedup {plan.speedup:.0f}")
+          f"{plan.copies} copies, {plan.num_microbatches} micro-batches, speedup {plan.speedup:.0f}")
 
 
 def main() -> None:

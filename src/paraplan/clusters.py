@@ -1,113 +1,97 @@
-"""Load `Cluster` descriptions from `config/clusters/<name>.yaml` (units in key names)."""
+"""Cluster files (`config/clusters/<name>.yaml`): their typed form, with units in the key
+names, and how they become a core `Cluster` (SI units)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Annotated
 
 from paraplan import config_files
 from paraplan.core import Cluster, ConfigError, Device, Link
+from paraplan.typed import AtLeast, AtMost, Count, NonNegativeFloat, PositiveFloat, Source, load, read_yaml
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
-
-_DEVICE_KEYS = {
-    "name": str,
-    "peak_tflops": float,
-    "mem_bandwidth_GBps": float,
-    "memory_GB": float,
-    "launch_overhead_us": float,
-    "compute_units": int,
-    "peak_tflops_by_dtype": dict,
-}
-_OPTIONAL_DEVICE_KEYS = {"launch_overhead_us", "peak_tflops_by_dtype", "compute_units"}
-_LINK_KEYS = {"bandwidth_GBps": float, "latency_us": float}
+_TERA, _GIGA, _MICRO = 1e12, 1e9, 1e-6
 
 
-def _number(source: str, key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{source}:{key}", f"expected a number >= 0, got {value!r}")
-    return float(value)
+@dataclass(frozen=True, kw_only=True)
+class LinkFile:
+    """One tier of links: what a device sees when it talks to another."""
+
+    bandwidth_GBps: PositiveFloat
+    """Bandwidth per device in GB/s (1e9 bytes per second); bus bandwidth as nccl-tests reports it."""
+    latency_us: NonNegativeFloat = 0.0
+    """Per-message latency in microseconds."""
+
+    def to_link(self) -> Link:
+        return Link(bandwidth_Bps=self.bandwidth_GBps * _GIGA, latency_s=self.latency_us * _MICRO)
 
 
-def _count(source: str, key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
-        raise ConfigError(f"{source}:{key}", f"expected an integer in 0..1000000, got {value!r}")
-    return value
+@dataclass(frozen=True, kw_only=True)
+class LinksFile:
+    intra: LinkFile
+    """Between devices of one node (NVLink / NVSwitch, shared memory)."""
+    inter: LinkFile
+    """Between nodes (InfiniBand, Ethernet)."""
 
 
-def _peaks_by_dtype(source: str, data: object) -> tuple[tuple[str, float], ...]:
-    """`{float32: 19.5, bfloat16: 312}` (TFLOP/s) -> (("bfloat16", 3.12e14), ("float32", 1.95e13))."""
-    key = "device.peak_tflops_by_dtype"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}:{key}", "expected a mapping of dtype name to TFLOP/s")
-    return tuple(sorted((str(k), _number(source, f"{key}.{k}", v) * 1e12) for k, v in data.items()))
+@dataclass(frozen=True, kw_only=True)
+class DeviceFile:
+    """One accelerator (or one CPU rank)."""
 
+    name: str
+    """The device model, e.g. A100-SXM4-80GB."""
+    peak_tflops: PositiveFloat
+    """Peak TFLOP/s at the profile dtype (dense)."""
+    mem_bandwidth_GBps: PositiveFloat
+    """Memory bandwidth in GB/s."""
+    memory_GB: PositiveFloat
+    """Memory capacity in GB (1e9 bytes)."""
+    launch_overhead_us: NonNegativeFloat = 0.0
+    """Fixed time per kernel launch in microseconds."""
+    compute_units: Annotated[int, AtLeast(0), AtMost(1_000_000)] = 0
+    """Streaming multiprocessors / compute units (0: not stated)."""
+    peak_tflops_by_dtype: dict[str, PositiveFloat] = field(default_factory=dict)
+    """Peak TFLOP/s per dtype (float32, tf32, bfloat16, float16, ...) from the datasheet."""
 
-def _check_keys(source: str, prefix: str, data: dict, allowed: dict) -> None:
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"{source}:{prefix}{unknown[0]}",
-            f"unknown key; expected one of {', '.join(sorted(allowed))}",
+    def to_device(self) -> Device:
+        return Device(
+            name=self.name,
+            peak_flops=self.peak_tflops * _TERA,
+            mem_bandwidth_Bps=self.mem_bandwidth_GBps * _GIGA,
+            memory_bytes=self.memory_GB * _GIGA,
+            launch_overhead_s=self.launch_overhead_us * _MICRO,
+            compute_units=self.compute_units,
+            peak_flops_by_dtype=tuple(sorted((k, v * _TERA) for k, v in self.peak_tflops_by_dtype.items())),
         )
-    missing = sorted(set(allowed) - set(data) - _OPTIONAL_DEVICE_KEYS - {"latency_us"})
-    if missing:
-        raise ConfigError(f"{source}:{prefix}{missing[0]}", "missing")
 
 
-def cluster_from_dict(data: dict, source: str = "<cluster>") -> Cluster:
-    """Build a `Cluster` from the YAML mapping; errors name `source` and the key."""
-    if not isinstance(data, dict):
-        raise ConfigError(source, "expected a mapping")
-    top = {"name": str, "nodes": int, "devices_per_node": int, "device": dict, "links": dict,
-           "description": str}
-    unknown = sorted(set(data) - set(top))
-    if unknown:
-        raise ConfigError(f"{source}:{unknown[0]}", f"unknown key; expected one of {', '.join(sorted(top))}")
-    for key in ("name", "nodes", "devices_per_node", "device", "links"):
-        if key not in data:
-            raise ConfigError(f"{source}:{key}", "missing")
-    for key in ("nodes", "devices_per_node"):
-        if not isinstance(data[key], int) or data[key] < 1:
-            raise ConfigError(f"{source}:{key}", f"expected an integer >= 1, got {data[key]!r}")
-    dev = data["device"]
-    if not isinstance(dev, dict):
-        raise ConfigError(f"{source}:device", "expected a mapping")
-    _check_keys(source, "device.", dev, _DEVICE_KEYS)
-    device = Device(
-        name=str(dev["name"]),
-        peak_flops=_number(source, "device.peak_tflops", dev["peak_tflops"]) * 1e12,
-        mem_bandwidth_Bps=_number(source, "device.mem_bandwidth_GBps", dev["mem_bandwidth_GBps"]) * 1e9,
-        memory_bytes=_number(source, "device.memory_GB", dev["memory_GB"]) * 1e9,
-        launch_overhead_s=_number(source, "device.launch_overhead_us", dev.get("launch_overhead_us", 0.0)) * 1e-6,
-        compute_units=_count(source, "device.compute_units", dev.get("compute_units", 0)),
-        peak_flops_by_dtype=_peaks_by_dtype(source, dev.get("peak_tflops_by_dtype", {})),
-    )
-    links = data["links"]
-    if not isinstance(links, dict) or set(links) != {"intra", "inter"}:
-        raise ConfigError(f"{source}:links", "expected a mapping with exactly 'intra' and 'inter'")
-    parsed = {}
-    for tier in ("intra", "inter"):
-        link = links[tier]
-        if not isinstance(link, dict):
-            raise ConfigError(f"{source}:links.{tier}", "expected a mapping")
-        _check_keys(source, f"links.{tier}.", link, _LINK_KEYS)
-        bw = _number(source, f"links.{tier}.bandwidth_GBps", link["bandwidth_GBps"])
-        if bw <= 0:
-            raise ConfigError(f"{source}:links.{tier}.bandwidth_GBps", "must be > 0")
-        parsed[tier] = Link(
-            bandwidth_Bps=bw * 1e9,
-            latency_s=_number(source, f"links.{tier}.latency_us", link.get("latency_us", 0.0)) * 1e-6,
-        )
-    return Cluster(
-        name=str(data["name"]),
-        nodes=data["nodes"],
-        devices_per_node=data["devices_per_node"],
-        device=device,
-        intra=parsed["intra"],
-        inter=parsed["inter"],
-    )
+@dataclass(frozen=True, kw_only=True)
+class ClusterFile:
+    """A cluster: `nodes` x `devices_per_node` identical devices and one link type per tier."""
+
+    name: str
+    """The cluster's name (results go under results/<stage>/<name>/)."""
+    description: str = ""
+    """One line for people."""
+    nodes: Count
+    """Nodes (machines)."""
+    devices_per_node: Count
+    """Devices (GPUs, or CPU ranks) per node."""
+    device: DeviceFile
+    """The device every node holds."""
+    links: LinksFile
+    """Link bandwidth and latency inside a node and across nodes."""
+
+    def to_cluster(self) -> Cluster:
+        return Cluster(self.name, self.nodes, self.devices_per_node, self.device.to_device(),
+                       self.links.intra.to_link(), self.links.inter.to_link())
+
+
+def cluster_from_dict(data: object, source: str = "<cluster>") -> Cluster:
+    """A `Cluster` from a parsed cluster file; errors name `source`, the key and the value."""
+    return load(ClusterFile, data, Source.file(source)).to_cluster()
 
 
 def cluster_path(name_or_path: str | Path, cluster_dir: Path = DEFAULT_CLUSTER_DIR) -> Path:
@@ -129,8 +113,4 @@ def load_cluster(name_or_path: str | Path, cluster_dir: Path = DEFAULT_CLUSTER_D
         raise ConfigError(
             "cluster", f"no cluster file {path}" + (f"; known clusters: {', '.join(known)}" if known else "")
         )
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), f"not valid YAML: {exc}") from None
-    return cluster_from_dict(data, source=str(path))
+    return cluster_from_dict(read_yaml(path, "a cluster file (config/clusters/*.yaml)"), source=str(path))

@@ -1,12 +1,17 @@
 """Where named data files live: `config/clusters/<name>.yaml`,
-`config/experiments/<name>.yaml` and `config/calibrations/<name>.json`.
+`config/studies/<stage>/<name>.yaml` (stage `simulate` or `plan`) and
+`config/calibrations/<name>.json`.
 
 A name is looked up, in order, in the working directory's `config/<kind>/`, in the
 checkout paraplan was installed from (`pip install -e .`), and in the copies the
 wheel carries as package data (`paraplan/_config/<kind>/`, put there by setup.py), so
-`paraplan plan --cluster dgx-a100` and `paraplan simulate --experiment schedules` work
+`paraplan plan --cluster dgx-a100` and `paraplan simulate --study schedules` work
 from any directory with any kind of install. A path (ending in .yaml/.yml) is used
 as given.
+
+paraplan 0.1 kept both kinds of study in `config/experiments/`; a name or path there
+still resolves (to the file itself when it exists, else to the study of that name)
+with a deprecation warning until paraplan 0.2.
 """
 
 from __future__ import annotations
@@ -15,10 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["clusters", "experiments", "calibrations"]
+from paraplan.typed import warn_renamed
+
+Kind = Literal["clusters", "studies/simulate", "studies/plan", "calibrations"]
+StudyStage = Literal["simulate", "plan"]
 SUFFIXES: dict[str, tuple[str, ...]] = {
-    "clusters": (".yaml", ".yml"), "experiments": (".yaml", ".yml"), "calibrations": (".json",),
+    "clusters": (".yaml", ".yml"), "studies/simulate": (".yaml", ".yml"), "studies/plan": (".yaml", ".yml"),
+    "calibrations": (".json",),
 }
+OLD_STUDY_DIR = Path("config/experiments")
 
 _CHECKOUT_CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -61,6 +71,34 @@ def find(kind: Kind, name_or_path: str | Path, first: Path | None = None) -> Pat
         if path.is_file():
             return path
     return dirs[0] / f"{name_or_path}{suffix}"
+
+
+def find_study(stage: StudyStage, name_or_path: str | Path) -> Path:
+    """A study of `stage` by name or path, 0.1's `config/experiments/` included (see
+    the module doc)."""
+    kind: Kind = "studies/simulate" if stage == "simulate" else "studies/plan"
+    new_home = f"config/studies/{stage}/"
+    if is_path(name_or_path, kind):
+        path = Path(name_or_path)
+        if path.is_file():
+            if path.parent.name == OLD_STUDY_DIR.name and path.parent.parent.name == "config":
+                warn_renamed(str(path), str(OLD_STUDY_DIR) + "/", new_home)
+            return path
+        if path.parent.name == OLD_STUDY_DIR.name:
+            moved = find(kind, path.stem)
+            if moved.is_file():
+                warn_renamed(str(path), str(path), str(moved))
+                return moved
+        return path
+    path = find(kind, name_or_path)
+    if path.is_file():
+        return path
+    for directory in (OLD_STUDY_DIR, _CHECKOUT_CONFIG / "experiments"):
+        old = directory / f"{name_or_path}.yaml"
+        if old.is_file():
+            warn_renamed(str(old), str(OLD_STUDY_DIR) + "/", new_home)
+            return old
+    return path
 
 
 def known_names(kind: Kind, first: Path | None = None) -> list[str]:

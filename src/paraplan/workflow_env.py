@@ -22,6 +22,20 @@ from paraplan.track import (
 )
 
 
+def upgrade_config(config: dict, schema_path: str = "workflow/schemas/config.schema.yaml") -> None:
+    """Rename the config's paraplan 0.1 keys (`plan.mbs`, `simulate.experiments`, ...) to
+    their names in the glossary, with a deprecation line each, before Snakemake
+    validates the config against its schema."""
+    from pathlib import Path
+
+    import yaml
+
+    from paraplan.typed.config_keys import upgrade_config_keys
+
+    path = Path(schema_path)
+    upgrade_config_keys(config, yaml.safe_load(path.read_text()), path.parent)
+
+
 def prepare_environment(config: Mapping[str, object]) -> None:
     """Set the variables jobs read when they log: one invocation id and start time for
     the whole `snakemake` call (kept when already set, e.g. in a SLURM job that

@@ -3,7 +3,7 @@
 # analytic profiles of the same models on the GPU clusters of config["plan"]["gpu_clusters"]
 # with DAPPLE's formulas at each cluster file's link bandwidths. Pure computation (no
 # measure resource). The DAPPLE ResNet-50 study is an experiment of its own:
-#   paraplan plan --experiment dapple_resnet50 -o results/plans/dapple_resnet50
+#   paraplan plan --study dapple_resnet50 -o results/plans/dapple_resnet50
 
 import os
 import re
@@ -20,9 +20,9 @@ _PLAN_GPU_RE = "|".join(re.escape(c) for c in PLAN_GPU_CLUSTERS) or "(?!)"
 
 # `paraplan plan` options shared by both planning rules, one item per shell word
 PLAN_ARGS = [
-    "--optimizer-factor", str(PLAN["optimizer_factor"]),
+    "--model-state-factor", str(PLAN["model_state_factor"]),
     "--candidates", str(PLAN["candidates"]),
-    *(["--mbs", str(PLAN["mbs"])] if PLAN["mbs"] else []),
+    *(["--min-micro-batch-size", str(PLAN["min_micro_batch_size"])] if PLAN["min_micro_batch_size"] else []),
     *(["--max-pipeline-devices", str(PLAN["max_pipeline_devices"])] if PLAN["max_pipeline_devices"] else []),
 ]
 
@@ -48,14 +48,15 @@ rule plan_measured:
         cluster=re.escape(CLUSTER),
     threads: 2
     params:
-        gbs=",".join(str(g) for g in PLAN["gbs"]),
+        global_batch_sizes=",".join(str(g) for g in PLAN["global_batch_sizes"]),
         args=PLAN_ARGS,
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     conda:
         "../../environment.yml"
     shell:
         "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
-        " --comm-model {input.comm:q} --gbs {params.gbs:q} {params.args:q} --jobs {threads}"
+        " --comm-model {input.comm:q} --global-batch-sizes {params.global_batch_sizes:q} {params.args:q}"
+        " --jobs {threads}"
         " -o {output.csv:q} --plots {params.figures:q}"
         " --rule plan_measured --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
         " > {log:q} 2>&1"
@@ -74,7 +75,8 @@ rule plan_analytic_profile:
         cluster=_PLAN_GPU_RE,
     params:
         model_args=lambda wildcards: profile_cli_args(
-            dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster})
+            dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster}),
+            f"profile.models.{wildcards.model}",
         ),
     conda:
         "../../environment.yml"
@@ -104,14 +106,14 @@ rule plan_analytic:
         cluster=_PLAN_GPU_RE,
     threads: 2
     params:
-        gbs=",".join(str(g) for g in PLAN["gpu_gbs"]),
+        global_batch_sizes=",".join(str(g) for g in PLAN["gpu_global_batch_sizes"]),
         args=PLAN_ARGS,
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     conda:
         "../../environment.yml"
     shell:
         "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
-        " --gbs {params.gbs:q} {params.args:q} --jobs {threads}"
+        " --global-batch-sizes {params.global_batch_sizes:q} {params.args:q} --jobs {threads}"
         " -o {output.csv:q} --plots {params.figures:q}"
         " --rule plan_analytic --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
         " > {log:q} 2>&1"

@@ -10,9 +10,12 @@ PROFILE = config["profile"]
 PROFILE_MODELS = sorted(PROFILE["models"])
 
 
-# `paraplan profile` options of each entry (model, settings, batches, analytic), by
-# name, one item per shell word (quoted one by one in the rule)
-PROFILE_ARGS = {name: profile_cli_args(entry) for name, entry in PROFILE["models"].items()}
+# `paraplan profile` options of each entry (model, settings, profile_batch_sizes,
+# analytic), by name, one item per shell word (quoted one by one in the rule); an
+# entry is checked here, so a bad setting stops the workflow before any job runs
+PROFILE_ARGS = {
+    name: profile_cli_args(entry, f"profile.models.{name}") for name, entry in PROFILE["models"].items()
+}
 
 
 rule profile:

@@ -1,44 +1,47 @@
-# Simulate stage: one job per named experiment (config/experiments/{experiment}.yaml),
-# each a single `paraplan simulate` call. Results under results/simulations/{experiment}/,
-# figures under results/figures/simulate/{experiment}/ (Gantt experiments also write
-# Chrome traces to results/simulations/{experiment}/traces/).
+# Simulate stage: one job per named study (config/studies/simulate/{study}.yaml), each a
+# single `paraplan simulate` call. Results under results/simulations/{study}/, figures
+# under results/figures/simulate/{study}/ (Gantt studies also write Chrome traces to
+# results/simulations/{study}/traces/).
+
+from paraplan.config_files import find_study
 
 SIMULATE = config["simulate"]
 
 
 rule simulate:
     input:
-        experiment="config/experiments/{experiment}.yaml",
+        # config/studies/simulate/{study}.yaml (0.1's config/experiments/ too, with a warning)
+        study=lambda wildcards: str(find_study("simulate", wildcards.study)),
     output:
-        results=f"{RESULTS}/simulations/{{experiment}}/results.csv",
-        timing=f"{RESULTS}/simulations/{{experiment}}/timing.json",
+        results=f"{RESULTS}/simulations/{{study}}/results.csv",
+        timing=f"{RESULTS}/simulations/{{study}}/timing.json",
         figures=report(
-            directory(f"{FIGURES}/simulate/{{experiment}}"),
+            directory(f"{FIGURES}/simulate/{{study}}"),
             patterns=["{name}.png"],
             caption="../report/simulate.rst",
             category="simulate",
-            subcategory="{experiment}",
+            subcategory="{study}",
         ),
     log:
-        f"{LOGS}/simulate/{{experiment}}.log",
+        f"{LOGS}/simulate/{{study}}.log",
     benchmark:
-        f"{BENCHMARKS}/simulate/{{experiment}}.tsv"
+        f"{BENCHMARKS}/simulate/{{study}}.tsv"
     wildcard_constraints:
-        experiment="[A-Za-z0-9_.-]+",
+        study="[A-Za-z0-9_.-]+",
     params:
         outdir=lambda wildcards, output: os.path.dirname(output.results),
         repeats=SIMULATE["repeats"],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan simulate --experiment {input.experiment:q} -o {params.outdir:q}"
+        "paraplan simulate --study {input.study:q} -o {params.outdir:q}"
         " --plots {output.figures:q} --repeats {params.repeats:q}"
-        " --rule simulate --wildcards experiment={wildcards.experiment:q} > {log:q} 2>&1"
+        " --rule simulate --wildcards study={wildcards.study:q} > {log:q} 2>&1"
 
 
 rule simulate_all:
     input:
-        expand(f"{RESULTS}/simulations/{{experiment}}/results.csv", experiment=SIMULATE["experiments"]),
+        expand(f"{RESULTS}/simulations/{{study}}/results.csv", study=SIMULATE["studies"]),
 
 
 ALL_TARGETS.extend(rules.simulate_all.input)

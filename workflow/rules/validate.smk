@@ -36,8 +36,8 @@ rule validate:
         model="[A-Za-z0-9_.-]+",
     params:
         model=lambda wildcards: config["profile"]["models"][wildcards.model]["model"],
-        batch=lambda wildcards: VALIDATE["models"][wildcards.model]["batch"],
-        microbatches=lambda wildcards: VALIDATE["models"][wildcards.model].get("microbatches", 4),
+        global_batch_size=lambda wildcards: VALIDATE["models"][wildcards.model]["global_batch_size"],
+        num_microbatches=lambda wildcards: VALIDATE["models"][wildcards.model].get("num_microbatches", 4),
         strategies=",".join(VALIDATE["strategies"]),
         steps=VALIDATE["steps"],
         warmup=VALIDATE["warmup"],
@@ -57,7 +57,7 @@ rule validate:
     shell:
         "paraplan validate --profile {input.profile:q} --comm-model {input.comm:q}"
         " --model {params.model:q} --cluster {params.cluster:q} --strategies {params.strategies:q}"
-        " --batch {params.batch:q} --microbatches {params.microbatches:q}"
+        " --global-batch-size {params.global_batch_size:q} --num-microbatches {params.num_microbatches:q}"
         " --steps {params.steps:q} --warmup {params.warmup:q} --threads {params.threads:q}"
         " --backend {params.backend:q} --timeout-s {params.timeout_s:q}"
         " -o {output.csv:q} --plots {params.figures:q}"

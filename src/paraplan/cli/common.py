@@ -1,5 +1,5 @@
 """Options and helpers shared by the stage commands: one vocabulary across stages
-(`-o/--output`, `--plots DIR`, `--cluster NAME`, `--shape NxG`, units in option names
+(`-o/--output`, `--plots DIR`, `--cluster NAME`, `--shapes NxG`, units in option names
 such as `--timeout-s`), the help layout, old spellings kept for one release, and
 tracking."""
 
@@ -10,9 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from paraplan.core import ConfigError, ParaplanError
-
-# Old spellings are accepted, with a warning, until this version.
-DEPRECATED_UNTIL = "0.2"
+from paraplan.typed import deprecated_option, say_deprecated
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -36,36 +34,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-class _Deprecated(argparse.Action):
-    """An old option spelling: stores into the new option's destination and says so on
-    stderr."""
-
-    def __init__(self, option_strings, dest, new: str = "", convert=None, **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.new = new
-        self.convert = convert
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        warn_deprecated(parser.prog, option_string or self.option_strings[0], self.new)
-        value = self.const if self.nargs == 0 else values
-        setattr(namespace, self.dest, self.convert(value) if self.convert else value)
-
-
 def warn_deprecated(prog: str, old: str, new: str) -> None:
-    print(f"{prog}: warning: {old} is deprecated, use {new} (the old spelling goes away after "
-          f"paraplan {DEPRECATED_UNTIL})", file=sys.stderr)
+    say_deprecated(f"{old} is deprecated, use {new}", prog)
 
 
 def deprecated(parser, old: str | Sequence[str], new: str, dest: str, convert=None, flag: bool = False,
                const: object = True) -> None:
     """Accept `old` (hidden from --help) as `new`, storing into `dest`."""
-    names = [old] if isinstance(old, str) else list(old)
-    if flag:
-        parser.add_argument(*names, dest=dest, action=_Deprecated, new=new, nargs=0, const=const,
-                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    else:
-        parser.add_argument(*names, dest=dest, action=_Deprecated, new=new, convert=convert,
-                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    deprecated_option(parser, old, new, dest, convert=convert, flag=flag, const=const)
 
 
 def add_output_argument(parser, help: str, old: Sequence[str] = (), type=None) -> None:

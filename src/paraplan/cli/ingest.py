@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from paraplan.cli.common import add_output_argument, add_tracking_arguments, track
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, track
 from paraplan.core import ConfigError
 
 NAME = "ingest"
@@ -122,8 +122,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nodes; when omitted, the log's distinct host names are counted")
     parser.add_argument("--collective", default=None,
                         help="collective; when omitted, read from the log's command line or header")
-    parser.add_argument("--batch-size", type=_positive, default=None,
+    parser.add_argument("--profile-batch-size", dest="batch_size", type=_positive, default=None,
                         help="pipedream: the profile's batch size (default: the file name's -pbs-N)")
+    deprecated(parser, "--batch-size", "--profile-batch-size", "batch_size", convert=_positive)
     add_tracking_arguments(parser)
 
 

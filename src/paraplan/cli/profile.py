@@ -3,9 +3,10 @@ parameter bytes per layer, measured with torch (warm-up, then the median of --re
 iterations) or computed analytically for a device of a cluster file (--analytic).
 
 Examples:
-  paraplan profile --model mlp --layers 4 --hidden-dim 1024 --batch 32 -o results/profiles/mlp.csv
-  paraplan profile --model gpt --batches 2,4,8 --threads 1 -o results/profiles/gpt.csv --plots results/figures/profile
-  paraplan profile --model resnet --batch 32 --analytic --cluster dgx1-v100 -o resnet_v100.csv
+  paraplan profile --model mlp --num-layers 4 --hidden-dim 1024 --profile-batch-size 32 -o results/profiles/mlp.csv
+  paraplan profile --model gpt --profile-batch-sizes 2,4,8 --threads 1 -o results/profiles/gpt.csv \
+      --plots results/figures/profile
+  paraplan profile --model resnet --profile-batch-size 32 --analytic --cluster dgx1-v100 -o resnet_v100.csv
 """
 
 from __future__ import annotations
@@ -14,46 +15,39 @@ import argparse
 import os
 import platform
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from paraplan.cli.common import add_output_argument, add_tracking_arguments, int_list, require_torch
+from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, int_list, require_torch
 from paraplan.core import ConfigError
 
+SPEC_PREFIX = "spec_"
 NAME = "profile"
 HELP = "layer-wise profile of a model (torch measurement or analytic)"
 ORDER = 30
 
-# command-line option -> spec setting (a model rejects the settings it does not take)
-_MODEL_OPTIONS = {
-    "layers": (int, "MLP layers (4) / GPT transformer blocks (4)"),
-    "input_dim": (int, "MLP input features (1024)"),
-    "hidden_dim": (int, "MLP hidden features (1024)"),
-    "output_dim": (int, "MLP output features (1024)"),
-    "hidden": (int, "GPT hidden size (256)"),
-    "heads": (int, "GPT attention heads (4)"),
-    "seq_len": (int, "GPT sequence length (128)"),
-    "vocab": (int, "GPT vocabulary size (1024)"),
-    "blocks": (str, "ResNet bottleneck blocks per stage (3,4,6,3)"),
-    "width": (int, "ResNet first-stage bottleneck channels (64)"),
-    "image_size": (int, "ResNet input image side (224)"),
-    "num_classes": (int, "ResNet classes (1000)"),
-}
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model name: mlp, gpt or resnet")
-    models = parser.add_argument_group("model settings (defaults in parentheses; paraplan.profile.specs)")
-    for key, (kind, text) in _MODEL_OPTIONS.items():
-        models.add_argument(f"--{key.replace('_', '-')}", dest=f"spec_{key}", type=kind,
-                            default=argparse.SUPPRESS, metavar="N" if kind is int else "LIST", help=text)
-    models.add_argument("--bias", dest="spec_bias", action=argparse.BooleanOptionalAction,
-                        default=argparse.SUPPRESS, help="MLP Linear layers with bias (on)")
-    parser.add_argument("--batch", type=int, default=argparse.SUPPRESS, metavar="B",
+    from paraplan.profile.specs import MODEL_SPECS
+    from paraplan.typed import add_options
+
+    parser.add_argument("--model", required=True, choices=list(MODEL_SPECS), help="the model to profile")
+    models = parser.add_argument_group("model settings (paraplan.profile.specs; a model rejects the "
+                                       "settings of the others)")
+    added: set[str] = set()
+    for cls in MODEL_SPECS.values():
+        names = [f.name for f in fields(cls) if f.name not in added]
+        add_options(models, cls, SPEC_PREFIX, only=names)
+        added.update(names)
+    parser.add_argument("--profile-batch-size", dest="batch", type=int, default=argparse.SUPPRESS, metavar="B",
                         help="batch size of the profile (32)")
-    parser.add_argument("--batches", default=None,
+    deprecated(parser, "--batch", "--profile-batch-size", "batch", convert=int)
+    parser.add_argument("--profile-batch-sizes", dest="batches", default=None, metavar="LIST",
                         help="several batch sizes, e.g. 8,16,32: fit time(b) = fixed + per_sample x b per "
                         "layer; the CSV keeps the largest batch plus fwd_fixed_s/bwd_fixed_s")
+    deprecated(parser, "--batches", "--profile-batch-sizes", "batches")
     add_output_argument(parser, "profile CSV (meta JSON beside it)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR", help="folder for the per-layer bar chart")
     measured = parser.add_argument_group("measurement (torch)")
@@ -73,21 +67,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec_settings(args: argparse.Namespace) -> dict[str, object]:
-    keys = [*_MODEL_OPTIONS, "bias"]
-    return {k: getattr(args, f"spec_{k}") for k in keys if hasattr(args, f"spec_{k}")}
+    """The model settings given as options, by field name (text, parsed by the spec)."""
+    prefix = len(SPEC_PREFIX)
+    return {k[prefix:]: v for k, v in vars(args).items() if k.startswith(SPEC_PREFIX)}
 
 
 def _batches(args: argparse.Namespace) -> list[int]:
     batch = getattr(args, "batch", None)
     if args.batches:
-        batches = sorted(set(int_list(args.batches, "--batches")))
+        batches = sorted(set(int_list(args.batches, "--profile-batch-sizes")))
         if batch is not None and batch != batches[-1]:
-            raise ConfigError("--batch", f"with --batches the profile is at the largest ({batches[-1]}), "
-                              f"got --batch {batch}")
+            raise ConfigError("--profile-batch-size", f"with --profile-batch-sizes the profile is at the largest "
+                              f"({batches[-1]}), got --profile-batch-size {batch}")
     else:
         batches = [batch if batch is not None else 32]
     if min(batches) < 1:
-        raise ConfigError("--batch", f"batch sizes must be >= 1, got {batches}")
+        raise ConfigError("--profile-batch-size", f"batch sizes must be >= 1, got {batches}")
     return batches
 
 
@@ -160,7 +155,8 @@ def _analytic(args, spec, batches):
     if not args.cluster:
         raise ConfigError("--cluster", "--analytic needs --cluster (a name under config/clusters or a YAML path)")
     if len(batches) > 1:
-        raise ConfigError("--batches", "analytic profiles are linear in the batch; give --batch only")
+        raise ConfigError("--profile-batch-sizes",
+                          "analytic profiles are linear in the batch; give --profile-batch-size only")
     cluster = load_cluster(args.cluster)
     profile = analytic_profile(spec, batches[0], cluster.device, args.combine, args.dtype, name=args.output.stem)
     meta = {**profile.meta, "cluster": cluster.name, "threads": None, "repeats": 0}
@@ -172,9 +168,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.profile.io import meta_path, write_profile
     from paraplan.profile.specs import make_spec, spec_settings
     from paraplan.track import RunLog
+    from paraplan.typed import Source
 
     check_outputs(files=[args.output, meta_path(args.output)], folders=[args.plots])
-    spec = make_spec(args.model, _spec_settings(args))
+    spec = make_spec(args.model, _spec_settings(args), Source.command_line())
     batches = _batches(args)
     if args.analytic:
         profile, checks = _analytic(args, spec, batches)

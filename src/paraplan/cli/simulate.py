@@ -1,17 +1,17 @@
-"""Simulate a named experiment (config/experiments/<name>.yaml): every configuration
+"""Simulate a named study (config/studies/simulate/<name>.yaml): every configuration
 of its sweep in each of its modes (`distir-v0.1`: DistIR's own semantics, to
 reproduce seed 000; `corrected`: paraplan's physical engine).
 
 Writes DIR/results.csv (one row per configuration), DIR/timing.json (simulate_s:
 simulation wall time only, best of --repeats), DIR/published_comparison.csv when the
-experiment names published numbers that exist, the figures (PNG + PDF, in --plots,
-default DIR/figures) and, for Gantt experiments, DIR/traces/*.json (Chrome trace,
-opens in Perfetto). An experiment is a name (config/experiments/<name>.yaml here, in
+study names published numbers that exist, the figures (PNG + PDF, in --plots,
+default DIR/figures) and, for Gantt studies, DIR/traces/*.json (Chrome trace,
+opens in Perfetto). A study is a name (config/studies/simulate/<name>.yaml here, in
 the checkout, or the copy the package carries) or a YAML path.
 
 Examples:
-  paraplan simulate --experiment schedules -o results/simulations/schedules
-  paraplan simulate --experiment config/experiments/distir_fig3.yaml -o out/fig3 --modes corrected
+  paraplan simulate --study schedules -o results/simulations/schedules
+  paraplan simulate --study config/studies/simulate/distir_fig3.yaml -o out/fig3 --modes corrected
 """
 
 from __future__ import annotations
@@ -20,16 +20,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, name_list
+from paraplan.cli.common import (
+    add_output_argument,
+    add_tracking_arguments,
+    deprecated,
+    name_list,
+    require,
+)
 
 NAME = "simulate"
-HELP = "simulate strategies of a named experiment (DistIR figures, pipeline schedules)"
+HELP = "simulate strategies of a named study (DistIR figures, pipeline schedules)"
 ORDER = 40
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--experiment", required=True, metavar="NAME|FILE",
-                        help="experiment name (distir_fig3, distir_fig4, schedules, ...) or YAML file")
+    parser.add_argument("--study", default=None, metavar="NAME|FILE",
+                        help="study name (distir_fig3, distir_fig4, schedules, ...) or YAML file (required)")
+    deprecated(parser, "--experiment", "--study", "study")
+    require(parser, "study", "--study")
     add_output_argument(parser, "output folder (results.csv, timing.json, figures/, traces/)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the figures (PNG + PDF); default: OUTPUT/figures")
@@ -46,40 +54,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from paraplan.config_files import find_study
     from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
-    from paraplan.sim import experiments as ex
-    from paraplan.sim import published as pb
+    from paraplan.progress import bar
+    from paraplan.studies import published as pb
+    from paraplan.studies import simulate as st
+    from paraplan.studies.simulate_study import MODES
 
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    from paraplan.config_files import find
-    from paraplan.progress import bar
-
-    exp = ex.load_experiment(find("experiments", args.experiment))
-    modes = tuple(name_list(args.modes, "--modes", ex.MODES)) if args.modes.strip() else ()
-    total = sum(len(ex.experiment_points(exp, m)) for m in (modes or tuple(exp.modes)) if m in exp.modes)
-    with bar(total, f"simulate {exp.name}", "config") as progress:
-        result = ex.run_experiment(exp, modes, repeats=args.repeats, on_point=progress.update)
+    study = st.load_study(find_study("simulate", args.study))
+    modes = tuple(name_list(args.modes, "--modes", MODES)) if args.modes.strip() else ()
+    chosen = [m for m in (modes or study.modes.names) if m in study.modes.names]
+    total = sum(len(st.mode_configurations(study, m)) for m in chosen)
+    with bar(total, f"simulate {study.name}", "config") as progress:
+        result = st.run_study(study, modes, repeats=args.repeats, on_point=progress.update)  # type: ignore[arg-type]
     out: Path = args.output
-    rows = pd.DataFrame(ex.result_rows(result), columns=list(ex.RESULT_COLUMNS))
+    rows = pd.DataFrame(st.result_rows(result), columns=list(st.RESULT_COLUMNS))
+    study_file = find_study("simulate", args.study)
 
     published = None
     comparison = None
     published_note = ""
-    if exp.published is not None:
-        source = _published_source(Path(exp.published.file), Path(exp.path))
+    if study.published is not None:
+        source = _published_source(Path(study.published.file), study_file)
         if source.is_file():
-            published = pb.load_published(source, exp.published.format)
+            published = pb.load_published(source, study.published.format)
             comparison = pb.compare(rows, published)
         else:
-            published_note = f"not compared: {exp.published.file} not found"
+            published_note = f"not compared: {study.published.file} not found"
             print(f"paraplan simulate: published numbers {source} not found; no comparison",
                   file=sys.stderr)
 
     write_csv(out / "results.csv", rows)
     timing = {
-        "experiment": exp.name,
+        "experiment": study.name,
         "simulate_s": result.simulate_s,
         "simulate_s_by_mode": dict(result.simulate_s_by_mode),
         "repeats": result.repeats,
@@ -98,45 +108,48 @@ def run(args: argparse.Namespace) -> int:
             err = part["rel_diff"].abs()
             summary[f"max_abs_rel_diff__{mode}"] = float(err.max())
             summary[f"median_abs_rel_diff__{mode}"] = float(err.median())
-            print(f"paraplan simulate: {exp.name} {mode} vs {part['reference'].iloc[0]}: "
+            print(f"paraplan simulate: {study.name} {mode} vs {part['reference'].iloc[0]}: "
                   f"max |rel diff| {err.max():.3%}, median {err.median():.3%} over {len(part)} points",
                   file=sys.stderr)
 
     if not args.no_plots:
         figures = args.plots if args.plots is not None else out / "figures"
-        artifacts.extend(_figures(exp, result, rows, published, figures, out / "traces"))
+        artifacts.extend(_figures(study, result, rows, published, figures, out / "traces"))
 
-    print(f"paraplan simulate: {exp.name}: {len(rows)} configurations, "
+    print(f"paraplan simulate: {study.name}: {len(rows)} configurations, "
           f"simulate_s {result.simulate_s:.4f} (best of {result.repeats}) -> {out}", file=sys.stderr)
     from paraplan.cli.common import track
 
-    track(args, _runlog(exp, result, rows, summary, artifacts))
+    track(args, _runlog(study, study_file, result, rows, summary, artifacts))
     return 0
 
 
-def _published_source(path: Path, experiment_file: Path) -> Path:
+def _published_source(path: Path, study_file: Path) -> Path:
     """A relative published-numbers path is relative to the working directory (the
     repository root under Snakemake); failing that, to the checkout that holds the
-    experiment file (`<checkout>/config/experiments/x.yaml`), so a run from any
+    study file (`<checkout>/config/studies/simulate/x.yaml`), so a run from any
     directory finds the same reference data."""
     if path.is_absolute() or path.is_file():
         return path
-    checkout = experiment_file.resolve().parent.parent.parent
+    config_dir = next((p for p in study_file.resolve().parents if p.name == "config"), None)
+    if config_dir is None:
+        return path
+    checkout = config_dir.parent
     beside = checkout / path
     return beside if beside.is_file() else path
 
 
-def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[Path]:
+def _figures(study, result, rows, published, figures: Path, traces: Path) -> list[Path]:
     paths: list[Path] = []
     modes = list(dict.fromkeys(rows["mode"]))
-    if exp.figure == "distir_fig3":
+    if study.figure == "distir_fig3":
         from paraplan.plots.distir import figure3
 
         for mode in modes:
             label = "published (DistIR v0.1)" if mode == "distir-v0.1" else "DistIR 83d7fc3 (4800 Gbps)"
-            paths += figure3(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", label,
-                             _subtitle(exp, mode))
-    elif exp.figure == "distir_fig4":
+            paths += figure3(rows, published, mode, figures / f"{study.name}_{_slug(mode)}", label,
+                             _subtitle(study, mode))
+    elif study.figure == "distir_fig4":
         from paraplan.plots.distir import figure4
 
         baseline = None
@@ -144,11 +157,11 @@ def _figures(exp, result, rows, published, figures: Path, traces: Path) -> list[
             one = published[(published["devices"] == 1) & (published["microbatches"] == 1)]
             baseline = float(one["throughput"].iloc[0]) if not one.empty else None
         for mode in modes:
-            note = _subtitle(exp, mode)
+            note = _subtitle(study, mode)
             if mode == "corrected":
                 note = note[:-1] + ", speedup over one device without transfers)"
-            paths += figure4(rows, published, mode, figures / f"{exp.name}_{_slug(mode)}", baseline, note)
-    elif exp.figure == "gantt":
+            paths += figure4(rows, published, mode, figures / f"{study.name}_{_slug(mode)}", baseline, note)
+    elif study.figure == "gantt":
         paths += _gantt_and_traces(result, figures, traces)
     return paths
 
@@ -162,17 +175,18 @@ def _gantt_and_traces(result, figures: Path, traces: Path) -> list[Path]:
 
     paths: list[Path] = []
     for sim in result.simulated:
-        pt = sim.point
-        stem = f"{pt.series}_b{pt.batch_size}_m{pt.microbatches}_it{pt.iterations}"
-        title = (f"{pt.series}: {pt.P} stages, {pt.iterations} iteration(s), batch {pt.batch_size}, "
-                 f"{pt.microbatches} micro-batches")
+        conf = sim.configuration
+        s = conf.strategy
+        stem = f"{conf.series}_b{conf.global_batch_size}_m{s.num_microbatches}_it{s.iterations}"
+        title = (f"{conf.series}: {s.pipeline_model_parallel_size} stages, {s.iterations} iteration(s), "
+                 f"batch {conf.global_batch_size}, {s.num_microbatches} micro-batches")
         paths += save_gantt(sim.timeline, figures / stem, title=title)
         write_json(traces / f"{stem}.json", to_chrome_trace(sim.timeline))
     return paths
 
 
-def _subtitle(exp, mode: str) -> str:
-    return f"({exp.modes[mode].bandwidth_gbps:g} Gbps)"
+def _subtitle(study, mode: str) -> str:
+    return f"({study.mode(mode).bandwidth_Gbit_per_s:g} Gbps)"
 
 
 def _slug(mode: str) -> str:
@@ -180,7 +194,7 @@ def _slug(mode: str) -> str:
     return mode.replace("-", "_").replace(".", "_")
 
 
-def _runlog(exp, result, rows, summary, artifacts):
+def _runlog(study, study_file, result, rows, summary, artifacts):
     from paraplan.track import RunLog
 
     children = []
@@ -192,11 +206,12 @@ def _runlog(exp, result, rows, summary, artifacts):
         metrics = {k: rec[k] for k in ("step_time_s", "throughput", "speedup", "bubble_fraction",
                                        "peak_mem_bytes") if _is_number(rec[k])}
         children.append(RunLog("simulate", name, params=params, metrics=metrics))
-    params = {"experiment": exp.name, "experiment_file": exp.path, "modes": ",".join(result.simulate_s_by_mode),
-              "repeats": result.repeats, "figure": exp.figure}
-    for mode, settings in exp.modes.items():
+    params = {"study": study.name, "study_file": str(study_file), "modes": ",".join(result.simulate_s_by_mode),
+              "repeats": result.repeats, "figure": study.figure}
+    for mode in study.modes.names:
+        settings = study.mode(mode)
         params[f"mode.{mode}"] = {k: getattr(settings, k) for k in settings.__dataclass_fields__}
-    return RunLog("simulate", exp.name, params=params, metrics=summary,
+    return RunLog("simulate", study.name, params=params, metrics=summary,
                   artifacts=artifacts,
                   children=children)
 

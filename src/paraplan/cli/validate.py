@@ -3,12 +3,12 @@ simulator's prediction of the same strategies.
 
 Spawns 2 ranks (torch.distributed: gloo on CPU, nccl with one GPU per rank), each
 with --threads threads, and runs --warmup untimed and --steps timed rounds at
-global batch --batch. A round times, after a barrier each: the whole model's
+global batch --global-batch-size. A round times, after a barrier each: the whole model's
 forward + backward on each rank alone and on both at once (the contention
 calibration), then one training step of every strategy: `dp` (one all-reduce of
 the gradient buffer after backward), `dp_overlap` (per-layer asynchronous
 all-reduces during backward), `pp_1f1b` and `pp_gpipe` (2 stages cut where the
-profile balances them, --microbatches micro-batches, send/recv between the ranks)
+profile balances them, --num-microbatches micro-batches, send/recv between the ranks)
 and `tp2` (Megatron split: MLP pairs, transformer blocks by heads). A step's time
 is the slowest rank's, from the barrier to the end of its forward, backward and
 communication (the SGD update follows untimed). The same strategies are simulated
@@ -21,7 +21,7 @@ logged beside it.
 
 Example:
   paraplan validate --profile results/profiles/mlp.csv \\
-      --comm-model results/fits/local-cpu/comm_model.json --batch 32 --steps 20 \\
+      --comm-model results/fits/local-cpu/comm_model.json --global-batch-size 32 --steps 20 \\
       -o results/validation/mlp.csv --plots results/figures/validate
 """
 
@@ -58,9 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default="local-cpu", metavar="NAME|FILE",
                         help="cluster name or YAML path (for the simulator)")
     parser.add_argument("--strategies", default=_ALL, help="comma list among " + _ALL)
-    parser.add_argument("--batch", type=int, default=None,
+    parser.add_argument("--global-batch-size", dest="batch", type=int, default=None,
                         help="global batch per step (default: the profile's batch size)")
-    parser.add_argument("--microbatches", type=int, default=4, help="pipeline micro-batches per step")
+    deprecated(parser, "--batch", "--global-batch-size", "batch", convert=int)
+    parser.add_argument("--num-microbatches", dest="microbatches", type=int, default=4,
+                        help="pipeline micro-batches per step")
+    deprecated(parser, "--microbatches", "--num-microbatches", "microbatches", convert=int)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per strategy")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per strategy first")
     parser.add_argument("--threads", type=int, default=None,
@@ -92,10 +95,11 @@ def _model_settings(args: argparse.Namespace) -> tuple[str, dict]:
 
 
 def _check_positive(args: argparse.Namespace) -> None:
-    for key in ("microbatches", "steps", "threads", "batch"):
+    for key, option in (("microbatches", "--num-microbatches"), ("steps", "--steps"), ("threads", "--threads"),
+                        ("batch", "--global-batch-size")):
         value = getattr(args, key)
         if value is not None and value < 1:
-            raise ConfigError(f"--{key}", f"must be >= 1, got {value}")
+            raise ConfigError(option, f"must be >= 1, got {value}")
     if args.warmup < 0:
         raise ConfigError("--warmup", f"must be >= 0, got {args.warmup}")
 
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     acts = profile.activation_bytes_at(batch)
     probe_bytes = tuple(sorted({round(float(a)) for a, c in zip(acts, tp_counts, strict=True) if c > 0})) \
         if "tp2" in strategies else ()
-    cfg = RunConfig(spec, strategies, batch_size=batch, microbatches=args.microbatches, steps=args.steps,
+    cfg = RunConfig(spec, strategies, global_batch_size=batch, num_microbatches=args.microbatches, steps=args.steps,
                     warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
                     backend=args.backend, timeout_s=args.timeout_s, allreduce_probe_bytes=probe_bytes)
     setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_counts),
@@ -244,7 +248,7 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,
         "model": model, "model_settings": settings, "strategies": list(measured),
-        "batch_size": setup.batch_size, "microbatches": setup.microbatches,
+        "global_batch_size": setup.global_batch_size, "num_microbatches": setup.num_microbatches,
         "pipeline_boundary": setup.pipeline_boundary, "steps": args.steps, "warmup": args.warmup,
         "threads_per_rank": threads, "backend": args.backend,
         "comm_uses_compute_cores": setup.comm_uses_compute_cores,

@@ -88,6 +88,8 @@ def overlap_flag_as_gradient_sync(value: object) -> object:
 class Term:
     """One concept: its name, what it means (with its unit) and its 0.1 names.
 
+    `old_names`: keys of files (and of the options derived from a typed input) that
+    0.1 spelled so; `old_options`: command-line spellings of hand-written options.
     `convert` turns a value written under an old name into the new name's value
     (e.g. a boolean into a `gradient_sync` choice); absent, the value carries over."""
 
@@ -95,6 +97,7 @@ class Term:
     meaning: str
     old_names: tuple[str, ...] = ()
     convert: Mapping[str, Callable[[object], object]] = field(default_factory=dict)
+    old_options: tuple[str, ...] = ()
 
 
 TERMS: tuple[Term, ...] = (
@@ -105,7 +108,8 @@ TERMS: tuple[Term, ...] = (
     Term("data_parallel_size", "d: model replicas (D in results.csv)", ("data_degree",)),
     Term("virtual_pipeline_model_parallel_size", "v: model chunks per pipeline rank (interleaved 1F1B)",
          ("virtual_stages",)),
-    Term("num_microbatches", "M: micro-batches per replica per iteration", ("microbatches",)),
+    Term("num_microbatches", "M: micro-batches per replica per iteration", ("microbatches",),
+         old_options=("--microbatches",)),
     Term("schedule", "pipeline schedule, one of SCHEDULES"),
     Term("gradient_sync", "data-parallel gradient reduction, one of GRADIENT_SYNCS",
          ("grad_sync", "overlap_grad_allreduce"),
@@ -114,13 +118,16 @@ TERMS: tuple[Term, ...] = (
     Term("stage_replicas", "data-parallel width of each pipeline stage (DAPPLE's uneven 15:1)"),
     # ---- batch ----
     Term("global_batch_size", "B: samples (sequences) per iteration over all replicas",
-         ("global_batch", "gbs", "batch")),
-    Term("global_batch_sizes", "several global batch sizes (a sweep)", ("gbs", "batch_sizes")),
-    Term("micro_batch_size", "b: samples per micro-batch on one replica",
-         ("microbatch_size", "mbs", "microbatch_samples")),
-    Term("min_micro_batch_size", "smallest micro-batch a planner may choose", ("min_microbatch",)),
+         ("global_batch", "gbs", "batch"), old_options=("--batch",)),
+    Term("global_batch_sizes", "several global batch sizes: a list, or A:B:S (A, then every multiple of S "
+         "up to B)", ("gbs", "gbs_range", "batch_sizes")),
+    Term("gpu_global_batch_sizes", "the global batch sizes the workflow plans on GPU clusters", ("gpu_gbs",)),
+    Term("micro_batch_size", "b: samples per micro-batch on one replica", ("microbatch_size", "microbatch_samples")),
+    Term("min_micro_batch_size", "smallest micro-batch a planner may choose", ("mbs", "min_microbatch")),
     Term("profile_batch_size", "the batch size a profile was taken at (`batch_size` in its meta JSON)",
-         ("pbs",)),
+         ("pbs",), old_options=("--batch", "--batch-size")),
+    Term("profile_batch_sizes", "the batch sizes a profile is measured at (a fit of time over batch)",
+         ("batches",), old_options=("--batches",)),
     # ---- model ----
     Term("num_layers", "layers of a model (transformer blocks for GPT, Linear layers for an MLP)",
          ("layers",)),
@@ -134,14 +141,16 @@ TERMS: tuple[Term, ...] = (
          "weights + gradients + optimizer state in parameter bytes (DAPPLE: 2; Adam: 4); the simulator's "
          "`optimizer_state_factor` is this minus 2", ("optimizer_factor",)),
     Term("optimizer_state_factor", "optimizer state alone in parameter bytes (the simulator's memory model)"),
-    Term("memory_GB", "device memory in GB (1e9 bytes)", ("memory_gb",)),
+    Term("memory_GB", "device memory in GB (1e9 bytes)", ("memory_gb", "device_memory_bytes"),
+         {"device_memory_bytes": lambda v: v / 1e9 if isinstance(v, int | float) and not isinstance(v, bool) else v}),
     Term("bandwidth_GBps", "link bandwidth in GB/s (1e9 bytes per second)"),
     Term("bandwidth_Gbit_per_s", "link bandwidth in Gbit/s (1e9 bits per second), as studies state it",
          ("bandwidth_gbps",)),
-    Term("cluster", "a cluster: a name under config/clusters/ or a YAML path", ("cluster_file",)),
-    Term("shape", "NODESxDEVICES, e.g. 2x8 (16x1: flat)"),
-    Term("shapes", "several cluster shapes", ("layouts",)),
-    Term("study", "a named study: config/studies/<stage>/<name>.yaml or a YAML path", ("experiment",)),
+    Term("cluster", "a cluster: a name under config/clusters/ or a YAML path", ("cluster_file",),
+         old_options=("--cluster-file",)),
+    Term("shapes", "cluster shapes (NODESxDEVICES) to plan on", ("layouts",), old_options=("--shape",)),
+    Term("study", "a named study: config/studies/<stage>/<name>.yaml or a YAML path", ("experiment",),
+         old_options=("--experiment",)),
     Term("studies", "several study names", ("experiments",)),
     Term("step_time_s", "seconds per training iteration (Timeline, results.csv)"),
     Term("recompute_granularity", "activation recomputation, one of RECOMPUTE_GRANULARITIES"),

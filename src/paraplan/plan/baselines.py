@@ -31,7 +31,7 @@ def accumulation_steps(problem: PlanProblem) -> int:
     fit = problem.max_samples_per_device()
     if fit < 1:
         return 0
-    per_device = problem.global_batch / problem.num_devices
+    per_device = problem.global_batch_size / problem.num_devices
     return max(1, math.ceil(per_device / fit))
 
 
@@ -45,7 +45,7 @@ def data_parallel_estimates(problem: PlanProblem) -> DataParallelEstimate:
         return DataParallelEstimate(0, nan, nan, nan, single)
     prof = problem.profile
     n = problem.num_devices
-    sub = problem.global_batch / (n * k)
+    sub = problem.global_batch_size / (n * k)
     fwd = prof.fwd_s_at(sub)
     bwd = prof.bwd_s_at(sub)
     step = float(fwd.sum() + bwd.sum())

@@ -72,9 +72,9 @@ def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: i
     if n % pipeline_devices:
         return None
     copies = n // pipeline_devices
-    if problem.global_batch % (copies * microbatches):
+    if problem.global_batch_size % (copies * microbatches):
         return None
-    b = problem.global_batch / (copies * microbatches)
+    b = problem.global_batch_size / (copies * microbatches)
     num_stages = len(slots)
     if num_stages == 0 or num_stages > microbatches:
         return None
@@ -125,10 +125,10 @@ def make_plan(problem: PlanProblem, pipeline_devices: int, microbatches: int,
     )
     return HybridPlan(
         stages=stages,
-        microbatches=microbatches,
+        num_microbatches=microbatches,
         copies=copies,
         pipeline_devices=pipeline_devices,
-        microbatch_samples=problem.global_batch / (copies * microbatches),
+        micro_batch_size=problem.global_batch_size / (copies * microbatches),
         latency_s=latency_s,
         speedup=problem.single_device_s / latency_s,
     )

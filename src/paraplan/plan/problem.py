@@ -21,7 +21,7 @@ from paraplan.core import Cluster, CommModel, ConfigError, Group, ModelProfile
 class MemorySettings:
     """Per-device memory budget and how a stage fills it.
 
-    - model state = `optimizer_factor` x the stage's parameter bytes (weights, gradients
+    - model state = `model_state_factor` x the stage's parameter bytes (weights, gradients
       and optimizer state together; DAPPLE's ResNet-50 run uses 2);
     - activations = in-flight micro-batches x samples per replica x bytes per sample of
       the stage. `peak_activation_bytes_per_sample` (DAPPLE: 7e7 for ResNet-50) is the
@@ -30,14 +30,14 @@ class MemorySettings:
     """
 
     memory_bytes: float = 16e9
-    optimizer_factor: float = 2.0
+    model_state_factor: float = 2.0
     peak_activation_bytes_per_sample: float | None = None
 
     def __post_init__(self) -> None:
         if not self.memory_bytes > 0:
-            raise ConfigError("memory_gb", f"must be > 0, got {self.memory_bytes / 1e9}")
-        if not self.optimizer_factor >= 1:
-            raise ConfigError("optimizer_factor", f"must be >= 1, got {self.optimizer_factor}")
+            raise ConfigError("memory_GB", f"must be > 0, got {self.memory_bytes / 1e9}")
+        if not self.model_state_factor >= 1:
+            raise ConfigError("model_state_factor", f"must be >= 1, got {self.model_state_factor}")
         peak = self.peak_activation_bytes_per_sample
         if peak is not None and not peak >= 0:
             raise ConfigError("peak_activation_bytes_per_sample", f"must be >= 0, got {peak}")
@@ -51,18 +51,18 @@ class PlanProblem:
     cluster: Cluster
     comm: CommModel
     memory: MemorySettings
-    global_batch: int
-    min_microbatch: int = 1  # samples per micro-batch of one pipeline copy, at least
+    global_batch_size: int
+    min_micro_batch_size: int = 1  # samples per micro-batch of one pipeline copy, at least
     max_pipeline_devices: int = 0  # widest pipeline copy searched; 0: all devices
     _ar_cache: dict = field(default_factory=dict, repr=False)
     _send_cache: dict = field(default_factory=dict, repr=False)
     _span_cache: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.global_batch < 1:
-            raise ConfigError("gbs", f"global batch size must be >= 1, got {self.global_batch}")
-        if self.min_microbatch < 1:
-            raise ConfigError("mbs", f"micro-batch size must be >= 1, got {self.min_microbatch}")
+        if self.global_batch_size < 1:
+            raise ConfigError("global_batch_size", f"global batch size must be >= 1, got {self.global_batch_size}")
+        if self.min_micro_batch_size < 1:
+            raise ConfigError("min_micro_batch_size", f"micro-batch size must be >= 1, got {self.min_micro_batch_size}")
 
     # ---- layer chain (prefix sums over layers, length L + 1) ----
     @property
@@ -126,7 +126,7 @@ class PlanProblem:
     @cached_property
     def single_device_s(self) -> float:
         """T: the whole global batch on one device, forward + backward (no memory limit)."""
-        return float(self.compute_s(0, self.num_layers, self.global_batch))
+        return float(self.compute_s(0, self.num_layers, self.global_batch_size))
 
     # ---- devices ----
     def nodes_spanned(self, offset: int, width: int, pipeline_devices: int, copies: int) -> int:
@@ -204,19 +204,19 @@ class PlanProblem:
 
     def microbatch_counts(self, copies: int) -> list[int]:
         """M such that each copy's share of the batch splits into M equal micro-batches
-        of at least `min_microbatch` samples, fewest first."""
-        if self.global_batch % copies:
+        of at least `min_micro_batch_size` samples, fewest first."""
+        if self.global_batch_size % copies:
             return []
-        per_copy = self.global_batch // copies
+        per_copy = self.global_batch_size // copies
         return [m for m in range(1, per_copy + 1)
-                if per_copy % m == 0 and per_copy // m >= self.min_microbatch]
+                if per_copy % m == 0 and per_copy // m >= self.min_micro_batch_size]
 
     # ---- memory ----
     def stage_max_inflight(self, first, stop, samples_per_replica):
         """Most in-flight micro-batches a stage's device holds within memory (arrays ok):
         -1 when even the model state does not fit, a large number when activations are free."""
         cap = self.memory.memory_bytes
-        state = self.memory.optimizer_factor * (self.param_prefix_bytes[stop] - self.param_prefix_bytes[first])
+        state = self.memory.model_state_factor * (self.param_prefix_bytes[stop] - self.param_prefix_bytes[first])
         stash = self.stash_prefix_bytes_per_sample
         per_mb = (stash[stop] - stash[first]) * samples_per_replica
         free = cap - state
@@ -234,7 +234,7 @@ class PlanProblem:
         """Data parallelism: samples one device holds at once (the whole model on it);
         0 when the model state alone does not fit."""
         cap = self.memory.memory_bytes
-        state = self.memory.optimizer_factor * self.profile.total_param_bytes
+        state = self.memory.model_state_factor * self.profile.total_param_bytes
         per_sample = float(self.stash_prefix_bytes_per_sample[-1])
         if state > cap:
             return 0

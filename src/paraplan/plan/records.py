@@ -35,13 +35,13 @@ class PlannedStage:
 @dataclass(frozen=True)
 class HybridPlan:
     """`copies` identical pipelines of `pipeline_devices` devices each; every copy runs
-    its share of the global batch as `microbatches` micro-batches with 1F1B."""
+    its share of the global batch as `num_microbatches` micro-batches with 1F1B."""
 
     stages: tuple[PlannedStage, ...]
-    microbatches: int
+    num_microbatches: int
     copies: int
     pipeline_devices: int
-    microbatch_samples: float  # per copy
+    micro_batch_size: float  # samples per micro-batch of one copy
     latency_s: float  # the planner's estimate (HPGO form)
     speedup: float  # single-device time / latency_s
     schedule: str = "1f1b"
@@ -62,7 +62,7 @@ class HybridPlan:
         return Strategy(
             data_parallel_size=1,
             pipeline_model_parallel_size=self.num_stages,
-            num_microbatches=self.microbatches,
+            num_microbatches=self.num_microbatches,
             schedule=self.schedule,
             stage_boundaries=tuple(s.first_layer for s in self.stages[1:]),
             stage_replicas=tuple(s.replicas for s in self.stages),

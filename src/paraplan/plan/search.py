@@ -6,7 +6,7 @@ Search space, for one global batch on N devices:
 - S contiguous stages of layers, stage s on r_s >= 1 devices of the copy, packed left to
   right (sum r_s <= W; devices left over stay idle), so a stage's replicas are R r_s
   devices and its node span follows from its offset;
-- M micro-batches per copy (M divides the copy's share, micro-batch >= `min_microbatch`),
+- M micro-batches per copy (M divides the copy's share, micro-batch >= `min_micro_batch_size`),
   with S <= M and at least one sample per replica; every stage must fit in device memory with the 1F1B in-flight count.
 
 Dynamic programming over states (layers covered j, devices used d, stages s, "last
@@ -126,7 +126,7 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
     go to `inc`."""
     n_layers = problem.num_layers
     copies = problem.num_devices // w
-    b = problem.global_batch / (copies * m)
+    b = problem.global_batch_size / (copies * m)
     max_stages = min(m, w, n_layers)
     var = problem.var_prefix_s_per_sample
     params = problem.param_prefix_bytes
@@ -245,8 +245,8 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3) -> list[HybridPlan]:
     pairs = search_space(problem)
     if not pairs:
         raise NoFeasiblePlanError(
-            f"global batch {problem.global_batch} cannot be split into micro-batches of "
-            f">= {problem.min_microbatch} samples on any pipeline width of {problem.num_devices} devices"
+            f"global batch {problem.global_batch_size} cannot be split into micro-batches of "
+            f">= {problem.min_micro_batch_size} samples on any pipeline width of {problem.num_devices} devices"
         )
     _seed_incumbent(problem, pairs, inc)
     for w, m in pairs:
@@ -280,8 +280,8 @@ def _nothing_fits(problem: PlanProblem) -> str:
     mem = problem.memory
     return (
         f"no plan fits in {mem.memory_bytes / 1e9:g} GB per device for global batch "
-        f"{problem.global_batch} on {problem.num_devices} devices (model state "
-        f"{mem.optimizer_factor:g} x {problem.profile.total_param_bytes / 1e9:.3g} GB of parameters "
+        f"{problem.global_batch_size} on {problem.num_devices} devices (model state "
+        f"{mem.model_state_factor:g} x {problem.profile.total_param_bytes / 1e9:.3g} GB of parameters "
         f"plus activations); use more devices, a larger --memory-gb or a smaller batch"
     )
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
-from paraplan.core import Cluster, CommModel, ModelProfile
+from paraplan.core import Cluster, CommModel, GradientSync, ModelProfile
 from paraplan.plan.baselines import data_parallel_estimates
 from paraplan.plan.problem import MemorySettings, PlanProblem
 from paraplan.plan.records import HybridPlan
@@ -31,14 +31,14 @@ class PlanSettings:
     cluster: Cluster
     comm: CommModel
     memory: MemorySettings
-    min_microbatch: int = 1
+    min_micro_batch_size: int = 1
     max_pipeline_devices: int = 0
     candidates: int = 3  # plans re-timed with the simulator
     verify: bool = True
 
     def problem(self, gbs: int) -> PlanProblem:
         return PlanProblem(self.profile, self.cluster, self.comm, self.memory, gbs,
-                           self.min_microbatch, self.max_pipeline_devices)
+                           self.min_micro_batch_size, self.max_pipeline_devices)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class PlanRow:
     dp_p3_est: float
     dp_overlap_est: float
     best_hybrid_est: float
-    microbatches: int = 0
+    num_microbatches: int = 0
     accumulation_steps: int = 0
     plan: HybridPlan | None = None
     infeasible: str = ""  # why no hybrid plan fits (empty when one does)
@@ -94,7 +94,9 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
     chosen = candidates[0] if candidates else None
     hybrid_sim = nan
     if settings.verify:
-        for key, mode in (("dp_no_overlap", "end"), ("dp_overlap", "overlap"), ("dp_p3", "p3")):
+        baselines: tuple[tuple[str, GradientSync], ...] = (
+            ("dp_no_overlap", "end"), ("dp_overlap", "overlap"), ("dp_p3", "p3"))
+        for key, mode in baselines:
             s = simulate_data_parallel(problem, mode)
             sim[key] = s.speedup if s is not None else nan
         best = None
@@ -113,7 +115,7 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
         stages=chosen.describe() if chosen else "",
         planning_time_s=planning_s,
         best_hybrid_est=chosen.speedup if chosen else nan,
-        microbatches=chosen.microbatches if chosen else 0,
+        num_microbatches=chosen.num_microbatches if chosen else 0,
         accumulation_steps=dp.accumulation_steps,
         plan=chosen,
         infeasible=infeasible,

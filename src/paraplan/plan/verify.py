@@ -2,8 +2,9 @@
 reports are simulated; the planner's own estimates sit beside them.
 
 The simulator's memory model counts parameters + gradients + optimizer state x
-parameters, so the planner's `optimizer_factor` (all model state, in parameter
-bytes) maps to `optimizer_state_factor = optimizer_factor - 2`.
+parameters, so the planner's `model_state_factor` (weights, gradients and optimizer
+state, in parameter bytes) maps to the simulator's `optimizer_state_factor =
+model_state_factor - 2` (one parameter copy for the weights, one for the gradients).
 
 The three data-parallel baselines run as `Strategy.gradient_sync` "end" (no overlap),
 "overlap" (DDP buckets) and "p3" (per-layer all-reduces, lowest layer first,
@@ -22,9 +23,11 @@ from paraplan.plan.baselines import accumulation_steps
 from paraplan.plan.problem import PlanProblem
 from paraplan.plan.records import HybridPlan
 
+WEIGHTS_AND_GRADIENTS = 2.0  # parameter copies of model state besides the optimizer's
+
 
 @dataclass(frozen=True)
-class Simulated:
+class SimulatedStep:
     """One simulated configuration: its step time, speedup and peak device memory."""
 
     step_time_s: float
@@ -32,23 +35,23 @@ class Simulated:
     peak_mem_bytes: float
 
 
-def _simulate(problem: PlanProblem, strategy: Strategy) -> Simulated | None:
+def _simulate(problem: PlanProblem, strategy: Strategy) -> SimulatedStep | None:
     from paraplan.sim import simulate
 
     try:
-        tl = simulate(problem.profile, problem.cluster, problem.comm, strategy, problem.global_batch,
-                      optimizer_state_factor=max(0.0, problem.memory.optimizer_factor - 2.0))
+        tl = simulate(problem.profile, problem.cluster, problem.comm, strategy, problem.global_batch_size,
+                      optimizer_state_factor=max(0.0, problem.memory.model_state_factor - WEIGHTS_AND_GRADIENTS))
     except StrategyError:
         return None
     peak = max(tl.peak_mem_bytes) if tl.peak_mem_bytes else math.nan
-    return Simulated(tl.step_time_s, tl.speedup, peak)
+    return SimulatedStep(tl.step_time_s, tl.speedup, peak)
 
 
-def simulate_plan(problem: PlanProblem, plan: HybridPlan) -> Simulated | None:
+def simulate_plan(problem: PlanProblem, plan: HybridPlan) -> SimulatedStep | None:
     return _simulate(problem, plan.to_strategy())
 
 
-def simulate_data_parallel(problem: PlanProblem, gradient_sync: GradientSync) -> Simulated | None:
+def simulate_data_parallel(problem: PlanProblem, gradient_sync: GradientSync) -> SimulatedStep | None:
     """Pure data parallelism on every device with `gradient_sync` ("end", "overlap",
     "p3"); None when the model state does not fit one device."""
     k = accumulation_steps(problem)

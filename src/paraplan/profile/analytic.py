@@ -99,7 +99,7 @@ def mlp_ops(spec: MLPSpec, batch: float, e: int, include_loss: bool = False) -> 
         relu_f, relu_b = _pointwise(batch * d_out, e)
         fwd.append(relu_f)
         bwd.insert(0, relu_b)
-        if include_loss and i == spec.layers - 1:
+        if include_loss and i == spec.num_layers - 1:
             fwd.append(elementwise(batch * d_out, e, inputs=2))
             fwd.append(elementwise(batch * d_out, e, inputs=2))  # DistIR emits LossGrad here
         params = e * (d_in * d_out + (d_out if spec.bias else 0))
@@ -108,14 +108,14 @@ def mlp_ops(spec: MLPSpec, batch: float, e: int, include_loss: bool = False) -> 
 
 
 def gpt_ops(spec: GPTSpec, batch: float, e: int) -> list[LayerOps]:
-    h, s, v, a = spec.hidden, spec.seq_len, spec.vocab, spec.heads
+    h, s, v, a = spec.hidden_size, spec.seq_length, spec.vocab_size, spec.num_attention_heads
     n = batch * s  # tokens
     layers = []
     # embedding: gather + position add; backward: scatter-add into both tables
     emb_f = (elementwise(n * h, e, inputs=2),)
     emb_b = (elementwise(n * h, e, inputs=1), elementwise(n * h, e, inputs=1))
     layers.append(LayerOps("embedding", emb_f, emb_b, e * n * h, e * (v * h + s * h)))
-    for i in range(spec.layers):
+    for i in range(spec.num_layers):
         fwd: list[Op] = []
         bwd: list[Op] = []
 

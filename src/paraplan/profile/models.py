@@ -24,7 +24,7 @@ class LayeredModel:
                    generator: torch.Generator | None = None) -> torch.Tensor:
         spec = self.spec
         if isinstance(spec, GPTSpec):
-            return torch.randint(0, spec.vocab, (batch, spec.seq_len), device=device, generator=generator)
+            return torch.randint(0, spec.vocab_size, (batch, spec.seq_length), device=device, generator=generator)
         if isinstance(spec, MLPSpec):
             shape: tuple[int, ...] = (batch, spec.input_dim)
         else:
@@ -140,12 +140,12 @@ def build_model(spec: Spec, seed: int = 0) -> LayeredModel:
             layers.append(LinearReLU(d_in, d_out, spec.bias))
     elif isinstance(spec, GPTSpec):
         names.append("embedding")
-        layers.append(Embedding(spec.vocab, spec.seq_len, spec.hidden))
-        for i in range(spec.layers):
+        layers.append(Embedding(spec.vocab_size, spec.seq_length, spec.hidden_size))
+        for i in range(spec.num_layers):
             names.append(f"block{i}")
-            layers.append(DecoderBlock(spec.hidden, spec.heads))
+            layers.append(DecoderBlock(spec.hidden_size, spec.num_attention_heads))
         names.append("head")
-        layers.append(Head(spec.hidden, spec.vocab))
+        layers.append(Head(spec.hidden_size, spec.vocab_size))
     elif isinstance(spec, ResNetSpec):
         names.append("stem")
         layers.append(Stem(spec.in_channels, spec.width))

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal, get_args
 
 import numpy as np
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import KINDS, STREAMS, Timeline
 from paraplan.sim.schedules import distir_greedy_rounds
 
@@ -32,11 +34,13 @@ FP32_BYTES = 4  # bytes per element of every tensor
 SPLIT_S = 1e-6  # the only op with a launch term in v0.1
 ELEMENTWISE_FLOPS_PER_ELEMENT = 4  # Relu, ReluGrad, Loss, LossGrad, Add
 
-SEND_FILTERS = ("none", "fig3_dp", "fig3_pp")
+SendFilter = Literal["none", "fig3_dp", "fig3_pp"]
+SEND_FILTERS: tuple[SendFilter, ...] = get_args(SendFilter)
 _K_FWD, _K_BWD = KINDS.index("fwd"), KINDS.index("bwd")
 _K_SEND, _K_AR = KINDS.index("send"), KINDS.index("allreduce")
 _S_COMPUTE, _S_COMM = STREAMS.index("compute"), STREAMS.index("comm")
-PHASE2_MODES = ("v0.1", "csv")
+Phase2 = Literal["v0.1", "csv"]
+PHASE2_MODES: tuple[Phase2, ...] = get_args(Phase2)
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,8 @@ class DistirCostModel:
 V0_1 = DistirCostModel("v0.1", 2, 8e9, 4.0)
 FIX_83D7FC3 = DistirCostModel("83d7fc3", 4, 1.25e8, 4.0)
 FULLY_FIXED = DistirCostModel("fixed", 4, 1.25e8, 1.0)
-COST_MODELS = {m.name: m for m in (V0_1, FIX_83D7FC3, FULLY_FIXED)}
+CostModelName = Literal["v0.1", "83d7fc3", "fixed"]
+COST_MODELS: dict[str, DistirCostModel] = {m.name: m for m in (V0_1, FIX_83D7FC3, FULLY_FIXED)}
 
 
 @dataclass(frozen=True)
@@ -82,16 +87,16 @@ def _elementwise_s(numel: float) -> float:
     return ELEMENTWISE_FLOPS_PER_ELEMENT * numel / TP_FLOPS
 
 
-def _send_s(numel: float, bandwidth_gbps: float, cm: DistirCostModel) -> float:
-    return cm.send_dtype_factor * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_gbps)
+def _send_s(numel: float, bandwidth_Gbit_per_s: float, cm: DistirCostModel) -> float:
+    return cm.send_dtype_factor * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_Gbit_per_s)
 
 
-def _allreduce_s(numel: float, n: int, bandwidth_gbps: float, cm: DistirCostModel) -> float:
-    return 2 * (n - 1) / n * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_gbps)
+def _allreduce_s(numel: float, n: int, bandwidth_Gbit_per_s: float, cm: DistirCostModel) -> float:
+    return 2 * (n - 1) / n * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_Gbit_per_s)
 
 
-def _allgather_s(numel: float, n: int, bandwidth_gbps: float, cm: DistirCostModel) -> float:
-    return 2 * (n - 1) / n * cm.send_dtype_factor * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_gbps)
+def _allgather_s(numel: float, n: int, bandwidth_Gbit_per_s: float, cm: DistirCostModel) -> float:
+    return 2 * (n - 1) / n * cm.send_dtype_factor * numel * FP32_BYTES / (cm.bytes_per_gbit * bandwidth_Gbit_per_s)
 
 
 def matmul_s(m: int, k: int, n: int, cost_model: DistirCostModel = V0_1) -> float:
@@ -165,7 +170,7 @@ class _StageCosts:
 @lru_cache(maxsize=1024)
 def _stage_costs(
     program: MlpProgram, d_degree: int, h_degree: int, p_degree: int, microbatches: int,
-    bandwidth_gbps: float, cm: DistirCostModel, phase2: str,
+    bandwidth_Gbit_per_s: float, cm: DistirCostModel, phase2: str,
 ) -> _StageCosts:
     d, h = program.dim, h_degree
     b = program.batch_size / (d_degree * microbatches)
@@ -175,7 +180,7 @@ def _stage_costs(
     # Even layers hold a column shard (d x d/H), odd layers a row shard (d/H x d).
     mm_even, mm_odd = _matmul_s(b, d, dh, cm), _matmul_s(b, dh, d, cm)
     mmg_even, mmg_odd = _matmul_grad_s(b, d, dh, cm), _matmul_grad_s(b, dh, d, cm)
-    ar_act = _allreduce_s(b * d, h, bandwidth_gbps, cm) if h > 1 else 0.0
+    ar_act = _allreduce_s(b * d, h, bandwidth_Gbit_per_s, cm) if h > 1 else 0.0
     act_full, act_shard = _elementwise_s(b * d), _elementwise_s(b * dh)
     add_s = _elementwise_s(d * dh)
 
@@ -190,10 +195,10 @@ def _stage_costs(
     ar_total = gather = 0.0
     if d_degree > 1:
         if phase2 == "csv":
-            ar_total = nl * _allreduce_s(d * dh, h if h > 1 else d_degree, bandwidth_gbps, cm)
+            ar_total = nl * _allreduce_s(d * dh, h if h > 1 else d_degree, bandwidth_Gbit_per_s, cm)
         else:
-            ar_total = nl * _allreduce_s(d * dh, d_degree, bandwidth_gbps, cm)
-            gather = _allgather_s(program.batch_size / d_degree * d, d_degree, bandwidth_gbps, cm)
+            ar_total = nl * _allreduce_s(d * dh, d_degree, bandwidth_Gbit_per_s, cm)
+            gather = _allgather_s(program.batch_size / d_degree * d, d_degree, bandwidth_Gbit_per_s, cm)
     first = ar_total + gather
     last = ar_total + gather if p_degree > 1 else ar_total + 2 * gather
     return _StageCosts(
@@ -219,29 +224,27 @@ def clear_caches() -> None:
 # ---------------------------------------------------------------- simulation
 
 
-def microbatch_counts(batch_size: int, data_degree: int, pipeline_degree: int) -> list[int]:
+def microbatch_counts(global_batch_size: int, data_parallel_size: int, pipeline_model_parallel_size: int) -> list[int]:
     """Figure 4's micro-batch rule: 1 without pipelining, else 2^k for
     k = 1 .. floor(log2(batch / D) / 2) - 1."""
-    if pipeline_degree == 1:
+    if pipeline_model_parallel_size == 1:
         return [1]
-    k_max = int(np.floor(np.log2(batch_size / data_degree) / 2)) - 1
+    k_max = int(np.floor(np.log2(global_batch_size / data_parallel_size) / 2)) - 1
     return [2**k for k in range(1, k_max + 1)]
 
 
 def simulate_distir(
     program: MlpProgram,
-    data_degree: int,
-    tensor_degree: int,
-    pipeline_degree: int,
-    microbatches: int,
-    bandwidth_gbps: float,
+    strategy: Strategy,
+    bandwidth_Gbit_per_s: float,
     cost_model: DistirCostModel = V0_1,
-    sends: str = "none",
-    phase2: str = "v0.1",
+    sends: SendFilter = "none",
+    phase2: Phase2 = "v0.1",
     baseline_s: float | None = None,
     record_events: bool = True,
 ) -> Timeline:
-    """Simulate `mlp_dhp_transform(D, H, P, M)` of `program` as DistIR's simulator does.
+    """Simulate `mlp_dhp_transform(D, H, P, M)` of `program` as DistIR's simulator does,
+    for `strategy` (D, T (DistIR's H), P, M; schedule `distir_greedy` when P > 1).
 
     - `sends`: which Sends Figure 3's `filter_transform` removed: `none` (Figure 4),
       `fig3_dp` (Broadcasts and every Send), `fig3_pp` (weight Sends, keeping x and z).
@@ -253,13 +256,17 @@ def simulate_distir(
     Only replica 0, shard 0 is recorded (devices 0..P-1, by stage); the others are
     identical. Peak memory is not modelled.
     """
-    D, H, P, M = data_degree, tensor_degree, pipeline_degree, microbatches
+    D, H, P, M = (strategy.data_parallel_size, strategy.tensor_model_parallel_size,
+                  strategy.pipeline_model_parallel_size, strategy.num_microbatches)
+    if P > 1 and strategy.schedule != "distir_greedy":
+        raise StrategyError(f"DistIR pipelines run schedule 'distir_greedy', got '{strategy.schedule}'")
+    if strategy.virtual_pipeline_model_parallel_size > 1 or strategy.gradient_sync != "end" \
+            or strategy.stage_boundaries or strategy.stage_replicas or strategy.placement:
+        raise StrategyError("DistIR's MLP transform takes D, H, P and M only (even stages, gradients at the end)")
     if sends not in SEND_FILTERS:
         raise StrategyError(f"unknown DistIR send filter '{sends}'; known: {', '.join(SEND_FILTERS)}")
     if phase2 not in PHASE2_MODES:
         raise StrategyError(f"unknown DistIR phase-2 variant '{phase2}'; known: {', '.join(PHASE2_MODES)}")
-    if min(D, H, P, M) < 1:
-        raise StrategyError(f"degrees and micro-batches must be >= 1, got D={D} H={H} P={P} M={M}")
     if P == 1 and M != 1:
         raise StrategyError(f"DistIR uses one micro-batch without pipelining, got P=1 M={M}")
     if program.num_layers % P or (program.num_layers // P) % 2:
@@ -272,10 +279,10 @@ def simulate_distir(
         )
     b = program.batch_size // (D * M)
     d = program.dim
-    costs = _stage_costs(program, D, H, P, M, float(bandwidth_gbps), cost_model, phase2)
+    costs = _stage_costs(program, D, H, P, M, float(bandwidth_Gbit_per_s), cost_model, phase2)
     plan = _plan(P, M)
-    act_send_s = _send_s(b * d, bandwidth_gbps, cost_model)  # activation, dy and z micro-batch
-    weight_send_s = _send_s(d * d / H, bandwidth_gbps, cost_model)
+    act_send_s = _send_s(b * d, bandwidth_Gbit_per_s, cost_model)  # activation, dy and z micro-batch
+    weight_send_s = _send_s(d * d / H, bandwidth_Gbit_per_s, cost_model)
     lazy_sends = sends == "none"
 
     clock = [0.0] * P
@@ -284,8 +291,8 @@ def simulate_distir(
     input_s = 0.0
     if D == 1 and sends != "fig3_dp":
         n_weight = program.num_layers if sends == "none" else 0
-        input_s = (2 * _send_s(program.batch_size * d, bandwidth_gbps, cost_model)
-                   + n_weight * _send_s(d * d, bandwidth_gbps, cost_model))
+        input_s = (2 * _send_s(program.batch_size * d, bandwidth_Gbit_per_s, cost_model)
+                   + n_weight * _send_s(d * d, bandwidth_Gbit_per_s, cost_model))
         host = clock[0] = input_s
     if P > 1:
         clock[0] += 2 * SPLIT_S  # Split x and z into M parts on each HP root

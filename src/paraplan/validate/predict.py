@@ -74,8 +74,8 @@ PER_LAYER_BUCKET_BYTES = 1.0
 class PredictionSetup:
     """What the real run does, as far as the prediction needs it."""
 
-    batch_size: int
-    microbatches: int
+    global_batch_size: int
+    num_microbatches: int
     pipeline_boundary: int  # first layer of pipeline stage 1
     tp_allreduces: tuple[float, ...]  # per layer, see tensor_parallel.tp_allreduce_counts
     first_pair_input_needs_grad: bool = False
@@ -117,7 +117,7 @@ def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
         return Strategy(tensor_model_parallel_size=WORLD_SIZE)
     if name in PIPELINE_SCHEDULES:
         return Strategy(
-            pipeline_model_parallel_size=WORLD_SIZE, num_microbatches=setup.microbatches,
+            pipeline_model_parallel_size=WORLD_SIZE, num_microbatches=setup.num_microbatches,
             schedule=PIPELINE_SCHEDULES[name], stage_boundaries=(setup.pipeline_boundary,),
         )
     raise StrategyError(f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")
@@ -130,7 +130,7 @@ def tp_unused_backward_allreduce_s(profile: ModelProfile, comm: CommModel, setup
     starts_with_pair = len(counts) > 1 and counts[0] == 0 and counts[1] == 1
     if not starts_with_pair or setup.first_pair_input_needs_grad:
         return 0.0
-    nbytes = float(profile.activation_bytes_at(setup.batch_size)[1])
+    nbytes = float(profile.activation_bytes_at(setup.global_batch_size)[1])
     return float(comm.time_s("all_reduce", nbytes, Group(WORLD_SIZE, 1)))
 
 
@@ -182,7 +182,7 @@ def predict_step_times(
     setup: PredictionSetup,
     compute_factor: float = 1.0,
 ) -> dict[str, float]:
-    """Predicted step time (s) of each strategy at `setup.batch_size` samples, with
+    """Predicted step time (s) of each strategy at `setup.global_batch_size` samples, with
     compute slowed by `compute_factor` while both ranks compute (see the module doc)."""
     if cluster.num_devices < WORLD_SIZE:
         raise StrategyError(f"cluster '{cluster.name}' has {cluster.num_devices} devices, need {WORLD_SIZE}")
@@ -234,12 +234,12 @@ def tensor_parallel_profile(profile: ModelProfile, setup: PredictionSetup) -> Mo
     return ModelProfile(profile.name, profile.batch_size, tuple(layers), meta=profile.meta)
 
 
-def accumulation_profile(profile: ModelProfile, microbatches: int, mem_bandwidth_Bps: float) -> ModelProfile:
+def accumulation_profile(profile: ModelProfile, num_microbatches: int, mem_bandwidth_Bps: float) -> ModelProfile:
     """The profile with each layer's backward charged its average gradient
     accumulation: (M - 1) / M x 3 x param_bytes / mem_bandwidth (see the module doc)."""
-    if microbatches <= 1:
+    if num_microbatches <= 1:
         return profile
-    share = (microbatches - 1) / microbatches * 3.0 / mem_bandwidth_Bps
+    share = (num_microbatches - 1) / num_microbatches * 3.0 / mem_bandwidth_Bps
     layers = tuple(
         replace(la, bwd_s=la.bwd_s + share * la.param_bytes, bwd_fixed_s=la.bwd_fixed_s + share * la.param_bytes)
         for la in profile.layers
@@ -254,9 +254,9 @@ def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor:
         profile = tensor_parallel_profile(profile, setup)
         comm = tp_comm(comm, setup)
     if name in PIPELINE_SCHEDULES and setup.pipeline_accumulation:
-        profile = accumulation_profile(profile, setup.microbatches, cluster.device.mem_bandwidth_Bps)
+        profile = accumulation_profile(profile, setup.num_microbatches, cluster.device.mem_bandwidth_Bps)
     scaled = scale_compute(profile, factor) if factor != 1.0 else profile
     return simulate(
-        scaled, cluster, comm, strategy_for(name, setup), setup.batch_size,
+        scaled, cluster, comm, strategy_for(name, setup), setup.global_batch_size,
         grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
     )

@@ -39,13 +39,13 @@ ALLREDUCE_PROBES_PER_ROUND = 3
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What to run: `batch_size` samples per step over all ranks; `pipeline_boundary`
+    """What to run: `global_batch_size` samples per step over all ranks; `pipeline_boundary`
     is the first layer of pipeline stage 1."""
 
     workload: WorkloadSpec
     strategies: tuple[str, ...]
-    batch_size: int
-    microbatches: int
+    global_batch_size: int
+    num_microbatches: int
     steps: int
     warmup: int
     threads_per_rank: int
@@ -61,16 +61,16 @@ class RunConfig:
             raise ConfigError("strategies", f"unknown strategy '{unknown[0]}'; known: {', '.join(STRATEGIES)}")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError("backend", f"expected gloo or nccl, got '{self.backend}'")
-        for key in ("batch_size", "microbatches", "steps", "threads_per_rank"):
+        for key in ("global_batch_size", "num_microbatches", "steps", "threads_per_rank"):
             if getattr(self, key) < 1:
                 raise ConfigError(key, f"must be >= 1, got {getattr(self, key)}")
         if self.warmup < 0:
             raise ConfigError("warmup", f"must be >= 0, got {self.warmup}")
-        if self.batch_size % WORLD_SIZE:
-            raise ConfigError("batch_size", f"must divide by {WORLD_SIZE} ranks, got {self.batch_size}")
-        if self.batch_size % self.microbatches:
+        if self.global_batch_size % WORLD_SIZE:
+            raise ConfigError("global_batch_size", f"must divide by {WORLD_SIZE} ranks, got {self.global_batch_size}")
+        if self.global_batch_size % self.num_microbatches:
             raise ConfigError(
-                "microbatches", f"must divide the batch size {self.batch_size}, got {self.microbatches}"
+                "num_microbatches", f"must divide the global batch size {self.global_batch_size}, got {self.num_microbatches}"
             )
 
 
@@ -93,7 +93,7 @@ def _data_parallel(work: Workload, cfg: RunConfig, rank: int, device, overlap: b
     layers = [layer.to(device) for layer in copy.deepcopy(list(work.layers))]
     model = nn.Sequential(*layers)
     gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)  # each replica its own data
-    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // WORLD_SIZE, gen))
+    x, y = (t.to(device) for t in work.make_batch(cfg.global_batch_size // WORLD_SIZE, gen))
     grads = GradientBuffer(layers, overlap)
     opt = torch.optim.SGD(grads.params, lr=LEARNING_RATE)
 
@@ -112,7 +112,7 @@ def _tensor_parallel(work: Workload, cfg: RunConfig, rank: int, device) -> StepF
     layers = tensor_parallel_layers(copy.deepcopy(list(work.layers)), rank, WORLD_SIZE)
     model = nn.Sequential(*layers).to(device)
     gen = torch.Generator().manual_seed(cfg.seed + 1)  # every shard sees the same batch
-    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size, gen))
+    x, y = (t.to(device) for t in work.make_batch(cfg.global_batch_size, gen))
     params = [p for p in model.parameters() if p.requires_grad]
 
     def step() -> None:
@@ -128,8 +128,8 @@ def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: Sched
         raise StrategyError(f"pipeline boundary {cut} must lie in 1..{len(layers) - 1}")
     stages = [nn.Sequential(*layers[:cut]).to(device), nn.Sequential(*layers[cut:]).to(device)]
     gen = torch.Generator().manual_seed(cfg.seed + 1)
-    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size, gen))
-    xs, ys = x.chunk(cfg.microbatches), y.chunk(cfg.microbatches)
+    x, y = (t.to(device) for t in work.make_batch(cfg.global_batch_size, gen))
+    xs, ys = x.chunk(cfg.num_microbatches), y.chunk(cfg.num_microbatches)
     with torch.no_grad():
         boundary = stages[0](xs[0])
     stage = PipelineStage(
@@ -137,7 +137,7 @@ def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: Sched
         input_shape=boundary.shape, input_dtype=boundary.dtype,
         output_shape=boundary.shape, device=device,
     )
-    order = stage_order(schedule, rank, WORLD_SIZE, cfg.microbatches)
+    order = stage_order(schedule, rank, WORLD_SIZE, cfg.num_microbatches)
     params = [p for p in stages[rank].parameters() if p.requires_grad]
 
     def step() -> None:
@@ -199,7 +199,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
     steps = {name: build_step(name, work, cfg, rank, device) for name in cfg.strategies}
     model = nn.Sequential(*[layer.to(device) for layer in copy.deepcopy(list(work.layers))])
     gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
-    x, y = (t.to(device) for t in work.make_batch(cfg.batch_size // world_size, gen))
+    x, y = (t.to(device) for t in work.make_batch(cfg.global_batch_size // world_size, gen))
     compute = _compute_pass(work, model, x, y)
     probes = {f"allreduce_{nb}": torch.zeros(max(1, nb // 4), dtype=torch.float32, device=device)
               for nb in cfg.allreduce_probe_bytes}

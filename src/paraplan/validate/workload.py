@@ -70,7 +70,7 @@ def profile_model_workload(model: str, settings: dict | None = None, seed: int =
     if isinstance(spec, GPTSpec):
         def make_batch(batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
             tokens = built.make_input(batch, cpu, torch.float32, gen)
-            return tokens, torch.randint(0, spec.vocab, (batch, spec.seq_len), generator=gen)
+            return tokens, torch.randint(0, spec.vocab_size, (batch, spec.seq_length), generator=gen)
 
         def token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())

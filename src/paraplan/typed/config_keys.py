@@ -1,0 +1,57 @@
+"""The workflow config's 0.1 key names, renamed before Snakemake validates the config
+against workflow/schemas/config.schema.yaml: wherever the schema declares a key whose
+glossary term has an old name written in the config, the key is renamed (its value
+converted where the concept changed form) and a deprecation line says so.
+
+Snakemake merges a user's `--configfile` over config/config.yaml, which uses the new
+names only; so an old name always comes from the user, and its value wins over the
+default's new key."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paraplan.core.glossary import TERMS_BY_NAME
+from paraplan.typed.source import warn_renamed
+
+
+def _resolve(schema: dict[str, Any], base: Path) -> tuple[dict[str, Any], Path]:
+    """Follow a `$ref` to a sibling schema file (the only kind the workflow uses)."""
+    ref = schema.get("$ref")
+    if not isinstance(ref, str):
+        return schema, base
+    path = base / ref
+    return yaml.safe_load(path.read_text()), path.parent
+
+
+def upgrade_config_keys(data: object, schema: dict[str, Any], base: Path, where: str = "") -> None:
+    """Rename 0.1 keys of `data` in place (see the module doc); `base`: the folder
+    `$ref`s are relative to."""
+    schema, base = _resolve(schema, base)
+    if not isinstance(data, MutableMapping):
+        return
+    properties = dict(schema.get("properties", {}))
+    for case in schema.get("allOf", []):  # `if` a key has a value `then` these properties
+        test = case.get("if", {}).get("properties", {})
+        if test and all(data.get(k) == v.get("const") for k, v in test.items()):
+            properties.update(case.get("then", {}).get("properties", {}))
+    for key in list(properties):
+        term = TERMS_BY_NAME.get(key)
+        for old in term.old_names if term else ():
+            declared = properties.get(old)
+            if old in data and (declared is None or declared.get("deprecated")):
+                warn_renamed(f"config {where or '<top>'}", old, key)
+                value = data.pop(old)
+                convert = term.convert.get(old) if term else None
+                data[key] = convert(value) if convert else value
+    for key, value in data.items():
+        sub = properties.get(key)
+        inner = f"{where}.{key}" if where else str(key)
+        if isinstance(sub, dict):
+            upgrade_config_keys(value, sub, base, inner)
+        elif isinstance(schema.get("additionalProperties"), dict) and isinstance(value, MutableMapping):
+            upgrade_config_keys(value, schema["additionalProperties"], base, inner)

@@ -1,0 +1,120 @@
+"""What a user sees of a command's MLflow run: opened when the job starts (its
+Duration is the job's), FAILED with the error when the job fails, MLflow's standard
+tags, a fast error when the server does not answer, and no store at all untracked."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from paraplan import track
+from paraplan.cli.main import main
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv(track.ENV_INVOCATION, "inv-cli")
+    monkeypatch.delenv(track.ENV_TRACKING, raising=False)
+    track.ensure_store(uri)
+    return uri
+
+
+def _runs(uri: str, stage: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(f"paraplan-{stage}")
+    return [] if exp is None else client.search_runs([exp.experiment_id])
+
+
+def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
+    assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"]) == 0
+    (run,) = [r for r in _runs(store, "simulate") if "mlflow.parentRunId" not in r.data.tags]
+    written_ms = (tmp_path / "sim/results.csv").stat().st_mtime * 1000
+    # opened before the results were written, closed after the figures were
+    assert run.info.start_time < written_ms < run.info.end_time
+    assert run.info.status == "FINISHED" and run.info.run_name == "schedules"
+    tags = run.data.tags
+    assert tags["mlflow.source.name"] == "paraplan simulate"
+    assert tags["mlflow.user"]
+    assert tags["mlflow.source.git.commit"] == tags["git_commit"].removesuffix("-dirty")
+    assert len(tags["mlflow.source.git.commit"]) == 40
+    assert tags["invocation_id"] == "inv-cli"
+
+
+def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys):
+    assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    (run,) = _runs(store, "simulate")
+    assert run.info.status == "FAILED"
+    assert "file not found; expected a simulation study" in run.data.tags["error"]
+    assert "marked FAILED" in capsys.readouterr().err
+
+
+def test_failed_invocation_summary_is_failed(store):
+    assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    summary_id = track.log_invocation_summary("inv-cli", uri=store, failed=True, error="job simulate failed",
+                                              start_ms=int(time.time() * 1000) - 60_000)
+    (summary,) = _runs(store, "invocation")
+    assert summary.info.run_id == summary_id and summary.info.status == "FAILED"
+    assert summary.data.metrics["runs_failed"] == 1.0
+    assert summary.info.end_time - summary.info.start_time >= 60_000
+    assert "FAILED" in summary.data.tags["mlflow.note.content"]
+
+
+def test_untracked_creates_no_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv(track.ENV_TRACKING, "off")
+    assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"]) == 0
+    assert (tmp_path / "sim/results.csv").is_file()
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def _silent_server() -> tuple[socket.socket, int]:
+    """A TCP server that accepts connections and never answers (a hung tracking server)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_unreachable_server_fails_in_seconds_naming_it(tmp_path, monkeypatch, capsys, kind):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(track.ENV_TRACKING, raising=False)
+    monkeypatch.setenv(track.ENV_TIMEOUT, "1.5")
+    if kind == "silent":
+        server, port = _silent_server()
+    else:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()  # nothing listens there now
+    uri = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    start = time.perf_counter()
+    code = main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"])
+    elapsed = time.perf_counter() - start
+    if kind == "silent":
+        server.close()
+    err = capsys.readouterr().err
+    assert code == 2
+    assert elapsed < 5, elapsed
+    assert uri in err and "--no-track" in err and "Traceback" not in err
+    assert not (tmp_path / "sim").exists()  # it failed before doing the work

@@ -1,0 +1,58 @@
+"""fit, simulate, plan and analytic profiles import and run with torch made
+unimportable (the `measure` extra not installed); the measuring commands say how to
+get it, in one line, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture()
+def no_torch(tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = str(shim)
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "paraplan", *args, "--no-track"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    check = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert check.returncode != 0 and "torch" in check.stderr
+    return run, work
+
+
+def test_computing_stages_run_without_torch(no_torch, shared_dir):
+    run, work = no_torch
+    log = shared_dir / "data/nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
+    steps = [
+        ("ingest", "--format", "nccl-tests", str(log), "-o", "ar.csv"),
+        ("fit", "ar.csv", "-o", "cm.json"),
+        ("simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"),
+        ("profile", "--model", "gpt", "--analytic", "--cluster", "dgx-a100", "--profile-batch-size", "8",
+         "-o", "gpt.csv"),
+        ("plan", "--profile", "gpt.csv", "--cluster", "dgx-a100", "--global-batch-sizes", "8,16", "--jobs", "1", "-o", "plan.csv"),
+    ]
+    for step in steps:
+        out = run(*step)
+        assert out.returncode == 0, f"{step[0]}: {out.stderr[-2000:]}"
+    assert len((work / "sim/results.csv").read_text().splitlines()) == 1 + 18
+    assert (work / "plan.csv").read_text().startswith("gbs,")
+    assert '"fits"' in (work / "cm.json").read_text()
+
+
+def test_measuring_stages_name_the_extra(no_torch):
+    run, _ = no_torch
+    for args in (("bench", "-o", "b"), ("profile", "--model", "mlp", "-o", "m.csv")):
+        out = run(*args)
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "pip install 'paraplan[measure]'" in lines[0], out.stderr

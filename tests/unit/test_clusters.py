@@ -1,0 +1,82 @@
+"""Cluster files load into `Cluster` with SI units; bad keys are named."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from paraplan.clusters import cluster_from_dict, load_cluster
+from paraplan.core import ConfigError, InputFileError
+
+
+@pytest.mark.parametrize("name", ["local-cpu", "dgx1-v100", "dgx-a100", "dgx-h100"])
+def test_shipped_clusters_load(repo_root, name):
+    cluster = load_cluster(name, repo_root / "config/clusters")
+    assert cluster.name == name
+    assert cluster.device.peak_flops > 1e10
+    assert cluster.intra.bandwidth_Bps >= cluster.inter.bandwidth_Bps
+
+
+def test_dapple_v100_setting(repo_root):
+    c = load_cluster("dgx1-v100", repo_root / "config/clusters")
+    assert (c.nodes, c.devices_per_node) == (2, 8)
+    assert c.device.memory_bytes == 16e9
+    assert c.intra.bandwidth_Bps == 25e9 and c.inter.bandwidth_Bps == 3e9
+
+
+def test_topology_helpers(repo_root):
+    c = load_cluster("dgx1-v100", repo_root / "config/clusters")
+    assert c.num_devices == 16
+    assert c.node_of(7) == 0 and c.node_of(8) == 1
+    assert c.nodes_spanned([0, 3, 9]) == 2
+    assert c.link_between(0, 7) is c.intra and c.link_between(7, 8) is c.inter
+
+
+def _base(repo_root):
+    return yaml.safe_load((repo_root / "config/clusters/dgx1-v100.yaml").read_text())
+
+
+def test_unknown_device_key_is_named(repo_root):
+    data = _base(repo_root)
+    data["device"]["peak_tflop"] = 1
+    with pytest.raises(InputFileError, match=r"x\.yaml: key 'device\.peak_tflop': unknown key; expected one of name, "
+                       r"peak_tflops, mem_bandwidth_GBps"):
+        cluster_from_dict(data, "x.yaml")
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["links"]["inter"].update(bandwidth_GBps=-3), "key 'links.inter.bandwidth_GBps': expected a number > 0, "
+     "got -3"),
+    (lambda d: d["device"].update(peak_tflops=0), "key 'device.peak_tflops': expected a number > 0, got 0"),
+    (lambda d: d.update(nodes=1.5), "key 'nodes': expected an integer >= 1, got 1.5: not an integer"),
+    (lambda d: d["device"].update(memory_GB=float("inf")), "key 'device.memory_GB': expected a number > 0, got inf"),
+    (lambda d: d.pop("links"), "key 'links': missing; expected a mapping (intra, inter)"),
+])
+def test_bad_values_name_the_key_the_value_and_what_was_expected(repo_root, edit, message):
+    data = _base(repo_root)
+    edit(data)
+    with pytest.raises(InputFileError) as err:
+        cluster_from_dict(data, "x.yaml")
+    assert str(err.value).startswith("x.yaml: " + message)
+
+
+def test_cluster_file_and_schema_come_from_one_dataclass(repo_root):
+    from paraplan.clusters import ClusterFile
+    from paraplan.typed import json_schema
+
+    schema = json_schema(ClusterFile)
+    assert schema["required"] == ["name", "nodes", "devices_per_node", "device", "links"]
+    link = schema["properties"]["links"]["properties"]["inter"]
+    assert link["properties"]["bandwidth_GBps"] == {
+        "type": "number", "exclusiveMinimum": 0,
+        "description": "Bandwidth per device in GB/s (1e9 bytes per second); bus bandwidth as nccl-tests reports it."}
+
+
+def test_missing_cluster_lists_known(repo_root):
+    with pytest.raises(ConfigError, match=r"known clusters: .*dgx1-v100"):
+        load_cluster("nope", repo_root / "config/clusters")
+
+
+def test_named_cluster_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no config/clusters here
+    assert load_cluster("dgx1-v100").devices_per_node == 8
