@@ -33,7 +33,7 @@ def test_plan_command_bad_input_is_a_clean_error(tmp_path):
            "--global-batch-sizes", "32:16:8", "-o", str(tmp_path / "x.csv"), "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "gbs-range" in done.stderr and "Traceback" not in done.stderr
+    assert "--global-batch-sizes': expected 1 <= A <= B" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.csv").exists()
 
 
