@@ -75,7 +75,7 @@ def test_distir_figures_are_compared_from_any_working_directory(repo_root, share
     monkeypatch.chdir(tmp_path)  # ../shared is not beside this folder
     out = tmp_path / "results/simulations"
     for name in ("distir_fig3", "distir_fig4"):
-        assert main(["simulate", "--experiment", str(repo_root / f"config/experiments/{name}.yaml"),
+        assert main(["simulate", "--study", str(repo_root / f"config/studies/simulate/{name}.yaml"),
                      "-o", str(out / name), "--repeats", "1", "--no-plots", "--no-track"]) == 0
     assert main(["report", str(out / "distir_fig3/results.csv"), str(out / "distir_fig4/results.csv"),
                  "-o", str(tmp_path / "summary.md"), "--no-track"]) == 0

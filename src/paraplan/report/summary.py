@@ -20,7 +20,8 @@ class StageFiles:
     collectives: Mapping[str, pd.DataFrame]  # "<cluster>/<collective>_n<world>"
     fits: Mapping[str, dict]  # cluster -> comm_model.json
     profiles: Mapping[str, tuple[pd.DataFrame, dict]]  # model -> (csv, meta)
-    simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.DataFrame | None]]  # experiment -> (results, timing, published comparison)
+    # study -> (results, timing, published comparison)
+    simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.DataFrame | None]]
     plans: Mapping[str, pd.DataFrame]  # "<model>__<cluster>"
     validations: Mapping[str, pd.DataFrame]  # model
     calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
@@ -142,13 +143,13 @@ def simulate_section(simulations: Mapping[str, tuple[pd.DataFrame, dict, pd.Data
     if not rows:
         return []
     return [
-        "## simulate: experiments",
+        "## simulate: studies",
         "",
-        *_table(["experiment", "configurations", "modes", "simulate_s", "best speedup",
+        *_table(["study", "configurations", "modes", "simulate_s", "best speedup",
                  "difference to published"], rows),
         "",
         "Reproduce: `snakemake -R simulate --until simulate`, or "
-        "`paraplan simulate --experiment config/experiments/<name>.yaml -o DIR`.",
+        "`paraplan simulate --study config/studies/simulate/<name>.yaml -o DIR`.",
         "",
     ]
 
@@ -172,7 +173,8 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
                   *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
     if lines:
         lines += ["Reproduce: `snakemake -R plan --until plan`, or "
-                  "`paraplan plan --profile PROFILE --cluster NxG --gbs 32,64,128 -o PLAN.csv`.", ""]
+                  "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 -o PLAN.csv`.",
+                  ""]
     return lines
 
 

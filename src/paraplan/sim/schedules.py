@@ -115,7 +115,7 @@ class Schedule:
             )
         if virtual_stages != 1:
             raise StrategyError(
-                f"schedule '{self.name}' runs one model chunk per device; virtual_stages="
+                f"schedule '{self.name}' runs one model chunk per device; virtual_pipeline_model_parallel_size="
                 f"{virtual_stages} needs schedule 'interleaved_1f1b'"
             )
 
