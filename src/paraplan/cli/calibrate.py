@@ -27,8 +27,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from paraplan.cli.common import add_tracking_arguments, track
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from paraplan.predict.calibrate import Measured
 
 NAME = "calibrate"
 HELP = "fit the device model to measured iteration times (run table) or a layer profile, cross-validated"
@@ -65,17 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class _Data:
     """Measurements from either source, in the shape the fit and the reports need."""
 
-    measured: object  # a calibrate.Measured
-    seconds: object  # np.ndarray
+    measured: Measured
+    seconds: np.ndarray
     groups: list[str]  # cross-validation group of each measurement
     questions: list[str] | None  # ranking questions (run tables only)
-    tp: object
-    pp: object
+    tp: np.ndarray
+    pp: np.ndarray
     path: Path
     kind: str  # "runs" / "profile"
     group_scheme: str
     default_fit: tuple[str, ...]
-    frame: object  # rows for --predictions
+    frame: Any  # a pandas DataFrame: rows for --predictions
 
 
 def _runs(args, cluster, comm) -> _Data:

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     per_sweep: dict[str, dict[str, float]] = {name: {} for name in names.values()}
     sweep_keys = {name: key for key, name in names.items()}
-    chosen: dict[str, object] = {}
+    chosen: dict[str, dict[str, object]] = {}
     print(f"{'sweep':<28} {'model':<11} {'GMAE':>7} {'held-out':>9} {'mean':>7} {'std':>7}  points", file=sys.stderr)
     for entry in entries:
         name = names[(entry.collective, entry.world_size, entry.nodes)]

@@ -293,6 +293,7 @@ def run_bench(
                 text=True, env=env, start_new_session=True, pass_fds=store_fd,
             )
             states.append(_RankState(rank, process))
+            assert process.stdin is not None  # stdin=PIPE
             process.stdin.write(payload)
             process.stdin.close()
             for stream, kind in ((process.stdout, "out"), (process.stderr, "err")):
@@ -304,10 +305,11 @@ def run_bench(
         next_check = last_progress
         while True:
             try:
-                rank, kind, line = events.get(timeout=0.2)
+                got: tuple[int, str, str] | None = events.get(timeout=0.2)
             except queue.Empty:
-                rank = None
-            if rank is not None:
+                got = None
+            if got is not None:
+                rank, kind, line = got
                 if _handle_line(states[rank], kind, line, host_sink, on_start, on_result, timings, task_of):
                     last_progress = time.monotonic()
                 if not events.empty() and time.monotonic() < next_check:
@@ -421,7 +423,7 @@ def _frame(job: BenchJob, collective: str, timings: Sequence[SizeTiming], host: 
 
     stats = [summarize_times_us(t.times_s) for t in timings]
     sizes = [t.size_bytes for t in timings]
-    extra = None
+    extra: dict[str, list[object]] | None = None
     if collective == "all_to_allv":
         dtype = A2AV_DTYPE
         samples = [job.a2av_samples[t.index] for t in timings]

@@ -89,6 +89,8 @@ def _make_op(dist, torch, collective: str, size_bytes: int, n: int, dtype, devic
              elem_bytes: int, sample: dict | None, rank: int) -> Callable[[], object]:
     """A zero-argument call running one collective on preallocated buffers."""
     if collective == "all_to_allv":
+        if sample is None:
+            raise ValueError("all_to_allv runs one DLRM-style sample per call; none was given")
         b = sample["global_batch"] // n
         tables = sample["tables_per_rank"]
         dim = sample["dim"]

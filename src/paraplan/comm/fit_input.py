@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,7 +57,8 @@ def read_sweep_csv(path: str | Path) -> pd.DataFrame:
 def read_sweeps(paths: Sequence[str | Path]) -> pd.DataFrame:
     """Read and check several bench CSVs into one frame; across them, every sweep
     needs two distinct sizes (the error names the file and line of its first row)."""
-    frames, first_rows = [], {}
+    frames: list[pd.DataFrame] = []
+    first_rows: dict[tuple, tuple[Path, int]] = {}
     for path in paths:
         frame, lines = _read(Path(path))
         frames.append(frame)
@@ -110,7 +112,7 @@ def _checked_record(path: Path, line: int, cells: Mapping[str, str]) -> dict[str
             path, f"expected one of {', '.join(FITTED_COLLECTIVES)}, got {shown(collective)}",
             line=line, field="column 'collective'",
         )
-    record: dict[str, object] = dict(cells)
+    record: dict[str, Any] = dict(cells)
     record.update(
         collective=collective,
         world_size=int(number("world_size", _FIT_WORLD_RULE)),
@@ -156,7 +158,7 @@ def _a2av_fields(path: Path, line: int, cells: Mapping[str, str], world_size: in
             path, f"an all_to_allv sample needs {', '.join(A2AV_COLUMNS[1:])}; missing {', '.join(missing)}",
             line=line,
         )
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         name: float(parse_number(path, line, f"column '{name}'", cells[name], rule)) if cells[name] else np.nan
         for name, rule in _A2AV_RULES.items()
     }

@@ -87,8 +87,8 @@ def _fit_middle(x: np.ndarray, y: np.ndarray) -> tuple[dict, str]:
         lower = (0.0, 1e-3, float(x.min()) - 8.0, float(y.min()) - 3.0)
         upper = (span + 3.0, 20.0, float(x.max()) + 8.0, float(y.max()) + 0.5)
         start = _grid_start(x, y, lower, upper)
-        start = tuple(float(np.clip(v, lo + 1e-9, hi - 1e-9)) for v, lo, hi in zip(start, lower, upper, strict=True))
-        candidates = [np.array(start)]
+        inside = [float(np.clip(v, lo + 1e-9, hi - 1e-9)) for v, lo, hi in zip(start, lower, upper, strict=True)]
+        candidates = [np.array(inside)]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", OptimizeWarning)

@@ -227,9 +227,11 @@ def _resolve(
     elif from_ranks:
         world = from_ranks
     else:
-        world = _infer_world_size(collective, table.rows)
-        if world is None:
-            raise InputFileError(path, "cannot tell the world size (no '# Rank' lines); pass --world-size", line=first_line)
+        inferred = _infer_world_size(collective, table.rows)
+        if inferred is None:
+            raise InputFileError(path, "cannot tell the world size (no '# Rank' lines); pass --world-size",
+                                 line=first_line)
+        world = inferred
         warnings.append(f"{path}:{first_line}: no rank lines; world size {world} inferred from busbw/algbw")
     hosts = sorted(set(table.ranks.values()))
     if options.nodes:

@@ -27,6 +27,7 @@ written once too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -197,7 +198,7 @@ def table_header(collective: str, backend: str, world_size: int, nodes: int, hos
     return "\n".join((title, "#", _HEADER, _UNITS))
 
 
-def table_row(row: Mapping[str, object]) -> str:
+def table_row(row: Mapping[str, Any]) -> str:
     """One row of a `bench_frame` as nccl-tests prints it (plus p10/p90)."""
     collective = str(row["collective"])
     return (

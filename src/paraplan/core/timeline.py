@@ -6,14 +6,34 @@ to build; `events()` yields them as `Event` rows for readers and exporters.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import numpy as np
 
 from paraplan.core.glossary import EVENT_KINDS, STREAMS, EventKind, Stream
 
 KINDS = EVENT_KINDS  # `Timeline.kind` holds indices into this tuple
+
+
+class TimelineColumns(TypedDict):
+    """A timeline's event columns, one entry per event (`Timeline(**columns, ...)`)."""
+
+    device: np.ndarray
+    stream: np.ndarray  # indices into STREAMS
+    kind: np.ndarray  # indices into KINDS
+    stage: np.ndarray
+    microbatch: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+
+def timeline_columns(columns: Mapping[str, Any]) -> TimelineColumns:
+    """The event columns of `columns` (which may hold more), as TimelineColumns."""
+    return TimelineColumns(device=columns["device"], stream=columns["stream"], kind=columns["kind"],
+                           stage=columns["stage"], microbatch=columns["microbatch"], start_s=columns["start_s"],
+                           end_s=columns["end_s"])
 
 
 @dataclass(frozen=True)
@@ -73,14 +93,14 @@ class Timeline:
             )
 
     @staticmethod
-    def columns_from_events(events: list[Event]) -> dict[str, np.ndarray]:
+    def columns_from_events(events: list[Event]) -> TimelineColumns:
         """Column arrays for `Timeline(**columns, ...)` from a list of rows."""
-        return {
-            "device": np.array([e.device for e in events], dtype=np.int32),
-            "stream": np.array([STREAMS.index(e.stream) for e in events], dtype=np.int8),
-            "kind": np.array([KINDS.index(e.kind) for e in events], dtype=np.int8),
-            "stage": np.array([e.stage for e in events], dtype=np.int32),
-            "microbatch": np.array([e.microbatch for e in events], dtype=np.int32),
-            "start_s": np.array([e.start_s for e in events], dtype=float),
-            "end_s": np.array([e.end_s for e in events], dtype=float),
-        }
+        return TimelineColumns(
+            device=np.array([e.device for e in events], dtype=np.int32),
+            stream=np.array([STREAMS.index(e.stream) for e in events], dtype=np.int8),
+            kind=np.array([KINDS.index(e.kind) for e in events], dtype=np.int8),
+            stage=np.array([e.stage for e in events], dtype=np.int32),
+            microbatch=np.array([e.microbatch for e in events], dtype=np.int32),
+            start_s=np.array([e.start_s for e in events], dtype=float),
+            end_s=np.array([e.end_s for e in events], dtype=float),
+        )

@@ -35,7 +35,7 @@ import numpy as np
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.errors import StrategyError
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, PipelineSchedule, RecomputeGranularity, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
@@ -50,8 +50,8 @@ from paraplan.predict.predictor import divisors
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import cached_orders, get_schedule
 
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
-RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
+RECOMPUTE: tuple[RecomputeGranularity, ...] = ("none", "selective", "full")
 ZERO: tuple[int, ...] = (0, 1, 2, 3)  # 1: Megatron's distributed optimizer (ZeRO-1)
 
 
@@ -132,7 +132,7 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                          space: SearchSpace) -> Candidates:
     """Every candidate that can run (divisibility, schedule rules); memory is checked later."""
     rows: list[tuple[int, ...]] = []
-    sched_idx = {s: i for i, s in enumerate(SCHEDULES)}
+    sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
     rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
     for t in tensor_degrees(model, devices_per_node, num_gpus, space):
         sps = sorted({bool(x) and t > 1 for x in space.sequence_parallel})

@@ -138,7 +138,7 @@ class PlanProblem:
 
     def _nodes_spanned(self, offset: int, width: int, pipeline_devices: int, copies: int) -> int:
         g = self.cluster.devices_per_node
-        nodes = set()
+        nodes: set[int] = set()
         for c in range(copies):
             first = c * pipeline_devices + offset
             nodes.update(range(first // g, (first + width - 1) // g + 1))
@@ -167,7 +167,8 @@ class PlanProblem:
         group = Group(group_size, nodes)
         if vectorised is None:
             try:
-                probe = self.comm.time_s("all_reduce", np.array([1.0, 2.0]), group)
+                # a model written for arrays answers an array of sizes with an array of times
+                probe = self.comm.time_s("all_reduce", np.array([1.0, 2.0]), group)  # type: ignore[arg-type]
                 vectorised = np.shape(probe) == (2,)
             except Exception:  # a model that only takes scalars
                 vectorised = False

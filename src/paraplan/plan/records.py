@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.core import Strategy
+from paraplan.core import ScheduleName, Strategy
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class HybridPlan:
     micro_batch_size: float  # samples per micro-batch of one copy
     latency_s: float  # the planner's estimate (HPGO form)
     speedup: float  # single-device time / latency_s
-    schedule: str = "1f1b"
+    schedule: ScheduleName = "1f1b"
 
     @property
     def num_stages(self) -> int:

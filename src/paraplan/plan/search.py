@@ -29,7 +29,7 @@ and get their width from copies.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -110,10 +110,7 @@ def _insert(bucket: list[_Label], label: _Label) -> None:
 @dataclass
 class _Incumbent:
     latency_s: float = math.inf
-    found: list = None  # (latency, pipeline_devices, microbatches, slots)
-
-    def __post_init__(self) -> None:
-        self.found = []
+    found: list = field(default_factory=list)  # (latency, pipeline_devices, microbatches, slots)
 
     def offer(self, latency_s: float, w: int, m: int, slots: tuple[StageSlot, ...]) -> None:
         if latency_s <= self.latency_s * (1 + 1e-9):

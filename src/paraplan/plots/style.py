@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+from cycler import cycler
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -21,7 +22,7 @@ plt.rcParams.update(
         "grid.alpha": 0.3,
         "axes.spines.top": False,
         "axes.spines.right": False,
-        "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+        "axes.prop_cycle": cycler(color=PALETTE),
         "font.size": 9,
         "legend.fontsize": 8,
         "legend.frameon": False,

@@ -76,7 +76,7 @@ class IterationTimes:
 
 
 def as_measured(data: Measured | Sequence[RunStructure]) -> Measured:
-    return data if hasattr(data, "predict") else IterationTimes(tuple(data))  # type: ignore[arg-type]
+    return data if hasattr(data, "predict") else IterationTimes(tuple(data))
 
 
 @dataclass(frozen=True)

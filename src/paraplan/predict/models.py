@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from paraplan.core.errors import ConfigError, InputFileError
 from paraplan.core.transformer import TransformerModel
 
-_GPT3 = {"seq_length": 2048, "vocab_size": 50257}
-_LLAMA3 = {
+_GPT3: dict[str, Any] = {"seq_length": 2048, "vocab_size": 50257}
+_LLAMA3: dict[str, Any] = {
     "seq_length": 8192, "vocab_size": 128256, "num_query_groups": 8, "swiglu": True,
     "untie_embeddings_and_output_weights": True, "normalization": "RMSNorm",
     "position_embedding_type": "rope", "add_bias_linear": False, "hidden_dropout": 0.0,
@@ -59,7 +60,7 @@ PRESETS.update({
 _FIELDS = {f.name for f in fields(TransformerModel)}
 
 
-def _first(config: dict, source: str, *keys: str, default: object = None) -> object:
+def _first(config: dict, source: str, *keys: str, default: object = None) -> Any:
     for key in keys:
         if key in config and config[key] is not None:
             return config[key]

@@ -16,7 +16,9 @@ left out: the profile's head has no loss, the predictor's does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -80,7 +82,7 @@ class LayerTimes:
 def layer_times(profile: ModelProfile, cluster: Cluster, comm: CommModel, source: str) -> LayerTimes:
     """The block measurements of `profile` (see the module doc)."""
     model, dtype = profiled_model(profile, source)
-    batches = [int(b) for b in profile.meta.get("batches", [profile.batch_size])]
+    batches = [int(b) for b in cast(Sequence[int], profile.meta.get("batches", [profile.batch_size]))]
     blocks = [i for i, layer in enumerate(profile.layers) if layer.name.startswith("block")]
     if not blocks:
         raise InputFileError(source, "no transformer block layers (named block<i>) to calibrate on")

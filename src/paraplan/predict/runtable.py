@@ -187,10 +187,10 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     if "zero_stage" in settings_args:
         settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
     settings = RunSettings(
-        tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[arg-type]
-        pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[arg-type]
-        data_parallel_size=int(values["data_parallel_size"]),  # type: ignore[arg-type]
-        global_batch_size=int(values["global_batch_size"]),  # type: ignore[arg-type]
+        tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[call-overload]
+        pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[call-overload]
+        data_parallel_size=int(values["data_parallel_size"]),  # type: ignore[call-overload]
+        global_batch_size=int(values["global_batch_size"]),  # type: ignore[call-overload]
         **settings_args,  # type: ignore[arg-type]
     )
     gpus = values.get("num_gpus")

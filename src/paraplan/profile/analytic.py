@@ -162,17 +162,17 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
 
 
 def resnet_ops(spec: ResNetSpec, batch: float, e: int) -> list[LayerOps]:
-    layers = []
+    layers: list[LayerOps] = []
     size = _conv_out(spec.image_size, 7, 2, 3)
     fwd, bwd = conv_ops(batch, spec.in_channels, spec.width, 7, size, size, e, input_grad=False)
     for numel in (batch * spec.width * size * size,) * 2:  # bn, relu
-        f, b = _pointwise(numel, e)
-        fwd.append(f)
-        bwd.insert(0, b)
+        pf, pb = _pointwise(numel, e)
+        fwd.append(pf)
+        bwd.insert(0, pb)
     pooled = _conv_out(size, 3, 2, 1)
-    f, b = _pointwise(batch * spec.width * size * size, e)  # max-pool reads the full map
-    fwd.append(f)
-    bwd.insert(0, b)
+    pf, pb = _pointwise(batch * spec.width * size * size, e)  # max-pool reads the full map
+    fwd.append(pf)
+    bwd.insert(0, pb)
     size = pooled
     layers.append(LayerOps("stem", tuple(fwd), tuple(bwd), e * batch * spec.width * size * size,
                            e * (spec.in_channels * spec.width * 49 + 2 * spec.width)))

@@ -14,6 +14,7 @@ import csv
 import io
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
 from paraplan.files import write_json, write_text
@@ -114,14 +115,14 @@ def parse_profile_csv(
     """Parse CSV text (errors name `path` and the 1-based line)."""
     path = Path(path)
     table = read_csv_table(text, path, REQUIRED_COLUMNS, known=REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
-    layers = []
+    layers: list[LayerProfile] = []
     for line, cells in table.records:
         if cells["layer"] != str(len(layers)):
             raise InputFileError(
                 path, f"expected {len(layers)} (0-based, in order), got '{cells['layer'][:40]}'", line,
                 field="column 'layer'",
             )
-        values: dict[str, float | None] = {}
+        values: dict[str, Any] = {}
         for col in _NUMERIC:
             if col not in cells:
                 continue

@@ -93,7 +93,9 @@ def _layerwise_iteration(model: LayeredModel, x0: torch.Tensor, seed_grad: torch
                          device: torch.device) -> tuple[list[float], list[float]]:
     clock = _Clock(device)
     n = len(model.layers)
-    inputs, outputs, fwd_marks = [], [], []
+    inputs: list[torch.Tensor] = []
+    outputs: list[torch.Tensor] = []
+    fwd_marks: list[tuple[int, int]] = []
     x = x0
     for i, layer in enumerate(model.layers):
         if i > 0:
@@ -109,7 +111,10 @@ def _layerwise_iteration(model: LayeredModel, x0: torch.Tensor, seed_grad: torch
         start = clock.mark()
         outputs[i].backward(grad)
         bwd_marks[i] = (start, clock.mark())
-        grad = inputs[i].grad
+        if i > 0:  # layer 0's input is the data: no gradient
+            passed = inputs[i].grad
+            assert passed is not None  # inputs after layer 0 require grad
+            grad = passed
     clock.finish()
     return [clock.elapsed_s(a, b) for a, b in fwd_marks], [clock.elapsed_s(a, b) for a, b in bwd_marks]
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.strategy import Strategy
-from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.core.timeline import KINDS, STREAMS, Timeline, TimelineColumns
 from paraplan.sim.schedules import distir_greedy_rounds
 
 TP_FLOPS = 1e14  # DistIR's device throughput, FLOP/s
@@ -363,13 +363,13 @@ def simulate_distir(
 
 
 def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float,
-             phase2_start: list[float], phase2_s: list[float]) -> dict[str, np.ndarray]:
+             phase2_start: list[float], phase2_s: list[float]) -> TimelineColumns:
     """Event columns: units (compute), Sends between stages, the inputs' Sends from d0
     (on stage 0), and Phase 2 (one all-reduce event per stage)."""
     if starts is None:
         empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0)
-        return {"device": empty_i, "stream": np.zeros(0, dtype=np.int8), "kind": np.zeros(0, dtype=np.int8),
-                "stage": empty_i, "microbatch": empty_i, "start_s": empty_f, "end_s": empty_f}
+        return TimelineColumns(device=empty_i, stream=np.zeros(0, dtype=np.int8), kind=np.zeros(0, dtype=np.int8),
+                               stage=empty_i, microbatch=empty_i, start_s=empty_f, end_s=empty_f)
     n_units, n_sends = plan.unit_stage.shape[0], plan.send_stage.shape[0]
     extra_stage = [0] if input_s > 0 else []
     extra_kind = [_K_SEND] if input_s > 0 else []
@@ -384,14 +384,14 @@ def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float
     n_extra = len(extra_stage)
     stage = np.concatenate([plan.unit_stage, plan.send_stage, np.array(extra_stage, dtype=np.int32)])
     send_end = np.array(send_ends, dtype=float)
-    return {
-        "device": stage,
-        "stream": np.concatenate([np.full(n_units, _S_COMPUTE, dtype=np.int8),
-                                  np.full(n_sends + n_extra, _S_COMM, dtype=np.int8)]),
-        "kind": np.concatenate([plan.unit_kind, np.full(n_sends, _K_SEND, dtype=np.int8),
-                                np.array(extra_kind, dtype=np.int8)]),
-        "stage": stage.copy(),
-        "microbatch": np.concatenate([plan.unit_mb, plan.send_mb, np.full(n_extra, -1, dtype=np.int32)]),
-        "start_s": np.concatenate([np.array(starts, dtype=float), send_end - send_s, np.array(extra_start)]),
-        "end_s": np.concatenate([np.array(ends, dtype=float), send_end, np.array(extra_end)]),
-    }
+    return TimelineColumns(
+        device=stage,
+        stream=np.concatenate([np.full(n_units, _S_COMPUTE, dtype=np.int8),
+                               np.full(n_sends + n_extra, _S_COMM, dtype=np.int8)]),
+        kind=np.concatenate([plan.unit_kind, np.full(n_sends, _K_SEND, dtype=np.int8),
+                             np.array(extra_kind, dtype=np.int8)]),
+        stage=stage.copy(),
+        microbatch=np.concatenate([plan.unit_mb, plan.send_mb, np.full(n_extra, -1, dtype=np.int32)]),
+        start_s=np.concatenate([np.array(starts, dtype=float), send_end - send_s, np.array(extra_start)]),
+        end_s=np.concatenate([np.array(ends, dtype=float), send_end, np.array(extra_end)]),
+    )

@@ -6,9 +6,12 @@ forms describe; `simulate` in `strategy_sim` builds on the same pieces.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
-from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.core.timeline import KINDS, STREAMS, Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute
 from paraplan.sim.schedules import BWD, FWD, get_schedule
 
@@ -57,10 +60,12 @@ def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]
     }
 
 
-def concat_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def concat_columns(parts: Sequence[Mapping[str, Any]]) -> TimelineColumns:
     keys = ("device", "stream", "kind", "stage", "microbatch", "start_s", "end_s")
     dtypes = (np.int32, np.int8, np.int8, np.int32, np.int32, float, float)
-    return {k: np.concatenate([p[k] for p in parts]).astype(t, copy=False) for k, t in zip(keys, dtypes, strict=True)}
+    return timeline_columns(
+        {k: np.concatenate([p[k] for p in parts]).astype(t, copy=False) for k, t in zip(keys, dtypes, strict=True)}
+    )
 
 
 def simulate_pipeline(

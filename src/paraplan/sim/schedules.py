@@ -143,7 +143,7 @@ class Schedule:
 class GPipe(Schedule):
     """F-then-B: all M forwards, then all M backwards; flush."""
 
-    name = "gpipe"
+    name: ClassVar[ScheduleName] = "gpipe"
 
     def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
         m = np.arange(num_microbatches)
@@ -155,7 +155,7 @@ class GPipe(Schedule):
 class OneFOneB(Schedule):
     """PipeDream-Flush: min(p - s - 1, M) warm-up forwards, then 1F1B, then drain; flush."""
 
-    name = "1f1b"
+    name: ClassVar[ScheduleName] = "1f1b"
 
     def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
         return min(num_stages - stage - 1, num_microbatches)
@@ -168,7 +168,7 @@ class EagerOneFOneB(OneFOneB):
     """Eager 1F1B: min(2 (p - s - 1), M) warm-up forwards, so a forward can overlap the
     previous step's communication; more activation memory; flush."""
 
-    name = "eager_1f1b"
+    name: ClassVar[ScheduleName] = "eager_1f1b"
 
     def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
         return min(2 * (num_stages - stage - 1), num_microbatches)
@@ -178,7 +178,7 @@ class TwoBW(OneFOneB):
     """PipeDream-2BW: 1F1B without flushes; all iterations form one 1F1B stream (the
     warm-up still counts the micro-batches of one iteration). Needs p <= M."""
 
-    name = "2bw"
+    name: ClassVar[ScheduleName] = "2bw"
     flush = False
     weight_versions = 2
 
@@ -202,7 +202,7 @@ class TwoBW(OneFOneB):
 class EagerNoFlush(TwoBW):
     """Eager 1F1B without flushes (eager warm-up + 2BW). Needs p < M."""
 
-    name = "eager_1f1b_noflush"
+    name: ClassVar[ScheduleName] = "eager_1f1b_noflush"
 
     def warmup(self, num_stages: int, num_microbatches: int, stage: int) -> int:
         return min(2 * (num_stages - stage - 1), num_microbatches)
@@ -222,7 +222,7 @@ class Interleaved(Schedule):
     (v - 1) x p ops; bubble / ideal = (p - 1) / (v M). Needs M divisible by p (when
     v > 1); v = 1 is plain 1F1B."""
 
-    name = "interleaved_1f1b"
+    name: ClassVar[ScheduleName] = "interleaved_1f1b"
 
     def check(self, num_stages: int, num_microbatches: int, virtual_stages: int = 1) -> None:
         if virtual_stages < 1:
@@ -274,7 +274,7 @@ class ZeroBubbleH1(Schedule):
     are in flight on any stage (1F1B's peak), and the deferred Ws fill the drain.
     Bubble with F = B = W: (p - 1)(t_F + t_B - t_W), a third of 1F1B's."""
 
-    name = "zb_h1"
+    name: ClassVar[ScheduleName] = "zb_h1"
     split_backward = True
 
     def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
@@ -336,7 +336,7 @@ class DistIRGreedy(Schedule):
     """DistIR's greedy rounds (`distir_greedy_rounds`), each stage's units in the order
     it picks them; flush."""
 
-    name = "distir_greedy"
+    name: ClassVar[ScheduleName] = "distir_greedy"
 
     def device_orders(
         self, num_stages: int, num_microbatches: int, iterations: int, virtual_stages: int

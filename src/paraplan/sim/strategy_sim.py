@@ -58,8 +58,9 @@ its gradient all-reduce hidden behind the next iteration except where it is long
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.core.errors import StrategyError
 from paraplan.core.profile import ModelProfile
 from paraplan.core.strategy import Strategy
-from paraplan.core.timeline import KINDS, Timeline
+from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, execute
 from paraplan.sim.pipeline import COMM, COMPUTE, concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, get_schedule
@@ -91,7 +92,8 @@ def default_tp_allreduces(num_layers: int) -> np.ndarray:
 
 def layout(strategy: Strategy, cluster: Cluster, num_layers: int) -> StageLayout:
     """Stage placement (given, or node-major packing stage by stage) and layer ranges."""
-    p, t, v = strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size, strategy.virtual_pipeline_model_parallel_size
+    p, t = strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size
+    v = strategy.virtual_pipeline_model_parallel_size
     reps = strategy.replicas_per_stage
     need = sum(reps) * t
     if need > cluster.num_devices:
@@ -170,8 +172,8 @@ def simulate(
 
     Raises `StrategyError` for strategies that cannot run (too few devices, too small
     a batch for M x replicas, schedule limits such as 2BW with p > M)."""
-    p, t, v, m = (strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size, strategy.virtual_pipeline_model_parallel_size,
-                  strategy.num_microbatches)
+    p, t, v, m = (strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size,
+                  strategy.virtual_pipeline_model_parallel_size, strategy.num_microbatches)
     sched = get_schedule(strategy.schedule)
     sched.check(p, m, v)
     nl = profile.num_layers
@@ -187,10 +189,11 @@ def simulate(
             f"({m} micro-batches x {int(reps[s])} replicas); need >= 1"
         )
 
-    if tp_allreduces is None:
+    counts: object = tp_allreduces
+    if counts is None:
         meta_counts = profile.meta.get("tp_allreduces") if profile.meta else None
-        tp_allreduces = meta_counts if meta_counts is not None else default_tp_allreduces(nl)
-    tp_counts = np.asarray(tp_allreduces, dtype=float)
+        counts = meta_counts if meta_counts is not None else default_tp_allreduces(nl)
+    tp_counts = np.asarray(counts, dtype=float)
     if tp_counts.shape != (nl,):
         raise StrategyError(f"tp_allreduces needs one count per layer ({nl}), got {tp_counts.shape}")
 
@@ -396,7 +399,7 @@ def p3_comm_segments(release_s: np.ndarray, work_s: np.ndarray) -> tuple[np.ndar
 
 
 def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarray, microbatches: int,
-                    iterations: int = 2) -> tuple[dict[str, np.ndarray], float]:
+                    iterations: int = 2) -> tuple[TimelineColumns, float]:
     """Data parallelism with P3 gradient synchronisation on one (pipeline) device.
 
     `fwd_s`, `bwd_s`: per layer and micro-batch; `allreduce_s`: per layer (0: nothing
@@ -454,14 +457,14 @@ def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarra
         fwd0_end = float(gate[-1] + f_cum[-1])
     stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*parts, strict=True))
     n = start.shape[0]
-    cols = {"device": np.zeros(n, dtype=np.int32), "stream": stream.astype(np.int8),
-            "kind": kind.astype(np.int8), "stage": np.zeros(n, dtype=np.int32),
-            "microbatch": mb.astype(np.int32), "start_s": start, "end_s": end}
+    cols = TimelineColumns(device=np.zeros(n, dtype=np.int32), stream=stream.astype(np.int8),
+                           kind=kind.astype(np.int8), stage=np.zeros(n, dtype=np.int32),
+                           microbatch=mb.astype(np.int32), start_s=start, end_s=end)
     return cols, float(last_bwd[-1] - last_bwd[-2])
 
 
-def _expand_to_devices(cols: dict[str, np.ndarray],
-                       devices: tuple[tuple[int, ...], ...]) -> dict[str, np.ndarray]:
+def _expand_to_devices(cols: Mapping[str, Any],
+                       devices: tuple[tuple[int, ...], ...]) -> TimelineColumns:
     """Copy each pipeline device's events to every physical device of its stage
     (replicas and tensor ranks run the same ops at the same times)."""
     pipe_dev = cols["device"]
@@ -474,11 +477,11 @@ def _expand_to_devices(cols: dict[str, np.ndarray],
     within = np.arange(rep.shape[0]) - np.repeat(np.cumsum(per_event) - per_event, per_event)
     out = {k: a[rep] for k, a in cols.items()}
     out["device"] = flat_ids[offsets[pipe_dev[rep]] + within]
-    return out
+    return timeline_columns(out)
 
 
-def _repeat_steps(cols: dict[str, np.ndarray], iterations: int, step_s: float,
-                  microbatches: int) -> dict[str, np.ndarray]:
+def _repeat_steps(cols: Mapping[str, Any], iterations: int, step_s: float,
+                  microbatches: int) -> TimelineColumns:
     """Flushed iterations are identical: iteration e is iteration 0 shifted by e steps
     (micro-batches renumbered e x M + i)."""
     n = cols["start_s"].shape[0]
@@ -488,4 +491,4 @@ def _repeat_steps(cols: dict[str, np.ndarray], iterations: int, step_s: float,
     out["end_s"] = out["end_s"] + e * step_s
     has_mb = out["microbatch"] >= 0
     out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
-    return out
+    return timeline_columns(out)

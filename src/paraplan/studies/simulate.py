@@ -32,7 +32,6 @@ from paraplan.core import (
 )
 from paraplan.sim import distir_compat as dc
 from paraplan.studies.simulate_study import (
-    DISTIR_MICROBATCH_RULE,
     CompatMode,
     CorrectedMode,
     ModeName,
@@ -91,7 +90,7 @@ def expand(series: Series) -> list[Configuration]:
 def _microbatch_list(series: Series, batch: int, d: int, p: int) -> list[int]:
     if series.micro_batch_size:
         return [max(1, batch // (d * series.micro_batch_size))]
-    if series.num_microbatches == DISTIR_MICROBATCH_RULE:
+    if isinstance(series.num_microbatches, str):  # "distir_rule": DistIR's Figure 4 rule
         return dc.microbatch_counts(batch, d, p)
     if p == 1:
         return [1]
@@ -109,7 +108,7 @@ def _degrees(series: Series, batch: int, n: int) -> list[tuple[int, int, int, in
     # grid: every power-of-two D x T x P with D T P = n, ordered by D, T, M
     if not _power_of_two(n):
         raise ConfigError(f"series '{series.name}'.devices", f"grid sweeps need powers of two, got {n}")
-    out = []
+    out: list[tuple[int, int, int, int]] = []
     d = 1
     while d <= n:
         t = 1

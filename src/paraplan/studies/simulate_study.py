@@ -18,7 +18,6 @@ ModeName = Literal["distir-v0.1", "corrected"]
 MODES: tuple[ModeName, ...] = get_args(ModeName)
 Parallelism = Literal["data", "tensor", "pipeline", "grid"]
 Figure = Literal["distir_fig3", "distir_fig4", "gantt", "none"]
-DISTIR_MICROBATCH_RULE = "distir_rule"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -55,14 +55,15 @@ def load(cls: type[T], data: object, source: Source, path: Path_ = ()) -> T:
 def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
     if not isinstance(data, Mapping):
         raise source.error(path, f"expected a mapping, got {shown(data)}")
-    data = upgrade_keys(cls, data, source, path)
-    fields = fields_of(cls)
+    klass: type = cls  # (a class is hashable: the field descriptions are cached per class)
+    data = upgrade_keys(klass, data, source, path)
+    fields = fields_of(klass)
     keys = [k for k, _ in fields]
     unknown = [k for k in data if k not in keys]
     if unknown:
         known = ", ".join(source.key_name(path, k) for k in keys)
         raise source.error((*path, str(unknown[0])), f"unknown key; expected one of {known}")
-    types = resolved_types(cls)
+    types = resolved_types(klass)
     kwargs: dict[str, Any] = {}
     for key, f in fields:
         if key not in data:

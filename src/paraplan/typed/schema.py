@@ -72,10 +72,11 @@ def record_schema(cls: type) -> dict[str, Any]:
 
 def type_schema(tp: FieldType) -> dict[str, Any]:
     if isinstance(tp, Scalar):
-        base: dict[str, Any] = {
+        kinds: dict[type, dict[str, Any]] = {
             int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
             bool: {"type": "boolean"}, Path: {"type": "string", "minLength": 1},
-        }[tp.kind]
+        }
+        base = dict(kinds[tp.kind])
         for b in tp.bounds:
             if isinstance(b, AtLeast):
                 base["minimum"] = _number(b.low)

@@ -118,7 +118,7 @@ def field_type(annotation: object) -> FieldType:
             raise TypeError(f"only dict[str, X] is supported, not {annotation}")
         return TableOf(field_type(args[1]))
     if annotation in (int, float, str, bool, Path):
-        return Scalar(annotation)  # type: ignore[arg-type]
+        return Scalar(typing.cast(type, annotation))
     if isinstance(annotation, type) and isinstance(annotation, ParsedValue):
         return Parsed(annotation)  # before Record: a parsed value may be a dataclass too
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):

@@ -122,6 +122,7 @@ class PipelineStage:
                 x = stage_in.pop(m)
                 if not self.is_first:
                     g = x.grad
+                    assert g is not None  # x requires grad and the backward just ran through it
                     pending.append((dist.isend(g, dst=self.stage - 1), g))
         for work, _ in pending:
             work.wait()

@@ -14,6 +14,7 @@ update. Every rank uses `threads_per_rank` threads (cores // ranks on a CPU).
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -70,7 +71,8 @@ class RunConfig:
             raise ConfigError("global_batch_size", f"must divide by {WORLD_SIZE} ranks, got {self.global_batch_size}")
         if self.global_batch_size % self.num_microbatches:
             raise ConfigError(
-                "num_microbatches", f"must divide the global batch size {self.global_batch_size}, got {self.num_microbatches}"
+                "num_microbatches",
+                f"must divide the global batch size {self.global_batch_size}, got {self.num_microbatches}",
             )
 
 
@@ -220,7 +222,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
             times["together"].append(elapsed)
         for name, buf in probes.items():
             for _ in range(ALLREDUCE_PROBES_PER_ROUND):
-                elapsed = _timed(lambda buf=buf: dist.all_reduce(buf), device)
+                elapsed = _timed(functools.partial(dist.all_reduce, buf), device)
                 if keep:
                     times[name].append(elapsed)
         for name, (step, update) in steps.items():

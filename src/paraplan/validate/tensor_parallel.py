@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from paraplan.core import StrategyError
+
+if TYPE_CHECKING:
+    from paraplan.profile.models import DecoderBlock
 
 # Functions that act element by element, so they commute with a split of features.
 _ELEMENTWISE = (nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.SiLU, nn.Identity, nn.Dropout)
@@ -117,15 +121,15 @@ class ParallelDecoderBlock(nn.Module):
     row-parallel) and the 4x MLP as a linear pair; two all-reduces in forward (after
     the projection and after fc2) and two in backward (into each LayerNorm's output)."""
 
-    def __init__(self, block: nn.Module, rank: int, world: int, group=None):
+    def __init__(self, block: DecoderBlock, rank: int, world: int, group=None):
         super().__init__()
         hidden = block.proj.weight.shape[0]
         if block.heads % world:
             raise StrategyError(f"{block.heads} attention heads do not split over {world} ranks")
         self.group = group
-        self.heads = block.heads // world
-        self.ln1 = copy.deepcopy(block.ln1)
-        self.ln2 = copy.deepcopy(block.ln2)
+        self.heads: int = block.heads // world
+        self.ln1: nn.LayerNorm = copy.deepcopy(block.ln1)
+        self.ln2: nn.LayerNorm = copy.deepcopy(block.ln2)
         # q, k and v each keep this rank's heads
         qkv_w = block.qkv.weight.detach().split(hidden, dim=0)
         qkv_b = block.qkv.bias.detach().split(hidden, dim=0)
