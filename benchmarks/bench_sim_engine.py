@@ -49,7 +49,8 @@ def main() -> None:
     profile = ModelProfile("bench", 1024, layers)
     cluster = Cluster("bench", 64, 8, Device("acc", 1e14, 1e12, 80e9), Link(100e9, 5e-6), Link(25e9, 10e-6))
     comm = ConstantBandwidthModel(100e9, 25e9, 5e-6, 10e-6)
-    strategy = Strategy(data_parallel_size=4, tensor_model_parallel_size=2, pipeline_model_parallel_size=64, num_microbatches=1024,
+    strategy = Strategy(data_parallel_size=4, tensor_model_parallel_size=2, pipeline_model_parallel_size=64,
+                        num_microbatches=1024,
                         gradient_sync="overlap")
     rows.append(("simulate() D4 x T2 x P64, M=1024 (512 devices)",
                  best_of(lambda: simulate(profile, cluster, comm, strategy, 1024 * 16))))

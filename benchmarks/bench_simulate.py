@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
             result = ex.run_experiment(exp, (mode,), repeats=args.repeats)
             seconds = result.simulate_s
             configs = len(result.simulated)
-            line = f"{name:12s} {mode:12s} {configs:4d} configurations  best of {result.repeats}: {seconds * 1e3:8.1f} ms"
+            line = (f"{name:12s} {mode:12s} {configs:4d} configurations  best of {result.repeats}: "
+                    f"{seconds * 1e3:8.1f} ms")
             if mode == "distir-v0.1":
                 low, high = DISTIR_S[name]
                 span = f"{low / seconds:,.0f}x" if low == high else f"{low / seconds:,.0f}-{high / seconds:,.0f}x"

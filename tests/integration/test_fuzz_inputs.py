@@ -25,7 +25,6 @@ from fuzz_harness import (
     with_forbidden_value,
 )
 
-
 TARGETS = ("ingest nccl-tests", "ingest param", "ingest pipedream", "profile csv", "fit")
 
 

@@ -34,7 +34,8 @@ def test_ingest_to_an_existing_folder(shared_dir, tmp_path, capsys):
 def test_fit_checks_every_output_before_reading(tmp_path, capsys):
     (tmp_path / "plots").write_text("a file where the figures folder should go")
     missing_input = tmp_path / "never-read.csv"
-    args = ["fit", str(missing_input), "-o", str(tmp_path / "cm.json"), "--plots", str(tmp_path / "plots"), "--no-track"]
+    args = ["fit", str(missing_input), "-o", str(tmp_path / "cm.json"), "--plots", str(tmp_path / "plots"),
+            "--no-track"]
     assert main(args) == 2
     assert _error_line(capsys) == (
         f"paraplan fit: error: cannot write '{tmp_path / 'plots'}': is an existing file; expected a folder"
@@ -48,7 +49,8 @@ def test_bench_refuses_a_file_as_its_folder_before_measuring(tmp_path, capsys):
     start = time.monotonic()
     assert main(["bench", "--world-size", "2", "-o", str(target), "--no-track"]) == 2
     assert time.monotonic() - start < 5  # no rank was started
-    assert _error_line(capsys) == f"paraplan bench: error: cannot write '{target}': is an existing file; expected a folder"
+    assert _error_line(capsys) == (
+        f"paraplan bench: error: cannot write '{target}': is an existing file; expected a folder")
 
 
 def test_profile_to_an_existing_folder(tmp_path, capsys):

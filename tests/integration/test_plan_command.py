@@ -41,7 +41,8 @@ def test_plan_command_nothing_fits(shared_dir, tmp_path):
     # GNMT-16's 1.16 GB of parameters x 2 do not fit 1 GB devices: an error, no CSV
     cmd = [sys.executable, "-m", "paraplan.cli.main", "plan",
            "--profile", str(shared_dir / "data/pipedream-profiles/gnmt-16-pbs-64.txt"),
-           "--shapes", "1x2", "--global-batch-sizes", "64", "--memory-gb", "1", "-o", str(tmp_path / "x.csv"), "--no-track"]
+           "--shapes", "1x2", "--global-batch-sizes", "64", "--memory-gb", "1", "-o", str(tmp_path / "x.csv"),
+           "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "no plan fits in 1 GB per device" in done.stderr and "Traceback" not in done.stderr

@@ -39,7 +39,8 @@ def test_computing_stages_run_without_torch(no_torch, shared_dir):
         ("simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"),
         ("profile", "--model", "gpt", "--analytic", "--cluster", "dgx-a100", "--profile-batch-size", "8",
          "-o", "gpt.csv"),
-        ("plan", "--profile", "gpt.csv", "--cluster", "dgx-a100", "--global-batch-sizes", "8,16", "--jobs", "1", "-o", "plan.csv"),
+        ("plan", "--profile", "gpt.csv", "--cluster", "dgx-a100", "--global-batch-sizes", "8,16", "--jobs", "1",
+         "-o", "plan.csv"),
     ]
     for step in steps:
         out = run(*step)

@@ -45,8 +45,8 @@ def test_unknown_device_key_is_named(repo_root):
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda d: d["links"]["inter"].update(bandwidth_GBps=-3), "key 'links.inter.bandwidth_GBps': expected a number > 0, "
-     "got -3"),
+    (lambda d: d["links"]["inter"].update(bandwidth_GBps=-3),
+     "key 'links.inter.bandwidth_GBps': expected a number > 0, got -3"),
     (lambda d: d["device"].update(peak_tflops=0), "key 'device.peak_tflops': expected a number > 0, got 0"),
     (lambda d: d.update(nodes=1.5), "key 'nodes': expected an integer >= 1, got 1.5: not an integer"),
     (lambda d: d["device"].update(memory_GB=float("inf")), "key 'device.memory_GB': expected a number > 0, got inf"),

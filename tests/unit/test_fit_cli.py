@@ -58,7 +58,8 @@ def _a2a_inputs(tmp_path):
         samples.append((i, batch, "-".join(map(str, tables)), dim, size, (30e-6 + size * 0.5 / 2e9) * 1e6))
     uneven = bench_frame(
         "all_to_allv", "gloo", 2, 1, [s[4] for s in samples], [s[4] // 4 for s in samples], "float32",
-        [s[5] for s in samples], extra=dict(zip(A2AV_COLUMNS, zip(*[s[:4] for s in samples], strict=True), strict=True)),
+        [s[5] for s in samples],
+        extra=dict(zip(A2AV_COLUMNS, zip(*[s[:4] for s in samples], strict=True), strict=True)),
     )
     write_csv(tmp_path / "all_to_all_n2.csv", even)
     write_csv(tmp_path / "all_to_allv_n2.csv", uneven)

@@ -44,7 +44,8 @@ def test_json_contract():
         assert fit["size_range_bytes"] == [1024, 2**26] and fit["n_points"] == SIZES.size
         assert 0 <= fit["gmae"] < 1 and 0 <= fit["heldout_gmae"] < 1  # fractions
     for sweep in {(f["collective"], f["world_size"], f["nodes"]) for f in document["fits"]}:
-        chosen = [f for f in document["fits"] if (f["collective"], f["world_size"], f["nodes"]) == sweep and f["chosen"]]
+        chosen = [f for f in document["fits"]
+                  if (f["collective"], f["world_size"], f["nodes"]) == sweep and f["chosen"]]
         assert len(chosen) == 1
 
 

@@ -42,7 +42,8 @@ def test_shared_log_round_trip(shared_dir, stem):
 
 
 def test_in_place_columns(shared_dir):
-    frame = rows_frame(read_nccl_tests(_log(shared_dir, "02_gh200_alps_2x4_slingshot_all_reduce"), ImportOptions(in_place=True)).rows)
+    log = _log(shared_dir, "02_gh200_alps_2x4_slingshot_all_reduce")
+    frame = rows_frame(read_nccl_tests(log, ImportOptions(in_place=True)).rows)
     assert frame["time_us"].iloc[0] == pytest.approx(17.72)
     assert frame["time_us"].iloc[16] == pytest.approx(349.6)  # the in-place outlier at 512 KiB
     assert frame["in_place"].all()
@@ -50,7 +51,8 @@ def test_in_place_columns(shared_dir):
 
 def test_zero_size_rows_dropped_and_na_tolerated(shared_dir):
     # 08 starts with four 0-byte rows whose in-place #wrong is N/A
-    frame = rows_frame(read_nccl_tests(_log(shared_dir, "08_mi355x_vultr_1x8_rccl_alltoall"), ImportOptions(in_place=True)).rows)
+    log = _log(shared_dir, "08_mi355x_vultr_1x8_rccl_alltoall")
+    frame = rows_frame(read_nccl_tests(log, ImportOptions(in_place=True)).rows)
     assert (frame["size_bytes"] > 0).all()
     assert frame["time_us"].iloc[0] == pytest.approx(59.46)
 
@@ -88,9 +90,9 @@ def test_prose_and_prompts_are_skipped():
         "2 nodes were allocated\n"
         "#  Rank  0 Group  0 Pid  1 on  hostA device  0 [0x1] GPU\n"
         "#  Rank  1 Group  0 Pid  2 on  hostB device  0 [0x1] GPU\n"
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-        "           8             1     float    none      -1    10.00    0.00    0.00      0    10.00    0.00    0.00    N/A\n"
-        "          64             8     float    none      -1    20.00    0.00    0.00      0    20.00    0.00    0.00    N/A\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"  # noqa: E501 (a log line as printed)
+        "           8             1     float    none      -1    10.00    0.00    0.00      0    10.00    0.00    0.00    N/A\n"  # noqa: E501
+        "          64             8     float    none      -1    20.00    0.00    0.00      0    20.00    0.00    0.00    N/A\n"  # noqa: E501
         "# Avg bus bandwidth    : 0.0\n"
     )
     result = parse_nccl_tests(text, "ag.log")
@@ -102,7 +104,7 @@ ROW_LOG = (
     "# Collective test starting: all_reduce_perf\n"
     "#  Rank  0 Group  0 Pid  1 on  h device  0 [0x1] GPU\n"
     "#  Rank  1 Group  0 Pid  1 on  h device  1 [0x2] GPU\n"
-    "        1024           256     float     sum      -1    20.00    0.05    0.05      0    20.00    0.05    0.05      0\n"
+    "        1024           256     float     sum      -1    20.00    0.05    0.05      0    20.00    0.05    0.05      0\n"  # noqa: E501
     "{bad}\n"
 )
 
@@ -141,7 +143,9 @@ def test_empty_binary_and_tableless_files_are_errors(tmp_path):
 
 
 def test_unknown_collective_needs_the_option():
-    text = "# Collective test starting: hypercube_perf\n#  Rank  0 Group  0 Pid 1 on h device 0 [0] G\n#  Rank  1 Group  0 Pid 1 on h device 1 [0] G\n 8 2 float none -1 10.0 0.00 0.00 0 10.0 0.00 0.00 0\n"
+    text = ("# Collective test starting: hypercube_perf\n"
+            "#  Rank  0 Group  0 Pid 1 on h device 0 [0] G\n#  Rank  1 Group  0 Pid 1 on h device 1 [0] G\n"
+            " 8 2 float none -1 10.0 0.00 0.00 0 10.0 0.00 0.00 0\n")
     with pytest.raises(InputFileError, match="unknown collective 'hypercube'"):
         parse_nccl_tests(text, "h.log")
     rows = parse_nccl_tests(text, "h.log", ImportOptions(collective="all_to_all")).rows
@@ -169,4 +173,5 @@ def test_old_nccl_tests_layout_without_group_redop_or_root():
         "     4194304        524288   float   400.00   10.49    5.24  0e+00   400.00   10.49    5.24  0e+00\n"
     )
     rows = parse_nccl_tests(text, "old.log", ImportOptions(collective="all_gather")).rows
-    assert [(r.size_bytes, r.time_us, r.world_size, r.nodes) for r in rows] == [(1024, 10.0, 2, 1), (4194304, 400.0, 2, 1)]
+    assert [(r.size_bytes, r.time_us, r.world_size, r.nodes) for r in rows] == [
+        (1024, 10.0, 2, 1), (4194304, 400.0, 2, 1)]

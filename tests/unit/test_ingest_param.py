@@ -59,7 +59,8 @@ def test_printed_bandwidth_mismatch_warns():
     text = "world_size: 2\nCOMMS-RES-all_reduce-float32  1048576  262144  500.0  1 1 1 1  3.000  3.000\n"
     warnings = [w for w in parse_param(text, "w.txt").warnings if "printed" in w]
     # 1 MiB in 500 us is 2.10 GB/s
-    assert len(warnings) == 2 and warnings[0].startswith("w.txt:2: printed algbw 3.00 GB/s differs from the recomputed 2.10")
+    assert len(warnings) == 2
+    assert warnings[0].startswith("w.txt:2: printed algbw 3.00 GB/s differs from the recomputed 2.10")
 
 
 def test_bad_param_inputs(tmp_path):
@@ -69,7 +70,8 @@ def test_bad_param_inputs(tmp_path):
         parse_param("Hello from Rank 0\n", "none.txt")
     with pytest.raises(InputFileError, match="world size"):
         parse_param("COMMS-RES-all_reduce-float32 1024 256 1 1 1 1 1 0 0\n", "nw.txt")
-    rows = parse_param("COMMS-RES-all_reduce-float32 1024 256 1 1 1 1 1 0 0\n", "nw.txt", ImportOptions(world_size=8)).rows
+    line = "COMMS-RES-all_reduce-float32 1024 256 1 1 1 1 1 0 0\n"
+    rows = parse_param(line, "nw.txt", ImportOptions(world_size=8)).rows
     assert rows[0].world_size == 8
 
 
@@ -90,6 +92,7 @@ def test_ingest_command_round_trip(shared_dir, tmp_path, capsys):
 
 
 def test_in_place_is_refused_for_param(shared_dir, tmp_path, capsys):
-    args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(shared_dir)), "-o", str(tmp_path / "p.csv")]
+    args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(shared_dir)),
+            "-o", str(tmp_path / "p.csv")]
     assert main(args) == 2
     assert "config key 'in_place'" in capsys.readouterr().err

@@ -25,13 +25,14 @@ NCCL_HEAD = (
     "# Collective test starting: all_reduce_perf\n"
     "#  Rank  0 Group  0 Pid  1 on  h device  0 [0x1] GPU\n"
     "#  Rank  1 Group  0 Pid  1 on  h device  1 [0x2] GPU\n"
-    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"  # noqa: E501 (a log line as printed)
 )
-GOOD_ROW = "        1024           256     float     sum      -1    20.00    0.05    0.05      0    20.00    0.05    0.05      0"
+GOOD_ROW = "        1024           256     float     sum      -1    20.00    0.05    0.05      0    20.00    0.05    0.05      0"  # noqa: E501
 PARAM_HEAD = "world_size: 2\n[Rank   0] host vm, device: cpu\n"
 PARAM_ROW = "COMMS-RES-all_reduce-float32 {size} {elements} {p50} 1 1 1 1 0.0 0.0"
 PROFILE_HEADER = "layer,name,fwd_s,bwd_s,activation_bytes,param_bytes\n"
-NODE = "node{i} -- {name} -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size={act}, parameter_size=4.0"
+NODE = ("node{i} -- {name} -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size={act}, "
+        "parameter_size=4.0")
 
 
 def _nccl(tmp_path, row: str):

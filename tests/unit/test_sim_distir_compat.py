@@ -101,7 +101,8 @@ def _fig4_grid(phase2):
                     continue
                 p = n // (d * h)
                 for m in dc.microbatch_counts(8192, d, p):
-                    out.append(((d, h, p, m), 8192 / dc.simulate_distir(FIG4, dhpm(d, h, p, m), 200, phase2=phase2).step_time_s))
+                    tl = dc.simulate_distir(FIG4, dhpm(d, h, p, m), 200, phase2=phase2)
+                    out.append(((d, h, p, m), 8192 / tl.step_time_s))
     return out
 
 

@@ -102,7 +102,8 @@ COMPUTE_S = (15 + 30) * 1e-3  # the whole model at the profile batch
 @pytest.mark.parametrize("d", [2, 4, 8, 16])
 @pytest.mark.parametrize("k", [1, 4])
 def test_p3_free_comm_speedup_is_d(d, k):
-    tl = simulate(EIGHT, CLUSTER, FREE, Strategy(data_parallel_size=d, num_microbatches=k, gradient_sync="p3"), 32 * d * k)
+    s = Strategy(data_parallel_size=d, num_microbatches=k, gradient_sync="p3")
+    tl = simulate(EIGHT, CLUSTER, FREE, s, 32 * d * k)
     assert tl.step_time_s == pytest.approx(k * COMPUTE_S)
     assert tl.speedup == pytest.approx(d)
     assert tl.bubble_fraction == pytest.approx(0.0, abs=1e-12)

@@ -93,8 +93,8 @@ def test_pipeline_transfer_uses_send_recv_on_the_link():
     tier for each boundary transfer: GPipe adds 2 x (alpha + bytes / B)."""
     cluster = CLUSTER.with_shape(2, 4)
     m, d = 4, 4
-    tl = simulate(PROFILE, cluster, AB, Strategy(pipeline_model_parallel_size=2, data_parallel_size=d, num_microbatches=m,
-                                                 schedule="gpipe"), 32 * d)
+    s = Strategy(pipeline_model_parallel_size=2, data_parallel_size=d, num_microbatches=m, schedule="gpipe")
+    tl = simulate(PROFILE, cluster, AB, s, 32 * d)
     tf, tb = 4 * FWD_S / m, 4 * BWD_S / m
     send = 20e-6 + ACT_B / m / 10e9
     grads = 2 * (d - 1) * ALPHA + 2 * (d - 1) / d * 4 * PARAM_B / BW
@@ -110,19 +110,22 @@ def test_memory_per_device():
     params = 2 * PARAM_B
     assert tl.peak_mem_bytes[0] == pytest.approx(params * 4 + 4 * act)
     assert tl.peak_mem_bytes[3] == pytest.approx(params * 4 + 1 * act)
-    two = simulate(PROFILE, CLUSTER, FREE, Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule="2bw"), 32)
+    two = simulate(PROFILE, CLUSTER, FREE,
+                   Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule="2bw"), 32)
     assert two.peak_mem_bytes[0] == pytest.approx(params * 5 + 4 * act)
 
 
 def test_two_bw_step_is_steady_state():
     p, m = 4, 8
-    tl = simulate(PROFILE, CLUSTER, FREE, Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule="2bw"), 32)
+    tl = simulate(PROFILE, CLUSTER, FREE, Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule="2bw"),
+                  32)
     assert tl.step_time_s == pytest.approx(m * 2 * (FWD_S + BWD_S) / m)
     assert tl.bubble_fraction == pytest.approx(0.0, abs=1e-12)
 
 
 def test_hybrid_events_cover_every_device():
-    s = Strategy(data_parallel_size=2, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, num_microbatches=4, schedule="zb_h1")
+    s = Strategy(data_parallel_size=2, tensor_model_parallel_size=2, pipeline_model_parallel_size=2, num_microbatches=4,
+                 schedule="zb_h1")
     tl = simulate(PROFILE, CLUSTER, AB, s, 64)
     assert sorted(np.unique(tl.device).tolist()) == list(range(8))
     assert len(tl.peak_mem_bytes) == 8
@@ -133,9 +136,11 @@ def test_hybrid_events_cover_every_device():
     ("strategy", "batch", "message"),
     [
         (Strategy(data_parallel_size=32), 32 * 32, "needs 32 devices"),
-        (Strategy(pipeline_model_parallel_size=4, num_microbatches=2, schedule="2bw"), 32, "4 stages > 2 micro-batches"),
+        (Strategy(pipeline_model_parallel_size=4, num_microbatches=2, schedule="2bw"), 32,
+         "4 stages > 2 micro-batches"),
         (Strategy(data_parallel_size=4, num_microbatches=16), 32, "samples per micro-batch per replica"),
-        (Strategy(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=8, num_microbatches=2, schedule="interleaved_1f1b"), 32,
+        (Strategy(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=8, num_microbatches=2,
+                  schedule="interleaved_1f1b"), 32,
          "need at least 16 layers"),
         (Strategy(pipeline_model_parallel_size=2, placement=((0,), (0,))), 32, "distinct device ids"),
     ],
@@ -160,7 +165,8 @@ def test_iterations_repeat_flushed_steps():
 def test_schedules_in_simulate_match_bare_pipeline(schedule, v):
     """Free communication: simulate() equals the bare pipeline with per-chunk costs."""
     p, m = 2, 4
-    s = Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule=schedule, virtual_pipeline_model_parallel_size=v)
+    s = Strategy(pipeline_model_parallel_size=p, num_microbatches=m, schedule=schedule,
+                 virtual_pipeline_model_parallel_size=v)
     tl = simulate(PROFILE, CLUSTER, FREE, s, 32)
     per_chunk = 8 // (p * v)
     bare = simulate_pipeline(schedule, p, m, per_chunk * FWD_S / m, per_chunk * BWD_S / m, virtual_stages=v)

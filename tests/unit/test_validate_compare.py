@@ -71,7 +71,8 @@ def test_strategies_map_to_the_simulator():
     assert strategy_for("dp_overlap", SETUP).gradient_sync == "overlap"
     assert strategy_for("tp2", SETUP).tensor_model_parallel_size == 2
     pp = strategy_for("pp_gpipe", SETUP)
-    assert (pp.pipeline_model_parallel_size, pp.num_microbatches, pp.schedule, pp.stage_boundaries) == (2, 4, "gpipe", (2,))
+    assert (pp.pipeline_model_parallel_size, pp.num_microbatches, pp.schedule, pp.stage_boundaries) == (
+        2, 4, "gpipe", (2,))
     assert strategy_for("pp_1f1b", SETUP).schedule == "1f1b"
     with pytest.raises(StrategyError, match="unknown strategy 'zb'"):
         strategy_for("zb", SETUP)

@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comm_model.json of collectives inside one node of this device (paraplan fit)")
     parser.add_argument("--name", default=None, help="calibration name (default: the output file's stem)")
     parser.add_argument("--group-by", default=DEFAULT_GROUP_BY,
-                        help=f"run-table columns whose values form a cross-validation group (default: {DEFAULT_GROUP_BY})")
+                        help="run-table columns whose values form a cross-validation group "
+                             f"(default: {DEFAULT_GROUP_BY})")
     parser.add_argument("--fit", default="",
                         help="comma-separated parameters to fit (default: all that the data determines)")
     parser.add_argument("--no-cross-validation", action="store_true",

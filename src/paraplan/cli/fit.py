@@ -33,10 +33,12 @@ ORDER = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="IN.csv", help="bench CSVs (several collectives allowed)")
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="IN.csv",
+                        help="bench CSVs (several collectives allowed)")
     add_output_argument(parser, "output comm_model.json", old=["--out"])
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
-                        help="folder for figures: fit_<collective>_n<world>.png/.pdf per sweep, a2av_n<world> per all_to_allv study")
+                        help="folder for figures: fit_<collective>_n<world>.png/.pdf per sweep, a2av_n<world> "
+                             "per all_to_allv study")
     parser.add_argument("--a2av-output", type=Path, default=None, metavar="PATH",
                         help="CSV of the all_to_allv errors per world size and effective-size variant "
                              "(needs all_to_allv rows in the inputs)")
@@ -148,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if args.a2av_output is not None:
         artifacts.append(args.a2av_output)
     children = [
-        RunLog(stage="fit", run_name=name, params=_sweep_params(name, sweep_keys[name], chosen.get(name)), metrics=sweep)
+        RunLog(stage="fit", run_name=name, params=_sweep_params(name, sweep_keys[name], chosen.get(name)),
+               metrics=sweep)
         for name, sweep in per_sweep.items()
     ]
     chosen_errors = [m["chosen_heldout_gmae"] for m in per_sweep.values() if "chosen_heldout_gmae" in m]

@@ -49,7 +49,8 @@ def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     write_csv(args.output, frame)
     sweeps = frame.groupby(["collective", "world_size", "nodes"], sort=True).size()
     for (collective, world, nodes), rows in sweeps.items():
-        print(f"paraplan ingest: {args.log}: {collective}, {world} ranks on {nodes} node(s): {rows} sizes -> {args.output}",
+        print(f"paraplan ingest: {args.log}: {collective}, {world} ranks on {nodes} node(s): {rows} sizes "
+              f"-> {args.output}",
               file=sys.stderr)
     return {
         "metrics": {"rows": float(len(frame)), "warnings": float(len(result.warnings))},

@@ -164,7 +164,8 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
     for r in rows:
         diff = r.hybrid_est_vs_sim
         print(f"gbs {r.gbs:>5}: DP {r.dp_no_overlap:6.2f} | DP+overlap {r.dp_overlap:6.2f} | "
-              f"P3 {r.dp_p3:6.2f} (est {r.dp_p3_est:6.2f}) | hybrid {r.best_hybrid:6.2f} (est {r.best_hybrid_est:6.2f}, "
+              f"P3 {r.dp_p3:6.2f} (est {r.dp_p3_est:6.2f}) | "
+              f"hybrid {r.best_hybrid:6.2f} (est {r.best_hybrid_est:6.2f}, "
               f"{diff:+.1%}) {r.stages}", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} batch sizes in {wall:.2f} s -> {csv_path}", file=sys.stderr)
     return rows, wall, figures

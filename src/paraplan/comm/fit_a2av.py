@@ -87,7 +87,8 @@ def predict_a2av(frame: pd.DataFrame, model) -> list[A2AVResult]:
         batches = group_rows["global_batch"].to_numpy(int)
         dims = group_rows["dim"].to_numpy(int)
         for variant in VARIANTS:
-            sizes = [effective_size_bytes(variant, int(b), t, int(d)) for b, t, d in zip(batches, tables, dims, strict=True)]
+            sizes = [effective_size_bytes(variant, int(b), t, int(d))
+                     for b, t, d in zip(batches, tables, dims, strict=True)]
             predictions = [model.predict("all_to_allv", s, group) for s in sizes]
             predicted = np.array([p.time_s for p in predictions])
             summary = summarize(rel_err(predicted, measured))

@@ -35,7 +35,8 @@ def interpolator(params: dict):
     def evaluate(q):
         q = np.asarray(q, dtype=float)
         inside = pchip(np.clip(q, x[0], x[-1]))
-        return np.where(q < x[0], y[0] + lo_slope * (q - x[0]), np.where(q > x[-1], y[-1] + hi_slope * (q - x[-1]), inside))
+        above = np.where(q > x[-1], y[-1] + hi_slope * (q - x[-1]), inside)
+        return np.where(q < x[0], y[0] + lo_slope * (q - x[0]), above)
 
     return evaluate
 

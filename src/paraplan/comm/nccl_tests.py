@@ -199,7 +199,9 @@ def parse_nccl_tests(text: str, path: str | Path, options: ImportOptions = DEFAU
     if current.rows:
         tables.append(current)
     if not tables:
-        raise InputFileError(path, "no nccl-tests table rows found (expected lines 'size count type ... time algbw busbw')")
+        raise InputFileError(
+            path, "no nccl-tests table rows found (expected lines 'size count type ... time algbw busbw')"
+        )
 
     rows: list[SweepRow] = []
     for table in tables:

@@ -320,7 +320,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
 
     sched = np.array(SCHEDULES)[cand.schedule]
     # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
-    stages_sum = first + last + np.maximum(count_big - 2, 0) * mid + np.maximum(p - count_big - (count_big < p), 0) * mid_small
+    stages_sum = (first + last + np.maximum(count_big - 2, 0) * mid
+                  + np.maximum(p - count_big - (count_big < p), 0) * mid_small)
     slowest = np.maximum(np.maximum(first, last), mid)
     flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
     ends = np.maximum(np.maximum(first - mid, last - mid), 0.0)  # the first/last device's extra per micro-batch

@@ -83,8 +83,10 @@ class PlanProblem:
         peak = self.memory.peak_activation_bytes_per_sample
         if peak is None:
             stash = act / p.batch_size
+        elif total_act > 0:
+            stash = act / total_act * peak
         else:
-            stash = act / total_act * peak if total_act > 0 else np.zeros_like(act)
+            stash = np.zeros_like(act)
 
         def cum(x: np.ndarray) -> np.ndarray:
             return np.concatenate([[0.0], np.cumsum(x)])

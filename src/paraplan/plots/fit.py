@@ -44,7 +44,8 @@ def plot_sweep(entries: list[FitEntry], size_bytes: np.ndarray, time_s: np.ndarr
                         ax.axvline(x, ls="--", color=_MODEL_COLORS["sigmoid_bw"], lw=0.8, alpha=0.7)
     title = f"{first.collective}, {first.world_size} ranks, {first.nodes} node(s)"
     lat.set(xlabel="message size (bytes)", ylabel="latency (us)", title=title)
-    bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="bus bandwidth; dashed: sigmoid turning points")
+    bw.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)",
+           title="bus bandwidth; dashed: sigmoid turning points")
     lat.legend(loc="upper left")
     bw.legend(loc="upper left")
     held = [e for e in entries if e.heldout_rel_errors]
@@ -74,7 +75,9 @@ def plot_a2av(results: list, curve_sizes: np.ndarray, curve_s: np.ndarray, stem:
             title=f"{result.variant}: GMAE {result.gmae:.1%}, mean {result.mean_abs_rel_err:.1%}",
         )
         scatter.legend(loc="upper left")
-        counts, edges = histogram_pct(result.rel_errors, step_pct=5.0, max_pct=min(400.0, 5.0 * np.ceil(max(20.0, 100 * result.rel_errors.max() + 5) / 5.0)))
+        max_pct = min(400.0, 5.0 * np.ceil(max(20.0, 100 * result.rel_errors.max() + 5) / 5.0))
+        counts, edges = histogram_pct(result.rel_errors, step_pct=5.0, max_pct=max_pct)
         hist.stairs(counts, edges, fill=True, color=PALETTE[0], alpha=0.7)
-        hist.set(xlabel="relative error (%)", ylabel="exchanges", title=f"{result.world_size} ranks, {result.n_points} exchanges")
+        hist.set(xlabel="relative error (%)", ylabel="exchanges",
+                 title=f"{result.world_size} ranks, {result.n_points} exchanges")
     return save_figure(fig, stem)

@@ -24,7 +24,8 @@ def plot_profile(profile: ModelProfile, stem: str | Path, title: str | None = No
     top.legend(loc="upper right")
     top.set_title(title or f"{profile.name}: {n} layers, fwd {fwd_ms.sum():.3g} ms, bwd {bwd_ms.sum():.3g} ms")
     width = 0.4
-    bottom.bar(x - width / 2, profile.activation_bytes / 1e6, width, color=PALETTE[1], label="activation crossing the cut after the layer")
+    bottom.bar(x - width / 2, profile.activation_bytes / 1e6, width, color=PALETTE[1],
+               label="activation crossing the cut after the layer")
     bottom.bar(x + width / 2, profile.param_bytes / 1e6, width, color=PALETTE[4], label="parameters")
     bottom.set_ylabel("MB (1e6 bytes)")
     bottom.set_xlabel("layer (execution order)")

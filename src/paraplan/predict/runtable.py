@@ -181,7 +181,8 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
         raise InputFileError(path, str(exc).replace(f"model '{name}': ", ""), line=line) from None
     dtype = str(values.get("dtype", "bf16"))
     search_mbs = "micro_batch_size" not in values
-    search_v = "virtual_pipeline_model_parallel_size" in has_columns and "virtual_pipeline_model_parallel_size" not in values
+    search_v = ("virtual_pipeline_model_parallel_size" in has_columns
+                and "virtual_pipeline_model_parallel_size" not in values)
     settings_args = {k: values[k] for k in SETTINGS_COLUMNS if k in values}
     settings_args.setdefault("use_flash_attn", default_flash_attention(dtype))
     if "zero_stage" in settings_args:

@@ -173,7 +173,8 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
                   *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
     if lines:
         lines += ["Reproduce: `snakemake -R plan --until plan`, or "
-                  "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 -o PLAN.csv`.",
+                  "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 "
+                  "-o PLAN.csv`.",
                   ""]
     return lines
 
