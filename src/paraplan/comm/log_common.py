@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from paraplan.comm.results import MAX_LABEL_CHARS, SWEEP_RULES, bench_frame, sweep_point_problem
-from paraplan.core import InputFileError
+from paraplan.core import InputFileError, busbw_factor
 from paraplan.inputs import check_number, read_text
 
 # Printed bandwidths below this are too coarse (two decimals) to check.
@@ -177,6 +177,17 @@ def bandwidth_warning(
         f"{path}:{line}: printed {name} {printed_GBps:.2f} GB/s differs from the recomputed "
         f"{recomputed_GBps:.2f} GB/s by {mismatch:.0%} (wrong world size or collective?)"
     )
+
+
+def bandwidth_warnings(path: Path, line: int, collective: str, world_size: int, size_bytes: float, time_us: float,
+                       printed_algbw_GBps: float | None, printed_busbw_GBps: float | None) -> list[str]:
+    """A log row's printed algbw and busbw against the values its size and time give
+    (nccl-tests conventions): one `bandwidth_warning` each where they disagree."""
+    algbw = size_bytes / (time_us * 1e3)
+    busbw = algbw * busbw_factor(collective, world_size)
+    found = (bandwidth_warning(path, line, "algbw", printed_algbw_GBps, algbw),
+             bandwidth_warning(path, line, "busbw", printed_busbw_GBps, busbw))
+    return [message for message in found if message]
 
 
 def rows_frame(rows: tuple[SweepRow, ...] | list[SweepRow]) -> pd.DataFrame:

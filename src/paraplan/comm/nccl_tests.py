@@ -31,7 +31,7 @@ from paraplan.comm.log_common import (
     ImportOptions,
     ImportResult,
     SweepRow,
-    bandwidth_warning,
+    bandwidth_warnings,
     checked_collective,
     checked_row,
     dtype_name,
@@ -40,7 +40,7 @@ from paraplan.comm.log_common import (
     read_log_text,
 )
 from paraplan.comm.results import MAX_RANKS, SWEEP_RULES
-from paraplan.core import InputFileError, busbw_factor
+from paraplan.core import InputFileError
 from paraplan.inputs import parse_number, shown
 
 # "Group N" is absent in nccl-tests before 2.11
@@ -244,14 +244,10 @@ def _resolve(
         nodes = 1
         warnings.append(f"{path}:{first_line}: no host names in the log; assuming 1 node (pass --nodes)")
     host = table.ranks.get(min(table.ranks), "") if table.ranks else ""
-    factor = busbw_factor(collective, world)
     out = []
     for raw in table.rows:
-        algbw = raw.size_bytes / (raw.time_us * 1e3)
-        for name, printed, recomputed in (("algbw", raw.algbw, algbw), ("busbw", raw.busbw, algbw * factor)):
-            message = bandwidth_warning(path, raw.line, name, printed, recomputed)
-            if message:
-                warnings.append(message)
+        warnings += bandwidth_warnings(path, raw.line, collective, world, raw.size_bytes, raw.time_us, raw.algbw,
+                                       raw.busbw)
         row = SweepRow(
             collective=collective,
             backend=backend,

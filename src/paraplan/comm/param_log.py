@@ -25,7 +25,7 @@ from paraplan.comm.log_common import (
     ImportOptions,
     ImportResult,
     SweepRow,
-    bandwidth_warning,
+    bandwidth_warnings,
     checked_collective,
     checked_row,
     dtype_name,
@@ -33,7 +33,7 @@ from paraplan.comm.log_common import (
     read_log_text,
 )
 from paraplan.comm.results import SWEEP_RULES
-from paraplan.core import InputFileError, busbw_factor
+from paraplan.core import InputFileError
 from paraplan.inputs import parse_number
 
 _WORLD_RE = re.compile(r"(?:world_size['\"]?\s*[:=]\s*|groupSize\s+)(\d{1,9})\b")
@@ -106,12 +106,7 @@ def parse_param(text: str, path: str | Path, options: ImportOptions = DEFAULT_OP
             raise InputFileError(path, "cannot tell the collective; pass --collective", line=lineno)
         if not world:
             raise InputFileError(path, "cannot tell the world size (no 'world_size'); pass --world-size", line=lineno)
-        algbw = size / (p50 * 1e3)
-        factor = busbw_factor(collective, world)
-        for name, printed, recomputed in (("algbw", numbers[7], algbw), ("busbw", numbers[8], algbw * factor)):
-            message = bandwidth_warning(path, lineno, name, printed, recomputed)
-            if message:
-                warnings.append(message)
+        warnings += bandwidth_warnings(path, lineno, collective, world, size, p50, numbers[7], numbers[8])
         row = SweepRow(
             collective=collective,
             backend=backend,

@@ -1,5 +1,7 @@
-"""Input files at the edge: a YAML file read as a mapping, then loaded as a typed
-dataclass tree (`paraplan.typed.load`). Errors name the file and what was expected."""
+"""Input files at the edge: a YAML file read as a mapping (UTF-8 text of bounded size,
+`paraplan.inputs.read_text`), then loaded as a typed dataclass tree
+(`paraplan.typed.load`). Errors name the file, the line where YAML knows it, and what
+was expected."""
 
 from __future__ import annotations
 
@@ -9,36 +11,25 @@ from typing import TypeVar
 import yaml
 
 from paraplan.core.errors import InputFileError
+from paraplan.inputs import read_text
 from paraplan.typed.convert import load
 from paraplan.typed.source import Source
 
 T = TypeVar("T")
-MAX_YAML_BYTES = 4 * 2**20  # a cluster, study or config file is a few KiB
 
 
 def read_yaml(path: str | Path, expected: str) -> object:
-    """The parsed YAML of `path` (UTF-8 text, at most MAX_YAML_BYTES)."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(path, f"file not found; expected {expected}") from None
-    except IsADirectoryError:
-        raise InputFileError(path, f"is a directory; expected {expected}") from None
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read ({exc.strerror}); expected {expected}") from None
-    if len(data) > MAX_YAML_BYTES:
-        raise InputFileError(path, f"larger than {MAX_YAML_BYTES // 2**20} MiB; expected {expected}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(path, f"byte {exc.start} is not UTF-8; expected {expected} as UTF-8 text") from None
+    """The parsed YAML of `path`."""
+    text = read_text(path, expected)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputFileError(path, f"not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputFileError(path, f"not valid YAML ({problem}); expected {expected}", line=line) from None
     except RecursionError:
-        raise InputFileError(path, "not valid YAML: nested too deeply") from None
+        raise InputFileError(path, f"not valid YAML: nested too deeply; expected {expected}") from None
 
 
 def load_yaml(cls: type[T], path: str | Path, expected: str) -> T:
