@@ -152,6 +152,11 @@ TERMS: tuple[Term, ...] = (
     Term("study", "a named study: config/studies/<stage>/<name>.yaml or a YAML path", ("experiment",),
          old_options=("--experiment",)),
     Term("studies", "several study names", ("experiments",)),
+    # ---- profiles and answers ----
+    Term("fwd_s", "forward seconds of one layer at the profile batch size (LayerProfile, profile CSV)"),
+    Term("bwd_s", "backward seconds of one layer at the profile batch size"),
+    Term("activation_bytes", "bytes of a layer's output activation at the profile batch size"),
+    Term("param_bytes", "bytes of a layer's parameters"),
     Term("step_time_s", "seconds per training iteration (Timeline, results.csv)"),
     Term("recompute_granularity", "activation recomputation, one of RECOMPUTE_GRANULARITIES"),
 )
