@@ -105,7 +105,7 @@ cp -r "$repo/Snakefile" "$repo/workflow" "$repo/config" "$repo/profiles" "$repo/
 cat > "$run/ci-slurm.yaml" <<YAML
 bench: {world_sizes: [2], collectives: [all_reduce], min_bytes: 1024, max_bytes: 65536, factor: 4,
         warmup: 1, iters: 3}
-simulate: {experiments: [distir_fig3, distir_fig4, schedules], repeats: 1}
+simulate: {studies: [distir_fig3, distir_fig4, schedules], repeats: 1}
 YAML
 cd "$run"
 start=$(date +%s)

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraplan.sim import experiments as ex
+from paraplan.studies import simulate as st
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DISTIR_S = {"distir_fig3": (29.0, 45.0), "distir_fig4": (134.0, 134.0)}
@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     failed = False
     for name in ("distir_fig3", "distir_fig4"):
-        exp = ex.load_experiment(REPO_ROOT / "config/experiments" / f"{name}.yaml")
-        for mode in exp.modes:
-            result = ex.run_experiment(exp, (mode,), repeats=args.repeats)
+        study = st.load_study(REPO_ROOT / "config/studies/simulate" / f"{name}.yaml")
+        for mode in study.modes.names:
+            result = st.run_study(study, (mode,), repeats=args.repeats)
             seconds = result.simulate_s
             configs = len(result.simulated)
             line = (f"{name:12s} {mode:12s} {configs:4d} configurations  best of {result.repeats}: "

@@ -2,7 +2,7 @@
 # stage measured, on this machine (config["cluster"]) with its fitted comm model, and of
 # analytic profiles of the same models on the GPU clusters of config["plan"]["gpu_clusters"]
 # with DAPPLE's formulas at each cluster file's link bandwidths. Pure computation (no
-# measure resource). The DAPPLE ResNet-50 study is an experiment of its own:
+# measure resource). The DAPPLE ResNet-50 study is a planning study of its own:
 #   paraplan plan --study dapple_resnet50 -o results/plans/dapple_resnet50
 
 import os
