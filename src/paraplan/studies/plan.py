@@ -5,7 +5,7 @@ one of the three below; the profile path is relative to the working directory.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +21,7 @@ class PlanStudy(PlanRequest):
     """The study's name (its CSVs are <name>__<shape>.csv)."""
     description: str = ""
     """What the study reproduces."""
-    stage: Literal["plan"] = "plan"
+    stage: Literal["plan"] = field(default="plan", metadata={"checked_first": True})
     """The stage that runs it (config/studies/<stage>/)."""
 
     def __post_init__(self) -> None:

@@ -143,7 +143,7 @@ class SimulateStudy:
     """The study's name (results/simulations/<name>/)."""
     description: str = ""
     """What the study reproduces."""
-    stage: Literal["simulate"] = "simulate"
+    stage: Literal["simulate"] = field(default="simulate", metadata={"checked_first": True})
     """The stage that runs it (config/studies/<stage>/)."""
     model: StudyModel
     """The model simulated."""

@@ -6,7 +6,8 @@ Keys are the fields' names; a 0.1 name of a field (`paraplan.core.glossary`) is
 accepted with a deprecation warning. Numbers must be finite and inside the field's
 bounds; an integer field takes no fraction, a text field no number. A dataclass's own
 `__post_init__` checks (e.g. "hidden_size divisible by num_attention_heads") are
-reported at the mapping that built it.
+reported at the mapping that built it. A field with `metadata={"checked_first": True}`
+(a study's `stage`) is checked before any other key, so a file of the wrong kind says so.
 """
 
 from __future__ import annotations
@@ -58,12 +59,15 @@ def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
     klass: type = cls  # (a class is hashable: the field descriptions are cached per class)
     data = upgrade_keys(klass, data, source, path)
     fields = fields_of(klass)
+    types = resolved_types(klass)
+    for key, f in fields:  # what kind of file this is (e.g. `stage`) before its other keys
+        if f.metadata.get("checked_first") and key in data:
+            convert(types[f.name], data[key], source, (*path, key))
     keys = [k for k, _ in fields]
     unknown = [k for k in data if k not in keys]
     if unknown:
         known = ", ".join(source.key_name(path, k) for k in keys)
         raise source.error((*path, str(unknown[0])), f"unknown key; expected one of {known}")
-    types = resolved_types(klass)
     kwargs: dict[str, Any] = {}
     for key, f in fields:
         if key not in data:
