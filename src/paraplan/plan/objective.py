@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from paraplan.core import Strategy
 from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import HybridPlan, PlannedStage, StageSlot
+from paraplan.plan.records import HybridPlan, StageSlot
 
 
 def hpgo_latency_s(block_s: float, microbatches: int, path_s: float, allreduce_s: Sequence[float]) -> float:
@@ -114,18 +115,20 @@ def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: i
 def make_plan(problem: PlanProblem, pipeline_devices: int, microbatches: int,
               slots: Sequence[StageSlot], latency_s: float) -> HybridPlan:
     copies = problem.num_devices // pipeline_devices
-    stages = tuple(
-        PlannedStage(
-            first_layer=slot.first,
-            last_layer=slot.stop - 1,
-            devices=tuple(sorted(c * pipeline_devices + slot.offset + k
-                                 for c in range(copies) for k in range(slot.width))),
-        )
+    placement = tuple(
+        tuple(sorted(c * pipeline_devices + slot.offset + k for c in range(copies) for k in range(slot.width)))
         for slot in slots
     )
-    return HybridPlan(
-        stages=stages,
+    strategy = Strategy(
+        pipeline_model_parallel_size=len(slots),
         num_microbatches=microbatches,
+        stage_boundaries=tuple(slot.first for slot in slots[1:]),
+        stage_replicas=tuple(len(devices) for devices in placement),
+        placement=placement,
+    )
+    return HybridPlan(
+        strategy=strategy,
+        num_layers=problem.num_layers,
         copies=copies,
         pipeline_devices=pipeline_devices,
         micro_batch_size=problem.global_batch_size / (copies * microbatches),

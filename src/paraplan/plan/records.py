@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paraplan.core import ScheduleName, Strategy
+from paraplan.core import Strategy
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,9 @@ class StageSlot:
 
 @dataclass(frozen=True)
 class PlannedStage:
-    """A stage of a plan: layers first_layer..last_layer (inclusive, 0-based) replicated on
-    `devices` (all copies together)."""
+    """A stage of a plan as people read it: layers first_layer..last_layer (inclusive,
+    0-based) replicated on `devices` (all copies together); derived from the plan's
+    `Strategy` (`HybridPlan.stages`)."""
 
     first_layer: int
     last_layer: int
@@ -35,42 +37,43 @@ class PlannedStage:
 @dataclass(frozen=True)
 class HybridPlan:
     """`copies` identical pipelines of `pipeline_devices` devices each; every copy runs
-    its share of the global batch as `num_microbatches` micro-batches with 1F1B."""
+    its share of the global batch as `num_microbatches` micro-batches with 1F1B.
 
-    stages: tuple[PlannedStage, ...]
-    num_microbatches: int
+    `strategy` is the plan itself: one pipeline whose stage s (layers from
+    `stage_boundaries`) is replicated on the devices `placement` lists (all copies
+    together), the `Strategy` the simulator runs."""
+
+    strategy: Strategy
+    num_layers: int  # of the planned model
     copies: int
     pipeline_devices: int
     micro_batch_size: float  # samples per micro-batch of one copy
     latency_s: float  # the planner's estimate (HPGO form)
     speedup: float  # single-device time / latency_s
-    schedule: ScheduleName = "1f1b"
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.strategy.num_microbatches
 
     @property
     def num_stages(self) -> int:
-        return len(self.stages)
+        return self.strategy.pipeline_model_parallel_size
 
     @property
     def devices_used(self) -> int:
-        return sum(s.replicas for s in self.stages)
+        return self.strategy.num_devices
+
+    @property
+    def stages(self) -> tuple[PlannedStage, ...]:
+        ranges = self.strategy.stage_layer_ranges(self.num_layers)
+        return tuple(PlannedStage(start, stop - 1, devices)
+                     for (start, stop), devices in zip(ranges, self.strategy.placement, strict=True))
 
     def describe(self) -> str:
         return format_stages(self.stages)
 
-    def to_strategy(self) -> Strategy:
-        """The simulator's view: one pipeline whose stage s is replicated on its devices."""
-        return Strategy(
-            data_parallel_size=1,
-            pipeline_model_parallel_size=self.num_stages,
-            num_microbatches=self.num_microbatches,
-            schedule=self.schedule,
-            stage_boundaries=tuple(s.first_layer for s in self.stages[1:]),
-            stage_replicas=tuple(s.replicas for s in self.stages),
-            placement=tuple(s.devices for s in self.stages),
-        )
 
-
-def format_stages(stages) -> str:
+def format_stages(stages: Sequence[PlannedStage]) -> str:
     """`[0-96]x15 | [97-175]x1`: inclusive layer ranges and replicas."""
     return " | ".join(f"[{s.first_layer}-{s.last_layer}]x{s.replicas}" for s in stages)
 

@@ -48,7 +48,7 @@ def _simulate(problem: PlanProblem, strategy: Strategy) -> SimulatedStep | None:
 
 
 def simulate_plan(problem: PlanProblem, plan: HybridPlan) -> SimulatedStep | None:
-    return _simulate(problem, plan.to_strategy())
+    return _simulate(problem, plan.strategy)
 
 
 def simulate_data_parallel(problem: PlanProblem, gradient_sync: GradientSync) -> SimulatedStep | None:
