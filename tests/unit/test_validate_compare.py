@@ -16,12 +16,8 @@ from paraplan.validate import (
     validation_metrics,
     validation_table,
 )
-from paraplan.validate.predict import (
-    PredictionSetup,
-    both_busy_fraction,
-    strategy_for,
-    tp_unused_backward_allreduce_s,
-)
+from paraplan.validate.predict import PredictionSetup, both_busy_fraction, tp_unused_backward_allreduce_s
+from paraplan.validate.strategies import strategy_for
 
 
 def test_rel_err_is_predicted_over_measured_minus_one():
@@ -66,16 +62,16 @@ SETUP = PredictionSetup(global_batch_size=32, num_microbatches=4, pipeline_bound
 
 
 def test_strategies_map_to_the_simulator():
-    assert strategy_for("dp", SETUP).data_parallel_size == 2
-    assert strategy_for("dp", SETUP).gradient_sync == "end"
-    assert strategy_for("dp_overlap", SETUP).gradient_sync == "overlap"
-    assert strategy_for("tp2", SETUP).tensor_model_parallel_size == 2
-    pp = strategy_for("pp_gpipe", SETUP)
+    assert strategy_for("dp", 4, 2).data_parallel_size == 2
+    assert strategy_for("dp", 4, 2).gradient_sync == "end"
+    assert strategy_for("dp_overlap", 4, 2).gradient_sync == "overlap"
+    assert strategy_for("tp2", 4, 2).tensor_model_parallel_size == 2
+    pp = strategy_for("pp_gpipe", SETUP.num_microbatches, SETUP.pipeline_boundary)
     assert (pp.pipeline_model_parallel_size, pp.num_microbatches, pp.schedule, pp.stage_boundaries) == (
         2, 4, "gpipe", (2,))
-    assert strategy_for("pp_1f1b", SETUP).schedule == "1f1b"
+    assert strategy_for("pp_1f1b", 4, 2).schedule == "1f1b"
     with pytest.raises(StrategyError, match="unknown strategy 'zb'"):
-        strategy_for("zb", SETUP)
+        strategy_for("zb", 4, 2)
 
 
 def test_tp_correction_removes_the_first_pairs_backward_allreduce():

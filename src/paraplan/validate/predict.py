@@ -62,8 +62,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from paraplan.core import Cluster, CommModel, Group, ModelProfile, Strategy, StrategyError
-from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
+from paraplan.core import Cluster, CommModel, Group, ModelProfile, StrategyError
+from paraplan.validate.strategies import PIPELINE_SCHEDULES, WORLD_SIZE, strategy_for
 
 # Each layer's gradients form their own bucket: the real overlapped run starts one
 # all-reduce per layer as soon as backward has produced that layer's gradients.
@@ -105,22 +105,6 @@ class MeasuredAllReduce:
 def tp_comm(comm: CommModel, setup: PredictionSetup) -> CommModel:
     """The communication model `tp2` is simulated with (see the module doc)."""
     return MeasuredAllReduce(comm, setup.tp_allreduce_s) if setup.tp_allreduce_s else comm
-
-
-def strategy_for(name: str, setup: PredictionSetup) -> Strategy:
-    """The `Strategy` the simulator runs for strategy `name`."""
-    if name == "dp":
-        return Strategy(data_parallel_size=WORLD_SIZE)
-    if name == "dp_overlap":
-        return Strategy(data_parallel_size=WORLD_SIZE, gradient_sync="overlap")
-    if name == "tp2":
-        return Strategy(tensor_model_parallel_size=WORLD_SIZE)
-    if name in PIPELINE_SCHEDULES:
-        return Strategy(
-            pipeline_model_parallel_size=WORLD_SIZE, num_microbatches=setup.num_microbatches,
-            schedule=PIPELINE_SCHEDULES[name], stage_boundaries=(setup.pipeline_boundary,),
-        )
-    raise StrategyError(f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")
 
 
 def tp_unused_backward_allreduce_s(profile: ModelProfile, comm: CommModel, setup: PredictionSetup) -> float:
@@ -257,6 +241,7 @@ def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor:
         profile = accumulation_profile(profile, setup.num_microbatches, cluster.device.mem_bandwidth_Bps)
     scaled = scale_compute(profile, factor) if factor != 1.0 else profile
     return simulate(
-        scaled, cluster, comm, strategy_for(name, setup), setup.global_batch_size,
+        scaled, cluster, comm, strategy_for(name, setup.num_microbatches, setup.pipeline_boundary),
+        setup.global_batch_size,
         grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
     )

@@ -24,13 +24,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from paraplan.core import ConfigError, StrategyError
-from paraplan.core.glossary import ScheduleName
+from paraplan.core import ConfigError, Strategy, StrategyError
 from paraplan.validate.compare import Measurement, summarise
 from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, stage_order
 from paraplan.validate.ranks import report_progress, run_ranks
-from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE
+from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE, strategy_for
 from paraplan.validate.tensor_parallel import tensor_parallel_layers
 from paraplan.validate.workload import Workload, WorkloadSpec
 
@@ -123,15 +122,16 @@ def _tensor_parallel(work: Workload, cfg: RunConfig, rank: int, device) -> StepF
     return step, _sgd_update(params)
 
 
-def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: ScheduleName) -> StepFns:
+def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, strategy: Strategy) -> StepFns:
+    """Rank `rank`'s stage of the 2-stage `strategy`, run in its schedule's op order."""
     layers = copy.deepcopy(list(work.layers))
-    cut = cfg.pipeline_boundary
+    (cut,) = strategy.stage_boundaries
     if not 0 < cut < len(layers):
         raise StrategyError(f"pipeline boundary {cut} must lie in 1..{len(layers) - 1}")
     stages = [nn.Sequential(*layers[:cut]).to(device), nn.Sequential(*layers[cut:]).to(device)]
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     x, y = (t.to(device) for t in work.make_batch(cfg.global_batch_size, gen))
-    xs, ys = x.chunk(cfg.num_microbatches), y.chunk(cfg.num_microbatches)
+    xs, ys = x.chunk(strategy.num_microbatches), y.chunk(strategy.num_microbatches)
     with torch.no_grad():
         boundary = stages[0](xs[0])
     stage = PipelineStage(
@@ -139,7 +139,7 @@ def _pipeline(work: Workload, cfg: RunConfig, rank: int, device, schedule: Sched
         input_shape=boundary.shape, input_dtype=boundary.dtype,
         output_shape=boundary.shape, device=device,
     )
-    order = stage_order(schedule, rank, WORLD_SIZE, cfg.num_microbatches)
+    order = stage_order(strategy.schedule, rank, strategy.pipeline_model_parallel_size, strategy.num_microbatches)
     params = [p for p in stages[rank].parameters() if p.requires_grad]
 
     def step() -> None:
@@ -156,7 +156,7 @@ def build_step(name: str, work: Workload, cfg: RunConfig, rank: int, device) -> 
     if name == "tp2":
         return _tensor_parallel(work, cfg, rank, device)
     if name in PIPELINE_SCHEDULES:
-        return _pipeline(work, cfg, rank, device, PIPELINE_SCHEDULES[name])
+        return _pipeline(work, cfg, rank, device, strategy_for(name, cfg.num_microbatches, cfg.pipeline_boundary))
     raise ConfigError("strategies", f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")
 
 

@@ -12,9 +12,28 @@ Every strategy uses 2 ranks:
 
 from __future__ import annotations
 
+from paraplan.core import Strategy, StrategyError
 from paraplan.core.glossary import ScheduleName
 
 STRATEGIES: tuple[str, ...] = ("dp", "dp_overlap", "pp_1f1b", "pp_gpipe", "tp2")
 WORLD_SIZE = 2
 
 PIPELINE_SCHEDULES: dict[str, ScheduleName] = {"pp_1f1b": "1f1b", "pp_gpipe": "gpipe"}
+
+
+def strategy_for(name: str, num_microbatches: int, pipeline_boundary: int) -> Strategy:
+    """The `Strategy` of strategy `name` on the 2 ranks: what the real run executes (its
+    pipelines run this strategy's schedule, micro-batches and cut) and what the
+    simulator predicts."""
+    if name == "dp":
+        return Strategy(data_parallel_size=WORLD_SIZE)
+    if name == "dp_overlap":
+        return Strategy(data_parallel_size=WORLD_SIZE, gradient_sync="overlap")
+    if name == "tp2":
+        return Strategy(tensor_model_parallel_size=WORLD_SIZE)
+    if name in PIPELINE_SCHEDULES:
+        return Strategy(
+            pipeline_model_parallel_size=WORLD_SIZE, num_microbatches=num_microbatches,
+            schedule=PIPELINE_SCHEDULES[name], stage_boundaries=(pipeline_boundary,),
+        )
+    raise StrategyError(f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")
