@@ -1,7 +1,18 @@
-"""Plan hybrid pipeline x data parallelism (DAPPLE-style) for a model on a cluster, for
-one or many global batch sizes: the data-parallel baselines (no overlap, normal
-overlap, P3; gradient accumulation where memory requires) and the best hybrid plan of
-an exact search, re-timed with the simulator.
+"""Plan how to train a model on a cluster.
+
+A transformer (--model: a preset such as gpt3-175b or llama3-70b, a Hugging Face
+config.json or a model YAML) on --gpus GPUs of a cluster at one --global-batch-size:
+one search over tensor, pipeline and data parallelism, micro-batch size,
+interleaving, schedule (1f1b, interleaved_1f1b, zb_h1, gpipe), recomputation,
+sequence parallelism and ZeRO stage / distributed optimizer, every plan fitting
+device memory and re-timed by the simulator; the data-parallel baselines are
+candidates of the same search. Writes one row per plan kept, best first, in
+`paraplan predict`'s column names (+ the baselines' iteration times and search_s).
+
+A layer profile (--profile, e.g. PipeDream's CNNs) for one or many global batch
+sizes: DAPPLE-style hybrid pipeline x data parallelism with per-stage replication,
+beside the data-parallel baselines (no overlap, normal overlap, P3; gradient
+accumulation where memory requires), re-timed with the simulator.
 
 Writes a CSV (gbs, dp_no_overlap, dp_p3, dp_overlap, best_hybrid, stages,
 planning_time_s, and the planner's estimates *_est); speedups are over one device.
@@ -10,6 +21,8 @@ as the options below (options given beside it override its values); with a study
 or several --shapes, -o is a folder of <name>__<shape>.csv.
 
 Examples:
+  paraplan plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-size 1536 -o plans.csv
+  paraplan plan --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch-size 1024 --top-k 10 -o p.csv
   paraplan plan --profile ../shared/data/pipedream-profiles/vgg-19-pbs-32.txt \
       --cluster dgx1-v100 --shapes 2x8 --global-batch-sizes 32,64,128 -o vgg.csv
   paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \
@@ -34,7 +47,7 @@ from paraplan.cli.common import (
 )
 
 NAME = "plan"
-HELP = "plan hybrid pipeline x data parallelism over global batch sizes (DAPPLE-style)"
+HELP = "the best parallel strategy: transformers over TP/PP/DP/micro-batch/v/schedule/recompute/ZeRO, or DAPPLE-style"
 ORDER = 50
 REQUEST = "request_"  # argparse destination prefix of PlanRequest's fields
 _GROUPS = {
@@ -68,6 +81,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "file's link bandwidths (dgx1-v100: 25 GB/s inside, 3 GB/s across)")
     groups["search"].add_argument("--jobs", type=int, default=0,
                                   help="processes for the batch-size sweep (0: all cores)")
+    llm = parser.add_argument_group("transformer (--model)")
+    llm.add_argument("--model", default=None, metavar="NAME|FILE",
+                     help="preset (gpt3-125m .. gpt3-175b, llama3-8b/70b/405b), Hugging Face config.json or model YAML")
+    llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
+    llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
+    llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
+    llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
+    llm.add_argument("--calibration", default=None,
+                     help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+    llm.add_argument("--top-k", type=int, default=5, help="plans to keep, best first")
+    llm.add_argument("--allow-cross-node-tp", action="store_true",
+                     help="let tensor-parallel groups span nodes (default: at most one node)")
     add_output_argument(parser, "plan CSV (with --study or several --shapes: a folder of <name>__<shape>.csv)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the speedup figure (PNG + PDF), named after the CSV")
@@ -192,11 +217,82 @@ def _runlog(args, rows, wall, csv_path, figures, params):
                   step_metrics=step_metrics, artifacts=[csv_path, *figures], children=children)
 
 
+def _run_llm(args: argparse.Namespace) -> int:
+    """The transformer planner (--model): search, write the ranked plans, track them."""
+    import csv
+
+    from paraplan.cli.common import track
+    from paraplan.clusters import load_cluster
+    from paraplan.core import ConfigError
+    from paraplan.files import atomic_open, check_outputs
+    from paraplan.plan.llm_output import PLAN_COLUMNS, describe, plan_rows
+    from paraplan.plan.llm_search import PlanRequest, search
+    from paraplan.plan.llm_space import SearchSpace
+    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
+    from paraplan.predict.models import load_model, with_seq_length
+    from paraplan.track import RunLog
+
+    for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
+        if value is None:
+            raise ConfigError(option, "needed with --model")
+        if value < 1:
+            raise ConfigError(option, f"must be >= 1, got {value}")
+    if args.seq_length is not None and args.seq_length < 1:
+        raise ConfigError("--seq-length", f"must be >= 1, got {args.seq_length}")
+    if args.top_k < 1:
+        raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
+    check_outputs([args.output])
+    model = with_seq_length(load_model(args.model), args.seq_length)
+    cluster_name = getattr(args, REQUEST + "cluster", None)
+    if cluster_name is None:
+        raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")
+    cluster = load_cluster(cluster_name)
+    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
+                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp))
+    print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
+          f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
+    result = search(request, calibration.comm_model(cluster), calibration.efficiency,
+                    progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
+    rows = plan_rows(model, result, calibration.label)
+    with atomic_open(args.output, "w") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(PLAN_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    best = result.plans[0]
+    print(f"paraplan plan: best: {describe(best)}: {best.iteration_s:.3g} s per iteration, "
+          f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
+          f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
+          file=sys.stderr)
+    for name, base in result.baselines.items():
+        if base is not None and base.fits_memory:
+            print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)
+    print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
+    numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
+               "predicted_peak_memory_bytes", "bubble_fraction")
+    children = [RunLog(stage="plan", run_name=f"{args.output.stem}__rank{r['rank']}",
+                       params={k: r[k] for k in PLAN_COLUMNS if k not in numeric and not k.endswith("_s")},
+                       metrics={k: float(r[k]) for k in numeric}) for r in rows]
+    track(args, RunLog(
+        stage="plan", run_name=args.output.stem,
+        params={"model": model.name, "cluster": cluster.name, "num_gpus": args.gpus,
+                "global_batch_size": args.global_batch_size, "seq_length": model.seq_length, "dtype": args.dtype,
+                "calibration": calibration.label},
+        metrics={"search_s": result.search_s, "candidates": float(result.candidates), "retimed": float(result.retimed),
+                 **{k: float(rows[0][k]) for k in numeric}},
+        artifacts=[args.output], children=children))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from paraplan.cli.common import track
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
 
+    if args.model is not None:
+        if getattr(args, REQUEST + "profile", None) is not None or args.study is not None:
+            raise ConfigError("--model", "plans a transformer; --profile and --study plan a layer profile: give one")
+        return _run_llm(args)
     _check(args)
     request, study_path = _request(args)
     if request.profile is None:
