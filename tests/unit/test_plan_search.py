@@ -47,7 +47,8 @@ def test_dp_equals_exhaustive_enumeration(layers, nodes, per_node, gbs, memory):
     assert best.latency_s == pytest.approx(reference.latency_s, rel=1e-12)
     # the returned plan re-evaluates to its own estimate
     slots = [(s.first_layer, s.last_layer + 1, s.replicas // best.copies) for s in best.stages]
-    again = evaluate_layout(problem, best.pipeline_devices, best.num_microbatches, layout_slots(slots))
+    again = evaluate_layout(problem, best.pipeline_devices, best.num_microbatches, layout_slots(slots),
+                            best.strategy.gradient_sync)
     assert again is not None and again.latency_s == pytest.approx(best.latency_s, rel=1e-12)
 
 

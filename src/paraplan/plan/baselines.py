@@ -1,5 +1,6 @@
-"""Data-parallel baselines printed beside the hybrid plan (planner estimates; the
-simulator re-times all three, `plan/verify.py`).
+"""Data-parallel baselines printed beside the best plan (planner estimates; the
+simulator re-times all three, `plan/verify.py`). They are candidates of the search
+too (`baseline_plans`): a reported best is never slower than any of them.
 
 All devices hold the whole model; a device that cannot hold its share of the batch
 at once accumulates gradients over k micro-steps, k = ceil((gbs / N) / max samples),
@@ -7,23 +8,27 @@ max samples = (memory - model state) / activation bytes per sample (DAPPLE's
 ResNet-50: (16e9 - 2 x 102 MB) / 7e7 = 225).
 
 - no overlap: k (F + B) on gbs / (N k) samples, then one all-reduce of all parameters;
-- normal overlap (DDP / Horovod): each layer's all-reduce starts when its backward of the
-  last micro-step ends, one after another on the network, hiding behind the rest of
-  that backward only;
-- P3 (priority-based parameter propagation): all-reduces may also overlap the next
-  iteration's forward, earliest layers first. Steady-state estimate: the period is
-  at least the compute plus the first layer's all-reduce (its gradient is the last to
-  appear and the first needed) and at least the network time of all layers.
+- normal overlap (DDP / Horovod): 25 MB gradient buckets, each all-reduced when the
+  backward of the last micro-step has produced it, one after another on the network,
+  hiding behind the rest of that backward only;
+- P3 (priority-based parameter propagation): per-layer all-reduces, earliest layers
+  first, may also overlap the next iteration's first forward, which runs each layer
+  once its gradients are synchronised.
+The formulas are the objective's for one stage (`objective.data_parallel_latency_s`).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
+from paraplan.core import GradientSync
+from paraplan.plan.objective import data_parallel_latency_s, group_allreduce, make_plan
 from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import DataParallelEstimate
+from paraplan.plan.records import DataParallelEstimate, HybridPlan, StageSlot
+
+BASELINES: tuple[tuple[str, GradientSync], ...] = (
+    ("dp_no_overlap", "end"), ("dp_overlap", "overlap"), ("dp_p3", "p3"))
+"""The baseline columns of the plan CSV and the gradient sync each runs with."""
 
 
 def accumulation_steps(problem: PlanProblem) -> int:
@@ -35,6 +40,14 @@ def accumulation_steps(problem: PlanProblem) -> int:
     return max(1, math.ceil(per_device / fit))
 
 
+def _latencies(problem: PlanProblem, k: int) -> dict[GradientSync, float]:
+    n = problem.num_devices
+    nodes = problem.cluster.nodes
+    samples = problem.global_batch_size / (n * k)
+    ar = group_allreduce(problem, n, nodes)
+    return {sync: data_parallel_latency_s(problem, n, nodes, k, samples, sync, ar) for _, sync in BASELINES}
+
+
 def data_parallel_estimates(problem: PlanProblem) -> DataParallelEstimate:
     """The three baselines' iteration times; NaN when the model state does not fit one
     device (no data-parallel plan exists)."""
@@ -43,26 +56,18 @@ def data_parallel_estimates(problem: PlanProblem) -> DataParallelEstimate:
     if k == 0:
         nan = math.nan
         return DataParallelEstimate(0, nan, nan, nan, single)
-    prof = problem.profile
+    lat = _latencies(problem, k)
+    return DataParallelEstimate(k, lat["end"], lat["overlap"], lat["p3"], single)
+
+
+def baseline_plans(problem: PlanProblem) -> dict[str, HybridPlan]:
+    """Each baseline as a plan of the search (one stage on all devices, k accumulation
+    steps), keyed by its CSV column; empty when the model state does not fit one device
+    or a device would get less than one sample per micro-step."""
+    k = accumulation_steps(problem)
     n = problem.num_devices
-    sub = problem.global_batch_size / (n * k)
-    fwd = prof.fwd_s_at(sub)
-    bwd = prof.bwd_s_at(sub)
-    step = float(fwd.sum() + bwd.sum())
-    compute = k * step
-    nodes = problem.cluster.nodes
-    ar_layers = np.atleast_1d(problem.allreduce_s(prof.param_bytes, n, nodes)).astype(float)
-    ar_all = float(problem.allreduce_s(prof.total_param_bytes, n, nodes))
-    no_overlap = compute + ar_all
-
-    # last micro-step's backward runs from the last layer to the first
-    bwd_start = compute - float(bwd.sum())
-    ready = bwd_start + np.cumsum(bwd[::-1])  # layer L-1 first
-    clock = bwd_start
-    for rdy, dur in zip(ready, ar_layers[::-1], strict=True):
-        clock = max(clock, float(rdy)) + float(dur)
-    overlap = max(compute, clock)
-
-    first_layer_ar = float(ar_layers[0]) if ar_layers.size else 0.0
-    p3 = min(overlap, max(compute + first_layer_ar, float(ar_layers.sum())))
-    return DataParallelEstimate(k, no_overlap, overlap, p3, single)
+    if k == 0 or problem.global_batch_size < n * k:
+        return {}
+    lat = _latencies(problem, k)
+    slots = (StageSlot(0, problem.num_layers, n, 0),)
+    return {column: make_plan(problem, n, k, slots, lat[sync], sync) for column, sync in BASELINES}

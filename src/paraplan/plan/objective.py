@@ -20,6 +20,21 @@ with transfers counted as stages of their own (`paper_latency_s`, for comparison
 compute part equals HPGO's (M - 1) B + path; the two differ in how much of an
 all-reduce hides (HPGO: s blocks; paper: the backward of the stages in front).
 
+A plan with one stage is data parallelism with M accumulation steps; its gradient
+synchronisation may also overlap the computation (`data_parallel_latency_s`), as the
+simulator's `gradient_sync` does:
+- `end`: M c + A (the HPGO form with one stage);
+- `overlap` (DDP): gradients in buckets of 25 MB from the last layer down; a bucket's
+  all-reduce starts when the last step's backward has produced it, one after another
+  on the network: max(M c, the last bucket's end);
+- `p3` (priority-based parameter propagation): one all-reduce per layer, the network
+  serving the lowest pending layer first (preempting); the next iteration's first
+  forward runs layer l once layers 0..l are synchronised, so the iteration is M c plus
+  that forward's stall. Only the last accumulation step's backward and the next
+  iteration's first forward can hide the all-reduces (the gradients are complete only
+  after the last step).
+Pipelines (two or more stages) synchronise at the `end`.
+
 A plan is feasible when every replica gets at least one sample per micro-batch and
 every stage's device holds its model state and the activations
 of its in-flight micro-batches: with 1F1B stage s holds min(M, S - s).
@@ -27,9 +42,13 @@ of its in-flight micro-batches: with 1F1B stage s holds min(M, S - s).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from paraplan.core import Strategy
+import numpy as np
+
+from paraplan.core import GradientSync, Strategy
 from paraplan.plan.problem import PlanProblem
 from paraplan.plan.records import HybridPlan, StageSlot
 
@@ -38,6 +57,103 @@ def hpgo_latency_s(block_s: float, microbatches: int, path_s: float, allreduce_s
     """(M - 1) B + path + max_s max(0, A_s - s B); `path_s` = sum of stage times and transfers."""
     ending = max([0.0, *(a - s * block_s for s, a in enumerate(allreduce_s))])
     return (microbatches - 1) * block_s + path_s + ending
+
+
+DDP_BUCKET_BYTES = 25e6
+"""Gradient bucket of the `overlap` sync: PyTorch DDP's default (bucket_cap_mb = 25),
+also the simulator's default `grad_bucket_bytes`."""
+
+
+@dataclass(frozen=True)
+class GroupAllReduce:
+    """The gradient all-reduces of data parallelism over one device group: per layer
+    (P3: one all-reduce per layer; 0 for a layer without parameters) and per DDP bucket
+    (`overlap`: layers from the last one down filled into buckets of at least
+    `DDP_BUCKET_BYTES`; `bucket_layer` is each bucket's lowest layer, whose gradient
+    completes it)."""
+
+    layer_s: np.ndarray
+    bucket_layer: np.ndarray
+    bucket_s: np.ndarray
+    total_s: float  # one all-reduce of all parameters (`end`)
+
+
+def group_allreduce(problem: PlanProblem, replicas: int, nodes: int) -> GroupAllReduce:
+    """`GroupAllReduce` over `replicas` devices spanning `nodes` nodes."""
+    params = problem.profile.param_bytes
+    total = float(problem.allreduce_s(problem.param_prefix_bytes[-1], replicas, nodes))
+    if replicas <= 1:
+        none = np.zeros(0)
+        return GroupAllReduce(np.zeros_like(params), none.astype(np.int64), none, total)
+    times = np.atleast_1d(np.asarray(problem.allreduce_s(params, replicas, nodes), dtype=float))
+    lowest, sizes, acc = [], [], 0.0
+    for layer in range(params.shape[0] - 1, -1, -1):
+        acc += float(params[layer])
+        if acc >= DDP_BUCKET_BYTES:
+            lowest.append(layer)
+            sizes.append(acc)
+            acc = 0.0
+    if acc > 0:
+        lowest.append(0)
+        sizes.append(acc)
+    buckets = np.asarray(problem.allreduce_s(np.array(sizes), replicas, nodes), dtype=float) if sizes else np.zeros(0)
+    return GroupAllReduce(np.where(params > 0, times, 0.0), np.array(lowest, dtype=np.int64),
+                          np.atleast_1d(buckets), total)
+
+
+def _priority_done_s(release_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
+    """When each layer's all-reduce completes on one network that always serves the
+    lowest pending layer, preempting (P3); layers are released from the last one down."""
+    done = release_s.copy()
+    stack: list[list] = []  # [layer, seconds left]; the newest (lowest) layer on top
+    clock = -math.inf
+    for layer in range(release_s.shape[0] - 1, -1, -1):
+        ready = float(release_s[layer])
+        while stack and clock < ready:
+            top = stack[-1]
+            if top[1] <= ready - clock:
+                clock += top[1]
+                done[top[0]] = clock
+                stack.pop()
+            else:
+                top[1] -= ready - clock
+                clock = ready
+        clock = max(clock, ready)
+        if work_s[layer] > 0:
+            stack.append([layer, float(work_s[layer])])
+    while stack:
+        top = stack.pop()
+        clock += top[1]
+        done[top[0]] = clock
+    return done
+
+
+def data_parallel_latency_s(problem: PlanProblem, replicas: int, nodes: int, microbatches: int, samples: float,
+                            gradient_sync: GradientSync, allreduce: GroupAllReduce | None = None) -> float:
+    """One stage of all layers on `replicas` devices (spanning `nodes` nodes): M =
+    `microbatches` accumulation steps of `samples` samples per device, then the
+    gradients synchronised as `gradient_sync` says (module doc). `allreduce`: the
+    group's all-reduce times when already known (`group_allreduce`)."""
+    n_layers = problem.num_layers
+    compute = float(problem.compute_s(0, n_layers, samples))
+    ar = group_allreduce(problem, replicas, nodes) if allreduce is None else allreduce
+    if gradient_sync == "end":
+        return hpgo_latency_s(compute, microbatches, compute, [ar.total_s])
+    span = microbatches * compute
+    if replicas <= 1 or not ar.layer_s.any():
+        return span
+    bwd = problem.profile.bwd_s_at(samples)
+    # layer l's gradient is complete when the last step's backward has passed it
+    release = span - np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
+    if gradient_sync == "overlap":
+        ready = release[ar.bucket_layer]
+        return max(span, float(np.max(ready + np.cumsum(ar.bucket_s[::-1])[::-1])))
+    # p3: the next iteration's first forward runs layer l once layers 0..l are synchronised
+    done = _priority_done_s(release, ar.layer_s)
+    fwd = problem.profile.fwd_s_at(samples)
+    before = np.concatenate([[0.0], np.cumsum(fwd)[:-1]])
+    stall = max(0.0, float(np.max(done - span - before)))
+    return span + stall
 
 
 def paper_latency_s(fwd_s: Sequence[float], bwd_s: Sequence[float], microbatches: int,
@@ -66,9 +182,10 @@ def layout_slots(widths_layers: Sequence[tuple[int, int, int]]) -> list[StageSlo
 
 
 def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: int,
-                    slots: Sequence[StageSlot]) -> HybridPlan | None:
+                    slots: Sequence[StageSlot], gradient_sync: GradientSync = "end") -> HybridPlan | None:
     """The latency of one layout, or None when it breaks a rule (memory, devices, more
-    stages than micro-batches). Scalar reference for the searches."""
+    stages than micro-batches, a gradient sync other than `end` with two or more
+    stages). Scalar reference for the searches."""
     n = problem.num_devices
     if n % pipeline_devices:
         return None
@@ -78,6 +195,8 @@ def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: i
     b = problem.global_batch_size / (copies * microbatches)
     num_stages = len(slots)
     if num_stages == 0 or num_stages > microbatches:
+        return None
+    if num_stages > 1 and gradient_sync != "end":
         return None
     if slots[0].first != 0 or slots[-1].stop != problem.num_layers:
         return None
@@ -108,12 +227,18 @@ def evaluate_layout(problem: PlanProblem, pipeline_devices: int, microbatches: i
         allreduce.append(float(problem.allreduce_s(params, copies * slot.width, nodes)))
         block = max(block, c, x)
         path += c + x
-    latency = hpgo_latency_s(block, microbatches, path, allreduce)
-    return make_plan(problem, pipeline_devices, microbatches, slots, latency)
+    if num_stages == 1 and gradient_sync != "end":
+        slot = slots[0]
+        nodes = problem.nodes_spanned(slot.offset, slot.width, pipeline_devices, copies)
+        latency = data_parallel_latency_s(problem, copies * slot.width, nodes, microbatches, b / slot.width,
+                                          gradient_sync)
+    else:
+        latency = hpgo_latency_s(block, microbatches, path, allreduce)
+    return make_plan(problem, pipeline_devices, microbatches, slots, latency, gradient_sync)
 
 
 def make_plan(problem: PlanProblem, pipeline_devices: int, microbatches: int,
-              slots: Sequence[StageSlot], latency_s: float) -> HybridPlan:
+              slots: Sequence[StageSlot], latency_s: float, gradient_sync: GradientSync = "end") -> HybridPlan:
     copies = problem.num_devices // pipeline_devices
     placement = tuple(
         tuple(sorted(c * pipeline_devices + slot.offset + k for c in range(copies) for k in range(slot.width)))
@@ -125,6 +250,7 @@ def make_plan(problem: PlanProblem, pipeline_devices: int, microbatches: int,
         stage_boundaries=tuple(slot.first for slot in slots[1:]),
         stage_replicas=tuple(len(devices) for devices in placement),
         placement=placement,
+        gradient_sync=gradient_sync,
     )
     return HybridPlan(
         strategy=strategy,

@@ -1,4 +1,5 @@
-"""Typed results of the planner: stages, hybrid plans, data-parallel baselines."""
+"""Typed results of the planner: stages, plans (pipelines and pure data parallelism,
+with their gradient synchronisation), data-parallel baselines."""
 
 from __future__ import annotations
 
@@ -37,11 +38,13 @@ class PlannedStage:
 @dataclass(frozen=True)
 class HybridPlan:
     """`copies` identical pipelines of `pipeline_devices` devices each; every copy runs
-    its share of the global batch as `num_microbatches` micro-batches with 1F1B.
+    its share of the global batch as `num_microbatches` micro-batches with 1F1B. One
+    stage is pure data parallelism (the micro-batches are gradient accumulation steps).
 
     `strategy` is the plan itself: one pipeline whose stage s (layers from
     `stage_boundaries`) is replicated on the devices `placement` lists (all copies
-    together), the `Strategy` the simulator runs."""
+    together), with its `gradient_sync` (`end` for pipelines; pure data parallelism also
+    `overlap` or `p3`), the `Strategy` the simulator runs."""
 
     strategy: Strategy
     num_layers: int  # of the planned model
@@ -64,18 +67,25 @@ class HybridPlan:
         return self.strategy.num_devices
 
     @property
+    def gradient_sync(self) -> str:
+        return self.strategy.gradient_sync
+
+    @property
     def stages(self) -> tuple[PlannedStage, ...]:
         ranges = self.strategy.stage_layer_ranges(self.num_layers)
         return tuple(PlannedStage(start, stop - 1, devices)
                      for (start, stop), devices in zip(ranges, self.strategy.placement, strict=True))
 
     def describe(self) -> str:
-        return format_stages(self.stages)
+        return format_stages(self.stages, self.strategy.gradient_sync)
 
 
-def format_stages(stages: Sequence[PlannedStage]) -> str:
-    """`[0-96]x15 | [97-175]x1`: inclusive layer ranges and replicas."""
-    return " | ".join(f"[{s.first_layer}-{s.last_layer}]x{s.replicas}" for s in stages)
+def format_stages(stages: Sequence[PlannedStage], gradient_sync: str = "end") -> str:
+    """`[0-96]x15 | [97-175]x1`: inclusive layer ranges and replicas; a gradient
+    synchronisation other than `end` follows, e.g. `[0-175]x16 sync=p3` (data
+    parallelism on 16 devices with P3)."""
+    text = " | ".join(f"[{s.first_layer}-{s.last_layer}]x{s.replicas}" for s in stages)
+    return text if gradient_sync == "end" else f"{text} sync={gradient_sync}"
 
 
 @dataclass(frozen=True)

@@ -1,44 +1,76 @@
-"""Exact search for the hybrid plan of least estimated latency (`objective.py`).
+"""Exact search for the plan of least estimated latency (`objective.py`).
 
 Search space, for one global batch on N devices:
 - a pipeline copy of W devices (W divides N, at most `max_pipeline_devices`), repeated
   N / W times (copy c holds devices c W .. c W + W - 1);
-- S contiguous stages of layers, stage s on r_s >= 1 devices of the copy, packed left to
+- S contiguous layer stages; stage s runs on r_s devices of each copy, packed left to
   right (sum r_s <= W; devices left over stay idle), so a stage's replicas are R r_s
   devices and its node span follows from its offset;
 - M micro-batches per copy (M divides the copy's share, micro-batch >= `min_micro_batch_size`),
-  with S <= M and at least one sample per replica; every stage must fit in device memory with the 1F1B in-flight count.
+  with S <= M and at least one sample per replica; every stage must fit in device memory
+  with the 1F1B in-flight count;
+- the gradient synchronisation: `end` for pipelines; one stage (data parallelism with M
+  accumulation steps) also `overlap` or `p3`;
+- and the data-parallel baselines themselves (`baselines.baseline_plans`: all N devices,
+  the accumulation memory requires), so the answer is never slower than any of them.
 
-Dynamic programming over states (layers covered j, devices used d, stages s, "last
-stage sits in one node") whose values are Pareto sets of labels (block so far, path so
-far, all-reduce times, largest total stage count memory allows). A label is dropped when
-another label of its state is at least as good in every respect that can matter later:
-the latency is non-decreasing in the final block when S <= M (its slope is M - 1 - s*
->= 0), which makes the dominance test below sound, so the result equals exhaustive
-enumeration's optimum (tests check this on small instances). Branch and bound prunes a
-label whose lower bound (remaining compute spread over the remaining devices, the
-all-reduces known so far at the smallest possible block) cannot beat the best complete
-plan found so far, seeded with balanced even-width layouts.
-
-Cost: fine for tens of devices per pipeline copy (ResNet-50's 176 layers on 16 GPUs:
-~0.1-0.3 s per batch size); the label sets grow fast on wide, communication-bound
-pipelines, so very large clusters should cap `max_pipeline_devices` (e.g. one machine)
-and get their width from copies.
+How it stays exact and fast:
+1. Closed forms first. The baselines, every one-stage plan (each width, micro-batch
+   count, replica count and gradient sync; one evaluation per distinct (replicas,
+   micro-batches, nodes)) and balanced even-width pipelines give the incumbent.
+2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
+   bound that holds for every pipeline of the pair; a pair whose bound cannot beat the
+   incumbent is skipped whole. The bound: latency >= (M - 1) B + path, where the
+   block B is at least the perfectly spread compute sum(var) b / W, the cheapest
+   boundary transfer (a pipeline has one) and each layer's time on the most replicas a
+   stage may have; the path is at least the fixed times, the spread compute and that
+   transfer.
+3. Dynamic programming over states (layers covered j, devices used d, stages s, "last
+   stage sits in one node") whose values are Pareto sets of labels (block so far, path
+   so far, the all-reduce lines that can still show in the ending, largest total stage
+   count memory allows). A label is dropped when another label of its state is at
+   least as good in every respect that can matter later: the latency is non-decreasing
+   in the final block when S <= M (its slope is M - 1 - s* >= 0), which makes the
+   dominance test sound. An all-reduce line A_t - t beta that is <= 0 at the label's
+   block stays <= 0 (the block only grows), so it is dropped from the label.
+   Branch and bound prunes, all with bounds that hold for every completion:
+   - the stage time: M c + path so far <= incumbent;
+   - the block: every plan that beats the incumbent has B <= B_cap (from the path
+     bound above), so the layers after a stage need at least need[j] devices, the
+     fewest that cover layers j.. with every stage at most B_cap, every boundary
+     transfer at most B_cap and every stage in memory (a small dynamic program over
+     layers); a stage that leaves fewer devices is not extended;
+   - a label's latency: its block and path, the next boundary's transfer, the rest's
+     compute spread over the devices left (and its fixed times), and the ending at the
+     smallest block the plan can have.
+   Transitions are vectorised over the stops of a stage and the labels of a state.
+Tests compare the result with exhaustive enumeration on small instances.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
-from paraplan.core import ParaplanError
-from paraplan.plan.objective import evaluate_layout, make_plan
+from paraplan.core import GradientSync, ParaplanError
+from paraplan.plan.baselines import baseline_plans
+from paraplan.plan.objective import (
+    GroupAllReduce,
+    data_parallel_latency_s,
+    evaluate_layout,
+    group_allreduce,
+    make_plan,
+)
 from paraplan.plan.problem import PlanProblem
 from paraplan.plan.records import HybridPlan, StageSlot
 
 _UNLIMITED = 1 << 30
+_TOL = 1 + 1e-9  # relative slack of every pruning test (rounding)
+_SYNCS: tuple[GradientSync, ...] = ("end", "overlap", "p3")
 
 
 class NoFeasiblePlanError(ParaplanError):
@@ -49,169 +81,168 @@ class NoFeasiblePlanError(ParaplanError):
 class _Label:
     block_s: float
     path_s: float
-    allreduce_s: tuple[float, ...]  # per stage so far, front first
-    max_stages: int  # total stage count every stage so far can hold in memory
+    # the ending max(0, max_t A_t - t beta) for beta >= from_s: the lines of the stages
+    # so far that show in it, in the order they do, and the kinks (where the next line
+    # takes over; the last: where it reaches 0, inf for a stage-0 line)
+    lines: tuple[tuple[float, int], ...]
+    kinks: tuple[float, ...]
+    from_s: float  # every completion's block is >= this (the block so far, the state's floor)
+    max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
 
     def ending_s(self, block_s: float) -> float:
-        return max(0.0, max(a - s * block_s for s, a in enumerate(self.allreduce_s)))
+        return max(0.0, max((a - t * block_s for a, t in self.lines), default=0.0))
+
+    @property
+    def limit_s(self) -> float:
+        """The ending as the block grows without bound (stage 0's all-reduce)."""
+        return self.lines[-1][0] if self.lines and self.lines[-1][1] == 0 else 0.0
 
 
-def _dominates(a: _Label, b: _Label) -> bool:
-    """Every completion of b is at least as slow with a's prefix instead.
+def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple[float, ...]]:
+    """The lines of max(0, max_i a_i - t_i beta) that show for beta >= beta0, in order,
+    and the kinks. A line <= 0 at beta0 stays <= 0 (t >= 0); lines with a smaller t take
+    over as beta grows."""
+    live = [(a, t) for a, t in lines if a - t * beta0 > 0]
+    if not live:
+        return (), ()
+    cur = max(live, key=lambda line: (line[0] - line[1] * beta0, -line[1]))
+    env, kinks = [cur], []
+    while cur[1] > 0:
+        a, t = cur
+        at, nxt = a / t, None  # where cur reaches 0, and who takes over before that
+        for a2, t2 in live:
+            if t2 < t:
+                x = (a - a2) / (t - t2)
+                if x < at or (x == at and nxt is not None and t2 < nxt[1]):
+                    at, nxt = x, (a2, t2)
+        kinks.append(at)
+        if nxt is None:
+            break
+        env.append(nxt)
+        cur = nxt
+    if cur[1] == 0:
+        kinks.append(math.inf)
+    return tuple(env), tuple(kinks)
 
-    For a completion F, b's final block is beta >= b.block; a evaluated at that beta is no
-    faster than at its own final block (the latency does not decrease with the block), so
-    it suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every
-    beta >= b.block, and path_a <= path_b (for when F's own all-reduce sets the ending).
-    Two cheap sufficient tests of the first condition (ending_b >= its never-hidden
-    stage-0 all-reduce; or stage by stage with the path slack), then the exact one."""
-    if a.block_s > b.block_s or a.path_s > b.path_s or a.max_stages < b.max_stages:
+
+def _dominates(a: _Label, b: _Label, floor_s: float) -> bool:
+    """Every completion of b is at least as slow with a's prefix instead; both labels
+    share a state, whose every completion has a block >= `floor_s`.
+
+    For a completion F, b's final block is beta >= beta0 = max(b's block and floor); a's
+    is at most beta when a's block <= beta0, and a evaluated at beta is no faster than
+    at its own final block (the latency does not decrease with the block), so it
+    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every
+    beta >= beta0, and path_a <= path_b (for when F's own all-reduce sets the ending)."""
+    beta0 = max(b.from_s, floor_s)
+    if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
     slack = b.path_s - a.path_s
-    if a.ending_s(b.block_s) <= slack + max(0.0, b.allreduce_s[0]):
+    if a.ending_s(beta0) <= slack:  # a's ending only falls as beta grows
         return True
-    if all(x - y <= slack for x, y in zip(a.allreduce_s, b.allreduce_s, strict=True)):
-        return True
-    return _ending_below(a.allreduce_s, b.allreduce_s, slack, b.block_s)
-
-
-def _ending_below(ars_a: tuple[float, ...], ars_b: tuple[float, ...], slack: float, beta0: float) -> bool:
-    """ending_a(beta) <= slack + ending_b(beta) for every beta >= beta0 (exact): both
-    sides are piecewise linear, so checking beta0, every breakpoint beyond it and the
-    limit (only the constant stage-0 lines remain) suffices."""
-    if max(0.0, ars_a[0]) > slack + max(0.0, ars_b[0]):
+    if a.limit_s > slack + b.limit_s:
         return False
-    points = {beta0}
-    for ars in (ars_a, ars_b):
-        lines = [(0.0, 0)] + [(a, t) for t, a in enumerate(ars)]
-        for i, (a1, t1) in enumerate(lines):
-            for a2, t2 in lines[i + 1:]:
-                if t1 != t2:
-                    x = (a1 - a2) / (t1 - t2)
-                    if x > beta0:
-                        points.add(x)
-    for beta in points:
-        ea = max(0.0, max(a - t * beta for t, a in enumerate(ars_a)))
-        eb = max(0.0, max(a - t * beta for t, a in enumerate(ars_b)))
-        if ea > slack + eb:
+    # both sides are piecewise linear: beta0 and the kinks beyond it decide
+    for beta in (beta0, *(k for k in a.kinks + b.kinks if beta0 < k < math.inf)):
+        if a.ending_s(beta) > slack + b.ending_s(beta):
             return False
     return True
 
 
-def _insert(bucket: list[_Label], label: _Label) -> None:
-    for other in bucket:
-        if _dominates(other, label):
-            return
-    bucket[:] = [o for o in bucket if not _dominates(label, o)]
-    bucket.append(label)
+class _Bucket:
+    """The labels of one state, and the largest block floor known for it (every floor
+    is a lower bound on the final block of the state's completions)."""
+
+    __slots__ = ("floor_s", "labels")
+
+    def __init__(self) -> None:
+        self.floor_s = 0.0
+        self.labels: list[_Label] = []
+
+    def insert(self, label: _Label, floor_s: float) -> None:
+        """Add `label` unless a label of the bucket dominates it; drop those it dominates.
+        The labels stay sorted by path: only a shorter path can dominate."""
+        floor_s = self.floor_s = max(self.floor_s, floor_s)
+        labels = self.labels
+        at = bisect.bisect_right(labels, label.path_s, key=_path)
+        for other in labels[:at]:
+            if _dominates(other, label, floor_s):
+                return
+        self.labels = [*labels[:at], label, *(o for o in labels[at:] if not _dominates(label, o, floor_s))]
+
+
+def _path(label: _Label) -> float:
+    return label.path_s
+
+
+@dataclass(frozen=True)
+class _Found:
+    latency_s: float
+    pipeline_devices: int
+    microbatches: int
+    slots: tuple[StageSlot, ...]
+    gradient_sync: GradientSync = "end"
 
 
 @dataclass
 class _Incumbent:
     latency_s: float = math.inf
-    found: list = field(default_factory=list)  # (latency, pipeline_devices, microbatches, slots)
+    found: list[_Found] = field(default_factory=list)
 
-    def offer(self, latency_s: float, w: int, m: int, slots: tuple[StageSlot, ...]) -> None:
-        if latency_s <= self.latency_s * (1 + 1e-9):
-            self.found.append((latency_s, w, m, slots))
+    def offer(self, latency_s: float, w: int, m: int, slots: tuple[StageSlot, ...],
+              gradient_sync: GradientSync = "end") -> None:
+        if latency_s <= self.latency_s * _TOL:
+            self.found.append(_Found(latency_s, w, m, slots, gradient_sync))
         self.latency_s = min(self.latency_s, latency_s)
 
 
-def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incumbent) -> None:
-    """Exact search over pipelines of `w` devices with `m` micro-batches; completed plans
-    go to `inc`."""
-    n_layers = problem.num_layers
-    copies = problem.num_devices // w
-    b = problem.global_batch_size / (copies * m)
-    max_stages = min(m, w, n_layers)
-    var = problem.var_prefix_s_per_sample
-    params = problem.param_prefix_bytes
-    stops_all = np.arange(n_layers + 1)
-    tol = 1 + 1e-9
-    states: list[dict[tuple[int, int, bool], list[_Label]]] = [dict() for _ in range(n_layers + 1)]
-    states[0][(0, 0, True)] = [_Label(0.0, 0.0, (), _UNLIMITED, ())]
-    for j in range(n_layers):
-        for (d, s, last_one_node), labels in states[j].items():
-            if s >= max_stages:
-                continue
-            remaining = w - d
-            x_cut_bytes = problem.cut_bytes_per_sample[j] * b
-            min_path = min(la.path_s for la in labels)
-            extend = s + 2 <= max_stages
-            for r in range(1, min(remaining, int(b)) + 1):  # >= 1 sample per replica
-                samples = b / r
-                if s == 0:
-                    x = 0.0
-                else:
-                    intra = last_one_node and problem.in_one_node(d - 1, d + r - 1, w, copies)
-                    x = float(problem.transfer_s(x_cut_bytes, intra))
-                nodes = problem.nodes_spanned(d, r, w, copies)
-                cap = (inc.latency_s - min_path - x) / m  # latency >= M c + path + x
-                # the last stage: layers j.. end on r devices (scalars)
-                c_end = float(problem.compute_s(j, n_layers, samples))
-                if c_end <= cap:
-                    k_end = problem.stage_max_inflight(j, n_layers, samples)
-                    if k_end >= 1:
-                        limit_end = _UNLIMITED if k_end >= m else s + int(k_end)
-                        ar_end = float(problem.allreduce_s(params[n_layers] - params[j], copies * r, nodes))
-                        for la in labels:
-                            if s + 1 > min(limit_end, la.max_stages):
-                                continue
-                            blk = max(la.block_s, c_end, x)
-                            ars = (*la.allreduce_s, ar_end)
-                            lat = (m - 1) * blk + la.path_s + x + c_end + max(
-                                0.0, max(a - t * blk for t, a in enumerate(ars)))
-                            if lat <= inc.latency_s * tol:
-                                inc.offer(lat, w, m, (*la.slots, StageSlot(j, n_layers, r, d)))
-                rest = remaining - r
-                if not extend or rest <= 0:
-                    continue
-                stops = stops_all[j + 1:n_layers]
-                c = problem.compute_s(j, stops, samples)
-                hi = int(np.searchsorted(c, cap, side="right"))
-                if hi == 0:
-                    continue
-                stops, c = stops[:hi], c[:hi]
-                kmax = problem.stage_max_inflight(j, stops, samples)
-                ok = kmax >= 1
-                if not ok.all():
-                    if not ok.any():
-                        continue
-                    stops, c, kmax = stops[ok], c[ok], kmax[ok]
-                stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
-                ar = np.atleast_1d(problem.allreduce_s(params[stops] - params[j], copies * r, nodes))
-                lb_block = (var[n_layers] - var[stops]) * b / rest
-                one_node = problem.in_one_node(d, d + r - 1, w, copies)
-                for la in labels:
-                    new_block = np.maximum(np.maximum(c, x), la.block_s)
-                    new_path = la.path_s + x + c
-                    new_limit = np.minimum(stage_limit, la.max_stages)
-                    # (M-1) beta + ending(beta) does not decrease with beta, so evaluating the
-                    # stages known so far at the smallest possible final block bounds it
-                    beta = np.maximum(new_block, lb_block)
-                    ending = np.maximum(ar - s * beta, 0.0)
-                    for t, a in enumerate(la.allreduce_s):
-                        ending = np.maximum(ending, a - t * beta)
-                    lb = (m - 1) * beta + new_path + lb_block + ending
-                    keep = (new_limit >= s + 2) & (lb <= inc.latency_s * tol)
-                    for k in np.flatnonzero(keep):
-                        stop = int(stops[k])
-                        label = _Label(float(new_block[k]), float(new_path[k]),
-                                       (*la.allreduce_s, float(ar[k])), int(new_limit[k]),
-                                       (*la.slots, StageSlot(j, stop, r, d)))
-                        _insert(states[stop].setdefault((d + r, s + 1, one_node), []), label)
-        states[j] = {}  # done with this layer
+# ---- one stage: data parallelism in closed form ----
 
+def _single_stage(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incumbent,
+                  syncs: tuple[GradientSync, ...]) -> None:
+    """Every one-stage plan of the search space in every gradient sync; plans with the
+    same replicas, micro-batches and node span are one plan (evaluated once)."""
+    n_layers = problem.num_layers
+    seen: set[tuple[int, int, int]] = set()
+    ar_cache: dict[tuple[int, int], GroupAllReduce] = {}
+    for w, m in pairs:
+        copies = problem.num_devices // w
+        b = problem.global_batch_size / (copies * m)
+        r = np.arange(1, min(w, math.floor(b)) + 1)
+        if r.size == 0:
+            continue
+        samples = b / r
+        compute = m * problem.compute_s(0, n_layers, samples)
+        for k in np.flatnonzero(compute <= inc.latency_s * _TOL):
+            width = int(r[k])
+            if problem.stage_max_inflight(0, n_layers, float(samples[k])) < 1:
+                continue
+            nodes = problem.nodes_spanned(0, width, w, copies)
+            key = (copies * width, m, nodes)
+            if key in seen:
+                continue
+            seen.add(key)
+            group = (copies * width, nodes)
+            if group not in ar_cache:
+                ar_cache[group] = group_allreduce(problem, *group)
+            slots = (StageSlot(0, n_layers, width, 0),)
+            for sync in syncs:
+                lat = data_parallel_latency_s(problem, copies * width, nodes, m, float(samples[k]), sync,
+                                              ar_cache[group])
+                inc.offer(lat, w, m, slots, sync)
+
+
+# ---- pipelines: seeds and bounds ----
 
 def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incumbent) -> None:
-    """A first bound for branch and bound: for every (W, M), every stage count S dividing
-    W, S stages of W / S devices over compute-balanced layer ranges. Bounds only; the
-    exact pass finds these plans again if they are optimal."""
+    """A first bound for branch and bound: for every (W, M), every stage count S >= 2
+    dividing W, S stages of W / S devices over compute-balanced layer ranges. Bounds
+    only; the exact pass finds these plans again if they are optimal."""
     n_layers = problem.num_layers
     work = problem.var_prefix_s_per_sample + problem.fixed_prefix_s
     for w, m in pairs:
-        for num_stages in range(1, min(w, m, n_layers) + 1):
+        for num_stages in range(2, min(w, m, n_layers) + 1):
             if w % num_stages:
                 continue
             targets = work[-1] * np.arange(1, num_stages) / num_stages
@@ -226,6 +257,242 @@ def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _In
                 inc.offer(plan.latency_s, w, m, slots)
 
 
+@dataclass(frozen=True)
+class _PairBounds:
+    """Lower bounds shared by every pipeline (>= 2 stages) of one (W, M) pair."""
+
+    micro_batch: float  # b, samples per micro-batch of one copy
+    transfer_lb_s: np.ndarray  # per cut j (index 1..L-1): the cheaper of an intra- or inter-node transfer
+    block_lb_s: float
+    path_lb_s: float
+
+    def latency_lb_s(self, microbatches: int) -> float:
+        return (microbatches - 1) * self.block_lb_s + self.path_lb_s
+
+    def block_cap_s(self, microbatches: int, incumbent_s: float) -> float:
+        """The largest block a plan of this pair beating `incumbent_s` can have."""
+        return (incumbent_s * _TOL - self.path_lb_s) / (microbatches - 1)
+
+
+def _transfer_lb_s(problem: PlanProblem, cut_bytes: np.ndarray) -> np.ndarray:
+    def both(intra: bool) -> np.ndarray:
+        try:
+            t = np.asarray(problem.transfer_s(cut_bytes, intra), dtype=float)
+            if t.shape == cut_bytes.shape:
+                return t
+        except Exception:  # a model that only takes scalars
+            pass
+        return np.array([float(problem.transfer_s(float(x), intra)) for x in cut_bytes])
+
+    return np.minimum(both(True), both(False))
+
+
+def _pair_bounds(problem: PlanProblem, w: int, m: int) -> _PairBounds:
+    n_layers = problem.num_layers
+    copies = problem.num_devices // w
+    b = problem.global_batch_size / (copies * m)
+    fx, vr = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    cut_bytes = problem.cut_bytes_per_sample * b
+    x_lb = np.full(n_layers + 1, np.inf)
+    if n_layers > 1:
+        x_lb[1:n_layers] = _transfer_lb_s(problem, cut_bytes[1:n_layers])
+    x_min = float(x_lb.min())
+    spread = float(vr[-1]) * b / w
+    widest = max(1, min(w - 1, math.floor(b)))  # a stage of a pipeline has at most W - 1 devices
+    layer = float(np.max(np.diff(fx) + np.diff(vr) * b / widest))
+    block = max(spread, x_min, layer)
+    path = float(fx[-1]) + float(vr[-1]) * b / widest + x_min
+    return _PairBounds(b, x_lb, block, path)
+
+
+@dataclass(frozen=True)
+class _BlockFloor:
+    """The smallest block the layers j.. can have on `rest` devices of a copy, from
+    below: `floor_s[j, rest]`, from the fewest devices that cover layers j.. with
+    every stage at most B for a grid of B up to the block cap (`need[j, k]`: every
+    stage's compute on its replicas and every boundary transfer at its cheaper tier at
+    most B, every stage in memory with one micro-batch in flight, >= 1 sample per
+    replica). need[j, k] > rest means no plan of the rest has a block <= grid[k], so
+    floor = the largest such grid[k]; inf where not even the cap is reachable."""
+
+    floor_s: np.ndarray  # (L + 1) x (W + 1)
+
+    def at(self, stops, rest):
+        return self.floor_s[stops, rest]
+
+
+def _block_floor(problem: PlanProblem, w: int, bounds: _PairBounds, block_cap_s: float,
+                 points: int = 48) -> _BlockFloor:
+    n_layers = problem.num_layers
+    b = bounds.micro_batch
+    lo = max(bounds.block_lb_s, 1e-300)
+    hi = max(block_cap_s, lo)
+    grid = np.geomspace(lo, hi, points) if hi > lo else np.array([lo])
+    fx, vr = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    params, stash = problem.param_prefix_bytes, problem.stash_prefix_bytes_per_sample
+    mem = problem.memory
+    most = min(w, math.floor(b))
+    cut_ok = bounds.transfer_lb_s[:, None] <= grid[None, :]
+    need = np.full((n_layers + 1, grid.size), np.inf)
+    need[n_layers] = 0.0
+    shrink = 1 - 1e-12  # never round a device count up past the exact one
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j in range(n_layers - 1, -1, -1):
+            stops = np.arange(j + 1, n_layers + 1)
+            var = ((vr[stops] - vr[j]) * b)[:, None]
+            room = grid[None, :] - (fx[stops] - fx[j])[:, None]
+            r_time = np.where(var > 0, np.ceil(var / room * shrink), 1.0)
+            r_time[(room < 0) | ((room == 0) & (var > 0))] = np.inf
+            free = mem.memory_bytes - mem.model_state_factor * (params[stops] - params[j])
+            act = (stash[stops] - stash[j]) * b
+            r_mem = np.where(act > 0, np.ceil(act / free * shrink), 1.0)
+            r_mem[(free < 0) | ((free == 0) & (act > 0))] = np.inf
+            r = np.maximum(r_time, r_mem[:, None])
+            r[r > most] = np.inf
+            tail = np.where(cut_ok[stops], need[stops], np.inf)
+            tail[-1] = 0.0  # stop == L: no boundary after the last stage
+            need[j] = np.min(r + tail, axis=0)
+    rest = np.arange(w + 1)
+    floor = np.empty((n_layers + 1, w + 1))
+    padded = np.concatenate([[0.0], grid, [np.inf]])
+    for j in range(n_layers + 1):
+        first_ok = np.searchsorted(-need[j], -rest, side="left")  # need is non-increasing in B
+        floor[j] = padded[first_ok]
+    return _BlockFloor(floor)
+
+
+# ---- pipelines: the exact dynamic program ----
+
+def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incumbent,
+                               bounds: _PairBounds) -> None:
+    """Exact search over pipelines (>= 2 stages) of `w` devices with `m` micro-batches;
+    completed plans go to `inc`."""
+    n_layers = problem.num_layers
+    copies = problem.num_devices // w
+    b = bounds.micro_batch
+    max_stages = min(m, w, n_layers)
+    fx, var = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    params = problem.param_prefix_bytes
+    x_lb = bounds.transfer_lb_s
+    stops_all = np.arange(n_layers + 1)
+    most_replicas = math.floor(b)  # >= 1 sample per replica
+    floor_for = math.inf
+    floor = _BlockFloor(np.zeros((n_layers + 1, w + 1)))
+    states: list[dict[tuple[int, int, bool], _Bucket]] = [dict() for _ in range(n_layers + 1)]
+    root = states[0][(0, 0, True)] = _Bucket()
+    root.labels.append(_Label(0.0, 0.0, (), (), 0.0, _UNLIMITED, ()))
+    for j in range(n_layers):
+        if inc.latency_s < floor_for * (1 - 1e-3):  # the incumbent improved: tighter floors
+            floor_for = inc.latency_s
+            floor = _block_floor(problem, w, bounds, bounds.block_cap_s(m, floor_for))
+        for (d, s, last_one_node), bucket in states[j].items():
+            if s >= max_stages:
+                continue
+            labels = bucket.labels
+            remaining = w - d
+            x_cut_bytes = problem.cut_bytes_per_sample[j] * b
+            blocks = np.array([la.block_s for la in labels])
+            froms = np.array([la.from_s for la in labels])
+            paths = np.array([la.path_s for la in labels])
+            limits = np.array([la.max_stages for la in labels])
+            width = max(1, max(len(la.lines) for la in labels))
+            line_a = np.full((len(labels), width), -np.inf)
+            line_t = np.zeros((len(labels), width))
+            for i, la in enumerate(labels):
+                for k, (a, t) in enumerate(la.lines):
+                    line_a[i, k], line_t[i, k] = a, t
+            min_path = float(paths.min())
+            extend = s + 2 <= max_stages
+            for r in range(1, min(remaining, math.floor(b)) + 1):  # >= 1 sample per replica
+                samples = b / r
+                if s == 0:
+                    x = 0.0
+                else:
+                    intra = last_one_node and problem.in_one_node(d - 1, d + r - 1, w, copies)
+                    x = float(problem.transfer_s(x_cut_bytes, intra))
+                cap = (inc.latency_s * _TOL - min_path - x) / m  # latency >= M c + path + x
+                nodes = -1
+                if s >= 1:  # the last stage: layers j.. end on r devices
+                    c_end = float(problem.compute_s(j, n_layers, samples))
+                    if c_end <= cap and problem.stage_max_inflight(j, n_layers, samples) >= 1:
+                        nodes = problem.nodes_spanned(d, r, w, copies)
+                        _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s, x,
+                                c_end, samples, nodes, copies)
+                rest = remaining - r
+                if not extend or rest <= 0:
+                    continue
+                stops = stops_all[j + 1:n_layers]
+                c = problem.compute_s(j, stops, samples)
+                hi = int(np.searchsorted(c, cap, side="right"))
+                if hi == 0:
+                    continue
+                stops, c = stops[:hi], c[:hi]
+                rest_floor = floor.at(stops, rest)
+                keep = np.isfinite(rest_floor)
+                kmax = problem.stage_max_inflight(j, stops, samples)
+                keep &= kmax >= 1
+                if not keep.any():
+                    continue
+                stops, c, kmax, rest_floor = stops[keep], c[keep], kmax[keep], rest_floor[keep]
+                if nodes < 0:
+                    nodes = problem.nodes_spanned(d, r, w, copies)
+                stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
+                ar = np.atleast_1d(problem.allreduce_s(params[stops] - params[j], copies * r, nodes))
+                rest_fixed = fx[n_layers] - fx[stops]
+                rest_var = (var[n_layers] - var[stops]) * b
+                rest_spread = rest_var / rest  # the rest's block, at least
+                rest_path = rest_fixed + rest_var / min(rest, most_replicas)  # no stage has more replicas
+                x_next = x_lb[stops]
+                one_node = problem.in_one_node(d, d + r - 1, w, copies)
+                # labels x stops: block, path and the bound at the smallest block the plan can have
+                new_block = np.maximum(np.maximum(c, x)[None, :], blocks[:, None])
+                new_path = paths[:, None] + (x + c)[None, :]
+                new_limit = np.minimum(stage_limit[None, :], limits[:, None])
+                beta = np.maximum(np.maximum(new_block, froms[:, None]),
+                                  np.maximum(np.maximum(rest_spread, x_next), rest_floor)[None, :])
+                ending = np.maximum(ar[None, :] - s * beta, 0.0)
+                for k in range(line_a.shape[1]):
+                    ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
+                lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
+                ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
+                for i, k in zip(*np.nonzero(ok), strict=True):
+                    la = labels[i]
+                    blk = float(new_block[i, k])
+                    stop = int(stops[k])
+                    floor_k = float(rest_floor[k])
+                    since = max(blk, floor_k, la.from_s)
+                    lines, kinks = _envelope((*la.lines, (float(ar[k]), s)), since)
+                    # no plan has more stages than layers or devices allow: a larger memory
+                    # limit is worth no more than this
+                    most = s + 1 + min(n_layers - stop, rest, max_stages - s - 1)
+                    label = _Label(blk, float(new_path[i, k]), lines, kinks, since, min(int(new_limit[i, k]), most),
+                                   (*la.slots, StageSlot(j, stop, r, d)))
+                    bucket_to = states[stop].get((d + r, s + 1, one_node))
+                    if bucket_to is None:
+                        bucket_to = states[stop][(d + r, s + 1, one_node)] = _Bucket()
+                    bucket_to.insert(label, floor_k)
+        states[j] = {}  # done with this layer
+
+
+def _finish(problem: PlanProblem, inc: _Incumbent, labels: list[_Label], blocks: np.ndarray, paths: np.ndarray,
+            limits: np.ndarray, line_a: np.ndarray, line_t: np.ndarray, w: int, m: int, j: int, d: int, r: int,
+            s: int, x: float, c_end: float, samples: float, nodes: int, copies: int) -> None:
+    """Complete every label of a state with a last stage of layers j.. on r devices."""
+    n_layers = problem.num_layers
+    k_end = problem.stage_max_inflight(j, n_layers, samples)
+    limit_end = _UNLIMITED if k_end >= m else s + int(k_end)
+    ar_end = float(problem.allreduce_s(problem.param_prefix_bytes[n_layers] - problem.param_prefix_bytes[j],
+                                       copies * r, nodes))
+    blk = np.maximum(blocks, max(c_end, x))
+    ending = np.maximum(ar_end - s * blk, 0.0)
+    for k in range(line_a.shape[1]):
+        ending = np.maximum(ending, line_a[:, k] - line_t[:, k] * blk)
+    lat = (m - 1) * blk + paths + x + c_end + ending
+    ok = (np.minimum(limits, limit_end) >= s + 1) & (lat <= inc.latency_s * _TOL)
+    for i in np.flatnonzero(ok):
+        inc.offer(float(lat[i]), w, m, (*labels[i].slots, StageSlot(j, n_layers, r, d)))
+
+
 def search_space(problem: PlanProblem) -> list[tuple[int, int]]:
     """(pipeline devices W, micro-batches M) pairs, widest pipelines first."""
     pairs = []
@@ -235,41 +502,63 @@ def search_space(problem: PlanProblem) -> list[tuple[int, int]]:
     return pairs
 
 
-def plan_hybrid(problem: PlanProblem, candidates: int = 3) -> list[HybridPlan]:
-    """The best plan first, then up to `candidates - 1` runners-up the search completed.
-    Raises `NoFeasiblePlanError` when no plan fits."""
+def plan_hybrid(problem: PlanProblem, candidates: int = 3,
+                gradient_syncs: tuple[GradientSync, ...] = _SYNCS) -> list[HybridPlan]:
+    """The best plan first, then up to `candidates - 1` runners-up the search completed
+    (pipelines, data parallelism in each gradient sync, the data-parallel baselines).
+    `gradient_syncs`: those one-stage plans may use; ("end",) is DAPPLE's own space (its
+    planner's objective, no overlap). Raises `NoFeasiblePlanError` when no plan fits."""
     inc = _Incumbent()
     pairs = search_space(problem)
-    if not pairs:
+    baselines = {k: p for k, p in baseline_plans(problem).items() if p.strategy.gradient_sync in gradient_syncs}
+    for plan in baselines.values():
+        inc.offer(plan.latency_s, plan.pipeline_devices, plan.num_microbatches,
+                  (StageSlot(0, problem.num_layers, plan.pipeline_devices, 0),), plan.strategy.gradient_sync)
+    if not pairs and not baselines:
         raise NoFeasiblePlanError(
             f"global batch {problem.global_batch_size} cannot be split into micro-batches of "
             f">= {problem.min_micro_batch_size} samples on any pipeline width of {problem.num_devices} devices"
         )
+    _single_stage(problem, pairs, inc, gradient_syncs)
     _seed_incumbent(problem, pairs, inc)
-    for w, m in pairs:
-        _search_width_microbatches(problem, w, m, inc)
+    pipelines = [(w, m) for w, m in pairs if min(m, w, problem.num_layers) >= 2]
+    ordered = sorted(((_pair_bounds(problem, w, m), w, m) for w, m in pipelines),
+                     key=lambda item: item[0].latency_lb_s(item[2]))
+    for bounds, w, m in ordered:
+        if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
+            break
+        _search_width_microbatches(problem, w, m, inc, bounds)
     if not inc.found:
         raise NoFeasiblePlanError(_nothing_fits(problem))
-    # near-ties (within 1e-9): fewer stages, then fewer micro-batches, first
-    best = min(f[0] for f in inc.found)
-    ranked = sorted(inc.found, key=lambda f: (f[0] > best * (1 + 1e-9), f[0] if f[0] > best * (1 + 1e-9) else 0.0,
-                                              len(f[3]), f[2]))
+    return _ranked(problem, inc.found, candidates)
+
+
+def _ranked(problem: PlanProblem, found: list[_Found], candidates: int) -> list[HybridPlan]:
+    """Best first; near-ties (within 1e-9): fewer stages, fewer micro-batches, then the
+    simpler gradient sync first."""
+    best = min(f.latency_s for f in found)
+
+    def key(f: _Found):
+        tied = f.latency_s <= best * _TOL
+        return (not tied, 0.0 if tied else f.latency_s, len(f.slots), f.microbatches, _SYNCS.index(f.gradient_sync))
+
+    ranked = sorted(found, key=key)
     plans: list[HybridPlan] = []
     seen = set()
-    for lat, w, m, slots in ranked:
-        plan = make_plan(problem, w, m, slots, lat)
-        key = (plan.describe(), m)  # copies of one layout differ only in placement
-        if key in seen:
+    for f in ranked:
+        plan = make_plan(problem, f.pipeline_devices, f.microbatches, f.slots, f.latency_s, f.gradient_sync)
+        tag = (plan.describe(), f.microbatches)  # copies of one layout differ only in placement
+        if tag in seen:
             continue
-        seen.add(key)
+        seen.add(tag)
         plans.append(plan)
         if len(plans) >= candidates:
             break
     # the best single-stage plan (data parallelism with accumulation) is always re-timed
-    single = [f for f in ranked if len(f[3]) == 1]
+    single = [f for f in ranked if len(f.slots) == 1]
     if single and all(p.num_stages > 1 for p in plans):
-        lat, w, m, slots = single[0]
-        plans.append(make_plan(problem, w, m, slots, lat))
+        f = single[0]
+        plans.append(make_plan(problem, f.pipeline_devices, f.microbatches, f.slots, f.latency_s, f.gradient_sync))
     return plans
 
 
@@ -284,14 +573,17 @@ def _nothing_fits(problem: PlanProblem) -> str:
 
 
 def enumerate_hybrid(problem: PlanProblem) -> HybridPlan:
-    """Every layout of the search space, evaluated one by one (small instances only:
-    tests compare it with `plan_hybrid`)."""
-    from itertools import combinations
-
+    """Every plan of the search space (every layout, each one-stage layout in every
+    gradient sync, the data-parallel baselines), evaluated one by one (small instances
+    only: tests compare it with `plan_hybrid`)."""
     best: HybridPlan | None = None
+    for plan in baseline_plans(problem).values():
+        if best is None or plan.latency_s < best.latency_s:
+            best = plan
     n_layers = problem.num_layers
     for w, m in search_space(problem):
         for num_stages in range(1, min(m, w, n_layers) + 1):
+            syncs = _SYNCS if num_stages == 1 else ("end",)
             for cuts in combinations(range(1, n_layers), num_stages - 1):
                 bounds = (0, *cuts, n_layers)
                 for widths in _compositions_at_most(w, num_stages):
@@ -299,9 +591,10 @@ def enumerate_hybrid(problem: PlanProblem) -> HybridPlan:
                     for s in range(num_stages):
                         slots.append(StageSlot(bounds[s], bounds[s + 1], widths[s], offset))
                         offset += widths[s]
-                    plan = evaluate_layout(problem, w, m, slots)
-                    if plan is not None and (best is None or plan.latency_s < best.latency_s):
-                        best = plan
+                    for sync in syncs:
+                        found = evaluate_layout(problem, w, m, slots, sync)
+                        if found is not None and (best is None or found.latency_s < best.latency_s):
+                            best = found
     if best is None:
         raise NoFeasiblePlanError(_nothing_fits(problem))
     return best
@@ -315,3 +608,6 @@ def _compositions_at_most(total: int, parts: int):
     for first in range(1, total - parts + 2):
         for rest in _compositions_at_most(total - first, parts - 1):
             yield (first, *rest)
+
+
+__all__ = ["NoFeasiblePlanError", "enumerate_hybrid", "plan_hybrid", "search_space"]
