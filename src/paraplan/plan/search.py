@@ -91,7 +91,12 @@ class _Label:
     slots: tuple[StageSlot, ...]
 
     def ending_s(self, block_s: float) -> float:
-        return max(0.0, max((a - t * block_s for a, t in self.lines), default=0.0))
+        ending = 0.0
+        for a, t in self.lines:
+            value = a - t * block_s
+            if value > ending:
+                ending = value
+        return ending
 
     @property
     def limit_s(self) -> float:
@@ -166,10 +171,16 @@ class _Bucket:
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
         at = bisect.bisect_right(labels, label.path_s, key=_path)
-        for other in labels[:at]:
-            if _dominates(other, label, floor_s):
+        beta0 = max(label.from_s, floor_s)
+        stages = label.max_stages
+        for other in labels[:at]:  # the cheap necessary conditions inline, then the test
+            if other.block_s <= beta0 and other.max_stages >= stages and _dominates(other, label, floor_s):
                 return
-        self.labels = [*labels[:at], label, *(o for o in labels[at:] if not _dominates(label, o, floor_s))]
+        block, path = label.block_s, label.path_s
+        self.labels = [*labels[:at], label,
+                       *(o for o in labels[at:]
+                         if block > max(o.from_s, floor_s) or stages < o.max_stages or path > o.path_s
+                         or not _dominates(label, o, floor_s))]
 
 
 def _path(label: _Label) -> float:
@@ -376,6 +387,8 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
     x_lb = bounds.transfer_lb_s
     stops_all = np.arange(n_layers + 1)
     most_replicas = math.floor(b)  # >= 1 sample per replica
+    g = problem.cluster.devices_per_node
+    residues = np.unique(np.arange(copies) * w % g)  # where each copy starts inside a node
     floor_for = math.inf
     floor = _BlockFloor(np.zeros((n_layers + 1, w + 1)))
     states: list[dict[tuple[int, int, bool], _Bucket]] = [dict() for _ in range(n_layers + 1)]
@@ -403,39 +416,46 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                     line_a[i, k], line_t[i, k] = a, t
             min_path = float(paths.min())
             extend = s + 2 <= max_stages
-            for r in range(1, min(remaining, math.floor(b)) + 1):  # >= 1 sample per replica
-                samples = b / r
-                if s == 0:
-                    x = 0.0
-                else:
-                    intra = last_one_node and problem.in_one_node(d - 1, d + r - 1, w, copies)
-                    x = float(problem.transfer_s(x_cut_bytes, intra))
-                cap = (inc.latency_s * _TOL - min_path - x) / m  # latency >= M c + path + x
-                nodes = -1
-                if s >= 1:  # the last stage: layers j.. end on r devices
-                    c_end = float(problem.compute_s(j, n_layers, samples))
-                    if c_end <= cap and problem.stage_max_inflight(j, n_layers, samples) >= 1:
-                        nodes = problem.nodes_spanned(d, r, w, copies)
-                        _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s, x,
-                                c_end, samples, nodes, copies)
+            rmax = min(remaining, most_replicas)  # >= 1 sample per replica
+            if rmax < 1:
+                continue
+            # every replica count r at once: transfer in, compute, memory, the rest's floor
+            rs = np.arange(1, rmax + 1)
+            samples_r = b / rs
+            if s == 0:
+                x_r = np.zeros(rmax)
+            else:
+                x_in = float(problem.transfer_s(x_cut_bytes, True))
+                x_out = float(problem.transfer_s(x_cut_bytes, False))
+                intra_r = _one_node(residues, g, d - 1, d + rs - 1) if last_one_node else np.zeros(rmax, bool)
+                x_r = np.where(intra_r, x_in, x_out)
+            cap_r = (inc.latency_s * _TOL - min_path - x_r) / m  # latency >= M c + path + x
+            if s >= 1:  # the last stage: layers j.. end on r devices
+                c_end_r = problem.compute_s(j, n_layers, samples_r)
+                k_end_r = _inflight(problem, j, np.array([n_layers]), samples_r[:, None])[:, 0]
+                for i in np.flatnonzero((c_end_r <= cap_r) & (k_end_r >= 1)):
+                    r = int(rs[i])
+                    _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s,
+                            float(x_r[i]), float(c_end_r[i]), float(samples_r[i]),
+                            problem.nodes_spanned(d, r, w, copies), copies)
+            stops_ext = stops_all[j + 1:n_layers]
+            if not extend or stops_ext.size == 0:
+                continue
+            rest_r = remaining - rs
+            c_rs = problem.compute_s(j, stops_ext[None, :], samples_r[:, None])
+            floor_rs = floor.floor_s[stops_ext[None, :], np.maximum(rest_r, 0)[:, None]]
+            kmax_rs = _inflight(problem, j, stops_ext[None, :], samples_r[:, None])
+            ok_rs = ((c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & np.isfinite(floor_rs) & (kmax_rs >= 1))
+            if ok_rs.any():  # labels x r x stops: the label bound below without this stage's all-reduce
+                ok_rs &= _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
+                                   kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b)
+            for ri in np.flatnonzero(ok_rs.any(axis=1)):
+                r = int(rs[ri])
+                x = float(x_r[ri])
                 rest = remaining - r
-                if not extend or rest <= 0:
-                    continue
-                stops = stops_all[j + 1:n_layers]
-                c = problem.compute_s(j, stops, samples)
-                hi = int(np.searchsorted(c, cap, side="right"))
-                if hi == 0:
-                    continue
-                stops, c = stops[:hi], c[:hi]
-                rest_floor = floor.at(stops, rest)
-                keep = np.isfinite(rest_floor)
-                kmax = problem.stage_max_inflight(j, stops, samples)
-                keep &= kmax >= 1
-                if not keep.any():
-                    continue
-                stops, c, kmax, rest_floor = stops[keep], c[keep], kmax[keep], rest_floor[keep]
-                if nodes < 0:
-                    nodes = problem.nodes_spanned(d, r, w, copies)
+                sel = np.flatnonzero(ok_rs[ri])
+                stops, c, kmax, rest_floor = stops_ext[sel], c_rs[ri, sel], kmax_rs[ri, sel], floor_rs[ri, sel]
+                nodes = problem.nodes_spanned(d, r, w, copies)
                 stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
                 ar = np.atleast_1d(problem.allreduce_s(params[stops] - params[j], copies * r, nodes))
                 rest_fixed = fx[n_layers] - fx[stops]
@@ -472,6 +492,51 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                         bucket_to = states[stop][(d + r, s + 1, one_node)] = _Bucket()
                     bucket_to.insert(label, floor_k)
         states[j] = {}  # done with this layer
+
+
+def _one_node(residues: np.ndarray, devices_per_node: int, first: int, lasts: np.ndarray) -> np.ndarray:
+    """For each last: devices first..last of a copy share a node in every copy
+    (`PlanProblem.in_one_node`, vectorised over `lasts`); `residues`: the copies' first
+    devices modulo the node size."""
+    g = devices_per_node
+    return ((residues[:, None] + first) // g == (residues[:, None] + lasts[None, :]) // g).all(axis=0)
+
+
+def _inflight(problem: PlanProblem, first: int, stops: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """`PlanProblem.stage_max_inflight` broadcast over stops and samples per replica."""
+    params, stash = problem.param_prefix_bytes, problem.stash_prefix_bytes_per_sample
+    free = problem.memory.memory_bytes - problem.memory.model_state_factor * (params[stops] - params[first])
+    per_mb = (stash[stops] - stash[first]) * samples
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k = np.where(per_mb > 0, np.floor(free / per_mb), 1e9)
+    return np.where(free < 0, -1.0, k)
+
+
+def _bound_ok(problem: PlanProblem, inc: _Incumbent, m: int, s: int, blocks: np.ndarray, froms: np.ndarray,
+              paths: np.ndarray, limits: np.ndarray, line_a: np.ndarray, line_t: np.ndarray, x_r: np.ndarray,
+              c_rs: np.ndarray, kmax_rs: np.ndarray, floor_rs: np.ndarray, rest_r: np.ndarray, stops: np.ndarray,
+              x_lb: np.ndarray, b: float) -> np.ndarray:
+    """(r, stop) pairs some label may extend: the label bound of `_search_width_microbatches`
+    over labels x replica counts x stops, leaving out the new stage's all-reduce (>= 0),
+    so it is never larger than the exact bound."""
+    n_layers = problem.num_layers
+    fx, var = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    rest_var = (var[n_layers] - var[stops]) * b
+    rest_fixed = fx[n_layers] - fx[stops]
+    most_replicas = math.floor(b)
+    rest_spread = rest_var[None, :] / rest_r[:, None]
+    rest_path = rest_fixed[None, :] + rest_var[None, :] / np.minimum(rest_r, most_replicas)[:, None]
+    x_next = x_lb[stops][None, :]
+    new_block = np.maximum(np.maximum(c_rs, x_r[:, None])[None], blocks[:, None, None])
+    beta = np.maximum(np.maximum(new_block, froms[:, None, None]),
+                      np.maximum(np.maximum(rest_spread, x_next), floor_rs)[None])
+    ending = np.zeros_like(beta)
+    for k in range(line_a.shape[1]):
+        ending = np.maximum(ending, line_a[:, k, None, None] - line_t[:, k, None, None] * beta)
+    lb = (m - 1) * beta + paths[:, None, None] + (x_r[:, None] + c_rs + x_next + rest_path)[None] + ending
+    stage_limit = np.where(kmax_rs >= m, _UNLIMITED, s + kmax_rs)
+    ok = (np.minimum(stage_limit[None], limits[:, None, None]) >= s + 2) & (lb <= inc.latency_s * _TOL)
+    return ok.any(axis=0)
 
 
 def _finish(problem: PlanProblem, inc: _Incumbent, labels: list[_Label], blocks: np.ndarray, paths: np.ndarray,
