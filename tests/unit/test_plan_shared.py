@@ -73,3 +73,14 @@ def test_hybrid_beats_every_data_parallel_baseline(shared_dir, name):
 
 
 
+
+
+@pytest.mark.parametrize("gbs", [32, 64, 128, 1024, 4096])
+def test_resnet50_dapple_study_best_is_never_slower_than_a_baseline(shared_dir, gbs):
+    # the DAPPLE study's setting (config/studies/plan/dapple_resnet50.yaml, 2x8): before the
+    # baselines were candidates, gbs 64 reported a hybrid of 7.87 beside DP + P3 at 13.86
+    row = plan_batch(_settings(shared_dir, "resnet50-pbs-32", peak=7e7, verify=True), gbs)
+    assert row.best_hybrid >= max(row.dp_no_overlap, row.dp_overlap, row.dp_p3) * (1 - 1e-12)
+    assert row.best_hybrid_est >= max(row.dp_no_overlap_est, row.dp_overlap_est, row.dp_p3_est) * (1 - 1e-12)
+    assert row.stages.startswith("[0-175]x")  # data parallelism (with P3) wins for ResNet-50
+    assert 1.0 < row.best_hybrid <= 16.0 + 1e-9

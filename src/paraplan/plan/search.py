@@ -56,7 +56,7 @@ from itertools import combinations
 
 import numpy as np
 
-from paraplan.core import GradientSync, ParaplanError
+from paraplan.core import ConfigError, GradientSync, ParaplanError
 from paraplan.plan.baselines import baseline_plans
 from paraplan.plan.objective import (
     GroupAllReduce,
@@ -433,10 +433,10 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if s >= 1:  # the last stage: layers j.. end on r devices
                 c_end_r = problem.compute_s(j, n_layers, samples_r)
                 k_end_r = _inflight(problem, j, np.array([n_layers]), samples_r[:, None])[:, 0]
-                for i in np.flatnonzero((c_end_r <= cap_r) & (k_end_r >= 1)):
-                    r = int(rs[i])
+                for fi in np.flatnonzero((c_end_r <= cap_r) & (k_end_r >= 1)).tolist():
+                    r = int(rs[fi])
                     _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s,
-                            float(x_r[i]), float(c_end_r[i]), float(samples_r[i]),
+                            float(x_r[fi]), float(c_end_r[fi]), float(samples_r[fi]),
                             problem.nodes_spanned(d, r, w, copies), copies)
             stops_ext = stops_all[j + 1:n_layers]
             if not extend or stops_ext.size == 0:
@@ -572,7 +572,13 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3,
     """The best plan first, then up to `candidates - 1` runners-up the search completed
     (pipelines, data parallelism in each gradient sync, the data-parallel baselines).
     `gradient_syncs`: those one-stage plans may use; ("end",) is DAPPLE's own space (its
-    planner's objective, no overlap). Raises `NoFeasiblePlanError` when no plan fits."""
+    planner's objective, no overlap). Raises `NoFeasiblePlanError` when no plan fits and
+    `ConfigError` for a candidate count below 1 or an unknown or empty gradient sync set."""
+    if candidates < 1:
+        raise ConfigError("candidates", f"must be >= 1, got {candidates}")
+    unknown = [sync for sync in gradient_syncs if sync not in _SYNCS]
+    if unknown or not gradient_syncs:
+        raise ConfigError("gradient_syncs", f"must be a non-empty subset of {_SYNCS}, got {tuple(gradient_syncs)}")
     inc = _Incumbent()
     pairs = search_space(problem)
     baselines = {k: p for k, p in baseline_plans(problem).items() if p.strategy.gradient_sync in gradient_syncs}
@@ -637,18 +643,18 @@ def _nothing_fits(problem: PlanProblem) -> str:
     )
 
 
-def enumerate_hybrid(problem: PlanProblem) -> HybridPlan:
+def enumerate_hybrid(problem: PlanProblem, gradient_syncs: tuple[GradientSync, ...] = _SYNCS) -> HybridPlan:
     """Every plan of the search space (every layout, each one-stage layout in every
-    gradient sync, the data-parallel baselines), evaluated one by one (small instances
-    only: tests compare it with `plan_hybrid`)."""
+    gradient sync of `gradient_syncs`, the data-parallel baselines with those syncs),
+    evaluated one by one (small instances only: tests compare it with `plan_hybrid`)."""
     best: HybridPlan | None = None
     for plan in baseline_plans(problem).values():
-        if best is None or plan.latency_s < best.latency_s:
+        if plan.gradient_sync in gradient_syncs and (best is None or plan.latency_s < best.latency_s):
             best = plan
     n_layers = problem.num_layers
     for w, m in search_space(problem):
         for num_stages in range(1, min(m, w, n_layers) + 1):
-            syncs = _SYNCS if num_stages == 1 else ("end",)
+            syncs = gradient_syncs if num_stages == 1 else ("end",)
             for cuts in combinations(range(1, n_layers), num_stages - 1):
                 bounds = (0, *cuts, n_layers)
                 for widths in _compositions_at_most(w, num_stages):
