@@ -1,4 +1,9 @@
-"""One training step of any D x T x P strategy on a cluster: the physical engine.
+"""One training step of any D x T x P strategy on a layer profile: the profile's step
+as an execution model (`profile_execution`), executed by `paraplan.sim.execution`
+(the same runner transformer predictions use), its events copied to every device.
+Facts of a real run that the profile cannot know (contention, reductions that cannot
+overlap, which layers tensor parallelism splits, gradient accumulation) are
+`RunConditions`: inputs of the execution model.
 
 How each kind of parallelism is costed (all times from the profile and the
 `CommModel`; nothing here knows DistIR's compatibility rules):
