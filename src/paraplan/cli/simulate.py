@@ -21,7 +21,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -63,6 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 MAX_GANTT_EVENTS = 50_000  # larger timelines get a trace only
 
 
+def _time_unit(span_s: float) -> tuple[float, str]:
+    """The largest of s, ms, us that puts at least 2 units across `span_s`."""
+    for unit_s, name in ((1.0, "s"), (1e-3, "ms")):
+        if span_s >= 2 * unit_s:
+            return unit_s, name
+    return 1e-6, "us"
+
+
 def _run_tables(args: argparse.Namespace) -> int:
     """Timelines of a run table's iterations (--runs)."""
     from paraplan.clusters import load_cluster
@@ -101,8 +108,9 @@ def _run_tables(args: argparse.Namespace) -> int:
                  f"{s.data_parallel_size}, micro-batch {s.micro_batch_size}, v {s.virtual_pipeline_model_parallel_size}"
                  f" ({result.iteration_s:.3g} s)")
         if not args.no_plots and result.timeline.num_events <= MAX_GANTT_EVENTS:
-            unit_s = 10.0 ** math.ceil(math.log10(result.iteration_s / 40))  # about 4-40 units across
-            artifacts += save_gantt(result.timeline, figures / stem, title=title, time_unit_s=unit_s)
+            unit_s, unit_name = _time_unit(result.iteration_s)
+            artifacts += save_gantt(result.timeline, figures / stem, title=title, time_unit_s=unit_s,
+                                    unit_name=unit_name)
         summary.append({"name": row.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
                         "events": result.timeline.num_events, "trace": str(trace)})
     write_json(args.output / "timelines.json", {"calibration": calibration.label, "cluster": cluster.name,
