@@ -49,7 +49,7 @@ def test_a_mapping_loads_and_each_error_names_the_key_the_value_and_what_was_exp
     bad = [
         ({"name": "x", "inner": {"global_batch_sizes": [8, 0]}},
          "f.yaml: key 'inner.global_batch_sizes[1]': expected an integer >= 1, got 0"),
-        ({"name": "x", "memory_GB": -1.0}, "f.yaml: key 'memory_GB': expected a number > 0, got -1.0"),
+        ({"name": "x", "memory_GB": -1.0}, "f.yaml: key 'memory_GB': expected a number > 0, got -1.0: negative"),
         ({"name": "x", "schedule": "zigzag"}, "f.yaml: key 'schedule': expected one of gpipe, 1f1b, got 'zigzag'"),
         ({"name": "x", "overlap": "yes"}, "f.yaml: key 'overlap': expected true or false, got 'yes'"),
         ({"name": 3}, "f.yaml: key 'name': expected text, got 3"),
