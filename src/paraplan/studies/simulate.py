@@ -157,7 +157,8 @@ def mlp_profile(num_layers: int, hidden_dim: int, global_batch_size: int) -> Mod
 
 def physical_cluster(num_devices: int, mode: CorrectedMode) -> tuple[Cluster, ConstantBandwidthModel]:
     """One node of `num_devices` DistIR devices, every pair linked at the mode's bandwidth."""
-    bandwidth_Bps = mode.bandwidth_Gbit_per_s * GBIT / BITS_PER_BYTE
+    # 0 Gbit/s is a study whose model moves no bytes (seed 001's unit stages): free links
+    bandwidth_Bps = mode.bandwidth_Gbit_per_s * GBIT / BITS_PER_BYTE or math.inf
     device = Device("distir-device", peak_flops=dc.TP_FLOPS, mem_bandwidth_Bps=dc.DRAM_BYTES_PER_S,
                     memory_bytes=mode.memory_GB * 1e9)
     link = Link(bandwidth_Bps, mode.latency_s)
