@@ -49,16 +49,27 @@ def test_empty_micro_batch_and_virtual_size_are_searched(tmp_path):
     (",num_gpus", "x,24,2048,16,2048,50257,2,2,2,8,16",
      "runs.csv:2: column 'num_gpus': 16 is not tensor x pipeline x data parallel size = 2 x 2 x 2 = 8"),
     ("", "x,24,2048.5,16,2048,50257,1,1,1,8",
-     "runs.csv:2: column 'hidden_size': expected an integer >= 1, got '2048.5'"),
+     "runs.csv:2: column 'hidden_size': expected a whole number (an integer >= 1 and <= 2^40), got '2048.5': "
+     "not an integer"),
     ("", "x,,2048,16,2048,50257,1,1,1,8",
-     "runs.csv:2: column 'num_layers': expected an integer >= 1, got an empty cell"),
+     "runs.csv:2: column 'num_layers': expected a whole number (an integer >= 1 and <= 2^40), got an empty cell"),
     (",sequence_parallel", "x,24,2048,16,2048,50257,2,1,1,8,maybe",
      "runs.csv:2: column 'sequence_parallel': expected true or false, got 'maybe'"),
     (",dtype", "x,24,2048,16,2048,50257,1,1,1,8,int4",
      "runs.csv:2: column 'dtype': expected one of bf16, fp16, fp8, fp32"),
     (",measured_iteration_s", "x,24,2048,16,2048,50257,1,1,1,8,nan",
-     "runs.csv:2: column 'measured_iteration_s': expected a time in seconds > 0, got 'nan'"),
-    ("", "x,24,2048,16,2048,50257,1,1,1", "runs.csv:2: expected 10 fields, got 9"),
+     "runs.csv:2: column 'measured_iteration_s': expected a time in seconds (a number > 0 and <= 1e7), got 'nan': "
+     "not a finite number"),
+    ("", "x,24,2048,16,2048,50257,1,1,1", "runs.csv:2: expected 10 fields (as in the header), got 9"),
+    ("", "x,24,2048,16,2048,50257,1,1,1,1_000", "runs.csv:2: column 'global_batch_size': expected a whole number"),
+    ("", "x,24,2048,16,2048,50257,1,4,1,1000000000",
+     "runs.csv:2: 1,000,000,000 micro-batches per iteration (global_batch_size / data_parallel_size with "
+     "micro_batch_size searched from 1); expected at most 16,384"),
+    (",micro_batch_size,virtual_pipeline_model_parallel_size", "x,320,2048,16,2048,50257,1,32,1,16384,1,10",
+     "runs.csv:2: 15,728,640 pipeline operations (3 x stages x micro-batches x model chunks); expected at most "
+     "8,388,608"),
+    (",hidden_dropout", "x,24,2048,16,2048,50257,1,1,1,8,1.0",
+     "runs.csv:2: column 'hidden_dropout': expected a probability in [0, 1), got '1.0'"),
 ])
 def test_bad_rows_name_line_column_and_expectation(tmp_path, extra_header, cells, message):
     path = table(tmp_path, HEADER + extra_header + "\n" + cells + "\n")
@@ -69,7 +80,7 @@ def test_bad_rows_name_line_column_and_expectation(tmp_path, extra_header, cells
 
 def test_missing_required_column_and_non_utf8(tmp_path):
     path = table(tmp_path, "num_layers,hidden_size\n1,2\n")
-    with pytest.raises(InputFileError, match="missing required column 'num_attention_heads'"):
+    with pytest.raises(InputFileError, match=r"runs.csv:1: missing column\(s\) num_attention_heads, seq_length"):
         read_run_table(path)
     bad = tmp_path / "bad.csv"
     bad.write_bytes(HEADER.encode() + b"\n\xff\xfe\n")
