@@ -148,7 +148,7 @@ def test_calibration_values_out_of_range_name_the_key(tmp_path, efficiency, mess
     with pytest.raises(InputFileError, match=r"cal.json: " + message):
         load_calibration(str(path))
     path.write_text('{"schema_version": 1, "name": "c", "device": "d", "efficiency": {"gemm_efficiency": NaN}}')
-    with pytest.raises(InputFileError, match="cal.json: not valid JSON: NaN is not a JSON value"):
+    with pytest.raises(InputFileError, match=r"cal\.json: not valid JSON: NaN is not a JSON value"):
         load_calibration(str(path))
 
 

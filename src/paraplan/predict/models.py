@@ -86,7 +86,7 @@ def _probability(value: object, source: str, key: str) -> float:
     return float(value)
 
 
-def from_hf_config(config: dict, name: str, source: str = "<config.json>") -> TransformerModel:
+def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:
     """A `TransformerModel` from a Hugging Face `config.json` mapping."""
     if not isinstance(config, dict):
         raise InputFileError(source, "expected a JSON object")

@@ -82,14 +82,14 @@ def question_label(row: RunRow) -> str:
     return f"{arch}|gpus={s.num_gpus}|gbs={s.global_batch_size}|dtype={s.dtype}"
 
 
-_COUNT = NumberRule("a whole number", 1, 2**40, integer=True)
-_SECONDS = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why="a training iteration takes "
+COUNT_RULE = NumberRule("a whole number", 1, 2**40, integer=True)
+SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why="a training iteration takes "
                       "between 0 and 1e7 s (four months)")
 _FRACTION = NumberRule("a probability", 0, 1)
 
 
 def _integer(text: str) -> int:
-    return int(_COUNT.parse(text))
+    return int(COUNT_RULE.parse(text))
 
 
 def _boolean(text: str) -> bool:
@@ -118,7 +118,7 @@ def _fraction(text: str) -> float:
 
 
 def _seconds(text: str) -> float:
-    return float(_SECONDS.parse(text))
+    return float(SECONDS_RULE.parse(text))
 
 
 _PARSERS: dict[str, Callable[[str], object]] = {
@@ -134,7 +134,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
-_EXPECTED = {k: _COUNT.expected for k in REQUIRED}
+_EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
 
 
 def _cell(path: Path, line: int, column: str, text: str) -> object:
