@@ -4,7 +4,7 @@
 # (cluster jobs re-parse this file).
 from snakemake.utils import min_version, validate
 
-from paraplan.workflow_env import upgrade_config
+from paraplan.workflow_env import check_config, upgrade_config
 
 min_version("9.0")
 
@@ -12,9 +12,13 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# paraplan 0.1's key names still work (with a warning) until 0.2
+# paraplan 0.1's key names still work (with a warning) until 0.2; a nested
+# --config bench='{iters: 50}' arrives as text and is read as numbers here
 upgrade_config(config)
 validate(config, "workflow/schemas/config.schema.yaml")
+# what the schema cannot see (missing files, min_bytes > max_bytes, more ranks than
+# this machine runs): one line naming the key, before any job starts
+check_config(config, local=workflow.local_exec and not workflow.remote_exec)
 
 
 include: "workflow/rules/common.smk"

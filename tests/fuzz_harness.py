@@ -4,10 +4,12 @@ Shared by the property-based suite (tests/test_fuzz_inputs.py, a fixed CI budget
 and the bigger fuzz run that prints figures (benchmarks/fuzz_inputs.py).
 
 A `Target` is one kind of input file read the way a command reads it: `paraplan
-ingest --format nccl-tests|param|pipedream`, `paraplan fit` on a bench CSV, and the
-profile CSV reader. Seeds are the real files in ../shared/data (bench and profile
-CSVs are made from them). `classify` runs a target on some bytes and names the
-outcome:
+ingest --format nccl-tests|param|pipedream`, `paraplan fit` on a bench CSV, the
+profile CSV reader, `paraplan predict` on a run table and with a calibration file,
+and a model file (`--model CONFIG.json`). Seeds are the real files in ../shared/data
+(bench and profile CSVs are made from them) and the shipped config/runs and
+config/calibrations files; model seeds are preset models written as files.
+`classify` runs a target on some bytes and names the outcome:
 - "ok": exit 0, and every number in the output is finite, non-negative and in range
   (and what ingest wrote, fit reads);
 - "error": a `ParaplanError` (exit 2, one line on stderr) whose message names the file;
@@ -44,10 +46,14 @@ from paraplan.comm.param_log import read_param
 from paraplan.comm.results import MAX_ALGBW_GBPS, MAX_SIZE_BYTES, SWEEP_RULES, bench_frame
 from paraplan.core import ParaplanError
 from paraplan.inputs import NumberRule
+from paraplan.predict.calibration import EFFICIENCY_RULES
+from paraplan.predict.models import PRESETS, load_model
+from paraplan.predict.runtable import COUNT_RULE, REQUIRED, SECONDS_RULE
 from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
 from paraplan.profile.pipedream import read_pipedream
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+CONFIG = Path(__file__).resolve().parent.parent / "config"
 
 # Budgets. "paraplan-ci" is what `pytest` runs: derandomized (the same examples on
 # every run), no example database, bounded per test so the suite stays under a minute
@@ -201,6 +207,42 @@ def _run_fit(path: Path, folder: Path) -> list[str]:
     return problems
 
 
+_PREDICTED_RULES = {
+    "predicted_iteration_s": NumberRule("s", 0, 1e12, low_inclusive=False),
+    "predicted_tflops_per_gpu": NumberRule("TFLOP/s", 0, 1e6),
+    "predicted_mfu": NumberRule("a fraction", 0, 1),
+    "predicted_peak_memory_bytes": NumberRule("bytes", 0, 1e30),
+    "bubble_fraction": NumberRule("a fraction", 0, 1, ),
+}
+
+
+def _run_predict(runs: Path, folder: Path, calibration: Path | None = None) -> list[str]:
+    """`paraplan predict` on a run table; every prediction finite and in range."""
+    out = folder / "predicted.csv"
+    args = ["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out)]
+    _command(args + (["--calibration", str(calibration)] if calibration else []))
+    frame = pd.read_csv(out)
+    problems = []
+    for column, rule in _PREDICTED_RULES.items():
+        problems += _out_of_range(frame[column].to_numpy(float), rule, column)
+    return problems
+
+
+def _run_calibration(runs: Path) -> Callable[[Path, Path], list[str]]:
+    def run(path: Path, folder: Path) -> list[str]:
+        return _run_predict(runs, folder, calibration=path)
+
+    return run
+
+
+def _run_model(path: Path, folder: Path) -> list[str]:
+    del folder
+    model = load_model(str(path))
+    numbers = {"num_parameters": float(model.num_parameters),
+               "model_flops_per_iteration": model.model_flops_per_iteration(8, False)}
+    return [f"{k} = {v}" for k, v in numbers.items() if not (math.isfinite(v) and v > 0)]
+
+
 # ---- seeds and their fields ---------------------------------------------------------
 
 
@@ -309,7 +351,46 @@ def _bench_fields(text: str) -> list[Field]:
     return _csv_fields(text, _BENCH_RULES, lambda cells: cells.get("global_batch", "") == "")
 
 
-def targets(data: Path = SHARED_DATA) -> dict[str, Target]:
+_RUN_RULES = {**{c: COUNT_RULE for c in (*REQUIRED, "micro_batch_size", "num_gpus")},
+              "measured_iteration_s": SECONDS_RULE}
+
+
+def _run_table_fields(text: str) -> list[Field]:
+    return _csv_fields(text, _RUN_RULES, lambda cells: True)
+
+
+def _json_fields(rules: dict[str, NumberRule]) -> Callable[[str], list[Field]]:
+    """The first `"key": number` span of each key with a rule in a JSON text (later
+    ones are records, e.g. a calibration's assumptions, not values read)."""
+    def fields(text: str) -> list[Field]:
+        found: dict[str, Field] = {}
+        for index, line in enumerate(text.splitlines()):
+            for match in re.finditer(r'"(\w+)": (-?[0-9][0-9.eE+-]*)', line):
+                if match.group(1) in rules and match.group(1) not in found:
+                    found[match.group(1)] = Field(index, match.start(2), match.end(2), rules[match.group(1)])
+        return list(found.values())
+
+    return fields
+
+
+_MODEL_RULES = {key: COUNT_RULE for key in (
+    "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size", "num_hidden_layers",
+    "max_position_embeddings", "intermediate_size")}
+
+
+def _model_seeds() -> tuple[str, ...]:
+    """Own-field files of two presets and a Hugging Face config.json of Llama 3 8B."""
+    own = [{k: v for k, v in vars(PRESETS[name]).items() if k != "name"} for name in ("gpt3-1.3b", "llama3-8b")]
+    llama = PRESETS["llama3-8b"]
+    hf = {"model_type": "llama", "num_hidden_layers": llama.num_layers, "hidden_size": llama.hidden_size,
+          "num_attention_heads": llama.num_attention_heads, "num_key_value_heads": llama.num_query_groups,
+          "intermediate_size": llama.ffn_hidden_size, "vocab_size": llama.vocab_size,
+          "max_position_embeddings": llama.seq_length, "hidden_act": "silu", "rms_norm_eps": 1e-05,
+          "rope_theta": 500000.0, "tie_word_embeddings": False, "attention_bias": False}
+    return tuple(json.dumps(seed, indent=2) for seed in (*own, hf))
+
+
+def targets(data: Path = SHARED_DATA, config: Path = CONFIG) -> dict[str, Target]:
     """The targets, seeded from `data` (../shared/data)."""
     logs = sorted((data / "nccl-tests").glob("*.txt"))
     param = data / "param" / "param_gloo_cpu_2ranks_blocking.txt"
@@ -317,6 +398,9 @@ def targets(data: Path = SHARED_DATA) -> dict[str, Target]:
     profiles = [profile_to_csv_text(read_pipedream(g)) for g in graphs[:4]]
     sweeps = [rows_frame(read_nccl_tests(log).rows) for log in logs] + [rows_frame(read_param(param).rows)]
     bench_csvs = [_thinned_bench_csv(frame, 8) for frame in sweeps] + [_a2av_csv()]
+    run_tables = tuple(_read(p) for p in sorted((config / "runs").glob("*.csv")))
+    fixed_runs = Path(tempfile.mkdtemp(prefix="paraplan-fuzz-")) / "runs.csv"  # what a calibration predicts
+    fixed_runs.write_text(run_tables[0])
     return {
         "ingest nccl-tests": Target("ingest nccl-tests", "log.txt", tuple(_read(p) for p in logs),
                                     _run_ingest("nccl-tests"), _nccl_fields),
@@ -325,6 +409,10 @@ def targets(data: Path = SHARED_DATA) -> dict[str, Target]:
                                    _run_ingest("pipedream"), _pipedream_fields),
         "profile csv": Target("profile csv", "profile.csv", tuple(profiles), _run_profile, _profile_fields),
         "fit": Target("fit", "sweep.csv", tuple(bench_csvs), _run_fit, _bench_fields),
+        "predict runs": Target("predict runs", "runs.csv", run_tables, _run_predict, _run_table_fields),
+        "calibration": Target("calibration", "calibration.json", ((config / "calibrations" / "a100-vtrain.json")
+                              .read_text(),), _run_calibration(fixed_runs), _json_fields(EFFICIENCY_RULES)),
+        "model file": Target("model file", "model.json", _model_seeds(), _run_model, _json_fields(_MODEL_RULES)),
     }
 
 

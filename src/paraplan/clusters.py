@@ -9,19 +9,27 @@ from typing import Annotated
 
 from paraplan import config_files
 from paraplan.core import Cluster, ConfigError, Device, Link
-from paraplan.typed import AtLeast, AtMost, Count, NonNegativeFloat, PositiveFloat, Source, load, read_yaml
+from paraplan.core import limits as lim
+from paraplan.typed import AtLeast, AtMost, Source, load, read_yaml
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
 _TERA, _GIGA, _MICRO = 1e12, 1e9, 1e-6
+
+_SMALLEST = AtLeast(lim.MIN_POSITIVE, lim.TINY_WHY)
+Tflops = Annotated[float, _SMALLEST, AtMost(lim.MAX_PEAK_TFLOPS, lim.PEAK_WHY)]
+GBps = Annotated[float, _SMALLEST, AtMost(lim.MAX_BANDWIDTH_GBPS, lim.BANDWIDTH_WHY)]
+GB = Annotated[float, _SMALLEST, AtMost(lim.MAX_MEMORY_GB, lim.MEMORY_WHY)]
+Microseconds = Annotated[float, AtLeast(0), AtMost(lim.MAX_LATENCY_US, lim.LATENCY_WHY)]
+Devices = Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
 
 
 @dataclass(frozen=True, kw_only=True)
 class LinkFile:
     """One tier of links: what a device sees when it talks to another."""
 
-    bandwidth_GBps: PositiveFloat
+    bandwidth_GBps: GBps
     """Bandwidth per device in GB/s (1e9 bytes per second); bus bandwidth as nccl-tests reports it."""
-    latency_us: NonNegativeFloat = 0.0
+    latency_us: Microseconds = 0.0
     """Per-message latency in microseconds."""
 
     def to_link(self) -> Link:
@@ -42,17 +50,17 @@ class DeviceFile:
 
     name: str
     """The device model, e.g. A100-SXM4-80GB."""
-    peak_tflops: PositiveFloat
+    peak_tflops: Tflops
     """Peak TFLOP/s at the profile dtype (dense)."""
-    mem_bandwidth_GBps: PositiveFloat
+    mem_bandwidth_GBps: GBps
     """Memory bandwidth in GB/s."""
-    memory_GB: PositiveFloat
+    memory_GB: GB
     """Memory capacity in GB (1e9 bytes)."""
-    launch_overhead_us: NonNegativeFloat = 0.0
+    launch_overhead_us: Microseconds = 0.0
     """Fixed time per kernel launch in microseconds."""
     compute_units: Annotated[int, AtLeast(0), AtMost(1_000_000)] = 0
     """Streaming multiprocessors / compute units (0: not stated)."""
-    peak_tflops_by_dtype: dict[str, PositiveFloat] = field(default_factory=dict)
+    peak_tflops_by_dtype: dict[str, Tflops] = field(default_factory=dict)
     """Peak TFLOP/s per dtype (float32, tf32, bfloat16, float16, ...) from the datasheet."""
 
     def to_device(self) -> Device:
@@ -75,14 +83,19 @@ class ClusterFile:
     """The cluster's name (results go under results/<stage>/<name>/)."""
     description: str = ""
     """One line for people."""
-    nodes: Count
+    nodes: Devices
     """Nodes (machines)."""
-    devices_per_node: Count
+    devices_per_node: Devices
     """Devices (GPUs, or CPU ranks) per node."""
     device: DeviceFile
     """The device every node holds."""
     links: LinksFile
     """Link bandwidth and latency inside a node and across nodes."""
+
+    def __post_init__(self) -> None:
+        if self.nodes * self.devices_per_node > lim.MAX_DEVICES:
+            raise ValueError(f"nodes x devices_per_node = {self.nodes} x {self.devices_per_node} is above "
+                             f"{lim.MAX_DEVICES:,} devices: {lim.DEVICES_WHY}")
 
     def to_cluster(self) -> Cluster:
         return Cluster(self.name, self.nodes, self.devices_per_node, self.device.to_device(),

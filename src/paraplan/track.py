@@ -178,11 +178,60 @@ def job_tags(rule: str, wildcards: str = "", command: str = "") -> dict[str, str
     }
 
 
+_READY_STORES: set[str] = set()
+
+
 def _client(uri: str):
+    """A client of a usable store: the first use in this process creates (or upgrades)
+    the schema of a SQLite store while holding a lock beside the database, so commands
+    started together never race MLflow's schema creation (which leaves the store
+    broken for all of them)."""
     import mlflow  # noqa: F401  (kept local: importing mlflow costs seconds)
     from mlflow.tracking import MlflowClient
 
+    if uri not in _READY_STORES:
+        with _store_lock(uri):
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        _READY_STORES.add(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (None for other stores and in-memory ones)."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    rest = uri[len(prefix):].split("?", 1)[0]
+    return Path(rest) if rest and rest != ":memory:" else None
+
+
+class _store_lock:
+    """An exclusive `flock` on `<database>.lock` beside a SQLite store (no-op for other
+    stores, or where the folder cannot hold the lock file: MLflow then reports the
+    store's own error)."""
+
+    def __init__(self, uri: str):
+        self.path = sqlite_path(uri)
+        self.handle = None
+
+    def __enter__(self):
+        if self.path is None:
+            return self
+        import fcntl
+
+        try:
+            self.handle = open(self.path.with_name(self.path.name + ".lock"), "a")
+        except OSError:
+            return self
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            import fcntl
+
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
 
 
 def _artifact_root() -> str:

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from paraplan.track import (
     ENV_CONFIG_DIGEST,
@@ -24,16 +25,91 @@ from paraplan.track import (
 
 def upgrade_config(config: dict, schema_path: str = "workflow/schemas/config.schema.yaml") -> None:
     """Rename the config's paraplan 0.1 keys (`plan.mbs`, `simulate.experiments`, ...) to
-    their names in the glossary, with a deprecation line each, before Snakemake
-    validates the config against its schema."""
+    their names in the glossary, with a deprecation line each, and read the text a
+    nested `--config key='{...}'` leaves as the numbers and booleans it stands for, before
+    Snakemake validates the config against its schema (`paraplan.typed.config_keys`)."""
     from pathlib import Path
 
     import yaml
 
-    from paraplan.typed.config_keys import upgrade_config_keys
+    from paraplan.typed.config_keys import coerce_config_text, upgrade_config_keys
 
     path = Path(schema_path)
-    upgrade_config_keys(config, yaml.safe_load(path.read_text()), path.parent)
+    schema = yaml.safe_load(path.read_text())
+    upgrade_config_keys(config, schema, path.parent)
+    coerce_config_text(config, schema, path.parent)
+
+
+def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[str, str]]:
+    """What in a schema-valid config cannot run here, as (key, what is wrong), found
+    before any job starts: cluster files that do not exist or do not load, input files
+    that are not there, `bench.min_bytes > bench.max_bytes`, and gloo world sizes the
+    machine's `cores` cannot run (None: jobs run elsewhere, through a cluster executor).
+
+    A gloo rank may share a core (the default config runs 4 ranks on a 2-core machine,
+    each told to use cores // ranks threads), but beyond two ranks per core the ranks
+    wait on the scheduler more than on each other, so the timings no longer describe
+    the collective."""
+    from paraplan.clusters import load_cluster
+    from paraplan.config_files import find_study
+    from paraplan.core import ParaplanError
+
+    problems: list[tuple[str, str]] = []
+
+    def cluster(key: str, name: object) -> None:
+        try:
+            load_cluster(str(name))
+        except ParaplanError as exc:
+            problems.append((key, str(exc).removeprefix("config key 'cluster': ")))
+
+    def file(key: str, path: object, what: str) -> None:
+        if not os.path.isfile(str(path)):
+            where = "is a folder" if os.path.isdir(str(path)) else "does not exist"
+            problems.append((key, f"{path} {where}; expected {what} (paths are relative to {os.getcwd()})"))
+
+    cluster("cluster", config["cluster"])
+    plan = config.get("plan", {})
+    for name, entry in plan.get("llm", {}).items():
+        cluster(f"plan.llm.{name}.cluster", entry["cluster"])
+    for name, entry in config.get("profile", {}).get("models", {}).items():
+        if entry.get("analytic"):
+            cluster(f"profile.models.{name}.analytic.cluster", entry["analytic"]["cluster"])
+    bench = config.get("bench", {})
+    if bench.get("min_bytes", 0) > bench.get("max_bytes", 0):
+        problems.append(("bench.min_bytes", f"{bench['min_bytes']} is above bench.max_bytes ({bench['max_bytes']}); "
+                         "expected min_bytes <= max_bytes"))
+    if cores is not None and bench.get("backend") == "gloo":
+        too_many = [w for w in bench.get("world_sizes", []) if w > 2 * cores]
+        if too_many:
+            problems.append(("bench.world_sizes", f"{too_many[0]} ranks on this machine's {cores} cores; expected at "
+                             f"most {2 * cores} (two gloo ranks per core), or a cluster executor "
+                             "(--executor slurm) whose nodes have the cores"))
+    for i, entry in enumerate(config.get("fit", {}).get("logs", [])):
+        file(f"fit.logs[{i}].path", entry["path"], f"the {entry['format']} log named '{entry['name']}'")
+    for study in config.get("simulate", {}).get("studies", []):
+        path = find_study("simulate", study)
+        if not path.is_file():
+            problems.append(("simulate.studies", f"no study '{study}' ({path} does not exist)"))
+    predict = config.get("predict", {})
+    for name, entry in predict.get("calibrations", {}).items():
+        cluster(f"predict.calibrations.{name}.cluster", entry["cluster"])
+        if os.path.isfile(str(entry["runs"])) and entry.get("comm_log"):
+            file(f"predict.calibrations.{name}.comm_log", entry["comm_log"], "an nccl-tests log of one node")
+    for name, entry in predict.get("tables", {}).items():
+        file(f"predict.tables.{name}.runs", entry["runs"], "a run table (CSV)")
+        cluster(f"predict.tables.{name}.cluster", entry["cluster"])
+    return problems
+
+
+def check_config(config: Mapping[str, Any], local: bool) -> None:
+    """Stop Snakemake before any job starts when `config_problems` finds anything: one
+    line per problem, naming the key, then exit status 1. `local`: jobs run on this
+    machine (no cluster executor)."""
+    problems = config_problems(config, (os.cpu_count() or 1) if local else None)
+    for key, problem in problems:
+        print(f"paraplan: error: config key '{key}': {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
 
 
 def prepare_environment(config: Mapping[str, object]) -> None:

@@ -1,6 +1,7 @@
 """Property-based suite over the input readers: mutated real files (../shared/data)
 through `paraplan ingest` (nccl-tests, PARAM, PipeDream), the profile CSV reader and
-`paraplan fit`, and any valid sweep through `fit_sweep`. The property: a valid result
+`paraplan fit`, run tables and calibrations through `paraplan predict`, model files
+through `load_model`, and any valid sweep through `fit_sweep`. The property: a valid result
 with every number finite, non-negative and in range, or a `ParaplanError` naming the
 file (one line, nothing written); never another exception, never a forbidden value
 accepted.
@@ -25,7 +26,8 @@ from fuzz_harness import (
     with_forbidden_value,
 )
 
-TARGETS = ("ingest nccl-tests", "ingest param", "ingest pipedream", "profile csv", "fit")
+TARGETS = ("ingest nccl-tests", "ingest param", "ingest pipedream", "profile csv", "fit", "predict runs", "calibration",
+           "model file")
 
 
 @pytest.fixture(scope="module")

@@ -46,10 +46,23 @@ def test_unknown_device_key_is_named(repo_root):
 
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d["links"]["inter"].update(bandwidth_GBps=-3),
-     "key 'links.inter.bandwidth_GBps': expected a number > 0, got -3"),
-    (lambda d: d["device"].update(peak_tflops=0), "key 'device.peak_tflops': expected a number > 0, got 0"),
-    (lambda d: d.update(nodes=1.5), "key 'nodes': expected an integer >= 1, got 1.5: not an integer"),
-    (lambda d: d["device"].update(memory_GB=float("inf")), "key 'device.memory_GB': expected a number > 0, got inf"),
+     "key 'links.inter.bandwidth_GBps': expected a number >= 1e-6 and <= 1000000, got -3: negative"),
+    (lambda d: d["device"].update(peak_tflops=0),
+     "key 'device.peak_tflops': expected a number >= 1e-6 and <= 1000000, got 0"),
+    (lambda d: d.update(nodes=1.5), "key 'nodes': expected an integer >= 1 and <= 2^20, got 1.5: not an integer"),
+    (lambda d: d["device"].update(memory_GB=float("inf")),
+     "key 'device.memory_GB': expected a number >= 1e-6 and <= 1000000, got inf: not a finite number"),
+    (lambda d: d["device"].update(mem_bandwidth_GBps=float("nan")),
+     "key 'device.mem_bandwidth_GBps': expected a number >= 1e-6 and <= 1000000, got nan: not a finite number"),
+    (lambda d: d["links"]["intra"].update(latency_us=-5),
+     "key 'links.intra.latency_us': expected a number >= 0 and <= 1e9, got -5: negative"),
+    (lambda d: d["device"].update(memory_GB=80e9),
+     "key 'device.memory_GB': expected a number >= 1e-6 and <= 1000000, got 80000000000.0: above 1 PB per device; "
+     "wrong unit? (GB, 1e9 bytes)"),
+    (lambda d: d.update(nodes=10_000_000),
+     "key 'nodes': expected an integer >= 1 and <= 2^20, got 10000000: more devices than any machine built"),
+    (lambda d: d.update(nodes=2048, devices_per_node=1024),
+     "nodes x devices_per_node = 2048 x 1024 is above 1,048,576 devices: more devices than any machine built"),
     (lambda d: d.pop("links"), "key 'links': missing; expected a mapping (intra, inter)"),
 ])
 def test_bad_values_name_the_key_the_value_and_what_was_expected(repo_root, edit, message):
@@ -68,7 +81,7 @@ def test_cluster_file_and_schema_come_from_one_dataclass(repo_root):
     assert schema["required"] == ["name", "nodes", "devices_per_node", "device", "links"]
     link = schema["properties"]["links"]["properties"]["inter"]
     assert link["properties"]["bandwidth_GBps"] == {
-        "type": "number", "exclusiveMinimum": 0,
+        "type": "number", "minimum": 1e-06, "maximum": 1000000,
         "description": "Bandwidth per device in GB/s (1e9 bytes per second); bus bandwidth as nccl-tests reports it."}
 
 

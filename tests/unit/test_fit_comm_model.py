@@ -98,7 +98,7 @@ def test_json_round_trip_and_bad_files(tmp_path):
     assert loaded.measured() == [("all_reduce", 8, "inter"), ("all_reduce", 8, "intra"), ("all_to_all", 2, "intra")]
     bad = tmp_path / "bad.json"
     bad.write_text("{\n  oops")
-    with pytest.raises(InputFileError, match=r"bad\.json:2: not JSON"):
+    with pytest.raises(InputFileError, match=r"bad\.json:2: not valid JSON"):
         FittedCommModel.from_json(bad)
     with pytest.raises(InputFileError, match="no fits"):
         FittedCommModel.from_dict({"schema_version": 1, "fits": []})

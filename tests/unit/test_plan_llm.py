@@ -93,3 +93,47 @@ def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
     with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0 GB each\).*"
                                             r"the smallest plan needs [0-9.]+ GB per device"):
         search(PlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
+
+
+def test_plan_command_writes_ranked_plans_in_predict_columns(tmp_path, capsys):
+    from paraplan.cli.main import main
+    from paraplan.plan.llm_output import PLAN_COLUMNS
+
+    model = tmp_path / "small.yaml"
+    model.write_text("num_layers: 8\nhidden_size: 1024\nnum_attention_heads: 16\nseq_length: 1024\n"
+                     "vocab_size: 32000\n")
+    out = tmp_path / "plans.csv"
+    code = main(["plan", "--model", str(model), "--cluster", "dgx-a100", "--gpus", "8", "--global-batch-size", "64",
+                 "--top-k", "3", "-o", str(out), "--no-track"])
+    assert code == 0
+    import csv
+
+    with out.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == PLAN_COLUMNS and [r["rank"] for r in rows] == ["1", "2", "3"]
+    times = [float(r["predicted_iteration_s"]) for r in rows]
+    assert times == sorted(times)
+    for r in rows:
+        tp, pp, dp = (int(r[k]) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                          "data_parallel_size"))
+        assert tp * pp * dp == 8 and r["fits_memory"] == "true" and r["model"] == "small"
+    baselines = [float(rows[0][k]) for k in ("dp_no_overlap_s", "dp_overlap_s", "dp_zero1_s", "dp_zero2_s",
+                                             "dp_zero3_s") if rows[0][k]]
+    assert baselines and times[0] <= min(baselines)
+    assert "best: TP" in capsys.readouterr().err
+
+
+def test_plan_command_errors(tmp_path, capsys):
+    from paraplan.cli.main import main
+
+    out = tmp_path / "p.csv"
+    assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8",
+                 "--global-batch-size", "8", "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert "gpt3-175b fits nowhere on 8 x A100-SXM4-80GB (80 GB each)" in err and "GB per device" in err
+    assert not out.exists() and "Traceback" not in err
+    assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 2
+    assert "--gpus" in capsys.readouterr().err
+    assert main(["plan", "--model", "no-such-model", "--cluster", "dgx-a100", "--gpus", "8",
+                 "--global-batch-size", "8", "-o", str(out), "--no-track"]) == 2
+    assert "neither a preset" in capsys.readouterr().err

@@ -49,16 +49,27 @@ def test_empty_micro_batch_and_virtual_size_are_searched(tmp_path):
     (",num_gpus", "x,24,2048,16,2048,50257,2,2,2,8,16",
      "runs.csv:2: column 'num_gpus': 16 is not tensor x pipeline x data parallel size = 2 x 2 x 2 = 8"),
     ("", "x,24,2048.5,16,2048,50257,1,1,1,8",
-     "runs.csv:2: column 'hidden_size': expected an integer >= 1, got '2048.5'"),
+     "runs.csv:2: column 'hidden_size': expected a whole number (an integer >= 1 and <= 2^40), got '2048.5': "
+     "not an integer"),
     ("", "x,,2048,16,2048,50257,1,1,1,8",
-     "runs.csv:2: column 'num_layers': expected an integer >= 1, got an empty cell"),
+     "runs.csv:2: column 'num_layers': expected a whole number (an integer >= 1 and <= 2^40), got an empty cell"),
     (",sequence_parallel", "x,24,2048,16,2048,50257,2,1,1,8,maybe",
      "runs.csv:2: column 'sequence_parallel': expected true or false, got 'maybe'"),
     (",dtype", "x,24,2048,16,2048,50257,1,1,1,8,int4",
      "runs.csv:2: column 'dtype': expected one of bf16, fp16, fp8, fp32"),
     (",measured_iteration_s", "x,24,2048,16,2048,50257,1,1,1,8,nan",
-     "runs.csv:2: column 'measured_iteration_s': expected a time in seconds > 0, got 'nan'"),
-    ("", "x,24,2048,16,2048,50257,1,1,1", "runs.csv:2: expected 10 fields, got 9"),
+     "runs.csv:2: column 'measured_iteration_s': expected a time in seconds (a number > 0 and <= 1e7), got 'nan': "
+     "not a finite number"),
+    ("", "x,24,2048,16,2048,50257,1,1,1", "runs.csv:2: expected 10 fields (as in the header), got 9"),
+    ("", "x,24,2048,16,2048,50257,1,1,1,1_000", "runs.csv:2: column 'global_batch_size': expected a whole number"),
+    ("", "x,24,2048,16,2048,50257,1,4,1,1000000000",
+     "runs.csv:2: 1,000,000,000 micro-batches per iteration (global_batch_size / data_parallel_size with "
+     "micro_batch_size searched from 1); expected at most 16,384"),
+    (",micro_batch_size,virtual_pipeline_model_parallel_size", "x,320,2048,16,2048,50257,1,32,1,16384,1,10",
+     "runs.csv:2: 15,728,640 pipeline operations (3 x stages x micro-batches x model chunks); expected at most "
+     "8,388,608"),
+    (",hidden_dropout", "x,24,2048,16,2048,50257,1,1,1,8,1.0",
+     "runs.csv:2: column 'hidden_dropout': expected a probability in [0, 1), got '1.0'"),
 ])
 def test_bad_rows_name_line_column_and_expectation(tmp_path, extra_header, cells, message):
     path = table(tmp_path, HEADER + extra_header + "\n" + cells + "\n")
@@ -69,7 +80,7 @@ def test_bad_rows_name_line_column_and_expectation(tmp_path, extra_header, cells
 
 def test_missing_required_column_and_non_utf8(tmp_path):
     path = table(tmp_path, "num_layers,hidden_size\n1,2\n")
-    with pytest.raises(InputFileError, match="missing required column 'num_attention_heads'"):
+    with pytest.raises(InputFileError, match=r"runs.csv:1: missing column\(s\) num_attention_heads, seq_length"):
         read_run_table(path)
     bad = tmp_path / "bad.csv"
     bad.write_bytes(HEADER.encode() + b"\n\xff\xfe\n")
@@ -112,7 +123,8 @@ def test_calibration_round_trip_and_label(tmp_path):
     assert back.efficiency == cal.efficiency and back.label == cal.label
     assert back.label.startswith("test@") and len(back.label) == len("test@") + 8
     path.write_text(json.dumps({**cal.to_dict(), "efficiency": {"gemm_efficiency": 2.0}}))
-    with pytest.raises(InputFileError, match=r"efficiency: DeviceEfficiency.gemm_efficiency must be in \(0, 1\]"):
+    with pytest.raises(InputFileError, match=r"test.json: efficiency.gemm_efficiency: expected a fraction of the peak "
+                       r"\(a number > 0 and <= 1\), got 2.0: out of range"):
         load_calibration(str(path))
 
 
@@ -120,3 +132,57 @@ def test_shipped_calibration_is_for_the_dgx_a100_device():
     cal = load_calibration()
     assert cal.device == "A100-SXM4-80GB"
     assert cal.errors["cross_validated"]["mape"] < 0.08
+
+
+@pytest.mark.parametrize(("efficiency", "message"), [
+    ({"host_kernel_s": 5.0}, r"efficiency.host_kernel_s: expected seconds \(a number >= 0 and <= 1\), got 5.0: "
+                             r"more than a second to run or issue one kernel or collective; wrong unit\? \(seconds\)"),
+    ({"gemm_k_half": "600"}, r"efficiency.gemm_k_half: expected a GEMM depth in elements .*, got '600'"),
+    ({"host_overlap_exponent": 0.5}, r"efficiency.host_overlap_exponent: expected an exponent \(a number >= 1 "
+                                     r"and <= 1000\), got 0.5: out of range"),
+])
+def test_calibration_values_out_of_range_name_the_key(tmp_path, efficiency, message):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({**Calibration("c", "A100-SXM4-80GB", DeviceEfficiency()).to_dict(),
+                                "efficiency": efficiency}))
+    with pytest.raises(InputFileError, match=r"cal.json: " + message):
+        load_calibration(str(path))
+    path.write_text('{"schema_version": 1, "name": "c", "device": "d", "efficiency": {"gemm_efficiency": NaN}}')
+    with pytest.raises(InputFileError, match=r"cal\.json: not valid JSON: NaN is not a JSON value"):
+        load_calibration(str(path))
+
+
+def test_calibration_with_a_broken_comm_fit_is_refused_when_read(tmp_path):
+    document = Calibration("c", "A100-SXM4-80GB", DeviceEfficiency()).to_dict()
+    fit = {"collective": "all_reduce", "world_size": 8, "nodes": 1, "tier": "intra", "model": "alpha_beta",
+           "chosen": True, "params": {"alpha_s": 1e-5, "beta_Bps": -1e9, "busbw_factor": 1.75},
+           "size_range_bytes": [1024, 2**30]}
+    document["intra_node_comm"] = {"schema_version": 1, "fits": [fit]}
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputFileError, match=r"cal.json: intra_node_comm: fits\[0\].params: predict -0.00"):
+        load_calibration(str(path))
+    fit["params"]["beta_Bps"] = 1e9
+    fit["size_range_bytes"] = [2**30, 1024]
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputFileError, match=r"fits\[0\].size_range_bytes: expected \[smallest, largest\] sizes"):
+        load_calibration(str(path))
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"num_hidden_layers": 100_000, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 8,
+      "max_position_embeddings": 8}, "num_layers 100,000 is above 65,536: more layers than any trained model has"),
+    ({"num_hidden_layers": 2, "hidden_size": 2**25, "num_attention_heads": 1, "vocab_size": 8,
+      "max_position_embeddings": 8}, "hidden_size 33,554,432 is above 16,777,216: wider than any trained model"),
+    ({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 8,
+      "max_position_embeddings": 8, "hidden_dropout": "0.1"}, r"key 'hidden_dropout': expected a probability in "
+                                                              r"\[0, 1\), got '0.1'"),
+    ({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 1, "vocab_size": 8,
+      "max_position_embeddings": 8, "tie_word_embeddings": "false"}, "key 'tie_word_embeddings': expected true "
+                                                                     "or false, got 'false'"),
+])
+def test_absurd_or_mistyped_model_files_name_the_file(tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(InputFileError, match=r"config.json: .*" + message):
+        load_model(str(path))

@@ -130,6 +130,7 @@ def test_a_0_1_workflow_entry_gives_the_same_options(capsys):
 def test_a_bad_workflow_entry_names_the_config_key():
     from paraplan.core import ConfigError
 
-    with pytest.raises(ConfigError, match=r"'profile.models.m.settings.width': expected an integer >= 1, got 0"):
+    with pytest.raises(ConfigError,
+                       match=r"'profile.models.m.settings.width': expected an integer >= 1 and <= 2\^24, got 0"):
         profile_cli_args({"model": "resnet", "profile_batch_sizes": [2], "settings": {"width": 0}},
                          "profile.models.m")

@@ -21,7 +21,7 @@ from paraplan.core import (
 )
 from paraplan.core.timeline import KINDS, STREAMS
 from paraplan.sim import simulate
-from paraplan.sim.strategy_sim import p3_comm_segments, p3_steady_state
+from paraplan.sim.p3 import p3_comm_segments, p3_steady_state
 
 CLUSTER = Cluster("test", 2, 8, Device("acc", 1e14, 1e12, 80e9), Link(100e9, 0.0), Link(10e9, 0.0))
 FREE = ConstantBandwidthModel(float("inf"), float("inf"))

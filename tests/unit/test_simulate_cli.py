@@ -91,3 +91,39 @@ def test_gantt_experiment_writes_charts_and_chrome_traces(tmp_path):
     assert len(trace["traceEvents"]) >= 2 * 4 * 4
 
 
+
+
+RUN_HEADER = ["name", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
+              "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
+              "global_batch_size", "micro_batch_size", "recompute_granularity", "dtype"]
+
+
+def test_runs_timelines_match_predict_and_write_traces_and_gantt(tmp_path):
+    runs = tmp_path / "runs.csv"
+    runs.write_text(",".join(RUN_HEADER) + "\n" + "gpt 1.3B/x,24,2048,16,2048,50257,2,4,2,64,2,full,bf16\n")
+    predicted = tmp_path / "pred.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(predicted), "--no-track"]) == 0
+    out = tmp_path / "timelines"
+    assert main(["simulate", "--runs", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
+    summary = json.loads((out / "timelines.json").read_text())
+    assert summary["cluster"] == "dgx-a100" and summary["calibration"].startswith("a100-vtrain@")
+    (run,) = summary["runs"]
+    assert run["name"] == "gpt 1.3B/x"
+    assert run["iteration_s"] == pytest.approx(float(pd.read_csv(predicted)["predicted_iteration_s"][0]), rel=1e-5)
+    assert 0 < run["bubble_fraction"] < 1
+    trace = json.loads((out / "traces" / "gpt_1_3B_x.json").read_text())
+    assert trace["otherData"]["step_time_s"] == pytest.approx(run["iteration_s"])
+    assert "speedup" not in trace["otherData"]  # no one-device baseline for a transformer run
+    assert len([e for e in trace["traceEvents"] if e.get("ph") == "X"]) == run["events"]
+    assert (out / "figures" / "gpt_1_3B_x.png").stat().st_size > 0
+
+
+def test_runs_needs_a_cluster_and_excludes_a_study(tmp_path, capsys):
+    runs = tmp_path / "runs.csv"
+    runs.write_text(",".join(RUN_HEADER) + "\n")
+    assert main(["simulate", "--runs", str(runs), "-o", str(tmp_path / "o"), "--no-track"]) == 2
+    assert "--cluster" in capsys.readouterr().err
+    assert main(["simulate", "--runs", str(runs), "--study", "schedules", "--cluster", "dgx-a100",
+                 "-o", str(tmp_path / "o"), "--no-track"]) == 2
+    assert "give a study (--study NAME) or a run table (--runs FILE)" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

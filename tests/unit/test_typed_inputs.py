@@ -49,7 +49,7 @@ def test_a_mapping_loads_and_each_error_names_the_key_the_value_and_what_was_exp
     bad = [
         ({"name": "x", "inner": {"global_batch_sizes": [8, 0]}},
          "f.yaml: key 'inner.global_batch_sizes[1]': expected an integer >= 1, got 0"),
-        ({"name": "x", "memory_GB": -1.0}, "f.yaml: key 'memory_GB': expected a number > 0, got -1.0"),
+        ({"name": "x", "memory_GB": -1.0}, "f.yaml: key 'memory_GB': expected a number > 0, got -1.0: negative"),
         ({"name": "x", "schedule": "zigzag"}, "f.yaml: key 'schedule': expected one of gpipe, 1f1b, got 'zigzag'"),
         ({"name": "x", "overlap": "yes"}, "f.yaml: key 'overlap': expected true or false, got 'yes'"),
         ({"name": 3}, "f.yaml: key 'name': expected text, got 3"),
@@ -101,7 +101,7 @@ def test_the_options_come_from_the_fields(capsys):
 
 
 OLD_CONFIG = """
-plan: {mbs: 0, gbs: [32, 64], optimizer_factor: 4, gpu_gbs: [64]}
+plan: {mbs: 0, gbs: [32, 64], optimizer_factor: 4}
 simulate: {experiments: [schedules]}
 validate: {models: {mlp: {batch: 32, microbatches: 4}}}
 profile:
@@ -118,8 +118,7 @@ def test_a_0_1_workflow_config_is_renamed_before_validation(repo_root, capsys, m
     monkeypatch.chdir(repo_root)
     config = yaml.safe_load(OLD_CONFIG)
     upgrade_config(config)
-    assert config["plan"] == {"min_micro_batch_size": 0, "global_batch_sizes": [32, 64], "model_state_factor": 4,
-                              "gpu_global_batch_sizes": [64]}
+    assert config["plan"] == {"min_micro_batch_size": 0, "global_batch_sizes": [32, 64], "model_state_factor": 4}
     assert config["simulate"] == {"studies": ["schedules"]}
     assert config["validate"]["models"]["mlp"] == {"global_batch_size": 32, "num_microbatches": 4}
     assert config["profile"]["models"]["mlp"] == {"model": "mlp", "profile_batch_sizes": [8, 16],

@@ -16,7 +16,7 @@ from paraplan.validate import (
     validation_metrics,
     validation_table,
 )
-from paraplan.validate.predict import PredictionSetup, both_busy_fraction, tp_unused_backward_allreduce_s
+from paraplan.validate.predict import PredictionSetup, both_busy_fraction, predict_step_times, tp_backward_allreduces
 from paraplan.validate.strategies import strategy_for
 
 
@@ -74,15 +74,24 @@ def test_strategies_map_to_the_simulator():
         strategy_for("zb", 4, 2)
 
 
-def test_tp_correction_removes_the_first_pairs_backward_allreduce():
+def test_tp_backward_skips_the_first_pairs_input_allreduce():
     layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
     profile = ModelProfile("mlp", 16, (layer,) * 4)
     comm = ConstantBandwidthModel(1e9, 1e9, intra_latency_s=1e-5)
-    # batch 32 doubles the profile's 4096 activation bytes
-    expected = comm.time_s("all_reduce", 8192.0, Group(2))
-    assert tp_unused_backward_allreduce_s(profile, comm, SETUP) == pytest.approx(expected)
+    assert tp_backward_allreduces(SETUP) == (0, 0, 0, 1)
     gpt = PredictionSetup(32, 4, 2, (0, 2, 2, 0))  # a block's input comes from the embedding
-    assert tp_unused_backward_allreduce_s(profile, comm, gpt) == 0.0
+    assert tp_backward_allreduces(gpt) == (0, 2, 2, 0)
+    # the step runs exactly one all-reduce of the first pair's output fewer than a run
+    # whose data input needed its gradient; batch 32 doubles the profile's 4096 bytes
+    from dataclasses import replace
+
+    from paraplan.clusters import load_cluster
+
+    cluster = load_cluster("local-cpu")
+    with_grad = replace(SETUP, first_pair_input_needs_grad=True)
+    skipped = predict_step_times(profile, cluster, comm, ["tp2"], SETUP)["tp2"]
+    full = predict_step_times(profile, cluster, comm, ["tp2"], with_grad)["tp2"]
+    assert full - skipped == pytest.approx(comm.time_s("all_reduce", 8192.0, Group(2)))
 
 
 def _timeline(device, stream, start, end):
@@ -108,7 +117,6 @@ def test_both_busy_fraction_reads_the_overlap_of_the_compute_streams():
 
 def test_saturated_cpu_predicts_overlap_as_serial_per_layer_allreduces():
     from paraplan.clusters import load_cluster
-    from paraplan.validate.predict import predict_step_times
 
     layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
     profile = ModelProfile("mlp", 32, (layer,) * 4)
@@ -129,45 +137,61 @@ def test_saturated_cpu_predicts_overlap_as_serial_per_layer_allreduces():
     assert t_slow["dp"] == pytest.approx(2 * 4 * 1.5e-3 + 2 * latency_s + 4e6 / 1e9)
 
 
-def test_tensor_parallel_profile_keeps_replicated_layers_whole_and_splits_cpu_fixed_time():
-    from paraplan.validate.predict import tensor_parallel_profile
+def test_tensor_parallelism_keeps_replicated_layers_whole_and_splits_cpu_fixed_time():
+    from paraplan.clusters import load_cluster
+    from paraplan.core import Strategy
+    from paraplan.sim.strategy_sim import RunConditions, profile_execution
 
     layer = LayerProfile("l", 3e-3, 6e-3, activation_bytes=4096.0, param_bytes=1e6,
                          fwd_fixed_s=1e-3, bwd_fixed_s=2e-3)
     profile = ModelProfile("m", 32, (layer,) * 3)
-    setup = PredictionSetup(32, 4, 1, (0, 1, 0), tp_split=(True, True, False), tp_splits_fixed_time=True)
-    tp = tensor_parallel_profile(profile, setup)
-    # what the simulator computes per rank at batch b: fixed + (t - fixed) x (b / B) / 2
-    def per_rank_fwd(la, b):
-        return la.fwd_fixed_s + (la.fwd_s - la.fwd_fixed_s) * (b / 32) / 2
+    cluster = load_cluster("local-cpu")
+    free = ConstantBandwidthModel(1e30, 1e30)
+    no_comm = (0.0, 0.0, 0.0)
+
+    def forward_s(batch, **conditions):
+        built = profile_execution(profile, cluster, free, Strategy(tensor_model_parallel_size=2), batch,
+                                  tp_allreduces=no_comm, conditions=RunConditions(**conditions))
+        return float(built.model.costs.fwd_s[0])
 
     for b in (16, 32):
-        # split layer: all of it halves; replicated layer: all of it stays
-        assert per_rank_fwd(tp.layers[0], b) == pytest.approx((1e-3 + 2e-3 * b / 32) / 2)
-        assert per_rank_fwd(tp.layers[2], b) == pytest.approx(1e-3 + 2e-3 * b / 32)
-    gpu = tensor_parallel_profile(profile, PredictionSetup(32, 4, 1, (0, 1, 0), tp_split=(True, True, False)))
-    assert gpu.layers[0] == layer  # a GPU's fixed (launch) time stays whole: the simulator's rule
+        # CPU: split layers halve all of their time, the replicated third layer keeps all of it
+        cpu = forward_s(b, tp_split=(True, True, False), tp_splits_fixed_time=True)
+        assert cpu == pytest.approx(2 * (1e-3 + 2e-3 * b / 32) / 2 + (1e-3 + 2e-3 * b / 32))
+        # GPU: a split layer's fixed (launch) time stays whole
+        gpu = forward_s(b, tp_split=(True, True, False))
+        assert gpu == pytest.approx(2 * (1e-3 + 2e-3 * b / 32 / 2) + (1e-3 + 2e-3 * b / 32))
+        assert forward_s(b) == pytest.approx(3 * (1e-3 + 2e-3 * b / 32 / 2))
 
 
 def test_pipeline_backward_is_charged_its_average_gradient_accumulation():
-    from paraplan.validate.predict import accumulation_profile
+    from paraplan.clusters import load_cluster
+    from paraplan.core import Strategy
+    from paraplan.sim.strategy_sim import RunConditions, profile_execution
 
     layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=4e6)
     profile = ModelProfile("m", 32, (layer,) * 2)
-    acc = accumulation_profile(profile, num_microbatches=4, mem_bandwidth_Bps=20e9)
-    # 3 of 4 micro-batches add 4 MB into 4 MB: 3 x 4e6 B / 20e9 B/s = 0.6 ms each
+    cluster = load_cluster("local-cpu")
+    comm = ConstantBandwidthModel(1e9, 1e9)
+    pipeline = Strategy(pipeline_model_parallel_size=2, num_microbatches=4)
+
+    def backward_s(conditions):
+        return profile_execution(profile, cluster, comm, pipeline, 32, conditions=conditions).model.costs.bwd_s
+
+    # 3 of 4 micro-batches add 4 MB into 4 MB: 3 x 4e6 B / 20e9 B/s = 0.6 ms each, on average 3/4 of it
     extra_s = 3 / 4 * 0.6e-3
-    for b in (8, 32):  # the same at every micro-batch size
-        assert acc.bwd_s_at(b)[0] == pytest.approx(profile.bwd_s_at(b)[0] + extra_s)
-    assert acc.fwd_s_at(8)[0] == profile.fwd_s_at(8)[0]
-    assert accumulation_profile(profile, 1, 20e9) is profile
+    charged = backward_s(RunConditions(accumulation_Bps=20e9))
+    np.testing.assert_allclose(charged - backward_s(RunConditions()), extra_s)
+    single = Strategy(pipeline_model_parallel_size=2, num_microbatches=1)
+    built = profile_execution(profile, cluster, comm, single, 32, conditions=RunConditions(accumulation_Bps=20e9))
+    np.testing.assert_allclose(built.model.costs.bwd_s, profile.bwd_s_at(32)[:1].sum())
 
 
 def test_tp2_charges_each_activation_allreduce_its_measured_mean():
     from dataclasses import replace
 
     from paraplan.clusters import load_cluster
-    from paraplan.validate.predict import MeasuredAllReduce, predict_step_times
+    from paraplan.validate.predict import MeasuredAllReduce
 
     layer = LayerProfile("l", 1e-3, 2e-3, activation_bytes=4096.0, param_bytes=1e6)
     profile = ModelProfile("mlp", 32, (layer,) * 4)

@@ -40,3 +40,79 @@ def test_config_uri_used_only_without_environment(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
     workflow_env.prepare_environment({"mlflow": {"tracking_uri": "http://server:5000"}})
     assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:///elsewhere.db"
+
+
+# ---- config checks before any job runs (issue 15) ---------------------------------------
+
+
+def _default_config(repo_root) -> dict:
+    import yaml
+
+    from paraplan.workflow_env import upgrade_config
+
+    config = yaml.safe_load((repo_root / "config" / "config.yaml").read_text())
+    upgrade_config(config, str(repo_root / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
+@pytest.fixture()
+def default_config(repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    return _default_config(repo_root)
+
+
+def test_the_default_config_runs_here(default_config):
+    assert workflow_env.config_problems(default_config, cores=2) == []
+
+
+@pytest.mark.parametrize(("edit", "key", "message"), [
+    (lambda c: c.update(cluster="nope"), "cluster", "no cluster file config/clusters/nope.yaml; known clusters: "),
+    (lambda c: c["plan"]["llm"]["llama3-8b__8xH100"].update(cluster="dgx-z900"), "plan.llm.llama3-8b__8xH100.cluster",
+     "no cluster file config/clusters/dgx-z900.yaml"),
+    (lambda c: c["bench"].update(min_bytes=4096, max_bytes=1024), "bench.min_bytes",
+     "4096 is above bench.max_bytes (1024); expected min_bytes <= max_bytes"),
+    (lambda c: c["bench"].update(world_sizes=[2, 8]), "bench.world_sizes",
+     "8 ranks on this machine's 2 cores; expected at most 4 (two gloo ranks per core), or a cluster executor"),
+    (lambda c: c["fit"]["logs"].append({"name": "a100", "path": "missing/a100.txt", "format": "nccl-tests"}),
+     "fit.logs[0].path", "missing/a100.txt does not exist; expected the nccl-tests log named 'a100'"),
+    (lambda c: c["fit"]["logs"].append({"name": "d", "path": "config", "format": "nccl-tests"}),
+     "fit.logs[0].path", "config is a folder; expected the nccl-tests log named 'd'"),
+    (lambda c: c["predict"]["tables"]["llm_a100"].update(runs="config/runs/none.csv"),
+     "predict.tables.llm_a100.runs", "config/runs/none.csv does not exist; expected a run table (CSV)"),
+    (lambda c: c["simulate"]["studies"].append("fig9"), "simulate.studies", "no study 'fig9'"),
+])
+def test_a_config_that_cannot_run_here_names_the_key(default_config, edit, key, message):
+    edit(default_config)
+    (problem,) = workflow_env.config_problems(default_config, cores=2)
+    assert problem[0] == key and message in problem[1]
+
+
+def test_world_sizes_are_the_executors_business_on_a_cluster(default_config):
+    default_config["bench"]["world_sizes"] = [2, 64]
+    assert workflow_env.config_problems(default_config, cores=None) == []
+    default_config["bench"]["backend"] = "nccl"  # GPUs, not cores, bound NCCL ranks
+    assert workflow_env.config_problems(default_config, cores=2) == []
+
+
+def test_check_config_prints_one_line_per_problem_and_exits(default_config, capsys):
+    default_config["bench"].update(min_bytes=4096, max_bytes=1024)
+    default_config["cluster"] = "nope"
+    with pytest.raises(SystemExit) as stop:
+        workflow_env.check_config(default_config, local=True)
+    assert stop.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("'")[1] for line in lines] == ["cluster", "bench.min_bytes"]
+    assert all(line.startswith("paraplan: error: config key '") for line in lines)
+
+
+def test_nested_command_line_config_text_is_read_as_numbers(repo_root):
+    """Snakemake 9 passes --config bench='{iters: 50, world_sizes: [2]}' as text values."""
+    from paraplan.workflow_env import upgrade_config
+
+    config = {"bench": {"iters": "50", "world_sizes": ["2"], "backend": "gloo", "factor": "2.5"},
+              "mlflow": {"enabled": "false", "tracking_uri": ""}, "cluster": "local-cpu",
+              "plan": {"global_batch_sizes": ["32", "64"]}}
+    upgrade_config(config, str(repo_root / "workflow" / "schemas" / "config.schema.yaml"))
+    assert config["bench"] == {"iters": 50, "world_sizes": [2], "backend": "gloo", "factor": 2.5}
+    assert config["mlflow"] == {"enabled": False, "tracking_uri": ""}
+    assert config["plan"]["global_batch_sizes"] == [32, 64]

@@ -33,14 +33,16 @@ for _name in sorted(set(PREDICT["calibrations"]) - set(CALIBRATIONS)):
         file=sys.stderr,
     )
 
-# The calibration each prediction table uses: made by this workflow, else the shipped one.
+# The calibration each prediction table and transformer plan uses: made by this
+# workflow, else the shipped one.
+PREDICT_DEFAULT_CALIBRATION = "a100-vtrain"
 CALIBRATION_FILES = {
-    table["calibration"]: (
-        f"{RESULTS}/calibrations/{table['calibration']}.json"
-        if table["calibration"] in CALIBRATIONS
-        else f"config/calibrations/{table['calibration']}.json"
-    )
-    for table in PREDICT["tables"].values()
+    name: (f"{RESULTS}/calibrations/{name}.json" if name in CALIBRATIONS else f"config/calibrations/{name}.json")
+    for name in {
+        PREDICT_DEFAULT_CALIBRATION,
+        *(table["calibration"] for table in PREDICT["tables"].values()),
+        *(entry.get("calibration", PREDICT_DEFAULT_CALIBRATION) for entry in config["plan"]["llm"].values()),
+    }
 }
 
 CALIBRATION_COMM_LOGS = {

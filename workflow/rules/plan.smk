@@ -1,21 +1,28 @@
-# Plan stage: DAPPLE-style hybrid planning (`paraplan plan`) of the models the profile
-# stage measured, on this machine (config["cluster"]) with its fitted comm model, and of
-# analytic profiles of the same models on the GPU clusters of config["plan"]["gpu_clusters"]
-# with DAPPLE's formulas at each cluster file's link bandwidths. Pure computation (no
-# measure resource). The DAPPLE ResNet-50 study is a planning study of its own:
+# Plan stage: DAPPLE-style hybrid planning (`paraplan plan --profile`) of the models the
+# profile stage measured, on this machine (config["cluster"]) with its fitted comm model,
+# and transformer plans (`paraplan plan --model`) of the config's plan.llm entries on GPU
+# clusters. Pure computation (no measure resource). The DAPPLE ResNet-50 study is a
+# planning study of its own:
 #   paraplan plan --study dapple_resnet50 -o results/plans/dapple_resnet50
 
 import os
 import re
 
-from paraplan.profile.specs import profile_cli_args
-
 PLAN = config["plan"]
 PLAN_MODELS = sorted(config["profile"]["models"])
-PLAN_GPU_CLUSTERS = list(PLAN["gpu_clusters"])
-if CLUSTER in PLAN_GPU_CLUSTERS:
-    raise ValueError(f"config plan.gpu_clusters: '{CLUSTER}' is the measured cluster; list GPU clusters only")
-_PLAN_GPU_RE = "|".join(re.escape(c) for c in PLAN_GPU_CLUSTERS) or "(?!)"
+PLAN_LLM = {
+    name: {"calibration": PREDICT_DEFAULT_CALIBRATION, **entry} for name, entry in PLAN["llm"].items()
+}
+# each plan.llm entry as `paraplan plan` options, one item per shell word
+PLAN_LLM_ARGS = {
+    name: [
+        "--model", str(entry["model"]), "--cluster", str(entry["cluster"]), "--gpus", str(entry["gpus"]),
+        "--global-batch-size", str(entry["global_batch_size"]),
+        *(["--seq-length", str(entry["seq_length"])] if entry.get("seq_length") else []),
+        "--dtype", str(entry.get("dtype", "bf16")), "--top-k", str(entry.get("top_k", 5)),
+    ]
+    for name, entry in PLAN_LLM.items()
+}
 
 
 # `paraplan plan` options shared by both planning rules, one item per shell word
@@ -62,67 +69,33 @@ rule plan_measured:
         " > {log:q} 2>&1"
 
 
-rule plan_analytic_profile:
-    output:
-        csv=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.csv",
-        meta=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.meta.json",
-    log:
-        f"{LOGS}/plan/profile_{{model}}__{{cluster}}.log",
-    benchmark:
-        f"{BENCHMARKS}/plan/profile_{{model}}__{{cluster}}.tsv"
-    wildcard_constraints:
-        model="[A-Za-z0-9_.-]+",
-        cluster=_PLAN_GPU_RE,
-    params:
-        model_args=lambda wildcards: profile_cli_args(
-            dict(config["profile"]["models"][wildcards.model], analytic={"cluster": wildcards.cluster}),
-            f"profile.models.{wildcards.model}",
-        ),
-    conda:
-        "../../environment.yml"
-    shell:
-        "paraplan profile {params.model_args:q} -o {output.csv:q}"
-        " --rule plan_analytic_profile --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
-        " > {log:q} 2>&1"
-
-
-rule plan_analytic:
+# A transformer on a GPU cluster (`paraplan plan --model`): the best plans over TP,
+# PP, DP, micro-batch, interleaving, schedule, recomputation, SP and ZeRO, with the
+# calibration the predict stage uses.
+rule plan_llm:
     input:
-        profile=f"{RESULTS}/plans/profiles/{{model}}__{{cluster}}.csv",
+        calibration=lambda wildcards: CALIBRATION_FILES[PLAN_LLM[wildcards.name]["calibration"]],
     output:
-        csv=f"{RESULTS}/plans/{{model}}__{{cluster}}.csv",
-        figure=report(
-            f"{FIGURES}/plan/{{model}}__{{cluster}}.png",
-            caption="../report/plan.rst",
-            category="plan",
-        ),
-        figure_pdf=f"{FIGURES}/plan/{{model}}__{{cluster}}.pdf",
+        csv=f"{RESULTS}/plans/llm/{{name}}.csv",
     log:
-        f"{LOGS}/plan/{{model}}__{{cluster}}.log",
+        f"{LOGS}/plan/llm_{{name}}.log",
     benchmark:
-        f"{BENCHMARKS}/plan/{{model}}__{{cluster}}.tsv"
+        f"{BENCHMARKS}/plan/llm_{{name}}.tsv"
     wildcard_constraints:
-        model="[A-Za-z0-9_.-]+",
-        cluster=_PLAN_GPU_RE,
-    threads: 2
+        name="[A-Za-z0-9_.-]+",
     params:
-        global_batch_sizes=",".join(str(g) for g in PLAN["gpu_global_batch_sizes"]),
-        args=PLAN_ARGS,
-        figures=lambda wildcards, output: os.path.dirname(output.figure),
+        args=lambda wildcards: PLAN_LLM_ARGS[wildcards.name],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
-        " --global-batch-sizes {params.global_batch_sizes:q} {params.args:q} --jobs {threads}"
-        " -o {output.csv:q} --plots {params.figures:q}"
-        " --rule plan_analytic --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
-        " > {log:q} 2>&1"
+        "paraplan plan {params.args:q} --calibration {input.calibration:q} -o {output.csv:q}"
+        " --rule plan_llm --wildcards name={wildcards.name:q} > {log:q} 2>&1"
 
 
 rule plan_all:
     input:
-        expand(f"{RESULTS}/plans/{{model}}__{{cluster}}.csv", model=PLAN_MODELS,
-               cluster=[CLUSTER, *PLAN_GPU_CLUSTERS]),
+        expand(f"{RESULTS}/plans/{{model}}__{{cluster}}.csv", model=PLAN_MODELS, cluster=[CLUSTER]),
+        expand(f"{RESULTS}/plans/llm/{{name}}.csv", name=sorted(PLAN_LLM)),
 
 
 ALL_TARGETS.extend(rules.plan_all.input)

@@ -299,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--profile", "give a profile (or --study NAME)")
     if request.global_batch_sizes is None:
         raise ConfigError("--global-batch-sizes", "give the global batch sizes to plan, e.g. 32,64,128 or 32:4096:64")
+    for warning in request.warnings():
+        print(f"paraplan plan: warning: {warning}", file=sys.stderr)
     profile = _load_profile(request.profile, request.profile_batch_size)
     base = load_cluster(request.cluster)
     clusters = request.clusters(base)

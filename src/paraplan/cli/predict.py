@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from paraplan.clusters import load_cluster
+    from paraplan.core import StrategyError
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
@@ -107,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     header, rows = read_run_table(args.runs)
     started = time.perf_counter()
-    predictions = predict_rows(rows, cluster, calibration.comm_model(cluster), calibration.efficiency)
+    try:
+        predictions = predict_rows(rows, cluster, calibration.comm_model(cluster), calibration.efficiency)
+    except StrategyError as exc:
+        raise StrategyError(f"{args.runs}: {exc}") from None
     seconds = time.perf_counter() - started
     columns, out = output_rows(header, rows, predictions, calibration.label)
     with atomic_open(args.output, "w") as handle:

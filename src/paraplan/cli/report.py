@@ -53,7 +53,7 @@ def collect(paths: list[Path]):
     from paraplan.report.summary import StageFiles
 
     collectives, fits, profiles, simulations, plans, validations = {}, {}, {}, {}, {}, {}
-    calibrations, predictions = {}, {}
+    calibrations, predictions, llm_plans = {}, {}, {}
     for path in paths:
         parts = path.parts
         if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
@@ -71,6 +71,8 @@ def collect(paths: list[Path]):
                 _read_json(timing) if timing.exists() else {},
                 _read_csv(comparison) if comparison.exists() else None,
             )
+        elif path.suffix == ".csv" and len(parts) >= 3 and parts[-2] == "llm" and parts[-3] == "plans":
+            llm_plans[path.stem] = _read_csv(path)
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "plans":
             plans[path.stem] = _read_csv(path)
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "validation":
@@ -79,7 +81,8 @@ def collect(paths: list[Path]):
             calibrations[path.stem] = _read_json(path)
         elif path.name == "predicted.csv" and len(parts) >= 3 and parts[-3] == "predict":
             predictions[parts[-2]] = _read_csv(path)
-    return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions)
+    return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions,
+                      llm_plans)
 
 
 def run(args: argparse.Namespace) -> int:

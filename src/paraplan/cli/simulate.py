@@ -1,6 +1,9 @@
 """Simulate a named study (config/studies/simulate/<name>.yaml): every configuration
 of its sweep in each of its modes (`distir-v0.1`: DistIR's own semantics, to
-reproduce seed 000; `corrected`: paraplan's physical engine).
+reproduce seed 000; `corrected`: paraplan's physical engine). Or (--runs) the
+iterations of a run table's transformer runs on a cluster with a calibration: the
+timeline of each (`paraplan predict` gives their numbers), as Chrome traces and Gantt
+charts of the pipeline ranks.
 
 Writes DIR/results.csv (one row per configuration), DIR/timing.json (simulate_s:
 simulation wall time only, best of --repeats), DIR/published_comparison.csv when the
@@ -11,6 +14,7 @@ the checkout, or the copy the package carries) or a YAML path.
 
 Examples:
   paraplan simulate --study schedules -o results/simulations/schedules
+  paraplan simulate --runs config/runs/llm_a100.csv --cluster dgx-a100 -o results/simulations/llm_a100
   paraplan simulate --study config/studies/simulate/distir_fig3.yaml -o out/fig3 --modes corrected
 """
 
@@ -25,7 +29,6 @@ from paraplan.cli.common import (
     add_tracking_arguments,
     deprecated,
     name_list,
-    require,
 )
 
 NAME = "simulate"
@@ -35,9 +38,14 @@ ORDER = 40
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", default=None, metavar="NAME|FILE",
-                        help="study name (distir_fig3, distir_fig4, schedules, ...) or YAML file (required)")
+                        help="study name (distir_fig3, distir_fig4, schedules, ...) or YAML file")
     deprecated(parser, "--experiment", "--study", "study")
-    require(parser, "study", "--study")
+    runs = parser.add_argument_group("transformer runs (instead of a study)")
+    runs.add_argument("--runs", type=Path, default=None, metavar="FILE",
+                      help="run table (see paraplan predict --help): one timeline per row")
+    runs.add_argument("--cluster", default=None, metavar="NAME|FILE", help="cluster of the runs (with --runs)")
+    runs.add_argument("--calibration", default=None,
+                      help="calibration file (default: the shipped a100-vtrain; with --runs)")
     add_output_argument(parser, "output folder (results.csv, timing.json, figures/, traces/)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the figures (PNG + PDF); default: OUTPUT/figures")
@@ -51,6 +59,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tracking_arguments(parser)
 
 
+MAX_GANTT_EVENTS = 50_000  # larger timelines get a trace only
+
+
+def _time_unit(span_s: float) -> tuple[float, str]:
+    """The largest of s, ms, us that puts at least 2 units across `span_s`."""
+    for unit_s, name in ((1.0, "s"), (1e-3, "ms")):
+        if span_s >= 2 * unit_s:
+            return unit_s, name
+    return 1e-6, "us"
+
+
+def _run_tables(args: argparse.Namespace) -> int:
+    """Timelines of a run table's iterations (--runs)."""
+    from paraplan.clusters import load_cluster
+    from paraplan.core import ConfigError, StrategyError
+    from paraplan.files import check_outputs, write_json
+    from paraplan.plots.gantt import save_gantt
+    from paraplan.predict.build import build_execution
+    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
+    from paraplan.predict.predictor import predict_rows
+    from paraplan.predict.runtable import read_run_table
+    from paraplan.sim import to_chrome_trace
+    from paraplan.sim.execution import run_iteration
+    from paraplan.track import RunLog
+
+    if args.cluster is None:
+        raise ConfigError("--cluster", "needed with --runs (e.g. dgx-a100)")
+    check_outputs([args.output / "timelines.json"])
+    cluster = load_cluster(args.cluster)
+    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    comm = calibration.comm_model(cluster)
+    _, rows = read_run_table(args.runs)
+    try:
+        predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
+    except StrategyError as exc:
+        raise StrategyError(f"{args.runs}: {exc}") from None
+    figures = args.plots if args.plots is not None else args.output / "figures"
+    summary, artifacts = [], []
+    for row, pred in zip(rows, predictions, strict=True):
+        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in row.name)
+        result = run_iteration(build_execution(row.model, pred.settings, cluster, comm, calibration.efficiency))
+        assert result.timeline is not None
+        trace = args.output / "traces" / f"{stem}.json"
+        write_json(trace, to_chrome_trace(result.timeline))
+        s = pred.settings
+        title = (f"{row.name}: TP {s.tensor_model_parallel_size}, PP {s.pipeline_model_parallel_size}, DP "
+                 f"{s.data_parallel_size}, micro-batch {s.micro_batch_size}, v {s.virtual_pipeline_model_parallel_size}"
+                 f" ({result.iteration_s:.3g} s)")
+        if not args.no_plots and result.timeline.num_events <= MAX_GANTT_EVENTS:
+            unit_s, unit_name = _time_unit(result.iteration_s)
+            artifacts += save_gantt(result.timeline, figures / stem, title=title, time_unit_s=unit_s,
+                                    unit_name=unit_name)
+        summary.append({"name": row.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
+                        "events": result.timeline.num_events, "trace": str(trace)})
+    write_json(args.output / "timelines.json", {"calibration": calibration.label, "cluster": cluster.name,
+                                                "runs": summary})
+    print(f"paraplan simulate: {len(rows)} run(s) of {args.runs} with {calibration.label} -> {args.output}",
+          file=sys.stderr)
+    from paraplan.cli.common import track
+
+    track(args, RunLog(stage="simulate", run_name=args.runs.stem,
+                       params={"runs": str(args.runs), "cluster": cluster.name, "calibration": calibration.label},
+                       metrics={"runs": float(len(rows))},
+                       artifacts=[args.output / "timelines.json", *artifacts]))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -62,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.studies import simulate as st
     from paraplan.studies.simulate_study import MODES
 
+    if (args.study is None) == (args.runs is None):
+        raise ConfigError("--study", "give a study (--study NAME) or a run table (--runs FILE)")
+    if args.runs is not None:
+        return _run_tables(args)
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
     study = st.load_study(find_study("simulate", args.study))

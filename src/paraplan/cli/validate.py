@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.profile.io import read_profile
     from paraplan.validate import STRATEGIES
     from paraplan.validate.pipeline import balanced_boundary
-    from paraplan.validate.predict import PredictionSetup, predict_step_times, scale_compute
+    from paraplan.validate.predict import PredictionSetup, predict_step_times
     from paraplan.validate.runner import RunConfig, run_strategies
     from paraplan.validate.tensor_parallel import tp_allreduce_counts, tp_split_layers
     from paraplan.validate.workload import WorkloadSpec
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
              "calibration_together_s": statistics.median(result.together_s)}
     # diagnostic only: the profile rescaled to the run's own compute speed, which
     # separates a stale profile (machine load when it was taken) from the model's error
-    rescaled = predict_step_times(scale_compute(profile, drift), cluster, comm, strategies, setup,
-                                  result.contention_factor)
+    rescaled = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor,
+                                  profile_drift=drift)
     for strategy, value in rescaled.items():
         extra[f"predicted_rescaled_s__{strategy}"] = value
         extra[f"rel_err_rescaled__{strategy}"] = value / result.measured[strategy].median_s - 1

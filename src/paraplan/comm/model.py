@@ -32,7 +32,6 @@ operations (PCHIP tables are evaluated from their stored cubic coefficients).
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +41,8 @@ import numpy as np
 
 from paraplan.comm.fit_sweep import MODEL_NAMES, predict
 from paraplan.core import InputFileError, ParaplanError, ring_time_s
+from paraplan.core.limits import MAX_DEVICES
+from paraplan.inputs import read_json_object, shown
 
 SCHEMA_VERSION = 1
 FLAG_OUTSIDE_RANGE = "outside_range"
@@ -50,6 +51,8 @@ FLAG_OTHER_COLLECTIVE = "other_collective"
 FLAG_OTHER_TIER = "other_tier"
 FLAG_DERIVED = "derived"
 _ALIASES = {"all_to_allv": "all_to_all"}
+_MAX_SIZE_LOG2 = 50
+_MAX_SIZE_BYTES = 2.0**_MAX_SIZE_LOG2
 _REQUIRED_KEYS = ("collective", "world_size", "nodes", "tier", "model", "chosen", "params", "size_range_bytes")
 
 
@@ -116,6 +119,55 @@ def _per_link(entry: _Entry) -> tuple[float, float]:
     return latency, bandwidth
 
 
+def _entry(fit: object, where: str, source: str) -> _Entry:
+    """One checked entry of a comm_model.json's `fits`."""
+    def bad(key: str, expected: str, value: object) -> InputFileError:
+        return InputFileError(source, f"expected {expected}, got {shown(repr(value))}", field=f"{where}.{key}")
+
+    if not isinstance(fit, Mapping):
+        raise InputFileError(source, f"expected a JSON object, got {shown(repr(fit))}", field=where)
+    missing = [k for k in _REQUIRED_KEYS if k not in fit]
+    if missing:
+        raise InputFileError(source, f"missing key(s) {', '.join(missing)}", field=where)
+    if not isinstance(fit["collective"], str) or not fit["collective"]:
+        raise bad("collective", "a collective name", fit["collective"])
+    for key, high in (("world_size", MAX_DEVICES), ("nodes", MAX_DEVICES)):
+        value = fit[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise bad(key, f"an integer from 1 to {high:,}", value)
+    if fit["tier"] not in ("intra", "inter") or not isinstance(fit["tier"], str):
+        raise bad("tier", "intra or inter", fit["tier"])
+    if not isinstance(fit["model"], str) or fit["model"] not in MODEL_NAMES:
+        raise bad("model", f"one of {', '.join(MODEL_NAMES)}", fit["model"])
+    if not isinstance(fit["chosen"], bool):
+        raise bad("chosen", "true or false", fit["chosen"])
+    if not isinstance(fit["params"], Mapping):
+        raise bad("params", "a JSON object", fit["params"])
+    span = fit["size_range_bytes"]
+    numbers = isinstance(span, list) and len(span) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in span)
+    if not numbers or not 0 < span[0] <= span[1] <= _MAX_SIZE_BYTES:
+        raise bad("size_range_bytes", f"[smallest, largest] sizes, 0 < smallest <= largest <= 2^{_MAX_SIZE_LOG2}",
+                  span)
+    entry = _Entry(collective=fit["collective"], world_size=fit["world_size"], tier=fit["tier"], model=fit["model"],
+                   chosen=fit["chosen"], params=dict(fit["params"]), lo_bytes=float(span[0]), hi_bytes=float(span[1]))
+    lo, hi = entry.lo_bytes, entry.hi_bytes
+    try:
+        with np.errstate(all="ignore"):
+            predictor = _scalar_predictor(entry.model, entry.params)
+            times = [(n, predictor(n)) for n in (lo, math.sqrt(lo * hi), hi)]
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError) as exc:
+        raise InputFileError(source, f"do not describe a {entry.model} fit ({type(exc).__name__}: {shown(str(exc))})",
+                             field=f"{where}.params") from None
+    for nbytes, time_s in times:
+        if not (isinstance(time_s, float) and math.isfinite(time_s) and time_s >= 0):
+            raise InputFileError(source, f"predict {time_s!r} s for {nbytes:g} bytes; expected a finite time "
+                                 ">= 0", field=f"{where}.params")
+    if entry.model == "alpha_beta" and not (entry.params["beta_Bps"] > 0 and entry.params["busbw_factor"] > 0):
+        raise bad("params", "beta_Bps > 0 and busbw_factor > 0", entry.params)
+    return entry
+
+
 class FittedCommModel:
     """`paraplan.core.CommModel` from fitted entries (see the module docstring)."""
 
@@ -129,40 +181,17 @@ class FittedCommModel:
     # ---- construction -------------------------------------------------------------
     @classmethod
     def from_dict(cls, document: Mapping, source: str = "<dict>") -> FittedCommModel:
+        """The model of a comm_model.json document; every fit is checked here (types,
+        ranges, and a finite non-negative time at its range's ends and middle), so a
+        bad file is an error naming it, never a NaN or a crash later."""
         fits = document.get("fits") if isinstance(document, Mapping) else None
         if not isinstance(fits, list):
             raise InputFileError(source, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
-        entries = []
-        for i, fit in enumerate(fits):
-            missing = [k for k in _REQUIRED_KEYS if not isinstance(fit, Mapping) or k not in fit]
-            if missing:
-                raise InputFileError(source, f"fits[{i}]: missing key(s) {', '.join(missing)}")
-            if fit["model"] not in MODEL_NAMES or fit["tier"] not in ("intra", "inter"):
-                raise InputFileError(source, f"fits[{i}]: unknown model '{fit['model']}' or tier '{fit['tier']}'")
-            lo, hi = fit["size_range_bytes"]
-            entries.append(
-                _Entry(
-                    collective=str(fit["collective"]),
-                    world_size=int(fit["world_size"]),
-                    tier=str(fit["tier"]),
-                    model=str(fit["model"]),
-                    chosen=bool(fit["chosen"]),
-                    params=dict(fit["params"]),
-                    lo_bytes=float(lo),
-                    hi_bytes=float(hi),
-                )
-            )
-        return cls(entries, source)
+        return cls([_entry(fit, f"fits[{i}]", source) for i, fit in enumerate(fits)], source)
 
     @classmethod
     def from_json(cls, path: str | Path) -> FittedCommModel:
-        path = Path(path)
-        try:
-            document = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputFileError(path, "file not found (run `paraplan fit` first)") from None
-        except json.JSONDecodeError as exc:
-            raise InputFileError(path, f"not JSON: {exc.msg}", line=exc.lineno) from None
+        document = read_json_object(path, "a comm model (paraplan fit's comm_model.json; run `paraplan fit` first)")
         return cls.from_dict(document, str(path))
 
     # ---- prediction ---------------------------------------------------------------

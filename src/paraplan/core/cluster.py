@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from paraplan.core.limits import DEVICES_WHY, MAX_DEVICES
+
+
+def _positive(where: str, key: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 < value < math.inf):
+        raise ValueError(f"{where}: {key} must be a finite number > 0, got {value!r}")
+
+
+def _finite_at_least_zero(where: str, key: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value < math.inf):
+        raise ValueError(f"{where}: {key} must be a finite number >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -19,6 +32,17 @@ class Device:
     # optional per-dtype peaks, e.g. (("float32", 19.5e12), ("bfloat16", 312e12))
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
 
+    def __post_init__(self) -> None:
+        where = f"device '{self.name}'"
+        _positive(where, "peak_flops", self.peak_flops)
+        _positive(where, "mem_bandwidth_Bps", self.mem_bandwidth_Bps)
+        _finite_at_least_zero(where, "memory_bytes", self.memory_bytes)
+        _finite_at_least_zero(where, "launch_overhead_s", self.launch_overhead_s)
+        if isinstance(self.compute_units, bool) or not isinstance(self.compute_units, int) or self.compute_units < 0:
+            raise ValueError(f"{where}: compute_units must be an integer >= 0, got {self.compute_units!r}")
+        for dtype, peak in self.peak_flops_by_dtype:
+            _positive(where, f"peak_flops_by_dtype[{dtype}]", peak)
+
     def peak_flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype` (e.g. "float32", "bfloat16"); `peak_flops` when the
         device lists no peak for it."""
@@ -31,6 +55,12 @@ class Link:
 
     bandwidth_Bps: float
     latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # an infinite bandwidth is a free link (studies whose model moves no bytes)
+        if not (self.bandwidth_Bps > 0):  # NaN too: a NaN bandwidth would make every transfer free
+            raise ValueError(f"link: bandwidth_Bps must be > 0, got {self.bandwidth_Bps!r}")
+        _finite_at_least_zero("link", "latency_s", self.latency_s)
 
     def transfer_s(self, nbytes: float) -> float:
         return self.latency_s + nbytes / self.bandwidth_Bps
@@ -49,11 +79,15 @@ class Cluster:
     inter: Link  # across nodes
 
     def __post_init__(self) -> None:
-        if self.nodes < 1 or self.devices_per_node < 1:
+        counts = (self.nodes, self.devices_per_node)
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
             raise ValueError(
-                f"cluster '{self.name}': nodes and devices_per_node must be >= 1, "
-                f"got {self.nodes} x {self.devices_per_node}"
+                f"cluster '{self.name}': nodes and devices_per_node must be integers >= 1, "
+                f"got {self.nodes!r} x {self.devices_per_node!r}"
             )
+        if self.nodes * self.devices_per_node > MAX_DEVICES:
+            raise ValueError(f"cluster '{self.name}': {self.nodes} x {self.devices_per_node} devices is above "
+                             f"{MAX_DEVICES:,}: {DEVICES_WHY}")
 
     @property
     def num_devices(self) -> int:

@@ -121,7 +121,6 @@ TERMS: tuple[Term, ...] = (
          ("global_batch", "gbs", "batch"), old_options=("--batch",)),
     Term("global_batch_sizes", "several global batch sizes: a list, or A:B:S (A, then every multiple of S "
          "up to B)", ("gbs", "gbs_range", "batch_sizes")),
-    Term("gpu_global_batch_sizes", "the global batch sizes the workflow plans on GPU clusters", ("gpu_gbs",)),
     Term("micro_batch_size", "b: samples per micro-batch on one replica", ("microbatch_size", "microbatch_samples")),
     Term("min_micro_batch_size", "smallest micro-batch a planner may choose", ("mbs", "min_microbatch")),
     Term("profile_batch_size", "the batch size a profile was taken at (`batch_size` in its meta JSON)",

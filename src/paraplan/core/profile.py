@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,6 +32,12 @@ class LayerProfile:
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"layer '{self.name}': {key} must be a finite number >= 0, got {value}")
+        for total, fixed in (("fwd_s", "fwd_fixed_s"), ("bwd_s", "bwd_fixed_s")):
+            if getattr(self, fixed) > getattr(self, total):  # else smaller batches take negative time
+                raise ValueError(f"layer '{self.name}': {fixed} {getattr(self, fixed)} exceeds {total} "
+                                 f"{getattr(self, total)}; expected fixed <= total")
+        if self.flops is not None and not (math.isfinite(self.flops) and self.flops >= 0):
+            raise ValueError(f"layer '{self.name}': flops must be a finite number >= 0 (or None), got {self.flops}")
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,9 @@ class ModelProfile:
     meta: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"profile '{self.name}': batch_size must be >= 1, got {self.batch_size}")
+        batch = self.batch_size
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+            raise ValueError(f"profile '{self.name}': batch_size must be an integer >= 1, got {batch!r}")
         if not self.layers:
             raise ValueError(f"profile '{self.name}' has no layers")
 

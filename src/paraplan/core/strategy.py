@@ -3,12 +3,18 @@ vocabulary of `paraplan.core.glossary` (Megatron-LM's names)."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.glossary import GRADIENT_SYNCS, SCHEDULES, GradientSync, ScheduleName
 
 __all__ = ["GRADIENT_SYNCS", "SCHEDULES", "Strategy"]
+
+
+def _whole(value: object) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -66,16 +72,20 @@ class Strategy:
             raise StrategyError(
                 f"stage_boundaries needs {p - 1} entries for {p} stages, got {len(self.stage_boundaries)}"
             )
+        if not all(_whole(b) and b >= 1 for b in self.stage_boundaries):
+            raise StrategyError(f"stage_boundaries must be layer indices >= 1: {self.stage_boundaries}")
         if list(self.stage_boundaries) != sorted(set(self.stage_boundaries)):
             raise StrategyError(f"stage_boundaries must increase strictly: {self.stage_boundaries}")
         if self.stage_replicas and len(self.stage_replicas) != p:
             raise StrategyError(
                 f"stage_replicas needs {p} entries for {p} stages, got {len(self.stage_replicas)}"
             )
-        if any(r < 1 for r in self.stage_replicas):
+        if not all(_whole(r) and r >= 1 for r in self.stage_replicas):
             raise StrategyError(f"stage_replicas must be >= 1: {self.stage_replicas}")
         if self.placement and len(self.placement) != p:
             raise StrategyError(f"placement needs one device list per stage ({p}), got {len(self.placement)}")
+        if not all(_whole(d) and d >= 0 for ids in self.placement for d in ids):
+            raise StrategyError(f"placement must list device ids (integers >= 0): {self.placement}")
 
     @property
     def replicas_per_stage(self) -> tuple[int, ...]:

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from paraplan.core.limits import LAYERS_WHY, MAX_LAYERS, MAX_WIDTH, WIDTH_WHY
+
 Normalization = Literal["LayerNorm", "RMSNorm"]
 PositionEmbedding = Literal["learned_absolute", "rope"]
 NORMALIZATIONS: tuple[str, ...] = ("LayerNorm", "RMSNorm")
@@ -73,6 +75,17 @@ class TransformerModel:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"model '{self.name}': {key} must be an integer >= 0, got {value!r}")
+        if self.num_layers > MAX_LAYERS:
+            raise ValueError(f"model '{self.name}': num_layers {self.num_layers:,} is above {MAX_LAYERS:,}: "
+                             f"{LAYERS_WHY}")
+        for key in ("hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length",
+                    "vocab_size", "make_vocab_size_divisible_by"):
+            if getattr(self, key) > MAX_WIDTH:
+                raise ValueError(f"model '{self.name}': {key} {getattr(self, key):,} is above {MAX_WIDTH:,}: "
+                                 f"{WIDTH_WHY}")
+        for key in ("swiglu", "untie_embeddings_and_output_weights", "add_bias_linear"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"model '{self.name}': {key} must be true or false, got {getattr(self, key)!r}")
         for key in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:

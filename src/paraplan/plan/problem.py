@@ -15,6 +15,22 @@ from functools import cached_property
 import numpy as np
 
 from paraplan.core import Cluster, CommModel, ConfigError, Group, ModelProfile
+from paraplan.core.limits import MAX_NUM_MICROBATCHES
+
+
+def divisors(n: int, most: int | None = None) -> list[int]:
+    """The divisors of `n` up to `most` (default: all), ascending, in O(sqrt(n)) steps
+    (vectorised: n = 2^40 takes milliseconds)."""
+    if n < 1:
+        return []
+    root = math.isqrt(n)
+    small = np.arange(1, root + 1, dtype=np.int64)
+    small = small[n % small == 0]
+    large = (n // small)[::-1]
+    found = np.concatenate([small, large[large > root]])
+    if most is not None:
+        found = found[found <= most]
+    return [int(d) for d in found]
 
 
 @dataclass(frozen=True)
@@ -203,16 +219,23 @@ class PlanProblem:
         """Devices of one pipeline copy: divisors of the device count (copies = N / W)."""
         n = self.num_devices
         cap = self.max_pipeline_devices or n
-        return [w for w in range(1, n + 1) if n % w == 0 and w <= cap]
+        return [w for w in divisors(n) if w <= cap]
 
     def microbatch_counts(self, copies: int) -> list[int]:
         """M such that each copy's share of the batch splits into M equal micro-batches
-        of at least `min_micro_batch_size` samples, fewest first."""
+        of at least `min_micro_batch_size` samples, fewest first; at most
+        `MAX_NUM_MICROBATCHES` (whatever the batch, the search stays bounded)."""
         if self.global_batch_size % copies:
             return []
         per_copy = self.global_batch_size // copies
-        return [m for m in range(1, per_copy + 1)
-                if per_copy % m == 0 and per_copy // m >= self.min_micro_batch_size]
+        most = min(per_copy // self.min_micro_batch_size, MAX_NUM_MICROBATCHES)
+        return divisors(per_copy, most)
+
+    def microbatch_cap_binds(self, copies: int) -> bool:
+        """Whether a copy's share could split into more micro-batches than the search
+        takes (`MAX_NUM_MICROBATCHES`)."""
+        per_copy = self.global_batch_size // copies
+        return per_copy // self.min_micro_batch_size > MAX_NUM_MICROBATCHES
 
     # ---- memory ----
     def stage_max_inflight(self, first, stop, samples_per_replica):

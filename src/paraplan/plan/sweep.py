@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from paraplan.core import Cluster, CommModel, ModelProfile, Strategy
+from paraplan.core.limits import MAX_NUM_MICROBATCHES
 from paraplan.plan.baselines import BASELINES, baseline_plans, data_parallel_estimates
 from paraplan.plan.problem import MemorySettings, PlanProblem
 from paraplan.plan.records import HybridPlan
@@ -87,7 +88,7 @@ def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
         candidates = plan_hybrid(problem, max(1, settings.candidates))
     except NoFeasiblePlanError as exc:
         candidates = []
-        infeasible = str(exc)
+        infeasible = str(exc) + _microbatch_cap_note(problem)
     planning_s = time.perf_counter() - start
     nan = math.nan
     est = {
@@ -143,6 +144,14 @@ def _verify(problem: PlanProblem, candidates: list[HybridPlan]
         return (candidates[0] if candidates else None), nan, sim
     best = max(range(len(timed)), key=lambda i: (timed[i][1], -i))
     return timed[best][0], timed[best][1], sim
+
+
+def _microbatch_cap_note(problem: PlanProblem) -> str:
+    """Why a huge batch may find no plan: the search's micro-batch bound."""
+    if not any(problem.microbatch_cap_binds(problem.num_devices // w) for w in problem.pipeline_widths()):
+        return ""
+    return (f" (the search takes at most {MAX_NUM_MICROBATCHES:,} micro-batches per pipeline copy, and at this "
+            "batch each of them is larger than a stage holds)")
 
 
 def _plan_batch_star(args: tuple[PlanSettings, int]) -> PlanRow:

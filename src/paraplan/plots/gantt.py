@@ -40,9 +40,10 @@ def _chunk_parity(device: np.ndarray, stage: np.ndarray) -> np.ndarray:
 
 
 def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
-                 devices: list[int] | None = None):
+                 devices: list[int] | None = None, unit_name: str | None = None):
     """Draw the compute stream of `devices` (default: all) with times in units of
-    `time_unit_s` (1.0: seed 001's unit steps). Returns the matplotlib figure."""
+    `time_unit_s` (1.0: seed 001's unit steps), the axis labelled `unit_name` when
+    given (e.g. "ms"). Returns the matplotlib figure."""
     compute = timeline.stream == STREAMS.index("compute")
     rows = sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)
     row_of = {d: i for i, d in enumerate(rows)}
@@ -72,8 +73,11 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     ax.set_xlim(0, span)
     ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_yticks(range(n_rows), labels=[f"worker-{d}" for d in rows])
-    ax.set_xlabel("time (steps)" if time_unit_s == 1.0 else f"time (x {time_unit_s:g} s)")
-    if time_unit_s == 1.0 and span <= 200:
+    if unit_name is not None:
+        ax.set_xlabel(f"time ({unit_name})")
+    else:
+        ax.set_xlabel("time (steps)" if time_unit_s == 1.0 else f"time (x {time_unit_s:g} s)")
+    if unit_name is None and time_unit_s == 1.0 and span <= 200:
         ax.set_xticks(np.arange(0, np.ceil(span) + 1, 1 if span <= 60 else 5))
     ax.grid(True, axis="x", color="black", alpha=0.25, linewidth=0.5)
     ax.grid(False, axis="y")
@@ -90,6 +94,6 @@ def _default_title(tl: Timeline) -> str:
 
 
 def save_gantt(timeline: Timeline, stem: str | Path, title: str = "", time_unit_s: float = 1.0,
-               devices: list[int] | None = None) -> list[Path]:
+               devices: list[int] | None = None, unit_name: str | None = None) -> list[Path]:
     """Draw and save as `<stem>.png` and `<stem>.pdf`."""
-    return save_figure(gantt_figure(timeline, title, time_unit_s, devices), stem)
+    return save_figure(gantt_figure(timeline, title, time_unit_s, devices, unit_name), stem)

@@ -23,11 +23,25 @@ from pathlib import Path
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommModel
 from paraplan.core.errors import InputFileError
+from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
+from paraplan.inputs import NumberRule, check_number, read_json_object
 from paraplan.predict.device_model import DeviceEfficiency
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
 _EFFICIENCY_KEYS = {f.name for f in fields(DeviceEfficiency)}
+_FRACTION = NumberRule("a fraction of the peak", 0, 1, low_inclusive=False)
+_ISSUE_S = NumberRule("seconds", 0, 1.0, why="more than a second to run or issue one kernel or collective; wrong "
+                      "unit? (seconds)")
+EFFICIENCY_RULES: dict[str, NumberRule] = {
+    "gemm_efficiency": _FRACTION, "attention_efficiency": _FRACTION, "memory_efficiency": _FRACTION,
+    "gemm_k_half": NumberRule("a GEMM depth in elements", 0, MAX_WIDTH, why=WIDTH_WHY),
+    "kernel_latency_s": _ISSUE_S, "host_kernel_s": _ISSUE_S, "host_collective_s": _ISSUE_S,
+    "host_microbatch_s": NumberRule("seconds", 0, 10.0, why="more than 10 s of host work per pipeline op; wrong "
+                                    "unit? (seconds)"),
+    "host_overlap_exponent": NumberRule("an exponent", 1, 1000),
+}
+"""What each fitted parameter may hold (`paraplan calibrate` fits well inside these)."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +89,33 @@ class Calibration:
             unknown = sorted(set(eff) - _EFFICIENCY_KEYS) if isinstance(eff, dict) else []
             raise InputFileError(source, f"efficiency: expected a mapping of {', '.join(sorted(_EFFICIENCY_KEYS))}"
                                  + (f"; unknown key '{unknown[0]}'" if unknown else ""))
+        values = {}
+        for key, value in eff.items():
+            rule = EFFICIENCY_RULES[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
+            values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
         try:
-            efficiency = DeviceEfficiency(**{k: float(v) for k, v in eff.items()})
-        except (TypeError, ValueError) as exc:
+            efficiency = DeviceEfficiency(**values)
+        except ValueError as exc:
             raise InputFileError(source, f"efficiency: {exc}") from None
         comm = data.get("intra_node_comm")
-        if comm is not None and not isinstance(comm, dict):
-            raise InputFileError(source, "intra_node_comm: expected a comm_model.json object or null")
+        if comm is not None:
+            if not isinstance(comm, dict):
+                raise InputFileError(source, "intra_node_comm: expected a comm_model.json object or null")
+            from paraplan.comm.model import FittedCommModel
+
+            FittedCommModel.from_dict(comm, f"{source}: intra_node_comm")  # checked here, used later
+        for key in ("name", "device"):
+            if not isinstance(data[key], str) or not data[key].strip():
+                raise InputFileError(source, f"expected a non-empty string, got {data[key]!r}", field=key)
+        for key in ("fitted", "at_bound"):
+            listed = data.get(key, [])
+            if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+                raise InputFileError(source, f"expected a list of parameter names, got {listed!r}", field=key)
+        for key in ("data", "errors", "assumptions"):
+            if not isinstance(data.get(key, {}), dict):
+                raise InputFileError(source, f"expected a JSON object, got {data[key]!r}", field=key)
         return Calibration(
             name=str(data["name"]), device=str(data["device"]), efficiency=efficiency,
             fitted=tuple(data.get("fitted", ())), at_bound=tuple(data.get("at_bound", ())),
@@ -109,14 +143,5 @@ def load_calibration(name_or_path: str | Path = DEFAULT_CALIBRATION) -> Calibrat
     from paraplan import config_files
 
     path = config_files.find("calibrations", name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(path, "no such calibration file (make one with `paraplan calibrate`)") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputFileError(path, f"cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputFileError(path, f"not JSON: {exc.msg}", line=exc.lineno) from None
+    data = read_json_object(path, "a calibration (make one with `paraplan calibrate`)")
     return Calibration.from_dict(data, str(path))

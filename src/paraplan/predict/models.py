@@ -16,15 +16,14 @@ mapping with `TransformerModel`'s own field names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from paraplan.core.errors import ConfigError, InputFileError
 from paraplan.core.transformer import TransformerModel
+from paraplan.inputs import read_json_object
+from paraplan.typed.files import read_yaml
 
 _GPT3: dict[str, Any] = {"seq_length": 2048, "vocab_size": 50257}
 _LLAMA3: dict[str, Any] = {
@@ -75,7 +74,19 @@ def _positive_int(value: object, source: str, key: str) -> int:
     return value
 
 
-def from_hf_config(config: dict, name: str, source: str = "<config.json>") -> TransformerModel:
+def _flag(value: object, source: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputFileError(source, f"key '{key}': expected true or false, got {value!r}")
+    return value
+
+
+def _probability(value: object, source: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise InputFileError(source, f"key '{key}': expected a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
+def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:
     """A `TransformerModel` from a Hugging Face `config.json` mapping."""
     if not isinstance(config, dict):
         raise InputFileError(source, "expected a JSON object")
@@ -95,10 +106,10 @@ def from_hf_config(config: dict, name: str, source: str = "<config.json>") -> Tr
     rope = "rope_theta" in config or "rotary_pct" in config or model_type in (
         "llama", "mistral", "mixtral", "qwen2", "gemma", "gpt_neox")
     rms = "rms_norm_eps" in config
-    bias = bool(config.get("attention_bias", config.get("mlp_bias", not rms)))
-    dropout = float(get("hidden_dropout", "resid_pdrop", "dropout", default=0.0) or 0.0)
-    attn_dropout = float(get("attention_dropout", "attn_pdrop", default=0.0) or 0.0)
-    tied = bool(config.get("tie_word_embeddings", not gated))
+    bias = _flag(config.get("attention_bias", config.get("mlp_bias", not rms)), source, "attention_bias")
+    dropout = _probability(get("hidden_dropout", "resid_pdrop", "dropout", default=0.0), source, "hidden_dropout")
+    attn_dropout = _probability(get("attention_dropout", "attn_pdrop", default=0.0), source, "attention_dropout")
+    tied = _flag(config.get("tie_word_embeddings", not gated), source, "tie_word_embeddings")
     try:
         return TransformerModel(
             name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_length=seq,
@@ -130,11 +141,8 @@ def load_model(name_or_path: str) -> TransformerModel:
     path = Path(name_or_path)
     if not path.is_file():
         raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file")
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputFileError(path, f"not a JSON/YAML model description: {exc}") from None
+    expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
+    data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
     name = path.parent.name if path.name == "config.json" else path.stem
     if isinstance(data, dict) and _FIELDS.intersection(data) and "hidden_size" in data and "num_layers" in data:
         return from_mapping(data, name, str(path))

@@ -128,8 +128,12 @@ def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, effi
         if not cands:
             raise StrategyError(f"line {row.line}: no micro-batch size / virtual pipeline size can run this row")
         per_row.append(cands)
-    structures = [run_structure(row.model, s, cluster, comm) for row, cands in zip(rows, per_row, strict=True)
-                  for s in cands]
+    structures = []
+    for row, cands in zip(rows, per_row, strict=True):
+        try:
+            structures += [run_structure(row.model, s, cluster, comm) for s in cands]
+        except StrategyError as exc:
+            raise StrategyError(f"line {row.line} ({row.name}): {exc}") from None
     kernel_s = kernel_times_by_pass(structures, efficiency)
     out = []
     k = 0

@@ -17,13 +17,12 @@ the value and what was expected.
 
 from __future__ import annotations
 
-import csv
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
+from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
 from paraplan.core.run_settings import (
     DTYPES,
     PIPELINE_SCHEDULES,
@@ -31,6 +30,7 @@ from paraplan.core.run_settings import (
     RunSettings,
 )
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
+from paraplan.inputs import NumberRule, read_csv_table, read_text, shown
 
 REQUIRED: tuple[str, ...] = (
     "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
@@ -82,17 +82,14 @@ def question_label(row: RunRow) -> str:
     return f"{arch}|gpus={s.num_gpus}|gbs={s.global_batch_size}|dtype={s.dtype}"
 
 
-def _integer(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = float(text)
-        if not math.isfinite(value) or value != int(value) or value < minimum:
-            raise ValueError(f"an integer >= {minimum}")
-        if value > 2**40:
-            raise ValueError("an integer below 2^40")
-        return int(value)
+COUNT_RULE = NumberRule("a whole number", 1, 2**40, integer=True)
+SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why="a training iteration takes "
+                      "between 0 and 1e7 s (four months)")
+_FRACTION = NumberRule("a probability", 0, 1)
 
-    parse.expected = f"an integer >= {minimum}"  # type: ignore[attr-defined]
-    return parse
+
+def _integer(text: str) -> int:
+    return int(COUNT_RULE.parse(text))
 
 
 def _boolean(text: str) -> bool:
@@ -114,47 +111,38 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < 1:
-        raise ValueError("a number in [0, 1)")
+    value = float(_FRACTION.parse(text))
+    if value >= 1:
+        raise ValueError(f"expected a probability in [0, 1), got {shown(text)}")
     return value
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0 or value > 1e7:
-        raise ValueError("a time in seconds > 0 (and below 1e7)")
-    return value
+    return float(SECONDS_RULE.parse(text))
 
 
 _PARSERS: dict[str, Callable[[str], object]] = {
-    **{k: _integer(1) for k in REQUIRED},
-    "num_query_groups": _integer(1), "ffn_hidden_size": _integer(1), "swiglu": _boolean,
+    **{k: _integer for k in REQUIRED},
+    "num_query_groups": _integer, "ffn_hidden_size": _integer, "swiglu": _boolean,
     "untie_embeddings_and_output_weights": _boolean, "normalization": _choice(NORMALIZATIONS),
     "position_embedding_type": _choice(POSITION_EMBEDDINGS), "add_bias_linear": _boolean,
     "hidden_dropout": _fraction, "attention_dropout": _fraction,
-    "micro_batch_size": _integer(1), "virtual_pipeline_model_parallel_size": _integer(1),
+    "micro_batch_size": _integer, "virtual_pipeline_model_parallel_size": _integer,
     "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "sequence_parallel": _boolean,
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
-    "num_gpus": _integer(1), "measured_iteration_s": _seconds,
+    "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
-_EXPECTED = {
-    **{k: "an integer >= 1" for k in (*REQUIRED, "num_query_groups", "ffn_hidden_size", "micro_batch_size",
-                                       "virtual_pipeline_model_parallel_size", "num_gpus")},
-    "measured_iteration_s": "a time in seconds > 0",
-}
+_EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
 
 
 def _cell(path: Path, line: int, column: str, text: str) -> object:
     try:
         return _PARSERS[column](text)
     except ValueError as exc:
-        expected = _EXPECTED.get(column) or str(exc)
-        if "could not convert" in str(exc) or "invalid literal" in str(exc):
-            expected = _EXPECTED.get(column, "a number")
-        raise InputFileError(path, f"column '{column}': expected {expected}, got '{text}'", line=line) from None
+        message = str(exc) if str(exc).startswith("expected ") else f"expected {exc}, got {shown(text)}"
+        raise InputFileError(path, message, line=line, field=f"column '{column}'") from None
 
 
 def default_flash_attention(dtype: str) -> bool:
@@ -170,8 +158,8 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
             values[column] = _cell(path, line, column, text)
     for column in REQUIRED:
         if column not in values:
-            raise InputFileError(path, f"column '{column}': expected {_EXPECTED[column]}, got an empty cell",
-                                 line=line)
+            raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
+                                 field=f"column '{column}'")
     name = cells.get("name", "").strip() or f"run{line - 1}"
     model_args = {k: values[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                                          "vocab_size", *MODEL_COLUMNS) if k in values}
@@ -218,49 +206,45 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
 
 
 def read_run_table(path: str | Path) -> tuple[list[str], list[RunRow]]:
-    """The header and the parsed rows of a run table (see the module doc)."""
+    """The header and the parsed rows of a run table (see the module doc). The file is
+    read at the one edge every input file crosses (`paraplan.inputs`: UTF-8, bounded
+    size and fields, the same errors as every other reader)."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(path, "file not found") from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise InputFileError(path, f"cannot read: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputFileError(path, f"not UTF-8 text (byte {exc.start})") from None
-    reader = csv.reader(text.splitlines())
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise InputFileError(path, "empty file; expected a header row") from None
-    except csv.Error as exc:
-        raise InputFileError(path, f"not CSV: {exc}", line=1) from None
-    unknown = [h for h in header if h not in KNOWN]
-    if unknown:
-        raise InputFileError(path, f"unknown column '{unknown[0]}'; expected the run-table columns "
-                             f"({', '.join(REQUIRED)}, ...; see `paraplan predict --help`)", line=1)
-    duplicated = sorted({h for h in header if header.count(h) > 1})
-    if duplicated:
-        raise InputFileError(path, f"column '{duplicated[0]}' appears twice", line=1)
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise InputFileError(path, f"missing required column '{missing[0]}'", line=1)
+    text = read_text(path, "a run table (CSV with a header of Megatron-LM argument names)")
+    table = read_csv_table(text, path, REQUIRED, KNOWN)
+    header = list(table.header)
     rows: list[RunRow] = []
     has = set(header)
-    for line, fields in enumerate(reader, start=2):
-        if not any(f.strip() for f in fields):
-            continue
-        if len(fields) != len(header):
-            raise InputFileError(path, f"expected {len(header)} fields, got {len(fields)}", line=line)
-        long = [f for f in fields if len(f) > MAX_FIELD_CHARS]
+    for line, cells in table.records:
+        long = [column for column, cell in cells.items() if len(cell) > MAX_FIELD_CHARS]
         if long:
-            raise InputFileError(path, f"a field of {len(long[0])} characters; at most {MAX_FIELD_CHARS}",
-                                 line=line)
+            raise InputFileError(path, f"a cell of {len(cells[long[0]]):,} characters; expected at most "
+                                 f"{MAX_FIELD_CHARS}", line=line, field=f"column '{long[0]}'")
         if len(rows) >= MAX_ROWS:
-            raise InputFileError(path, f"more than {MAX_ROWS} runs", line=line)
-        rows.append(parse_row(path, line, dict(zip(header, fields, strict=True)), has))
+            raise InputFileError(path, f"more than {MAX_ROWS:,} runs", line=line)
+        row = parse_row(path, line, dict(cells), has)
+        _check_work(path, row)
+        rows.append(row)
     if not rows:
         raise InputFileError(path, "no runs: the table has a header but no rows")
     return header, rows
+
+
+def _check_work(path: Path, row: RunRow) -> None:
+    """A run the engine can time in bounded work: micro-batches per iteration (the
+    fewest the row allows, or with a searched micro-batch size, one sample each) and
+    pipeline operations (stages x micro-batches x chunks, the largest searched v)
+    within `paraplan.core.limits`."""
+    s, m = row.settings, row.model
+    per_replica = s.global_batch_size // s.data_parallel_size
+    micro_batches = per_replica if row.search_micro_batch_size else s.num_microbatches
+    if micro_batches > MAX_NUM_MICROBATCHES:
+        raise InputFileError(
+            path, f"{micro_batches:,} micro-batches per iteration (global_batch_size / data_parallel_size"
+            + (" with micro_batch_size searched from 1" if row.search_micro_batch_size else " / micro_batch_size")
+            + f"); expected at most {MAX_NUM_MICROBATCHES:,}: {MICROBATCHES_WHY}", line=row.line)
+    chunks = m.num_layers if row.search_virtual_stages else s.virtual_pipeline_model_parallel_size
+    ops = 3 * s.pipeline_model_parallel_size * micro_batches * chunks
+    if ops > MAX_SIMULATED_OPS:
+        raise InputFileError(path, f"{ops:,} pipeline operations (3 x stages x micro-batches x model chunks); "
+                             f"expected at most {MAX_SIMULATED_OPS:,}", line=row.line)

@@ -18,12 +18,17 @@ every message about them come from their fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from paraplan.core import limits as lim
 from paraplan.core.glossary import old_names
-from paraplan.typed import Count, Source, load
+from paraplan.typed import AtLeast, AtMost, Source, load
 from paraplan.typed.schema import record_schema
 from paraplan.typed.source import option_name
+
+Layers = Annotated[int, AtLeast(1), AtMost(lim.MAX_LAYERS, lim.LAYERS_WHY)]
+Width = Annotated[int, AtLeast(1), AtMost(lim.MAX_WIDTH, lim.WIDTH_WHY)]
+Batch = Annotated[int, AtLeast(1), AtMost(lim.MAX_GLOBAL_BATCH_SIZE, lim.GLOBAL_BATCH_WHY)]
 
 ModelName = Literal["mlp", "gpt", "resnet"]
 
@@ -32,13 +37,13 @@ ModelName = Literal["mlp", "gpt", "resnet"]
 class MLPSpec:
     """DistIR's MLP: Linear + ReLU layers."""
 
-    num_layers: Count = 4
+    num_layers: Layers = 4
     """Linear + ReLU layers (mlp) / transformer blocks (gpt)."""
-    input_dim: Count = 1024
+    input_dim: Width = 1024
     """Input features of the first Linear (mlp)."""
-    hidden_dim: Count = 1024
+    hidden_dim: Width = 1024
     """Features between the Linear layers (mlp)."""
-    output_dim: Count = 1024
+    output_dim: Width = 1024
     """Output features of the last Linear (mlp)."""
     bias: bool = True
     """Linear layers with bias (mlp)."""
@@ -57,15 +62,15 @@ class MLPSpec:
 class GPTSpec:
     """A GPT-style decoder, in Megatron-LM's argument names."""
 
-    num_layers: Count = 4
+    num_layers: Layers = 4
     """Transformer blocks (gpt) / Linear + ReLU layers (mlp)."""
-    hidden_size: Count = 256
+    hidden_size: Width = 256
     """Model width (gpt)."""
-    num_attention_heads: Count = 4
+    num_attention_heads: Width = 4
     """Attention heads; must divide hidden_size (gpt)."""
-    seq_length: Count = 128
+    seq_length: Width = 128
     """Tokens per sequence (gpt)."""
-    vocab_size: Count = 1024
+    vocab_size: Width = 1024
     """Vocabulary entries (gpt)."""
 
     def __post_init__(self) -> None:
@@ -80,15 +85,15 @@ class GPTSpec:
 class ResNetSpec:
     """A ResNet-50-style CNN (the defaults are ResNet-50)."""
 
-    blocks: tuple[Count, ...] = (3, 4, 6, 3)
+    blocks: tuple[Layers, ...] = (3, 4, 6, 3)
     """Bottleneck blocks per stage, e.g. 3,4,6,3 (resnet)."""
-    width: Count = 64
+    width: Width = 64
     """Channels of the first stage's bottleneck (resnet)."""
-    image_size: Count = 224
+    image_size: Width = 224
     """Input image side in pixels (resnet)."""
-    num_classes: Count = 1000
+    num_classes: Width = 1000
     """Classes of the head (resnet)."""
-    in_channels: Count = 3
+    in_channels: Width = 3
     """Input image channels (resnet)."""
 
     def __post_init__(self) -> None:
@@ -164,7 +169,7 @@ class ProfileEntry:
     model: ModelName
     """mlp (Linear + ReLU layers), gpt (embedding, transformer blocks, head) or resnet
     (ResNet-50-style stem, bottleneck blocks, head)."""
-    profile_batch_sizes: tuple[Count, ...]
+    profile_batch_sizes: tuple[Batch, ...]
     """Batch sizes to measure; with two or more, time(b) = fixed + per_sample x b is fitted per
     layer and the CSV keeps the largest batch plus fwd_fixed_s/bwd_fixed_s. Analytic entries use
     the largest."""

@@ -26,6 +26,7 @@ class StageFiles:
     validations: Mapping[str, pd.DataFrame]  # model
     calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
     predictions: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # table -> predicted.csv
+    llm_plans: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # name -> plans/llm/<name>.csv
 
 
 def _fmt(value: object, digits: int = 3) -> str:
@@ -245,6 +246,33 @@ def predict_section(predictions: Mapping[str, pd.DataFrame]) -> list[str]:
     return lines
 
 
+def llm_plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
+    rows = []
+    for name, frame in sorted(plans.items()):
+        if frame.empty:
+            continue
+        r = frame.iloc[0]
+        v = int(r["virtual_pipeline_model_parallel_size"])
+        rows.append([name, f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
+                     f"{r['data_parallel_size']}", int(r["micro_batch_size"]), v, r["schedule"],
+                     r["recompute_granularity"], r["sequence_parallel"],
+                     "dist. opt." if str(r["use_distributed_optimizer"]).lower() == "true" else int(r["zero_stage"]),
+                     float(r["predicted_iteration_s"]), _pct(float(r["predicted_mfu"])),
+                     float(r["predicted_peak_memory_bytes"]) / 1e9, float(r["search_s"])])
+    if not rows:
+        return []
+    return [
+        "## plan: transformers on GPU clusters (best plan of each)",
+        "",
+        *_table(["plan", "TP/PP/DP", "micro-batch", "v", "schedule", "recompute", "SP", "ZeRO", "iteration (s)",
+                 "MFU", "memory (GB)", "search (s)"], rows),
+        "",
+        "Reproduce: `snakemake -R plan_llm --until plan_llm`, or `paraplan plan --model gpt3-175b "
+        "--cluster dgx-a100 --gpus 1024 --global-batch-size 1536 -o PLANS.csv`.",
+        "",
+    ]
+
+
 def render(files: StageFiles, title: str = "paraplan summary") -> str:
     lines = [f"# {title}", "",
              "Headline numbers of every stage of the last `snakemake` run; every figure is in "
@@ -252,6 +280,7 @@ def render(files: StageFiles, title: str = "paraplan summary") -> str:
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
                     plan_section(files.plans), validate_section(files.validations),
-                    calibrate_section(files.calibrations), predict_section(files.predictions)):
+                    calibrate_section(files.calibrations), predict_section(files.predictions),
+                    llm_plan_section(files.llm_plans)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"

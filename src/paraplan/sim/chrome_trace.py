@@ -69,7 +69,9 @@ def to_chrome_trace(timeline: Timeline) -> dict:
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
         "otherData": {
-            "step_time_s": tl.step_time_s, "speedup": tl.speedup, "bubble_fraction": tl.bubble_fraction,
+            "step_time_s": tl.step_time_s, "bubble_fraction": tl.bubble_fraction,
             "schedule": tl.schedule, "microbatches": tl.microbatches, "iterations": tl.iterations,
+            # a transformer run's timeline has no one-device baseline (it would not fit)
+            **({"speedup": tl.speedup} if np.isfinite(tl.speedup) else {}),
         },
     }

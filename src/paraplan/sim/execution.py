@@ -27,13 +27,16 @@ and adds the reduction and the tail; the iteration time is the latest rank's end
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from paraplan.core.errors import StrategyError
-from paraplan.core.timeline import KINDS, Timeline
+from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
+from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, cached_orders, get_schedule
 
@@ -76,6 +79,16 @@ class RankMemory:
 
 
 @dataclass(frozen=True, eq=False)
+class P3Costs:
+    """Per-layer times for P3 gradient synchronisation (`paraplan.sim.p3`): forward and
+    backward of one micro-batch and each layer's gradient all-reduce."""
+
+    layer_fwd_s: np.ndarray
+    layer_bwd_s: np.ndarray
+    layer_allreduce_s: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
 class ExecutionModel:
     """One iteration of one pipeline, ready to execute (see the module doc)."""
 
@@ -90,9 +103,15 @@ class ExecutionModel:
     memory: tuple[RankMemory, ...]  # per pipeline rank
     samples_per_iteration: int
     num_devices: int
+    iterations: int = 1  # iterations the timeline shows; no-flush schedules run >= 2 for their period
+    p3: P3Costs | None = None  # P3 gradient synchronisation instead of grad_sync (one rank only)
 
     def __post_init__(self) -> None:
         p, v = self.pipeline_stages, self.virtual_stages
+        if self.iterations < 1:
+            raise StrategyError(f"iterations must be >= 1, got {self.iterations}")
+        if self.p3 is not None and (p != 1 or v != 1):
+            raise StrategyError("P3 gradient synchronisation runs without pipelining (one rank, one chunk)")
         if self.costs.num_virtual_stages != p * v:
             raise StrategyError(f"costs describe {self.costs.num_virtual_stages} virtual stages, need {p * v}")
         if len(self.grad_sync) != p or len(self.memory) != p or self.after_sync_s.shape != (p,):
@@ -157,9 +176,10 @@ class _Tail:
     events: tuple[tuple[int, int, float, float], ...]  # (rank, kind, start, end) on the comm stream
 
 
-def _tail(model: ExecutionModel, run, grad_kind: int) -> _Tail:
-    """Per rank: when its compute, its gradient reduction and its iteration end."""
-    p, m = model.pipeline_stages, model.microbatches
+def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _Tail:
+    """Per rank: when its compute, its gradient reduction and its iteration end (after
+    the last of `iterations` iterations)."""
+    p, m = model.pipeline_stages, model.microbatches * iterations
     compute_end = np.zeros(p)
     np.maximum.at(compute_end, run.device, run.end_s)
     sync_end = np.zeros(p)
@@ -176,36 +196,62 @@ def _tail(model: ExecutionModel, run, grad_kind: int) -> _Tail:
 RECURRENCE_MIN_OPS = 2048  # below this the event loop is as fast
 
 
-def _execute(model: ExecutionModel):
-    """The engine's run of one iteration: 1F1B and GPipe with one chunk per device as an
-    array recurrence when large, every other schedule by the event loop."""
+def _execute(model: ExecutionModel, iterations: int = 1):
+    """The engine's run of `iterations` iterations: 1F1B and GPipe with one chunk per
+    device as an array recurrence when large, every other schedule by the event loop."""
     p, m, v = model.pipeline_stages, model.microbatches, model.virtual_stages
-    if v == 1 and p > 1 and model.schedule in ("1f1b", "gpipe") and 2 * p * m >= RECURRENCE_MIN_OPS:
+    if (iterations == 1 and v == 1 and p > 1 and model.schedule in ("1f1b", "gpipe")
+            and 2 * p * m >= RECURRENCE_MIN_OPS):
         return execute_flushed(p, m, model.costs, gpipe=model.schedule == "gpipe")
-    return execute(cached_orders(model.schedule, p, m, 1, v), model.costs, m)
+    return execute(cached_orders(model.schedule, p, m, iterations, v), model.costs, m * iterations)
 
 
 def iteration_time_s(model: ExecutionModel) -> float:
     """The iteration time alone (what a calibration evaluates thousands of times)."""
     sched = get_schedule(model.schedule)
+    if model.p3 is not None or not sched.flush:
+        return run_iteration(model, timeline=False).iteration_s
     return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
 
 
 def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResult:
-    """Execute one iteration (see the module doc); `timeline=False` skips building the
-    events (a calibration evaluates thousands of iterations)."""
+    """Execute the model (see the module doc); `timeline=False` skips building the
+    events (a calibration evaluates thousands of iterations).
+
+    A flushed schedule's iteration is one run (with `iterations` > 1 the timeline
+    repeats it, shifted by whole iterations). A no-flush schedule (2BW) runs
+    max(2, `iterations`) iterations as one stream; its iteration time is the steady
+    period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction hidden
+    behind the next iteration except where it is longer. With `p3`, the single rank
+    runs P3's per-layer synchronisation (`paraplan.sim.p3`)."""
     p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
     sched = get_schedule(model.schedule)
-    orders = cached_orders(model.schedule, p, m, 1, v)
-    run = _execute(model)
     grad_kind = WGT if sched.split_backward else BWD
-    tail = _tail(model, run, grad_kind)
+    iters = 1 if sched.flush else max(2, model.iterations)
+    run = _execute(model, iters)
+    tail = _tail(model, run, grad_kind, iters)
     exposed = tail.sync_end_s - tail.compute_end_s
-    comm_events = tail.events
-    iteration = float(tail.end_s.max())
+    comm_events = list(tail.events)
     busy = run.busy_s()
-    bubble = float(1.0 - busy.sum() / (p * iteration)) if iteration > 0 else 0.0
+    if sched.flush:
+        iteration = float(tail.end_s.max())
+        busy_per_iteration = busy
+    else:
+        one = _execute(model, 1).makespan_s
+        period = (run.makespan_s - one) / (iters - 1)
+        iteration = float(max(period, max(g.total_s for g in model.grad_sync)))
+        busy_per_iteration = busy / iters
+    bubble = float(1.0 - busy_per_iteration.sum() / (p * iteration)) if iteration > 0 else 0.0
+    p3_cols = None
+    if model.p3 is not None:
+        c = model.p3
+        p3_cols, iteration = p3_steady_state(c.layer_fwd_s, c.layer_bwd_s, c.layer_allreduce_s, m,
+                                             max(2, model.iterations))
+        busy_one = m * float(c.layer_fwd_s.sum() + c.layer_bwd_s.sum())
+        bubble = float(1.0 - busy_one / iteration) if iteration > 0 else 0.0
+        comm_events = []
 
+    orders = cached_orders(model.schedule, p, m, 1, v)
     free_kind = WGT if sched.split_backward else BWD
     act_peak = np.zeros(p)
     inflight = np.zeros(p, dtype=np.int64)
@@ -218,15 +264,23 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
 
     if not timeline:
         return IterationResult(iteration, bubble, peak, act_peak, inflight, exposed, None)
-    cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, model.costs)])
+    if p3_cols is not None:
+        cols = p3_cols
+        shown = max(2, model.iterations)
+    else:
+        cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, model.costs)])
+        shown = iters
     if comm_events:
         ev = np.array(comm_events, dtype=float)
         n = ev.shape[0]
-        cols = concat_columns([cols, {
+        cols = concat_columns([cols, timeline_columns({
             "device": ev[:, 0].astype(np.int32), "stream": np.full(n, COMM, dtype=np.int8),
             "kind": ev[:, 1].astype(np.int8), "stage": ev[:, 0].astype(np.int32),
             "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 2], "end_s": ev[:, 3],
-        }])
+        })])
+    if sched.flush and model.iterations > 1 and p3_cols is None:
+        cols = repeat_iterations(cols, model.iterations, iteration, m)
+        shown = model.iterations
     events = Timeline(
         **cols,
         step_time_s=iteration,
@@ -237,5 +291,19 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
         peak_mem_bytes=tuple(float(x) for x in peak),
         schedule=model.schedule if p > 1 else "",
         microbatches=m,
+        iterations=shown,
     )
     return IterationResult(iteration, bubble, peak, act_peak, inflight, exposed, events)
+
+
+def repeat_iterations(cols: Mapping[str, Any], iterations: int, step_s: float, microbatches: int) -> TimelineColumns:
+    """Flushed iterations are identical: iteration e is iteration 0 shifted by e steps
+    (micro-batches renumbered e x M + i)."""
+    n = cols["start_s"].shape[0]
+    e = np.repeat(np.arange(iterations), n)
+    out = {k: np.tile(a, iterations) for k, a in cols.items()}
+    out["start_s"] = out["start_s"] + e * step_s
+    out["end_s"] = out["end_s"] + e * step_s
+    has_mb = out["microbatch"] >= 0
+    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
+    return timeline_columns(out)

@@ -1,4 +1,9 @@
-"""One training step of any D x T x P strategy on a cluster: the physical engine.
+"""One training step of any D x T x P strategy on a layer profile: the profile's step
+as an execution model (`profile_execution`), executed by `paraplan.sim.execution`
+(the same runner transformer predictions use), its events copied to every device.
+Facts of a real run that the profile cannot know (contention, reductions that cannot
+overlap, which layers tensor parallelism splits, gradient accumulation) are
+`RunConditions`: inputs of the execution model.
 
 How each kind of parallelism is costed (all times from the profile and the
 `CommModel`; nothing here knows DistIR's compatibility rules):
@@ -70,8 +75,8 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.profile import ModelProfile
 from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
-from paraplan.sim.engine import PipelineCosts, execute
-from paraplan.sim.pipeline import COMM, COMPUTE, concat_columns, run_columns, transfer_columns
+from paraplan.sim.engine import PipelineCosts
+from paraplan.sim.execution import ExecutionModel, GradSync, P3Costs, RankMemory, run_iteration
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, get_schedule
 
 ALLREDUCE = KINDS.index("allreduce")
@@ -156,7 +161,65 @@ def _activation_peak_bytes(order: OpOrder, chunk_act_bytes: np.ndarray, split_ba
     return float(np.cumsum(delta).max()) if delta.size else 0.0
 
 
-def simulate(
+@dataclass(frozen=True)
+class RunConditions:
+    """Facts of a real run that its profile cannot know, measured or stated by the
+    caller (the validate stage); they change what the execution model holds, never
+    the engine's answer afterwards.
+
+    - `compute_slowdown`: every compute op takes this factor longer (ranks that share
+      a CPU's cores and memory bandwidth while they compute at once);
+    - `comm_shares_compute`: gradient reductions cannot run beside compute (gloo
+      reduces on the CPU cores the ranks' threads fill), so with `gradient_sync ==
+      "overlap"` the buckets run after the last backward instead of beside it;
+    - `tp_split`: per layer, whether tensor parallelism splits it (empty: every
+      layer); a replicated layer runs its whole batch-proportional time on every rank;
+    - `tp_splits_fixed_time`: a split layer's batch-independent time is divided by T
+      too (on CPUs it is mostly per-parameter work);
+    - `tp_backward_allreduces`: per layer, the tensor-parallel all-reduces its
+      backward runs (empty: as many as its forward; the first Linear pair's input
+      gradient is not all-reduced when that input is the data);
+    - `accumulation_Bps`: > 0 charges each layer's backward its average gradient
+      accumulation over the micro-batches, (M - 1) / M x 3 x parameter bytes at this
+      bandwidth (read both, write one)."""
+
+    compute_slowdown: float = 1.0
+    comm_shares_compute: bool = False
+    tp_split: tuple[bool, ...] = ()
+    tp_splits_fixed_time: bool = False
+    tp_backward_allreduces: tuple[float, ...] = ()
+    accumulation_Bps: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.compute_slowdown > 0 or not np.isfinite(self.compute_slowdown):
+            raise StrategyError(f"compute_slowdown must be a finite number > 0, got {self.compute_slowdown}")
+        if self.accumulation_Bps < 0 or not np.isfinite(self.accumulation_Bps):
+            raise StrategyError(f"accumulation_Bps must be finite and >= 0, got {self.accumulation_Bps}")
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileExecution:
+    """A profile's step as the engine runs it, and where its pipeline ranks live."""
+
+    model: ExecutionModel
+    layout: StageLayout
+    single_device_s: float  # the same global batch on one device, no communication
+
+
+def _layer_times(profile: ModelProfile, batch: float, t: int, lo: int, hi: int,
+                 conditions: RunConditions) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer forward and backward time of layers [lo, hi) on one tensor rank at
+    `batch` samples, compute only (see RunConditions for the layout rules)."""
+    f_fix, b_fix = profile.fwd_fixed_s[lo:hi], profile.bwd_fixed_s[lo:hi]
+    f_var = profile.fwd_s_at(batch)[lo:hi] - f_fix
+    b_var = profile.bwd_s_at(batch)[lo:hi] - b_fix
+    split = np.asarray(conditions.tp_split[lo:hi], dtype=bool) if conditions.tp_split else np.ones(hi - lo, bool)
+    share = np.where(split, 1.0 / t, 1.0)
+    fixed_share = np.where(split & conditions.tp_splits_fixed_time, 1.0 / t, 1.0)
+    return f_fix * fixed_share + f_var * share, b_fix * fixed_share + b_var * share
+
+
+def profile_execution(
     profile: ModelProfile,
     cluster: Cluster,
     comm: CommModel,
@@ -167,11 +230,10 @@ def simulate(
     grad_bucket_bytes: float = 25e6,
     weight_grad_fraction: float = 0.5,
     tp_allreduces: Sequence[float] | None = None,
-) -> Timeline:
-    """One training step of `strategy` at `global_batch_size` samples; see the module doc.
-
-    Raises `StrategyError` for strategies that cannot run (too few devices, too small
-    a batch for M x replicas, schedule limits such as 2BW with p > M)."""
+    conditions: RunConditions = RunConditions(),
+) -> ProfileExecution:
+    """The execution model of one training step of `strategy` on a layer profile (see
+    the module doc for how each kind of parallelism is costed)."""
     p, t, v, m = (strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size,
                   strategy.virtual_pipeline_model_parallel_size, strategy.num_microbatches)
     sched = get_schedule(strategy.schedule)
@@ -188,6 +250,8 @@ def simulate(
             f"global batch {global_batch_size} gives {samples[s]:.3g} samples per micro-batch per replica at stage {s} "
             f"({m} micro-batches x {int(reps[s])} replicas); need >= 1"
         )
+    if conditions.tp_split and len(conditions.tp_split) != nl:
+        raise StrategyError(f"tp_split needs one entry per layer ({nl}), got {len(conditions.tp_split)}")
 
     counts: object = tp_allreduces
     if counts is None:
@@ -196,8 +260,15 @@ def simulate(
     tp_counts = np.asarray(counts, dtype=float)
     if tp_counts.shape != (nl,):
         raise StrategyError(f"tp_allreduces needs one count per layer ({nl}), got {tp_counts.shape}")
+    tp_back = np.asarray(conditions.tp_backward_allreduces, dtype=float) if conditions.tp_backward_allreduces \
+        else tp_counts
+    if tp_back.shape != (nl,):
+        raise StrategyError(f"tp_backward_allreduces needs one count per layer ({nl}), got {tp_back.shape}")
+    accumulation = np.zeros(nl)
+    if conditions.accumulation_Bps > 0 and m > 1:
+        accumulation = (m - 1) / m * 3.0 * profile.param_bytes / conditions.accumulation_Bps
 
-    # per virtual stage costs
+    slow = conditions.compute_slowdown
     fwd = np.zeros(nv)
     bwd = np.zeros(nv)
     layer_fwd = np.zeros(nl)  # per layer per micro-batch on its device (P3 needs layers)
@@ -207,17 +278,15 @@ def simulate(
     for vs, (lo, hi) in enumerate(lay.layer_ranges):
         s = int(dev_of_v[vs])
         b = float(samples[s])
-        f_fix, b_fix = profile.fwd_fixed_s[lo:hi], profile.bwd_fixed_s[lo:hi]
-        f_l = f_fix + (profile.fwd_s_at(b)[lo:hi] - f_fix) / t
-        b_l = b_fix + (profile.bwd_s_at(b)[lo:hi] - b_fix) / t
+        f_l, b_l = _layer_times(profile, b, t, lo, hi, conditions)
+        f_l, b_l = f_l * slow, (b_l + accumulation[lo:hi]) * slow
         acts = profile.activation_bytes_at(b)[lo:hi]
         if t > 1:
-            ids = lay.devices[s][:t]
-            group = Group(t, cluster.nodes_spanned(ids))
-            ar = np.array([comm.time_s("all_reduce", a, group) if c > 0 else 0.0
-                           for a, c in zip(acts, tp_counts[lo:hi], strict=True)])
+            group = Group(t, cluster.nodes_spanned(lay.devices[s][:t]))
+            ar = np.array([comm.time_s("all_reduce", a, group) if max(cf, cb) > 0 else 0.0
+                           for a, cf, cb in zip(acts, tp_counts[lo:hi], tp_back[lo:hi], strict=True)])
             f_l = f_l + tp_counts[lo:hi] * ar
-            b_l = b_l + tp_counts[lo:hi] * ar
+            b_l = b_l + tp_back[lo:hi] * ar
         fwd[vs], bwd[vs] = f_l.sum(), b_l.sum()
         layer_fwd[lo:hi], layer_bwd[lo:hi] = f_l, b_l
         act_mb[vs] = acts.sum() / t
@@ -239,228 +308,112 @@ def simulate(
         bwd_in = bwd
     costs = PipelineCosts(fwd, bwd_in, wgt, send, send.copy())
 
-    iters = 1 if sched.flush else max(2, strategy.iterations)
-    orders = sched.orders(p, m, iters, v)
-    run = execute(orders, costs, m * iters)
-
-    # gradient synchronisation per pipeline device
     param_dev = np.zeros(p)
     for vs, (lo, hi) in enumerate(lay.layer_ranges):
         param_dev[dev_of_v[vs]] += profile.param_bytes[lo:hi].sum() / t
-    sync_events: list[tuple[int, float, float]] = []  # (pipeline device, start, end)
-    compute_end = np.zeros(p)
-    np.maximum.at(compute_end, run.device, run.end_s)
-    step_end = compute_end.copy()
-    sync_s = np.zeros(p)
-    grad_kind = WGT if sched.split_backward else BWD
-    last_mb = m * iters - 1
     mode = strategy.gradient_sync
+    syncs = []
     for s in range(p):
         r = int(reps[s])
         if r <= 1 or param_dev[s] <= 0 or mode == "p3":
+            syncs.append(GradSync.none())
             continue
         group = Group(r, cluster.nodes_spanned(lay.devices[s][0::t]))
         if mode == "end":
-            dur = float(comm.time_s("all_reduce", param_dev[s], group))
-            sync_events.append((s, compute_end[s], compute_end[s] + dur))
-            sync_s[s] = dur
-            step_end[s] = compute_end[s] + dur
+            syncs.append(GradSync(np.array([float(comm.time_s("all_reduce", param_dev[s], group))]),
+                                  np.zeros(1, dtype=np.int64), np.ones(1)))
             continue
-        buckets: list[tuple[float, float]] = []  # (ready time, bytes)
-        for vs in range(s, nv, p):
+        sizes, chunks, fractions = [], [], []
+        for c in range(v - 1, -1, -1):  # later chunks finish their backward first
+            vs = c * p + s
             lo, hi = lay.layer_ranges[vs]
-            sel = (run.vstage == vs) & (run.kind == grad_kind) & (run.microbatch == last_mb)
-            op_start, op_end = float(run.start_s[sel][0]), float(run.end_s[sel][0])
             b_l = profile.bwd_s_at(float(samples[s]))[lo:hi][::-1]
             frac = np.cumsum(b_l) / b_l.sum() if b_l.sum() > 0 else np.ones_like(b_l)
-            ready = op_start + (op_end - op_start) * frac
-            sizes = profile.param_bytes[lo:hi][::-1] / t
             acc = 0.0
-            for rdy, nb in zip(ready, sizes, strict=True):
+            for ready, nb in zip(frac, profile.param_bytes[lo:hi][::-1] / t, strict=True):
                 acc += nb
                 if acc >= grad_bucket_bytes:
-                    buckets.append((float(rdy), acc))
+                    sizes.append(acc)
+                    chunks.append(c)
+                    fractions.append(float(ready))
                     acc = 0.0
             if acc > 0:
-                buckets.append((float(ready[-1]), acc))
-        clock = 0.0
-        for rdy, nb in sorted(buckets):
-            start = max(rdy, clock)
-            clock = start + float(comm.time_s("all_reduce", nb, group))
-            sync_events.append((s, start, clock))
-            sync_s[s] += clock - start
-        step_end[s] = max(compute_end[s], clock)
+                sizes.append(acc)
+                chunks.append(c)
+                fractions.append(float(frac[-1]) if frac.size else 1.0)
+        syncs.append(GradSync(np.array([float(comm.time_s("all_reduce", nb, group)) for nb in sizes]),
+                              np.array(chunks, dtype=np.int64), np.array(fractions)))
 
-    busy = run.busy_s()
-    if sched.flush:
-        step = float(step_end.max())
-        busy_per_step = busy
-    else:
-        one = execute(sched.orders(p, m, 1, v), costs, m).makespan_s
-        period = (run.makespan_s - one) / (iters - 1)
-        step = float(max(period, sync_s.max()))
-        busy_per_step = busy / iters
-    bubble = float(1.0 - busy_per_step.sum() / (p * step)) if step > 0 else 0.0
+    p3 = None
+    if mode == "p3":
+        layer_ar = np.zeros(nl)
+        if int(reps[0]) > 1:
+            group = Group(int(reps[0]), cluster.nodes_spanned(lay.devices[0][0::t]))
+            layer_ar = np.array([float(comm.time_s("all_reduce", nb, group)) if nb > 0 else 0.0
+                                 for nb in profile.param_bytes / t])
+        p3 = P3Costs(layer_fwd, layer_bwd, layer_ar)
 
-    # memory per pipeline device
     chunk_act = np.zeros((p, v))
     for vs in range(nv):
         chunk_act[vs % p, vs // p] = act_mb[vs]
-    one_iter = sched.orders(p, m, 1, v)
-    peak = np.array([
-        param_dev[s] * (sched.weight_versions + 1 + optimizer_state_factor)
-        + _activation_peak_bytes(one_iter[s], chunk_act[s], sched.split_backward)
-        for s in range(p)
-    ])
-
+    memory = tuple(RankMemory(param_dev[s] * sched.weight_versions, param_dev[s],
+                              param_dev[s] * optimizer_state_factor, chunk_act[s]) for s in range(p))
+    model = ExecutionModel(
+        schedule=strategy.schedule, pipeline_stages=p, virtual_stages=v, microbatches=m, costs=costs,
+        grad_sync=tuple(syncs), overlap_grad_reduce=mode == "overlap" and not conditions.comm_shares_compute,
+        after_sync_s=np.zeros(p), memory=memory, samples_per_iteration=global_batch_size,
+        num_devices=strategy.num_devices, iterations=strategy.iterations, p3=p3,
+    )
     single = float(profile.fwd_s_at(global_batch_size).sum() + profile.bwd_s_at(global_batch_size).sum())
-    if mode == "p3":
-        r = int(reps[0])
-        layer_ar = np.zeros(nl)
-        if r > 1:
-            group = Group(r, cluster.nodes_spanned(lay.devices[0][0::t]))
-            grads = profile.param_bytes / t
-            layer_ar = np.array([float(comm.time_s("all_reduce", nb, group)) if nb > 0 else 0.0
-                                 for nb in grads])
-        iters = max(2, strategy.iterations)
-        cols, step = p3_steady_state(layer_fwd, layer_bwd, layer_ar, m, iters)
-        busy_one = m * float(layer_fwd.sum() + layer_bwd.sum())
-        bubble = float(1.0 - busy_one / step) if step > 0 else 0.0
-    else:
-        cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, costs)])
-    if sync_events:
-        ev = np.array(sync_events, dtype=float)
-        n = ev.shape[0]
-        cols = concat_columns([cols, {
-            "device": ev[:, 0].astype(np.int32), "stream": np.full(n, COMM, dtype=np.int8),
-            "kind": np.full(n, ALLREDUCE, dtype=np.int8), "stage": ev[:, 0].astype(np.int32),
-            "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 1], "end_s": ev[:, 2],
-        }])
-    if sched.flush and strategy.iterations > 1 and mode != "p3":
-        cols = _repeat_steps(cols, strategy.iterations, step, m)
-        iters = strategy.iterations
-    cols = _expand_to_devices(cols, lay.devices)
-    num_ids = max(max(ids) for ids in lay.devices) + 1
-    peak_ids = np.zeros(num_ids)
-    for s, ids in enumerate(lay.devices):
-        peak_ids[list(ids)] = peak[s]
+    return ProfileExecution(model, lay, single)
+
+
+def simulate(
+    profile: ModelProfile,
+    cluster: Cluster,
+    comm: CommModel,
+    strategy: Strategy,
+    global_batch_size: int,
+    *,
+    optimizer_state_factor: float = 2.0,
+    grad_bucket_bytes: float = 25e6,
+    weight_grad_fraction: float = 0.5,
+    tp_allreduces: Sequence[float] | None = None,
+    conditions: RunConditions = RunConditions(),
+) -> Timeline:
+    """One training step of `strategy` at `global_batch_size` samples: its execution
+    model (`profile_execution`) run by `paraplan.sim.execution.run_iteration`, the
+    events copied to every device of each stage; see the module doc.
+
+    Raises `StrategyError` for strategies that cannot run (too few devices, too small
+    a batch for M x replicas, schedule limits such as 2BW with p > M)."""
+    built = profile_execution(profile, cluster, comm, strategy, global_batch_size,
+                              optimizer_state_factor=optimizer_state_factor, grad_bucket_bytes=grad_bucket_bytes,
+                              weight_grad_fraction=weight_grad_fraction, tp_allreduces=tp_allreduces,
+                              conditions=conditions)
+    result = run_iteration(built.model)
+    assert result.timeline is not None
+    tl = result.timeline
+    cols = timeline_columns({"device": tl.device, "stream": tl.stream, "kind": tl.kind, "stage": tl.stage,
+                             "microbatch": tl.microbatch, "start_s": tl.start_s, "end_s": tl.end_s})
+    devices = built.layout.devices
+    cols = _expand_to_devices(cols, devices)
+    peak_ids = np.zeros(max(max(ids) for ids in devices) + 1)
+    for s, ids in enumerate(devices):
+        peak_ids[list(ids)] = result.peak_memory_bytes[s]
+    step = result.iteration_s
     return Timeline(
         **cols,
         step_time_s=step,
         batch_size=global_batch_size,
         num_devices=strategy.num_devices,
-        speedup=single / step if step > 0 else 1.0,
-        bubble_fraction=bubble,
+        speedup=built.single_device_s / step if step > 0 else 1.0,
+        bubble_fraction=result.bubble_fraction,
         peak_mem_bytes=tuple(float(x) for x in peak_ids),
-        schedule=strategy.schedule if p > 1 else "",
-        microbatches=m,
-        iterations=iters,
+        schedule=strategy.schedule if strategy.pipeline_model_parallel_size > 1 else "",
+        microbatches=strategy.num_microbatches,
+        iterations=tl.iterations,
     )
-
-
-def p3_comm_segments(release_s: np.ndarray, work_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Preempt-resume priority service of per-layer all-reduces on one comm stream.
-
-    Layer l is released at `release_s[l]` and needs `work_s[l]` seconds; the stream
-    always serves the lowest-numbered pending layer. Releases must not increase with
-    the layer index (the backward produces the last layer's gradient first), so the
-    newest pending layer is the one served: a stack, O(layers). Returns the service
-    segments as (layer, start_s, end_s) arrays in time order."""
-    release_s = np.asarray(release_s, dtype=float)
-    work_s = np.asarray(work_s, dtype=float)
-    if np.any(np.diff(release_s) > 0):
-        raise StrategyError("P3 releases must come from the last layer to the first")
-    segs: list[tuple[int, float, float]] = []
-    stack: list[list] = []  # [layer, remaining seconds]
-    clock = -np.inf
-    for layer in range(release_s.shape[0] - 1, -1, -1):
-        ready = float(release_s[layer])
-        while stack and clock < ready:
-            top = stack[-1]
-            if top[1] <= ready - clock:
-                segs.append((top[0], clock, clock + top[1]))
-                clock += top[1]
-                stack.pop()
-            else:
-                segs.append((top[0], clock, ready))
-                top[1] -= ready - clock
-                clock = ready
-        clock = max(clock, ready)
-        if work_s[layer] > 0:
-            stack.append([layer, float(work_s[layer])])
-    while stack:
-        top = stack.pop()
-        segs.append((top[0], clock, clock + top[1]))
-        clock += top[1]
-    if not segs:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-    arr = np.array(segs, dtype=float)
-    return arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2]
-
-
-def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarray, microbatches: int,
-                    iterations: int = 2) -> tuple[TimelineColumns, float]:
-    """Data parallelism with P3 gradient synchronisation on one (pipeline) device.
-
-    `fwd_s`, `bwd_s`: per layer and micro-batch; `allreduce_s`: per layer (0: nothing
-    to synchronise); `microbatches`: gradient accumulation steps k (micro-batch i of an
-    iteration runs F then B; only the first forward of an iteration waits for the
-    previous iteration's all-reduces). Simulates `iterations` (>= 2) iterations and
-    returns the timeline columns (device 0, stage 0) and the period of the last one
-    (from the start of one iteration's last backward to the next's)."""
-    if iterations < 2:
-        raise StrategyError(f"P3's steady state needs >= 2 iterations, got {iterations}")
-    f = np.asarray(fwd_s, dtype=float)
-    b = np.asarray(bwd_s, dtype=float)
-    k = int(microbatches)
-    f_tot, b_tot = float(f.sum()), float(b.sum())
-    f_cum = np.cumsum(f)
-    f_before = f_cum - f
-    b_from = np.cumsum(b[::-1])[::-1]  # backward from the last layer down to layer l
-    fk, bk, ck = KINDS.index("fwd"), KINDS.index("bwd"), ALLREDUCE
-    # the ops between an iteration's first forward and its last backward:
-    # B0, F1, B1, ..., F(k-1); then B(k-1)
-    mid_dur = np.tile([b_tot, f_tot], k - 1)
-    mid_kind = np.tile([bk, fk], k - 1)
-    mid_mb = np.repeat(np.arange(k - 1), 2) + np.tile([0, 1], k - 1)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def add(stream: int, kind, mb, start, end) -> None:
-        start = np.atleast_1d(np.asarray(start, dtype=float))
-        n = start.shape[0]
-        parts.append((np.full(n, stream), np.broadcast_to(kind, (n,)), np.broadcast_to(mb, (n,)),
-                      start, np.atleast_1d(np.asarray(end, dtype=float))))
-
-    fwd0_end = f_tot  # iteration 0: nothing to wait for
-    add(COMPUTE, fk, 0, 0.0, f_tot)
-    last_bwd = np.zeros(iterations)
-    for e in range(iterations):
-        base = e * k
-        mid_start = fwd0_end + np.cumsum(mid_dur) - mid_dur
-        add(COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
-        s = fwd0_end + (k - 1) * (f_tot + b_tot)
-        last_bwd[e] = s
-        add(COMPUTE, bk, base + k - 1, s, s + b_tot)
-        release = s + b_from
-        layer, seg_start, seg_end = p3_comm_segments(release, allreduce_s)
-        add(COMM, ck, -1, seg_start, seg_end)
-        if e == iterations - 1:
-            break
-        synced = release.copy()
-        np.maximum.at(synced, layer, seg_end)
-        gate = np.maximum.accumulate(np.maximum(s + b_tot, np.maximum.accumulate(synced) - f_before))
-        # layer l of the next forward runs in [gate_l + f_before_l, gate_l + f_cum_l]; gate
-        # rises where it waits: one op per stretch without waiting
-        first = np.flatnonzero(np.concatenate(([True], gate[1:] > gate[:-1])))
-        last = np.append(first[1:] - 1, f.shape[0] - 1)
-        add(COMPUTE, fk, base + k, gate[first] + f_before[first], gate[last] + f_cum[last])
-        fwd0_end = float(gate[-1] + f_cum[-1])
-    stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*parts, strict=True))
-    n = start.shape[0]
-    cols = TimelineColumns(device=np.zeros(n, dtype=np.int32), stream=stream.astype(np.int8),
-                           kind=kind.astype(np.int8), stage=np.zeros(n, dtype=np.int32),
-                           microbatch=mb.astype(np.int32), start_s=start, end_s=end)
-    return cols, float(last_bwd[-1] - last_bwd[-2])
 
 
 def _expand_to_devices(cols: Mapping[str, Any],
@@ -477,18 +430,4 @@ def _expand_to_devices(cols: Mapping[str, Any],
     within = np.arange(rep.shape[0]) - np.repeat(np.cumsum(per_event) - per_event, per_event)
     out = {k: a[rep] for k, a in cols.items()}
     out["device"] = flat_ids[offsets[pipe_dev[rep]] + within]
-    return timeline_columns(out)
-
-
-def _repeat_steps(cols: Mapping[str, Any], iterations: int, step_s: float,
-                  microbatches: int) -> TimelineColumns:
-    """Flushed iterations are identical: iteration e is iteration 0 shifted by e steps
-    (micro-batches renumbered e x M + i)."""
-    n = cols["start_s"].shape[0]
-    e = np.repeat(np.arange(iterations), n)
-    out = {k: np.tile(a, iterations) for k, a in cols.items()}
-    out["start_s"] = out["start_s"] + e * step_s
-    out["end_s"] = out["end_s"] + e * step_s
-    has_mb = out["microbatch"] >= 0
-    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
     return timeline_columns(out)

@@ -28,7 +28,15 @@ from paraplan.core import (
     Link,
     ModelProfile,
     Strategy,
+    StrategyError,
     Timeline,
+)
+from paraplan.core.limits import (
+    DEVICES_WHY,
+    MAX_DEVICES,
+    MAX_NUM_MICROBATCHES,
+    MAX_SIMULATED_OPS,
+    MICROBATCHES_WHY,
 )
 from paraplan.sim import distir_compat as dc
 from paraplan.studies.simulate_study import (
@@ -38,7 +46,7 @@ from paraplan.studies.simulate_study import (
     Series,
     SimulateStudy,
 )
-from paraplan.typed import load_yaml
+from paraplan.typed import Source, load_yaml
 
 RESULT_COLUMNS: tuple[str, ...] = (
     "experiment", "mode", "series", "D", "T", "P", "microbatches", "schedule", "batch_size",
@@ -51,9 +59,72 @@ TIMING_REPEATS = 5
 CHEAP_RUN_S = 2.0
 
 
+MAX_CONFIGURATIONS = 100_000
+"""Configurations one study may simulate (DistIR's Figure 4 grid has 111)."""
+MAX_STUDY_OPS = 4 * MAX_SIMULATED_OPS
+"""Pipeline operations of a whole study (one run of each mode): a few minutes at most."""
+
+
 def load_study(path: str | Path) -> SimulateStudy:
-    """A simulation study file (`paraplan.config_files.find_study` finds one by name)."""
-    return load_yaml(SimulateStudy, path, "a simulation study (config/studies/simulate/*.yaml)")
+    """A simulation study file (`paraplan.config_files.find_study` finds one by name),
+    checked to be simulable in bounded time (`study_work_problem`)."""
+    study = load_yaml(SimulateStudy, path, "a simulation study (config/studies/simulate/*.yaml)")
+    problem = study_work_problem(study)
+    if problem is not None:
+        index, message = problem
+        raise Source.file(path).error(("series", index) if index is not None else (), message)
+    return study
+
+
+def configuration_ops(strategy: Strategy) -> int:
+    """Pipeline operations one simulation of `strategy` executes: forward, backward and
+    weight-gradient ops per stage, micro-batch, model chunk and iteration."""
+    s = strategy
+    return (3 * s.pipeline_model_parallel_size * s.num_microbatches * s.virtual_pipeline_model_parallel_size
+            * s.iterations)
+
+
+def study_work_problem(study: SimulateStudy) -> tuple[int | None, str] | None:
+    """Why `study` cannot be simulated in bounded time, as (series index or None, message);
+    None when it can. Checked before anything is expanded: at most `MAX_CONFIGURATIONS`
+    configurations, `MAX_NUM_MICROBATCHES` micro-batches and `MAX_SIMULATED_OPS`
+    operations per configuration, `MAX_STUDY_OPS` in all."""
+    total_configurations = 0
+    for i, series in enumerate(study.series):
+        micro = 20 if isinstance(series.num_microbatches, str) else len(series.num_microbatches)
+        grid = 21 * 21 if series.parallelism == "grid" else 1  # D x T over powers of two up to 2^20
+        upper = len(series.global_batch_sizes) * len(series.iterations) * len(series.devices) * micro * grid
+        if upper > MAX_CONFIGURATIONS:
+            return i, (f"series '{series.name}' sweeps up to {upper:,} configurations; expected at most "
+                       f"{MAX_CONFIGURATIONS:,} per study")
+        total_configurations += upper
+    if total_configurations > MAX_CONFIGURATIONS:
+        return None, f"up to {total_configurations:,} configurations; expected at most {MAX_CONFIGURATIONS:,}"
+    total_ops = 0
+    for i, series in enumerate(study.series):
+        try:
+            configurations = expand(series)
+        except ConfigError as exc:
+            return i, str(exc).removeprefix(f"config key '{exc.key}': ")
+        except StrategyError as exc:
+            return i, str(exc)
+        for conf in configurations:
+            s = conf.strategy
+            where = (f"series '{series.name}' at global batch {conf.global_batch_size:,} on "
+                     f"{s.num_devices:,} devices")
+            if s.num_microbatches > MAX_NUM_MICROBATCHES:
+                return i, (f"{where} has {s.num_microbatches:,} micro-batches; expected at most "
+                           f"{MAX_NUM_MICROBATCHES:,}: {MICROBATCHES_WHY}")
+            if s.num_devices > MAX_DEVICES:
+                return i, f"{where}: expected at most {MAX_DEVICES:,} devices: {DEVICES_WHY}"
+            ops = configuration_ops(s)
+            if ops > MAX_SIMULATED_OPS:
+                return i, (f"{where} is {ops:,} pipeline operations (3 x stages x micro-batches x chunks x "
+                           f"iterations); expected at most {MAX_SIMULATED_OPS:,} per configuration")
+            total_ops += ops * len(study.modes.names)
+    if total_ops > MAX_STUDY_OPS:
+        return None, f"{total_ops:,} pipeline operations in all; expected at most {MAX_STUDY_OPS:,} per study"
+    return None
 
 
 # ---------------------------------------------------------------- the sweep
@@ -157,7 +228,8 @@ def mlp_profile(num_layers: int, hidden_dim: int, global_batch_size: int) -> Mod
 
 def physical_cluster(num_devices: int, mode: CorrectedMode) -> tuple[Cluster, ConstantBandwidthModel]:
     """One node of `num_devices` DistIR devices, every pair linked at the mode's bandwidth."""
-    bandwidth_Bps = mode.bandwidth_Gbit_per_s * GBIT / BITS_PER_BYTE
+    # 0 Gbit/s is a study whose model moves no bytes (seed 001's unit stages): free links
+    bandwidth_Bps = mode.bandwidth_Gbit_per_s * GBIT / BITS_PER_BYTE or math.inf
     device = Device("distir-device", peak_flops=dc.TP_FLOPS, mem_bandwidth_Bps=dc.DRAM_BYTES_PER_S,
                     memory_bytes=mode.memory_GB * 1e9)
     link = Link(bandwidth_Bps, mode.latency_s)

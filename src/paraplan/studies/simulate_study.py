@@ -8,11 +8,20 @@ lines of a figure). `paraplan.studies.simulate` runs it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
+from paraplan.core import limits as lim
 from paraplan.core.glossary import GradientSync, ScheduleName
 from paraplan.sim.distir_compat import CostModelName, Phase2, SendFilter
-from paraplan.typed import Count, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from paraplan.typed import AtLeast, AtMost
+
+Layers = Annotated[int, AtLeast(1), AtMost(lim.MAX_LAYERS, lim.LAYERS_WHY)]
+Width = Annotated[int, AtLeast(0), AtMost(lim.MAX_WIDTH, lim.WIDTH_WHY)]
+Seconds = Annotated[float, AtLeast(0), AtMost(lim.MAX_SECONDS, lim.SECONDS_WHY)]
+Batch = Annotated[int, AtLeast(1), AtMost(lim.MAX_GLOBAL_BATCH_SIZE, lim.GLOBAL_BATCH_WHY)]
+Devices = Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
+Microbatches = Annotated[int, AtLeast(1), AtMost(lim.MAX_NUM_MICROBATCHES, lim.MICROBATCHES_WHY)]
+Gbit = Annotated[float, AtMost(8 * lim.MAX_BANDWIDTH_GBPS, "above 1 PB/s; wrong unit? (Gbit/s, 1e9 bits per second)")]
 
 ModeName = Literal["distir-v0.1", "corrected"]
 MODES: tuple[ModeName, ...] = get_args(ModeName)
@@ -28,15 +37,15 @@ class StudyModel:
 
     kind: Literal["mlp", "unit"]
     """mlp or unit."""
-    num_layers: Count
+    num_layers: Layers
     """Layers (mlp) or pipeline stages' worth of unit layers (unit)."""
-    hidden_dim: NonNegativeInt = 0
+    hidden_dim: Width = 0
     """Width of the square MLP layers (mlp)."""
-    fwd_s: NonNegativeFloat = 1.0
+    fwd_s: Seconds = 1.0
     """Forward seconds per micro-batch of one stage (unit)."""
-    bwd_s: NonNegativeFloat = 2.0
+    bwd_s: Seconds = 2.0
     """Backward seconds per micro-batch of one stage (unit)."""
-    micro_batch_size: Count = 1
+    micro_batch_size: Batch = 1
     """Samples per micro-batch (unit)."""
 
     def __post_init__(self) -> None:
@@ -48,7 +57,7 @@ class StudyModel:
 class CompatMode:
     """DistIR v0.1's own semantics and cost model (`paraplan.sim.distir_compat`)."""
 
-    bandwidth_Gbit_per_s: PositiveFloat
+    bandwidth_Gbit_per_s: Annotated[Gbit, AtLeast(lim.MIN_POSITIVE, "below 1 kbit/s; wrong unit?")]
     """Link bandwidth in Gbit/s, as DistIR states it."""
     cost_model: CostModelName = "v0.1"
     """Which revision of DistIR's cost model (v0.1 carries its unit bugs)."""
@@ -62,15 +71,16 @@ class CompatMode:
 class CorrectedMode:
     """paraplan's physical engine (`paraplan.sim.simulate`)."""
 
-    bandwidth_Gbit_per_s: NonNegativeFloat = 0.0
+    bandwidth_Gbit_per_s: Annotated[Gbit, AtLeast(0)] = 0.0
     """Link bandwidth in Gbit/s (an mlp needs > 0; a unit model moves no bytes)."""
     schedule: ScheduleName = "1f1b"
     """Pipeline schedule."""
     gradient_sync: GradientSync = "end"
     """Gradient reduction of data-parallel replicas."""
-    latency_s: NonNegativeFloat = 0.0
+    latency_s: Annotated[float, AtLeast(0), AtMost(1000, "above 1000 s per message; wrong unit? (seconds)")] = 0.0
     """Per-message latency in seconds."""
-    memory_GB: PositiveFloat = 80.0
+    memory_GB: Annotated[float, AtLeast(lim.MIN_POSITIVE, lim.TINY_WHY), AtMost(lim.MAX_MEMORY_GB, lim.MEMORY_WHY)] \
+        = 80.0
     """Device memory in GB."""
 
 
@@ -103,13 +113,13 @@ class Series:
     parallelism: Parallelism
     """data, tensor or pipeline over `devices`, or grid: every power-of-two D x T x P
     with D T P = devices."""
-    global_batch_sizes: tuple[Count, ...]
+    global_batch_sizes: tuple[Batch, ...]
     """Samples per iteration."""
-    devices: tuple[Count, ...] = ()
+    devices: tuple[Devices, ...] = ()
     """Device counts."""
-    num_microbatches: tuple[Count, ...] | Literal["distir_rule"] = (1,)
+    num_microbatches: tuple[Microbatches, ...] | Literal["distir_rule"] = (1,)
     """Micro-batch counts of pipelines, or DistIR's Figure 4 rule (distir_rule)."""
-    micro_batch_size: NonNegativeInt = 0
+    micro_batch_size: Annotated[int, AtLeast(0), AtMost(lim.MAX_GLOBAL_BATCH_SIZE, lim.GLOBAL_BATCH_WHY)] = 0
     """> 0: M = global batch / (D x micro_batch_size), instead of num_microbatches."""
     modes: tuple[ModeName, ...] = ()
     """The modes this series runs in (empty: every mode of the study)."""
@@ -119,9 +129,9 @@ class Series:
     """Pipeline schedule (corrected mode); absent: the mode's."""
     gradient_sync: GradientSync | None = None
     """Gradient reduction (corrected mode); absent: the mode's."""
-    iterations: tuple[Count, ...] = (1,)
+    iterations: tuple[Annotated[int, AtLeast(1), AtMost(64, "a timeline shows a few iterations")], ...] = (1,)
     """Iterations a timeline shows."""
-    virtual_pipeline_model_parallel_size: Count = 1
+    virtual_pipeline_model_parallel_size: Annotated[int, AtLeast(1), AtMost(lim.MAX_LAYERS, lim.LAYERS_WHY)] = 1
     """Model chunks per pipeline device (interleaved 1F1B)."""
 
 

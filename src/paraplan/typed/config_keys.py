@@ -1,7 +1,13 @@
-"""The workflow config's 0.1 key names, renamed before Snakemake validates the config
-against workflow/schemas/config.schema.yaml: wherever the schema declares a key whose
-glossary term has an old name written in the config, the key is renamed (its value
-converted where the concept changed form) and a deprecation line says so.
+"""The workflow config made ready for Snakemake's schema validation
+(workflow/schemas/config.schema.yaml):
+
+- 0.1 key names renamed: wherever the schema declares a key whose glossary term has an
+  old name written in the config, the key is renamed (its value converted where the
+  concept changed form) and a deprecation line says so;
+- text read back as what the schema expects: Snakemake 9 reads a nested `--config
+  bench='{iters: 50, world_sizes: [2]}'` with YAML's base loader, so every value in it
+  arrives as text ('50', ['2']); where the schema expects a number, a boolean or null
+  and gets text, the text is read as YAML (a string the schema allows stays text).
 
 Snakemake merges a user's `--configfile` over config/config.yaml, which uses the new
 names only; so an old name always comes from the user, and its value wins over the
@@ -55,3 +61,44 @@ def upgrade_config_keys(data: object, schema: dict[str, Any], base: Path, where:
             upgrade_config_keys(value, sub, base, inner)
         elif isinstance(schema.get("additionalProperties"), dict) and isinstance(value, MutableMapping):
             upgrade_config_keys(value, schema["additionalProperties"], base, inner)
+
+
+_NON_TEXT = {"integer", "number", "boolean", "null"}
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    declared = schema.get("type")
+    found = set(declared) if isinstance(declared, list) else {declared} if declared else set()
+    for option in schema.get("anyOf", []) + schema.get("oneOf", []):
+        found |= _types(option)
+    if "enum" in schema:
+        found |= {"string" if isinstance(v, str) else "number" for v in schema["enum"]}
+    return found
+
+
+def coerce_config_text(data: object, schema: dict[str, Any], base: Path) -> object:
+    """`data` with text values read as YAML where `schema` expects no text (see the
+    module doc); mappings and lists are updated in place and returned."""
+    schema, base = _resolve(schema, base)
+    types = _types(schema)
+    if isinstance(data, str):
+        if types and "string" not in types and types & _NON_TEXT:
+            try:
+                parsed = yaml.safe_load(data)
+            except yaml.YAMLError:
+                return data  # the schema names the key and what it expected
+            return parsed if not isinstance(parsed, dict | list) else data
+        return data
+    if isinstance(data, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(data):
+            data[i] = coerce_config_text(item, schema["items"], base)
+    elif isinstance(data, MutableMapping):
+        properties = dict(schema.get("properties", {}))
+        for case in schema.get("allOf", []):
+            properties.update(case.get("then", {}).get("properties", {}))
+        extra = schema.get("additionalProperties")
+        for key, value in data.items():
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            if isinstance(sub, dict):
+                data[key] = coerce_config_text(value, sub, base)
+    return data

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from paraplan.core.errors import ParaplanError
 from paraplan.core.glossary import TERMS_BY_NAME
-from paraplan.typed.constraints import violated
+from paraplan.typed.constraints import reason, violated
 from paraplan.typed.source import Path_, Source
 from paraplan.typed.types import (
     Choice,
@@ -149,12 +150,44 @@ def convert(tp: FieldType, value: object, source: Source, path: Path_) -> Any:
             return tp.cls.parse(value)  # type: ignore[attr-defined]
         except ValueError as exc:
             raise source.error(path, str(exc)) from None
+    errors = []
     for option in tp.options:
         try:
             return convert(option, value, source, path)
-        except ParaplanError:
-            continue
+        except ParaplanError as exc:
+            errors.append((option, exc))
+    # one option of the value's own form (a list for a list, ...): its error says more
+    same_form = [exc for option, exc in errors if _same_form(option, value)]
+    if len(same_form) == 1:
+        raise same_form[0]
     raise source.error(path, f"expected {expected(tp)}, got {shown(value)}")
+
+
+def _same_form(tp: FieldType, value: object) -> bool:
+    if isinstance(tp, ListOf):
+        return isinstance(value, list | tuple)
+    if isinstance(tp, TableOf | Record):
+        return isinstance(value, Mapping)
+    if isinstance(tp, Scalar) and tp.kind in (int, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return False
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,40}", re.ASCII)
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)",
+                         re.ASCII | re.IGNORECASE)
+
+
+def _number_text(text: str, kind: type) -> int | float | None:
+    """A number typed on the command line, in plain decimal notation (no '1_000', no
+    other scripts' digits); None when the text is not one."""
+    text = text.strip()
+    if _INT_TEXT.fullmatch(text):
+        return int(text) if kind is int else float(text)
+    if _FLOAT_TEXT.fullmatch(text):
+        value = float(text)
+        return int(value) if kind is int and math.isfinite(value) and value.is_integer() else value
+    return None
 
 
 def _scalar(tp: Scalar, value: object, source: Source, path: Path_, text: bool) -> Any:
@@ -176,10 +209,9 @@ def _scalar(tp: Scalar, value: object, source: Source, path: Path_, text: bool) 
         return Path(value)
     number: object = value
     if text:
-        try:
-            number = int(str(value)) if kind is int else float(str(value))
-        except ValueError:
-            raise source.error(path, problem) from None
+        number = _number_text(str(value), kind)
+        if number is None:
+            raise source.error(path, problem)
     if isinstance(number, bool) or not isinstance(number, int | float):
         raise source.error(path, problem)
     if kind is int and not isinstance(number, int):
@@ -187,5 +219,6 @@ def _scalar(tp: Scalar, value: object, source: Source, path: Path_, text: bool) 
     if isinstance(number, float) and not math.isfinite(number):
         raise source.error(path, problem + ": not a finite number")
     if violated(number, tp.bounds):
-        raise source.error(path, problem)
+        why = reason(number, tp.bounds)
+        raise source.error(path, problem + (f": {why}" if why else ""))
     return float(number) if kind is float else number

@@ -5,9 +5,10 @@ Each strategy becomes a `Strategy` on the 2 devices of the cluster and goes thro
 the layout the real run uses (pipeline cut, micro-batches, one gradient bucket per
 layer for the overlapped all-reduce, the model's tensor-parallel all-reduces).
 
-These documented corrections are applied on top of the simulator, because they are
-facts of the real run the simulator cannot know (the CLI also reports the
-prediction without them, "uncorrected"):
+These documented facts of the real run, which its profile cannot know, enter the
+simulation as `paraplan.sim.RunConditions` (inputs of the execution model, never
+adjustments of the engine's answer; the CLI also reports the prediction without the
+measured contention, "uncorrected"):
 - Contention (`compute_factor`): the profile times each layer in one process; in
   the real run every rank computes at the same time and on a CPU the ranks share
   cores, caches and memory bandwidth (and, on a shared machine, the other tenants'
@@ -17,32 +18,32 @@ prediction without them, "uncorrected"):
   so the profiled times are multiplied by 1 + (factor - 1) x overlap, where
   overlap is the share of a rank's compute time during which the other rank
   computes too, read from the simulated timeline (1 for dp and tp2, less for the
-  pipelines' fill and drain); overlap and timeline are iterated to a fixed point.
-  Without it (factor 1) the prediction is the simulator's as is; both are reported.
+  pipelines' fill and drain); overlap and timeline are iterated to a fixed point
+  (`compute_slowdown`). Without it (factor 1) the prediction is the simulator's as
+  is; both are reported.
 - Overlap on a saturated CPU (`comm_uses_compute_cores`): gloo reduces and copies
   with the CPU, so when the ranks' threads already fill every core, an all-reduce
   started during backward takes its cycles from backward instead of running beside
-  it. `dp_overlap` is then predicted without overlap: the `dp` step with its one
-  all-reduce replaced by the per-layer all-reduces the overlapped run issues.
+  it. `dp_overlap` is then simulated with its per-layer all-reduces after the last
+  backward (`comm_shares_compute`).
 - Pipelines, gradient accumulation: the profile times each backward with fresh
   gradients (the first micro-batch's case); every later micro-batch adds its weight
   gradients into the accumulated ones, one more pass over the gradient memory
   (read both, write one: 3 x parameter bytes at the device's memory bandwidth) that
-  the simulator does not charge. It is added to each layer's backward, averaged over
-  the M micro-batches ((M - 1) / M of it per backward).
-- `tp2`, replicated layers: the simulator divides every layer's batch-proportional
-  time by T; the real run splits only Linear pairs and transformer blocks and keeps
-  the others (embedding, head, an odd last Linear) whole on every rank, so their
-  profiled times are given to the simulator x T in the batch-proportional part.
+  the profile does not hold. It is added to each layer's backward, averaged over
+  the M micro-batches ((M - 1) / M of it per backward; `accumulation_Bps`).
+- `tp2`, replicated layers: the real run splits only Linear pairs and transformer
+  blocks and keeps the others (embedding, head, an odd last Linear) whole on every
+  rank (`tp_split`).
 - `tp2`, batch-independent time (`tp_splits_fixed_time`, on CPUs): the simulator
   keeps a layer's fixed part whole (a GPU's per-kernel launch cost). On a CPU the
   fixed part the profile fits is mostly per-parameter work (allocating and writing
   the weight gradients), which a split layer does for its 1/T of the weights, so a
-  split layer's fixed part is divided by T as well.
+  split layer's fixed part is divided by T as well (`tp_splits_fixed_time`).
 - `tp2` layout (always applied): when the model's first layer starts a Linear pair, the pair's input is
   the data, which needs no gradient, so its backward all-reduce never runs
-  (Megatron's "f" operator is a no-op there); the simulator charges one all-reduce
-  per pair in both directions, so one all-reduce of the pair's input is removed.
+  (Megatron's "f" operator is a no-op there): that layer's backward runs one
+  all-reduce fewer than its forward (`tp_backward_allreduces`).
 - `tp2`, activation all-reduces at their mean time (`tp_allreduce_s`): the fitted
   model is fitted to each size's median time, but on a CPU a small gloo all-reduce
   has a long tail (the benchmark's all_reduce n2 at 128 KiB: p10 0.54 ms, median
@@ -58,11 +59,12 @@ prediction without them, "uncorrected"):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from paraplan.core import Cluster, CommModel, Group, ModelProfile, StrategyError
+from paraplan.sim.strategy_sim import RunConditions
 from paraplan.validate.strategies import PIPELINE_SCHEDULES, WORLD_SIZE, strategy_for
 
 # Each layer's gradients form their own bucket: the real overlapped run starts one
@@ -107,27 +109,29 @@ def tp_comm(comm: CommModel, setup: PredictionSetup) -> CommModel:
     return MeasuredAllReduce(comm, setup.tp_allreduce_s) if setup.tp_allreduce_s else comm
 
 
-def tp_unused_backward_allreduce_s(profile: ModelProfile, comm: CommModel, setup: PredictionSetup) -> float:
-    """The backward all-reduce the simulator charges for the first Linear pair when
-    the real run skips it (its input is the data); 0 otherwise."""
-    counts = setup.tp_allreduces
+def tp_backward_allreduces(setup: PredictionSetup) -> tuple[float, ...]:
+    """Per layer, the tensor-parallel all-reduces each backward runs: the forward's
+    counts, less the first Linear pair's input gradient when that input is the data
+    (see the module doc)."""
+    counts = list(setup.tp_allreduces)
     starts_with_pair = len(counts) > 1 and counts[0] == 0 and counts[1] == 1
-    if not starts_with_pair or setup.first_pair_input_needs_grad:
-        return 0.0
-    nbytes = float(profile.activation_bytes_at(setup.global_batch_size)[1])
-    return float(comm.time_s("all_reduce", nbytes, Group(WORLD_SIZE, 1)))
+    if starts_with_pair and not setup.first_pair_input_needs_grad:
+        counts[1] -= 1
+    return tuple(counts)
 
 
-def scale_compute(profile: ModelProfile, factor: float) -> ModelProfile:
-    """The profile with every forward and backward time (and fixed part) x `factor`."""
-    if not factor > 0:
-        raise ValueError(f"compute factor must be > 0, got {factor}")
-    layers = tuple(
-        replace(la, fwd_s=la.fwd_s * factor, bwd_s=la.bwd_s * factor,
-                fwd_fixed_s=la.fwd_fixed_s * factor, bwd_fixed_s=la.bwd_fixed_s * factor)
-        for la in profile.layers
+def run_conditions(name: str, setup: PredictionSetup, cluster: Cluster, compute_slowdown: float = 1.0) -> RunConditions:
+    """What the real run of strategy `name` does that its profile cannot say."""
+    tp = name == "tp2"
+    accumulate = name in PIPELINE_SCHEDULES and setup.pipeline_accumulation
+    return RunConditions(
+        compute_slowdown=compute_slowdown,
+        comm_shares_compute=setup.comm_uses_compute_cores,
+        tp_split=setup.tp_split if tp else (),
+        tp_splits_fixed_time=setup.tp_splits_fixed_time if tp else False,
+        tp_backward_allreduces=tp_backward_allreduces(setup) if tp else (),
+        accumulation_Bps=cluster.device.mem_bandwidth_Bps if accumulate else 0.0,
     )
-    return ModelProfile(profile.name, profile.batch_size, layers, meta=profile.meta)
 
 
 CONTENTION_ITERATIONS = 4
@@ -165,83 +169,32 @@ def predict_step_times(
     strategies: Sequence[str],
     setup: PredictionSetup,
     compute_factor: float = 1.0,
+    profile_drift: float = 1.0,
 ) -> dict[str, float]:
     """Predicted step time (s) of each strategy at `setup.global_batch_size` samples, with
-    compute slowed by `compute_factor` while both ranks compute (see the module doc)."""
+    compute slowed by `compute_factor` while both ranks compute (see the module doc) and
+    by `profile_drift` throughout (the machine's speed now over when it was profiled:
+    a diagnostic of stale profiles)."""
     if cluster.num_devices < WORLD_SIZE:
         raise StrategyError(f"cluster '{cluster.name}' has {cluster.num_devices} devices, need {WORLD_SIZE}")
     out: dict[str, float] = {}
     for name in strategies:
-        timeline = _simulate(profile, cluster, comm, name, setup, 1.0)
+        timeline = _simulate(profile, cluster, comm, name, setup, profile_drift)
         if compute_factor != 1.0:
             for _ in range(CONTENTION_ITERATIONS):
                 effective = 1.0 + (compute_factor - 1.0) * both_busy_fraction(timeline)
-                timeline = _simulate(profile, cluster, comm, name, setup, effective)
-        step_s = timeline.step_time_s
-        if name == "dp_overlap" and setup.comm_uses_compute_cores:
-            step_s = _serialised_overlap_s(profile, cluster, comm, setup, timeline, compute_factor)
-        if name == "tp2":
-            step_s -= tp_unused_backward_allreduce_s(profile, tp_comm(comm, setup), setup)
-        out[name] = float(step_s)
+                timeline = _simulate(profile, cluster, comm, name, setup, profile_drift * effective)
+        out[name] = float(timeline.step_time_s)
     return out
 
 
-def _serialised_overlap_s(profile, cluster, comm, setup, overlapped, compute_factor: float) -> float:
-    """`dp_overlap` when communication cannot run beside compute: the `dp` step (same
-    contention correction) minus its single all-reduce plus one all-reduce per layer."""
-    dp = predict_step_times(profile, cluster, comm, ["dp"], setup, compute_factor)["dp"]
-    group = Group(WORLD_SIZE, 1)
-    whole = float(comm.time_s("all_reduce", profile.total_param_bytes, group))
-    per_layer = sum(float(comm.time_s("all_reduce", nb, group)) for nb in profile.param_bytes if nb > 0)
-    return dp - whole + per_layer
-
-
-def tensor_parallel_profile(profile: ModelProfile, setup: PredictionSetup) -> ModelProfile:
-    """The profile as the simulator must see it for `tp2` (see the module doc): it
-    computes fixed + (t - fixed) x (b / B) / T per layer; replicated layers get
-    t' = fixed + T (t - fixed), split layers with `tp_splits_fixed_time` get
-    fixed' = fixed / T and t' = fixed / T + (t - fixed)."""
-    split = setup.tp_split or (True,) * profile.num_layers
-    if len(split) != profile.num_layers:
-        raise StrategyError(f"tp_split needs one entry per layer ({profile.num_layers}), got {len(split)}")
-    t = WORLD_SIZE
-    layers = []
-    for la, is_split in zip(profile.layers, split, strict=True):
-        if not is_split:
-            la = replace(la, fwd_s=la.fwd_fixed_s + t * (la.fwd_s - la.fwd_fixed_s),
-                         bwd_s=la.bwd_fixed_s + t * (la.bwd_s - la.bwd_fixed_s))
-        elif setup.tp_splits_fixed_time:
-            la = replace(la, fwd_s=la.fwd_fixed_s / t + (la.fwd_s - la.fwd_fixed_s),
-                         bwd_s=la.bwd_fixed_s / t + (la.bwd_s - la.bwd_fixed_s),
-                         fwd_fixed_s=la.fwd_fixed_s / t, bwd_fixed_s=la.bwd_fixed_s / t)
-        layers.append(la)
-    return ModelProfile(profile.name, profile.batch_size, tuple(layers), meta=profile.meta)
-
-
-def accumulation_profile(profile: ModelProfile, num_microbatches: int, mem_bandwidth_Bps: float) -> ModelProfile:
-    """The profile with each layer's backward charged its average gradient
-    accumulation: (M - 1) / M x 3 x param_bytes / mem_bandwidth (see the module doc)."""
-    if num_microbatches <= 1:
-        return profile
-    share = (num_microbatches - 1) / num_microbatches * 3.0 / mem_bandwidth_Bps
-    layers = tuple(
-        replace(la, bwd_s=la.bwd_s + share * la.param_bytes, bwd_fixed_s=la.bwd_fixed_s + share * la.param_bytes)
-        for la in profile.layers
-    )
-    return ModelProfile(profile.name, profile.batch_size, layers, meta=profile.meta)
-
-
-def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, factor: float):
+def _simulate(profile, cluster, comm, name: str, setup: PredictionSetup, slowdown: float):
     from paraplan.sim import simulate
 
     if name == "tp2":
-        profile = tensor_parallel_profile(profile, setup)
         comm = tp_comm(comm, setup)
-    if name in PIPELINE_SCHEDULES and setup.pipeline_accumulation:
-        profile = accumulation_profile(profile, setup.num_microbatches, cluster.device.mem_bandwidth_Bps)
-    scaled = scale_compute(profile, factor) if factor != 1.0 else profile
     return simulate(
-        scaled, cluster, comm, strategy_for(name, setup.num_microbatches, setup.pipeline_boundary),
-        setup.global_batch_size,
-        grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
+        profile, cluster, comm, strategy_for(name, setup.num_microbatches, setup.pipeline_boundary),
+        setup.global_batch_size, grad_bucket_bytes=PER_LAYER_BUCKET_BYTES, tp_allreduces=list(setup.tp_allreduces),
+        conditions=run_conditions(name, setup, cluster, slowdown),
     )

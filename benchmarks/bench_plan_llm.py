@@ -1,0 +1,77 @@
+"""The transformer planner (issue targets, 2-core machine):
+
+1. speed of the complete search: GPT-3 175B on 1,024 A100s (global batch 1,536,
+   sequence 2,048; target < 5 s) and Llama 3 405B on 16,384 H100s (target < 30 s);
+2. ranking quality on the shared single-node measurements: for every question
+   (model shape, GPU count, global batch) the measured configurations are ranked by
+   their prediction; the planner's pick is within 5% of the measured-fastest, and the
+   measured-fastest is in its top 3, for how many questions and shapes (target >= 90%).
+   Predictions are the cross-validated ones of the workflow's calibrate rule
+   (results/predict/a100-vtrain/cross_validated.csv) when present, else in-sample.
+
+    python benchmarks/bench_plan_llm.py
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paraplan.clusters import load_cluster
+from paraplan.plan.llm_output import describe
+from paraplan.plan.llm_search import PlanRequest, search
+from paraplan.predict.calibration import load_calibration
+from paraplan.predict.models import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+CROSS_VALIDATED = ROOT / "results/predict/a100-vtrain/cross_validated.csv"
+
+
+def speed() -> None:
+    calibration = load_calibration()
+    for name, cluster_name, gpus, batch, target in (("gpt3-175b", "dgx-a100", 1024, 1536, 5.0),
+                                                    ("llama3-70b", "dgx-h100", 1024, 1024, 5.0),
+                                                    ("llama3-405b", "dgx-h100", 16384, 2048, 30.0)):
+        cluster = load_cluster(cluster_name)
+        comm = calibration.comm_model(cluster)
+        best = np.inf
+        for _ in range(3):
+            started = time.perf_counter()
+            result = search(PlanRequest(PRESETS[name], cluster, gpus, batch), comm, calibration.efficiency)
+            best = min(best, time.perf_counter() - started)
+        plan = result.plans[0]
+        print(f"{name} on {gpus} x {cluster.device.name}: {best:.2f} s (best of 3; target < {target:.0f} s), "
+              f"{result.candidates} candidates, {result.retimed} re-timed; {describe(plan)}: "
+              f"{plan.iteration_s:.3g} s, MFU {plan.mfu:.1%}")
+
+
+def ranking() -> None:
+    if not CROSS_VALIDATED.is_file():
+        print(f"ranking: {CROSS_VALIDATED} not found (run `snakemake calibrate_all` or the workflow); skipped")
+        return
+    d = pd.read_csv(CROSS_VALIDATED).rename(columns={"predicted_iteration_s": "predicted_s"})
+    rows = []
+    for (shape, gpus, batch), g in d.groupby(["name", "num_gpus", "global_batch_size"]):
+        if len(g) < 2:
+            continue
+        best = g["measured_iteration_s"].min()
+        ranked = g.sort_values("predicted_s")
+        pick_loss = ranked["measured_iteration_s"].iloc[0] / best - 1
+        in_top3 = best in ranked["measured_iteration_s"].iloc[:3].to_numpy()
+        rows.append((shape, gpus, batch, pick_loss, in_top3))
+    r = pd.DataFrame(rows, columns=["shape", "gpus", "global_batch_size", "pick_loss", "in_top3"])
+    both = (r.pick_loss <= 0.05) & r.in_top3
+    print(f"ranking ({len(r)} questions, cross-validated predictions): pick within 5% of the measured-fastest "
+          f"{(r.pick_loss <= 0.05).mean():.0%}, measured-fastest in the top 3 {r.in_top3.mean():.0%}, "
+          f"both {both.mean():.0%}; mean loss of the pick {r.pick_loss.mean():.1%}")
+    per_shape = r.assign(both=both).groupby("shape").agg(questions=("both", "size"), both=("both", "mean"),
+                                                         top3=("in_top3", "mean"), loss=("pick_loss", "mean"))
+    print(per_shape.round(3).to_string())
+
+
+if __name__ == "__main__":
+    speed()
+    ranking()
