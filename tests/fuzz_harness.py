@@ -210,10 +210,13 @@ def _run_fit(path: Path, folder: Path) -> list[str]:
 _PREDICTED_RULES = {
     "predicted_iteration_s": NumberRule("s", 0, 1e12, low_inclusive=False),
     "predicted_tflops_per_gpu": NumberRule("TFLOP/s", 0, 1e6),
-    "predicted_mfu": NumberRule("a fraction", 0, 1),
+    "predicted_mfu": NumberRule("a fraction", 0, 2),  # 6 x params x tokens counts an untied input embedding
     "predicted_peak_memory_bytes": NumberRule("bytes", 0, 1e30),
     "bubble_fraction": NumberRule("a fraction", 0, 1, ),
 }
+
+
+_A100_TFLOPS = NumberRule("TFLOP/s", 0, 2 * 312.0)  # Megatron's count: full s^2 attention, causal kernels do half
 
 
 def _run_predict(runs: Path, folder: Path, calibration: Path | None = None) -> list[str]:
@@ -222,7 +225,8 @@ def _run_predict(runs: Path, folder: Path, calibration: Path | None = None) -> l
     args = ["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out)]
     _command(args + (["--calibration", str(calibration)] if calibration else []))
     frame = pd.read_csv(out)
-    problems = []
+    problems = _out_of_range(frame["predicted_tflops_per_gpu"].to_numpy(float), _A100_TFLOPS,
+                             "predicted_tflops_per_gpu")
     for column, rule in _PREDICTED_RULES.items():
         problems += _out_of_range(frame[column].to_numpy(float), rule, column)
     return problems

@@ -113,3 +113,25 @@ def test_a2av_effective_sizes():
     assert effective_size_bytes("sum", 1024, (5, 5, 5, 5), 64) == 1024 * 5 * 64 * 4
     assert effective_size_bytes("max_of_max", 1024, (5, 5, 5, 5), 64) == 256 * 15 * 64 * 4
 
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"collective": "all7777"}, r"fits\[0\].collective: expected one of all_reduce, .*, got 'all7777'"),
+    ({"params": {"log2_size_bytes": [10.0, 20.0], "log2_time_s": [-10.0, 5000.0]}},
+     r"fits\[0\].params: expected log2_size_bytes increasing within \[0, 50\] and as many log2_time_s within "
+     r"\[-60, 40\]"),
+    ({"params": {"log2_size_bytes": [20.0, 10.0], "log2_time_s": [-10.0, -5.0]}},
+     r"fits\[0\].params: expected log2_size_bytes increasing"),
+])
+def test_a_broken_table_fit_is_refused_when_read(change, message):
+    fit = {"collective": "all_reduce", "world_size": 8, "nodes": 1, "tier": "intra", "model": "table",
+           "chosen": True, "params": {"log2_size_bytes": [10.0, 20.0], "log2_time_s": [-15.0, -8.0]},
+           "size_range_bytes": [1024, 2**20]}
+    ab = {**fit, "model": "alpha_beta", "chosen": False,
+          "params": {"alpha_s": 3e-5, "beta_Bps": 1e11, "busbw_factor": 1.75}}
+    assert FittedCommModel.from_dict({"fits": [fit, ab]}).time_s("all_reduce", 2**15, Group(8)) > 0
+    with pytest.raises(InputFileError, match=r"comm.json: " + message):
+        FittedCommModel.from_dict({"fits": [{**fit, **change}, ab]}, "comm.json")
+    with pytest.raises(InputFileError, match=r"comm.json: fits: the all_reduce sweep at 8 ranks \(intra\) has no "
+                                             r"alpha_beta fit"):
+        FittedCommModel.from_dict({"fits": [fit]}, "comm.json")

@@ -32,6 +32,7 @@ operations (PCHIP tables are evaluated from their stored cubic coefficients).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.comm.fit_sweep import MODEL_NAMES, predict
-from paraplan.core import InputFileError, ParaplanError, ring_time_s
+from paraplan.core import COLLECTIVES, InputFileError, ParaplanError, ring_time_s
 from paraplan.core.limits import MAX_DEVICES
 from paraplan.inputs import read_json_object, shown
 
@@ -53,6 +54,7 @@ FLAG_DERIVED = "derived"
 _ALIASES = {"all_to_allv": "all_to_all"}
 _MAX_SIZE_LOG2 = 50
 _MAX_SIZE_BYTES = 2.0**_MAX_SIZE_LOG2
+_FITTABLE = (*COLLECTIVES, "all_to_allv", "send_recv")
 _REQUIRED_KEYS = ("collective", "world_size", "nodes", "tier", "model", "chosen", "params", "size_range_bytes")
 
 
@@ -119,18 +121,44 @@ def _per_link(entry: _Entry) -> tuple[float, float]:
     return latency, bandwidth
 
 
+def _value(value: object) -> str:
+    """A JSON value for a message: a string quoted, anything else as Python writes it, both shortened."""
+    if isinstance(value, str):
+        return shown(value)
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def _check_table(params: Mapping, where: str, source: str) -> None:
+    """A table's knots: increasing log2 sizes within [0, 50] and log2 times within
+    [-60, 40] (1e-18 s to 3e4 years), as many of each. PCHIP never overshoots its knots,
+    so every time it gives in between is in that range too."""
+    xs, ys = params.get("log2_size_bytes"), params.get("log2_time_s")
+
+    def numbers(values: object, low: float, high: float) -> list[float]:
+        if not isinstance(values, list) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and low <= v <= high for v in values):
+            return []
+        return [float(v) for v in values]
+
+    sizes, times = numbers(xs, 0, _MAX_SIZE_LOG2), numbers(ys, -60, 40)
+    if not sizes or len(sizes) != len(times) or any(a >= b for a, b in itertools.pairwise(sizes)):
+        raise InputFileError(source, "expected log2_size_bytes increasing within [0, 50] and as many log2_time_s "
+                             "within [-60, 40]", field=f"{where}.params")
+
+
 def _entry(fit: object, where: str, source: str) -> _Entry:
     """One checked entry of a comm_model.json's `fits`."""
     def bad(key: str, expected: str, value: object) -> InputFileError:
-        return InputFileError(source, f"expected {expected}, got {shown(repr(value))}", field=f"{where}.{key}")
+        return InputFileError(source, f"expected {expected}, got {_value(value)}", field=f"{where}.{key}")
 
     if not isinstance(fit, Mapping):
-        raise InputFileError(source, f"expected a JSON object, got {shown(repr(fit))}", field=where)
+        raise InputFileError(source, f"expected a JSON object, got {_value(fit)}", field=where)
     missing = [k for k in _REQUIRED_KEYS if k not in fit]
     if missing:
         raise InputFileError(source, f"missing key(s) {', '.join(missing)}", field=where)
-    if not isinstance(fit["collective"], str) or not fit["collective"]:
-        raise bad("collective", "a collective name", fit["collective"])
+    if not isinstance(fit["collective"], str) or fit["collective"] not in _FITTABLE:
+        raise bad("collective", f"one of {', '.join(_FITTABLE)}", fit["collective"])
     for key, high in (("world_size", MAX_DEVICES), ("nodes", MAX_DEVICES)):
         value = fit[key]
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
@@ -149,6 +177,8 @@ def _entry(fit: object, where: str, source: str) -> _Entry:
     if not numbers or not 0 < span[0] <= span[1] <= _MAX_SIZE_BYTES:
         raise bad("size_range_bytes", f"[smallest, largest] sizes, 0 < smallest <= largest <= 2^{_MAX_SIZE_LOG2}",
                   span)
+    if fit["model"] == "table":
+        _check_table(fit["params"], where, source)
     entry = _Entry(collective=fit["collective"], world_size=fit["world_size"], tier=fit["tier"], model=fit["model"],
                    chosen=fit["chosen"], params=dict(fit["params"]), lo_bytes=float(span[0]), hi_bytes=float(span[1]))
     lo, hi = entry.lo_bytes, entry.hi_bytes
@@ -187,7 +217,13 @@ class FittedCommModel:
         fits = document.get("fits") if isinstance(document, Mapping) else None
         if not isinstance(fits, list):
             raise InputFileError(source, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
-        return cls([_entry(fit, f"fits[{i}]", source) for i, fit in enumerate(fits)], source)
+        entries = [_entry(fit, f"fits[{i}]", source) for i, fit in enumerate(fits)]
+        sweeps = {(e.collective, e.world_size, e.tier) for e in entries}
+        with_ab = {(e.collective, e.world_size, e.tier) for e in entries if e.model == "alpha_beta"}
+        for collective, world, tier in sorted(sweeps - with_ab):
+            raise InputFileError(source, f"the {collective} sweep at {world} ranks ({tier}) has no alpha_beta fit; "
+                                 "paraplan fit writes one per sweep (extrapolation needs it)", field="fits")
+        return cls(entries, source)
 
     @classmethod
     def from_json(cls, path: str | Path) -> FittedCommModel:
