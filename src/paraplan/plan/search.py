@@ -17,7 +17,11 @@ Search space, for one global batch on N devices:
 How it stays exact and fast:
 1. Closed forms first. The baselines, every one-stage plan (each width, micro-batch
    count, replica count and gradient sync; one evaluation per distinct (replicas,
-   micro-batches, nodes)) and balanced even-width pipelines give the incumbent.
+   micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
+   heuristic pass over the (W, M) pairs (the dynamic program below, each state
+   extending only its `BEAM_WIDTH` labels of least latency so far, no dominance) finds
+   a close pipeline, so the exact pass prunes from the start. It only lowers the
+   incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
    bound that holds for every pipeline of the pair; a pair whose bound cannot beat the
    incumbent is skipped whole. The bound: latency >= (M - 1) B + path, where the
