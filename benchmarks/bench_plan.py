@@ -13,7 +13,7 @@ than a data-parallel baseline, and how fast is the search (a script, not a test)
 2. One plan of a 100-layer model on 1024 GPUs (128 x 8), gbs 32768: pipeline copies of at
    most 8 devices, and uncapped (any divisor of 1024) in a child process with a time limit.
 
-    PYTHONPATH=src python benchmarks/bench_plan.py [--profile FILE] [--uncapped-limit-s 200]
+    PYTHONPATH=src python benchmarks/bench_plan.py [--profile FILE] [--uncapped-limit-s 200] [--large-only]
 """
 
 from __future__ import annotations
@@ -137,8 +137,12 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=DEFAULT_PROFILE)
     parser.add_argument("--uncapped-limit-s", type=float, default=200.0,
                         help="stop the uncapped 100 x 1024 search after this many seconds")
+    parser.add_argument("--large-only", action="store_true",
+                        help="run only the 100 layers x 1024 GPUs plans (skip the ResNet-50 study)")
     args = parser.parse_args()
-    if args.profile.is_file():
+    if args.large_only:
+        pass
+    elif args.profile.is_file():
         study_command(args.profile)
         dapple_space_before(args.profile)
     else:

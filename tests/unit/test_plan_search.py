@@ -8,6 +8,7 @@ import random
 import pytest
 
 from paraplan.core import Cluster, Device, Group, LayerProfile, Link, ModelProfile
+from paraplan.plan import search
 from paraplan.plan.comm_constants import DappleConstantsModel
 from paraplan.plan.objective import evaluate_layout, hpgo_latency_s, layout_slots
 from paraplan.plan.problem import MemorySettings, PlanProblem
@@ -128,3 +129,16 @@ def test_paper_form_closed_forms():
     assert paper_latency_s(fwd, bwd, 6, [0.0] * 3) == pytest.approx(hpgo_latency_s(block, 6, path, [0.0] * 3))
     # stage 2's all-reduce of 10 s hides behind the backward of stages 0 and 1 (7 s)
     assert paper_latency_s(fwd, bwd, 6, [0.0, 0.0, 10.0]) == pytest.approx(5 * 8 + path + 3.0)
+
+
+@pytest.mark.parametrize("beam", [0, 1])
+@pytest.mark.parametrize(("layers", "nodes", "per_node", "gbs", "memory"), CASES[:4])
+def test_heuristic_pass_changes_no_answer(monkeypatch, beam, layers, nodes, per_node, gbs, memory):
+    # the beam pass only seeds the incumbent: without it (0) or narrower (1) the best is the same
+    rng = random.Random(layers * 1000 + nodes * 100 + per_node + gbs)
+    problem = PlanProblem(_profile(rng, layers), _cluster(nodes, per_node), DappleConstantsModel(),
+                          MemorySettings(memory, 2.0, None), gbs, 1)
+    best = plan_hybrid(problem)[0]
+    monkeypatch.setattr(search, "BEAM_WIDTH", beam)
+    assert plan_hybrid(problem)[0].latency_s == pytest.approx(best.latency_s, rel=1e-12)
+    assert enumerate_hybrid(problem).latency_s == pytest.approx(best.latency_s, rel=1e-12)

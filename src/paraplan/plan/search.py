@@ -17,7 +17,11 @@ Search space, for one global batch on N devices:
 How it stays exact and fast:
 1. Closed forms first. The baselines, every one-stage plan (each width, micro-batch
    count, replica count and gradient sync; one evaluation per distinct (replicas,
-   micro-batches, nodes)) and balanced even-width pipelines give the incumbent.
+   micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
+   heuristic pass over the (W, M) pairs (the dynamic program below, each state
+   extending only its `BEAM_WIDTH` labels of least latency so far, no dominance) finds
+   a close pipeline, so the exact pass prunes from the start. It only lowers the
+   incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
    bound that holds for every pipeline of the pair; a pair whose bound cannot beat the
    incumbent is skipped whole. The bound: latency >= (M - 1) B + path, where the
@@ -70,6 +74,8 @@ from paraplan.plan.records import HybridPlan, StageSlot
 
 _UNLIMITED = 1 << 30
 _TOL = 1 + 1e-9  # relative slack of every pruning test (rounding)
+BEAM_WIDTH = 2
+"""Labels per state of the heuristic pass that seeds the incumbent of the exact one."""
 _SYNCS: tuple[GradientSync, ...] = ("end", "overlap", "p3")
 
 
@@ -375,9 +381,10 @@ def _block_floor(problem: PlanProblem, w: int, bounds: _PairBounds, block_cap_s:
 # ---- pipelines: the exact dynamic program ----
 
 def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incumbent,
-                               bounds: _PairBounds) -> None:
+                               bounds: _PairBounds, beam: int = 0) -> None:
     """Exact search over pipelines (>= 2 stages) of `w` devices with `m` micro-batches;
-    completed plans go to `inc`."""
+    completed plans go to `inc`. `beam` > 0: a heuristic pass instead (only seeds the
+    incumbent): each state extends only its `beam` labels of least latency so far."""
     n_layers = problem.num_layers
     copies = problem.num_devices // w
     b = bounds.micro_batch
@@ -402,6 +409,8 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if s >= max_stages:
                 continue
             labels = bucket.labels
+            if beam and len(labels) > beam:
+                labels = sorted(labels, key=lambda la: _label_score(la, m))[:beam]
             remaining = w - d
             x_cut_bytes = problem.cut_bytes_per_sample[j] * b
             blocks = np.array([la.block_s for la in labels])
@@ -490,8 +499,17 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                     bucket_to = states[stop].get((d + r, s + 1, one_node))
                     if bucket_to is None:
                         bucket_to = states[stop][(d + r, s + 1, one_node)] = _Bucket()
-                    bucket_to.insert(label, floor_k)
+                    if beam:  # no dominance: the state keeps its best labels when it is extended
+                        bucket_to.labels.append(label)
+                    else:
+                        bucket_to.insert(label, floor_k)
         states[j] = {}  # done with this layer
+
+
+def _label_score(label: _Label, m: int) -> float:
+    """The latency of the stages so far as if they were the whole plan (beam ordering)."""
+    beta = max(label.block_s, label.from_s)
+    return (m - 1) * beta + label.path_s + label.ending_s(beta)
 
 
 def _one_node(residues: np.ndarray, devices_per_node: int, first: int, lasts: np.ndarray) -> np.ndarray:
@@ -595,10 +613,11 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3,
     pipelines = [(w, m) for w, m in pairs if min(m, w, problem.num_layers) >= 2]
     ordered = sorted(((_pair_bounds(problem, w, m), w, m) for w, m in pipelines),
                      key=lambda item: item[0].latency_lb_s(item[2]))
-    for bounds, w, m in ordered:
-        if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
-            break
-        _search_width_microbatches(problem, w, m, inc, bounds)
+    for beam in (BEAM_WIDTH, 0):  # a heuristic pass for a close incumbent, then the exact one
+        for bounds, w, m in ordered:
+            if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
+                break
+            _search_width_microbatches(problem, w, m, inc, bounds, beam)
     if not inc.found:
         raise NoFeasiblePlanError(_nothing_fits(problem))
     return _ranked(problem, inc.found, candidates)
