@@ -252,11 +252,14 @@ def _single_stage(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incu
 
 # ---- pipelines: seeds and bounds ----
 
-def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incumbent) -> None:
+def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]],
+                    inc: _Incumbent) -> dict[tuple[int, int], float]:
     """A first bound for branch and bound: for every (W, M), every stage count S >= 2
     dividing W, S stages of W / S devices over compute-balanced layer ranges. Bounds
-    only; the exact pass finds these plans again if they are optimal."""
+    only; the exact pass finds these plans again if they are optimal. Returns each
+    pair's best such latency (the heuristic pass's order)."""
     n_layers = problem.num_layers
+    best: dict[tuple[int, int], float] = {}
     work = problem.var_prefix_s_per_sample + problem.fixed_prefix_s
     for w, m in pairs:
         for num_stages in range(2, min(w, m, n_layers) + 1):
@@ -272,6 +275,8 @@ def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _In
             plan = evaluate_layout(problem, w, m, slots)
             if plan is not None:
                 inc.offer(plan.latency_s, w, m, slots)
+                best[w, m] = min(best.get((w, m), math.inf), plan.latency_s)
+    return best
 
 
 @dataclass(frozen=True)
@@ -609,15 +614,20 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3,
             f">= {problem.min_micro_batch_size} samples on any pipeline width of {problem.num_devices} devices"
         )
     _single_stage(problem, pairs, inc, gradient_syncs)
-    _seed_incumbent(problem, pairs, inc)
+    seeds = _seed_incumbent(problem, pairs, inc)
     pipelines = [(w, m) for w, m in pairs if min(m, w, problem.num_layers) >= 2]
     ordered = sorted(((_pair_bounds(problem, w, m), w, m) for w, m in pipelines),
                      key=lambda item: item[0].latency_lb_s(item[2]))
-    for beam in (BEAM_WIDTH, 0):  # a heuristic pass for a close incumbent, then the exact one
-        for bounds, w, m in ordered:
-            if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
-                break
-            _search_width_microbatches(problem, w, m, inc, bounds, beam)
+    # a heuristic pass for a close incumbent, the pairs whose balanced pipelines are
+    # fastest first (a close incumbent early prunes the rest of it), then the exact one
+    promising = sorted(ordered, key=lambda item: seeds.get((item[1], item[2]), math.inf))
+    for bounds, w, m in promising:
+        if bounds.latency_lb_s(m) <= inc.latency_s * _TOL:
+            _search_width_microbatches(problem, w, m, inc, bounds, BEAM_WIDTH)
+    for bounds, w, m in ordered:
+        if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
+            break
+        _search_width_microbatches(problem, w, m, inc, bounds)
     if not inc.found:
         raise NoFeasiblePlanError(_nothing_fits(problem))
     return _ranked(problem, inc.found, candidates)
