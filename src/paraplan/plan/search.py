@@ -97,12 +97,7 @@ class _Label:
     slots: tuple[StageSlot, ...]
 
     def ending_s(self, block_s: float) -> float:
-        ending = 0.0
-        for a, t in self.lines:
-            value = a - t * block_s
-            if value > ending:
-                ending = value
-        return ending
+        return _ending(self.lines, block_s)
 
     @property
     def limit_s(self) -> float:
@@ -149,15 +144,35 @@ def _dominates(a: _Label, b: _Label, floor_s: float) -> bool:
     beta0 = max(b.from_s, floor_s)
     if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
-    slack = b.path_s - a.path_s
-    if a.ending_s(beta0) <= slack:  # a's ending only falls as beta grows
+    return _beats(a, b, beta0, b.path_s - a.path_s, b.limit_s)
+
+
+def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
+    """`_Label.ending_s` of `lines`."""
+    ending = 0.0
+    for a, t in lines:
+        value = a - t * block_s
+        if value > ending:
+            ending = value
+    return ending
+
+
+def _beats(a: _Label, b: _Label, beta0: float, slack: float, b_limit: float) -> bool:
+    """`_dominates(a, b, floor)` once its cheap conditions hold: beta0 = max(b's from,
+    floor), slack = b's path - a's, b_limit = b's `limit_s` (the same tests, inline)."""
+    a_lines = a.lines
+    ending_a = _ending(a_lines, beta0)
+    if ending_a <= slack:
         return True
-    if a.limit_s > slack + b.limit_s:
+    if a.limit_s > slack + b_limit:
         return False
-    # both sides are piecewise linear: beta0 and the kinks beyond it decide
-    for beta in (beta0, *(k for k in a.kinks + b.kinks if beta0 < k < math.inf)):
-        if a.ending_s(beta) > slack + b.ending_s(beta):
-            return False
+    b_lines = b.lines
+    if ending_a > slack + _ending(b_lines, beta0):
+        return False
+    for kinks in (a.kinks, b.kinks):
+        for k in kinks:
+            if beta0 < k < math.inf and _ending(a_lines, k) > slack + _ending(b_lines, k):
+                return False
     return True
 
 
@@ -165,32 +180,37 @@ class _Bucket:
     """The labels of one state, and the largest block floor known for it (every floor
     is a lower bound on the final block of the state's completions)."""
 
-    __slots__ = ("floor_s", "labels")
+    __slots__ = ("floor_s", "labels", "paths")
 
     def __init__(self) -> None:
         self.floor_s = 0.0
         self.labels: list[_Label] = []
+        self.paths: list[float] = []  # the labels' paths (`insert` keeps them sorted)
 
     def insert(self, label: _Label, floor_s: float) -> None:
-        """Add `label` unless a label of the bucket dominates it; drop those it dominates.
-        The labels stay sorted by path: only a shorter path can dominate."""
+        """Add `label` unless a label of the bucket dominates it; drop those it dominates
+        (`_dominates`, inline). The labels stay sorted by path: only a shorter path can
+        dominate."""
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
-        at = bisect.bisect_right(labels, label.path_s, key=_path)
-        beta0 = max(label.from_s, floor_s)
-        stages = label.max_stages
-        for other in labels[:at]:  # the cheap necessary conditions inline, then the test
-            if other.block_s <= beta0 and other.max_stages >= stages and _dominates(other, label, floor_s):
+        path, stages, block, limit = label.path_s, label.max_stages, label.block_s, label.limit_s
+        at = bisect.bisect_right(self.paths, path)
+        beta0 = label.from_s if label.from_s > floor_s else floor_s
+        for other in labels[:at]:
+            if other.block_s <= beta0 and other.max_stages >= stages and _beats(other, label, beta0,
+                                                                                 path - other.path_s, limit):
                 return
-        block, path = label.block_s, label.path_s
-        self.labels = [*labels[:at], label,
-                       *(o for o in labels[at:]
-                         if block > max(o.from_s, floor_s) or stages < o.max_stages or path > o.path_s
-                         or not _dominates(label, o, floor_s))]
-
-
-def _path(label: _Label) -> float:
-    return label.path_s
+        kept = labels[:at]
+        kept.append(label)
+        for o in labels[at:]:
+            beta_o = o.from_s if o.from_s > floor_s else floor_s
+            if block > beta_o or stages < o.max_stages or not _beats(label, o, beta_o, o.path_s - path, o.limit_s):
+                kept.append(o)
+        if len(kept) == len(labels) + 1:
+            self.paths.insert(at, path)
+        else:
+            self.paths = [la.path_s for la in kept]
+        self.labels = kept
 
 
 @dataclass(frozen=True)
