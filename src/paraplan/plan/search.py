@@ -76,6 +76,8 @@ _UNLIMITED = 1 << 30
 _TOL = 1 + 1e-9  # relative slack of every pruning test (rounding)
 BEAM_WIDTH = 2
 """Labels per state of the heuristic pass that seeds the incumbent of the exact one."""
+BEAM_PAIRS = 3
+"""(W, M) pairs the heuristic pass visits: those whose balanced pipelines are fastest."""
 _SYNCS: tuple[GradientSync, ...] = ("end", "overlap", "p3")
 
 
@@ -641,7 +643,7 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3,
     # a heuristic pass for a close incumbent, the pairs whose balanced pipelines are
     # fastest first (a close incumbent early prunes the rest of it), then the exact one
     promising = sorted(ordered, key=lambda item: seeds.get((item[1], item[2]), math.inf))
-    for bounds, w, m in promising:
+    for bounds, w, m in promising[:BEAM_PAIRS]:
         if bounds.latency_lb_s(m) <= inc.latency_s * _TOL:
             _search_width_microbatches(problem, w, m, inc, bounds, BEAM_WIDTH)
     for bounds, w, m in ordered:
