@@ -511,21 +511,26 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                     ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
                 lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
                 ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
-                for i, k in zip(*np.nonzero(ok), strict=True):
+                ii, kk = np.nonzero(ok)
+                if not ii.size:
+                    continue
+                key_to = (d + r, s + 1, one_node)
+                stop_list, floor_list, ar_list = stops.tolist(), rest_floor.tolist(), ar.tolist()
+                for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
+                                                  new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
                     la = labels[i]
-                    blk = float(new_block[i, k])
-                    stop = int(stops[k])
-                    floor_k = float(rest_floor[k])
+                    stop = stop_list[k]
+                    floor_k = floor_list[k]
                     since = max(blk, floor_k, la.from_s)
-                    lines, kinks = _envelope((*la.lines, (float(ar[k]), s)), since)
+                    lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
                     # no plan has more stages than layers or devices allow: a larger memory
                     # limit is worth no more than this
                     most = s + 1 + min(n_layers - stop, rest, max_stages - s - 1)
-                    label = _Label(blk, float(new_path[i, k]), lines, kinks, since, min(int(new_limit[i, k]), most),
+                    label = _Label(blk, path, lines, kinks, since, min(limit, most),
                                    (*la.slots, StageSlot(j, stop, r, d)))
-                    bucket_to = states[stop].get((d + r, s + 1, one_node))
+                    bucket_to = states[stop].get(key_to)
                     if bucket_to is None:
-                        bucket_to = states[stop][(d + r, s + 1, one_node)] = _Bucket()
+                        bucket_to = states[stop][key_to] = _Bucket()
                     if beam:  # no dominance: the state keeps its best labels when it is extended
                         bucket_to.labels.append(label)
                     else:
