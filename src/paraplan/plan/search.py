@@ -485,56 +485,64 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if ok_rs.any():  # labels x r x stops: the label bound below without this stage's all-reduce
                 ok_rs &= _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
                                    kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b)
-            for ri in np.flatnonzero(ok_rs.any(axis=1)):
-                r = int(rs[ri])
-                x = float(x_r[ri])
-                rest = remaining - r
-                sel = np.flatnonzero(ok_rs[ri])
-                stops, c, kmax, rest_floor = stops_ext[sel], c_rs[ri, sel], kmax_rs[ri, sel], floor_rs[ri, sel]
+            # every (r, stop) left at once, r-major: (r, stop) pairs in the columns
+            ri_f, si_f = np.nonzero(ok_rs)
+            if not ri_f.size:
+                continue
+            r_f, x_f, stops = rs[ri_f], x_r[ri_f], stops_ext[si_f]
+            c, kmax, rest_floor = c_rs[ri_f, si_f], kmax_rs[ri_f, si_f], floor_rs[ri_f, si_f]
+            rest = remaining - r_f
+            stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
+            ar = np.empty(ri_f.size)
+            one_node_of: dict[int, bool] = {}
+            firsts = np.flatnonzero(np.diff(ri_f, prepend=-1))
+            for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), ri_f.size], strict=True):
+                r = int(r_f[lo])
                 nodes = problem.nodes_spanned(d, r, w, copies)
-                stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
-                ar = np.atleast_1d(problem.allreduce_s(params[stops] - params[j], copies * r, nodes))
-                rest_fixed = fx[n_layers] - fx[stops]
-                rest_var = (var[n_layers] - var[stops]) * b
-                rest_spread = rest_var / rest  # the rest's block, at least
-                rest_path = rest_fixed + rest_var / min(rest, most_replicas)  # no stage has more replicas
-                x_next = x_lb[stops]
-                one_node = problem.in_one_node(d, d + r - 1, w, copies)
-                # labels x stops: block, path and the bound at the smallest block the plan can have
-                new_block = np.maximum(np.maximum(c, x)[None, :], blocks[:, None])
-                new_path = paths[:, None] + (x + c)[None, :]
-                new_limit = np.minimum(stage_limit[None, :], limits[:, None])
-                beta = np.maximum(np.maximum(new_block, froms[:, None]),
-                                  np.maximum(np.maximum(rest_spread, x_next), rest_floor)[None, :])
-                ending = np.maximum(ar[None, :] - s * beta, 0.0)
-                for k in range(line_a.shape[1]):
-                    ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
-                lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
-                ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
-                ii, kk = np.nonzero(ok)
-                if not ii.size:
-                    continue
-                key_to = (d + r, s + 1, one_node)
-                stop_list, floor_list, ar_list = stops.tolist(), rest_floor.tolist(), ar.tolist()
-                for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
-                                                  new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
-                    la = labels[i]
-                    stop = stop_list[k]
-                    floor_k = floor_list[k]
-                    since = max(blk, floor_k, la.from_s)
-                    lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
-                    # no plan has more stages than layers or devices allow: a larger memory
-                    # limit is worth no more than this
-                    most = s + 1 + min(n_layers - stop, rest, max_stages - s - 1)
-                    label = _Label(blk, path, lines, kinks, since, min(limit, most),
-                                   (*la.slots, StageSlot(j, stop, r, d)))
-                    bucket_to = states[stop].get(key_to)
-                    if bucket_to is None:
-                        bucket_to = states[stop][key_to] = _Bucket()
-                    if beam:  # no dominance: the state keeps its best labels when it is extended
-                        bucket_to.labels.append(label)
-                    else:
-                        bucket_to.insert(label, floor_k)
+                ar[lo:hi] = np.atleast_1d(problem.allreduce_s(params[stops[lo:hi]] - params[j], copies * r, nodes))
+                one_node_of[r] = problem.in_one_node(d, d + r - 1, w, copies)
+            rest_fixed = fx[n_layers] - fx[stops]
+            rest_var = (var[n_layers] - var[stops]) * b
+            rest_spread = rest_var / rest  # the rest's block, at least
+            rest_path = rest_fixed + rest_var / np.minimum(rest, most_replicas)  # no stage has more replicas
+            x_next = x_lb[stops]
+            # labels x (r, stop): block, path and the bound at the smallest block the plan can have
+            new_block = np.maximum(np.maximum(c, x_f)[None, :], blocks[:, None])
+            new_path = paths[:, None] + (x_f + c)[None, :]
+            new_limit = np.minimum(stage_limit[None, :], limits[:, None])
+            beta = np.maximum(np.maximum(new_block, froms[:, None]),
+                              np.maximum(np.maximum(rest_spread, x_next), rest_floor)[None, :])
+            ending = np.maximum(ar[None, :] - s * beta, 0.0)
+            for k in range(line_a.shape[1]):
+                ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
+            lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
+            ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
+            ii, kk = np.nonzero(ok)
+            if not ii.size:
+                continue
+            order = np.lexsort((kk, ii, ri_f[kk]))  # by r, then label, then stop
+            ii, kk = ii[order], kk[order]
+            r_list, stop_list, floor_list, ar_list = r_f.tolist(), stops.tolist(), rest_floor.tolist(), ar.tolist()
+            for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
+                                              new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
+                la = labels[i]
+                r = r_list[k]
+                stop = stop_list[k]
+                floor_k = floor_list[k]
+                since = max(blk, floor_k, la.from_s)
+                lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
+                # no plan has more stages than layers or devices allow: a larger memory
+                # limit is worth no more than this
+                most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
+                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)))
+                key_to = (d + r, s + 1, one_node_of[r])
+                bucket_to = states[stop].get(key_to)
+                if bucket_to is None:
+                    bucket_to = states[stop][key_to] = _Bucket()
+                if beam:  # no dominance: the state keeps its best labels when it is extended
+                    bucket_to.labels.append(label)
+                else:
+                    bucket_to.insert(label, floor_k)
         states[j] = {}  # done with this layer
 
 
