@@ -111,10 +111,16 @@ def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple
     """The lines of max(0, max_i a_i - t_i beta) that show for beta >= beta0, in order,
     and the kinks. A line <= 0 at beta0 stays <= 0 (t >= 0); lines with a smaller t take
     over as beta grows."""
-    live = [(a, t) for a, t in lines if a - t * beta0 > 0]
-    if not live:
+    live = []
+    cur, best = None, (0.0, 0)
+    for line in lines:  # the live lines, and the highest at beta0 (of those, the flattest; the first)
+        value = line[0] - line[1] * beta0
+        if value > 0:
+            live.append(line)
+            if cur is None or (value, -line[1]) > best:
+                cur, best = line, (value, -line[1])
+    if cur is None:
         return (), ()
-    cur = max(live, key=lambda line: (line[0] - line[1] * beta0, -line[1]))
     env, kinks = [cur], []
     while cur[1] > 0:
         a, t = cur
