@@ -18,10 +18,10 @@ How it stays exact and fast:
 1. Closed forms first. The baselines, every one-stage plan (each width, micro-batch
    count, replica count and gradient sync; one evaluation per distinct (replicas,
    micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
-   heuristic pass over the (W, M) pairs (the dynamic program below, each state
-   extending only its `BEAM_WIDTH` labels of least latency so far, no dominance) finds
-   a close pipeline, so the exact pass prunes from the start. It only lowers the
-   incumbent, with real plans.
+   heuristic pass (the dynamic program below, each state extending only its
+   `BEAM_WIDTH` labels of least latency so far, no dominance) on the `BEAM_PAIRS` (W, M)
+   pairs whose balanced pipelines are fastest finds a close pipeline, so the exact pass
+   prunes from the start. It only lowers the incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
    bound that holds for every pipeline of the pair; a pair whose bound cannot beat the
    incumbent is skipped whole. The bound: latency >= (M - 1) B + path, where the
@@ -47,7 +47,8 @@ How it stays exact and fast:
    - a label's latency: its block and path, the next boundary's transfer, the rest's
      compute spread over the devices left (and its fixed times), and the ending at the
      smallest block the plan can have.
-   Transitions are vectorised over the stops of a stage and the labels of a state.
+   Transitions are vectorised over the (replica count, stop) pairs of a stage and the
+   labels of a state; the dominance test runs inline in `_Bucket.insert`.
 Tests compare the result with exhaustive enumeration on small instances.
 """
 
