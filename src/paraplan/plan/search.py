@@ -86,7 +86,7 @@ class NoFeasiblePlanError(ParaplanError):
     """No plan of the search space fits in device memory."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen (faster to build); never changed once built
 class _Label:
     block_s: float
     path_s: float
@@ -98,14 +98,12 @@ class _Label:
     from_s: float  # every completion's block is >= this (the block so far, the state's floor)
     max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
+    # the ending as the block grows without bound (stage 0's all-reduce): the last line's
+    # A when its t is 0, else 0
+    limit_s: float = 0.0
 
     def ending_s(self, block_s: float) -> float:
         return _ending(self.lines, block_s)
-
-    @property
-    def limit_s(self) -> float:
-        """The ending as the block grows without bound (stage 0's all-reduce)."""
-        return self.lines[-1][0] if self.lines and self.lines[-1][1] == 0 else 0.0
 
 
 def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple[float, ...]]:
@@ -541,7 +539,8 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 # no plan has more stages than layers or devices allow: a larger memory
                 # limit is worth no more than this
                 most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
-                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)))
+                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)),
+                               lines[-1][0] if lines and lines[-1][1] == 0 else 0.0)
                 key_to = (d + r, s + 1, one_node_of[r])
                 bucket_to = states[stop].get(key_to)
                 if bucket_to is None:
