@@ -18,10 +18,10 @@ How it stays exact and fast:
 1. Closed forms first. The baselines, every one-stage plan (each width, micro-batch
    count, replica count and gradient sync; one evaluation per distinct (replicas,
    micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
-   heuristic pass over the (W, M) pairs (the dynamic program below, each state
-   extending only its `BEAM_WIDTH` labels of least latency so far, no dominance) finds
-   a close pipeline, so the exact pass prunes from the start. It only lowers the
-   incumbent, with real plans.
+   heuristic pass (the dynamic program below, each state extending only its
+   `BEAM_WIDTH` labels of least latency so far, no dominance) on the `BEAM_PAIRS` (W, M)
+   pairs whose balanced pipelines are fastest finds a close pipeline, so the exact pass
+   prunes from the start. It only lowers the incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
    bound that holds for every pipeline of the pair; a pair whose bound cannot beat the
    incumbent is skipped whole. The bound: latency >= (M - 1) B + path, where the
@@ -47,7 +47,8 @@ How it stays exact and fast:
    - a label's latency: its block and path, the next boundary's transfer, the rest's
      compute spread over the devices left (and its fixed times), and the ending at the
      smallest block the plan can have.
-   Transitions are vectorised over the stops of a stage and the labels of a state.
+   Transitions are vectorised over the (replica count, stop) pairs of a stage and the
+   labels of a state; the dominance test runs inline in `_Bucket.insert`.
 Tests compare the result with exhaustive enumeration on small instances.
 """
 
@@ -76,6 +77,8 @@ _UNLIMITED = 1 << 30
 _TOL = 1 + 1e-9  # relative slack of every pruning test (rounding)
 BEAM_WIDTH = 2
 """Labels per state of the heuristic pass that seeds the incumbent of the exact one."""
+BEAM_PAIRS = 1
+"""(W, M) pairs the heuristic pass visits: the one(s) whose balanced pipelines are fastest."""
 _SYNCS: tuple[GradientSync, ...] = ("end", "overlap", "p3")
 
 
@@ -83,7 +86,7 @@ class NoFeasiblePlanError(ParaplanError):
     """No plan of the search space fits in device memory."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen (faster to build); never changed once built
 class _Label:
     block_s: float
     path_s: float
@@ -95,29 +98,28 @@ class _Label:
     from_s: float  # every completion's block is >= this (the block so far, the state's floor)
     max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
+    # the ending as the block grows without bound (stage 0's all-reduce): the last line's
+    # A when its t is 0, else 0
+    limit_s: float = 0.0
 
     def ending_s(self, block_s: float) -> float:
-        ending = 0.0
-        for a, t in self.lines:
-            value = a - t * block_s
-            if value > ending:
-                ending = value
-        return ending
-
-    @property
-    def limit_s(self) -> float:
-        """The ending as the block grows without bound (stage 0's all-reduce)."""
-        return self.lines[-1][0] if self.lines and self.lines[-1][1] == 0 else 0.0
+        return _ending(self.lines, block_s)
 
 
 def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple[float, ...]]:
     """The lines of max(0, max_i a_i - t_i beta) that show for beta >= beta0, in order,
     and the kinks. A line <= 0 at beta0 stays <= 0 (t >= 0); lines with a smaller t take
     over as beta grows."""
-    live = [(a, t) for a, t in lines if a - t * beta0 > 0]
-    if not live:
+    live = []
+    cur, best = None, (0.0, 0)
+    for line in lines:  # the live lines, and the highest at beta0 (of those, the flattest; the first)
+        value = line[0] - line[1] * beta0
+        if value > 0:
+            live.append(line)
+            if cur is None or (value, -line[1]) > best:
+                cur, best = line, (value, -line[1])
+    if cur is None:
         return (), ()
-    cur = max(live, key=lambda line: (line[0] - line[1] * beta0, -line[1]))
     env, kinks = [cur], []
     while cur[1] > 0:
         a, t = cur
@@ -149,15 +151,35 @@ def _dominates(a: _Label, b: _Label, floor_s: float) -> bool:
     beta0 = max(b.from_s, floor_s)
     if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
-    slack = b.path_s - a.path_s
-    if a.ending_s(beta0) <= slack:  # a's ending only falls as beta grows
+    return _beats(a, b, beta0, b.path_s - a.path_s, b.limit_s)
+
+
+def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
+    """`_Label.ending_s` of `lines`."""
+    ending = 0.0
+    for a, t in lines:
+        value = a - t * block_s
+        if value > ending:
+            ending = value
+    return ending
+
+
+def _beats(a: _Label, b: _Label, beta0: float, slack: float, b_limit: float) -> bool:
+    """`_dominates(a, b, floor)` once its cheap conditions hold: beta0 = max(b's from,
+    floor), slack = b's path - a's, b_limit = b's `limit_s` (the same tests, inline)."""
+    a_lines = a.lines
+    ending_a = _ending(a_lines, beta0)
+    if ending_a <= slack:
         return True
-    if a.limit_s > slack + b.limit_s:
+    if a.limit_s > slack + b_limit:
         return False
-    # both sides are piecewise linear: beta0 and the kinks beyond it decide
-    for beta in (beta0, *(k for k in a.kinks + b.kinks if beta0 < k < math.inf)):
-        if a.ending_s(beta) > slack + b.ending_s(beta):
-            return False
+    b_lines = b.lines
+    if ending_a > slack + _ending(b_lines, beta0):
+        return False
+    for kinks in (a.kinks, b.kinks):
+        for k in kinks:
+            if beta0 < k < math.inf and _ending(a_lines, k) > slack + _ending(b_lines, k):
+                return False
     return True
 
 
@@ -165,32 +187,37 @@ class _Bucket:
     """The labels of one state, and the largest block floor known for it (every floor
     is a lower bound on the final block of the state's completions)."""
 
-    __slots__ = ("floor_s", "labels")
+    __slots__ = ("floor_s", "labels", "paths")
 
     def __init__(self) -> None:
         self.floor_s = 0.0
         self.labels: list[_Label] = []
+        self.paths: list[float] = []  # the labels' paths (`insert` keeps them sorted)
 
     def insert(self, label: _Label, floor_s: float) -> None:
-        """Add `label` unless a label of the bucket dominates it; drop those it dominates.
-        The labels stay sorted by path: only a shorter path can dominate."""
+        """Add `label` unless a label of the bucket dominates it; drop those it dominates
+        (`_dominates`, inline). The labels stay sorted by path: only a shorter path can
+        dominate."""
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
-        at = bisect.bisect_right(labels, label.path_s, key=_path)
-        beta0 = max(label.from_s, floor_s)
-        stages = label.max_stages
-        for other in labels[:at]:  # the cheap necessary conditions inline, then the test
-            if other.block_s <= beta0 and other.max_stages >= stages and _dominates(other, label, floor_s):
+        path, stages, block, limit = label.path_s, label.max_stages, label.block_s, label.limit_s
+        at = bisect.bisect_right(self.paths, path)
+        beta0 = label.from_s if label.from_s > floor_s else floor_s
+        for other in labels[:at]:
+            if other.block_s <= beta0 and other.max_stages >= stages and _beats(other, label, beta0,
+                                                                                 path - other.path_s, limit):
                 return
-        block, path = label.block_s, label.path_s
-        self.labels = [*labels[:at], label,
-                       *(o for o in labels[at:]
-                         if block > max(o.from_s, floor_s) or stages < o.max_stages or path > o.path_s
-                         or not _dominates(label, o, floor_s))]
-
-
-def _path(label: _Label) -> float:
-    return label.path_s
+        kept = labels[:at]
+        kept.append(label)
+        for o in labels[at:]:
+            beta_o = o.from_s if o.from_s > floor_s else floor_s
+            if block > beta_o or stages < o.max_stages or not _beats(label, o, beta_o, o.path_s - path, o.limit_s):
+                kept.append(o)
+        if len(kept) == len(labels) + 1:
+            self.paths.insert(at, path)
+        else:
+            self.paths = [la.path_s for la in kept]
+        self.labels = kept
 
 
 @dataclass(frozen=True)
@@ -252,11 +279,14 @@ def _single_stage(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incu
 
 # ---- pipelines: seeds and bounds ----
 
-def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _Incumbent) -> None:
+def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]],
+                    inc: _Incumbent) -> dict[tuple[int, int], float]:
     """A first bound for branch and bound: for every (W, M), every stage count S >= 2
     dividing W, S stages of W / S devices over compute-balanced layer ranges. Bounds
-    only; the exact pass finds these plans again if they are optimal."""
+    only; the exact pass finds these plans again if they are optimal. Returns each
+    pair's best such latency (the heuristic pass's order)."""
     n_layers = problem.num_layers
+    best: dict[tuple[int, int], float] = {}
     work = problem.var_prefix_s_per_sample + problem.fixed_prefix_s
     for w, m in pairs:
         for num_stages in range(2, min(w, m, n_layers) + 1):
@@ -272,6 +302,8 @@ def _seed_incumbent(problem: PlanProblem, pairs: list[tuple[int, int]], inc: _In
             plan = evaluate_layout(problem, w, m, slots)
             if plan is not None:
                 inc.offer(plan.latency_s, w, m, slots)
+                best[w, m] = min(best.get((w, m), math.inf), plan.latency_s)
+    return best
 
 
 @dataclass(frozen=True)
@@ -458,51 +490,65 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if ok_rs.any():  # labels x r x stops: the label bound below without this stage's all-reduce
                 ok_rs &= _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
                                    kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b)
-            for ri in np.flatnonzero(ok_rs.any(axis=1)):
-                r = int(rs[ri])
-                x = float(x_r[ri])
-                rest = remaining - r
-                sel = np.flatnonzero(ok_rs[ri])
-                stops, c, kmax, rest_floor = stops_ext[sel], c_rs[ri, sel], kmax_rs[ri, sel], floor_rs[ri, sel]
+            # every (r, stop) left at once, r-major: (r, stop) pairs in the columns
+            ri_f, si_f = np.nonzero(ok_rs)
+            if not ri_f.size:
+                continue
+            r_f, x_f, stops = rs[ri_f], x_r[ri_f], stops_ext[si_f]
+            c, kmax, rest_floor = c_rs[ri_f, si_f], kmax_rs[ri_f, si_f], floor_rs[ri_f, si_f]
+            rest = remaining - r_f
+            stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
+            ar = np.empty(ri_f.size)
+            one_node_of: dict[int, bool] = {}
+            firsts = np.flatnonzero(np.diff(ri_f, prepend=-1))
+            for lo, hi in zip(firsts.tolist(), [*firsts[1:].tolist(), ri_f.size], strict=True):
+                r = int(r_f[lo])
                 nodes = problem.nodes_spanned(d, r, w, copies)
-                stage_limit = np.where(kmax >= m, _UNLIMITED, s + kmax).astype(np.int64)
-                ar = np.atleast_1d(problem.allreduce_s(params[stops] - params[j], copies * r, nodes))
-                rest_fixed = fx[n_layers] - fx[stops]
-                rest_var = (var[n_layers] - var[stops]) * b
-                rest_spread = rest_var / rest  # the rest's block, at least
-                rest_path = rest_fixed + rest_var / min(rest, most_replicas)  # no stage has more replicas
-                x_next = x_lb[stops]
-                one_node = problem.in_one_node(d, d + r - 1, w, copies)
-                # labels x stops: block, path and the bound at the smallest block the plan can have
-                new_block = np.maximum(np.maximum(c, x)[None, :], blocks[:, None])
-                new_path = paths[:, None] + (x + c)[None, :]
-                new_limit = np.minimum(stage_limit[None, :], limits[:, None])
-                beta = np.maximum(np.maximum(new_block, froms[:, None]),
-                                  np.maximum(np.maximum(rest_spread, x_next), rest_floor)[None, :])
-                ending = np.maximum(ar[None, :] - s * beta, 0.0)
-                for k in range(line_a.shape[1]):
-                    ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
-                lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
-                ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
-                for i, k in zip(*np.nonzero(ok), strict=True):
-                    la = labels[i]
-                    blk = float(new_block[i, k])
-                    stop = int(stops[k])
-                    floor_k = float(rest_floor[k])
-                    since = max(blk, floor_k, la.from_s)
-                    lines, kinks = _envelope((*la.lines, (float(ar[k]), s)), since)
-                    # no plan has more stages than layers or devices allow: a larger memory
-                    # limit is worth no more than this
-                    most = s + 1 + min(n_layers - stop, rest, max_stages - s - 1)
-                    label = _Label(blk, float(new_path[i, k]), lines, kinks, since, min(int(new_limit[i, k]), most),
-                                   (*la.slots, StageSlot(j, stop, r, d)))
-                    bucket_to = states[stop].get((d + r, s + 1, one_node))
-                    if bucket_to is None:
-                        bucket_to = states[stop][(d + r, s + 1, one_node)] = _Bucket()
-                    if beam:  # no dominance: the state keeps its best labels when it is extended
-                        bucket_to.labels.append(label)
-                    else:
-                        bucket_to.insert(label, floor_k)
+                ar[lo:hi] = np.atleast_1d(problem.allreduce_s(params[stops[lo:hi]] - params[j], copies * r, nodes))
+                one_node_of[r] = problem.in_one_node(d, d + r - 1, w, copies)
+            rest_fixed = fx[n_layers] - fx[stops]
+            rest_var = (var[n_layers] - var[stops]) * b
+            rest_spread = rest_var / rest  # the rest's block, at least
+            rest_path = rest_fixed + rest_var / np.minimum(rest, most_replicas)  # no stage has more replicas
+            x_next = x_lb[stops]
+            # labels x (r, stop): block, path and the bound at the smallest block the plan can have
+            new_block = np.maximum(np.maximum(c, x_f)[None, :], blocks[:, None])
+            new_path = paths[:, None] + (x_f + c)[None, :]
+            new_limit = np.minimum(stage_limit[None, :], limits[:, None])
+            beta = np.maximum(np.maximum(new_block, froms[:, None]),
+                              np.maximum(np.maximum(rest_spread, x_next), rest_floor)[None, :])
+            ending = np.maximum(ar[None, :] - s * beta, 0.0)
+            for k in range(line_a.shape[1]):
+                ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
+            lb = (m - 1) * beta + new_path + (x_next + rest_path)[None, :] + ending
+            ok = (new_limit >= s + 2) & (lb <= inc.latency_s * _TOL)
+            ii, kk = np.nonzero(ok)
+            if not ii.size:
+                continue
+            order = np.lexsort((kk, ii, ri_f[kk]))  # by r, then label, then stop
+            ii, kk = ii[order], kk[order]
+            r_list, stop_list, floor_list, ar_list = r_f.tolist(), stops.tolist(), rest_floor.tolist(), ar.tolist()
+            for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
+                                              new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
+                la = labels[i]
+                r = r_list[k]
+                stop = stop_list[k]
+                floor_k = floor_list[k]
+                since = max(blk, floor_k, la.from_s)
+                lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
+                # no plan has more stages than layers or devices allow: a larger memory
+                # limit is worth no more than this
+                most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
+                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)),
+                               lines[-1][0] if lines and lines[-1][1] == 0 else 0.0)
+                key_to = (d + r, s + 1, one_node_of[r])
+                bucket_to = states[stop].get(key_to)
+                if bucket_to is None:
+                    bucket_to = states[stop][key_to] = _Bucket()
+                if beam:  # no dominance: the state keeps its best labels when it is extended
+                    bucket_to.labels.append(label)
+                else:
+                    bucket_to.insert(label, floor_k)
         states[j] = {}  # done with this layer
 
 
@@ -609,15 +655,20 @@ def plan_hybrid(problem: PlanProblem, candidates: int = 3,
             f">= {problem.min_micro_batch_size} samples on any pipeline width of {problem.num_devices} devices"
         )
     _single_stage(problem, pairs, inc, gradient_syncs)
-    _seed_incumbent(problem, pairs, inc)
+    seeds = _seed_incumbent(problem, pairs, inc)
     pipelines = [(w, m) for w, m in pairs if min(m, w, problem.num_layers) >= 2]
     ordered = sorted(((_pair_bounds(problem, w, m), w, m) for w, m in pipelines),
                      key=lambda item: item[0].latency_lb_s(item[2]))
-    for beam in (BEAM_WIDTH, 0):  # a heuristic pass for a close incumbent, then the exact one
-        for bounds, w, m in ordered:
-            if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
-                break
-            _search_width_microbatches(problem, w, m, inc, bounds, beam)
+    # a heuristic pass for a close incumbent, the pairs whose balanced pipelines are
+    # fastest first (a close incumbent early prunes the rest of it), then the exact one
+    promising = sorted(ordered, key=lambda item: seeds.get((item[1], item[2]), math.inf))
+    for bounds, w, m in promising[:BEAM_PAIRS]:
+        if bounds.latency_lb_s(m) <= inc.latency_s * _TOL:
+            _search_width_microbatches(problem, w, m, inc, bounds, BEAM_WIDTH)
+    for bounds, w, m in ordered:
+        if bounds.latency_lb_s(m) > inc.latency_s * _TOL:
+            break
+        _search_width_microbatches(problem, w, m, inc, bounds)
     if not inc.found:
         raise NoFeasiblePlanError(_nothing_fits(problem))
     return _ranked(problem, inc.found, candidates)
