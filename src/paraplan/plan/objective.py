@@ -42,7 +42,6 @@ of its in-flight micro-batches: with 1F1B stage s holds min(M, S - s).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,6 +50,7 @@ import numpy as np
 from paraplan.core import GradientSync, Strategy
 from paraplan.plan.problem import PlanProblem
 from paraplan.plan.records import HybridPlan, StageSlot
+from paraplan.sim.p3 import p3_done_s
 
 
 def hpgo_latency_s(block_s: float, microbatches: int, path_s: float, allreduce_s: Sequence[float]) -> float:
@@ -101,33 +101,6 @@ def group_allreduce(problem: PlanProblem, replicas: int, nodes: int) -> GroupAll
                           np.atleast_1d(buckets), total)
 
 
-def _priority_done_s(release_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
-    """When each layer's all-reduce completes on one network that always serves the
-    lowest pending layer, preempting (P3); layers are released from the last one down."""
-    done = release_s.copy()
-    stack: list[list] = []  # [layer, seconds left]; the newest (lowest) layer on top
-    clock = -math.inf
-    for layer in range(release_s.shape[0] - 1, -1, -1):
-        ready = float(release_s[layer])
-        while stack and clock < ready:
-            top = stack[-1]
-            if top[1] <= ready - clock:
-                clock += top[1]
-                done[top[0]] = clock
-                stack.pop()
-            else:
-                top[1] -= ready - clock
-                clock = ready
-        clock = max(clock, ready)
-        if work_s[layer] > 0:
-            stack.append([layer, float(work_s[layer])])
-    while stack:
-        top = stack.pop()
-        clock += top[1]
-        done[top[0]] = clock
-    return done
-
-
 def data_parallel_latency_s(problem: PlanProblem, replicas: int, nodes: int, microbatches: int, samples: float,
                             gradient_sync: GradientSync, allreduce: GroupAllReduce | None = None) -> float:
     """One stage of all layers on `replicas` devices (spanning `nodes` nodes): M =
@@ -149,7 +122,7 @@ def data_parallel_latency_s(problem: PlanProblem, replicas: int, nodes: int, mic
         ready = release[ar.bucket_layer]
         return max(span, float(np.max(ready + np.cumsum(ar.bucket_s[::-1])[::-1])))
     # p3: the next iteration's first forward runs layer l once layers 0..l are synchronised
-    done = _priority_done_s(release, ar.layer_s)
+    done = p3_done_s(release, ar.layer_s)
     fwd = problem.profile.fwd_s_at(samples)
     before = np.concatenate([[0.0], np.cumsum(fwd)[:-1]])
     stall = max(0.0, float(np.max(done - span - before)))

@@ -54,6 +54,15 @@ def p3_comm_segments(release_s: np.ndarray, work_s: np.ndarray) -> tuple[np.ndar
     return arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2]
 
 
+def p3_done_s(release_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
+    """When each layer's all-reduce completes under `p3_comm_segments`' service (its
+    release time when it has no work)."""
+    layers, _, ends = p3_comm_segments(release_s, work_s)
+    done = np.array(release_s, dtype=float)
+    np.maximum.at(done, layers, ends)
+    return done
+
+
 def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarray, microbatches: int,
                     iterations: int = 2) -> tuple[TimelineColumns, float]:
     """Data parallelism with P3 gradient synchronisation on one (pipeline) device.
