@@ -12,6 +12,13 @@ the parameters, the data (path, SHA-256, count), the in-sample and cross-validat
 errors and, with --comm-model, the intra-node communication fit (a `paraplan fit`
 comm_model.json of this device's node, e.g. from nccl-tests).
 
+For a run table, a second step fits one measured layer-time factor per layer shape
+(device, dtype, widths, heads, sequence, micro-batch, tensor degree, ...) with at
+least 3 runs: what the library's kernel choice makes a layer of that shape faster or
+slower than the analytic model (see paraplan.predict.layer_factors). Shapes never
+measured are predicted by the analytic model alone; --no-layer-factors leaves the
+table out. Each cross-validation fold fits its own factors on its training runs.
+
 examples:
   paraplan ingest --format vtrain vtrain_a100_single_node_measured.csv -o runs.csv
   paraplan fit a100_all_reduce.csv -o comm_model.json
@@ -58,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {DEFAULT_GROUP_BY})")
     parser.add_argument("--fit", default="",
                         help="comma-separated parameters to fit (default: all that the data determines)")
+    parser.add_argument("--no-layer-factors", action="store_true",
+                        help="run tables: do not fit measured layer-time factors per layer shape (analytic model only)")
     parser.add_argument("--no-cross-validation", action="store_true",
                         help="skip the leave-one-group-out fits (the file then has in-sample errors only)")
     parser.add_argument("--predictions", type=Path, default=None,
@@ -181,17 +190,21 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     print(f"paraplan calibrate: fitting {len(fitted)} parameter(s) to {len(measured)} measured time(s) ...",
           file=sys.stderr)
-    fit = cal.fit_efficiency(data.measured, measured, fitted)
+    factors = data.kind == "runs" and not args.no_layer_factors
+    fit = cal.fit_with_factors(data.measured, measured, fitted, layer_factors=factors)
     insample = data.measured.predict(fit.efficiency, everything)
     in_errors = cal.ErrorSummary.of(insample, measured)
     print(f"paraplan calibrate: in-sample MAPE {in_errors.mape:.2%} ({fit.evaluations} evaluations, "
           f"{time.perf_counter() - started:.0f} s)" + (f"; at a bound: {', '.join(fit.at_bound)}" if fit.at_bound
-                                                       else ""), file=sys.stderr)
+                                                       else "")
+          + (f"; {len(fit.efficiency.layer_time_factors)} layer shape(s) with a measured factor" if factors else ""),
+          file=sys.stderr)
     errors: dict[str, object] = {"in_sample": in_errors.as_dict()}
     cv_pred = None
     if not args.no_cross_validation and len(set(data.groups)) >= 2:
         cv = cal.cross_validate(data.measured, measured, data.groups, fitted, fit.efficiency,
-                                progress=lambda m: print(f"paraplan calibrate: {m}", file=sys.stderr))
+                                progress=lambda m: print(f"paraplan calibrate: {m}", file=sys.stderr),
+                                layer_factors=factors)
         cv_pred = cv.predicted_s
         cv_errors = cal.ErrorSummary.of(cv_pred, measured)
         errors["cross_validated"] = {

@@ -43,6 +43,7 @@ from paraplan.predict.device_model import (
     kernel_times_s,
     memory_time_s,
 )
+from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
@@ -164,11 +165,16 @@ class RunStructure:
     precision: Precision
     after_sync_comm_s: np.ndarray
     memory: tuple[RankMemory, ...]
+    layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
+
+
+LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
 
 
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
-    call per device speed."""
+    call per device speed; a layer shape with a measured factor
+    (`DeviceEfficiency.layer_time_factors`) has its layer passes' kernels scaled by it."""
     out: list[list[np.ndarray]] = [[np.zeros(0)] * len(PASSES) for _ in structures]
     by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
     for i, st in enumerate(structures):
@@ -181,6 +187,12 @@ def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) 
         bounds = np.cumsum([0, *[len(k) for k in parts]])
         for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:], strict=True):
             out[i][j] = times[lo:hi]
+    if len(eff.layer_time_factors):
+        for i, st in enumerate(structures):
+            factor = eff.layer_time_factors.factor(st.layer_key)
+            if factor != 1.0:
+                for j in LAYER_PASSES:
+                    out[i][j] = out[i][j] * factor
     return out
 
 
@@ -280,7 +292,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
             working_bytes=working,
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
-                        rank_params, prec, after_comm, tuple(memory))
+                        rank_params, prec, after_comm, tuple(memory),
+                        layer_shape_key(model, settings, cluster.device.name))
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:

@@ -8,6 +8,11 @@ physical range (`FIT_BOUNDS`): no GEMM beats 95% of the datasheet peak, no
 kernel streams memory faster than 95% of the datasheet bandwidth, a kernel's fixed
 cost is 1-10 us. A parameter that ends on a bound is reported as such.
 
+With `layer_factors`, a second step fits one measured layer-time factor per layer
+shape with at least `MIN_FACTOR_RUNS` runs (`paraplan.predict.layer_factors`), the
+parameters above held at their fit (which never sees factors, so shapes without a
+factor are predicted exactly as without the table).
+
 Cross-validation leaves one group out at a time (by default a model shape: the
 runs that share hidden size, layers, heads and sequence length), fits on the rest
 and predicts the group; the errors reported for a calibration are those
@@ -23,13 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from paraplan.core.errors import ParaplanError
 from paraplan.predict.build import RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
 from paraplan.sim.execution import iteration_time_s
 
 # name: (lower, upper, unit scale of the optimiser's variable)
@@ -75,6 +81,10 @@ class IterationTimes:
         return predict_iteration_s([self.structures[int(i)] for i in idx], eff)
 
 
+    def layer_keys(self) -> tuple[str, ...]:
+        return tuple(st.layer_key for st in self.structures)
+
+
 def as_measured(data: Measured | Sequence[RunStructure]) -> Measured:
     return data if hasattr(data, "predict") else IterationTimes(tuple(data))
 
@@ -110,7 +120,8 @@ def fit_efficiency(data: Measured | Sequence[RunStructure], measured_s: np.ndarr
     log_measured = np.log(measured_s[idx])
 
     def efficiency(x: np.ndarray) -> DeviceEfficiency:
-        return replace(start, **{n: float(v) for n, v in zip(names, x * scale, strict=True)})
+        values: dict[str, Any] = {n: float(v) for n, v in zip(names, x * scale, strict=True)}
+        return replace(start, **values)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(data.predict(efficiency(x), idx)) - log_measured
@@ -122,6 +133,58 @@ def fit_efficiency(data: Measured | Sequence[RunStructure], measured_s: np.ndarr
     at_bound = tuple(n for n, x, lo, s in zip(names, result.x, lower, span, strict=True)
                      if min(x - lo, lo + s - x) <= 1e-6 * max(s, 1e-12))
     return FitResult(efficiency(result.x), names, at_bound, int(result.nfev))
+
+
+MIN_FACTOR_RUNS = 3
+"""Runs a layer shape needs before it gets a measured factor."""
+FACTOR_PRIOR_RUNS = 1.0
+"""The factor fit's pull towards 1 (no correction): as strong as this many runs it
+predicts exactly."""
+
+
+def fit_layer_factors(data: IterationTimes, measured_s: np.ndarray, efficiency: DeviceEfficiency,
+                      idx: np.ndarray | None = None) -> LayerTimeFactors:
+    """One factor per layer shape of the measurements `idx` (default: all): the one
+    that minimises that shape's squared log errors (plus the prior), the device
+    parameters held at `efficiency` (its own factors ignored)."""
+    from scipy.optimize import minimize_scalar
+
+    measured_s = np.asarray(measured_s, dtype=float)
+    idx = np.arange(len(data)) if idx is None else np.asarray(idx)
+    keys = np.asarray(data.layer_keys(), dtype=object)
+    base = replace(efficiency, layer_time_factors=NO_FACTORS)
+    lo, hi = np.log(FACTOR_RANGE[0]), np.log(FACTOR_RANGE[1])
+    found: list[tuple[str, float, int]] = []
+    for key in sorted(set(keys[idx].tolist())):
+        members = idx[keys[idx] == key]
+        if members.size < MIN_FACTOR_RUNS:
+            continue
+        log_measured = np.log(measured_s[members])
+
+        def loss(u: float, key: str = key, members: np.ndarray = members, log_measured: np.ndarray = log_measured,
+                 ) -> float:
+            table = LayerTimeFactors((key,), (float(np.exp(u)),), (int(members.size),))
+            r = np.log(data.predict(replace(base, layer_time_factors=table), members)) - log_measured
+            return float(r @ r + FACTOR_PRIOR_RUNS * u * u)
+
+        best = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
+        factor = float(np.clip(np.exp(best.x), *FACTOR_RANGE))
+        found.append((key, factor, int(members.size)))
+    return LayerTimeFactors(tuple(k for k, _, _ in found), tuple(f for _, f, _ in found),
+                            tuple(n for _, _, n in found))
+
+
+def fit_with_factors(data: Measured, measured_s: np.ndarray, fitted: Sequence[str] = DEFAULT_FIT,
+                     start: DeviceEfficiency = START, idx: np.ndarray | None = None,
+                     layer_factors: bool = True) -> FitResult:
+    """`fit_efficiency` (without factors), then, for measured iterations and
+    `layer_factors`, `fit_layer_factors` on the same measurements."""
+    fit = fit_efficiency(data, measured_s, fitted, replace(start, layer_time_factors=NO_FACTORS), idx=idx)
+    if not layer_factors or not isinstance(data, IterationTimes):
+        return fit
+    table = fit_layer_factors(data, measured_s, fit.efficiency, idx)
+    return replace(fit, efficiency=replace(fit.efficiency, layer_time_factors=table))
+
 
 
 @dataclass(frozen=True)
@@ -136,9 +199,10 @@ class CrossValidation:
 
 def cross_validate(data: Measured | Sequence[RunStructure], measured_s: np.ndarray, group_labels: Sequence[str],
                    fitted: Sequence[str] = DEFAULT_FIT, start: DeviceEfficiency = START,
-                   progress: Callable[[str], None] | None = None) -> CrossValidation:
+                   progress: Callable[[str], None] | None = None, layer_factors: bool = False) -> CrossValidation:
     """Leave-one-group-out predictions (see the module doc); each fold starts from
-    `start` (pass the all-data fit to converge in fewer evaluations)."""
+    `start` (pass the all-data fit to converge in fewer evaluations) and, with
+    `layer_factors`, fits its factors on its own training runs only."""
     data = as_measured(data)
     labels = np.asarray(list(group_labels))
     groups = tuple(dict.fromkeys(labels.tolist()))
@@ -151,7 +215,7 @@ def cross_validate(data: Measured | Sequence[RunStructure], measured_s: np.ndarr
     for i, group in enumerate(groups):
         test = np.flatnonzero(group_of == i)
         train = np.flatnonzero(group_of != i)
-        fit = fit_efficiency(data, measured_s, fitted, start, idx=train)
+        fit = fit_with_factors(data, measured_s, fitted, start, idx=train, layer_factors=layer_factors)
         predicted[test] = data.predict(fit.efficiency, test)
         fits.append(fit.efficiency)
         if progress:

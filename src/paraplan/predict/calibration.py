@@ -5,7 +5,12 @@ file. Predictions name the calibration they used (`Calibration.label`).
     {"schema_version": 1, "name": "a100-vtrain", "device": "A100-SXM4-80GB",
      "efficiency": {...DeviceEfficiency...}, "fitted": [...], "at_bound": [...],
      "intra_node_comm": {...paraplan fit's comm_model.json...} or null,
+     "layer_time_factors": [{"shape": "device=...,hidden=...,mbs=...,tp=...", "factor": 0.93, "runs": 48}, ...],
      "data": {...what it was fitted on...}, "errors": {...}, "assumptions": {...}}
+
+`layer_time_factors` (optional; `paraplan.predict.layer_factors`) corrects the kernel
+time of the layer shapes the calibration data measured; every other shape is priced
+by the fitted parameters alone.
 
 `intra_node_comm`, when present, prices collectives inside a node of the same
 device (e.g. fitted on nccl-tests of that node); collectives across nodes always
@@ -17,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.core.cluster import Cluster
@@ -25,11 +30,12 @@ from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommMode
 from paraplan.core.errors import InputFileError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.inputs import NumberRule, check_number, read_json_object
-from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, DeviceEfficiency
+from paraplan.predict.layer_factors import LayerTimeFactors
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
-_EFFICIENCY_KEYS = {f.name for f in fields(DeviceEfficiency)}
+_EFFICIENCY_KEYS = set(EFFICIENCY_PARAMETERS)
 _FRACTION = NumberRule("a fraction of the peak", 0, 1, low_inclusive=False)
 _ISSUE_S = NumberRule("seconds", 0, 1.0, why="more than a second to run or issue one kernel or collective; wrong "
                       "unit? (seconds)")
@@ -60,14 +66,18 @@ class Calibration:
         return {
             "schema_version": SCHEMA_VERSION, "name": self.name, "device": self.device,
             "efficiency": self.efficiency.as_dict(), "fitted": list(self.fitted), "at_bound": list(self.at_bound),
-            "intra_node_comm": self.intra_node_comm, "data": dict(self.data), "errors": dict(self.errors),
-            "assumptions": dict(self.assumptions),
+            "intra_node_comm": self.intra_node_comm,
+            "layer_time_factors": self.efficiency.layer_time_factors.to_list(),
+            "data": dict(self.data), "errors": dict(self.errors), "assumptions": dict(self.assumptions),
         }
 
     @property
     def digest(self) -> str:
-        text = json.dumps({"device": self.device, "efficiency": self.efficiency.as_dict(),
-                           "intra_node_comm": self.intra_node_comm}, sort_keys=True)
+        described: dict[str, object] = {"device": self.device, "efficiency": self.efficiency.as_dict(),
+                     "intra_node_comm": self.intra_node_comm}
+        if len(self.efficiency.layer_time_factors):  # (files without factors keep their digest)
+            described["layer_time_factors"] = self.efficiency.layer_time_factors.to_list()
+        text = json.dumps(described, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
     @property
@@ -95,8 +105,9 @@ class Calibration:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
             values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
+        factors = LayerTimeFactors.from_list(data.get("layer_time_factors", []), source)
         try:
-            efficiency = DeviceEfficiency(**values)
+            efficiency = DeviceEfficiency(**values, layer_time_factors=factors)
         except ValueError as exc:
             raise InputFileError(source, f"efficiency: {exc}") from None
         comm = data.get("intra_node_comm")

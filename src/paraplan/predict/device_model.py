@@ -30,12 +30,13 @@ bandwidths come from the cluster file (vendor datasheets).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
+from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 from paraplan.predict.ops import ATTENTION, GEMM, Kernels
 
 TILE = 128.0
@@ -65,12 +66,15 @@ class DeviceEfficiency:
     the framework's schedule step, point-to-point setup, loss and bookkeeping."""
     host_overlap_exponent: float = 4.0
     """q of the smooth maximum of device and host time (large q: plain maximum)."""
+    layer_time_factors: LayerTimeFactors = NO_FACTORS
+    """Measured corrections of a layer's kernel time per layer shape
+    (`paraplan.predict.layer_factors`); none: the analytic model alone."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name in EFFICIENCY_PARAMETERS:
+            value = getattr(self, name)
             if not np.isfinite(value) or value < 0:
-                raise ValueError(f"DeviceEfficiency.{f.name} must be a finite number >= 0, got {value!r}")
+                raise ValueError(f"DeviceEfficiency.{name} must be a finite number >= 0, got {value!r}")
         for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
             if not 0 < getattr(self, key) <= 1:
                 raise ValueError(f"DeviceEfficiency.{key} must be in (0, 1], got {getattr(self, key)!r}")
@@ -78,7 +82,13 @@ class DeviceEfficiency:
             raise ValueError("DeviceEfficiency.host_overlap_exponent must be >= 1")
 
     def as_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items()}
+        """The numeric parameters (`EFFICIENCY_PARAMETERS`), without the factor table."""
+        return {k: float(getattr(self, k)) for k in EFFICIENCY_PARAMETERS}
+
+
+EFFICIENCY_PARAMETERS: tuple[str, ...] = tuple(f.name for f in fields(DeviceEfficiency)
+                                               if f.name != "layer_time_factors")
+"""The numeric parameters of `DeviceEfficiency`."""
 
 
 @dataclass(frozen=True)

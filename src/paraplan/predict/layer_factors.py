@@ -1,0 +1,125 @@
+"""Measured layer-time factors: what the analytic kernel model misses for the layer
+shapes a device was measured at.
+
+The device model prices a GEMM from its shape with one smooth efficiency curve
+(`device_model`). Real libraries pick among many kernels per shape (tile sizes,
+split-K, epilogues), so at a given shape a layer runs a few percent to 20% off that
+curve, up or down, and not smoothly in the shape: on the shared A100 runs the
+residual changes sign between micro-batch 2 and 4 at one hidden size and tensor
+degree. Those irregularities are larger than the gaps between the best parallel
+configurations, so no smooth curve ranks them reliably.
+
+A factor corrects the kernel device time of one transformer layer's passes
+(forward, recomputation, backward) for one *layer shape*: the device, dtype and
+everything that sets the shapes of a layer's kernels on one rank (widths, heads,
+sequence length, micro-batch size, tensor-parallel degree, sequence parallelism,
+fused attention). It is a property of the device and the shape, not of a model or
+a run: the same layer shape in a model with more layers, another pipeline split or
+another data-parallel degree runs the same kernels. `paraplan calibrate` fits one
+factor per shape with enough measured runs (`predict.calibrate.fit_layer_factors`),
+after the device model's parameters, which are fitted without factors; a shape
+with no factor (every shape never measured, e.g. every large model on a cluster
+you only have datasheets for) is priced by the analytic model alone, exactly as
+without a table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.core.errors import InputFileError
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+
+FACTOR_RANGE = (0.5, 2.0)
+"""A measured layer is at most 2x faster or slower than the analytic model: beyond
+that the model, not the kernel choice, is wrong (and the fit stops at the bound)."""
+
+
+def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str) -> str:
+    """The layer shape a factor belongs to (see the module doc), as a stable string."""
+    t = settings.tensor_model_parallel_size
+    parts = {
+        "device": device,
+        "dtype": settings.dtype,
+        "hidden": model.hidden_size,
+        "ffn": model.ffn_size,
+        "heads": model.num_attention_heads,
+        "groups": model.query_groups,
+        "kv": model.kv_channels,
+        "seq": model.seq_length,
+        "mbs": settings.micro_batch_size,
+        "tp": t,
+        "sp": int(settings.sequence_parallel and t > 1),
+        "flash": int(settings.use_flash_attn),
+        "swiglu": int(model.swiglu),
+        "norm": model.normalization,
+        "pos": model.position_embedding_type,
+        "bias": int(model.add_bias_linear),
+        "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
+    }
+    return ",".join(f"{k}={v}" for k, v in parts.items())
+
+
+@dataclass(frozen=True)
+class LayerTimeFactors:
+    """Factors by layer shape key, with the number of measured runs behind each."""
+
+    keys: tuple[str, ...] = ()
+    factors: tuple[float, ...] = ()
+    runs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not len(self.keys) == len(self.factors) == len(self.runs):
+            raise ValueError("LayerTimeFactors: keys, factors and runs must have one entry each")
+        lo, hi = FACTOR_RANGE
+        for key, factor in zip(self.keys, self.factors, strict=True):
+            if not lo <= factor <= hi:
+                raise ValueError(f"LayerTimeFactors: factor {factor!r} of {key} outside [{lo}, {hi}]")
+        if len(set(self.keys)) != len(self.keys):
+            raise ValueError("LayerTimeFactors: a layer shape is listed twice")
+        object.__setattr__(self, "_by_key", dict(zip(self.keys, self.factors, strict=True)))
+
+    def factor(self, key: str) -> float:
+        """The factor of a layer shape; 1 for a shape never measured."""
+        return self._by_key.get(key, 1.0)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def to_list(self) -> list[dict]:
+        return [{"shape": k, "factor": f, "runs": n} for k, f, n in zip(self.keys, self.factors, self.runs,
+                                                                        strict=True)]
+
+    @staticmethod
+    def from_list(data: object, source: str, field: str = "layer_time_factors") -> LayerTimeFactors:
+        """The `to_list` form read back; anything else is an `InputFileError` naming the entry."""
+        if not isinstance(data, list):
+            raise InputFileError(source, f"expected a list of {{shape, factor, runs}} objects, got {data!r}",
+                                 field=field)
+        keys, factors, runs = [], [], []
+        lo, hi = FACTOR_RANGE
+        for i, entry in enumerate(data):
+            where = f"{field}[{i}]"
+            if not isinstance(entry, dict) or set(entry) != {"shape", "factor", "runs"}:
+                raise InputFileError(source, f"expected an object with keys shape, factor, runs, got {entry!r}",
+                                     field=where)
+            shape, factor, count = entry["shape"], entry["factor"], entry["runs"]
+            if not isinstance(shape, str) or "=" not in shape:
+                raise InputFileError(source, f"expected a layer shape key (name=value,...), got {shape!r}",
+                                     field=f"{where}.shape")
+            if shape in keys:
+                raise InputFileError(source, f"layer shape listed twice: {shape}", field=f"{where}.shape")
+            if isinstance(factor, bool) or not isinstance(factor, int | float) or not lo <= factor <= hi:
+                raise InputFileError(source, f"expected a factor in [{lo}, {hi}], got {factor!r}",
+                                     field=f"{where}.factor")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise InputFileError(source, f"expected a whole number of runs >= 1, got {count!r}",
+                                     field=f"{where}.runs")
+            keys.append(shape)
+            factors.append(float(factor))
+            runs.append(count)
+        return LayerTimeFactors(tuple(keys), tuple(factors), tuple(runs))
+
+
+NO_FACTORS = LayerTimeFactors()
