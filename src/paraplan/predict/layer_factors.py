@@ -25,7 +25,7 @@ without a table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paraplan.core.errors import InputFileError
 from paraplan.core.run_settings import RunSettings
@@ -68,6 +68,7 @@ class LayerTimeFactors:
     keys: tuple[str, ...] = ()
     factors: tuple[float, ...] = ()
     runs: tuple[int, ...] = ()
+    _by_key: dict[str, float] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if not len(self.keys) == len(self.factors) == len(self.runs):
@@ -78,11 +79,11 @@ class LayerTimeFactors:
                 raise ValueError(f"LayerTimeFactors: factor {factor!r} of {key} outside [{lo}, {hi}]")
         if len(set(self.keys)) != len(self.keys):
             raise ValueError("LayerTimeFactors: a layer shape is listed twice")
-        object.__setattr__(self, "_by_key", dict(zip(self.keys, self.factors, strict=True)))
+        self._by_key.update(zip(self.keys, self.factors, strict=True))
 
     def factor(self, key: str) -> float:
         """The factor of a layer shape; 1 for a shape never measured."""
-        return self._by_key.get(key, 1.0)  # type: ignore[attr-defined]
+        return self._by_key.get(key, 1.0)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -92,15 +93,15 @@ class LayerTimeFactors:
                                                                         strict=True)]
 
     @staticmethod
-    def from_list(data: object, source: str, field: str = "layer_time_factors") -> LayerTimeFactors:
+    def from_list(data: object, source: str, key_name: str = "layer_time_factors") -> LayerTimeFactors:
         """The `to_list` form read back; anything else is an `InputFileError` naming the entry."""
         if not isinstance(data, list):
             raise InputFileError(source, f"expected a list of {{shape, factor, runs}} objects, got {data!r}",
-                                 field=field)
+                                 field=key_name)
         keys, factors, runs = [], [], []
         lo, hi = FACTOR_RANGE
         for i, entry in enumerate(data):
-            where = f"{field}[{i}]"
+            where = f"{key_name}[{i}]"
             if not isinstance(entry, dict) or set(entry) != {"shape", "factor", "runs"}:
                 raise InputFileError(source, f"expected an object with keys shape, factor, runs, got {entry!r}",
                                      field=where)
