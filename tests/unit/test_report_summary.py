@@ -93,3 +93,15 @@ def test_missing_published_numbers_are_said_not_left_blank():
                                                       "not compared: ../shared/x.csv not found"}, None)})
     row = next(line for line in lines if line.startswith("| distir_fig3"))
     assert row.rstrip(" |").endswith("not compared: ../shared/x.csv not found")
+
+
+def test_calibrate_section_reports_runs_ranking_and_layer_factors():
+    from paraplan.report.summary import calibrate_section
+
+    cal = {"device": "A100-SXM4-80GB", "data": {"measurements": 1440},
+           "layer_time_factors": [{"shape": "device=x,mbs=1", "factor": 1.1, "runs": 4}] * 3,
+           "errors": {"in_sample": {"mape": 0.0412}, "cross_validated": {"mape": 0.0448, "median_ape": 0.0296,
+                                                                          "max_ape": 0.218, "spearman": 0.995},
+                      "ranking": {"measured_fastest_in_top_k": 1.0, "predicted_fastest_within_5pct": 0.944}}}
+    text = "\n".join(calibrate_section({"a100": cal}))
+    assert "| a100 | A100-SXM4-80GB | 1440 | 4.1% | 4.5% | 3.0% | 21.8% | 0.995 | 100.0% | 94.4% | 3 |" in text

@@ -208,18 +208,21 @@ def calibrate_section(calibrations: Mapping[str, dict]) -> list[str]:
     for name, cal in sorted(calibrations.items()):
         errors = cal.get("errors", {})
         cv, ins, rank = errors.get("cross_validated", {}), errors.get("in_sample", {}), errors.get("ranking", {})
-        rows.append([name, cal.get("device", ""), cal.get("data", {}).get("rows", ""), _pct(ins.get("mape")),
+        data = cal.get("data", {})
+        rows.append([name, cal.get("device", ""), data.get("measurements", data.get("rows", "")), _pct(ins.get("mape")),
                      _pct(cv.get("mape")), _pct(cv.get("median_ape")), _pct(cv.get("max_ape")),
-                     _fmt(cv.get("spearman")), _pct(rank.get("measured_fastest_in_top_k"))])
+                     _fmt(cv.get("spearman")), _pct(rank.get("measured_fastest_in_top_k")),
+                     _pct(rank.get("predicted_fastest_within_5pct")), len(cal.get("layer_time_factors", []))])
     if not rows:
         return []
     return [
         "## calibrate: device model fitted to measured iteration times",
         "",
         *_table(["calibration", "device", "runs", "in-sample MAPE", "cross-validated MAPE", "CV median",
-                 "CV max", "CV Spearman", "fastest in top 3"], rows),
+                 "CV max", "CV Spearman", "fastest in top 3", "pick within 5%", "layer factors"], rows),
         "",
-        "Cross-validated: each model shape predicted by a fit that never saw it. Reproduce: "
+        "Cross-validated: each model shape predicted by a fit that never saw it (its layer shapes' factors "
+        "from the other models). Reproduce: "
         "`snakemake -R calibrate --until calibrate`, or `paraplan calibrate RUNS.csv --cluster dgx-a100 "
         "--comm-model comm_model.json -o CAL.json`.",
         "",
