@@ -5,7 +5,6 @@ calibration file's form of them (round trip, bad entries named)."""
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
@@ -13,7 +12,7 @@ from paraplan.core import InputFileError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict import calibrate
-from paraplan.predict.build import LAYER_PASSES, PASSES, kernel_times_by_pass, run_structure
+from paraplan.predict.build import LAYER_PASSES, PASSES, kernel_times_by_pass, pass_times, run_structure
 from paraplan.predict.calibrate import (
     IterationTimes,
     fit_efficiency,
@@ -51,18 +50,26 @@ def test_the_key_is_the_layer_shape_not_the_run():
     assert layer_shape_key(_model(4), _settings(t=2, b=2), device) != key
     assert layer_shape_key(_model(4, 2048), _settings(t=2, b=4), device) != key
     assert layer_shape_key(_model(4), _settings(t=2, b=4), "H100-SXM5-80GB") != key
+    assert layer_shape_key(_model(4), _settings(t=2, b=4), device, tp_nodes=2) != key
 
 
 def test_a_factor_scales_the_layer_passes_of_its_shape_only():
+    """Device time (kernels and TP collectives) and host time of the layer passes, and
+    the layer's weight-gradient kernels; nothing of another shape, nothing else."""
     st = run_structure(_model(), _settings(t=2, p=2, b=2), CLUSTER, COMM)
     other = run_structure(_model(), _settings(t=1, b=2), CLUSTER, COMM)
+    assert st.passes[0].blocking_comm_s > 0  # TP all-reduces are part of what is scaled
     table = LayerTimeFactors((st.layer_key,), (1.25,), (3,))
-    plain = kernel_times_by_pass([st, other], TRUE)
-    scaled = kernel_times_by_pass([st, other], replace(TRUE, layer_time_factors=table))
-    for j in range(len(PASSES)):
-        want = 1.25 if j in LAYER_PASSES else 1.0
-        np.testing.assert_allclose(scaled[0][j], want * plain[0][j])
-        np.testing.assert_allclose(scaled[1][j], plain[1][j])
+    kernel_s = kernel_times_by_pass([st, other], TRUE)
+    for structure, ks, want in ((st, kernel_s[0], 1.25), (other, kernel_s[1], 1.0)):
+        plain = pass_times(structure, ks, TRUE)
+        scaled = pass_times(structure, ks, replace(TRUE, layer_time_factors=table))
+        for j in range(len(PASSES)):
+            w = want if j in LAYER_PASSES else 1.0
+            assert scaled.device_s[j] == pytest.approx(w * plain.device_s[j])
+            assert scaled.host_s[j] == pytest.approx(w * plain.host_s[j])
+        assert scaled.layer_weight_grad_s == pytest.approx(want * plain.layer_weight_grad_s)
+        assert scaled.head_weight_grad_s == plain.head_weight_grad_s
 
 
 def test_the_fit_recovers_the_factor_that_generated_the_times(monkeypatch):

@@ -42,6 +42,7 @@ from paraplan.predict.build import (
     OPTIMIZER_KERNELS,
     Precision,
     kernel_times_by_pass,
+    pass_times,
     run_structure,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
@@ -209,11 +210,11 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
     pairs = {k: np.zeros((n, 2)) for k in ("ef", "eb", "hf", "hb")}
     for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
-        dev = [c.device_s(k) for c, k in zip(st.passes, ks, strict=True)]
-        host = [c.host_s(eff) for c in st.passes]
+        times = pass_times(st, ks, eff)
+        dev, host = times.device_s, times.host_s
         out["fd"][i], out["fh"][i] = dev[0], host[0]
         out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
-        out["w"][i] = st.passes[2].weight_grad_s(ks[2])
+        out["w"][i] = times.layer_weight_grad_s
         pairs["ef"][i] = dev[3], host[3]
         pairs["eb"][i] = dev[4], host[4]
         pairs["hf"][i] = dev[5], host[5]

@@ -173,8 +173,7 @@ LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passe
 
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
-    call per device speed; a layer shape with a measured factor
-    (`DeviceEfficiency.layer_time_factors`) has its layer passes' kernels scaled by it."""
+    call per device speed."""
     out: list[list[np.ndarray]] = [[np.zeros(0)] * len(PASSES) for _ in structures]
     by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
     for i, st in enumerate(structures):
@@ -187,13 +186,34 @@ def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) 
         bounds = np.cumsum([0, *[len(k) for k in parts]])
         for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:], strict=True):
             out[i][j] = times[lo:hi]
-    if len(eff.layer_time_factors):
-        for i, st in enumerate(structures):
-            factor = eff.layer_time_factors.factor(st.layer_key)
-            if factor != 1.0:
-                for j in LAYER_PASSES:
-                    out[i][j] = out[i][j] * factor
     return out
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Each pass's device time (kernels and collectives) and host issue time, and the
+    weight-gradient kernels of the layer and head backward (ZB-H1 splits them off)."""
+
+    device_s: list[float]  # in PASSES order
+    host_s: list[float]
+    layer_weight_grad_s: float
+    head_weight_grad_s: float
+
+
+def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> PassTimes:
+    """The passes' times given their kernels' times; a layer shape with a measured
+    factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
+    host time alike, so the whole op) scaled by it."""
+    dev = [c.device_s(k) for c, k in zip(structure.passes, kernel_s, strict=True)]
+    host = [c.host_s(eff) for c in structure.passes]
+    layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
+    factor = eff.layer_time_factors.factor(structure.layer_key) if len(eff.layer_time_factors) else 1.0
+    if factor != 1.0:
+        for j in LAYER_PASSES:
+            dev[j] *= factor
+            host[j] *= factor
+        layer_wgt *= factor
+    return PassTimes(dev, host, layer_wgt, structure.passes[6].weight_grad_s(kernel_s[6]))
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
@@ -293,15 +313,15 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name))
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes))
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
     """The execution model of a structure, with its kernels' device times."""
     st, settings = structure, structure.settings
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
-    dev = [c.device_s(k) for c, k in zip(st.passes, kernel_s, strict=True)]
-    host = [c.host_s(eff) for c in st.passes]
+    times = pass_times(st, kernel_s, eff)
+    dev, host = times.device_s, times.host_s
     layer_fwd_dev = max(dev[0], st.zero3_gather_s)
     layer_bwd_dev = max(dev[1] + dev[2], st.zero3_gather_s + st.zero3_scatter_s)
     counts = st.layers_per_vstage.astype(float)
@@ -321,8 +341,8 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     fwd = host_bound_s(fwd_dev, fwd_host, eff)
     bwd = host_bound_s(bwd_dev, bwd_host, eff)
     if settings.pipeline_schedule == "zb_h1":
-        wgt = counts * st.passes[2].weight_grad_s(kernel_s[2])
-        wgt[-1] += st.passes[6].weight_grad_s(kernel_s[6])
+        wgt = counts * times.layer_weight_grad_s
+        wgt[-1] += times.head_weight_grad_s
         bwd = bwd - wgt
     else:
         wgt = np.zeros(counts.shape[0])

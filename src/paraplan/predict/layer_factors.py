@@ -1,26 +1,28 @@
-"""Measured layer-time factors: what the analytic kernel model misses for the layer
-shapes a device was measured at.
+"""Measured layer-time factors: what the analytic model misses for the layer shapes a
+device was measured at.
 
 The device model prices a GEMM from its shape with one smooth efficiency curve
-(`device_model`). Real libraries pick among many kernels per shape (tile sizes,
-split-K, epilogues), so at a given shape a layer runs a few percent to 20% off that
-curve, up or down, and not smoothly in the shape: on the shared A100 runs the
+(`device_model`), a collective from a fitted curve and the host from per-kernel
+costs. Real libraries pick among many kernels per shape (tile sizes, split-K,
+epilogues; NCCL's algorithms and protocols), so at a given shape a layer runs a few
+percent to 20% off those curves, up or down, and not smoothly in the shape: on the shared A100 runs the
 residual changes sign between micro-batch 2 and 4 at one hidden size and tensor
 degree. Those irregularities are larger than the gaps between the best parallel
 configurations, so no smooth curve ranks them reliably.
 
-A factor corrects the kernel device time of one transformer layer's passes
-(forward, recomputation, backward) for one *layer shape*: the device, dtype and
-everything that sets the shapes of a layer's kernels on one rank (widths, heads,
-sequence length, micro-batch size, tensor-parallel degree, sequence parallelism,
-fused attention). It is a property of the device and the shape, not of a model or
-a run: the same layer shape in a model with more layers, another pipeline split or
-another data-parallel degree runs the same kernels. `paraplan calibrate` fits one
-factor per shape with enough measured runs (`predict.calibrate.fit_layer_factors`),
-after the device model's parameters, which are fitted without factors; a shape
-with no factor (every shape never measured, e.g. every large model on a cluster
-you only have datasheets for) is priced by the analytic model alone, exactly as
-without a table.
+A factor scales the time of one transformer layer's passes (forward, recomputation,
+backward: their kernels, tensor-parallel collectives and the host's time to issue
+them, so the whole op whichever bounds it) for one *layer shape*: the device, dtype
+and everything that sets a layer's kernels and collectives on one rank (widths,
+heads, sequence length, micro-batch size, tensor-parallel degree and node span,
+sequence parallelism, communication overlap, fused attention). It is a property of
+the device and the shape, not of a model or a run: the same layer shape in a model
+with more layers, another pipeline split or another data-parallel degree runs the
+same kernels and collectives. `paraplan calibrate` fits one factor per shape with
+enough measured runs (`predict.calibrate.fit_layer_factors`), after the device
+model's parameters, which are fitted without factors; a shape with no factor (every
+shape never measured, e.g. every large model on a cluster you only have datasheets
+for) is priced by the analytic model alone, exactly as without a table.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ FACTOR_RANGE = (0.5, 2.0)
 that the model, not the kernel choice, is wrong (and the fit stops at the bound)."""
 
 
-def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str) -> str:
-    """The layer shape a factor belongs to (see the module doc), as a stable string."""
+def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str, tp_nodes: int = 1) -> str:
+    """The layer shape a factor belongs to (see the module doc), as a stable string;
+    `tp_nodes`: the nodes a tensor-parallel group spans."""
     t = settings.tensor_model_parallel_size
     parts = {
         "device": device,
@@ -50,7 +53,9 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str)
         "seq": model.seq_length,
         "mbs": settings.micro_batch_size,
         "tp": t,
+        "tp_nodes": tp_nodes,
         "sp": int(settings.sequence_parallel and t > 1),
+        "tp_overlap": int(settings.tp_comm_overlap and t > 1),
         "flash": int(settings.use_flash_attn),
         "swiglu": int(model.swiglu),
         "norm": model.normalization,
