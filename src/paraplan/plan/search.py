@@ -487,9 +487,9 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             floor_rs = floor.floor_s[stops_ext[None, :], np.maximum(rest_r, 0)[:, None]]
             kmax_rs = _inflight(problem, j, stops_ext[None, :], samples_r[:, None])
             ok_rs = ((c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & np.isfinite(floor_rs) & (kmax_rs >= 1))
-            if ok_rs.any():  # labels x r x stops: the label bound below without this stage's all-reduce
-                ok_rs &= _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
-                                   kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b)
+            if ok_rs.any():  # the label bound below without this stage's all-reduce
+                ok_rs = _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
+                                  kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b, ok_rs)
             # every (r, stop) left at once, r-major: (r, stop) pairs in the columns
             ri_f, si_f = np.nonzero(ok_rs)
             if not ri_f.size:
@@ -579,28 +579,45 @@ def _inflight(problem: PlanProblem, first: int, stops: np.ndarray, samples: np.n
 def _bound_ok(problem: PlanProblem, inc: _Incumbent, m: int, s: int, blocks: np.ndarray, froms: np.ndarray,
               paths: np.ndarray, limits: np.ndarray, line_a: np.ndarray, line_t: np.ndarray, x_r: np.ndarray,
               c_rs: np.ndarray, kmax_rs: np.ndarray, floor_rs: np.ndarray, rest_r: np.ndarray, stops: np.ndarray,
-              x_lb: np.ndarray, b: float) -> np.ndarray:
-    """(r, stop) pairs some label may extend: the label bound of `_search_width_microbatches`
-    over labels x replica counts x stops, leaving out the new stage's all-reduce (>= 0),
-    so it is never larger than the exact bound."""
+              x_lb: np.ndarray, b: float, ok_rs: np.ndarray) -> np.ndarray:
+    """The (r, stop) pairs of `ok_rs` some label may extend: the label bound of
+    `_search_width_microbatches` over labels x replica counts x stops, leaving out the
+    new stage's all-reduce (>= 0), so it is never larger than the exact bound.
+
+    In two steps, so the labels x r x stops product is never built: first with the
+    labels' least block, floor, path and most stages and no ending (every term is
+    non-decreasing in those, the ending is >= 0, and rounding is monotone, so this is
+    at most every label's bound), then per label on the pairs left."""
     n_layers = problem.num_layers
     fx, var = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    most_replicas = math.floor(b)
+    cap = inc.latency_s * _TOL
     rest_var = (var[n_layers] - var[stops]) * b
     rest_fixed = fx[n_layers] - fx[stops]
-    most_replicas = math.floor(b)
     rest_spread = rest_var[None, :] / rest_r[:, None]
     rest_path = rest_fixed[None, :] + rest_var[None, :] / np.minimum(rest_r, most_replicas)[:, None]
     x_next = x_lb[stops][None, :]
-    new_block = np.maximum(np.maximum(c_rs, x_r[:, None])[None], blocks[:, None, None])
-    beta = np.maximum(np.maximum(new_block, froms[:, None, None]),
-                      np.maximum(np.maximum(rest_spread, x_next), floor_rs)[None])
+    beta_rs = np.maximum(np.maximum(rest_spread, x_next), floor_rs)
+    tail_rs = x_r[:, None] + c_rs + x_next + rest_path  # this stage, the next transfer, the rest's path
+    stage_limit = np.where(kmax_rs >= m, _UNLIMITED, s + kmax_rs)
+    beta0 = np.maximum(np.maximum(np.maximum(c_rs, x_r[:, None]), float(blocks.min())),
+                       np.maximum(float(froms.min()), beta_rs))
+    ok = ok_rs & (np.minimum(stage_limit, int(limits.max())) >= s + 2)
+    ok &= (m - 1) * beta0 + float(paths.min()) + tail_rs <= cap
+    ri, si = np.nonzero(ok)
+    if not ri.size:
+        return ok
+    # per label, on the pairs left
+    c, x = c_rs[ri, si], x_r[ri]
+    new_block = np.maximum(np.maximum(c, x)[None, :], blocks[:, None])
+    beta = np.maximum(np.maximum(new_block, froms[:, None]), beta_rs[ri, si][None, :])
     ending = np.zeros_like(beta)
     for k in range(line_a.shape[1]):
-        ending = np.maximum(ending, line_a[:, k, None, None] - line_t[:, k, None, None] * beta)
-    lb = (m - 1) * beta + paths[:, None, None] + (x_r[:, None] + c_rs + x_next + rest_path)[None] + ending
-    stage_limit = np.where(kmax_rs >= m, _UNLIMITED, s + kmax_rs)
-    ok = (np.minimum(stage_limit[None], limits[:, None, None]) >= s + 2) & (lb <= inc.latency_s * _TOL)
-    return ok.any(axis=0)
+        ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
+    lb = (m - 1) * beta + paths[:, None] + tail_rs[ri, si][None, :] + ending
+    ok_k = ((np.minimum(stage_limit[ri, si][None, :], limits[:, None]) >= s + 2) & (lb <= cap)).any(axis=0)
+    ok[ri, si] = ok_k
+    return ok
 
 
 def _finish(problem: PlanProblem, inc: _Incumbent, labels: list[_Label], blocks: np.ndarray, paths: np.ndarray,
