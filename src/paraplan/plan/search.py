@@ -35,8 +35,10 @@ How it stays exact and fast:
    count memory allows). A label is dropped when another label of its state is at
    least as good in every respect that can matter later: the latency is non-decreasing
    in the final block when S <= M (its slope is M - 1 - s* >= 0), which makes the
-   dominance test sound. An all-reduce line A_t - t beta that is <= 0 at the label's
-   block stays <= 0 (the block only grows), so it is dropped from the label.
+   dominance test sound; only final blocks up to the block cap B_cap below need
+   comparing (a plan with a larger block cannot beat the incumbent). An all-reduce
+   line A_t - t beta that is <= 0 at the label's block stays <= 0 (the block only
+   grows), so it is dropped from the label.
    Branch and bound prunes, all with bounds that hold for every completion:
    - the stage time: M c + path so far <= incumbent;
    - the block: every plan that beats the incumbent has B <= B_cap (from the path
@@ -98,9 +100,6 @@ class _Label:
     from_s: float  # every completion's block is >= this (the block so far, the state's floor)
     max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
-    # the ending as the block grows without bound (stage 0's all-reduce): the last line's
-    # A when its t is 0, else 0
-    limit_s: float = 0.0
 
     def ending_s(self, block_s: float) -> float:
         return _ending(self.lines, block_s)
@@ -139,19 +138,26 @@ def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple
     return tuple(env), tuple(kinks)
 
 
-def _dominates(a: _Label, b: _Label, floor_s: float) -> bool:
-    """Every completion of b is at least as slow with a's prefix instead; both labels
-    share a state, whose every completion has a block >= `floor_s`.
+def _dominates(a: _Label, b: _Label, floor_s: float, cap_s: float = math.inf) -> bool:
+    """Every completion of b that can matter is at least as slow with a's prefix
+    instead; both labels share a state, whose every completion has a block >= `floor_s`,
+    and no completion with a block > `cap_s` can beat the incumbent (`_PairBounds.block_cap_s`).
 
     For a completion F, b's final block is beta >= beta0 = max(b's block and floor); a's
     is at most beta when a's block <= beta0, and a evaluated at beta is no faster than
     at its own final block (the latency does not decrease with the block), so it
-    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every
-    beta >= beta0, and path_a <= path_b (for when F's own all-reduce sets the ending)."""
+    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every beta in
+    [beta0, cap], and path_a <= path_b (for when F's own all-reduce sets the ending).
+    Beyond the cap b + F is slower than the incumbent (latency >= (M - 1) beta + the
+    pair's path bound), whatever a + F is. The incumbent only improves, so a cap that
+    held when b was dropped holds for every plan that can still beat it; the two
+    endings are piecewise linear, so the test at beta0, at the cap and at the kinks
+    between them is exact."""
     beta0 = max(b.from_s, floor_s)
     if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
-    return _beats(a, b, beta0, b.path_s - a.path_s, b.limit_s)
+    hi = max(cap_s, beta0)
+    return _beats(a, b, beta0, b.path_s - a.path_s, hi, _ending(b.lines, beta0), _ending(b.lines, hi))
 
 
 def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
@@ -164,21 +170,20 @@ def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
     return ending
 
 
-def _beats(a: _Label, b: _Label, beta0: float, slack: float, b_limit: float) -> bool:
-    """`_dominates(a, b, floor)` once its cheap conditions hold: beta0 = max(b's from,
-    floor), slack = b's path - a's, b_limit = b's `limit_s` (the same tests, inline)."""
+def _beats(a: _Label, b: _Label, beta0: float, slack: float, hi: float, b_at0: float, b_at_hi: float) -> bool:
+    """`_dominates(a, b, floor, cap)` once its cheap conditions hold: beta0 = max(b's
+    from, floor), slack = b's path - a's, hi = max(cap, beta0), b_at0 and b_at_hi: b's
+    ending at beta0 and at hi (the same tests, inline)."""
     a_lines = a.lines
     ending_a = _ending(a_lines, beta0)
-    if ending_a <= slack:
+    if ending_a <= slack:  # a's ending only falls
         return True
-    if a.limit_s > slack + b_limit:
+    if ending_a > slack + b_at0 or _ending(a_lines, hi) > slack + b_at_hi:
         return False
     b_lines = b.lines
-    if ending_a > slack + _ending(b_lines, beta0):
-        return False
     for kinks in (a.kinks, b.kinks):
         for k in kinks:
-            if beta0 < k < math.inf and _ending(a_lines, k) > slack + _ending(b_lines, k):
+            if beta0 < k < hi and _ending(a_lines, k) > slack + _ending(b_lines, k):
                 return False
     return True
 
@@ -194,25 +199,32 @@ class _Bucket:
         self.labels: list[_Label] = []
         self.paths: list[float] = []  # the labels' paths (`insert` keeps them sorted)
 
-    def insert(self, label: _Label, floor_s: float) -> None:
+    def insert(self, label: _Label, floor_s: float, cap_s: float) -> None:
         """Add `label` unless a label of the bucket dominates it; drop those it dominates
-        (`_dominates`, inline). The labels stay sorted by path: only a shorter path can
-        dominate."""
+        (`_dominates` with the block cap `cap_s`, inline). The labels stay sorted by
+        path: only a shorter path can dominate."""
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
-        path, stages, block, limit = label.path_s, label.max_stages, label.block_s, label.limit_s
+        path, stages, block, lines = label.path_s, label.max_stages, label.block_s, label.lines
         at = bisect.bisect_right(self.paths, path)
         beta0 = label.from_s if label.from_s > floor_s else floor_s
-        for other in labels[:at]:
-            if other.block_s <= beta0 and other.max_stages >= stages and _beats(other, label, beta0,
-                                                                                 path - other.path_s, limit):
-                return
+        hi = cap_s if cap_s > beta0 else beta0
+        if at:
+            at0, at_hi = _ending(lines, beta0), _ending(lines, hi)
+            for other in labels[:at]:
+                if other.block_s <= beta0 and other.max_stages >= stages and _beats(
+                        other, label, beta0, path - other.path_s, hi, at0, at_hi):
+                    return
         kept = labels[:at]
         kept.append(label)
         for o in labels[at:]:
-            beta_o = o.from_s if o.from_s > floor_s else floor_s
-            if block > beta_o or stages < o.max_stages or not _beats(label, o, beta_o, o.path_s - path, o.limit_s):
-                kept.append(o)
+            if (block <= o.from_s or block <= floor_s) and stages >= o.max_stages:
+                beta_o = o.from_s if o.from_s > floor_s else floor_s
+                hi_o = cap_s if cap_s > beta_o else beta_o
+                o_lines = o.lines
+                if _beats(label, o, beta_o, o.path_s - path, hi_o, _ending(o_lines, beta_o), _ending(o_lines, hi_o)):
+                    continue
+            kept.append(o)
         if len(kept) == len(labels) + 1:
             self.paths.insert(at, path)
         else:
@@ -437,6 +449,7 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
         if inc.latency_s < floor_for * (1 - 1e-3):  # the incumbent improved: tighter floors
             floor_for = inc.latency_s
             floor = _block_floor(problem, w, bounds, bounds.block_cap_s(m, floor_for))
+        block_cap = bounds.block_cap_s(m, inc.latency_s) * _TOL  # no plan that beats the incumbent has a larger block
         for (d, s, last_one_node), bucket in states[j].items():
             if s >= max_stages:
                 continue
@@ -539,8 +552,7 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 # no plan has more stages than layers or devices allow: a larger memory
                 # limit is worth no more than this
                 most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
-                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)),
-                               lines[-1][0] if lines and lines[-1][1] == 0 else 0.0)
+                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)))
                 key_to = (d + r, s + 1, one_node_of[r])
                 bucket_to = states[stop].get(key_to)
                 if bucket_to is None:
@@ -548,7 +560,7 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 if beam:  # no dominance: the state keeps its best labels when it is extended
                     bucket_to.labels.append(label)
                 else:
-                    bucket_to.insert(label, floor_k)
+                    bucket_to.insert(label, floor_k, block_cap)
         states[j] = {}  # done with this layer
 
 
