@@ -19,7 +19,8 @@ How it stays exact and fast:
    count, replica count and gradient sync; one evaluation per distinct (replicas,
    micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
    heuristic pass (the dynamic program below, each state extending only its
-   `BEAM_WIDTH` labels of least latency so far, no dominance) on the `BEAM_PAIRS` (W, M)
+   `BEAM_WIDTH` labels of least latency so far, no dominance; a label that cannot be
+   among them when it is offered is never built) on the `BEAM_PAIRS` (W, M)
    pairs whose balanced pipelines are fastest finds a close pipeline, so the exact pass
    prunes from the start. It only lowers the incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
@@ -50,7 +51,8 @@ How it stays exact and fast:
      compute spread over the devices left (and its fixed times), and the ending at the
      smallest block the plan can have.
    Transitions are vectorised over the (replica count, stop) pairs of a stage and the
-   labels of a state; the dominance test runs inline in `_Bucket.insert`.
+   labels of a state (a stage's compute and memory per replica count and stop once per
+   layer, for all states there); the dominance test runs inline in `_Bucket.insert`.
 Tests compare the result with exhaustive enumeration on small instances.
 """
 
@@ -230,6 +232,41 @@ class _Bucket:
         else:
             self.paths = [la.path_s for la in kept]
         self.labels = kept
+
+
+class _Beam:
+    """The labels of one state in the heuristic pass: of all labels offered, the
+    `width` of least score (the latency of the stages so far as if they were the whole
+    plan, s; ties: the first offered), in the order they were offered while no more
+    than `width` were, else by score."""
+
+    __slots__ = ("labels", "offered", "scores", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.offered = 0
+        self.labels: list[_Label] = []
+        self.scores: list[float] = []
+
+    def admits(self, score: float) -> bool:
+        """Whether a label of `score` offered now would be kept (counts the offer)."""
+        self.offered += 1
+        return len(self.labels) < self.width or score < max(self.scores)
+
+    def add(self, label: _Label, score: float) -> None:
+        """Keep `label` (after `admits`), dropping the worst kept label (the last
+        offered of the highest score) when there are too many."""
+        self.labels.append(label)
+        self.scores.append(score)
+        if len(self.labels) > self.width:
+            worst = max(range(len(self.scores)), key=lambda i: (self.scores[i], i))
+            del self.labels[worst], self.scores[worst]
+
+    def ranked(self) -> list[_Label]:
+        if self.offered <= self.width:
+            return self.labels
+        order = sorted(range(len(self.labels)), key=lambda i: self.scores[i])  # stable: the first offered first
+        return [self.labels[i] for i in order]
 
 
 @dataclass(frozen=True)
@@ -442,20 +479,22 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
     residues = np.unique(np.arange(copies) * w % g)  # where each copy starts inside a node
     floor_for = math.inf
     floor = _BlockFloor(np.zeros((n_layers + 1, w + 1)))
-    states: list[dict[tuple[int, int, bool], _Bucket]] = [dict() for _ in range(n_layers + 1)]
-    root = states[0][(0, 0, True)] = _Bucket()
+    states: list[dict[tuple[int, int, bool], _Bucket | _Beam]] = [dict() for _ in range(n_layers + 1)]
+    root = states[0][(0, 0, True)] = _Beam(beam) if beam else _Bucket()
     root.labels.append(_Label(0.0, 0.0, (), (), 0.0, _UNLIMITED, ()))
+    r_all = np.arange(1, min(w, most_replicas) + 1)  # replica counts a stage may have
+    samples_all = b / r_all
     for j in range(n_layers):
         if inc.latency_s < floor_for * (1 - 1e-3):  # the incumbent improved: tighter floors
             floor_for = inc.latency_s
             floor = _block_floor(problem, w, bounds, bounds.block_cap_s(m, floor_for))
         block_cap = bounds.block_cap_s(m, inc.latency_s) * _TOL  # no plan that beats the incumbent has a larger block
+        stops_ext = stops_all[j + 1:n_layers]
+        per_r: tuple[np.ndarray, ...] = ()  # what layers j.. cost on each replica count (once per layer)
         for (d, s, last_one_node), bucket in states[j].items():
             if s >= max_stages:
                 continue
-            labels = bucket.labels
-            if beam and len(labels) > beam:
-                labels = sorted(labels, key=lambda la: _label_score(la, m))[:beam]
+            labels = bucket.ranked() if beam else bucket.labels
             remaining = w - d
             x_cut_bytes = problem.cut_bytes_per_sample[j] * b
             blocks = np.array([la.block_s for la in labels])
@@ -474,8 +513,14 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if rmax < 1:
                 continue
             # every replica count r at once: transfer in, compute, memory, the rest's floor
-            rs = np.arange(1, rmax + 1)
-            samples_r = b / rs
+            if not per_r:
+                per_r = (problem.compute_s(j, n_layers, samples_all),
+                         _inflight(problem, j, np.array([n_layers]), samples_all[:, None])[:, 0],
+                         problem.compute_s(j, stops_ext[None, :], samples_all[:, None]),
+                         _inflight(problem, j, stops_ext[None, :], samples_all[:, None]))
+            c_end_r, k_end_r, c_rs, kmax_rs = (a[:rmax] for a in per_r)
+            rs = r_all[:rmax]
+            samples_r = samples_all[:rmax]
             if s == 0:
                 x_r = np.zeros(rmax)
             else:
@@ -485,20 +530,15 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 x_r = np.where(intra_r, x_in, x_out)
             cap_r = (inc.latency_s * _TOL - min_path - x_r) / m  # latency >= M c + path + x
             if s >= 1:  # the last stage: layers j.. end on r devices
-                c_end_r = problem.compute_s(j, n_layers, samples_r)
-                k_end_r = _inflight(problem, j, np.array([n_layers]), samples_r[:, None])[:, 0]
                 for fi in np.flatnonzero((c_end_r <= cap_r) & (k_end_r >= 1)).tolist():
                     r = int(rs[fi])
                     _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s,
                             float(x_r[fi]), float(c_end_r[fi]), float(samples_r[fi]),
                             problem.nodes_spanned(d, r, w, copies), copies)
-            stops_ext = stops_all[j + 1:n_layers]
             if not extend or stops_ext.size == 0:
                 continue
             rest_r = remaining - rs
-            c_rs = problem.compute_s(j, stops_ext[None, :], samples_r[:, None])
             floor_rs = floor.floor_s[stops_ext[None, :], np.maximum(rest_r, 0)[:, None]]
-            kmax_rs = _inflight(problem, j, stops_ext[None, :], samples_r[:, None])
             ok_rs = ((c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & np.isfinite(floor_rs) & (kmax_rs >= 1))
             if ok_rs.any():  # the label bound below without this stage's all-reduce
                 ok_rs = _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
@@ -541,11 +581,25 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             order = np.lexsort((kk, ii, ri_f[kk]))  # by r, then label, then stop
             ii, kk = ii[order], kk[order]
             r_list, stop_list, floor_list, ar_list = r_f.tolist(), stops.tolist(), rest_floor.tolist(), ar.tolist()
-            for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
-                                              new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
-                la = labels[i]
+            blk_ik, path_ik = new_block[ii, kk], new_path[ii, kk]
+            if beam:  # no dominance: each state keeps its labels of least score (`_Beam`)
+                since_ik = np.maximum(np.maximum(blk_ik, rest_floor[kk]), froms[ii])
+                ending_ik = np.maximum(ar[kk] - s * since_ik, 0.0)
+                for k in range(line_a.shape[1]):
+                    ending_ik = np.maximum(ending_ik, line_a[ii, k] - line_t[ii, k] * since_ik)
+                scores = ((m - 1) * since_ik + path_ik + ending_ik).tolist()
+            for n, (i, k, blk, path, limit) in enumerate(zip(ii.tolist(), kk.tolist(), blk_ik.tolist(),
+                                                             path_ik.tolist(), new_limit[ii, kk].tolist(),
+                                                             strict=True)):
                 r = r_list[k]
                 stop = stop_list[k]
+                key_to = (d + r, s + 1, one_node_of[r])
+                bucket_to = states[stop].get(key_to)
+                if bucket_to is None:
+                    bucket_to = states[stop][key_to] = _Beam(beam) if beam else _Bucket()
+                if beam and not bucket_to.admits(scores[n]):
+                    continue
+                la = labels[i]
                 floor_k = floor_list[k]
                 since = max(blk, floor_k, la.from_s)
                 lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
@@ -553,21 +607,11 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 # limit is worth no more than this
                 most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
                 label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)))
-                key_to = (d + r, s + 1, one_node_of[r])
-                bucket_to = states[stop].get(key_to)
-                if bucket_to is None:
-                    bucket_to = states[stop][key_to] = _Bucket()
-                if beam:  # no dominance: the state keeps its best labels when it is extended
-                    bucket_to.labels.append(label)
+                if beam:
+                    bucket_to.add(label, scores[n])
                 else:
                     bucket_to.insert(label, floor_k, block_cap)
         states[j] = {}  # done with this layer
-
-
-def _label_score(label: _Label, m: int) -> float:
-    """The latency of the stages so far as if they were the whole plan (beam ordering)."""
-    beta = max(label.block_s, label.from_s)
-    return (m - 1) * beta + label.path_s + label.ending_s(beta)
 
 
 def _one_node(residues: np.ndarray, devices_per_node: int, first: int, lasts: np.ndarray) -> np.ndarray:
