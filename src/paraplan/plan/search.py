@@ -29,7 +29,8 @@ How it stays exact and fast:
    block B is at least the perfectly spread compute sum(var) b / W, the cheapest
    boundary transfer (a pipeline has one) and each layer's time on the most replicas a
    stage may have; the path is at least the fixed times, the spread compute and that
-   transfer.
+   transfer. So is a pair none of whose first stages passes the label bound below
+   with every block floor at 0 (checked before its floors are built).
 3. Dynamic programming over states (layers covered j, devices used d, stages s, "last
    stage sits in one node") whose values are Pareto sets of labels (block so far, path
    so far, the all-reduce lines that can still show in the ending, largest total stage
@@ -477,6 +478,8 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
     most_replicas = math.floor(b)  # >= 1 sample per replica
     g = problem.cluster.devices_per_node
     residues = np.unique(np.arange(copies) * w % g)  # where each copy starts inside a node
+    if not _first_stage_passes(problem, inc, w, m, bounds):
+        return  # no plan of the pair beats the incumbent: no floors needed
     floor_for = math.inf
     floor = _BlockFloor(np.zeros((n_layers + 1, w + 1)))
     states: list[dict[tuple[int, int, bool], _Bucket | _Beam]] = [dict() for _ in range(n_layers + 1)]
@@ -612,6 +615,31 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 else:
                     bucket_to.insert(label, floor_k, block_cap)
         states[j] = {}  # done with this layer
+
+
+def _first_stage_passes(problem: PlanProblem, inc: _Incumbent, w: int, m: int, bounds: _PairBounds) -> bool:
+    """Whether some first stage passes the tests of `_search_width_microbatches` at the
+    root (stage time, memory, the label bound of `_bound_ok`) with every block floor at 0.
+    A floor only raises the bound, so when none passes, no plan of the pair beats the
+    incumbent, and the block floors (`_block_floor`, the costly part of a pair that
+    yields nothing) need not be built."""
+    b = bounds.micro_batch
+    rs = np.arange(1, min(w, math.floor(b)) + 1)
+    samples_r = b / rs
+    stops = np.arange(1, problem.num_layers)
+    x_r = np.zeros(rs.size)
+    cap_r = (inc.latency_s * _TOL - 0.0 - x_r) / m
+    c_rs = problem.compute_s(0, stops[None, :], samples_r[:, None])
+    kmax_rs = _inflight(problem, 0, stops[None, :], samples_r[:, None])
+    rest_r = w - rs
+    ok_rs = (c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & (kmax_rs >= 1)
+    if not ok_rs.any():
+        return False
+    zero = np.zeros(1)
+    ok_rs = _bound_ok(problem, inc, m, 0, zero, zero, zero, np.array([_UNLIMITED]), np.full((1, 1), -np.inf),
+                      np.zeros((1, 1)), x_r, c_rs, kmax_rs, np.zeros(c_rs.shape), np.maximum(rest_r, 1), stops,
+                      bounds.transfer_lb_s, b, ok_rs)
+    return bool(ok_rs.any())
 
 
 def _one_node(residues: np.ndarray, devices_per_node: int, first: int, lasts: np.ndarray) -> np.ndarray:
