@@ -104,9 +104,6 @@ class _Label:
     max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
 
-    def ending_s(self, block_s: float) -> float:
-        return _ending(self.lines, block_s)
-
 
 def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple[float, ...]]:
     """The lines of max(0, max_i a_i - t_i beta) that show for beta >= beta0, in order,
@@ -164,7 +161,7 @@ def _dominates(a: _Label, b: _Label, floor_s: float, cap_s: float = math.inf) ->
 
 
 def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
-    """`_Label.ending_s` of `lines`."""
+    """The ending max(0, max_i a_i - t_i beta) of `lines` at beta = `block_s` (s)."""
     ending = 0.0
     for a, t in lines:
         value = a - t * block_s
