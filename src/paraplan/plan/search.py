@@ -19,7 +19,8 @@ How it stays exact and fast:
    count, replica count and gradient sync; one evaluation per distinct (replicas,
    micro-batches, nodes)) and balanced even-width pipelines give the incumbent; then a
    heuristic pass (the dynamic program below, each state extending only its
-   `BEAM_WIDTH` labels of least latency so far, no dominance) on the `BEAM_PAIRS` (W, M)
+   `BEAM_WIDTH` labels of least latency so far, no dominance; a label that cannot be
+   among them when it is offered is never built) on the `BEAM_PAIRS` (W, M)
    pairs whose balanced pipelines are fastest finds a close pipeline, so the exact pass
    prunes from the start. It only lowers the incumbent, with real plans.
 2. Pipelines of two or more stages, one (W, M) pair at a time in the order of a lower
@@ -28,15 +29,18 @@ How it stays exact and fast:
    block B is at least the perfectly spread compute sum(var) b / W, the cheapest
    boundary transfer (a pipeline has one) and each layer's time on the most replicas a
    stage may have; the path is at least the fixed times, the spread compute and that
-   transfer.
+   transfer. So is a pair none of whose first stages passes the label bound below
+   with every block floor at 0 (checked before its floors are built).
 3. Dynamic programming over states (layers covered j, devices used d, stages s, "last
    stage sits in one node") whose values are Pareto sets of labels (block so far, path
    so far, the all-reduce lines that can still show in the ending, largest total stage
    count memory allows). A label is dropped when another label of its state is at
    least as good in every respect that can matter later: the latency is non-decreasing
    in the final block when S <= M (its slope is M - 1 - s* >= 0), which makes the
-   dominance test sound. An all-reduce line A_t - t beta that is <= 0 at the label's
-   block stays <= 0 (the block only grows), so it is dropped from the label.
+   dominance test sound; only final blocks up to the block cap B_cap below need
+   comparing (a plan with a larger block cannot beat the incumbent). An all-reduce
+   line A_t - t beta that is <= 0 at the label's block stays <= 0 (the block only
+   grows), so it is dropped from the label.
    Branch and bound prunes, all with bounds that hold for every completion:
    - the stage time: M c + path so far <= incumbent;
    - the block: every plan that beats the incumbent has B <= B_cap (from the path
@@ -48,7 +52,8 @@ How it stays exact and fast:
      compute spread over the devices left (and its fixed times), and the ending at the
      smallest block the plan can have.
    Transitions are vectorised over the (replica count, stop) pairs of a stage and the
-   labels of a state; the dominance test runs inline in `_Bucket.insert`.
+   labels of a state (a stage's compute and memory per replica count and stop once per
+   layer, for all states there); the dominance test runs inline in `_Bucket.insert`.
 Tests compare the result with exhaustive enumeration on small instances.
 """
 
@@ -98,12 +103,6 @@ class _Label:
     from_s: float  # every completion's block is >= this (the block so far, the state's floor)
     max_stages: int  # total stage count every stage so far can hold in memory (and the state allows)
     slots: tuple[StageSlot, ...]
-    # the ending as the block grows without bound (stage 0's all-reduce): the last line's
-    # A when its t is 0, else 0
-    limit_s: float = 0.0
-
-    def ending_s(self, block_s: float) -> float:
-        return _ending(self.lines, block_s)
 
 
 def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple[float, ...]]:
@@ -139,23 +138,30 @@ def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple
     return tuple(env), tuple(kinks)
 
 
-def _dominates(a: _Label, b: _Label, floor_s: float) -> bool:
-    """Every completion of b is at least as slow with a's prefix instead; both labels
-    share a state, whose every completion has a block >= `floor_s`.
+def _dominates(a: _Label, b: _Label, floor_s: float, cap_s: float = math.inf) -> bool:
+    """Every completion of b that can matter is at least as slow with a's prefix
+    instead; both labels share a state, whose every completion has a block >= `floor_s`,
+    and no completion with a block > `cap_s` can beat the incumbent (`_PairBounds.block_cap_s`).
 
     For a completion F, b's final block is beta >= beta0 = max(b's block and floor); a's
     is at most beta when a's block <= beta0, and a evaluated at beta is no faster than
     at its own final block (the latency does not decrease with the block), so it
-    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every
-    beta >= beta0, and path_a <= path_b (for when F's own all-reduce sets the ending)."""
+    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every beta in
+    [beta0, cap], and path_a <= path_b (for when F's own all-reduce sets the ending).
+    Beyond the cap b + F is slower than the incumbent (latency >= (M - 1) beta + the
+    pair's path bound), whatever a + F is. The incumbent only improves, so a cap that
+    held when b was dropped holds for every plan that can still beat it; the two
+    endings are piecewise linear, so the test at beta0, at the cap and at the kinks
+    between them is exact."""
     beta0 = max(b.from_s, floor_s)
     if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
         return False
-    return _beats(a, b, beta0, b.path_s - a.path_s, b.limit_s)
+    hi = max(cap_s, beta0)
+    return _beats(a, b, beta0, b.path_s - a.path_s, hi, _ending(b.lines, beta0), _ending(b.lines, hi))
 
 
 def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
-    """`_Label.ending_s` of `lines`."""
+    """The ending max(0, max_i a_i - t_i beta) of `lines` at beta = `block_s` (s)."""
     ending = 0.0
     for a, t in lines:
         value = a - t * block_s
@@ -164,21 +170,20 @@ def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
     return ending
 
 
-def _beats(a: _Label, b: _Label, beta0: float, slack: float, b_limit: float) -> bool:
-    """`_dominates(a, b, floor)` once its cheap conditions hold: beta0 = max(b's from,
-    floor), slack = b's path - a's, b_limit = b's `limit_s` (the same tests, inline)."""
+def _beats(a: _Label, b: _Label, beta0: float, slack: float, hi: float, b_at0: float, b_at_hi: float) -> bool:
+    """`_dominates(a, b, floor, cap)` once its cheap conditions hold: beta0 = max(b's
+    from, floor), slack = b's path - a's, hi = max(cap, beta0), b_at0 and b_at_hi: b's
+    ending at beta0 and at hi (the same tests, inline)."""
     a_lines = a.lines
     ending_a = _ending(a_lines, beta0)
-    if ending_a <= slack:
+    if ending_a <= slack:  # a's ending only falls
         return True
-    if a.limit_s > slack + b_limit:
+    if ending_a > slack + b_at0 or _ending(a_lines, hi) > slack + b_at_hi:
         return False
     b_lines = b.lines
-    if ending_a > slack + _ending(b_lines, beta0):
-        return False
     for kinks in (a.kinks, b.kinks):
         for k in kinks:
-            if beta0 < k < math.inf and _ending(a_lines, k) > slack + _ending(b_lines, k):
+            if beta0 < k < hi and _ending(a_lines, k) > slack + _ending(b_lines, k):
                 return False
     return True
 
@@ -194,30 +199,72 @@ class _Bucket:
         self.labels: list[_Label] = []
         self.paths: list[float] = []  # the labels' paths (`insert` keeps them sorted)
 
-    def insert(self, label: _Label, floor_s: float) -> None:
+    def insert(self, label: _Label, floor_s: float, cap_s: float) -> None:
         """Add `label` unless a label of the bucket dominates it; drop those it dominates
-        (`_dominates`, inline). The labels stay sorted by path: only a shorter path can
-        dominate."""
+        (`_dominates` with the block cap `cap_s`, inline). The labels stay sorted by
+        path: only a shorter path can dominate."""
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
-        path, stages, block, limit = label.path_s, label.max_stages, label.block_s, label.limit_s
+        path, stages, block, lines = label.path_s, label.max_stages, label.block_s, label.lines
         at = bisect.bisect_right(self.paths, path)
         beta0 = label.from_s if label.from_s > floor_s else floor_s
-        for other in labels[:at]:
-            if other.block_s <= beta0 and other.max_stages >= stages and _beats(other, label, beta0,
-                                                                                 path - other.path_s, limit):
-                return
+        hi = cap_s if cap_s > beta0 else beta0
+        if at:
+            at0, at_hi = _ending(lines, beta0), _ending(lines, hi)
+            for other in labels[:at]:
+                if other.block_s <= beta0 and other.max_stages >= stages and _beats(
+                        other, label, beta0, path - other.path_s, hi, at0, at_hi):
+                    return
         kept = labels[:at]
         kept.append(label)
         for o in labels[at:]:
-            beta_o = o.from_s if o.from_s > floor_s else floor_s
-            if block > beta_o or stages < o.max_stages or not _beats(label, o, beta_o, o.path_s - path, o.limit_s):
-                kept.append(o)
+            if (block <= o.from_s or block <= floor_s) and stages >= o.max_stages:
+                beta_o = o.from_s if o.from_s > floor_s else floor_s
+                hi_o = cap_s if cap_s > beta_o else beta_o
+                o_lines = o.lines
+                if _beats(label, o, beta_o, o.path_s - path, hi_o, _ending(o_lines, beta_o), _ending(o_lines, hi_o)):
+                    continue
+            kept.append(o)
         if len(kept) == len(labels) + 1:
             self.paths.insert(at, path)
         else:
             self.paths = [la.path_s for la in kept]
         self.labels = kept
+
+
+class _Beam:
+    """The labels of one state in the heuristic pass: of all labels offered, the
+    `width` of least score (the latency of the stages so far as if they were the whole
+    plan, s; ties: the first offered), in the order they were offered while no more
+    than `width` were, else by score."""
+
+    __slots__ = ("labels", "offered", "scores", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.offered = 0
+        self.labels: list[_Label] = []
+        self.scores: list[float] = []
+
+    def admits(self, score: float) -> bool:
+        """Whether a label of `score` offered now would be kept (counts the offer)."""
+        self.offered += 1
+        return len(self.labels) < self.width or score < max(self.scores)
+
+    def add(self, label: _Label, score: float) -> None:
+        """Keep `label` (after `admits`), dropping the worst kept label (the last
+        offered of the highest score) when there are too many."""
+        self.labels.append(label)
+        self.scores.append(score)
+        if len(self.labels) > self.width:
+            worst = max(range(len(self.scores)), key=lambda i: (self.scores[i], i))
+            del self.labels[worst], self.scores[worst]
+
+    def ranked(self) -> list[_Label]:
+        if self.offered <= self.width:
+            return self.labels
+        order = sorted(range(len(self.labels)), key=lambda i: self.scores[i])  # stable: the first offered first
+        return [self.labels[i] for i in order]
 
 
 @dataclass(frozen=True)
@@ -428,21 +475,26 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
     most_replicas = math.floor(b)  # >= 1 sample per replica
     g = problem.cluster.devices_per_node
     residues = np.unique(np.arange(copies) * w % g)  # where each copy starts inside a node
+    if not _first_stage_passes(problem, inc, w, m, bounds):
+        return  # no plan of the pair beats the incumbent: no floors needed
     floor_for = math.inf
     floor = _BlockFloor(np.zeros((n_layers + 1, w + 1)))
-    states: list[dict[tuple[int, int, bool], _Bucket]] = [dict() for _ in range(n_layers + 1)]
-    root = states[0][(0, 0, True)] = _Bucket()
+    states: list[dict[tuple[int, int, bool], _Bucket | _Beam]] = [dict() for _ in range(n_layers + 1)]
+    root = states[0][(0, 0, True)] = _Beam(beam) if beam else _Bucket()
     root.labels.append(_Label(0.0, 0.0, (), (), 0.0, _UNLIMITED, ()))
+    r_all = np.arange(1, min(w, most_replicas) + 1)  # replica counts a stage may have
+    samples_all = b / r_all
     for j in range(n_layers):
         if inc.latency_s < floor_for * (1 - 1e-3):  # the incumbent improved: tighter floors
             floor_for = inc.latency_s
             floor = _block_floor(problem, w, bounds, bounds.block_cap_s(m, floor_for))
+        block_cap = bounds.block_cap_s(m, inc.latency_s) * _TOL  # no plan that beats the incumbent has a larger block
+        stops_ext = stops_all[j + 1:n_layers]
+        per_r: tuple[np.ndarray, ...] = ()  # what layers j.. cost on each replica count (once per layer)
         for (d, s, last_one_node), bucket in states[j].items():
             if s >= max_stages:
                 continue
-            labels = bucket.labels
-            if beam and len(labels) > beam:
-                labels = sorted(labels, key=lambda la: _label_score(la, m))[:beam]
+            labels = bucket.ranked() if beam else bucket.labels
             remaining = w - d
             x_cut_bytes = problem.cut_bytes_per_sample[j] * b
             blocks = np.array([la.block_s for la in labels])
@@ -461,8 +513,14 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             if rmax < 1:
                 continue
             # every replica count r at once: transfer in, compute, memory, the rest's floor
-            rs = np.arange(1, rmax + 1)
-            samples_r = b / rs
+            if not per_r:
+                per_r = (problem.compute_s(j, n_layers, samples_all),
+                         _inflight(problem, j, np.array([n_layers]), samples_all[:, None])[:, 0],
+                         problem.compute_s(j, stops_ext[None, :], samples_all[:, None]),
+                         _inflight(problem, j, stops_ext[None, :], samples_all[:, None]))
+            c_end_r, k_end_r, c_rs, kmax_rs = (a[:rmax] for a in per_r)
+            rs = r_all[:rmax]
+            samples_r = samples_all[:rmax]
             if s == 0:
                 x_r = np.zeros(rmax)
             else:
@@ -472,24 +530,19 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
                 x_r = np.where(intra_r, x_in, x_out)
             cap_r = (inc.latency_s * _TOL - min_path - x_r) / m  # latency >= M c + path + x
             if s >= 1:  # the last stage: layers j.. end on r devices
-                c_end_r = problem.compute_s(j, n_layers, samples_r)
-                k_end_r = _inflight(problem, j, np.array([n_layers]), samples_r[:, None])[:, 0]
                 for fi in np.flatnonzero((c_end_r <= cap_r) & (k_end_r >= 1)).tolist():
                     r = int(rs[fi])
                     _finish(problem, inc, labels, blocks, paths, limits, line_a, line_t, w, m, j, d, r, s,
                             float(x_r[fi]), float(c_end_r[fi]), float(samples_r[fi]),
                             problem.nodes_spanned(d, r, w, copies), copies)
-            stops_ext = stops_all[j + 1:n_layers]
             if not extend or stops_ext.size == 0:
                 continue
             rest_r = remaining - rs
-            c_rs = problem.compute_s(j, stops_ext[None, :], samples_r[:, None])
             floor_rs = floor.floor_s[stops_ext[None, :], np.maximum(rest_r, 0)[:, None]]
-            kmax_rs = _inflight(problem, j, stops_ext[None, :], samples_r[:, None])
             ok_rs = ((c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & np.isfinite(floor_rs) & (kmax_rs >= 1))
-            if ok_rs.any():  # labels x r x stops: the label bound below without this stage's all-reduce
-                ok_rs &= _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
-                                   kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b)
+            if ok_rs.any():  # the label bound below without this stage's all-reduce
+                ok_rs = _bound_ok(problem, inc, m, s, blocks, froms, paths, limits, line_a, line_t, x_r, c_rs,
+                                  kmax_rs, floor_rs, np.maximum(rest_r, 1), stops_ext, x_lb, b, ok_rs)
             # every (r, stop) left at once, r-major: (r, stop) pairs in the columns
             ri_f, si_f = np.nonzero(ok_rs)
             if not ri_f.size:
@@ -528,34 +581,62 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
             order = np.lexsort((kk, ii, ri_f[kk]))  # by r, then label, then stop
             ii, kk = ii[order], kk[order]
             r_list, stop_list, floor_list, ar_list = r_f.tolist(), stops.tolist(), rest_floor.tolist(), ar.tolist()
-            for i, k, blk, path, limit in zip(ii.tolist(), kk.tolist(), new_block[ii, kk].tolist(),
-                                              new_path[ii, kk].tolist(), new_limit[ii, kk].tolist(), strict=True):
-                la = labels[i]
+            blk_ik, path_ik = new_block[ii, kk], new_path[ii, kk]
+            if beam:  # no dominance: each state keeps its labels of least score (`_Beam`)
+                since_ik = np.maximum(np.maximum(blk_ik, rest_floor[kk]), froms[ii])
+                ending_ik = np.maximum(ar[kk] - s * since_ik, 0.0)
+                for k in range(line_a.shape[1]):
+                    ending_ik = np.maximum(ending_ik, line_a[ii, k] - line_t[ii, k] * since_ik)
+                scores = ((m - 1) * since_ik + path_ik + ending_ik).tolist()
+            for n, (i, k, blk, path, limit) in enumerate(zip(ii.tolist(), kk.tolist(), blk_ik.tolist(),
+                                                             path_ik.tolist(), new_limit[ii, kk].tolist(),
+                                                             strict=True)):
                 r = r_list[k]
                 stop = stop_list[k]
+                key_to = (d + r, s + 1, one_node_of[r])
+                bucket_to = states[stop].get(key_to)
+                if bucket_to is None:
+                    bucket_to = states[stop][key_to] = _Beam(beam) if beam else _Bucket()
+                if beam and not bucket_to.admits(scores[n]):
+                    continue
+                la = labels[i]
                 floor_k = floor_list[k]
                 since = max(blk, floor_k, la.from_s)
                 lines, kinks = _envelope((*la.lines, (ar_list[k], s)), since)
                 # no plan has more stages than layers or devices allow: a larger memory
                 # limit is worth no more than this
                 most = s + 1 + min(n_layers - stop, remaining - r, max_stages - s - 1)
-                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)),
-                               lines[-1][0] if lines and lines[-1][1] == 0 else 0.0)
-                key_to = (d + r, s + 1, one_node_of[r])
-                bucket_to = states[stop].get(key_to)
-                if bucket_to is None:
-                    bucket_to = states[stop][key_to] = _Bucket()
-                if beam:  # no dominance: the state keeps its best labels when it is extended
-                    bucket_to.labels.append(label)
+                label = _Label(blk, path, lines, kinks, since, min(limit, most), (*la.slots, StageSlot(j, stop, r, d)))
+                if beam:
+                    bucket_to.add(label, scores[n])
                 else:
-                    bucket_to.insert(label, floor_k)
+                    bucket_to.insert(label, floor_k, block_cap)
         states[j] = {}  # done with this layer
 
 
-def _label_score(label: _Label, m: int) -> float:
-    """The latency of the stages so far as if they were the whole plan (beam ordering)."""
-    beta = max(label.block_s, label.from_s)
-    return (m - 1) * beta + label.path_s + label.ending_s(beta)
+def _first_stage_passes(problem: PlanProblem, inc: _Incumbent, w: int, m: int, bounds: _PairBounds) -> bool:
+    """Whether some first stage passes the tests of `_search_width_microbatches` at the
+    root (stage time, memory, the label bound of `_bound_ok`) with every block floor at 0.
+    A floor only raises the bound, so when none passes, no plan of the pair beats the
+    incumbent, and the block floors (`_block_floor`, the costly part of a pair that
+    yields nothing) need not be built."""
+    b = bounds.micro_batch
+    rs = np.arange(1, min(w, math.floor(b)) + 1)
+    samples_r = b / rs
+    stops = np.arange(1, problem.num_layers)
+    x_r = np.zeros(rs.size)
+    cap_r = (inc.latency_s * _TOL - 0.0 - x_r) / m
+    c_rs = problem.compute_s(0, stops[None, :], samples_r[:, None])
+    kmax_rs = _inflight(problem, 0, stops[None, :], samples_r[:, None])
+    rest_r = w - rs
+    ok_rs = (c_rs <= cap_r[:, None]) & (rest_r >= 1)[:, None] & (kmax_rs >= 1)
+    if not ok_rs.any():
+        return False
+    zero = np.zeros(1)
+    ok_rs = _bound_ok(problem, inc, m, 0, zero, zero, zero, np.array([_UNLIMITED]), np.full((1, 1), -np.inf),
+                      np.zeros((1, 1)), x_r, c_rs, kmax_rs, np.zeros(c_rs.shape), np.maximum(rest_r, 1), stops,
+                      bounds.transfer_lb_s, b, ok_rs)
+    return bool(ok_rs.any())
 
 
 def _one_node(residues: np.ndarray, devices_per_node: int, first: int, lasts: np.ndarray) -> np.ndarray:
@@ -579,28 +660,45 @@ def _inflight(problem: PlanProblem, first: int, stops: np.ndarray, samples: np.n
 def _bound_ok(problem: PlanProblem, inc: _Incumbent, m: int, s: int, blocks: np.ndarray, froms: np.ndarray,
               paths: np.ndarray, limits: np.ndarray, line_a: np.ndarray, line_t: np.ndarray, x_r: np.ndarray,
               c_rs: np.ndarray, kmax_rs: np.ndarray, floor_rs: np.ndarray, rest_r: np.ndarray, stops: np.ndarray,
-              x_lb: np.ndarray, b: float) -> np.ndarray:
-    """(r, stop) pairs some label may extend: the label bound of `_search_width_microbatches`
-    over labels x replica counts x stops, leaving out the new stage's all-reduce (>= 0),
-    so it is never larger than the exact bound."""
+              x_lb: np.ndarray, b: float, ok_rs: np.ndarray) -> np.ndarray:
+    """The (r, stop) pairs of `ok_rs` some label may extend: the label bound of
+    `_search_width_microbatches` over labels x replica counts x stops, leaving out the
+    new stage's all-reduce (>= 0), so it is never larger than the exact bound.
+
+    In two steps, so the labels x r x stops product is never built: first with the
+    labels' least block, floor, path and most stages and no ending (every term is
+    non-decreasing in those, the ending is >= 0, and rounding is monotone, so this is
+    at most every label's bound), then per label on the pairs left."""
     n_layers = problem.num_layers
     fx, var = problem.fixed_prefix_s, problem.var_prefix_s_per_sample
+    most_replicas = math.floor(b)
+    cap = inc.latency_s * _TOL
     rest_var = (var[n_layers] - var[stops]) * b
     rest_fixed = fx[n_layers] - fx[stops]
-    most_replicas = math.floor(b)
     rest_spread = rest_var[None, :] / rest_r[:, None]
     rest_path = rest_fixed[None, :] + rest_var[None, :] / np.minimum(rest_r, most_replicas)[:, None]
     x_next = x_lb[stops][None, :]
-    new_block = np.maximum(np.maximum(c_rs, x_r[:, None])[None], blocks[:, None, None])
-    beta = np.maximum(np.maximum(new_block, froms[:, None, None]),
-                      np.maximum(np.maximum(rest_spread, x_next), floor_rs)[None])
+    beta_rs = np.maximum(np.maximum(rest_spread, x_next), floor_rs)
+    tail_rs = x_r[:, None] + c_rs + x_next + rest_path  # this stage, the next transfer, the rest's path
+    stage_limit = np.where(kmax_rs >= m, _UNLIMITED, s + kmax_rs)
+    beta0 = np.maximum(np.maximum(np.maximum(c_rs, x_r[:, None]), float(blocks.min())),
+                       np.maximum(float(froms.min()), beta_rs))
+    ok = ok_rs & (np.minimum(stage_limit, int(limits.max())) >= s + 2)
+    ok &= (m - 1) * beta0 + float(paths.min()) + tail_rs <= cap
+    ri, si = np.nonzero(ok)
+    if not ri.size:
+        return ok
+    # per label, on the pairs left
+    c, x = c_rs[ri, si], x_r[ri]
+    new_block = np.maximum(np.maximum(c, x)[None, :], blocks[:, None])
+    beta = np.maximum(np.maximum(new_block, froms[:, None]), beta_rs[ri, si][None, :])
     ending = np.zeros_like(beta)
     for k in range(line_a.shape[1]):
-        ending = np.maximum(ending, line_a[:, k, None, None] - line_t[:, k, None, None] * beta)
-    lb = (m - 1) * beta + paths[:, None, None] + (x_r[:, None] + c_rs + x_next + rest_path)[None] + ending
-    stage_limit = np.where(kmax_rs >= m, _UNLIMITED, s + kmax_rs)
-    ok = (np.minimum(stage_limit[None], limits[:, None, None]) >= s + 2) & (lb <= inc.latency_s * _TOL)
-    return ok.any(axis=0)
+        ending = np.maximum(ending, line_a[:, k, None] - line_t[:, k, None] * beta)
+    lb = (m - 1) * beta + paths[:, None] + tail_rs[ri, si][None, :] + ending
+    ok_k = ((np.minimum(stage_limit[ri, si][None, :], limits[:, None]) >= s + 2) & (lb <= cap)).any(axis=0)
+    ok[ri, si] = ok_k
+    return ok
 
 
 def _finish(problem: PlanProblem, inc: _Incumbent, labels: list[_Label], blocks: np.ndarray, paths: np.ndarray,
