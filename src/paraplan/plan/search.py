@@ -494,7 +494,7 @@ def _search_width_microbatches(problem: PlanProblem, w: int, m: int, inc: _Incum
         for (d, s, last_one_node), bucket in states[j].items():
             if s >= max_stages:
                 continue
-            labels = bucket.ranked() if beam else bucket.labels
+            labels = bucket.ranked() if isinstance(bucket, _Beam) else bucket.labels
             remaining = w - d
             x_cut_bytes = problem.cut_bytes_per_sample[j] * b
             blocks = np.array([la.block_s for la in labels])
