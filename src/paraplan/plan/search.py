@@ -138,28 +138,6 @@ def _envelope(lines, beta0: float) -> tuple[tuple[tuple[float, int], ...], tuple
     return tuple(env), tuple(kinks)
 
 
-def _dominates(a: _Label, b: _Label, floor_s: float, cap_s: float = math.inf) -> bool:
-    """Every completion of b that can matter is at least as slow with a's prefix
-    instead; both labels share a state, whose every completion has a block >= `floor_s`,
-    and no completion with a block > `cap_s` can beat the incumbent (`_PairBounds.block_cap_s`).
-
-    For a completion F, b's final block is beta >= beta0 = max(b's block and floor); a's
-    is at most beta when a's block <= beta0, and a evaluated at beta is no faster than
-    at its own final block (the latency does not decrease with the block), so it
-    suffices that path_a + ending_a(beta) <= path_b + ending_b(beta) for every beta in
-    [beta0, cap], and path_a <= path_b (for when F's own all-reduce sets the ending).
-    Beyond the cap b + F is slower than the incumbent (latency >= (M - 1) beta + the
-    pair's path bound), whatever a + F is. The incumbent only improves, so a cap that
-    held when b was dropped holds for every plan that can still beat it; the two
-    endings are piecewise linear, so the test at beta0, at the cap and at the kinks
-    between them is exact."""
-    beta0 = max(b.from_s, floor_s)
-    if a.block_s > beta0 or a.path_s > b.path_s or a.max_stages < b.max_stages:
-        return False
-    hi = max(cap_s, beta0)
-    return _beats(a, b, beta0, b.path_s - a.path_s, hi, _ending(b.lines, beta0), _ending(b.lines, hi))
-
-
 def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
     """The ending max(0, max_i a_i - t_i beta) of `lines` at beta = `block_s` (s)."""
     ending = 0.0
@@ -171,9 +149,22 @@ def _ending(lines: tuple[tuple[float, int], ...], block_s: float) -> float:
 
 
 def _beats(a: _Label, b: _Label, beta0: float, slack: float, hi: float, b_at0: float, b_at_hi: float) -> bool:
-    """`_dominates(a, b, floor, cap)` once its cheap conditions hold: beta0 = max(b's
-    from, floor), slack = b's path - a's, hi = max(cap, beta0), b_at0 and b_at_hi: b's
-    ending at beta0 and at hi (the same tests, inline)."""
+    """Whether label a dominates label b of the same state (`_Bucket.insert` checks the
+    cheap conditions first: a's block <= beta0, a's path <= b's, a's stage limit >= b's):
+    every completion of b that can matter is at least as slow with a's prefix instead.
+    beta0 = max(b's from, the state's floor), slack = b's path - a's, hi = max(block
+    cap, beta0) (`_PairBounds.block_cap_s`: no completion with a larger block beats the
+    incumbent), b_at0 and b_at_hi: b's ending at beta0 and at hi.
+
+    For a completion F, b's final block is beta >= beta0; a's is at most beta when a's
+    block <= beta0, and a evaluated at beta is no faster than at its own final block
+    (the latency does not decrease with the block), so it suffices that path_a +
+    ending_a(beta) <= path_b + ending_b(beta) for every beta in [beta0, hi], and path_a
+    <= path_b (for when F's own all-reduce sets the ending). Beyond the cap b + F is
+    slower than the incumbent (latency >= (M - 1) beta + the pair's path bound),
+    whatever a + F is. The incumbent only improves, so a cap that held when b was
+    dropped holds for every plan that can still beat it; the two endings are piecewise
+    linear, so the test at beta0, at hi and at the kinks between them is exact."""
     a_lines = a.lines
     ending_a = _ending(a_lines, beta0)
     if ending_a <= slack:  # a's ending only falls
@@ -201,7 +192,7 @@ class _Bucket:
 
     def insert(self, label: _Label, floor_s: float, cap_s: float) -> None:
         """Add `label` unless a label of the bucket dominates it; drop those it dominates
-        (`_dominates` with the block cap `cap_s`, inline). The labels stay sorted by
+        (`_beats` with the block cap `cap_s`). The labels stay sorted by
         path: only a shorter path can dominate."""
         floor_s = self.floor_s = max(self.floor_s, floor_s)
         labels = self.labels
