@@ -207,7 +207,7 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     dev = [c.device_s(k) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
     layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
-    factor = eff.layer_time_factors.factor(structure.layer_key) if len(eff.layer_time_factors) else 1.0
+    factor = eff.layer_time_factors.factor(structure.layer_key)
     if factor != 1.0:
         for j in LAYER_PASSES:
             dev[j] *= factor

@@ -53,9 +53,12 @@ DEFAULT_FIT: tuple[str, ...] = tuple(FIT_BOUNDS)
 START = DeviceEfficiency(host_kernel_s=30e-6, host_collective_s=30e-6)
 
 
-def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficiency) -> np.ndarray:
-    """Predicted iteration time of every run."""
-    kernel_s = kernel_times_by_pass(list(structures), eff)
+def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficiency,
+                        kernel_s: list[list[np.ndarray]] | None = None) -> np.ndarray:
+    """Predicted iteration time of every run; `kernel_s`: their kernels' times when
+    already priced with `eff`'s parameters (`kernel_times_by_pass`)."""
+    if kernel_s is None:
+        kernel_s = kernel_times_by_pass(list(structures), eff)
     return np.array([iteration_time_s(price(s, k, eff)) for s, k in zip(structures, kernel_s, strict=True)])
 
 
@@ -79,7 +82,6 @@ class IterationTimes:
 
     def predict(self, eff: DeviceEfficiency, idx: np.ndarray) -> np.ndarray:
         return predict_iteration_s([self.structures[int(i)] for i in idx], eff)
-
 
     def layer_keys(self) -> tuple[str, ...]:
         return tuple(st.layer_key for st in self.structures)
@@ -160,11 +162,13 @@ def fit_layer_factors(data: IterationTimes, measured_s: np.ndarray, efficiency: 
         if members.size < MIN_FACTOR_RUNS:
             continue
         log_measured = np.log(measured_s[members])
+        runs = [data.structures[int(i)] for i in members]
+        kernel_s = kernel_times_by_pass(runs, base)  # a factor scales pass times: priced once
 
-        def loss(u: float, key: str = key, members: np.ndarray = members, log_measured: np.ndarray = log_measured,
-                 ) -> float:
-            table = LayerTimeFactors((key,), (float(np.exp(u)),), (int(members.size),))
-            r = np.log(data.predict(replace(base, layer_time_factors=table), members)) - log_measured
+        def loss(u: float, key: str = key, runs: list[RunStructure] = runs, kernel_s: list = kernel_s,
+                 log_measured: np.ndarray = log_measured) -> float:
+            table = LayerTimeFactors((key,), (float(np.exp(u)),), (len(runs),))
+            r = np.log(predict_iteration_s(runs, replace(base, layer_time_factors=table), kernel_s)) - log_measured
             return float(r @ r + FACTOR_PRIOR_RUNS * u * u)
 
         best = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
@@ -184,7 +188,6 @@ def fit_with_factors(data: Measured, measured_s: np.ndarray, fitted: Sequence[st
         return fit
     table = fit_layer_factors(data, measured_s, fit.efficiency, idx)
     return replace(fit, efficiency=replace(fit.efficiency, layer_time_factors=table))
-
 
 
 @dataclass(frozen=True)
