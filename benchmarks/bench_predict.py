@@ -12,7 +12,7 @@
 2. speed: the 1,440 predictions (target < 5 s) and single predictions at 1,024 and
    3,072 GPUs (target < 50 ms each).
 
-    python benchmarks/bench_predict.py [--cv] [--data ../shared/data/published/vtrain_a100_single_node_measured.csv]
+    python benchmarks/bench_predict.py [--cv] [--data data/published/vtrain_a100_single_node_measured.csv]
 """
 
 from __future__ import annotations

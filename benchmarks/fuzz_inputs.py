@@ -3,7 +3,7 @@
 Runs every target of tests/fuzz_harness.py (`paraplan ingest` of nccl-tests, PARAM
 and PipeDream files, the profile CSV reader, `paraplan fit` on bench CSVs, `paraplan
 predict` on run tables and calibrations, model files) on mutated real files from
-../shared/data and config/, in two modes: blind mutations (numbers,
+the repository's data/ and config/, in two modes: blind mutations (numbers,
 lines, bytes, huge fields) and targeted ones (one parsed number replaced by a value
 its format forbids); and `fit_sweep` on any valid sweep (numbers drawn within the
 bench-CSV reader's ranges). Prints, per target and mode, the inputs tried and how many

@@ -1,5 +1,5 @@
-"""Shared fixtures: the repository root, ../shared (skipped when absent) and a fresh
-MLflow store."""
+"""Shared fixtures: the repository root, its data/ folder (published logs, profiles and
+reference numbers) and a fresh MLflow store."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DIR = REPO_ROOT.parent / "shared"
+DATA_DIR = REPO_ROOT / "data"
 
 
 @pytest.fixture(scope="session")
@@ -17,11 +17,9 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """../shared (data and reference numbers); tests that need it skip without it."""
-    if not (SHARED_DIR / "data").is_dir():
-        pytest.skip(f"{SHARED_DIR} is absent: shared data and reference numbers are not available")
-    return SHARED_DIR
+def data_dir() -> Path:
+    """The repository's data/ folder (data/README.md says where each file comes from)."""
+    return DATA_DIR
 
 
 @pytest.fixture()

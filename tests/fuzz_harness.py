@@ -6,7 +6,7 @@ and the bigger fuzz run that prints figures (benchmarks/fuzz_inputs.py).
 A `Target` is one kind of input file read the way a command reads it: `paraplan
 ingest --format nccl-tests|param|pipedream`, `paraplan fit` on a bench CSV, the
 profile CSV reader, `paraplan predict` on a run table and with a calibration file,
-and a model file (`--model CONFIG.json`). Seeds are the real files in ../shared/data
+and a model file (`--model CONFIG.json`). Seeds are the real files in the repository's data/
 (bench and profile CSVs are made from them) and the shipped config/runs and
 config/calibrations files; model seeds are preset models written as files.
 `classify` runs a target on some bytes and names the outcome:
@@ -52,7 +52,7 @@ from paraplan.predict.runtable import COUNT_RULE, REQUIRED, SECONDS_RULE
 from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
 from paraplan.profile.pipedream import read_pipedream
 
-SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 CONFIG = Path(__file__).resolve().parent.parent / "config"
 
 # Budgets. "paraplan-ci" is what `pytest` runs: derandomized (the same examples on
@@ -394,8 +394,8 @@ def _model_seeds() -> tuple[str, ...]:
     return tuple(json.dumps(seed, indent=2) for seed in (*own, hf))
 
 
-def targets(data: Path = SHARED_DATA, config: Path = CONFIG) -> dict[str, Target]:
-    """The targets, seeded from `data` (../shared/data)."""
+def targets(data: Path = DATA, config: Path = CONFIG) -> dict[str, Target]:
+    """The targets, seeded from `data` (the repository's data/)."""
     logs = sorted((data / "nccl-tests").glob("*.txt"))
     param = data / "param" / "param_gloo_cpu_2ranks_blocking.txt"
     graphs = sorted((data / "pipedream-profiles").glob("*.txt"))

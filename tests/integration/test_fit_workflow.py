@@ -13,11 +13,11 @@ from pathlib import Path
 import yaml
 
 
-def test_ingest_and_fit_a_listed_log(repo_root, shared_dir, tmp_path):
+def test_ingest_and_fit_a_listed_log(repo_root, data_dir, tmp_path):
     for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
         source = repo_root / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
-    log = shared_dir / "data/nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
+    log = data_dir / "nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
     (tmp_path / "logs.yaml").write_text(
         yaml.safe_dump({"fit": {"logs": [{"name": "gh200", "path": str(log), "format": "nccl-tests"}]}})
     )

@@ -1,4 +1,4 @@
-"""Property-based suite over the input readers: mutated real files (../shared/data)
+"""Property-based suite over the input readers: mutated real files (data/)
 through `paraplan ingest` (nccl-tests, PARAM, PipeDream), the profile CSV reader and
 `paraplan fit`, run tables and calibrations through `paraplan predict`, model files
 through `load_model`, and any valid sweep through `fit_sweep`. The property: a valid result
@@ -31,8 +31,8 @@ TARGETS = ("ingest nccl-tests", "ingest param", "ingest pipedream", "profile csv
 
 
 @pytest.fixture(scope="module")
-def seeded(shared_dir):
-    return targets(shared_dir / "data")
+def seeded(data_dir):
+    return targets(data_dir)
 
 
 @pytest.mark.parametrize("name", TARGETS)

@@ -23,8 +23,8 @@ def _error_line(capsys) -> str:
     return line
 
 
-def test_ingest_to_an_existing_folder(shared_dir, tmp_path, capsys):
-    assert main(["ingest", "--format", "nccl-tests", str(shared_dir / LOG), "-o", str(tmp_path), "--no-track"]) == 2
+def test_ingest_to_an_existing_folder(repo_root, tmp_path, capsys):
+    assert main(["ingest", "--format", "nccl-tests", str(repo_root / LOG), "-o", str(tmp_path), "--no-track"]) == 2
     assert _error_line(capsys) == (
         f"paraplan ingest: error: cannot write '{tmp_path}': is an existing folder; expected a file path"
     )
@@ -71,10 +71,10 @@ def _limit_file_size(limit_bytes: int):
     return apply
 
 
-def test_a_write_that_fails_half_way_leaves_nothing(shared_dir, tmp_path):
+def test_a_write_that_fails_half_way_leaves_nothing(repo_root, tmp_path):
     out = tmp_path / "out" / "a100.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "paraplan.cli.main", "ingest", "--format", "nccl-tests", str(shared_dir / LOG),
+        [sys.executable, "-m", "paraplan.cli.main", "ingest", "--format", "nccl-tests", str(repo_root / LOG),
          "-o", str(out), "--no-track"],
         capture_output=True, text=True, preexec_fn=_limit_file_size(1000), timeout=120,
     )
@@ -87,10 +87,10 @@ def test_a_write_that_fails_half_way_leaves_nothing(shared_dir, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["ingest", "fit"])
-def test_an_old_output_survives_a_failed_write(shared_dir, tmp_path, command):
+def test_an_old_output_survives_a_failed_write(repo_root, tmp_path, command):
     """A rerun that fails half-way keeps the previous result whole."""
     out = tmp_path / ("a100.csv" if command == "ingest" else "cm.json")
-    first = ["ingest", "--format", "nccl-tests", str(shared_dir / LOG), "-o", str(tmp_path / "a100.csv")]
+    first = ["ingest", "--format", "nccl-tests", str(repo_root / LOG), "-o", str(tmp_path / "a100.csv")]
     assert main([*first, "--no-track"]) == 0
     if command == "fit":
         assert main(["fit", str(tmp_path / "a100.csv"), "-o", str(out), "--no-track"]) == 0
@@ -106,10 +106,10 @@ def test_an_old_output_survives_a_failed_write(shared_dir, tmp_path, command):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_a_profile_meta_path_in_the_way_is_found_before_the_csv_is_written(shared_dir, tmp_path, capsys):
+def test_a_profile_meta_path_in_the_way_is_found_before_the_csv_is_written(repo_root, tmp_path, capsys):
     """The meta JSON goes beside the CSV; a folder in its place fails before either is written."""
     (tmp_path / "vgg.meta.json").mkdir()
-    graph = shared_dir / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt"
+    graph = repo_root / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt"
     args = ["ingest", "--format", "pipedream", str(graph), "-o", str(tmp_path / "vgg.csv"), "--no-track"]
     assert main(args) == 2
     assert _error_line(capsys) == (

@@ -10,10 +10,10 @@ import pandas as pd
 from paraplan.plan.sweep import COLUMNS
 
 
-def test_plan_command(shared_dir, tmp_path):
+def test_plan_command(data_dir, tmp_path):
     out = tmp_path / "vgg.csv"
     cmd = [sys.executable, "-m", "paraplan.cli.main", "plan",
-           "--profile", str(shared_dir / "data/pipedream-profiles/vgg-19-pbs-32.txt"),
+           "--profile", str(data_dir / "pipedream-profiles/vgg-19-pbs-32.txt"),
            "--shapes", "2x8", "--global-batch-sizes", "64,128", "-o", str(out), "--plots", str(tmp_path),
            "--jobs", "2", "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -40,10 +40,10 @@ def test_plan_command_bad_input_is_a_clean_error(tmp_path):
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_plan_command_nothing_fits(shared_dir, tmp_path):
+def test_plan_command_nothing_fits(data_dir, tmp_path):
     # GNMT-16's 1.16 GB of parameters x 2 do not fit 1 GB devices: an error, no CSV
     cmd = [sys.executable, "-m", "paraplan.cli.main", "plan",
-           "--profile", str(shared_dir / "data/pipedream-profiles/gnmt-16-pbs-64.txt"),
+           "--profile", str(data_dir / "pipedream-profiles/gnmt-16-pbs-64.txt"),
            "--shapes", "1x2", "--global-batch-sizes", "64", "--memory-gb", "1", "-o", str(tmp_path / "x.csv"),
            "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

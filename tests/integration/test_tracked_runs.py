@@ -16,9 +16,9 @@ from paraplan.files import write_csv
 VENDOR_LOG = "04_gh200_alps_2node_1gpu_all_reduce"
 
 
-def test_fit_logs_to_mlflow(shared_dir, tmp_path, monkeypatch):
+def test_fit_logs_to_mlflow(data_dir, tmp_path, monkeypatch):
     csv = tmp_path / "04.csv"
-    write_csv(csv, rows_frame(read_nccl_tests(shared_dir / "data/nccl-tests" / f"{VENDOR_LOG}.txt").rows))
+    write_csv(csv, rows_frame(read_nccl_tests(data_dir / "nccl-tests" / f"{VENDOR_LOG}.txt").rows))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert main(["fit", str(csv), "-o", str(tmp_path / "cm.json")]) == 0

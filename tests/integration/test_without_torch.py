@@ -30,9 +30,9 @@ def no_torch(tmp_path):
     return run, work
 
 
-def test_computing_stages_run_without_torch(no_torch, shared_dir):
+def test_computing_stages_run_without_torch(no_torch, data_dir):
     run, work = no_torch
-    log = shared_dir / "data/nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
+    log = data_dir / "nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
     steps = [
         ("ingest", "--format", "nccl-tests", str(log), "-o", "ar.csv"),
         ("fit", "ar.csv", "-o", "cm.json"),

@@ -16,13 +16,13 @@ import yaml
 HOSTILE = """it's "odd"; touch PWNED; echo $(touch PWNED2) `touch PWNED3`.txt"""
 
 
-def test_a_config_path_with_quotes_and_a_semicolon_is_one_argument(repo_root, shared_dir, tmp_path):
+def test_a_config_path_with_quotes_and_a_semicolon_is_one_argument(repo_root, data_dir, tmp_path):
     for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
         source = repo_root / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
     log = tmp_path / "logs" / HOSTILE
     log.parent.mkdir()
-    shutil.copyfile(shared_dir / "data/nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt", log)
+    shutil.copyfile(data_dir / "nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt", log)
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({
         "mlflow": {"enabled": False},
         "fit": {"logs": [{"name": "odd", "path": f"logs/{HOSTILE}", "format": "nccl-tests",

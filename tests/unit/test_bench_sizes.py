@@ -63,7 +63,7 @@ def test_count_is_the_collective_calls_element_count():
     assert element_count("all_gather", 1024, 8, 4) == 32
     assert element_count("reduce_scatter", 1024, 8, 4) == 32
     assert element_count("all_to_all", 1024, 8, 4) == 32
-    # rccl-tests alltoall_perf -g 8: "128  4  float" (shared/data/nccl-tests/08_...)
+    # rccl-tests alltoall_perf -g 8: "128  4  float" (data/nccl-tests/08_...)
     assert element_count("all_to_all", 128, 8, 4) == 4
     # PARAM, 2 ranks: all_gather "1024  128" and all_reduce "1024  256"
     assert element_count("all_gather", 1024, 2, 4) == 128

@@ -34,14 +34,14 @@ def test_examples_stay_on_their_own_lines():
     assert "--shapes NxG[,NxG]" in text and "--cluster NAME|FILE" in text
 
 
-def test_old_spellings_work_with_a_warning(tmp_path, capsys, shared_dir):
-    log = shared_dir / "data/nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
+def test_old_spellings_work_with_a_warning(tmp_path, capsys, data_dir):
+    log = data_dir / "nccl-tests/04_gh200_alps_2node_1gpu_all_reduce.txt"
     assert main(["ingest", "--format", "nccl-tests", str(log), "--out", str(tmp_path / "a.csv"), "--no-track"]) == 0
     assert main(["fit", str(tmp_path / "a.csv"), "--out", str(tmp_path / "cm.json"), "--no-track"]) == 0
     err = capsys.readouterr().err
     assert err.count("warning: --out is deprecated, use -o/--output") == 2
     assert (tmp_path / "cm.json").is_file()
-    profile = shared_dir / "data/pipedream-profiles/vgg-19-pbs-32.txt"
+    profile = data_dir / "pipedream-profiles/vgg-19-pbs-32.txt"
     assert main(["plan", "--profile", str(profile), "--cluster", "2x8", "--cluster-file", "dgx1-v100",
                  "--gbs", "32", "--pbs", "32", "--mbs", "32", "--optimizer-factor", "2", "--jobs", "1",
                  "-o", str(tmp_path / "vgg.csv"), "--no-track"]) == 0

@@ -25,13 +25,13 @@ VENDOR_LOGS = (
 )
 
 
-def test_targets_on_the_shared_vendor_logs(shared_dir, tmp_path):
+def test_targets_on_the_shared_vendor_logs(data_dir, tmp_path):
     """Every fit succeeds; the chosen model's held-out GMAE is at most
     max(5%, 1.2 x table's) on each log, with a median of at most 4%."""
     chosen_heldout = []
     for stem in VENDOR_LOGS:
         csv = tmp_path / f"{stem}.csv"
-        write_csv(csv, rows_frame(read_nccl_tests(shared_dir / "data/nccl-tests" / f"{stem}.txt").rows))
+        write_csv(csv, rows_frame(read_nccl_tests(data_dir / "nccl-tests" / f"{stem}.txt").rows))
         out = tmp_path / f"{stem}.json"
         assert main(["fit", "--no-track", str(csv), "-o", str(out)]) == 0
         fits = json.loads(out.read_text())["fits"]

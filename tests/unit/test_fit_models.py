@@ -48,12 +48,12 @@ def test_table_is_exact_on_a_power_law_and_interpolates_monotonically():
     assert np.all(np.diff(between) > 0)
 
 
-def test_sigmoid_converges_where_the_naive_fit_fails(shared_dir):
+def test_sigmoid_converges_where_the_naive_fit_fails(data_dir):
     """08 (rccl alltoall on MI355X): the seed's unbounded dogbox fit exceeds its
     evaluation budget on the middle region; the bounded multi-start fit converges."""
     from scipy.optimize import curve_fit
 
-    frame = rows_frame(read_nccl_tests(shared_dir / "data/nccl-tests/08_mi355x_vultr_1x8_rccl_alltoall.txt").rows)
+    frame = rows_frame(read_nccl_tests(data_dir / "nccl-tests/08_mi355x_vultr_1x8_rccl_alltoall.txt").rows)
     sizes = frame["size_bytes"].to_numpy(float)
     times = frame["time_us"].to_numpy(float) * 1e-6
     busbw = sizes * 0.875 / times

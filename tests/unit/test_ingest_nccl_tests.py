@@ -19,14 +19,14 @@ SHARED_LOGS = {
 }
 
 
-def _log(shared_dir, stem):
-    return shared_dir / "data" / "nccl-tests" / f"{stem}.txt"
+def _log(data_dir, stem):
+    return data_dir / "nccl-tests" / f"{stem}.txt"
 
 
 @pytest.mark.parametrize("stem", sorted(SHARED_LOGS))
-def test_shared_log_round_trip(shared_dir, stem):
+def test_shared_log_round_trip(data_dir, stem):
     rows, first, last, world, nodes, collective, backend, busbw = SHARED_LOGS[stem]
-    result = read_nccl_tests(_log(shared_dir, stem))
+    result = read_nccl_tests(_log(data_dir, stem))
     frame = rows_frame(result.rows)
     assert len(frame) == rows
     assert frame["size_bytes"].iloc[0] == first
@@ -41,24 +41,24 @@ def test_shared_log_round_trip(shared_dir, stem):
     assert result.warnings == ()
 
 
-def test_in_place_columns(shared_dir):
-    log = _log(shared_dir, "02_gh200_alps_2x4_slingshot_all_reduce")
+def test_in_place_columns(data_dir):
+    log = _log(data_dir, "02_gh200_alps_2x4_slingshot_all_reduce")
     frame = rows_frame(read_nccl_tests(log, ImportOptions(in_place=True)).rows)
     assert frame["time_us"].iloc[0] == pytest.approx(17.72)
     assert frame["time_us"].iloc[16] == pytest.approx(349.6)  # the in-place outlier at 512 KiB
     assert frame["in_place"].all()
 
 
-def test_zero_size_rows_dropped_and_na_tolerated(shared_dir):
+def test_zero_size_rows_dropped_and_na_tolerated(data_dir):
     # 08 starts with four 0-byte rows whose in-place #wrong is N/A
-    log = _log(shared_dir, "08_mi355x_vultr_1x8_rccl_alltoall")
+    log = _log(data_dir, "08_mi355x_vultr_1x8_rccl_alltoall")
     frame = rows_frame(read_nccl_tests(log, ImportOptions(in_place=True)).rows)
     assert (frame["size_bytes"] > 0).all()
     assert frame["time_us"].iloc[0] == pytest.approx(59.46)
 
 
-def test_world_size_from_busbw_ratio_without_rank_lines(shared_dir, tmp_path):
-    text = _log(shared_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce").read_text()
+def test_world_size_from_busbw_ratio_without_rank_lines(data_dir, tmp_path):
+    text = _log(data_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce").read_text()
     stripped = "\n".join(line for line in text.splitlines() if "Rank" not in line)
     result = parse_nccl_tests(stripped, "x.log")
     assert {r.world_size for r in result.rows} == {8}
@@ -66,8 +66,8 @@ def test_world_size_from_busbw_ratio_without_rank_lines(shared_dir, tmp_path):
     assert any("assuming 1 node" in w for w in result.warnings)
 
 
-def test_wrong_world_size_warns_with_file_and_line(shared_dir):
-    path = _log(shared_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce")
+def test_wrong_world_size_warns_with_file_and_line(data_dir):
+    path = _log(data_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce")
     result = read_nccl_tests(path, ImportOptions(world_size=4))
     assert {r.world_size for r in result.rows} == {4}
     mismatches = [w for w in result.warnings if "printed busbw" in w]
@@ -76,9 +76,9 @@ def test_wrong_world_size_warns_with_file_and_line(shared_dir):
     assert mismatches[0].startswith(f"{path}:26: ")  # 32 KiB, the first row with busbw >= 1.00
 
 
-def test_concatenated_logs_keep_their_collectives(shared_dir):
-    text = _log(shared_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce").read_text() + _log(
-        shared_dir, "08_mi355x_vultr_1x8_rccl_alltoall"
+def test_concatenated_logs_keep_their_collectives(data_dir):
+    text = _log(data_dir, "05_a100_oci_bm_gpu4_1x8_all_reduce").read_text() + _log(
+        data_dir, "08_mi355x_vultr_1x8_rccl_alltoall"
     ).read_text()
     frame = rows_frame(parse_nccl_tests(text, "both.log").rows)
     assert frame.groupby("collective").size().to_dict() == {"all_reduce": 28, "all_to_all": 21}
@@ -153,8 +153,8 @@ def test_unknown_collective_needs_the_option():
 
 
 @pytest.mark.parametrize("tag", ["[1,0]<stdout>:", "0: "])
-def test_launcher_tags_are_removed(shared_dir, tag):
-    text = _log(shared_dir, "04_gh200_alps_2node_1gpu_all_reduce").read_text()
+def test_launcher_tags_are_removed(data_dir, tag):
+    text = _log(data_dir, "04_gh200_alps_2node_1gpu_all_reduce").read_text()
     tagged = "\n".join(tag + line for line in text.splitlines())
     rows = parse_nccl_tests(tagged, "tagged.log").rows
     assert len(rows) == 8 and rows[0].size_bytes == 1048576 and rows[0].world_size == 2

@@ -12,12 +12,12 @@ from paraplan.comm.param_log import parse_param, read_param
 from paraplan.core import InputFileError
 
 
-def _param_file(shared_dir):
-    return shared_dir / "data" / "param" / "param_gloo_cpu_2ranks_blocking.txt"
+def _param_file(data_dir):
+    return data_dir / "param" / "param_gloo_cpu_2ranks_blocking.txt"
 
 
-def test_real_param_output(shared_dir):
-    result = read_param(_param_file(shared_dir))
+def test_real_param_output(data_dir):
+    result = read_param(_param_file(data_dir))
     frame = rows_frame(result.rows)
     assert frame.groupby("collective").size().to_dict() == {
         "all_gather": 15, "all_reduce": 15, "all_to_all": 15, "reduce_scatter": 15,
@@ -75,9 +75,9 @@ def test_bad_param_inputs(tmp_path):
     assert rows[0].world_size == 8
 
 
-def test_ingest_command_round_trip(shared_dir, tmp_path, capsys):
+def test_ingest_command_round_trip(data_dir, tmp_path, capsys):
     out = tmp_path / "param.csv"
-    assert main(["ingest", "--no-track", "--format", "param", str(_param_file(shared_dir)), "-o", str(out)]) == 0
+    assert main(["ingest", "--no-track", "--format", "param", str(_param_file(data_dir)), "-o", str(out)]) == 0
     frame = pd.read_csv(out)
     assert list(frame.columns[:12]) == [
         "collective", "backend", "world_size", "nodes", "size_bytes", "count", "dtype",
@@ -91,8 +91,8 @@ def test_ingest_command_round_trip(shared_dir, tmp_path, capsys):
     assert not (tmp_path / "e.csv").exists()
 
 
-def test_in_place_is_refused_for_param(shared_dir, tmp_path, capsys):
-    args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(shared_dir)),
+def test_in_place_is_refused_for_param(data_dir, tmp_path, capsys):
+    args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(data_dir)),
             "-o", str(tmp_path / "p.csv")]
     assert main(args) == 2
     assert "config key 'in_place'" in capsys.readouterr().err

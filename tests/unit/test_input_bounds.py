@@ -175,8 +175,8 @@ def test_data_parallel_beyond_the_bound_is_the_simulators_line(monkeypatch, grad
     assert line.peak_mem_bytes == direct.peak_mem_bytes
 
 
-def test_plan_of_a_billion_samples_ends_in_seconds(shared_dir, tmp_path, capsys):
-    vgg = shared_dir / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt"
+def test_plan_of_a_billion_samples_ends_in_seconds(data_dir, tmp_path, capsys):
+    vgg = data_dir / "pipedream-profiles" / "vgg-19-pbs-32.txt"
     out = tmp_path / "plan.csv"
     start = time.perf_counter()
     code = main(["plan", "--profile", str(vgg), "--global-batch-sizes", "64,1000000000", "-o", str(out),
@@ -257,14 +257,14 @@ def _cluster_text(repo_root) -> str:
     (b"".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n".encode() for i in range(1, 10)),
      "holds more than 1,000,000 values once its aliases are expanded"),
 ])
-def test_bad_yaml_is_one_error_line_and_writes_nothing(repo_root, shared_dir, tmp_path, capsys, extra, message):
+def test_bad_yaml_is_one_error_line_and_writes_nothing(repo_root, data_dir, tmp_path, capsys, extra, message):
     text = _cluster_text(repo_root).encode()
     if b"&a" in extra:
         text += b"a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]\n"
     path = tmp_path / "c.yaml"
     path.write_bytes(text + extra)
     out = tmp_path / "out.csv"
-    vgg = shared_dir / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt"
+    vgg = data_dir / "pipedream-profiles" / "vgg-19-pbs-32.txt"
     code = main(["plan", "--profile", str(vgg), "--cluster", str(path), "--global-batch-sizes", "64",
                  "-o", str(out), "--no-track"])
     err = capsys.readouterr().err

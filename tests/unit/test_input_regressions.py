@@ -295,10 +295,10 @@ def test_pipedream_description_the_profile_csv_could_not_hold(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m-pbs-8.txt"]
 
 
-def test_what_ingest_writes_fit_reads(shared_dir, tmp_path):
+def test_what_ingest_writes_fit_reads(data_dir, tmp_path):
     """The two boundaries agree: a bench CSV written by ingest passes fit's reader."""
     out = tmp_path / "a.csv"
-    log = shared_dir / "data" / "nccl-tests" / "08_mi355x_vultr_1x8_rccl_alltoall.txt"
+    log = data_dir / "nccl-tests" / "08_mi355x_vultr_1x8_rccl_alltoall.txt"
     assert main(["ingest", "--format", "nccl-tests", str(log), "-o", str(out), "--no-track"]) == 0
     assert len(read_sweep_csv(out)) == 21
     assert main(["fit", str(out), "-o", str(tmp_path / "cm.json"), "--no-track"]) == 0

@@ -15,10 +15,10 @@ from paraplan.plan.verify import simulate_plan
 DAPPLE_SPACE = ("end",)  # DAPPLE's planner: pipelines and data parallelism, no gradient overlap
 
 
-def _settings(shared_dir, name, shape=(2, 8), peak=None, verify=False):
+def _settings(data_dir, name, shape=(2, 8), peak=None, verify=False):
     from paraplan.profile.pipedream import read_pipedream
 
-    profile = read_pipedream(shared_dir / "data/pipedream-profiles" / f"{name}.txt")
+    profile = read_pipedream(data_dir / "pipedream-profiles" / f"{name}.txt")
     cluster = load_cluster("dgx1-v100").with_shape(*shape)
     return PlanSettings(profile, cluster, DappleConstantsModel(), MemorySettings(16e9, 2.0, peak),
                         profile.batch_size, verify=verify)
@@ -33,10 +33,10 @@ def _strictly_better(problem, dapple_plan):
 
 
 @pytest.mark.parametrize("shape", [(2, 8), (16, 1)])
-def test_vgg19_uneven_two_stage_plan(shared_dir, shape):
+def test_vgg19_uneven_two_stage_plan(data_dir, shape):
     # DAPPLE's released plan for VGG-19 on 16 GPUs is 15:1: the convolutions replicated,
     # the 470 MB of fully connected layers on one GPU with no all-reduce
-    settings = _settings(shared_dir, "vgg-19-pbs-32", shape)
+    settings = _settings(data_dir, "vgg-19-pbs-32", shape)
     problem = settings.problem(2048)
     plan = plan_hybrid(problem, gradient_syncs=DAPPLE_SPACE)[0]
     assert plan.num_stages == 2
@@ -49,8 +49,8 @@ def test_vgg19_uneven_two_stage_plan(shared_dir, shape):
     assert best.speedup == pytest.approx(16.0, rel=1e-3)
 
 
-def test_xlnet36_two_stages(shared_dir):
-    settings = _settings(shared_dir, "xlnet-36-pbs-1")
+def test_xlnet36_two_stages(data_dir):
+    settings = _settings(data_dir, "xlnet-36-pbs-1")
     problem = settings.problem(2048)
     plan = plan_hybrid(problem, gradient_syncs=DAPPLE_SPACE)[0]
     assert plan.num_stages == 2
@@ -60,8 +60,8 @@ def test_xlnet36_two_stages(shared_dir):
 
 
 @pytest.mark.parametrize("name", ["vgg-19-pbs-32", "gnmt-16-pbs-64", "amoeba-18-pbs-8"])
-def test_hybrid_beats_every_data_parallel_baseline(shared_dir, name):
-    row = plan_batch(_settings(shared_dir, name, verify=True), 128)  # the paper compares at 128
+def test_hybrid_beats_every_data_parallel_baseline(data_dir, name):
+    row = plan_batch(_settings(data_dir, name, verify=True), 128)  # the paper compares at 128
     assert row.best_hybrid > max(row.dp_no_overlap, row.dp_overlap, row.dp_p3)
     assert row.dp_p3 >= row.dp_overlap * (1 - 1e-9)  # P3 is never slower than normal overlap
     assert row.dp_p3 == pytest.approx(row.dp_p3_est, rel=0.05)  # simulated P3 beside its estimate
@@ -76,10 +76,10 @@ def test_hybrid_beats_every_data_parallel_baseline(shared_dir, name):
 
 
 @pytest.mark.parametrize("gbs", [32, 64, 128, 1024, 4096])
-def test_resnet50_dapple_study_best_is_never_slower_than_a_baseline(shared_dir, gbs):
+def test_resnet50_dapple_study_best_is_never_slower_than_a_baseline(data_dir, gbs):
     # the DAPPLE study's setting (config/studies/plan/dapple_resnet50.yaml, 2x8): before the
     # baselines were candidates, gbs 64 reported a hybrid of 7.87 beside DP + P3 at 13.86
-    row = plan_batch(_settings(shared_dir, "resnet50-pbs-32", peak=7e7, verify=True), gbs)
+    row = plan_batch(_settings(data_dir, "resnet50-pbs-32", peak=7e7, verify=True), gbs)
     assert row.best_hybrid >= max(row.dp_no_overlap, row.dp_overlap, row.dp_p3) * (1 - 1e-12)
     assert row.best_hybrid_est >= max(row.dp_no_overlap_est, row.dp_overlap_est, row.dp_p3_est) * (1 - 1e-12)
     assert row.stages.startswith("[0-175]x")  # data parallelism (with P3) wins for ResNet-50

@@ -75,8 +75,8 @@ def test_analytic_profile_on_a_cluster_device(tmp_path, repo_root):
     assert profile.meta["method"] == "analytic-roofline" and profile.meta["device"] == "V100-SXM2-16GB"
 
 
-def test_ingest_then_export_pipedream(shared_dir, tmp_path):
-    source = shared_dir / "data" / "pipedream-profiles" / "bert-24-pbs-6.txt"
+def test_ingest_then_export_pipedream(data_dir, tmp_path):
+    source = data_dir / "pipedream-profiles" / "bert-24-pbs-6.txt"
     csv_path = tmp_path / "bert.csv"
     assert main(["ingest", "--format", "pipedream", str(source), "-o", str(csv_path), "--no-track"]) == 0
     text_path = tmp_path / "bert-pbs-6.txt"

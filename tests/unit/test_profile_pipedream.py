@@ -33,9 +33,9 @@ def _node(k: int, name: str, f: float = 1.0, b: float = 2.0, a: str = "100", p: 
 
 
 @pytest.mark.parametrize("filename", sorted(REFERENCE))
-def test_reference_totals(shared_dir, filename):
+def test_reference_totals(data_dir, filename):
     layers, fwd_ms, bwd_ms, param_mb = REFERENCE[filename]
-    profile = read_pipedream(shared_dir / "data" / "pipedream-profiles" / filename)
+    profile = read_pipedream(data_dir / "pipedream-profiles" / filename)
     assert profile.num_layers == layers
     assert round(profile.fwd_s.sum() * 1e3, 1) == fwd_ms
     assert round(profile.bwd_s.sum() * 1e3, 1) == bwd_ms
@@ -43,15 +43,15 @@ def test_reference_totals(shared_dir, filename):
     assert profile.batch_size == batch_size_from_name(filename)
 
 
-def test_resnet50_input_node_time_is_not_counted(shared_dir):
-    profile = read_pipedream(shared_dir / "data" / "pipedream-profiles" / "resnet50-pbs-32.txt")
+def test_resnet50_input_node_time_is_not_counted(data_dir):
+    profile = read_pipedream(data_dir / "pipedream-profiles" / "resnet50-pbs-32.txt")
     assert not any(la.name.startswith("Input") for la in profile.layers)
     # the Input node's 18.962 ms would push the sum to 201.5 ms
     assert profile.fwd_s.sum() * 1e3 == pytest.approx(182.5, abs=0.05)
 
 
-def test_every_shared_profile_imports(shared_dir):
-    for path in sorted((shared_dir / "data" / "pipedream-profiles").glob("*.txt")):
+def test_every_shared_profile_imports(data_dir):
+    for path in sorted((data_dir / "pipedream-profiles").glob("*.txt")):
         profile = read_pipedream(path)
         assert profile.num_layers > 0
         assert all(la.activation_bytes >= 0 for la in profile.layers)
@@ -162,8 +162,8 @@ def test_csv_to_text_to_csv_is_exact(tmp_path):
     assert back_csv.read_text() == csv_path.read_text()
 
 
-def test_shared_profile_round_trips_through_text(shared_dir, tmp_path):
-    first = read_pipedream(shared_dir / "data" / "pipedream-profiles" / "vgg-19-pbs-32.txt")
+def test_shared_profile_round_trips_through_text(data_dir, tmp_path):
+    first = read_pipedream(data_dir / "pipedream-profiles" / "vgg-19-pbs-32.txt")
     again = read_pipedream(write_pipedream(first, tmp_path / "vgg-pbs-32.txt"))
     assert [la.fwd_s for la in again.layers] == [la.fwd_s for la in first.layers]
     assert list(again.activation_bytes) == list(first.activation_bytes)

@@ -69,10 +69,10 @@ def test_plan_section_lists_every_batch_size_of_a_short_sweep():
     assert "| 128 | 3 | 3.2 | 3.3 | 3.4 | [0-3]x2 |" in text
 
 
-def test_distir_figures_are_compared_from_any_working_directory(repo_root, shared_dir, tmp_path, monkeypatch):
+def test_distir_figures_are_compared_from_any_working_directory(repo_root, data_dir, tmp_path, monkeypatch):
     """The published numbers are found beside the checkout as well as beside the working
     directory, so the summary's "difference to published" column is filled."""
-    monkeypatch.chdir(tmp_path)  # ../shared is not beside this folder
+    monkeypatch.chdir(tmp_path)  # no data/ beside this folder
     out = tmp_path / "results/simulations"
     for name in ("distir_fig3", "distir_fig4"):
         assert main(["simulate", "--study", str(repo_root / f"config/studies/simulate/{name}.yaml"),
@@ -90,9 +90,9 @@ def test_missing_published_numbers_are_said_not_left_blank():
 
     frame = pd.DataFrame({"mode": ["corrected"], "speedup": [2.0], "D": [2], "T": [1], "P": [1]})
     lines = simulate_section({"distir_fig3": (frame, {"simulate_s": 0.01, "published":
-                                                      "not compared: ../shared/x.csv not found"}, None)})
+                                                      "not compared: data/x.csv not found"}, None)})
     row = next(line for line in lines if line.startswith("| distir_fig3"))
-    assert row.rstrip(" |").endswith("not compared: ../shared/x.csv not found")
+    assert row.rstrip(" |").endswith("not compared: data/x.csv not found")
 
 
 def test_calibrate_section_reports_runs_ranking_and_layer_factors():

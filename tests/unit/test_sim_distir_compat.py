@@ -1,5 +1,5 @@
 """DistIR v0.1 semantics against cost-model.md's anchor values and the published
-Figure 3 / Figure 4 numbers (../shared/reference/distir/)."""
+Figure 3 / Figure 4 numbers (data/reference/distir/)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_dp_without_communication_matches_the_closed_form():
     assert tl.step_time_s == pytest.approx(compute + 64 * ar + 2 * ag, rel=1e-12)
 
 
-def _fig3_published(shared_dir, version):
-    ref = pd.read_csv(shared_dir / "reference/distir/fig3_speedups.csv")
+def _fig3_published(data_dir, version):
+    ref = pd.read_csv(data_dir / "reference/distir/fig3_speedups.csv")
     return ref[ref["code_version"] == version]
 
 
@@ -73,9 +73,9 @@ def _fig3_published(shared_dir, version):
     ("v0.1", dc.V0_1, 200.0),
     ("83d7fc3", dc.FIX_83D7FC3, 4800.0),
 ])
-def test_every_fig3_point_within_3_percent(shared_dir, version, cost_model, bandwidth):
+def test_every_fig3_point_within_3_percent(data_dir, version, cost_model, bandwidth):
     errors = []
-    for rec in _fig3_published(shared_dir, version).to_dict("records"):
+    for rec in _fig3_published(data_dir, version).to_dict("records"):
         for column, n in DEVICE_COLUMNS.items():
             if rec["series"] == "DP":
                 batch = int(rec["param"].removeprefix("batch"))
@@ -106,22 +106,22 @@ def _fig4_grid(phase2):
     return out
 
 
-def test_fig4_grid_has_111_points_in_the_csv_order(shared_dir):
-    ref = pd.read_csv(shared_dir / "reference/distir/fig4_grid_search_results.csv")
+def test_fig4_grid_has_111_points_in_the_csv_order(data_dir):
+    ref = pd.read_csv(data_dir / "reference/distir/fig4_grid_search_results.csv")
     keys = [k for k, _ in _fig4_grid("csv")]
     assert keys == [tuple(r) for r in ref[["dp_degree", "hp_degree", "pp_degree", "num_microbatches"]].to_numpy()]
 
 
-def test_every_fig4_row_matches_in_csv_mode(shared_dir):
-    ref = pd.read_csv(shared_dir / "reference/distir/fig4_grid_search_results.csv")
+def test_every_fig4_row_matches_in_csv_mode(data_dir):
+    ref = pd.read_csv(data_dir / "reference/distir/fig4_grid_search_results.csv")
     ours = np.array([t for _, t in _fig4_grid("csv")])
     err = ours / ref["throughput"].to_numpy() - 1
     assert np.max(np.abs(err)) < 1e-9  # floating-point agreement
 
 
-def test_v01_phase2_is_off_by_at_most_2_83_percent_on_fig4(shared_dir):
+def test_v01_phase2_is_off_by_at_most_2_83_percent_on_fig4(data_dir):
     """cost-model.md: without the CSV mode the worst row (D8 H2) is 2.83% off."""
-    ref = pd.read_csv(shared_dir / "reference/distir/fig4_grid_search_results.csv")
+    ref = pd.read_csv(data_dir / "reference/distir/fig4_grid_search_results.csv")
     ours = np.array([t for _, t in _fig4_grid("v0.1")])
     err = ours / ref["throughput"].to_numpy() - 1
     worst = int(np.argmax(np.abs(err)))

@@ -16,7 +16,7 @@ DESIGN_COLUMNS = [
 ]
 
 
-def test_fig3_compatible_mode_writes_results_timing_figures(repo_root, shared_dir, tmp_path, monkeypatch):
+def test_fig3_compatible_mode_writes_results_timing_figures(repo_root, data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(repo_root)  # the published file is named relative to the repository root
     out = tmp_path / "fig3"
     code = main(["simulate", "--experiment", "config/experiments/distir_fig3.yaml", "-o", str(out),
@@ -35,7 +35,7 @@ def test_fig3_compatible_mode_writes_results_timing_figures(repo_root, shared_di
         assert (out / "figures" / f"distir_fig3_distir_v0_1{suffix}").stat().st_size > 0
 
 
-def test_fig4_compatible_mode_matches_every_published_row(repo_root, shared_dir, tmp_path, monkeypatch):
+def test_fig4_compatible_mode_matches_every_published_row(repo_root, data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(repo_root)
     out = tmp_path / "fig4"
     figures = tmp_path / "figs"

@@ -19,8 +19,8 @@ SUMMARY = f"{RESULTS}/summary.md"
 ALL_TARGETS = []
 
 # Calibrations of the predict stage whose measured runs are on this machine (the
-# shared data lives beside the checkout, ../shared; without it the shipped
-# calibration in config/calibrations/ is used). Their intra-node collective logs are
+# repository's data/ folder holds the published ones; a calibration whose runs file
+# is missing falls back to the shipped one in config/calibrations/). Their intra-node collective logs are
 # fitted by the fit stage's own rules, as extra fit.logs entries named <calibration>-comm.
 PREDICT = config["predict"]
 CALIBRATIONS = {

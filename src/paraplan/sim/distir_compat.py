@@ -4,7 +4,7 @@ DistIR (EuroMLSys 2021) simulates its MLP programs op by op in program order: ev
 multi-device op is a barrier, nothing overlaps, and its v0.1 cost model carries unit
 bugs (2 bytes per fp32 element in MatMul, a divisor of 8e9 bytes per Gbit, a x4 dtype
 double count on Send and Allgather). This module reproduces those numbers
-(../shared/reference/distir/cost-model.md) and returns the same `Timeline` as
+(docs/distir-cost-model.md) and returns the same `Timeline` as
 paraplan's physical engine, which never carries these semantics.
 
 Speed: the ops of one greedy-schedule unit (a stage's forward or backward of one

@@ -1,4 +1,4 @@
-"""Published reference numbers of seed 000 (../shared/reference/distir/) in the shape
+"""Published reference numbers of the DistIR paper (EuroMLSys 2021; data/reference/distir/) in the shape
 of a simulation study's results.csv, and the comparison of simulated rows against them.
 
 - `distir_fig3` (fig3_speedups.csv): code_version v0.1 rows are the published figure
