@@ -125,10 +125,13 @@ def _settings_text(result: RowResult) -> str:
     return text + ("" if pred.fits_memory else " (does not fit)")
 
 
-def print_table(stem: str, results: list[RowResult]) -> Summary | None:
+def print_table(stem: str, results: list[RowResult], calibration: Calibration) -> Summary | None:
     errors = [r.error for r in results if r.error is not None]
     summary = Summary.of(errors)
-    print(f"\n== {stem}: {TABLES[stem][1]} [{TABLES[stem][0]}]")
+    cluster = load_cluster(TABLES[stem][0])
+    transferred = "" if cluster.device.name == calibration.device else (
+        f"; calibration fitted on {calibration.device}, efficiencies taken as fractions of this device's peaks")
+    print(f"\n== {stem}: {TABLES[stem][1]} [{cluster.name}{transferred}]")
     print(f"   {summary.line() if summary else 'no predicted rows'}")
     if len(results) > 20:  # large sweeps: the error by tensor-parallel size
         by_tp: dict[int, list[float]] = {}
@@ -271,7 +274,7 @@ def main() -> int:
             parser.error(f"--tables: unknown table '{stem}'; expected among {', '.join(TABLES)}")
         started = time.perf_counter()
         results[stem] = predict_table(stem, load_table(paths[stem]), calibration)
-        summaries[stem] = print_table(stem, results[stem])
+        summaries[stem] = print_table(stem, results[stem], calibration)
         print(f"   ({time.perf_counter() - started:.1f} s)")
     print("\n== summary (iteration time)")
     for stem, summary in summaries.items():
