@@ -1,5 +1,5 @@
-"""Schedules against seed 001's drawings and the closed forms of
-reference/pipeline-schedules.md (unit costs, free communication)."""
+"""Schedules against the reference Gantt charts in tests/data/seed001_schedules.json and
+the closed forms of docs/pipeline-schedules.md (unit costs, free communication)."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_peak_inflight_activations(schedule, v, expected):
 
 
 def test_distir_greedy_rounds():
-    """cost-model.md: P = M = 4 gives 14 rounds; stage 0 runs all forwards first."""
+    """docs/distir-cost-model.md: P = M = 4 gives 14 rounds; stage 0 runs all forwards first."""
     assert len(distir_greedy_rounds(4, 4)) == 14
     orders = get_schedule("distir_greedy").orders(4, 4)
     assert orders[0].labels() == ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]
