@@ -1,15 +1,24 @@
 """The repository is complete on its own: no tracked file points at a folder that sits
-beside the checkout (the published data is in data/, the design notes in docs/)."""
+beside the checkout or cites a document a user of the repository does not have (the
+published data is in data/, the design notes in docs/; papers are cited by name)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-FORBIDDEN = ("../shared", "shared/data/", "shared/reference", "shared/seeds")
+# what each pattern catches, by the text it reports
+FORBIDDEN = {
+    "../shared": re.compile(re.escape("../shared")),
+    "shared/<folder>": re.compile(r"shared/(data|reference|seeds)\b"),
+    "DESIGN.md": re.compile(r"\bDESIGN\.md"),
+    "STYLE.md": re.compile(r"\bSTYLE\.md"),
+    "seed NNN": re.compile(r"\b[Ss]eeds? 0\d\d\b"),
+}
 
 
 def tracked_files(repo_root: Path) -> list[Path]:
@@ -23,14 +32,16 @@ def tracked_files(repo_root: Path) -> list[Path]:
 
 
 def outside_references(paths: list[Path], root: Path) -> list[str]:
-    """`file:line: pattern` for every line that names a path outside the repository."""
+    """`file:line: what` for every line that names a path outside the repository or a
+    document the repository does not hold."""
     hits = []
     for path in paths:
         if not path.is_file():  # tracked but deleted in this working tree
             continue
         text = path.read_bytes().decode("utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), start=1):
-            hits += [f"{path.relative_to(root)}:{number}: {p}" for p in FORBIDDEN if p in line]
+            hits += [f"{path.relative_to(root)}:{number}: {what}" for what, pattern in FORBIDDEN.items()
+                     if pattern.search(line)]
     return hits
 
 
@@ -43,6 +54,9 @@ def test_no_tracked_file_points_beside_the_checkout(repo_root):
 
 def test_a_path_beside_the_checkout_is_found(tmp_path):
     (tmp_path / "a.md").write_text("fine\nsee ../shared/data/x.txt\n")
-    (tmp_path / "b.py").write_text('ROOT.parent / "shared/reference/y.csv"\n')
-    assert outside_references([tmp_path / "a.md", tmp_path / "b.py", tmp_path / "gone"], tmp_path) == [
-        "a.md:2: ../shared", "a.md:2: shared/data/", "b.py:1: shared/reference"]
+    (tmp_path / "b.py").write_text('ROOT.parent / "shared/reference/y.csv"  # DESIGN.md\n')
+    (tmp_path / "c.md").write_text("as seed 001 draws; tests/data/seed001_schedules.json is ours\n")
+    paths = [tmp_path / "a.md", tmp_path / "b.py", tmp_path / "c.md", tmp_path / "gone"]
+    assert outside_references(paths, tmp_path) == [
+        "a.md:2: ../shared", "a.md:2: shared/<folder>", "b.py:1: shared/<folder>", "b.py:1: DESIGN.md",
+        "c.md:1: seed NNN"]
