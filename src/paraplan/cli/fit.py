@@ -2,10 +2,10 @@
 
 Reads bench CSVs (`paraplan bench` or `paraplan ingest` output) and fits, per
 collective x world size x node count, three models of time vs size: `alpha_beta`
-(Hockney, relative-error least squares), `sigmoid_bw` (seed 002's three-region
+(Hockney, relative-error least squares), `sigmoid_bw` (Lin et al.'s three-region
 bandwidth model, bounded with a fallback) and `table` (PCHIP in log-log). Each is
 scored in-sample and leave-one-out over the interior sizes; the lowest held-out
-GMAE is `chosen`. Writes comm_model.json (DESIGN.md), which
+GMAE is `chosen`. Writes comm_model.json (docs/design.md), which
 `paraplan.comm.model.FittedCommModel` reads. all_to_allv rows (uneven DLRM-style
 exchanges) are predicted from the all_to_all fit of the same world size with three
 effective sizes (sum, max_of_max, max_of_sum) and their errors reported.
