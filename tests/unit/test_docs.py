@@ -106,3 +106,20 @@ def test_the_cli_page_has_every_command_and_option(gen_pages):
         assert not any(f"`{o} " in sections[name] or f"`{o}`" in sections[name] for o in hidden), name
     assert "| `--global-batch-size GLOBAL_BATCH_SIZE` |" in sections["plan"]
     assert "(default: 67108864)" in sections["bench"]  # --max-bytes, as --help prints it
+
+
+def test_the_readme_is_short_and_starts_with_install_run_and_test(repo_root):
+    readme = (repo_root / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 160
+    first_screen = "\n".join(lines[:50])
+    for command in ('pip install -e ".[measure,test]"', "snakemake", "pytest"):
+        assert command in first_screen, command
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
+        assert (repo_root / target).exists(), target
+
+
+def test_readme_links_only_committed_docs(repo_root, gen_pages):
+    readme = (repo_root / "README.md").read_text()
+    linked = {t.rsplit("/", 1)[-1] for t in re.findall(r"\]\(docs/([^)#]+)", readme)}
+    assert not linked & set(gen_pages.PAGES), "generated pages exist only in the built site"
