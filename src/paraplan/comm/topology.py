@@ -26,8 +26,8 @@ all_reduce, the fastest of:
   intra(all_reduce, S x (n-1)/n x r/(r-1)) (the same bytes per rank); the larger.
 - hierarchical (NCCL's NVLS-Tree / CollNet shape): intra-domain reduce-scatter, an
   all_reduce of S / r per rail among the N domains, intra-domain all_gather, pipelined:
-  t = max(intra(all_reduce, S), 2(N-1) a + 2(N-1)/N x S / B) + intra(all_reduce, 0)
-  (the fill of the NVLink stage). Two domains move S / B instead of the ring's
+  t = max(intra(all_reduce, S) + 2(N-1) a, 2(N-1) a + 2(N-1)/N x S / B + intra(all_reduce, 0)):
+  the slower stage plus the other stage's latency. Two domains move S / B instead of the ring's
   ~2 S / B: why 2-node nccl-tests report bus bandwidths above the NICs' line rate.
 - tree (NCCL Tree: double binary tree between domains, a chain inside): latency
   2 ceil(log2 N) a, bandwidth: each domain sends S over its NICs per direction with two
@@ -59,7 +59,7 @@ DEFAULT_RAIL_EFFICIENCY = 0.668
 all_reduce logs of data/nccl-tests/ (H100 NDR 400 Gb/s 2x8 twice, 4x8 twice, 8x8; GCP
 A3 Mega 2x8; GH200 Slingshot 2x4, 2x1), each with its cluster file
 (`benchmarks/bench_comm_topology.py` refits it and prints the held-out errors)."""
-DEFAULT_RAIL_LATENCY_S = 48.2e-6
+DEFAULT_RAIL_LATENCY_S = 47.7e-6
 """Latency of one inter-node step, fitted with the efficiency above (same logs). It is
 several times NCCL's own per-step network latency (14 us for the Simple protocol): it
 also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
@@ -151,8 +151,10 @@ class TopologyCommModel:
         intra: Callable[[str, float], float] = lambda c, m: self._intra(c, m, r)  # noqa: E731
         if collective == "all_reduce":
             ring = max(2 * (domains - 1) * a + 2 * (n - 1) / n * s / bw, intra("all_reduce", s * ring_share))
-            hierarchical = max(intra("all_reduce", s), 2 * (domains - 1) * a + 2 * (domains - 1) / domains * s / bw)
-            hierarchical += intra("all_reduce", 0.0)
+            # two pipelined stages: the slower one plus the other's latency
+            inter_lat, intra_lat = 2 * (domains - 1) * a, intra("all_reduce", 0.0)
+            hierarchical = max(intra("all_reduce", s) + inter_lat,
+                               inter_lat + 2 * (domains - 1) / domains * s / bw + intra_lat)
             c_n = 1.0 if domains == 2 else 2.0
             tree = 2 * math.ceil(math.log2(domains)) * a + max(
                 c_n * s / bw, intra("all_reduce", s * r / (r - 1)) if r > 1 else 0.0)
