@@ -186,7 +186,8 @@ def test_network_is_optional_and_read_in_si_units():
 def test_fit_rail_recovers_the_curve_it_generated():
     cluster = cluster_from_dict(_cluster_dict({"nics_per_node": 8, "nic_Gbps": 400}))
     intra = ConstantBandwidthModel(360e9, 360e9, 2e-6, 2e-6)
-    truth = TopologyCommModel(intra, cluster.network, 8, Rail(20e-6, 0.7 * 50e9))  # type: ignore[arg-type]
+    assert cluster.network is not None
+    truth = TopologyCommModel(intra, cluster.network, 8, Rail(20e-6, 0.7 * 50e9))
     sizes = tuple(2.0**k for k in range(20, 34))
     sweeps = [MeasuredSweep(f"s{n}", cluster, intra, "all_reduce", 8 * n, n, sizes,
                             tuple(truth.time_s("all_reduce", s, Group(8 * n, n)) for s in sizes)) for n in (2, 4, 8)]
@@ -196,3 +197,30 @@ def test_fit_rail_recovers_the_curve_it_generated():
     per_nodes = rail_fits(sweeps)
     assert [f.nodes for f in per_nodes] == [2, 4, 8]
     assert all(math.isclose(f.bandwidth_Bps, 35e9, rel_tol=1e-3) for f in per_nodes)
+
+
+def test_fit_cluster_reproduces_the_shipped_dgx_h100_rail_curve(tmp_path, capsys):
+    # dgx-h100.yaml's 2-node rail curve is what `paraplan fit --cluster` gives on the two
+    # published 2 x 8 H100 NDR logs; without a network section it is a named error
+    from pathlib import Path
+
+    from paraplan.cli.main import main
+
+    data = Path(__file__).resolve().parents[2] / "data" / "nccl-tests"
+    csvs = []
+    for name in ("10_h100_ndr400_2x8_all_reduce", "13_h100_ib400_2x8_all_reduce"):
+        csvs.append(str(tmp_path / f"{name}.csv"))
+        assert main(["ingest", "--no-track", "--format", "nccl-tests", "--collective", "all_reduce",
+                     str(data / f"{name}.txt"), "-o", csvs[-1]]) == 0
+    out = tmp_path / "comm_model.json"
+    assert main(["fit", "--no-track", *csvs, "--cluster", "dgx-h100", "-o", str(out)]) == 0
+    import json
+
+    (row,) = json.loads(out.read_text())["rail_fits"]
+    shipped = load_cluster("dgx-h100").network.rail_fits[0]
+    assert (row["nodes"], round(row["latency_us"], 1), round(row["bandwidth_GBps"], 1)) == (
+        shipped.nodes, round(shipped.latency_s * 1e6, 1), round(shipped.bandwidth_Bps / 1e9, 1))
+    assert "rail_fits:\n    - {nodes: 2, latency_us: 35, bandwidth_GBps: 28.3}" in capsys.readouterr().err
+    assert main(["fit", "--no-track", *csvs, "--cluster", "dgx1-v100", "-o", str(tmp_path / "x.json")]) == 2
+    assert "cluster 'dgx1-v100' has no `network` section" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
