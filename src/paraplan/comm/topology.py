@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paraplan.core.cluster import Network, RailFit
 from paraplan.core.comm import CommModel, Group
@@ -64,7 +64,7 @@ DEFAULT_RAIL_LATENCY_S = 47.7e-6
 several times NCCL's own per-step network latency (14 us for the Simple protocol): it
 also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
 sizes under 1 MiB across nodes come out too slow (the benchmark prints by how much)."""
-ALGORITHMS = ("ring", "hierarchical", "tree")
+_MEMO_LIMIT = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,9 @@ class TopologyCommModel:
     network: Network
     devices_per_node: int
     rail: Rail | None = None  # None: the network's fitted rail curves, else the default efficiency
+    # the planner asks for the same few (collective, size, group) many times: answers are memoised
+    _memo: dict[tuple[str, float, int, int], float] = field(default_factory=dict, init=False, repr=False,
+                                                            compare=False)
 
     def rail_for(self, domains: int) -> Rail:
         if self.rail is not None:
@@ -126,7 +129,13 @@ class TopologyCommModel:
 
     # ---- prediction ----------------------------------------------------------------
     def time_s(self, collective: str, nbytes: float, group: Group) -> float:
-        return self.choose(collective, nbytes, group)[1]
+        key = (collective, float(nbytes), int(group.size), int(group.nodes))
+        answer = self._memo.get(key)
+        if answer is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            answer = self._memo[key] = self.choose(collective, nbytes, group)[1]
+        return answer
 
     def choose(self, collective: str, nbytes: float, group: Group) -> tuple[str, float]:
         """(algorithm, seconds): the fastest algorithm NCCL has for this collective."""
