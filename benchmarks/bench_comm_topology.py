@@ -20,10 +20,18 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.clusters import load_cluster
-from paraplan.comm.fit_rail import MeasuredSweep, fit_rail, intra_link_model, leave_one_out, model_for
+from paraplan.comm.fit_rail import (
+    MeasuredSweep,
+    fit_rail,
+    intra_link_model,
+    leave_one_out,
+    model_for,
+    predict_sweep,
+    rail_fits,
+)
 from paraplan.comm.log_common import ImportOptions
 from paraplan.comm.nccl_tests import read_nccl_tests
-from paraplan.comm.topology import Rail
+from paraplan.comm.topology import Rail, nearest_fit
 from paraplan.core import Group, busbw_factor, ring_time_s
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +44,9 @@ LOGS = (  # file, cluster it ran on, collective when the log does not name it
     ("13_h100_ib400_2x8_all_reduce.txt", "dgx-h100", "all_reduce"),
     ("14_h100_ib400_4x8_all_reduce.txt", "dgx-h100", None),
     ("15_h100_gcp_a3mega_2x8_all_reduce.txt", "gcp-a3-mega", None),
+    ("16_a100_oci_bm_gpu4_2x8_all_reduce.txt", "oci-bm-gpu4-8", "all_reduce"),
 )
+SAME_FABRIC = ("10_", "11_", "12_", "13_", "14_")  # H100, 8 x 400 Gb/s IB: dgx-h100's rail_fits
 MIN_BANDWIDTH_BYTES = 2**20
 SHOWN_SIZES = (2**20, 2**24, 2**27, 2**30, 2**33)
 
@@ -57,6 +67,27 @@ def sweeps() -> list[MeasuredSweep]:
 def gmae(pred: np.ndarray, meas: np.ndarray) -> float:
     err = np.abs(pred / meas - 1)
     return float(np.exp(np.mean(np.log(np.maximum(err, 1e-12))))) if err.size else float("nan")
+
+
+def same_fabric(measured: list[MeasuredSweep]) -> None:
+    """Held out within one fabric: each H100 NDR log predicted by `rail_fits` (one curve
+    per node count, as dgx-h100.yaml ships) fitted on the other H100 NDR logs, the
+    nearest node count used."""
+    logs = [s for s in measured if s.name.startswith(SAME_FABRIC)]
+    print("same fabric (H100 8 x 400 Gb/s), leave one log out, per-node-count rail_fits as dgx-h100.yaml ships:")
+    errors = []
+    for held in logs:
+        fits = rail_fits([s for s in logs if s is not held])
+        fit = nearest_fit(fits, held.nodes)
+        assert fit is not None
+        pred = predict_sweep(held, fit.latency_s, fit.bandwidth_Bps / 50e9)
+        sizes, meas = np.array(held.size_bytes), np.array(held.time_s)
+        big = sizes >= MIN_BANDWIDTH_BYTES
+        errors.append(np.abs(pred[big] / meas[big] - 1))
+        print(f"  {held.name:42s} fit of {fit.nodes} nodes ({fit.bandwidth_Bps / 1e9:.1f} GB/s per NIC, "
+              f"{fit.latency_s * 1e6:.1f} us): held-out GMAE >= 1 MiB {gmae(pred[big], meas[big]):.1%}")
+    err = np.concatenate(errors)
+    print(f"  all: {np.exp(np.mean(np.log(np.maximum(err, 1e-12)))):.1%} over {err.size} sizes")
 
 
 def main() -> None:
@@ -92,6 +123,7 @@ def main() -> None:
     print(f"all logs, held out: GMAE sizes >= 1 MiB {np.exp(np.mean(np.log(np.maximum(big_err, 1e-12)))):.1%} "
           f"({big_err.size} points), smaller {np.exp(np.mean(np.log(np.maximum(small_err, 1e-12)))):.1%} "
           f"({small_err.size} points)")
+    same_fabric(measured)
     fit = fit_rail(measured)
     print(f"fit on all {len(measured)} logs: latency {fit.latency_s * 1e6:.2f} us, efficiency {fit.efficiency:.3f} "
           f"of line rate, in-sample GMAE {fit.gmae:.1%} over {fit.n_points} points "

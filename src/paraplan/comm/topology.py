@@ -53,13 +53,13 @@ from dataclasses import dataclass, field
 from paraplan.core.cluster import Network, RailFit
 from paraplan.core.comm import CommModel, Group
 
-DEFAULT_RAIL_EFFICIENCY = 0.668
+DEFAULT_RAIL_EFFICIENCY = 0.642
 """Effective / line-rate bandwidth of one NIC when a cluster has no fitted rail curve:
-`paraplan.comm.fit_rail.fit_rail` over the sizes >= 1 MiB of all eight multi-node
+`paraplan.comm.fit_rail.fit_rail` over the sizes >= 1 MiB of all nine multi-node
 all_reduce logs of data/nccl-tests/ (H100 NDR 400 Gb/s 2x8 twice, 4x8 twice, 8x8; GCP
-A3 Mega 2x8; GH200 Slingshot 2x4, 2x1), each with its cluster file
+A3 Mega 2x8; A100 OCI BM.GPU4.8 2x8; GH200 Slingshot 2x4, 2x1), each with its cluster file
 (`benchmarks/bench_comm_topology.py` refits it and prints the held-out errors)."""
-DEFAULT_RAIL_LATENCY_S = 47.7e-6
+DEFAULT_RAIL_LATENCY_S = 45.9e-6
 """Latency of one inter-node step, fitted with the efficiency above (same logs). It is
 several times NCCL's own per-step network latency (14 us for the Simple protocol): it
 also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
