@@ -178,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     ]
     chosen_errors = [m["chosen_heldout_gmae"] for m in per_sweep.values() if "chosen_heldout_gmae" in m]
     summary = {"sweeps": float(len(names))}
+    for row in rail_rows:
+        summary.update({f"rail_bandwidth_GBps__nodes{row['nodes']}": row["bandwidth_GBps"],
+                        f"rail_latency_us__nodes{row['nodes']}": row["latency_us"],
+                        f"rail_gmae__nodes{row['nodes']}": row["gmae"]})
     if chosen_errors:
         summary.update(max_chosen_heldout_gmae=max(chosen_errors),
                        median_chosen_heldout_gmae=float(np.median(chosen_errors)))
