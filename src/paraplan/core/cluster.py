@@ -146,7 +146,9 @@ class Cluster:
         return self.intra if self.node_of(a) == self.node_of(b) else self.inter
 
     def with_shape(self, nodes: int, devices_per_node: int) -> Cluster:
-        """The same hardware with another node count / node size (e.g. `--cluster 2x8`)."""
+        """The same hardware with another node count / node size (e.g. `--cluster 2x8`).
+        The NVLink domain stays where it holds whole nodes of the new size; otherwise it
+        becomes one node (NVLink inside each node only)."""
         network = self.network
         if network is not None and network.nvlink_domain_size % devices_per_node:
             network = replace(network, nvlink_domain_size=devices_per_node)
