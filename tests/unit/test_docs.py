@@ -38,7 +38,7 @@ def test_the_nav_lists_every_page_and_only_pages_that_exist(repo_root, gen_pages
     on_disk = {p.relative_to(repo_root / "docs").as_posix() for p in (repo_root / "docs").rglob("*.md")}
     generated = set(gen_pages.PAGES)
     assert len(nav) == len(set(nav)), "a page is listed twice"
-    assert sorted(on_disk - set(nav)) == [], "pages missing from mkdocs.yml's nav"
+    assert sorted(on_disk - set(nav)) == [], "pages missing from mkdocs.yml's nav: add `- Title: page.md` there"
     assert sorted(set(nav) - on_disk - generated) == [], "nav entries without a page"
     assert not on_disk & generated, "a generated page is also committed: delete it from docs/"
     assert config["hooks"] == ["docs/gen_pages.py"]
