@@ -56,7 +56,18 @@ class RunSettings:
     overlap_param_gather: bool = False
     """With sharded weights: all-gather the next iteration's weights during forward."""
     tp_comm_overlap: bool = False
-    """Overlap tensor-parallel communication with the GEMMs around it."""
+    """Overlap tensor-parallel communication with the GEMMs around it (Megatron-Core with
+    Transformer Engine's userbuffers; Megatron requires sequence parallelism for it):
+    the forward all-gathers and reduce-scatters and the backward re-gathers run beside
+    the GEMM that consumes or produces them. Megatron's default: off."""
+    async_tensor_model_parallel_allreduce: bool = True
+    """Run the backward all-reduce of a column-parallel layer's input gradient beside its
+    weight-gradient GEMM (Megatron-LM since September 2021; the flag
+    `--no-async-tensor-model-parallel-allreduce` turned it off until Megatron-Core made
+    it unconditional, so the default is on). Megatron-DeepSpeed turns it off whenever
+    DeepSpeed runs the model, as do Megatron-LM versions before it: then the all-reduce
+    blocks the backward. With sequence parallelism the reduce-scatter and re-gather
+    run asynchronously either way (as in both code bases)."""
     dtype: Dtype = "bf16"
     """Precision of weights, activations and GEMMs (fp8: GEMM inputs in 8 bits)."""
     schedule: PipelineSchedule | Literal[""] = ""

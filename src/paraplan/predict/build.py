@@ -9,8 +9,9 @@ use.
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
   (`paraplan.predict.ops`) priced by the device model, plus its tensor-parallel
-  collectives (blocking ones in full; overlapped ones only where they outlast the
-  kernel they run beside); each pass is bounded below by the host's issue time;
+  collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
+  runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
+  each pass is bounded below by the host's issue time;
 - embedding on the first virtual stage, final norm + LM head + loss on the last;
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
@@ -127,13 +128,22 @@ class PassCost:
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
                         np.array(hidden_by, dtype=np.int64), len(work.collectives))
 
-    def device_s(self, kernel_s: np.ndarray) -> float:
-        """Device time of the pass on one rank, given its kernels' times: kernels,
-        blocking collectives, and the overlapped ones where they outlast their kernel."""
-        device = float(kernel_s.sum()) + self.blocking_comm_s
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """What the pass's collectives add to its kernels: the blocking ones in full; an
+        overlapped collective of time c beside a kernel of time g adds
+        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
+        added = self.blocking_comm_s
         if self.hidden_by.size:
-            device += float(np.maximum(self.hidden_comm_s - kernel_s[self.hidden_by], 0.0).sum())
-        return device
+            beside = kernel_s[self.hidden_by]
+            c = self.hidden_comm_s
+            added += float((np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)).sum())
+        return added
+
+    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """Device time of the pass on one rank, given its kernels' times: kernels plus
+        what its collectives add (`comm_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
 
     def host_s(self, eff: DeviceEfficiency) -> float:
         """Host time to issue the pass."""
@@ -204,7 +214,7 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     """The passes' times given their kernels' times; a layer shape with a measured
     factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
     host time alike, so the whole op) scaled by it."""
-    dev = [c.device_s(k) for c, k in zip(structure.passes, kernel_s, strict=True)]
+    dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
     layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
     factor = eff.layer_time_factors.factor(structure.layer_key)

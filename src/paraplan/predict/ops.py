@@ -13,13 +13,17 @@ sequence parallelism the norms and dropouts run on s / t tokens and each
 all-reduce becomes a reduce-scatter after the row-parallel projection plus an
 all-gather before the column-parallel one.
 
-Overlaps that Megatron-LM performs by default are recorded on the collective:
-the backward all-reduce (or reduce-scatter) of a column-parallel layer's input
-gradient runs while that layer's weight gradient is computed, and with sequence
-parallelism the backward re-gather of its input runs while its input gradient is
-computed; `tp_comm_overlap` hides every tensor-parallel collective behind its
-neighbouring GEMM. The device model (`paraplan.predict.device_model`) prices the
-kernels; the step builder prices the collectives with the communication model.
+Overlaps are recorded on the collective (the kernel it runs beside):
+the backward all-reduce of a column-parallel layer's input gradient runs while that
+layer's weight gradient is computed when `async_tensor_model_parallel_allreduce` is on
+(Megatron's default since 2021; off, it blocks); with sequence parallelism the
+backward reduce-scatter runs beside the weight gradient and the re-gather of the input
+beside the input gradient, always (Megatron and Megatron-DeepSpeed alike);
+`tp_comm_overlap` also puts the forward collectives and the row-parallel backward
+re-gathers beside their GEMMs. An overlapped collective is not free: the step builder
+charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device model
+(`paraplan.predict.device_model`) prices the kernels; the step builder prices the
+collectives with the communication model.
 
 Only FLOPs that a kernel executes are counted here (causal flash attention skips
 the masked half of the score matrix); the closed-form model FLOPs of
@@ -298,17 +302,19 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     return w.build()
 
 
-def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float) -> None:
+def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, async_reduce: bool) -> None:
     """Backward of a column-parallel projection (k_in -> n_out per rank): input gradient,
-    then weight gradient, with the input-gradient reduction beside the weight gradient
-    (Megatron's asynchronous all-reduce) and, with sequence parallelism, the input
-    re-gathered beside the input gradient."""
+    then weight gradient. The input-gradient all-reduce runs beside the weight gradient
+    when `async_reduce` (Megatron's asynchronous all-reduce), else it blocks; with
+    sequence parallelism the reduce-scatter runs beside the weight gradient and the
+    input is re-gathered beside the input gradient."""
     dgrad = w.gemm(x.tokens, n_out, k_in)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or async_reduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
 
 
 def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bool) -> None:
@@ -321,18 +327,19 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
     w.gemm(k_in, x.tokens, n_out, weight_grad=True)
 
 
-def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
+def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, async_reduce: bool,
+              gemm_bytes: int) -> PassWork:
     w = _Builder(gemm_bytes)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
-    _column_backward(w, x, x.h, x.mlp_in)  # fc1
+    _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.h / x.t, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     _rope(w, model, x)
-    _column_backward(w, x, x.h, x.qkv)  # QKV
+    _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
     return w.build()
 
@@ -389,7 +396,7 @@ def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(
         forward=forward,
-        backward=_backward(model, x, flash, overlap, gemm_bytes),
+        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes),
         recompute=recompute,
         activation_bytes=layer_activation_bytes(model, settings),
     )
@@ -450,7 +457,8 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
     _norm_backward(w, x)
     backward = w.build()
     held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits
