@@ -10,7 +10,8 @@ position_embedding_type, add_bias_linear, hidden_dropout, attention_dropout,
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 (none|selective|full), sequence_parallel, use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
-async_tensor_model_parallel_allreduce, dtype (bf16|fp16|fp8|fp32), schedule,
+async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
+(local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
 use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
 each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the

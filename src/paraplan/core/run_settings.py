@@ -20,8 +20,12 @@ PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+DDPImpl = Literal["local", "torch"]
+DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
+"""Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,16 @@ class RunSettings:
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
     """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
+    gradient_accumulation_fusion: bool = True
+    """Weight-gradient GEMMs accumulate straight into the fp32 main gradients (Megatron
+    since February 2022, its default); False: every micro-batch's weight gradient is
+    written, then added to the main gradient by a memory-bound kernel (reads both,
+    writes the sum)."""
+    DDP_impl: DDPImpl = "local"
+    """Data-parallel wrapper (Megatron-LM / Megatron-DeepSpeed `--DDP-impl`): `local`,
+    Megatron's own DDP, reduces the gradient buffer after the backward unless
+    `overlap_grad_reduce`; `torch`, PyTorch's DistributedDataParallel, reduces 25 MiB
+    buckets of 16-bit gradients during the last micro-batch's backward."""
 
     @property
     def pipeline_schedule(self) -> str:
@@ -112,6 +126,15 @@ class RunSettings:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:
             raise StrategyError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.DDP_impl not in DDP_IMPLS:
+            raise StrategyError(f"DDP_impl '{self.DDP_impl}' is not one of {', '.join(DDP_IMPLS)}")
+        if self.DDP_impl == "torch":
+            if self.use_distributed_optimizer or self.zero_stage:
+                raise StrategyError("DDP_impl torch cannot shard the optimizer: use_distributed_optimizer needs "
+                                    "DDP_impl local (Megatron) and zero_stage runs under DeepSpeed's engine")
+            if self.overlap_grad_reduce:
+                raise StrategyError("overlap_grad_reduce is an option of DDP_impl local; torch's DDP always "
+                                    "overlaps its gradient reduction")
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,

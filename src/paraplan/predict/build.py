@@ -17,7 +17,9 @@ What each piece costs:
   scatters it over the tensor-parallel ranks), point to point;
 - data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
-  the last backward; ZeRO-3 gathers each layer's weights before its forward and its
+  the last backward, overlapped with it under `overlap_grad_reduce`; with
+  `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
+  dtype, always overlapped; ZeRO-3 gathers each layer's weights before its forward and its
   backward and reduce-scatters its gradients, prefetched beside the compute;
 - after the reduction: the tied-embedding gradient exchange between the first and
   last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
@@ -50,6 +52,7 @@ from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's bucket_cap_mb = 25
 OPTIMIZER_KERNELS = 4  # multi-tensor Adam, norm, scale, zero: a few launches per bucket
 KERNEL_FIELDS = tuple(f.name for f in fields(Kernels))
 
@@ -272,6 +275,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     grad_collective = "reduce_scatter" if sharded else "all_reduce"
+    torch_ddp = settings.DDP_impl == "torch"
+    reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
+    bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
     syncs = []
     for s in range(p):
         if d == 1 or zero3:
@@ -284,12 +290,12 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                 params += vocab_params + positions
             if c == v - 1 and s == p - 1:
                 params += head_params
-            n_buckets = max(1, math.ceil(params / GRAD_BUCKET_PARAMS))
+            n_buckets = max(1, math.ceil(params / bucket_params))
             for k in range(n_buckets):
                 chunks.append(c)
                 sizes.append(params / n_buckets)
                 fractions.append((k + 1) / n_buckets)
-        bucket_s = np.array([float(comm.time_s(grad_collective, nb * prec.grad_bytes, dp_group)) for nb in sizes])
+        bucket_s = np.array([float(comm.time_s(grad_collective, nb * reduced_bytes, dp_group)) for nb in sizes])
         syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
 
     after_comm = np.zeros(p)
@@ -366,7 +372,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         microbatches=settings.num_microbatches,
         costs=costs,
         grad_sync=st.grad_sync,
-        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2,
+        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2 or settings.DDP_impl == "torch",
         after_sync_s=after,
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,

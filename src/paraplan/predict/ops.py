@@ -25,6 +25,9 @@ charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device
 (`paraplan.predict.device_model`) prices the kernels; the step builder prices the
 collectives with the communication model.
 
+Without `gradient_accumulation_fusion` each weight-gradient GEMM is followed by a
+memory-bound kernel adding it to the main gradient (`accumulate_bytes_per_param`).
+
 Only FLOPs that a kernel executes are counted here (causal flash attention skips
 the masked half of the score matrix); the closed-form model FLOPs of
 `paraplan.core.transformer` count the full matrices as Megatron-LM's papers do.
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
@@ -97,6 +100,7 @@ class _Builder:
     """Accumulates kernels and collectives of one pass."""
 
     gemm_bytes: int  # bytes per GEMM operand element
+    accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
@@ -105,7 +109,11 @@ class _Builder:
         flops = 2.0 * m * k * n * batch
         nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
         self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
-        return len(self.rows) - 1
+        index = len(self.rows) - 1
+        if weight_grad and self.accumulate_bytes_per_param:
+            self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
+                              True))
+        return index
 
     def attention(self, flops: float, nbytes: float) -> int:
         self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
@@ -328,8 +336,8 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
 
 
 def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, async_reduce: bool,
-              gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+              gemm_bytes: int, accumulate: float) -> PassWork:
+    w = _Builder(gemm_bytes, accumulate)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
@@ -380,6 +388,15 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     return float(outside + qkv + proj_in + mlp_inner + scores)
 
 
+def accumulate_bytes_per_param(settings: RunSettings) -> float:
+    """Memory traffic per weight of adding one micro-batch's weight gradient to the main
+    gradient without `gradient_accumulation_fusion`: read the GEMM's 16-bit (or fp32)
+    output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
+    if settings.gradient_accumulation_fusion:
+        return 0.0
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
+
+
 def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one transformer layer (see the module doc)."""
     x = _shape(model, settings)
@@ -396,7 +413,8 @@ def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(
         forward=forward,
-        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes),
+        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes,
+                           accumulate_bytes_per_param(settings)),
         recompute=recompute,
         activation_bytes=layer_activation_bytes(model, settings),
     )
@@ -450,7 +468,7 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
-    w = _Builder(gemm_bytes)
+    w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
     dgrad = w.gemm(x.tokens, vocab, x.h)
     if x.sp:

@@ -24,6 +24,7 @@ from pathlib import Path
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
 from paraplan.core.run_settings import (
+    DDP_IMPLS,
     DTYPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
@@ -44,6 +45,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
+    "gradient_accumulation_fusion", "DDP_impl",
 )
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -132,7 +134,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
-    "async_tensor_model_parallel_allreduce": _boolean,
+    "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
+    "DDP_impl": _choice(DDP_IMPLS),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
