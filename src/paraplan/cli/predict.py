@@ -60,20 +60,19 @@ def _format(value: float) -> str:
 
 
 def output_rows(header: list[str], rows, predictions, calibration_label: str) -> tuple[list[str], list[dict]]:
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
 
     columns = [c for c in header if c not in PREDICTED]
-    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size"):
+    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
         if extra not in columns and any(extra in p.chosen for p in predictions):
             columns.append(extra)
     columns += list(PREDICTED)
     out = []
     for row, pred in zip(rows, predictions, strict=True):
         cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
-        if "micro_batch_size" in pred.chosen:
-            cells["micro_batch_size"] = str(pred.settings.micro_batch_size)
-        if "virtual_pipeline_model_parallel_size" in pred.chosen:
-            cells["virtual_pipeline_model_parallel_size"] = str(pred.settings.virtual_pipeline_model_parallel_size)
+        for name in pred.chosen:
+            cells[name] = str(getattr(pred.settings, name))
         cells.update({
             "predicted_iteration_s": _format(pred.iteration_s),
             "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),

@@ -37,7 +37,7 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -101,10 +101,12 @@ def placement(settings: RunSettings, devices_per_node: int) -> Placement:
     return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross)
 
 
-def layers_per_virtual_stage(num_layers: int, stages: int) -> np.ndarray:
-    """Layers split as evenly as possible; the first stages take one more."""
-    base, extra = divmod(num_layers, stages)
-    return np.array([base + (1 if i < extra else 0) for i in range(stages)], dtype=np.int64)
+def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
+    """Layers of each virtual stage (`paraplan.core.run_settings.pipeline_layer_split`):
+    Megatron's uneven first/last stages when set, else as even as possible."""
+    return np.array(pipeline_layer_split(
+        num_layers, settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size,
+        settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,7 +259,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         scatter_s = float(comm.time_s("reduce_scatter", layer_params * prec.grad_bytes, dp_group))
 
     nv = p * v
-    counts = layers_per_virtual_stage(model.num_layers, nv)
+    counts = layers_per_virtual_stage(model.num_layers, settings)
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
     boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
     send = np.zeros(max(nv - 1, 0))

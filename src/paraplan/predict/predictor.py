@@ -22,12 +22,15 @@ from dataclasses import dataclass, replace
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.errors import StrategyError
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.run_settings import RunSettings, interleaved_uneven_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
+
+
+UNEVEN_SPLIT_COLUMNS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 
 
 @dataclass(frozen=True)
@@ -56,16 +59,24 @@ def candidate_settings(model: TransformerModel, settings: RunSettings, search_mi
     d, p = settings.data_parallel_size, settings.pipeline_model_parallel_size
     per_replica = settings.global_batch_size // d if settings.global_batch_size % d == 0 else 0
     mbs = divisors(per_replica) if search_micro_batch_size and per_replica else [settings.micro_batch_size]
+    first, last = settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers
+    splits: list[tuple[int, int, int]] = []  # (v, first, last)
     if search_virtual_stages:
-        vs = [1] + [v for v in range(2, model.num_layers // p + 1) if p > 1 and model.num_layers % (p * v) == 0]
+        splits.append((1, first, last))
+        for v in range(2, model.num_layers // p + 1) if p > 1 else ():
+            split = (first, last) if settings.uneven_pipeline_split else interleaved_uneven_split(
+                model.num_layers, p, v)
+            if split is not None:
+                splits.append((v, *split))
     else:
-        vs = [settings.virtual_pipeline_model_parallel_size]
+        splits.append((settings.virtual_pipeline_model_parallel_size, first, last))
     out = []
     for b in mbs:
-        for v in vs:
+        for v, f, la in splits:
             schedule = settings.schedule if not search_virtual_stages else ("interleaved_1f1b" if v > 1 else "")
             candidate = replace(settings, micro_batch_size=b, virtual_pipeline_model_parallel_size=v,
-                                schedule=schedule)
+                                schedule=schedule, decoder_first_pipeline_num_layers=f,
+                                decoder_last_pipeline_num_layers=la)
             try:
                 candidate.check(model)
             except StrategyError:
@@ -145,7 +156,10 @@ def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, effi
         chosen = tuple(name for name, searched in (("micro_batch_size", row.search_micro_batch_size),
                                                    ("virtual_pipeline_model_parallel_size",
                                                     row.search_virtual_stages)) if searched)
-        out.append(_pick(row.model, results, cluster, chosen))
+        pick = _pick(row.model, results, cluster, chosen)
+        if row.search_virtual_stages and pick.settings.uneven_pipeline_split and not row.settings.uneven_pipeline_split:
+            pick = replace(pick, chosen=(*chosen, *UNEVEN_SPLIT_COLUMNS))
+        out.append(pick)
         if progress:
             progress(1)
     return out

@@ -6,7 +6,10 @@ Required columns: `REQUIRED`. Optional: `MODEL_COLUMNS`, `SETTINGS_COLUMNS`,
 `num_gpus` (checked against t x p x d), `measured_iteration_s`. An empty cell
 takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
-`micro_batch_size` column too; a missing virtual-pipeline column means 1). An empty
+`micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
+v that does not divide the layers over the stages gets Megatron's uneven first/last
+stages, `paraplan.core.run_settings.interleaved_uneven_split`, unless the row sets
+them). An empty
 `use_flash_attn` means flash attention for bf16 and fp8 runs (Megatron Core with
 Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
@@ -45,7 +48,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
-    "gradient_accumulation_fusion", "DDP_impl",
+    "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
 )
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -135,7 +139,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
-    "DDP_impl": _choice(DDP_IMPLS),
+    "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
+    "decoder_last_pipeline_num_layers": _integer,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
