@@ -10,7 +10,8 @@ from paraplan.predict.predictor import RunPrediction
 PLAN_COLUMNS: tuple[str, ...] = (
     "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
     "pipeline_model_parallel_size", "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
-    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity", "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
+    "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     "bubble_fraction", "fits_memory", *(f"{name}_s" for name in BASELINES), "search_s", "calibration",

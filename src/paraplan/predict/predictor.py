@@ -29,7 +29,6 @@ from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
 
-
 UNEVEN_SPLIT_COLUMNS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 
 
