@@ -181,6 +181,7 @@ class RunStructure:
     after_sync_comm_s: np.ndarray
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
+    embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
@@ -301,6 +302,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
 
     after_comm = np.zeros(p)
+    exchange = 0.0
     if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
         after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
                                 for n in rank_params])
@@ -331,7 +333,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes))
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange)
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
