@@ -20,7 +20,9 @@ fastest that fits.
 The output is the input plus predicted_iteration_s, predicted_tflops_per_gpu,
 predicted_mfu, predicted_peak_memory_bytes, predicted_weight_state_bytes,
 predicted_activation_bytes, bubble_fraction, fits_memory, chosen (the settings the
-predictor chose) and calibration (the calibration it used). With a
+predictor chose), calibration (the calibration it used) and plausibility (empty, or
+why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
+published full training step; such runs are also named in a warning). With a
 measured_iteration_s column the errors are printed and logged. With --explain,
 explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s,
 explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
@@ -69,7 +71,7 @@ def _format(value: float) -> str:
 
 
 def output_rows(header: list[str], rows, predictions, calibration_label: str,
-                breakdowns=None) -> tuple[list[str], list[dict]]:
+                breakdowns=None, flags=None) -> tuple[list[str], list[dict]]:
     from paraplan.predict.explain import EXPLAIN_COLUMNS
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
@@ -97,6 +99,7 @@ def output_rows(header: list[str], rows, predictions, calibration_label: str,
             "fits_memory": "true" if pred.fits_memory else "false",
             "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
             "calibration": calibration_label,
+            "plausibility": flags[i] if flags is not None else "",
         })
         if breakdowns is not None:
             cells.update({f"explain_{k}_s": _format(v) for k, v in breakdowns[i].seconds.items()})
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import predict_rows
+    from paraplan.predict.predictor import plausibility, predict_rows
     from paraplan.predict.runtable import read_run_table
 
     cluster = load_cluster(args.cluster)
@@ -137,16 +140,22 @@ def run(args: argparse.Namespace) -> int:
     except StrategyError as exc:
         raise StrategyError(f"{args.runs}: {exc}") from None
     seconds = time.perf_counter() - started
-    columns, out = output_rows(header, rows, predictions, calibration.label, breakdowns)
+    flags = [plausibility(p.mfu, calibration.efficiency) for p in predictions]
+    columns, out = output_rows(header, rows, predictions, calibration.label, breakdowns, flags)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(out)
+    for row, flag in zip(rows, flags, strict=True):
+        if flag:
+            print(f"paraplan predict: warning: {args.runs}:{row.line} ({row.name}): {flag}; outside anything "
+                  "published, check the calibration and the settings", file=sys.stderr)
     unfit = sum(not p.fits_memory for p in predictions)
     print(f"paraplan predict: {len(rows)} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
           file=sys.stderr)
-    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit)}
+    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit),
+                                 "implausible": float(sum(bool(f) for f in flags))}
     measured = [(r.measured_iteration_s, p.iteration_s) for r, p in zip(rows, predictions, strict=True)
                 if r.measured_iteration_s is not None]
     artifacts = [args.output]

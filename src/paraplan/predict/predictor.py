@@ -11,7 +11,10 @@ Metrics:
   recomputation is full) / iteration time / GPUs;
 - `mfu`: 6 x parameters x tokens / iteration time / GPUs / the dtype's dense peak;
 - memory: the largest peak over pipeline ranks; weights + gradients + optimizer
-  state and the activation peak of the first pipeline stage.
+  state and the activation peak of the first pipeline stage;
+- plausibility (`plausibility`): an MFU above the device's GEMM ceiling (the
+  calibration's `gemm_efficiency`: the largest GEMMs' share of the peak) or above
+  `MAX_PUBLISHED_MFU` for a full training step is outside anything measured.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
 
+MAX_PUBLISHED_MFU = 0.65
+"""Above this MFU no published full training step runs (the best published dense-model
+runs reach 0.4-0.57 of peak: Megatron-LM SC21 52% with recomputation counted, Korthikanti et al.
+2022 56.3% MFU at 1T parameters)."""
 UNEVEN_SPLIT_COLUMNS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 
 
@@ -162,3 +169,13 @@ def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, effi
         if progress:
             progress(1)
     return out
+
+
+def plausibility(mfu: float, efficiency: DeviceEfficiency) -> str:
+    """Empty when the MFU is plausible; else why it is not (module doc)."""
+    reasons = []
+    if mfu > efficiency.gemm_efficiency:
+        reasons.append(f"above the device's GEMM ceiling ({efficiency.gemm_efficiency:.1%} of peak)")
+    if mfu > MAX_PUBLISHED_MFU:
+        reasons.append(f"above {MAX_PUBLISHED_MFU:.0%}, more than any published full training step")
+    return f"MFU {mfu:.1%} is " + " and ".join(reasons) if reasons else ""

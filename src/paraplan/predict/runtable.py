@@ -54,7 +54,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     "predicted_weight_state_bytes", "predicted_activation_bytes", "bubble_fraction", "fits_memory", "chosen",
-    "calibration",
+    "calibration", "plausibility",
 )
 OTHER: tuple[str, ...] = ("name", "num_gpus", "measured_iteration_s")
 KNOWN: tuple[str, ...] = (*OTHER[:1], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[1:], *PREDICTED)
