@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_search import BASELINES, PlanResult
-from paraplan.predict.predictor import RunPrediction
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.predictor import RunPrediction, plausibility
 
 PLAN_COLUMNS: tuple[str, ...] = (
     "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
@@ -14,7 +15,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
-    "bubble_fraction", "fits_memory", *(f"{name}_s" for name in BASELINES), "search_s", "calibration",
+    "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES), "search_s",
+    "calibration",
 )
 
 
@@ -29,7 +31,10 @@ def baseline_cell(prediction: RunPrediction | None) -> str:
     return f"{prediction.iteration_s:.6g}"
 
 
-def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> list[dict[str, str]]:
+def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
+              efficiency: DeviceEfficiency) -> list[dict[str, str]]:
+    """The plans as rows; `plausibility` flags an MFU outside anything published
+    (`paraplan.predict.predictor.plausibility`)."""
     baselines = {f"{name}_s": baseline_cell(result.baselines.get(name)) for name in BASELINES}
     rows = []
     for rank, plan in enumerate(result.plans, start=1):
@@ -52,6 +57,7 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> 
             "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
             "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}",
             "bubble_fraction": f"{plan.bubble_fraction:.6g}", "fits_memory": _flag(plan.fits_memory),
+            "plausibility": plausibility(plan.mfu, efficiency),
             **baselines, "search_s": f"{result.search_s:.4g}", "calibration": calibration,
         })
     return rows
