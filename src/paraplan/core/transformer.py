@@ -234,9 +234,6 @@ class TransformerModel:
         """What the execution model (`paraplan.predict`) cannot price yet: counted
         here, refused there with these names (never priced as a dense model)."""
         found = []
-        if self.is_moe:
-            found.append(f"mixture-of-experts layers (num_experts {self.num_experts}, top-{self.moe_router_topk}: "
-                         "expert parallelism and the token all-to-all are not modelled yet)")
         if self.multi_latent_attention:
             found.append("multi-latent attention (multi_latent_attention)")
         if self.mtp_num_layers:

@@ -73,19 +73,24 @@ class Kernels:
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective over the tensor-parallel group; `nbytes` in nccl-tests' convention
-    (all_gather: the gathered output; reduce_scatter: the input). `hidden_by` is the
-    index of the kernel of the same pass it runs beside (-1: the compute stream
-    waits for it)."""
+    """One collective of a layer; `nbytes` in nccl-tests' convention (all_gather: the
+    gathered output; reduce_scatter: the input; all_to_all: the per-rank total).
+    `hidden_by` is the index of the kernel of the same pass it runs beside (-1: the
+    compute stream waits for it). `group`: over which ranks (`GROUPS`)."""
 
     collective: str
     nbytes: float
     hidden_by: int = -1
+    group: str = "tp"
+
+
+GROUPS: tuple[str, ...] = ("tp", "ep", "etp")
+"""A layer's communicators: tensor-parallel, expert-parallel, expert-tensor-parallel."""
 
 
 @dataclass(frozen=True)
 class PassWork:
-    """The kernels and tensor-parallel collectives of one pass."""
+    """The kernels and collectives of one pass."""
 
     kernels: Kernels
     collectives: tuple[Collective, ...] = ()
@@ -123,8 +128,8 @@ class _Builder:
         self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
-    def comm(self, collective: str, nbytes: float, hidden_by: int = -1) -> None:
-        self.collectives.append(Collective(collective, float(nbytes), hidden_by))
+    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None:
+        self.collectives.append(Collective(collective, float(nbytes), hidden_by, group))
 
     def build(self) -> PassWork:
         cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
@@ -292,8 +297,8 @@ def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
 
 
-def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+def _attention_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool, overlap: bool) -> None:
+    """The layer's first half: norm, QKV, attention core, output projection, residual."""
     _norm_forward(w, x)
     qkv_index = len(w.rows)
     _enter_tp(w, x, overlap, qkv_index)
@@ -303,6 +308,11 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     proj = w.gemm(x.tokens, x.heads * x.d, x.h)
     _leave_tp(w, x, proj, overlap)
     _residual_forward(w, model, x)
+
+
+def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
+    w = _Builder(gemm_bytes)
+    _attention_forward(w, model, x, flash, overlap)
     _norm_forward(w, x)
     _enter_tp(w, x, overlap, len(w.rows))
     w.gemm(x.tokens, x.h, x.mlp_in)
@@ -346,13 +356,19 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, as
     _activation_backward(w, model, x)
     _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
+    _attention_backward(w, model, x, flash, overlap, async_reduce)
+    return w.build()
+
+
+def _attention_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool, overlap: bool,
+                        async_reduce: bool) -> None:
+    """Backward of the layer's first half (`_attention_forward`)."""
     _residual_backward(w, model, x)
     _row_backward(w, x, x.heads * x.d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     _rope(w, model, x)
     _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
-    return w.build()
 
 
 def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, gemm_bytes: int) -> PassWork:
