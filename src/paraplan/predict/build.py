@@ -137,23 +137,29 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
+    expert_blocking_s: float = 0.0  # of blocking_comm_s, over the expert groups (ep, etp)
+    hidden_expert: np.ndarray | None = None  # bool per overlapped collective: over an expert group
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: dict[str, Group] | None = None) -> PassCost:
         """`group`: the tensor-parallel group; `others`: the expert groups by name
         (`ops.GROUPS`)."""
         groups = {**(others or {}), "tp": group}
-        blocking, hidden_s, hidden_by = 0.0, [], []
+        blocking, expert_blocking, hidden_s, hidden_by, hidden_expert = 0.0, 0.0, [], [], []
         for c in work.collectives:
             on = groups[c.group]
             cost = float(comm.time_s(c.collective, c.nbytes, on)) if on.size > 1 else 0.0
             if c.hidden_by >= 0:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
+                hidden_expert.append(c.group != "tp")
             else:
                 blocking += cost
+                if c.group != "tp":
+                    expert_blocking += cost
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives))
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), expert_blocking,
+                        np.array(hidden_expert, dtype=bool) if any(hidden_expert) else None)
 
     def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
@@ -162,9 +168,20 @@ class PassCost:
         max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
         added = self.blocking_comm_s
         if self.hidden_by.size:
-            beside = kernel_s[self.hidden_by]
-            c = self.hidden_comm_s
-            added += float((np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)).sum())
+            added += float(self._hidden_added_s(kernel_s, eff).sum())
+        return added
+
+    def _hidden_added_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> np.ndarray:
+        beside = kernel_s[self.hidden_by]
+        c = self.hidden_comm_s
+        return np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+
+    def expert_comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """The share of `comm_s` that the expert groups' collectives (all-to-alls and
+        the expert-tensor-parallel gathers) add."""
+        added = self.expert_blocking_s
+        if self.hidden_expert is not None:
+            added += float(self._hidden_added_s(kernel_s, eff)[self.hidden_expert].sum())
         return added
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
