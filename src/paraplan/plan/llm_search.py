@@ -1,6 +1,7 @@
 """The best parallel strategy for training a transformer on N GPUs of a cluster: one
 search over TP, PP (even or balanced uneven layer splits), DP, micro-batch size,
-interleaving, schedule, recomputation, sequence parallelism and ZeRO stage.
+interleaving, schedule, recomputation, sequence parallelism and ZeRO stage, and for
+mixture-of-experts models expert parallelism (EP) and expert tensor parallelism (ETP).
 
 1. Enumerate every candidate that can run (`llm_space.enumerate_candidates`) and
    estimate its iteration time and peak memory in closed form, vectorised
@@ -81,7 +82,8 @@ BASELINES: dict[str, dict[str, object]] = {
 def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
     """Pure data parallelism over every GPU, the micro-batch that fits best found by
     the search below: here micro-batch 1 with full recomputation (the smallest
-    memory), so a baseline exists whenever data parallelism can run at all."""
+    memory), so a baseline exists whenever data parallelism can run at all (None
+    where those settings cannot run the model)."""
     base = request.base_settings()
     n = request.num_gpus
     out: dict[str, RunSettings | None] = {}
@@ -89,8 +91,14 @@ def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
         if request.global_batch_size % n:
             out[name] = None
             continue
-        out[name] = replace(base, data_parallel_size=n, micro_batch_size=1, recompute_granularity="full",
-                            **extra)  # type: ignore[arg-type]
+        settings = replace(base, data_parallel_size=n, micro_batch_size=1, recompute_granularity="full",
+                           **extra)  # type: ignore[arg-type]
+        try:
+            settings.check(request.model)
+        except StrategyError:  # e.g. ZeRO-3 with mixture-of-experts layers
+            out[name] = None
+            continue
+        out[name] = settings
     return out
 
 
