@@ -201,3 +201,17 @@ def test_plan_mixtral_on_64_h100_end_to_end(tmp_path):
                                                 "expert_tensor_parallel_size"))
         assert t * p * d == 64 and 8 % ep == 0 and (t * d) % (ep * etp) == 0
         assert r["fits_memory"] == "true" and float(r["predicted_peak_memory_bytes"]) <= 80e9
+
+
+def test_a_moe_model_that_fits_nowhere_says_so_with_its_expert_state():
+    model = PRESETS["qwen3-235b-a22b"]
+    request = PlanRequest(replace(model, seq_length=4096), H100, 32, 256)
+    with pytest.raises(StrategyError) as err:
+        search(request, CAL.comm_model(H100), CAL.efficiency)
+    text = str(err.value)
+    assert "qwen3-235b-a22b fits nowhere on 32 x H100-SXM5-80GB (80 GB each)" in text and "EP " in text
+    need_gb = float(text.split("needs ")[1].split(" GB")[0])
+    # the routed experts alone, split over all 32 ranks (EP x ETP = t d) with no expert-data-parallel
+    # copies left to shard their state over: 18 bytes per parameter
+    experts_gb = model.num_moe_layers * model.num_experts * model.expert_params / 32 * 18 / 1e9
+    assert experts_gb == pytest.approx(127.8, abs=0.1) and need_gb > experts_gb

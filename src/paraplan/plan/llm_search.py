@@ -178,10 +178,16 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
     best = min(results, key=lambda rs: float(rs[0].peak_memory_bytes.max()))
     need = float(best[0].peak_memory_bytes.max())
     s = best[1]
+    rank = int(np.argmax(best[0].peak_memory_bytes))
+    acts = float(best[0].activation_peak_bytes[rank])
+    experts = (f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}, "
+               if request.model.is_moe else "")
     raise StrategyError(
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
-        f"the smallest plan needs {need / 1e9:.1f} GB per device (TP {s.tensor_model_parallel_size}, "
-        f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
+        f"the smallest plan needs {need / 1e9:.1f} GB per device ({(need - acts) / 1e9:.1f} GB of weights, "
+        f"gradients, optimizer state and working buffers, {acts / 1e9:.1f} GB of activations; "
+        f"TP {s.tensor_model_parallel_size}, "
+        f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, {experts}micro-batch {s.micro_batch_size}, "
         f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
         "more GPUs, a smaller model or a device with more memory would do")
