@@ -14,8 +14,16 @@ MLflow (experiment paraplan-fit): one run per fit with one child run per sweep
 (`<collective>_n<world>`), whose metrics share their names across sweeps
 (`heldout_gmae__<model>`, `chosen_heldout_gmae`, ...) so the UI compares sweeps.
 
-Example:
+With --kind kernels, the inputs are GEMM and attention CSVs (`paraplan bench --kind
+gemm|attention`, data/published/gemm|attention) and the output is the device's kernel
+ceilings (config/kernels/<device>.json): the device model's GEMM curve (ceiling, wave
+quantisation over the cluster file's compute units, small-k penalty) and attention
+efficiencies, each with its held-out error (docs/kernels.md).
+
+Examples:
   paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/
+  paraplan fit --kind kernels data/published/gemm/*.csv data/published/attention/*.csv \
+      --cluster dgx-h100 -o config/kernels/H100-SXM5-80GB.json
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from paraplan.cli.common import add_output_argument, add_tracking_arguments, dep
 from paraplan.core import InputFileError
 
 NAME = "fit"
-HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps"
+HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps, or kernel ceilings"
 ORDER = 20
 
 
@@ -43,6 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CSV of the all_to_allv errors per world size and effective-size variant "
                              "(needs all_to_allv rows in the inputs)")
     deprecated(parser, "--a2av-out", "--a2av-output", "a2av_output", convert=Path)
+    parser.add_argument("--kind", choices=("collectives", "kernels"), default="collectives",
+                        help="what the inputs measure: collective sweeps, or GEMM/attention kernels")
+    parser.add_argument("--cluster", default=None,
+                        help="kernels: the device's cluster file (name or YAML; peaks and compute units)")
+    parser.add_argument("--device", default=None, help="kernels: the device rows to fit (default: the cluster's)")
+    parser.add_argument("--gemm-dtype", default="bfloat16", help="kernels: the GEMM rows' dtype to fit")
+    parser.add_argument("--min-gemm-flops", type=float, default=1e10,
+                        help="kernels: GEMMs with fewer FLOPs are left out of the fit (their error is reported)")
+    parser.add_argument("--attention-kernel", default="flash-attention-2",
+                        help="kernels: the attention rows' kernel (the end of their source column)")
+    parser.add_argument("--attention-head-dim", type=int, default=128,
+                        help="kernels: the head dimension of the attention rows to fit (causal rows only)")
     add_tracking_arguments(parser)
 
 
@@ -67,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import check_outputs, write_csv, write_json
     from paraplan.track import RunLog
 
+    if args.kind == "kernels":
+        from paraplan.cli._kernel_fit import run_kernel_fit
+
+        return run_kernel_fit(args)
     check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)
