@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -105,7 +106,7 @@ def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, ite
         a = torch.randn(size_a, dtype=torch_dtype, device=device)
         b = torch.randn(size_b, dtype=torch_dtype, device=device)
         with torch.no_grad():
-            times = _times_s(lambda a=a, b=b: torch.matmul(a, b), device, warmup, iters)
+            times = _times_s(partial(torch.matmul, a, b), device, warmup, iters)
         row = {"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
                **_row(times, gemm_flops(shape.m, shape.n, shape.k, shape.batch))}
         rows.append(row)
@@ -114,27 +115,40 @@ def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, ite
     return rows
 
 
+def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
+                       iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward times of one shape (the backward after an untimed forward)."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    size = (shape.batch, shape.heads, shape.seq_length, shape.head_dim)
+    q, k, v = (torch.randn(size, dtype=torch_dtype, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(size, dtype=torch_dtype, device=device)
+    out: list[torch.Tensor] = []
+
+    def forward() -> None:
+        sdpa(q, k, v, is_causal=shape.causal)
+
+    def fresh_forward() -> None:
+        q.grad = k.grad = v.grad = None
+        out[:] = [sdpa(q, k, v, is_causal=shape.causal)]
+
+    def backward() -> None:
+        out[0].backward(grad)
+
+    with torch.no_grad():
+        forward_s = _times_s(forward, device, warmup, iters)
+    return forward_s, _times_s(backward, device, warmup, iters, before=fresh_forward)
+
+
 def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
                    on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source)."""
     import torch
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    torch_dtype = getattr(torch, dtype)
     rows = []
     for shape in shapes:
-        size = (shape.batch, shape.heads, shape.seq_length, shape.head_dim)
-        q, k, v = (torch.randn(size, dtype=torch_dtype, device=device, requires_grad=True) for _ in range(3))
-        grad = torch.randn(size, dtype=torch_dtype, device=device)
-        with torch.no_grad():
-            forward = _times_s(lambda q=q, k=k, v=v, c=shape.causal: sdpa(q, k, v, is_causal=c), device, warmup, iters)
-        holder: dict[str, torch.Tensor] = {}
-
-        def run_forward(q=q, k=k, v=v, c=shape.causal) -> None:
-            q.grad = k.grad = v.grad = None
-            holder["out"] = sdpa(q, k, v, is_causal=c)
-
-        backward = _times_s(lambda g=grad: holder["out"].backward(g), device, warmup, iters, before=run_forward)
+        forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters)
         for name, times in (("fwd", forward), ("bwd", backward)):
             flops = attention_flops(shape.batch, shape.heads, shape.seq_length, shape.head_dim, shape.causal, name)
             row = {"dtype": dtype, "pass": name, "batch": shape.batch, "heads": shape.heads,
