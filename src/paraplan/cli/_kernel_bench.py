@@ -19,6 +19,8 @@ DEFAULT_SEQ_LENGTHS = "256,512,1024"
 def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("kernels (--kind gemm|attention)")
     group.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    group.add_argument("--threads", type=int, default=1,
+                       help="cpu: torch threads (default 1: one core, the local-cpu cluster's device)")
     group.add_argument("--device-name", default=None,
                        help="the device column of the CSV (default: torch's name for it; use the cluster "
                             "file's device name to fit it with `paraplan fit --kind kernels --cluster`)")
@@ -57,6 +59,12 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     check_outputs(folders=[args.output])
     device = bench.torch_device(args.device)
     name = args.device_name or bench.device_name(device)
+    if device.type == "cpu":
+        import torch
+
+        if args.threads < 1:
+            raise ConfigError("threads", f"must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
 
     def show(row: dict) -> None:
         shape = (f"{row['m']}x{row['n']}x{row['k']} batch {row['batch']}" if "m" in row else
@@ -87,7 +95,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     track(args, RunLog(
         stage="bench", run_name=f"{args.kind}:{name}",
         params={"kind": args.kind, "device": name, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
-                "shapes": len(frame)},
+                "shapes": len(frame), "threads": args.threads if device.type == "cpu" else None},
         metrics={"max_tflops": float(frame["tflops"].max()), "median_tflops": float(frame["tflops"].median())},
         artifacts=[path], tags={"kind": args.kind, "device": name},
     ))

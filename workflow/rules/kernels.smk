@@ -1,0 +1,109 @@
+# Kernels stage: the device model's compute ceilings from kernel micro-benchmarks.
+# kernels_bench times torch.matmul over config["kernels"]["bench"]'s grid on this
+# machine (measure=1, every core: never beside another job); kernels_fit fits the
+# GEMM curve to it with its held-out error; kernels_published fits the published
+# GEMM/attention tables of each config["kernels"]["published"] device, the recipe of
+# config/kernels/<device>.json. Config values reach the shell only quoted.
+import re
+
+import yaml
+
+from paraplan import config_files
+
+KERNELS = config["kernels"]
+KERNELS_BENCH = KERNELS["bench"]
+KERNELS_PUBLISHED = KERNELS["published"]
+
+
+def _cluster_device(name):
+    """The device name in a cluster file (what the bench CSV's device column says)."""
+    with open(config_files.find("clusters", name), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)["device"]["name"]
+
+
+def _csv_list(values):
+    return ",".join(str(v) for v in values)
+
+
+rule kernels_bench:
+    output:
+        csv=f"{RESULTS}/kernels/{{cluster}}/gemm.csv",
+    log:
+        f"{LOGS}/kernels/{{cluster}}_bench.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{cluster}}_bench.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+    params:
+        device=KERNELS_BENCH["device"],
+        device_name=lambda wildcards: _cluster_device(wildcards.cluster),
+        dtype=KERNELS_BENCH["dtype"],
+        m=_csv_list(KERNELS_BENCH["m"]),
+        n=_csv_list(KERNELS_BENCH["n"]),
+        k=_csv_list(KERNELS_BENCH["k"]),
+        batch=_csv_list(KERNELS_BENCH["batch"]),
+        warmup=KERNELS_BENCH["warmup"],
+        iters=KERNELS_BENCH["iters"],
+        out_dir=lambda wildcards, output: os.path.dirname(output.csv),
+    threads: workflow.cores
+    resources:
+        measure=1,
+        gpu=1 if KERNELS_BENCH["device"] == "cuda" else 0,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan bench --kind gemm --device {params.device:q} --device-name {params.device_name:q}"
+        " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q} --batch {params.batch:q}"
+        " --warmup {params.warmup:q} --iters {params.iters:q} -o {params.out_dir:q}"
+        " --rule kernels_bench --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+
+
+rule kernels_fit:
+    input:
+        f"{RESULTS}/kernels/{{cluster}}/gemm.csv",
+    output:
+        f"{RESULTS}/kernels/{{cluster}}/fit.json",
+    log:
+        f"{LOGS}/kernels/{{cluster}}_fit.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{cluster}}_fit.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+    params:
+        dtype=KERNELS_BENCH["dtype"],
+        min_flops=KERNELS_BENCH["min_gemm_flops"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit --kind kernels {input:q} --cluster {wildcards.cluster:q} --gemm-dtype {params.dtype:q}"
+        " --min-gemm-flops {params.min_flops:q} -o {output:q}"
+        " --rule kernels_fit --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+
+
+rule kernels_published:
+    input:
+        lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["inputs"],
+    output:
+        f"{RESULTS}/kernels/{{device}}.json",
+    log:
+        f"{LOGS}/kernels/{{device}}_published.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{device}}_published.tsv"
+    wildcard_constraints:
+        device="|".join(re.escape(d) for d in sorted(KERNELS_PUBLISHED)) or "(?!)",
+    params:
+        cluster=lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["cluster"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
+        " -o {output:q} --rule kernels_published --wildcards device={wildcards.device:q} > {log:q} 2>&1"
+
+
+rule kernels_all:
+    input:
+        f"{RESULTS}/kernels/{CLUSTER}/fit.json",
+        expand(f"{RESULTS}/kernels/{{device}}.json", device=sorted(KERNELS_PUBLISHED)),
+
+
+ALL_TARGETS.extend(rules.kernels_all.input)
