@@ -6,23 +6,13 @@
 # config/kernels/<device>.json. Config values reach the shell only quoted.
 import re
 
-import yaml
-
-from paraplan import config_files
+from paraplan.clusters import load_cluster
 
 KERNELS = config["kernels"]
 KERNELS_BENCH = KERNELS["bench"]
 KERNELS_PUBLISHED = KERNELS["published"]
-
-
-def _cluster_device(name):
-    """The device name in a cluster file (what the bench CSV's device column says)."""
-    with open(config_files.find("clusters", name), encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["device"]["name"]
-
-
-def _csv_list(values):
-    return ",".join(str(v) for v in values)
+# the grid as comma lists, one shell word each
+KERNELS_GRID = {key: ",".join(str(v) for v in KERNELS_BENCH[key]) for key in ("m", "n", "k", "batch")}
 
 
 rule kernels_bench:
@@ -36,12 +26,13 @@ rule kernels_bench:
         cluster="[A-Za-z0-9_.-]+",
     params:
         device=KERNELS_BENCH["device"],
-        device_name=lambda wildcards: _cluster_device(wildcards.cluster),
+        # the cluster file's device name: what kernels_fit looks the rows up by
+        device_name=lambda wildcards: load_cluster(wildcards.cluster).device.name,
         dtype=KERNELS_BENCH["dtype"],
-        m=_csv_list(KERNELS_BENCH["m"]),
-        n=_csv_list(KERNELS_BENCH["n"]),
-        k=_csv_list(KERNELS_BENCH["k"]),
-        batch=_csv_list(KERNELS_BENCH["batch"]),
+        m=KERNELS_GRID["m"],
+        n=KERNELS_GRID["n"],
+        k=KERNELS_GRID["k"],
+        batch=KERNELS_GRID["batch"],
         warmup=KERNELS_BENCH["warmup"],
         iters=KERNELS_BENCH["iters"],
         out_dir=lambda wildcards, output: os.path.dirname(output.csv),
