@@ -93,7 +93,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     print(f"paraplan bench: {len(frame)} {args.kind} row(s) on {name}, best {best['tflops']:.3f} TFLOP/s -> {path}",
           file=sys.stderr)
     track(args, RunLog(
-        stage="bench", run_name=f"{args.kind}:{name}",
+        stage="kernels", run_name=f"bench-{args.kind}:{name}",
         params={"kind": args.kind, "device": name, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
                 "shapes": len(frame), "threads": args.threads if device.type == "cpu" else None},
         metrics={"max_tflops": float(frame["tflops"].max()), "median_tflops": float(frame["tflops"].median())},

@@ -88,7 +88,7 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
         metrics["attention_mape"] = float(attention_doc["mape"])
         if attention_doc["heldout_mape"] is not None:
             metrics["attention_heldout_mape"] = float(attention_doc["heldout_mape"])
-    track(args, RunLog(stage="fit", run_name=f"kernels:{device}",
+    track(args, RunLog(stage="kernels", run_name=f"fit:{device}",
                        params={"kind": "kernels", "device": device, "cluster": cluster.name,
                                "inputs": [str(p) for p in args.inputs], "gemm_dtype": args.gemm_dtype,
                                "min_gemm_flops": args.min_gemm_flops, "attention_kernel": args.attention_kernel,
