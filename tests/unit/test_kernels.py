@@ -92,9 +92,9 @@ def test_published_tables_refit_to_the_shipped_h100_file(tmp_path):
 
 
 def test_shipped_files_cover_a100_and_h100_with_their_devices():
-    for device in ("A100-SXM4-80GB", "H100-SXM5-80GB"):
-        held = held_parameters(device)
-        assert set(held) == set(HELD)
+    # H100: 44 published shapes determine the whole GEMM curve; A100: one shape, its ceiling
+    assert set(held_parameters("H100-SXM5-80GB")) == set(HELD)
+    assert set(held_parameters("A100-SXM4-80GB")) == set(HELD) - {"gemm_k_half", "kernel_latency_s"}
     # H100: an 8192^3 GEMM at no more than the table's best measured GEMM (808.7 TFLOP/s,
     # XLA sm_90, 4096 x 2048 x 4096 x 4), no longer the 847-899 of a transferred A100 ceiling
     eff = replace(DeviceEfficiency(), **held_parameters("H100-SXM5-80GB"))

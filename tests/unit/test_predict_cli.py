@@ -115,6 +115,7 @@ def test_calibrate_holds_the_kernel_ceilings_of_the_device(tmp_path):
     assert cal["fitted"] == ["memory_efficiency"]
     assert cal["efficiency"]["gemm_efficiency"] == held["gemm_efficiency"]
     assert cal["efficiency"]["attention_seq_half"] == held["attention_seq_half"]
+    assert cal["efficiency"]["gemm_k_half"] == 64.0  # not determined by one published shape: not held, not fitted
     assert cal["assumptions"]["held_at_kernel_fit"] == held
     assert main(["calibrate", str(runs), "--cluster", "dgx-a100", "--kernel-ceilings", "device",
                  "--fit", "gemm_efficiency", "-o", str(tmp_path / "x.json"), "--no-track"]) == 2

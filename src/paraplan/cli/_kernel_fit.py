@@ -53,7 +53,9 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if gemm.small_shapes:
         print(f"paraplan fit: {gemm.small_shapes} GEMM(s) below {args.min_gemm_flops:g} FLOPs left out of the fit; "
               f"its error on them: MAPE {gemm.small_shape_mape:.2%}", file=sys.stderr)
-    efficiency = {k: gemm.params[k] for k in ("gemm_efficiency", "gemm_k_half")}
+    # held by a calibration: what the kernels determined (a parameter the fit kept at its
+    # default, e.g. gemm_k_half from one published shape, stays the calibration's to fit)
+    efficiency = {k: gemm.params[k] for k in gemm.fitted}
     gemm_doc = {"dtype": args.gemm_dtype, "peak_flops": speed.peak_flops, "compute_units": speed.compute_units,
                 "min_flops": args.min_gemm_flops, "data": _data(args.inputs, {p for p, _ in gemm_rows}),
                 **gemm.as_dict()}

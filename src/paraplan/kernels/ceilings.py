@@ -3,14 +3,16 @@ parameters fitted to kernel micro-benchmarks (`paraplan fit --kind kernels`), as
 small versioned JSON file, `config/kernels/<device>.json`:
 
     {"schema_version": 1, "device": "H100-SXM5-80GB", "cluster": "dgx-h100",
-     "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ..., "attention_fwd_efficiency": ...,
+     "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ..., "kernel_latency_s": ...,
+                    "attention_fwd_efficiency": ...,
                     "attention_bwd_efficiency": ..., "attention_seq_half": ...},
      "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null}
 
-`efficiency` holds the parameters `paraplan calibrate` keeps at these values
-(`held_parameters`); the fit reports say which data each came from and their
-held-out errors. `kernel_latency_s` is fitted beside the GEMM curve but not held:
-a calibration on whole runs fits it with everything else.
+`efficiency` holds the parameters the kernel data determined, which `paraplan
+calibrate --kernel-ceilings` keeps at these values (`held_parameters`): the GEMM
+parameters the fit could identify (all three with enough shapes; only
+`gemm_efficiency` from a single published shape) and the attention ones. The fit
+reports say which data each came from and their held-out errors.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from paraplan.inputs import check_number, read_json_object
 from paraplan.predict.calibration import EFFICIENCY_RULES
 
 SCHEMA_VERSION = 1
-HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half", "attention_fwd_efficiency", "attention_bwd_efficiency",
-                         "attention_seq_half")
-"""The parameters a kernel file fixes for a calibration."""
+HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half", "kernel_latency_s", "attention_fwd_efficiency",
+                         "attention_bwd_efficiency", "attention_seq_half")
+"""The parameters a kernel file may fix for a calibration (those its data determined)."""
 
 
 @dataclass(frozen=True)
