@@ -24,7 +24,7 @@ for _device in sorted(set(KERNELS["published"]) - set(KERNELS_PUBLISHED)):
         file=sys.stderr,
     )
 # the grid as comma lists, one shell word each
-KERNELS_GRID = {key: ",".join(str(v) for v in KERNELS_BENCH[key]) for key in ("m", "n", "k", "batch")}
+KERNELS_GRID = {key: ",".join(str(v) for v in KERNELS_BENCH[key]) for key in ("m", "n", "k", "gemm_batch")}
 
 
 rule kernels_bench:
@@ -44,7 +44,7 @@ rule kernels_bench:
         m=KERNELS_GRID["m"],
         n=KERNELS_GRID["n"],
         k=KERNELS_GRID["k"],
-        batch=KERNELS_GRID["batch"],
+        gemm_batch=KERNELS_GRID["gemm_batch"],
         warmup=KERNELS_BENCH["warmup"],
         iters=KERNELS_BENCH["iters"],
         out_dir=lambda wildcards, output: os.path.dirname(output.csv),
@@ -56,7 +56,8 @@ rule kernels_bench:
         "../../environment.yml"
     shell:
         "paraplan bench --kind gemm --device {params.device:q} --device-name {params.device_name:q}"
-        " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q} --batch {params.batch:q}"
+        " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q}"
+        " --gemm-batch {params.gemm_batch:q}"
         " --warmup {params.warmup:q} --iters {params.iters:q} -o {params.out_dir:q}"
         " --rule kernels_bench --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
 

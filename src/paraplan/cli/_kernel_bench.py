@@ -27,7 +27,8 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--m", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of m")
     group.add_argument("--n", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of n")
     group.add_argument("--k", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of k")
-    group.add_argument("--batch", default="1", help="gemm: comma list of batch counts (batched products)")
+    group.add_argument("--gemm-batch", default="1",
+                       help="gemm: comma list of batch counts (independent products per batched matmul)")
     group.add_argument("--seq-lengths", default=DEFAULT_SEQ_LENGTHS, help="attention: comma list of sequence lengths")
     group.add_argument("--head-dims", default="64,128", help="attention: comma list of head dimensions")
     group.add_argument("--heads", type=int, default=16, help="attention: heads")
@@ -74,7 +75,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     if args.kind == "gemm":
         shapes = [bench.GemmShape(m, n, k, b) for m, n, k, b in itertools.product(
             _positive_list(args.m, "m"), _positive_list(args.n, "n"), _positive_list(args.k, "k"),
-            _positive_list(args.batch, "batch"))]
+            _positive_list(args.gemm_batch, "gemm_batch"))]
         rows = bench.time_gemms(shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
         columns = GEMM_COLUMNS
     else:
