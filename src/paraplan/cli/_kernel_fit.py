@@ -37,6 +37,9 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
     from paraplan.track import RunLog
 
+    for option, value in (("--plots", args.plots), ("--a2av-output", args.a2av_output)):
+        if value is not None:
+            raise ConfigError(option, "applies to collective fits only (--kind collectives)")
     if args.cluster is None:
         raise ConfigError("--cluster", "fit --kind kernels needs the device's cluster file (peaks, compute units)")
     check_outputs(files=[args.output])

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, track
-from paraplan.core import InputFileError
+from paraplan.core import ConfigError, InputFileError
 
 NAME = "fit"
 HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps, or kernel ceilings"
@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
         from paraplan.cli._kernel_fit import run_kernel_fit
 
         return run_kernel_fit(args)
+    for option, value in (("--cluster", args.cluster), ("--device", args.device)):
+        if value is not None:
+            raise ConfigError(option, "applies to --kind kernels only")
     check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)
