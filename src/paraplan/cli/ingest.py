@@ -2,8 +2,9 @@
 
 A mamf-finder.py log (stas00/ml-engineering) and XLA's matmul perf table (text
 protobuf, one device key) become GEMM CSVs of `paraplan bench --kind gemm`
-(paraplan.kernels.mamf, paraplan.kernels.xla_table). nccl-tests / rccl-tests stdout and PARAM comms
-output become the bench CSV of DESIGN.md (one CSV may hold several collectives). The out-of-place columns are
+(paraplan.kernels.mamf, paraplan.kernels.xla_table). nccl-tests / rccl-tests stdout
+and PARAM comms output become the bench CSV of docs/design.md (one CSV may hold
+several collectives). The out-of-place columns are
 read unless --in-place; the world size, node count and collective come from the
 log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
 printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the
