@@ -44,7 +44,6 @@ ATTENTION_BOUNDS: dict[str, tuple[float, float, float]] = {
     "attention_bwd_efficiency": (0.05, 1.0, 1.0),
     "attention_seq_half": (0.0, 16384.0, 100.0),
 }
-BOTH_PASSES = "attention_efficiency"  # the one parameter of forward+backward-only data
 
 
 @dataclass(frozen=True)
