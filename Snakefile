@@ -24,6 +24,7 @@ check_config(config, local=workflow.local_exec and not workflow.remote_exec)
 include: "workflow/rules/common.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/fit.smk"
+include: "workflow/rules/kernels.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/plan.smk"

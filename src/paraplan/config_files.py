@@ -1,6 +1,6 @@
 """Where named data files live: `config/clusters/<name>.yaml`,
 `config/studies/<stage>/<name>.yaml` (stage `simulate` or `plan`) and
-`config/calibrations/<name>.json`.
+`config/calibrations/<name>.json` and `config/kernels/<device>.json`.
 
 A name is looked up, in order, in the working directory's `config/<kind>/`, in the
 checkout paraplan was installed from (`pip install -e .`), and in the copies the
@@ -22,11 +22,11 @@ from typing import Literal
 
 from paraplan.typed import warn_renamed
 
-Kind = Literal["clusters", "studies/simulate", "studies/plan", "calibrations"]
+Kind = Literal["clusters", "studies/simulate", "studies/plan", "calibrations", "kernels"]
 StudyStage = Literal["simulate", "plan"]
 SUFFIXES: dict[str, tuple[str, ...]] = {
     "clusters": (".yaml", ".yml"), "studies/simulate": (".yaml", ".yml"), "studies/plan": (".yaml", ".yml"),
-    "calibrations": (".json",),
+    "calibrations": (".json",), "kernels": (".json",),
 }
 OLD_STUDY_DIR = Path("config/experiments")
 

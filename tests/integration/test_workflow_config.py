@@ -34,8 +34,8 @@ def _dry_run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_readme_config_override_works_as_written(workdir):
     out = _dry_run(workdir, "--config", "bench={iters: 50, world_sizes: [2]}")
     assert out.returncode == 0, out.stderr[-3000:]
-    bench = [line for line in out.stdout.splitlines() if line.startswith("Shell command: paraplan bench")]
-    assert len(bench) == 6  # six collectives at the one world size
+    bench = [line for line in out.stdout.splitlines() if line.startswith("Shell command: paraplan bench --backend")]
+    assert len(bench) == 6  # six collectives at the one world size (the GEMM bench is --kind gemm)
     assert all("--world-size 2 " in line and "--iters 50 " in line for line in bench)
 
 

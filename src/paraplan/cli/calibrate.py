@@ -65,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {DEFAULT_GROUP_BY})")
     parser.add_argument("--fit", default="",
                         help="comma-separated parameters to fit (default: all that the data determines)")
+    parser.add_argument("--kernel-ceilings", default=None, metavar="DEVICE|PATH",
+                        help="hold the GEMM and attention parameters at a kernel fit (`paraplan fit --kind kernels`): "
+                             "'device' for config/kernels/<the cluster's device>.json, or a name or path; they are "
+                             "then not fitted (docs/kernels.md)")
     parser.add_argument("--no-layer-factors", action="store_true",
                         help="run tables: do not fit measured layer-time factors per layer shape (analytic model only)")
     parser.add_argument("--no-cross-validation", action="store_true",
@@ -184,6 +188,23 @@ def run(args: argparse.Namespace) -> int:
     comm = Calibration(name, cluster.device.name, cal.START, intra_node_comm=comm_doc).comm_model(cluster)
     data = _runs(args, cluster, comm) if args.runs is not None else _profile(args, cluster, comm)
     fitted = asked or data.default_fit
+    start, held, held_from = cal.START, dict[str, Any](), None
+    if args.kernel_ceilings is not None:
+        from dataclasses import replace
+
+        from paraplan.kernels.ceilings import load_kernel_ceilings
+
+        ceilings = load_kernel_ceilings(cluster.device.name if args.kernel_ceilings == "device"
+                                        else args.kernel_ceilings)
+        if ceilings.device != cluster.device.name:
+            raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
+                              f"{cluster.device.name}")
+        held, held_from = dict(ceilings.efficiency), args.kernel_ceilings
+        clash = [n for n in asked if n in held]
+        if clash:
+            raise ConfigError("--fit", f"'{clash[0]}' is held at the kernel fit (--kernel-ceilings); leave it out")
+        fitted = tuple(n for n in fitted if n not in held)
+        start = replace(cal.START, **held)
     measured = data.seconds
     everything = np.arange(len(data.measured))
 
@@ -191,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"paraplan calibrate: fitting {len(fitted)} parameter(s) to {len(measured)} measured time(s) ...",
           file=sys.stderr)
     factors = data.kind == "runs" and not args.no_layer_factors
-    fit = cal.fit_with_factors(data.measured, measured, fitted, layer_factors=factors)
+    fit = cal.fit_with_factors(data.measured, measured, fitted, start=start, layer_factors=factors)
     insample = data.measured.predict(fit.efficiency, everything)
     in_errors = cal.ErrorSummary.of(insample, measured)
     print(f"paraplan calibrate: in-sample MAPE {in_errors.mape:.2%} ({fit.evaluations} evaluations, "
@@ -238,10 +259,12 @@ def run(args: argparse.Namespace) -> int:
         data={data.kind: str(data.path), "sha256": hashlib.sha256(data.path.read_bytes()).hexdigest(),
               "measurements": len(measured), "cluster": cluster.name,
               "comm_model": str(args.comm_model) if args.comm_model else None,
+              **({"kernel_ceilings": held_from} if held_from else {}),
               "paraplan_version": paraplan.__version__, "python": platform.python_version()},
         errors=errors,
         assumptions={"bounds": {k: [lo, hi] for k, (lo, hi, _) in cal.FIT_BOUNDS.items() if k in fitted},
-                     "not_fitted": {k: v for k, v in fit.efficiency.as_dict().items() if k not in fitted}},
+                     "not_fitted": {k: v for k, v in fit.efficiency.as_dict().items() if k not in fitted},
+                     **({"held_at_kernel_fit": held} if held else {})},
     )
     write_json(args.output, calibration.to_dict())
     artifacts = [args.output]

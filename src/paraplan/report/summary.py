@@ -27,6 +27,7 @@ class StageFiles:
     calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
     predictions: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # table -> predicted.csv
     llm_plans: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # name -> plans/llm/<name>.csv
+    kernels: Mapping[str, dict] = field(default_factory=dict)  # results/kernels/... path -> kernel fit JSON
 
 
 def _fmt(value: object, digits: int = 3) -> str:
@@ -229,6 +230,30 @@ def calibrate_section(calibrations: Mapping[str, dict]) -> list[str]:
     ]
 
 
+def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
+    rows = []
+    for where, fit in sorted(kernels.items()):
+        gemm, att = fit.get("gemm", {}), fit.get("attention") or {}
+        eff = fit.get("efficiency", {})
+        rows.append([where, fit.get("device", ""), gemm.get("n_points", ""), _fmt(eff.get("gemm_efficiency")),
+                     _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
+                     _pct(gemm.get("heldout_mape")), _fmt(eff.get("attention_fwd_efficiency")),
+                     _fmt(eff.get("attention_bwd_efficiency")), _pct(att.get("heldout_mape"))])
+    if not rows:
+        return []
+    return [
+        "## kernels: GEMM and attention ceilings fitted to kernel measurements",
+        "",
+        *_table(["fit", "device", "GEMMs", "gemm_efficiency", "gemm_k_half", "GEMM MAPE", "GEMM held-out",
+                 "attention fwd", "attention bwd", "attention held-out"], rows),
+        "",
+        "Held-out: GEMMs leave one shape out, attention one sequence length out (docs/kernels.md). Reproduce: "
+        "`snakemake -R kernels_bench --until kernels_all`, or `paraplan fit --kind kernels CSV... --cluster NAME "
+        "-o FIT.json`.",
+        "",
+    ]
+
+
 def predict_section(predictions: Mapping[str, pd.DataFrame]) -> list[str]:
     lines: list[str] = []
     for table, frame in sorted(predictions.items()):
@@ -283,7 +308,8 @@ def render(files: StageFiles, title: str = "paraplan summary") -> str:
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
                     plan_section(files.plans), validate_section(files.validations),
-                    calibrate_section(files.calibrations), predict_section(files.predictions),
+                    kernels_section(files.kernels), calibrate_section(files.calibrations),
+                    predict_section(files.predictions),
                     llm_plan_section(files.llm_plans)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"
