@@ -10,7 +10,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from paraplan.track import (
@@ -38,6 +38,41 @@ def upgrade_config(config: dict, schema_path: str = "workflow/schemas/config.sch
     schema = yaml.safe_load(path.read_text())
     upgrade_config_keys(config, schema, path.parent)
     coerce_config_text(config, schema, path.parent)
+
+
+DEFAULT_CONFIGFILE = "config/config.yaml"
+
+
+def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.PathLike] = (),
+                      schema_path: str = "workflow/schemas/config.schema.yaml") -> None:
+    """Before Snakemake's schema check: stop with one line per unknown key (and the
+    nearest known one) or unusable name (`paraplan.typed.config_check`), and per key
+    given twice in one of `configfiles` (the files Snakemake merged, in order)."""
+    from pathlib import Path
+
+    import yaml
+
+    from paraplan.core import ParaplanError
+    from paraplan.typed.config_check import config_key_problems
+    from paraplan.typed.files import read_yaml
+
+    # the file that wins first: the last --configfile, ..., the first, the Snakefile's
+    # own `configfile:` (Snakemake lists it after the command line's)
+    default = Path(DEFAULT_CONFIGFILE).resolve()
+    ordered = sorted(reversed(list(configfiles)), key=lambda f: Path(f).resolve() == default)
+    files: list[tuple[str, object]] = []
+    problems: list[str] = []
+    for configfile in ordered:
+        try:
+            files.append((Path(configfile).name, read_yaml(configfile, "the workflow config (YAML)")))
+        except ParaplanError as exc:
+            problems.append(str(exc))
+    path = Path(schema_path)
+    problems += config_key_problems(config, yaml.safe_load(path.read_text()), path.parent, files)
+    for problem in problems:
+        print(f"paraplan: error: {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
 
 
 def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[str, str]]:

@@ -80,6 +80,13 @@ def _flag(value: object, source: str, key: str) -> bool:
     return value
 
 
+def _text(value: object, source: str, key: str) -> str:
+    if not isinstance(value, str):
+        raise InputFileError(source, f"key '{key}': expected the activation's name as text (gelu, silu, ...), "
+                             f"got {value!r}")
+    return value
+
+
 def _probability(value: object, source: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
         raise InputFileError(source, f"key '{key}': expected a probability in [0, 1), got {value!r}")
@@ -98,7 +105,9 @@ def from_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     seq = _positive_int(get("max_position_embeddings", "n_positions", "n_ctx", "seq_length"), source,
                         "max_position_embeddings")
     groups = _positive_int(get("num_key_value_heads", default=heads), source, "num_key_value_heads")
-    act = str(get("hidden_act", "activation_function", "activation", default="gelu")).lower()
+    act_key = next((k for k in ("hidden_act", "activation_function", "activation") if config.get(k) is not None),
+                   "hidden_act")
+    act = _text(config.get(act_key, "gelu"), source, act_key).lower()
     gated = act in ("silu", "swiglu", "swish")
     ffn = _positive_int(get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden), source,
                         "intermediate_size")
