@@ -219,3 +219,21 @@ def test_a_hidden_act_that_is_not_text_names_the_key(tmp_path, act):
     with pytest.raises(InputFileError, match=r"config.json: key 'hidden_act': expected the activation's name as "
                                              r"text \(gelu, silu, \.\.\.\), got"):
         load_model(str(path))
+
+
+def test_a_cluster_name_that_is_no_file_name_is_refused(repo_root, tmp_path):
+    from paraplan.clusters import load_cluster
+
+    text = (repo_root / "config/clusters/dgx-a100.yaml").read_text()
+    path = tmp_path / "odd.yaml"
+    path.write_text(text.replace("name: dgx-a100", "name: ../../etc"))
+    with pytest.raises(InputFileError, match="odd.yaml: key 'name': '../../etc' is not a usable name"):
+        load_cluster(str(path))
+
+
+def test_a_model_file_whose_name_is_a_formula_is_refused(tmp_path):
+    path = tmp_path / "=cmd.yaml"
+    path.write_text("num_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nseq_length: 128\nvocab_size: 1000\n")
+    with pytest.raises(InputFileError, match="the model's name \\(from the file or folder name\\): '=cmd' starts "
+                                             "with '='"):
+        load_model(str(path))
