@@ -47,6 +47,8 @@ NAME = "calibrate"
 HELP = "fit the device model to measured iteration times (run table) or a layer profile, cross-validated"
 ORDER = 54
 DEFAULT_GROUP_BY = "hidden_size,num_layers,num_attention_heads,seq_length"
+NO_RANKING = ("no question has >= 2 runs (a question: one model, GPU count and global batch size; its runs "
+              "differ in parallel settings only)")
 PROFILE_FIT = ("gemm_efficiency", "gemm_k_half", "memory_efficiency", "kernel_latency_s", "host_kernel_s")
 
 
@@ -217,11 +219,16 @@ def run(args: argparse.Namespace) -> int:
     elif not args.no_cross_validation:
         print("paraplan calibrate: one group only: no cross-validation", file=sys.stderr)
     honest = cv_pred if cv_pred is not None else insample
-    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n"}
+    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n" and v is not None}
     if cv_pred is not None:
         metrics.update({f"cv_{k}": float(v) for k, v in cal.ErrorSummary.of(cv_pred, measured).as_dict().items()
-                        if k != "n"})
-    if data.questions is not None:
+                        if k != "n" and v is not None})
+    if data.questions is not None and ranking_summary(data.questions, honest, measured).groups == 0:
+        # a ranking needs a question (same model, GPUs and global batch) asked of two runs
+        errors["ranking"] = {"questions": 0, "measured_fastest_in_top_k": None, "predicted_fastest_within_5pct": None,
+                             "why": NO_RANKING}
+        print(f"paraplan calibrate: warning: no ranking metrics: {NO_RANKING}", file=sys.stderr)
+    elif data.questions is not None:
         ranking = ranking_summary(data.questions, honest, measured)
         errors["ranking"] = {"questions": ranking.groups, "top_k": ranking.top_k,
                              "measured_fastest_in_top_k": ranking.hit_fraction,

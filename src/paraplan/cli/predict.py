@@ -134,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
         m, p = np.array(measured).T
         errors = ErrorSummary.of(p, m)
         ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
-        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
-        metrics["top3_fraction"] = ranking.hit_fraction
+        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n" and v is not None})
+        if ranking.groups:
+            metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
               f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}; measured-fastest "
               f"in the predicted top 3 for {ranking.hits}/{ranking.groups} questions", file=sys.stderr)
