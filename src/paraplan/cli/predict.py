@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
-                        help="folder for the predicted-vs-measured figure (with a measured_iteration_s column)")
+                        help="folder for the figures: each run's predicted iteration time and MFU, and predicted "
+                             "vs measured (with a measured_iteration_s column)")
     add_tracking_arguments(parser)
 
 
@@ -149,6 +150,14 @@ def run(args: argparse.Namespace) -> int:
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
+    if args.plots is not None:
+        from paraplan.plots.predict import plot_predicted_runs
+
+        artifacts += plot_predicted_runs(
+            [r.name for r in rows], np.array([p.iteration_s for p in predictions]),
+            np.array([p.mfu for p in predictions]), [p.fits_memory for p in predictions],
+            args.plots / f"{args.runs.stem}_predicted", f"{args.runs.name} on {cluster.device.name} with "
+            f"{calibration.label}")
     from paraplan.track import RunLog
 
     track(args, RunLog(
