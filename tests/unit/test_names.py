@@ -237,3 +237,22 @@ def test_a_model_file_whose_name_is_a_formula_is_refused(tmp_path):
     with pytest.raises(InputFileError, match="the model's name \\(from the file or folder name\\): '=cmd' starts "
                                              "with '='"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["plan", "--study", "x" * 300, "-o", "OUT"], "paraplan plan: error: config key 'study': 'xxxxxxxxxxxxxxxxxxxx...' "
+                                                   "(300 characters) is longer than 64 characters"),
+    (["simulate", "--study", "../x", "-o", "OUT"], "paraplan simulate: error: config key 'study': '../x' is not a "
+                                                   "usable name"),
+    (["plan", "--model", "gpt3-125m", "--cluster", "/abs/x", "--gpus", "8", "--global-batch-size", "8", "-o",
+      "OUT/p.csv"], "paraplan plan: error: config key 'cluster': '/abs/x' is not a usable name"),
+    (["simulate", "--runs", "RUNS", "--cluster", "dgx-a100", "-o", "OUT/" + "x" * 300],
+     "paraplan simulate: error: cannot write 'OUT/xxxx"),
+])
+def test_names_and_paths_from_the_command_line_fail_in_one_line(repo_root, tmp_path, capsys, args, line):
+    """Issue 21: a 256-character name gave a "File name too long" traceback."""
+    out = str(tmp_path / "out")
+    args = [a.replace("OUT", out).replace("RUNS", str(repo_root / "config/runs/llm_a100.csv")) for a in args]
+    assert main([*args, "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line.replace("OUT", out)) and len(err.splitlines()) == 1, err
