@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 import yaml
@@ -256,3 +257,20 @@ def test_names_and_paths_from_the_command_line_fail_in_one_line(repo_root, tmp_p
     assert main([*args, "--no-track"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(line.replace("OUT", out)) and len(err.splitlines()) == 1, err
+
+
+def test_text_from_logs_and_profiles_written_to_csv_starts_no_formula(data_dir, tmp_path):
+    from paraplan.comm.param_log import parse_param
+    from paraplan.profile.pipedream import read_pipedream
+
+    log = ("\t collective=all_reduce, src_ranks=None\n"
+           "[Rank   0] host =cmd|calc, device: cuda:0 world_size: 2\n"
+           "[Rank   1] host nodeB, device: cuda:0 world_size: 2\n"
+           "\tCOMMS-RES   1048576   262144   500.0   510.0   520.0   490.0   530.0   2.097   2.097\n")
+    with pytest.raises(InputFileError, match=re.escape("up.txt:4: host: '=cmd|calc' starts with '='")):
+        parse_param(log, "up.txt")
+    text = (data_dir / "pipedream-profiles/vgg-19-pbs-32.txt").read_text()
+    path = tmp_path / "vgg-pbs-32.txt"
+    path.write_text(text.replace(" -- Conv2d_1_1 -- ", " -- @SUM(A1) -- ", 1))
+    with pytest.raises(InputFileError, match=r"vgg-pbs-32.txt:2: description: '@SUM\(A1\)' starts with '@'"):
+        read_pipedream(path)
