@@ -121,6 +121,8 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
                              "(--executor slurm) whose nodes have the cores"))
     for i, entry in enumerate(config.get("fit", {}).get("logs", [])):
         file(f"fit.logs[{i}].path", entry["path"], f"the {entry['format']} log named '{entry['name']}'")
+        if entry.get("cluster"):
+            cluster(f"fit.logs[{i}].cluster", entry["cluster"])
     for study in config.get("simulate", {}).get("studies", []):
         path = find_study("simulate", study)
         if not path.is_file():

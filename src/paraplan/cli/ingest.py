@@ -1,7 +1,7 @@
 """Import another tool's output into paraplan's own files.
 
 nccl-tests / rccl-tests stdout and PARAM comms output become the bench CSV of
-DESIGN.md (one CSV may hold several collectives). The out-of-place columns are
+docs/design.md (one CSV may hold several collectives). The out-of-place columns are
 read unless --in-place; the world size, node count and collective come from the
 log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
 printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the

@@ -235,7 +235,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.llm_search import PlanRequest, search
     from paraplan.plan.llm_space import SearchSpace
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.models import load_model, with_seq_length
+    from paraplan.predict.models import load_model
     from paraplan.track import RunLog
 
     for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
@@ -248,7 +248,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
     check_outputs([args.output])
-    model = with_seq_length(load_model(args.model), args.seq_length)
+    model = load_model(args.model, args.seq_length, prog="paraplan plan")
     cluster_name = getattr(args, REQUEST + "cluster", None)
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")

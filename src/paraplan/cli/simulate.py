@@ -1,6 +1,6 @@
 """Simulate a named study (config/studies/simulate/<name>.yaml): every configuration
 of its sweep in each of its modes (`distir-v0.1`: DistIR's own semantics, to
-reproduce seed 000; `corrected`: paraplan's physical engine). Or (--runs) the
+reproduce the DistIR paper; `corrected`: paraplan's physical engine). Or (--runs) the
 iterations of a run table's transformer runs on a cluster with a calibration: the
 timeline of each (`paraplan predict` gives their numbers), as Chrome traces and Gantt
 charts of the pipeline ranks.
@@ -249,8 +249,8 @@ def _figures(study, result, rows, published, figures: Path, traces: Path) -> lis
 
 
 def _gantt_and_traces(result, figures: Path, traces: Path) -> list[Path]:
-    """A Gantt chart (seed 001's style) and a Chrome trace per simulated timeline; only
-    the charts are returned for logging."""
+    """A Gantt chart (the style of docs/pipeline-schedules.md's reference charts) and a
+    Chrome trace per simulated timeline; only the charts are returned for logging."""
     from paraplan.files import write_json
     from paraplan.plots.gantt import save_gantt
     from paraplan.sim import to_chrome_trace

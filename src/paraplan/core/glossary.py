@@ -102,7 +102,7 @@ class Term:
 
 TERMS: tuple[Term, ...] = (
     # ---- parallel layout (Megatron-LM's arguments) ----
-    Term("tensor_model_parallel_size", "t: ranks that split every layer (T in results.csv, H in seed 000)",
+    Term("tensor_model_parallel_size", "t: ranks that split every layer (T in results.csv, H in DistIR)",
          ("tensor_degree",)),
     Term("pipeline_model_parallel_size", "p: pipeline stages (P in results.csv)", ("pipeline_degree",)),
     Term("data_parallel_size", "d: model replicas (D in results.csv)", ("data_degree",)),

@@ -86,7 +86,11 @@ class RunSettings:
         return self.data_parallel_size if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
-        """Raise `StrategyError` for settings that cannot run `model`."""
+        """Raise `StrategyError` for settings that cannot run `model` (or a model whose
+        layers the execution model cannot price: `TransformerModel.unmodelled_features`)."""
+        if model.unmodelled_features:
+            raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
+                                "counts (parameters, FLOPs) but cannot predict or plan yet")
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
                     "global_batch_size", "micro_batch_size", "virtual_pipeline_model_parallel_size"):
             value = getattr(self, key)

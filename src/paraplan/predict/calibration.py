@@ -13,8 +13,10 @@ time of the layer shapes the calibration data measured; every other shape is pri
 by the fitted parameters alone.
 
 `intra_node_comm`, when present, prices collectives inside a node of the same
-device (e.g. fitted on nccl-tests of that node); collectives across nodes always
-use the cluster file's links.
+device (e.g. fitted on nccl-tests of that node). Collectives across nodes use the
+cluster file's `network` (NICs per node and their line rate) through
+`paraplan.comm.topology.TopologyCommModel` when it has one, else a flat ring at the
+cluster file's `links.inter`.
 """
 
 from __future__ import annotations
@@ -136,15 +138,22 @@ class Calibration:
 
     def comm_model(self, cluster: Cluster) -> CommModel:
         """Collectives inside a node: the calibration's fit when it is for this device,
-        else the cluster's intra-node link; across nodes: the cluster's inter-node link."""
-        inter = ConstantBandwidthModel(cluster.inter.bandwidth_Bps, cluster.inter.bandwidth_Bps,
-                                       cluster.inter.latency_s, cluster.inter.latency_s)
+        else the cluster's intra-node link. Across nodes: NCCL's algorithms over the
+        cluster's NICs (`TopologyCommModel`, the same intra-node model for the NVLink
+        stages) when the cluster file has a `network`, else a flat ring at its
+        inter-node link."""
         intra: CommModel = ConstantBandwidthModel(cluster.intra.bandwidth_Bps, cluster.intra.bandwidth_Bps,
                                                   cluster.intra.latency_s, cluster.intra.latency_s)
         if self.intra_node_comm and self.device == cluster.device.name:
             from paraplan.comm.model import FittedCommModel
 
             intra = FittedCommModel.from_dict(self.intra_node_comm, f"calibration {self.name}: intra_node_comm")
+        if cluster.network is not None:
+            from paraplan.comm.topology import TopologyCommModel
+
+            return TopologyCommModel(intra, cluster.network, cluster.devices_per_node)
+        inter = ConstantBandwidthModel(cluster.inter.bandwidth_Bps, cluster.inter.bandwidth_Bps,
+                                       cluster.inter.latency_s, cluster.inter.latency_s)
         return TieredCommModel(intra, inter)
 
 

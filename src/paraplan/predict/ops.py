@@ -263,17 +263,20 @@ def _norm_backward(w: _Builder, x: _Shape) -> None:
 
 
 def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """Rotary positions on queries and keys, and their normalisation (`qk_layernorm`)."""
     if model.position_embedding_type == "rope":
+        w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
+    if model.qk_layernorm:
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
 
 
@@ -285,7 +288,7 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     w.gemm(x.tokens, x.h, x.qkv)
     _rope(w, model, x)
     _attention_core_forward(w, model, x, flash)
-    proj = w.gemm(x.tokens, x.h / x.t, x.h)
+    proj = w.gemm(x.tokens, x.heads * x.d, x.h)
     _leave_tp(w, x, proj, overlap)
     _residual_forward(w, model, x)
     _norm_forward(w, x)
@@ -329,7 +332,7 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, ge
     _column_backward(w, x, x.h, x.mlp_in)  # fc1
     _norm_backward(w, x)
     _residual_backward(w, model, x)
-    _row_backward(w, x, x.h / x.t, x.h, overlap)  # output projection
+    _row_backward(w, x, x.heads * x.d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     _rope(w, model, x)
     _column_backward(w, x, x.h, x.qkv)  # QKV
@@ -361,8 +364,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
     outside = 2 * x.e * split + 2 * x.e * split + hidden_masks  # norm inputs, QKV/fc1 inputs
     qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.h / x.t
-    mlp_inner = (2 if model.swiglu else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+    proj_in = x.e * x.tokens * x.heads * x.d
+    mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:

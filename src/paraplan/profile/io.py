@@ -1,6 +1,6 @@
 """Profile files: `<stem>.csv` (one row per layer) and `<stem>.meta.json` beside it.
 
-CSV columns (DESIGN.md): `layer, name, fwd_s, bwd_s, activation_bytes, param_bytes`,
+CSV columns (docs/design.md): `layer, name, fwd_s, bwd_s, activation_bytes, param_bytes`,
 optionally `fwd_fixed_s, bwd_fixed_s, flops`; values at the meta's `batch_size`.
 Floats are written with `repr`, so a profile read back is bit-for-bit the one written.
 Reading checks every value against `LAYER_RULES` (finite, >= 0, below bounds no layer

@@ -1,7 +1,7 @@
 """A simulation study file (`config/studies/simulate/<name>.yaml`): its typed form.
 
 A study names a model, the modes it is simulated in (DistIR's own semantics to
-reproduce seed 000, and/or paraplan's engine) and series of configurations (the
+reproduce the DistIR paper, and/or paraplan's engine) and series of configurations (the
 lines of a figure). `paraplan.studies.simulate` runs it.
 """
 
@@ -34,7 +34,7 @@ Figure = Literal["distir_fig3", "distir_fig4", "gantt", "none"]
 class StudyModel:
     """`mlp`: DistIR's MLP (`num_layers` square layers of `hidden_dim`). `unit`: bare
     pipeline stages of forward `fwd_s` and backward `bwd_s` per micro-batch of
-    `micro_batch_size` samples, free communication (seed 001's charts)."""
+    `micro_batch_size` samples, free communication (the reference charts of docs/pipeline-schedules.md)."""
 
     kind: Literal["mlp", "unit"]
     """mlp or unit."""
@@ -90,7 +90,7 @@ class StudyModes:
     """The modes a study runs in (at least one)."""
 
     distir_v0_1: CompatMode | None = field(default=None, metadata={"key": "distir-v0.1"})
-    """DistIR's own semantics, to reproduce seed 000's published figures."""
+    """DistIR's own semantics, to reproduce the DistIR paper's published figures."""
     corrected: CorrectedMode | None = None
     """paraplan's physical engine."""
 

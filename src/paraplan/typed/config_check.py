@@ -80,7 +80,7 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
     for part in parts:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
     problems: list[str] = []
-    if schema.get("pattern") == NAME_PATTERN and (problem := _name(data, where)):
+    if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (problem := _name(data, where)):
         return [problem]
     for option in schema.get("anyOf", []):  # e.g. an object or null: check against the object
         if isinstance(data, Mapping) and option.get("type") == "object":
