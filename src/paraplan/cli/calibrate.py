@@ -154,7 +154,6 @@ def _profile(args, cluster, comm) -> _Data:
 
 def run(args: argparse.Namespace) -> int:
     import hashlib
-    import json
     import platform
 
     import numpy as np
@@ -162,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
     import paraplan
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
-    from paraplan.core import ConfigError, InputFileError
+    from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
+    from paraplan.inputs import read_json_object
     from paraplan.predict import calibrate as cal
     from paraplan.predict.calibration import Calibration
     from paraplan.predict.ranking import ranking_summary
@@ -177,10 +177,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     comm_doc = None
     if args.comm_model is not None:
-        try:
-            comm_doc = json.loads(args.comm_model.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFileError(args.comm_model, f"cannot read a comm_model.json: {exc}") from None
+        comm_doc = read_json_object(args.comm_model, "a comm_model.json (paraplan fit)")
         FittedCommModel.from_dict(comm_doc, str(args.comm_model))  # validates
     name = args.name or args.output.stem
     comm = Calibration(name, cluster.device.name, cal.START, intra_node_comm=comm_doc).comm_model(cluster)
