@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core.names import NAME_PATTERN, name_problem
-from paraplan.typed.config_keys import _resolve
+from paraplan.typed.config_keys import resolve_ref
 
 
 def _properties(schema: Mapping[str, Any], data: Mapping) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
     the config files merged into `data`, the one that wins first (an unknown key is
     said to be in the first that holds it, else in --config); `parts`: the key path of
     `data` (for the recursion)."""
-    schema, base = _resolve(dict(schema), base)
+    schema, base = resolve_ref(dict(schema), base)
     where = ""
     for part in parts:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
