@@ -4,7 +4,7 @@ their authors ran them:
 
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
   (error = predicted / measured - 1), and every row measured vs predicted;
-- the README's GPT-3 175B plan on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
+- the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
   175B A100 range;
 - Llama 3 405B on 16,384 H100 (Meta's TP8 PP16 DP128): predicted TFLOP/s per GPU, in the
@@ -159,7 +159,7 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
 
 
 def plan_check(calibration: Calibration) -> None:
-    """The README's GPT-3 175B plan on 1,024 A100: predicted MFU vs the published range."""
+    """The GPT-3 175B plan of docs/stages/plan.md on 1,024 A100: predicted MFU vs the published range."""
     from paraplan.plan.llm_output import describe
     from paraplan.plan.llm_search import PlanRequest, search
     from paraplan.predict.models import PRESETS

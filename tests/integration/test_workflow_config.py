@@ -1,4 +1,4 @@
-"""The README's `--config` overrides work as written (Snakemake 9 hands nested values
+"""The `--config` overrides of docs/configuration.md work as written (Snakemake 9 hands nested values
 over as text), and a config that cannot run here stops Snakemake with one line naming
 the key before any job starts (issue 15)."""
 
