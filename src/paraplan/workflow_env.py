@@ -43,6 +43,35 @@ def upgrade_config(config: dict, schema_path: str = "workflow/schemas/config.sch
 DEFAULT_CONFIGFILE = "config/config.yaml"
 
 
+def missing_configfiles(argv: Sequence[str]) -> list[str]:
+    """The files a snakemake command line names with --configfile/--configfiles (each
+    takes every word up to the next option, as Snakemake's parser does) that are not
+    files here."""
+    given: list[str] = []
+    taking = False
+    for word in argv[1:]:
+        if taking and not word.startswith("-"):
+            given.append(word)
+            continue
+        taking = word in ("--configfile", "--configfiles")
+        if word.startswith(("--configfile=", "--configfiles=")):
+            given.append(word.split("=", 1)[1])
+    return [path for path in given if not os.path.isfile(path)]
+
+
+def stop_on_missing_configfiles(argv: Sequence[str] | None = None) -> None:
+    """Exit with one line per --configfile that is not a file. Snakemake reads config
+    files before the Snakefile (and prints a 27-line traceback for a missing one), so
+    the workflow's profiles call this when Snakemake loads them (YTE `__definitions__`)."""
+    missing = missing_configfiles(sys.argv if argv is None else argv)
+    for path in missing:
+        where = "is a folder" if os.path.isdir(path) else "does not exist"
+        print(f"paraplan: error: --configfile {path}: {where} (paths are relative to {os.getcwd()}); expected a "
+              "YAML file of config keys (config/config.yaml shows them all)", file=sys.stderr)
+    if missing:
+        raise SystemExit(1)
+
+
 def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.PathLike] = (),
                       schema_path: str = "workflow/schemas/config.schema.yaml") -> None:
     """Before Snakemake's schema check: stop with one line per unknown key (and the

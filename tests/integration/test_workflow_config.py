@@ -91,3 +91,15 @@ def test_a_config_mistake_costs_one_line(workdir, text, line):
     assert len(errors) == 1 and errors[0].startswith("paraplan: error: ") and line in errors[0], out.stderr
     assert len(out.stderr.splitlines()) <= 4, out.stderr  # the profile and config notes, then the line
     assert figure.read_bytes() == b"png"
+
+
+@pytest.mark.parametrize("profile", [[], ["--workflow-profile", "workflow/profiles/slurm"]])
+def test_a_missing_configfile_costs_one_line(workdir, profile):
+    """Issue 21: Snakemake reads --configfile before the Snakefile and printed a 27-line
+    traceback for a missing one; the profiles check it first."""
+    out = _dry_run(workdir, *profile, "--configfile", "nothere.yaml")
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        f"paraplan: error: --configfile nothere.yaml: does not exist (paths are relative to {workdir}); expected a "
+        "YAML file of config keys (config/config.yaml shows them all)"), out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 2
