@@ -18,7 +18,8 @@ import pytest
 from paraplan.cli.main import build_parser
 from paraplan.report import summary
 
-_INLINE = re.compile(r"`((?:snakemake|paraplan)(?: [^`]*)?)`")
+# a command, not a line of output ("paraplan predict: warning: ..." quotes what paraplan prints)
+_INLINE = re.compile(r"`((?:snakemake|paraplan)(?: (?![a-z_]+:)[^`]*)?)`")
 _RULE = re.compile(r"^(?:rule|checkpoint)\s+(\w+)\s*:", re.MULTILINE)
 _RULE_OPTIONS = ("-R", "--forcerun", "--until", "-U", "--omit-from", "-O")
 

@@ -260,7 +260,7 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
-    rows = plan_rows(model, result, calibration.label)
+    rows = plan_rows(model, result, calibration.label, calibration.efficiency)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(PLAN_COLUMNS), lineterminator="\n")
         writer.writeheader()
@@ -270,6 +270,9 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
+    if rows[0]["plausibility"]:
+        print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
+              "the calibration", file=sys.stderr)
     for name, base in result.baselines.items():
         if base is not None and base.fits_memory:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)

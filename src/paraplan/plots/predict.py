@@ -1,5 +1,6 @@
 """Predicted iteration times: against measured ones (log-log, one colour per (TP, PP)),
-and per run of a table (iteration time and MFU side by side)."""
+per run of a table (iteration time and MFU side by side), and where each run's time
+goes (stacked bars)."""
 
 from __future__ import annotations
 
@@ -67,4 +68,28 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
         axes[0][1].bar(0, 0, color="0.75", hatch="//", label="does not fit device memory")
         axes[0][1].legend(loc="lower right")
     fig.suptitle(title, fontsize=9)
+    return save_figure(fig, stem)
+
+
+_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#ff7f0e", "#8c564b", "#c7c7c7", "#2ca02c", "#e377c2")
+
+
+def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,
+                        title: str) -> list[Path]:
+    """One horizontal bar per run, stacked by where its iteration time goes
+    (`paraplan.predict.explain.PARTS`); `seconds` is (runs, parts)."""
+    seconds = np.asarray(seconds, float)
+    fig, axes = new_figure(8.0, 1.6 + 0.32 * len(names))
+    ax = axes[0][0]
+    y = np.arange(len(names))[::-1]
+    left = np.zeros(len(names))
+    for j, part in enumerate(parts):
+        ax.barh(y, seconds[:, j], left=left, height=0.7, color=_PART_COLOURS[j % len(_PART_COLOURS)],
+                label=part.replace("_", " "))
+        left += seconds[:, j]
+    ax.set_yticks(y, names)
+    ax.set_xlabel("predicted iteration time (s)")
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), ncols=1)
+    ax.set_title(title, fontsize=9)
     return save_figure(fig, stem)

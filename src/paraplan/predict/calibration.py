@@ -48,6 +48,7 @@ EFFICIENCY_RULES: dict[str, NumberRule] = {
     "host_microbatch_s": NumberRule("seconds", 0, 10.0, why="more than 10 s of host work per pipeline op; wrong "
                                     "unit? (seconds)"),
     "host_overlap_exponent": NumberRule("an exponent", 1, 1000),
+    "comm_overlap_contention": NumberRule("a share of the overlapped time", 0, 1),
 }
 """What each fitted parameter may hold (`paraplan calibrate` fits well inside these)."""
 

@@ -40,6 +40,10 @@ from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 from paraplan.predict.ops import ATTENTION, GEMM, Kernels
 
 TILE = 128.0
+COMM_OVERLAP_CONTENTION = 0.995
+"""`DeviceEfficiency.comm_overlap_contention` fitted on Korthikanti et al. 2022, Table 4
+(`paraplan.predict.contention_fit`, with the a100-vtrain calibration and dgx-a100): an
+overlapped tensor-parallel collective on A100 NVLink hides almost nothing."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
@@ -66,6 +70,11 @@ class DeviceEfficiency:
     the framework's schedule step, point-to-point setup, loss and bookkeeping."""
     host_overlap_exponent: float = 4.0
     """q of the smooth maximum of device and host time (large q: plain maximum)."""
+    comm_overlap_contention: float = COMM_OVERLAP_CONTENTION
+    """Share of an overlapped collective's time that the kernel beside it loses (NCCL's
+    kernels take SMs and memory bandwidth from it): a collective of time c beside a GEMM
+    of time g takes max(c, g) + share x min(c, g); 0: free overlap, 1: none. Fitted
+    on the per-layer times of Korthikanti et al. 2022, Table 4 (docs/execution-model.md)."""
     layer_time_factors: LayerTimeFactors = NO_FACTORS
     """Measured corrections of a layer's kernel time per layer shape
     (`paraplan.predict.layer_factors`); none: the analytic model alone."""
@@ -75,6 +84,9 @@ class DeviceEfficiency:
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"DeviceEfficiency.{name} must be a finite number >= 0, got {value!r}")
+        if self.comm_overlap_contention > 1:
+            raise ValueError(f"DeviceEfficiency.comm_overlap_contention must be in [0, 1], "
+                             f"got {self.comm_overlap_contention!r}")
         for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
             if not 0 < getattr(self, key) <= 1:
                 raise ValueError(f"DeviceEfficiency.{key} must be in (0, 1], got {getattr(self, key)!r}")

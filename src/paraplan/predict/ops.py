@@ -13,13 +13,20 @@ sequence parallelism the norms and dropouts run on s / t tokens and each
 all-reduce becomes a reduce-scatter after the row-parallel projection plus an
 all-gather before the column-parallel one.
 
-Overlaps that Megatron-LM performs by default are recorded on the collective:
-the backward all-reduce (or reduce-scatter) of a column-parallel layer's input
-gradient runs while that layer's weight gradient is computed, and with sequence
-parallelism the backward re-gather of its input runs while its input gradient is
-computed; `tp_comm_overlap` hides every tensor-parallel collective behind its
-neighbouring GEMM. The device model (`paraplan.predict.device_model`) prices the
-kernels; the step builder prices the collectives with the communication model.
+Overlaps are recorded on the collective (the kernel it runs beside):
+the backward all-reduce of a column-parallel layer's input gradient runs while that
+layer's weight gradient is computed when `async_tensor_model_parallel_allreduce` is on
+(Megatron's default since 2021; off, it blocks); with sequence parallelism the
+backward reduce-scatter runs beside the weight gradient and the re-gather of the input
+beside the input gradient, always (Megatron and Megatron-DeepSpeed alike);
+`tp_comm_overlap` also puts the forward collectives and the row-parallel backward
+re-gathers beside their GEMMs. An overlapped collective is not free: the step builder
+charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device model
+(`paraplan.predict.device_model`) prices the kernels; the step builder prices the
+collectives with the communication model.
+
+Without `gradient_accumulation_fusion` each weight-gradient GEMM is followed by a
+memory-bound kernel adding it to the main gradient (`accumulate_bytes_per_param`).
 
 Only FLOPs that a kernel executes are counted here (causal flash attention skips
 the masked half of the score matrix); the closed-form model FLOPs of
@@ -32,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
@@ -93,6 +100,7 @@ class _Builder:
     """Accumulates kernels and collectives of one pass."""
 
     gemm_bytes: int  # bytes per GEMM operand element
+    accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
@@ -101,7 +109,11 @@ class _Builder:
         flops = 2.0 * m * k * n * batch
         nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
         self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
-        return len(self.rows) - 1
+        index = len(self.rows) - 1
+        if weight_grad and self.accumulate_bytes_per_param:
+            self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
+                              True))
+        return index
 
     def attention(self, flops: float, nbytes: float) -> int:
         self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
@@ -301,17 +313,19 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     return w.build()
 
 
-def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float) -> None:
+def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, async_reduce: bool) -> None:
     """Backward of a column-parallel projection (k_in -> n_out per rank): input gradient,
-    then weight gradient, with the input-gradient reduction beside the weight gradient
-    (Megatron's asynchronous all-reduce) and, with sequence parallelism, the input
-    re-gathered beside the input gradient."""
+    then weight gradient. The input-gradient all-reduce runs beside the weight gradient
+    when `async_reduce` (Megatron's asynchronous all-reduce), else it blocks; with
+    sequence parallelism the reduce-scatter runs beside the weight gradient and the
+    input is re-gathered beside the input gradient."""
     dgrad = w.gemm(x.tokens, n_out, k_in)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or async_reduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
 
 
 def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bool) -> None:
@@ -324,18 +338,19 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
     w.gemm(k_in, x.tokens, n_out, weight_grad=True)
 
 
-def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, async_reduce: bool,
+              gemm_bytes: int, accumulate: float) -> PassWork:
+    w = _Builder(gemm_bytes, accumulate)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
-    _column_backward(w, x, x.h, x.mlp_in)  # fc1
+    _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.heads * x.d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     _rope(w, model, x)
-    _column_backward(w, x, x.h, x.qkv)  # QKV
+    _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
     return w.build()
 
@@ -376,6 +391,15 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     return float(outside + qkv + proj_in + mlp_inner + scores)
 
 
+def accumulate_bytes_per_param(settings: RunSettings) -> float:
+    """Memory traffic per weight of adding one micro-batch's weight gradient to the main
+    gradient without `gradient_accumulation_fusion`: read the GEMM's 16-bit (or fp32)
+    output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
+    if settings.gradient_accumulation_fusion:
+        return 0.0
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
+
+
 def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one transformer layer (see the module doc)."""
     x = _shape(model, settings)
@@ -392,7 +416,8 @@ def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(
         forward=forward,
-        backward=_backward(model, x, flash, overlap, gemm_bytes),
+        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes,
+                           accumulate_bytes_per_param(settings)),
         recompute=recompute,
         activation_bytes=layer_activation_bytes(model, settings),
     )
@@ -446,14 +471,15 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
-    w = _Builder(gemm_bytes)
+    w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
     dgrad = w.gemm(x.tokens, vocab, x.h)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
     _norm_backward(w, x)
     backward = w.build()
     held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits
