@@ -86,6 +86,28 @@ def test_calibrate_writes_a_cross_validated_calibration(tmp_path):
     assert read(predicted)[0]["calibration"].startswith("cal@")
 
 
+def test_calibrate_without_ranking_questions_writes_the_calibration_and_says_why(tmp_path, capsys):
+    """Issue 21: every row a different model (no question asked of two runs) crashed after
+    the whole fit, NaN ranking metrics reaching the JSON writer."""
+    rows = [[f"h{h}", layers, h, 16, 1024, 50257, 1, 1, 1, 8, 2, "full", "fp16", 0.1 * layers / 4 * (h / 1024) ** 1.5]
+            for h, layers in ((1024, 4), (1024, 8), (2048, 4))]
+    runs = write_table(tmp_path / "runs.csv", rows, [*HEADER, "measured_iteration_s"])
+    out = tmp_path / "cal.json"
+    code = main(["calibrate", str(runs), "--cluster", "dgx-a100", "--fit", "gemm_efficiency", "--group-by",
+                 "num_layers", "-o", str(out), "--no-track"])
+    assert code == 0
+    ranking = json.loads(out.read_text())["errors"]["ranking"]
+    assert ranking["questions"] == 0 and ranking["measured_fastest_in_top_k"] is None
+    assert ranking["predicted_fastest_within_5pct"] is None
+    assert ("paraplan calibrate: warning: no ranking metrics: no question has >= 2 runs"
+            in capsys.readouterr().err)
+    # one run: no Spearman correlation either, written as null
+    one = write_table(tmp_path / "one.csv", rows[:1], [*HEADER, "measured_iteration_s"])
+    assert main(["calibrate", str(one), "--cluster", "dgx-a100", "--fit", "gemm_efficiency", "-o", str(out),
+                 "--no-track"]) == 0
+    assert json.loads(out.read_text())["errors"]["in_sample"]["spearman"] is None
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ([], "give a run table or --profile"),
     (["--fit", "speed"], "unknown parameter 'speed'"),

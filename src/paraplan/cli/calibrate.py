@@ -47,6 +47,8 @@ NAME = "calibrate"
 HELP = "fit the device model to measured iteration times (run table) or a layer profile, cross-validated"
 ORDER = 54
 DEFAULT_GROUP_BY = "hidden_size,num_layers,num_attention_heads,seq_length"
+NO_RANKING = ("no question has >= 2 runs (a question: one model, GPU count and global batch size; its runs "
+              "differ in parallel settings only)")
 PROFILE_FIT = ("gemm_efficiency", "gemm_k_half", "memory_efficiency", "kernel_latency_s", "host_kernel_s")
 
 
@@ -156,7 +158,6 @@ def _profile(args, cluster, comm) -> _Data:
 
 def run(args: argparse.Namespace) -> int:
     import hashlib
-    import json
     import platform
 
     import numpy as np
@@ -164,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
     import paraplan
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
-    from paraplan.core import ConfigError, InputFileError
+    from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
+    from paraplan.inputs import read_json_object
     from paraplan.predict import calibrate as cal
     from paraplan.predict.calibration import Calibration
     from paraplan.predict.ranking import ranking_summary
@@ -179,10 +181,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     comm_doc = None
     if args.comm_model is not None:
-        try:
-            comm_doc = json.loads(args.comm_model.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFileError(args.comm_model, f"cannot read a comm_model.json: {exc}") from None
+        comm_doc = read_json_object(args.comm_model, "a comm_model.json (paraplan fit)")
         FittedCommModel.from_dict(comm_doc, str(args.comm_model))  # validates
     name = args.name or args.output.stem
     comm = Calibration(name, cluster.device.name, cal.START, intra_node_comm=comm_doc).comm_model(cluster)
@@ -238,11 +237,16 @@ def run(args: argparse.Namespace) -> int:
     elif not args.no_cross_validation:
         print("paraplan calibrate: one group only: no cross-validation", file=sys.stderr)
     honest = cv_pred if cv_pred is not None else insample
-    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n"}
+    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n" and v is not None}
     if cv_pred is not None:
         metrics.update({f"cv_{k}": float(v) for k, v in cal.ErrorSummary.of(cv_pred, measured).as_dict().items()
-                        if k != "n"})
-    if data.questions is not None:
+                        if k != "n" and v is not None})
+    if data.questions is not None and ranking_summary(data.questions, honest, measured).groups == 0:
+        # a ranking needs a question (same model, GPUs and global batch) asked of two runs
+        errors["ranking"] = {"questions": 0, "measured_fastest_in_top_k": None, "predicted_fastest_within_5pct": None,
+                             "why": NO_RANKING}
+        print(f"paraplan calibrate: warning: no ranking metrics: {NO_RANKING}", file=sys.stderr)
+    elif data.questions is not None:
         ranking = ranking_summary(data.questions, honest, measured)
         errors["ranking"] = {"questions": ranking.groups, "top_k": ranking.top_k,
                              "measured_fastest_in_top_k": ranking.hit_fraction,

@@ -118,7 +118,7 @@ def profile_section(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[s
                  "params (MB)", "sum vs whole step"], rows),
         "",
         "Reproduce: `snakemake -R profile --until profile`, or "
-        "`paraplan profile --model NAME --batch B -o PROFILE.csv`.",
+        "`paraplan profile --model NAME --profile-batch-size B -o PROFILE.csv`.",
         "",
     ]
 
@@ -174,7 +174,7 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
         lines += [f"### {key}", "",
                   *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
     if lines:
-        lines += ["Reproduce: `snakemake -R plan --until plan`, or "
+        lines += ["Reproduce: `snakemake -R plan_measured --until plan_measured`, or "
                   "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 "
                   "-o PLAN.csv`.",
                   ""]
