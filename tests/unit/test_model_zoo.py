@@ -149,8 +149,9 @@ def test_a_file_without_a_sequence_length_says_which_it_uses(capsys):
 
 def test_nothing_unmodelled_is_predicted_as_dense():
     settings = RunSettings(tensor_model_parallel_size=8, data_parallel_size=8, global_batch_size=64)
-    with pytest.raises(StrategyError, match="mixture-of-experts layers \\(num_experts 8, top-2"):
-        settings.check(PRESETS["mixtral-8x7b"])
+    with pytest.raises(StrategyError, match="multi-latent attention \\(multi_latent_attention\\)"):
+        settings.check(PRESETS["deepseek-v3"])
+    settings.check(PRESETS["mixtral-8x7b"])  # mixture-of-experts layers: modelled (test_predict_moe.py)
     with pytest.raises(StrategyError, match="sliding-window attention"):
         settings.check(_read("gemma-3-27b").model)
     settings.check(_read("qwen3-32b").model)  # dense, head width of its own: modelled
