@@ -215,3 +215,19 @@ def test_a_moe_model_that_fits_nowhere_says_so_with_its_expert_state():
     # copies left to shard their state over: 18 bytes per parameter
     experts_gb = model.num_moe_layers * model.num_experts * model.expert_params / 32 * 18 / 1e9
     assert experts_gb == pytest.approx(127.8, abs=0.1) and need_gb > experts_gb
+
+
+def test_a_run_table_with_expert_settings_for_a_dense_model_is_one_line_error(tmp_path, capsys):
+    from paraplan.cli.main import main
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                    "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size,"
+                    "expert_model_parallel_size\n"
+                    "a,4,512,8,128,1000,1,1,2,2,2\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert ("runs.csv:2: impossible run: expert_model_parallel_size / expert_tensor_parallel_size / "
+            "moe_shared_expert_overlap need a mixture-of-experts model; 'a' has no experts") in err
+    assert "Traceback" not in err and not out.exists()
