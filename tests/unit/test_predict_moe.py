@@ -56,6 +56,18 @@ def test_dispatch_and_combine_all_to_all_carry_tokens_x_topk_x_hidden_bytes():
     assert not [c for c in moe_layer_work(MIXTRAL, settings()).forward.collectives if c.group == "ep"]
 
 
+@pytest.mark.parametrize(("kw", "factor"), [
+    ({"moe_load_imbalance": 1.4}, 1.4),
+    ({"moe_load_imbalance": 1.4, "moe_expert_capacity_factor": 1.25}, 1.25),  # tokens above capacity dropped
+    ({"moe_load_imbalance": 1.1, "moe_expert_capacity_factor": 1.25}, 1.1),
+    ({"moe_expert_capacity_factor": 1.25, "moe_pad_expert_input_to_capacity": True}, 1.25),  # padded
+])
+def test_the_busiest_rank_carries_the_imbalance_capped_by_the_capacity_factor(kw, factor):
+    m = moe_shape(MIXTRAL, settings(expert_model_parallel_size=8, **kw))
+    assert m.a2a_bytes == pytest.approx(4096 * 2 * 4096 * 2 * factor, rel=1e-12)
+    assert m.tokens_per_expert == pytest.approx(4096 * 2 * factor, rel=1e-12)
+
+
 def test_each_expert_gets_tokens_x_topk_x_ep_over_experts():
     # TP 1, EP 4: each rank holds 2 of the 8 experts, each gets T k EP / E = 4096 x 2 x 4 / 8 tokens
     m = moe_shape(MIXTRAL, settings(expert_model_parallel_size=4))
@@ -108,6 +120,8 @@ def test_expert_parallel_group_spans_nodes_in_megatron_order():
      "sequence_parallel"),
     ({"zero_stage": 3}, "zero_stage 3 with mixture-of-experts layers is not modelled"),
     ({"moe_load_imbalance": 0.5}, "moe_load_imbalance must be a number in [1, 64]"),
+    ({"moe_pad_expert_input_to_capacity": True}, "moe_pad_expert_input_to_capacity needs a "
+                                                 "moe_expert_capacity_factor"),
 ])
 def test_expert_settings_are_checked_with_megatron_rules(kw, message):
     with pytest.raises(StrategyError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -229,5 +243,6 @@ def test_a_run_table_with_expert_settings_for_a_dense_model_is_one_line_error(tm
     assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 2
     err = capsys.readouterr().err
     assert ("runs.csv:2: impossible run: expert_model_parallel_size / expert_tensor_parallel_size / "
-            "moe_shared_expert_overlap need a mixture-of-experts model; 'a' has no experts") in err
+            "moe_shared_expert_overlap / moe_expert_capacity_factor need a mixture-of-experts model; 'a' has no "
+            "experts") in err
     assert "Traceback" not in err and not out.exists()

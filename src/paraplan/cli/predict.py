@@ -12,7 +12,8 @@ micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), expert_model_parallel_size, expert_tensor_parallel_size,
-moe_load_imbalance, moe_shared_expert_overlap (mixture-of-experts models),
+moe_load_imbalance, moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
+moe_shared_expert_overlap (mixture-of-experts models),
 dtype (bf16|fp16|fp8|fp32), schedule,
 use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
 each setting changes).

@@ -105,6 +105,13 @@ class RunSettings:
     """paraplan's: tokens the busiest rank of an expert-parallel group receives over the
     mean (dropless routing is never perfectly even); the dispatch/combine all-to-alls
     and the expert GEMMs are priced for that rank. 1.0: an even router."""
+    moe_expert_capacity_factor: float = 0.0
+    """Megatron-Core's: each expert takes at most this x its even share of a rank's
+    routed tokens, the rest are dropped; 0: dropless (Megatron's None). It caps
+    `moe_load_imbalance`."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron-Core's: with a capacity factor, every expert's input is padded to its
+    capacity (all-to-alls and expert GEMMs carry capacity x the even share)."""
     moe_shared_expert_overlap: bool = False
     """Megatron-Core's: the shared experts run after the router, beside the token
     dispatch and combine all-to-alls (else before the router, in series)."""
@@ -278,11 +285,18 @@ class RunSettings:
         if isinstance(imbalance, bool) or not isinstance(imbalance, int | float) or not 1.0 <= imbalance <= 64.0:
             raise StrategyError(f"moe_load_imbalance must be a number in [1, 64] (busiest rank's tokens over the "
                                 f"mean), got {imbalance!r}")
+        capacity = self.moe_expert_capacity_factor
+        if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not 0.0 <= capacity <= 64.0:
+            raise StrategyError(f"moe_expert_capacity_factor must be a number in (0, 64] (0: dropless), "
+                                f"got {capacity!r}")
+        if self.moe_pad_expert_input_to_capacity and not capacity:
+            raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
         if not model.is_moe:
-            if ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap:
+            if (ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap
+                    or capacity):
                 raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                    f"moe_shared_expert_overlap need a mixture-of-experts model; '{model.name}' has "
-                                    "no experts (num_experts 0)")
+                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
+                                    f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
             return
         t, d = self.tensor_model_parallel_size, self.data_parallel_size
         etp = self.expert_tensor_parallel

@@ -12,7 +12,9 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
 - the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
 - token permutation: each token copied to its k experts' order (memory-bound);
 - dispatch all-to-all over the EP group: T k h bytes-per-element per rank, scaled by
-  `moe_load_imbalance` (the busiest rank's share over the mean; all ranks wait for it);
+  the busiest rank's share over the mean (all ranks wait for it): `moe_load_imbalance`
+  with EP > 1, capped by `moe_expert_capacity_factor` (dropped tokens), or the
+  capacity factor itself with `moe_pad_expert_input_to_capacity` (`load_factor`);
 - with ETP > 1 and tokens not already replicated over the ETP group: an all-gather of
   the dispatched tokens over it (and a reduce-scatter of the experts' output);
 - the local experts, E / EP of them, as one grouped GEMM per projection: each expert
@@ -84,8 +86,20 @@ class MoeShape:
 
     @property
     def tokens_per_expert(self) -> float:
-        """m of each expert's GEMMs: T k EP (ETP) / E x the load imbalance."""
+        """m of each expert's GEMMs: T k EP (ETP) / E x the load factor."""
         return self.expert_tokens / self.local_experts
+
+
+def load_factor(settings: RunSettings) -> float:
+    """Tokens the busiest rank's experts take over the even share T k EP / E: the load
+    imbalance across the EP group (1 without EP: one rank holds every expert), capped
+    by the capacity factor where tokens are dropped, the capacity factor itself where
+    inputs are padded to capacity."""
+    factor = float(settings.moe_load_imbalance) if settings.expert_model_parallel_size > 1 else 1.0
+    capacity = float(settings.moe_expert_capacity_factor)
+    if capacity:
+        factor = capacity if settings.moe_pad_expert_input_to_capacity else min(factor, capacity)
+    return factor
 
 
 def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
@@ -96,9 +110,8 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
     replicated = t > 1 and not x.sp
     routed = x.tokens if replicated else x.sp_tokens
     k = model.moe_router_topk
-    imbalance = float(settings.moe_load_imbalance) if ep > 1 else 1.0
     gathered = etp > 1 and not replicated
-    dispatched = routed * k * imbalance
+    dispatched = routed * k * load_factor(settings)
     gate = 2 if model.gated_mlp else 1
     shared = model.moe_shared_expert_intermediate_size / t
     return MoeShape(

@@ -53,7 +53,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "expert_model_parallel_size", "expert_tensor_parallel_size",
-    "moe_load_imbalance", "moe_shared_expert_overlap",
+    "moe_load_imbalance", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+    "moe_shared_expert_overlap",
 )
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -97,6 +98,7 @@ SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why=
                       "between 0 and 1e7 s (four months)")
 _FRACTION = NumberRule("a probability", 0, 1)
 _IMBALANCE = NumberRule("a load-imbalance factor (the busiest rank's tokens over the mean)", 1, 64)
+_CAPACITY = NumberRule("a capacity factor (0: dropless)", 0, 64)
 
 
 def _integer(text: str) -> int:
@@ -147,7 +149,9 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
     "decoder_last_pipeline_num_layers": _integer,
     "expert_model_parallel_size": _integer, "expert_tensor_parallel_size": _integer,
-    "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)), "moe_shared_expert_overlap": _boolean,
+    "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)),
+    "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
+    "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
