@@ -246,3 +246,23 @@ def test_a_run_table_with_expert_settings_for_a_dense_model_is_one_line_error(tm
             "moe_shared_expert_overlap / moe_expert_capacity_factor need a mixture-of-experts model; 'a' has no "
             "experts") in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_explain_splits_a_moe_run_into_parts_that_sum_to_its_iteration():
+    from paraplan.predict.explain import explain_run
+
+    s = settings(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, data_parallel_size=4,
+                 global_batch_size=16, sequence_parallel=True, expert_model_parallel_size=8,
+                 expert_tensor_parallel_size=1, use_distributed_optimizer=True, recompute_granularity="full")
+    b = explain_run(MIXTRAL, s, H100, CAL.comm_model(H100), CAL.efficiency)
+    assert b.total_s == pytest.approx(b.iteration_s, rel=1e-9)
+    assert b.seconds["ep_comm"] > 0 and b.seconds["tp_comm"] > 0
+
+
+def test_dense_layer_factors_never_scale_a_moe_layer():
+    from paraplan.predict.layer_factors import layer_shape_key
+
+    dense = replace(MIXTRAL, num_experts=0, moe_ffn_hidden_size=0, moe_layer_freq=1)  # Mistral 7B's widths
+    s = settings()
+    assert layer_shape_key(MIXTRAL, s, "H100") != layer_shape_key(dense, s, "H100")
+    assert layer_shape_key(MIXTRAL, s, "H100").startswith(layer_shape_key(dense, s, "H100"))

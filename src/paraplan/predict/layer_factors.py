@@ -63,6 +63,10 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         "bias": int(model.add_bias_linear),
         "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
     }
+    if model.is_moe:  # a factor measured on a dense layer of the same widths never scales experts
+        parts["experts"] = (f"{model.num_experts}x{model.moe_ffn_size}top{model.moe_router_topk}"
+                            f"shared{model.moe_shared_expert_intermediate_size}"
+                            f"ep{settings.expert_model_parallel_size}etp{settings.expert_tensor_parallel}")
     return ",".join(f"{k}={v}" for k, v in parts.items())
 
 
