@@ -442,7 +442,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
-                        moe_counts, expert_rank_params if moe is not None else None)
+                        moe_layers_per_vstage=moe_counts,
+                        expert_rank_params=expert_rank_params if moe is not None else None)
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
