@@ -266,3 +266,19 @@ def test_dense_layer_factors_never_scale_a_moe_layer():
     s = settings()
     assert layer_shape_key(MIXTRAL, s, "H100") != layer_shape_key(dense, s, "H100")
     assert layer_shape_key(MIXTRAL, s, "H100").startswith(layer_shape_key(dense, s, "H100"))
+
+
+def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
+    from paraplan.plan.llm_space import estimate
+    from paraplan.predict.predictor import predict_settings
+
+    first_dense = replace(HALF_MOE, moe_layer_freq=(0, 0, 0, 0, 1, 1, 1, 1), num_experts=64)
+    request = PlanRequest(first_dense, H100, 8, 32)
+    comm = CAL.comm_model(H100)
+    base = request.base_settings()
+    cand = enumerate_candidates(first_dense, 8, 32, 8, request.space)
+    pick = np.flatnonzero((cand.p == 2) & (cand.v == 1) & (cand.ep == 1) & (cand.t == 1) & (cand.b == 1)
+                          & (cand.zero == 1) & (cand.recompute == 2))[0]  # the last stage holds all 4 MoE layers
+    est = estimate(first_dense, cand.take(np.array([pick])), base, H100, comm, CAL.efficiency)
+    exact = predict_settings(first_dense, [cand.settings(int(pick), base)], H100, comm, CAL.efficiency)[0][0]
+    assert float(est.peak_memory_bytes[0]) == pytest.approx(float(exact.peak_memory_bytes.max()), rel=0.02)

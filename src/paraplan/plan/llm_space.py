@@ -296,12 +296,39 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 
 
-@functools.lru_cache(maxsize=4096)
+def _mixed_stage_params(model: TransformerModel, t: np.ndarray, v: np.ndarray, ep_etp: np.ndarray,
+                        n_big: np.ndarray, n_chunk: np.ndarray, n_last: np.ndarray, single: np.ndarray,
+                        embedding: np.ndarray, head: np.ndarray,
+                        mean: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """A model with dense and MoE layers (DeepSeek-V3's first three dense): the first
+    and the last stage's non-expert and expert parameters on one rank from their own
+    layers (v = 1: consecutive layers; interleaved: the model's share of MoE layers);
+    `mean` (first, last, first experts, last experts) stays for a single stage."""
+    L, moe_total = model.num_layers, model.num_moe_layers
+    prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
+    share = moe_total / L
+    n_first = np.where(v > 1, n_chunk * v, n_big)
+    n_end = n_last * np.where(v > 1, v, 1)
+    moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
+    moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])
+    experts = model.num_experts * model.expert_params
+    non_expert = model.moe_layer_params - experts
+
+    def dense_part(n: np.ndarray, moe: np.ndarray) -> np.ndarray:
+        return ((n - moe) * model.dense_layer_params + moe * non_expert) / t
+
+    first = np.where(single, mean[0], dense_part(n_first, moe_first) + embedding)
+    last = np.where(single, mean[1], dense_part(n_end, moe_last) + head)
+    return (first, last, np.where(single, mean[2], moe_first * experts / ep_etp),
+            np.where(single, mean[3], moe_last * experts / ep_etp))
+
+
 def _table_keys(cand: Candidates) -> list[tuple[int, ...]]:
     return [(int(t), int(b), int(sp), int(rc), int(ep), int(etp)) for t, b, sp, rc, ep, etp in
             zip(cand.t, cand.b, cand.sp, cand.recompute, cand.ep, cand.etp, strict=True)]
 
 
+@functools.lru_cache(maxsize=4096)
 def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
     """(micro-batch, chunk) pairs the first and the last stage hold at their peak, from
     the schedule's own op orders; the count stops growing after a few p micro-batches,
@@ -432,6 +459,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     last_params = np.where(single, first_params, n_last * np.where(v > 1, v, 1) * layer_params + head_params)
     first_experts = np.where(single, L, np.where(v > 1, n_chunk * v, n_big)) * expert_layer
     last_experts = np.where(single, first_experts, n_last * np.where(v > 1, v, 1) * expert_layer)
+    if model.is_moe and model.num_moe_layers < L:  # mixed kinds: the first and last stage's own MoE layers
+        first_params, last_params, first_experts, last_experts = _mixed_stage_params(
+            model, t, v, ep * etp, n_big, n_chunk, n_last, single, vocab_params + positions, head_params,
+            (first_params, last_params, first_experts, last_experts))
     sharded = cand.zero >= 1
     shards = np.where(sharded, d, 1.0)
     expert_shards = np.where(sharded, edp, 1.0)
