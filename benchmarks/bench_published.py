@@ -33,7 +33,7 @@ import numpy as np
 
 from paraplan.clusters import load_cluster
 from paraplan.core.errors import StrategyError
-from paraplan.predict.calibration import DEFAULT_CALIBRATION, Calibration, load_calibration
+from paraplan.predict.calibration import Calibration, calibration_for
 from paraplan.predict.predictor import RunPrediction, predict_rows
 from paraplan.predict.runtable import RunRow
 
@@ -258,14 +258,21 @@ def write_csv(path: Path, results: dict[str, list[RowResult]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calibration", default=None, help="calibration file (default: the shipped a100-vtrain)")
+    parser.add_argument("--calibration", default=None,
+                        help="calibration for every table (default: each table's device's shipped calibration, as "
+                             "paraplan predict picks it)")
     parser.add_argument("--csv", type=Path, default=None, help="write the per-row results here")
     parser.add_argument("--tables", default=",".join(TABLES), help="comma-separated table stems (default: all)")
     parser.add_argument("--no-plan", action="store_true", help="skip the GPT-3 175B plan search")
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer Korthikanti Table 4 lines")
     args = parser.parse_args()
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
-    print(f"calibration: {calibration.label} (fitted on {calibration.device}); errors are predicted / measured - 1")
+    def calibration_of(cluster_name: str) -> Calibration:
+        return calibration_for(load_cluster(cluster_name), args.calibration,
+                               warn=lambda m: print(f"warning: {m}", file=sys.stderr))
+
+    calibration = calibration_of("dgx-a100")
+    print("calibration: each table's device's own (paraplan predict's default) unless --calibration; errors are "
+          "predicted / measured - 1")
     paths = table_paths()
     results: dict[str, list[RowResult]] = {}
     summaries: dict[str, Summary | None] = {}
@@ -273,15 +280,17 @@ def main() -> int:
         if stem not in TABLES:
             parser.error(f"--tables: unknown table '{stem}'; expected among {', '.join(TABLES)}")
         started = time.perf_counter()
-        results[stem] = predict_table(stem, load_table(paths[stem]), calibration)
-        summaries[stem] = print_table(stem, results[stem], calibration)
+        own = calibration_of(TABLES[stem][0])
+        print(f"\n[{stem}: calibration {own.label}, fitted on {own.device}]", end="")
+        results[stem] = predict_table(stem, load_table(paths[stem]), own)
+        summaries[stem] = print_table(stem, results[stem], own)
         print(f"   ({time.perf_counter() - started:.1f} s)")
     print("\n== summary (iteration time)")
     for stem, summary in summaries.items():
         print(f"   {stem:40s} {summary.line() if summary else 'no predicted rows'}")
     llama_check(results)
     if not args.no_plan:
-        plan_check(calibration)
+        plan_check(calibration)  # (the A100 plan)
     if not args.no_layers:
         layer_check(calibration)
     if args.csv:
