@@ -136,33 +136,46 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
+    cp_blocking_comm_s: float = 0.0  # the context-parallel share of blocking_comm_s
+    hidden_cp: np.ndarray | None = None  # bool per overlapped collective: context-parallel (None: none is)
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
         """`group` prices the tensor-parallel collectives, `others` those of other groups
         (`Collective.group`: the context-parallel ones)."""
-        blocking, hidden_s, hidden_by = 0.0, [], []
+        blocking = cp_blocking = 0.0
+        hidden_s, hidden_by, hidden_cp = [], [], []
         for c in work.collectives:
             g = group if c.group == "tp" else (others or {})[c.group]
             cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by >= 0:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
+                hidden_cp.append(c.group != "tp")
             else:
                 blocking += cost
+                cp_blocking += cost if c.group != "tp" else 0.0
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives))
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), cp_blocking,
+                        np.array(hidden_cp, dtype=bool) if any(hidden_cp) else None)
 
-    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
         overlapped collective of time c beside a kernel of time g adds
         max(c - g, 0) + contention x min(c, g), i.e. the pair takes
-        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
-        added = self.blocking_comm_s
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        `part`: `all`, or only the tensor-parallel (`tp`) or context-parallel (`cp`) ones."""
+        blocking = {"all": self.blocking_comm_s, "cp": self.cp_blocking_comm_s,
+                    "tp": self.blocking_comm_s - self.cp_blocking_comm_s}[part]
+        added = blocking
         if self.hidden_by.size:
             beside = kernel_s[self.hidden_by]
             c = self.hidden_comm_s
-            added += float((np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)).sum())
+            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            if part != "all":
+                is_cp = self.hidden_cp if self.hidden_cp is not None else np.zeros(c.shape, dtype=bool)
+                each = each[is_cp] if part == "cp" else each[~is_cp]
+            added += float(each.sum())
         return added
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
