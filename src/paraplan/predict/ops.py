@@ -57,7 +57,8 @@ FP32_BYTES = 4
 @dataclass(frozen=True, eq=False)
 class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
-    (m x k) @ (k x n) products; other kernels have m = n = k = 0."""
+    (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
+    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
 
     kind: np.ndarray
     flops: np.ndarray
@@ -122,8 +123,8 @@ class _Builder:
                               True))
         return index
 
-    def attention(self, flops: float, nbytes: float) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
+        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
     def memory(self, nbytes: float) -> int:
@@ -246,7 +247,7 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
     if flash:
         # causal: the kernel skips blocks above the diagonal (about half the matrix)
         flops = 4.0 * batch * x.s * x.s * x.d * 0.5
-        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d)
+        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d, x.s, backward=False)
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.d, x.s, batch)  # Q K^T
@@ -263,7 +264,7 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
     batch = x.b * x.heads
     if flash:
         flops = 4.0 * batch * x.s * x.s * x.d * 0.5 * FLASH_BACKWARD_FLOPS
-        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d)
+        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d, x.s, backward=True)
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.d, x.s, batch)  # d probs = dO V^T

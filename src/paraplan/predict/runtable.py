@@ -15,7 +15,9 @@ Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
 
 Every cell is checked once here: an error names the file, the line, the column,
-the value and what was expected.
+the value and what was expected. A `name` is free text of at most
+`paraplan.core.names.MAX_NAME_CHARS` characters that does not start with `=`, `+`, `-`
+or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
     CP_COMM_TYPES,
     DDP_IMPLS,
@@ -172,6 +175,11 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
             raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
                                  field=f"column '{column}'")
     name = cells.get("name", "").strip() or f"run{line - 1}"
+    problem = formula_problem(name) or (
+        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
+        if len(name) > MAX_NAME_CHARS else None)
+    if problem:
+        raise InputFileError(path, problem, line=line, field="column 'name'")
     model_args = {k: values[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                                          "vocab_size", *MODEL_COLUMNS) if k in values}
     try:
