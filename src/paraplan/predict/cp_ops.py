@@ -13,8 +13,10 @@ block (its own first, then the one received from its ring neighbour). With the
 balanced chunks each step is two (s / 2c) x (s / 2c) blocks of work, i.e.
 4 b a d (s / c)^2 / 2 FLOPs, equal for every step. The block for step k + 1 travels
 during step k (c - 1 transfers of 2 (s / c) b g d e bytes, keys and values of the g
-key/value heads, e bytes per element), each beside that step's kernel; each step after
-the first merges its partial output into the fp32 accumulator (a memory-bound pass).
+key/value heads, e bytes per element), each beside that step's kernel. Each step is
+one attention call over s / c queries and keys (its efficiency is that of a sequence
+of s / c, `device_model.attention_efficiency`); each step after the first merges its
+partial output into the fp32 accumulator (a memory-bound pass).
 The backward runs the same ring, each transfer carrying the key/value block and its
 accumulated gradient (twice the forward's bytes); the step kernels are flash
 attention's backward (2.5 x the forward's FLOPs).
@@ -43,7 +45,7 @@ CP_RING = "cp_ring"  # one ring neighbour (p2p): the ring's hops run at once, th
 class PassSink(Protocol):
     """What a pass builder offers (`paraplan.predict.ops._Builder`)."""
 
-    def attention(self, flops: float, nbytes: float) -> int: ...
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int: ...
 
     def memory(self, nbytes: float) -> int: ...
 
@@ -109,7 +111,7 @@ def _ring(w: PassSink, x: AttentionShape, backward: bool) -> None:
     transfer = ring_step_kv_bytes(x) * (2 if backward else 1)
     merge = (x.e + 2 * FP32_BYTES) * x.local_tokens * x.heads * x.d  # read the partial, read + write the sum
     for step in range(x.cp):
-        kernel = w.attention(flops, nbytes)
+        kernel = w.attention(flops, nbytes, x.s / x.cp, backward)  # one call over s / c queries and keys
         if step < ring_steps(x.cp):
             w.comm("send_recv", transfer, kernel, CP_RING)
         if step and not backward:
@@ -124,7 +126,7 @@ def _ulysses(w: PassSink, x: AttentionShape, backward: bool) -> None:
     before, after = (ulysses_out_bytes(x), ulysses_qkv_bytes(x)) if backward else \
         (ulysses_qkv_bytes(x), ulysses_out_bytes(x))
     w.comm("all_to_all", before, -1, CP_GROUP)
-    w.attention(flops, x.e * tokens * per_pass * (heads + groups) * x.d)
+    w.attention(flops, x.e * tokens * per_pass * (heads + groups) * x.d, x.s, backward)
     w.comm("all_to_all", after, -1, CP_GROUP)
 
 
