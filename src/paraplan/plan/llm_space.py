@@ -70,6 +70,10 @@ MIN_CP_SEQ_LENGTH = 16384
 """Shortest sequence for which context parallelism is searched (when the search space
 does not list CP sizes): below it the attention is a small share of a layer and
 splitting the sequence only adds transfers, so the search stays as small as it was."""
+MIN_CP_CHUNK_TOKENS = 1024
+"""Fewest tokens in each of a CP rank's two sequence chunks for a searched CP degree
+(s / 2c >= this; 128K tokens: c <= 64): shorter blocks leave each ring step too little
+attention to hide its transfer behind, and the bound keeps the search small."""
 
 
 @dataclass(frozen=True)
@@ -152,12 +156,14 @@ _FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "firs
 
 def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
     """CP degrees to search: the space's, else 1 and, for sequences of at least
-    `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two up to the GPUs
-    that divide them; each must divide the GPUs and split the sequence into 2c chunks."""
+    `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
+    the GPUs and leave chunks of `MIN_CP_CHUNK_TOKENS` or more; each must divide the GPUs
+    and split the sequence into 2c chunks."""
     if space.context_parallel_sizes:
         options = space.context_parallel_sizes
     elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash:
-        options = tuple(1 << k for k in range(num_gpus.bit_length()))
+        options = tuple(1 << k for k in range(num_gpus.bit_length())
+                        if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
     else:
         options = (1,)
     return [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
