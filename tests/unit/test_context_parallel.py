@@ -80,6 +80,17 @@ def test_ulysses_all_to_alls_q_k_v_before_and_the_output_after_attention():
     assert cost.cp_blocking_comm_s == pytest.approx(cost.blocking_comm_s - tp)
 
 
+def test_all_gather_cp_gathers_the_sequences_keys_and_values_and_reduce_scatters_their_gradients():
+    cp = 16
+    work = layer_work(LONG, settings(cp, "all_gather"))
+    kv = 2 * B * S * GROUPS * D * E  # keys and values of the whole sequence, gathered
+    assert cp_collectives(work.forward) == [("all_gather", kv, False, CP_GROUP)]
+    assert cp_collectives(work.backward) == [("all_gather", kv, False, CP_GROUP),
+                                            ("reduce_scatter", kv, False, CP_GROUP)]
+    assert attention_flops(work.forward).tolist() == [pytest.approx(CAUSAL_FWD_FLOPS / cp)]
+    assert attention_flops(work.backward).tolist() == [pytest.approx(2.5 * CAUSAL_FWD_FLOPS / cp)]
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 @pytest.mark.parametrize("sp", [False, True])
 def test_activation_memory_is_divided_by_cp(recompute, sp):
@@ -135,7 +146,7 @@ def test_gradients_reduce_and_optimizer_state_shards_over_the_dp_cp_group():
                                                           "8: num_query_groups 8 / tensor_model_parallel_size 2 = 4 "
                                                           "is not divisible by 8"),
     ({"context_parallel_size": 0}, "context_parallel_size must be an integer >= 1, got 0"),
-    ({"cp_comm_type": "ring"}, "cp_comm_type 'ring' is not one of p2p, a2a"),
+    ({"cp_comm_type": "ring"}, "cp_comm_type 'ring' is not one of p2p, all_gather, a2a"),
 ])
 def test_megatron_rules_are_errors_naming_the_setting(extra, message):
     s = replace(RunSettings(tensor_model_parallel_size=2), **extra)

@@ -20,8 +20,8 @@ PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
-CPCommType = Literal["p2p", "a2a"]
-CP_COMM_TYPES: tuple[str, ...] = ("p2p", "a2a")
+CPCommType = Literal["p2p", "all_gather", "a2a"]
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
 DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
@@ -47,7 +47,9 @@ class RunSettings:
     reduced over the d x c ranks that hold the same weights."""
     cp_comm_type: CPCommType = "p2p"
     """`p2p`: ring attention, key/value blocks passed around the c ranks in c - 1 steps,
-    each step's transfer beside the previous step's attention; `a2a`: Ulysses, an
+    each step's transfer beside the previous step's attention; `all_gather`: keys and
+    values of the whole sequence all-gathered before attention (Llama 3's CP), their
+    gradients reduce-scattered after; `a2a`: Ulysses, an
     all-to-all of Q, K, V before attention (heads split over the c ranks, whole
     sequences) and of its output after."""
     global_batch_size: int = 1

@@ -28,6 +28,13 @@ attention runs over the whole sequence on a / c heads, and an all-to-all of the 
 reverse (the output gradient before, the Q, K and V gradients after). The all-to-alls
 block the attention (nothing beside them).
 
+`all_gather` (what Meta ran for Llama 3 at 128K tokens; Transformer Engine's
+`AttnFuncWithCPAndKVAllGather`): the keys and values of the whole sequence are
+all-gathered over the c ranks (2 b s g d e bytes gathered), each rank runs one fused
+attention of its s / c balanced queries against them (1 / c of the causal work), and
+the backward gathers them again (they are not kept) and reduce-scatters their
+gradients. The collectives block the attention.
+
 Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c.
 """
 
@@ -104,6 +111,21 @@ def ulysses_out_bytes(shape: AttentionShape) -> float:
     return shape.local_tokens * shape.heads * shape.d * shape.e
 
 
+def all_gather_kv_bytes(shape: AttentionShape) -> float:
+    """Gathered bytes of the key/value all-gather: 2 b s g d e."""
+    return 2.0 * shape.b * shape.s * shape.groups * shape.d * shape.e
+
+
+def _all_gather(w: PassSink, x: AttentionShape, backward: bool) -> None:
+    kv = all_gather_kv_bytes(x)
+    flops = causal_attention_flops(x) / x.cp * (FLASH_BACKWARD_FLOPS if backward else 1.0)
+    per_pass = 4 if backward else 2
+    w.comm("all_gather", kv, -1, CP_GROUP)
+    w.attention(flops, x.e * per_pass * (x.local_tokens * x.heads + x.b * x.s * x.groups) * x.d, x.s, backward)
+    if backward:
+        w.comm("reduce_scatter", kv, -1, CP_GROUP)  # key/value gradients back to their ranks
+
+
 def _ring(w: PassSink, x: AttentionShape, backward: bool) -> None:
     flops = ring_step_flops(x) * (FLASH_BACKWARD_FLOPS if backward else 1.0)
     per_pass = 4 if backward else 2  # Q, O (and dO, dQ) over the local tokens; K, V (and dK, dV) of the block
@@ -134,6 +156,8 @@ def cp_attention_forward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> N
     """The forward attention core under context parallelism (module doc)."""
     if cp_comm_type == "a2a":
         _ulysses(w, x, backward=False)
+    elif cp_comm_type == "all_gather":
+        _all_gather(w, x, backward=False)
     else:
         _ring(w, x, backward=False)
 
@@ -142,5 +166,7 @@ def cp_attention_backward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> 
     """The backward attention core under context parallelism (module doc)."""
     if cp_comm_type == "a2a":
         _ulysses(w, x, backward=True)
+    elif cp_comm_type == "all_gather":
+        _all_gather(w, x, backward=True)
     else:
         _ring(w, x, backward=True)
