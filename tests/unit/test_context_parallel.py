@@ -12,6 +12,7 @@ from paraplan.core import ConstantBandwidthModel, StrategyError
 from paraplan.core.comm import Group, ring_time_s
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_output import describe, plan_rows
 from paraplan.plan.llm_search import PlanRequest, search
 from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import PassCost, placement, run_structure
@@ -20,6 +21,7 @@ from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.explain import PARTS, explain_run
 from paraplan.predict.models import load_model
 from paraplan.predict.ops import ATTENTION, embedding_work, head_work, layer_activation_bytes, layer_work
+from paraplan.report.summary import _layout
 
 CAL = load_calibration()
 # GQA like Llama: 32 query heads, 8 key/value heads of 128
@@ -190,3 +192,8 @@ def test_planner_finds_cp_for_llama3_70b_at_128k_tokens_where_nothing_without_it
     best = result.plans[0]
     assert best.fits_memory and best.settings.context_parallel_size > 1
     assert all(p.settings.context_parallel_size > 1 for p in result.plans)
+    row = plan_rows(model, result, "cal", CAL.efficiency)[0]
+    c = best.settings.context_parallel_size
+    assert (row["context_parallel_size"], row["cp_comm_type"]) == (str(c), "p2p")
+    assert f"CP {c} (p2p)" in describe(best)
+    assert _layout(row).endswith(f" CP {c}") and _layout({**row, "context_parallel_size": "1"}).count("CP") == 0
