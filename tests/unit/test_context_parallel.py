@@ -21,6 +21,7 @@ from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.explain import PARTS, explain_run
 from paraplan.predict.models import load_model
 from paraplan.predict.ops import ATTENTION, embedding_work, head_work, layer_activation_bytes, layer_work
+from paraplan.predict.predictor import predict_settings
 from paraplan.report.summary import _layout
 
 CAL = load_calibration()
@@ -197,3 +198,24 @@ def test_planner_finds_cp_for_llama3_70b_at_128k_tokens_where_nothing_without_it
     assert (row["context_parallel_size"], row["cp_comm_type"]) == (str(c), "p2p")
     assert f"CP {c} (p2p)" in describe(best)
     assert _layout(row).endswith(f" CP {c}") and _layout({**row, "context_parallel_size": "1"}).count("CP") == 0
+
+
+@pytest.mark.parametrize("memory_gb", [80, 1.5])
+def test_search_with_cp_equals_exhaustive_exact_evaluation(memory_gb):
+    model = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=32768,
+                             vocab_size=32000)
+    cluster = load_cluster("dgx-a100")
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9))
+    request = PlanRequest(model, cluster, 8, 8, space=SearchSpace(schedules=("1f1b",)), retime=10_000)
+    comm = CAL.comm_model(cluster)
+    base = request.base_settings()
+    cand = enumerate_candidates(model, 8, 8, 8, request.space)
+    assert set(cand.cp.tolist()) == {1, 2, 4, 8}
+    runs = predict_settings(model, [cand.settings(i, base) for i in range(len(cand))], cluster, comm, CAL.efficiency)
+    fitting = [(r.iteration_s, s) for r, s in runs if r.peak_memory_bytes.max() <= cluster.device.memory_bytes]
+    best_s, best = min(fitting, key=lambda x: x[0])
+    plan = search(request, comm, CAL.efficiency).plans[0]
+    assert plan.iteration_s == pytest.approx(best_s, rel=1e-9)
+    if memory_gb < 2:  # without CP the smallest plan needs 1.68 GB: only CP plans fit
+        assert best.context_parallel_size > 1
+        assert all(s.context_parallel_size > 1 for _, s in fitting)
