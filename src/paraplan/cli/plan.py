@@ -91,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
     llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
     llm.add_argument("--calibration", default=None,
-                     help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+                     help="calibration name or file from `paraplan calibrate` (default: the shipped one made for the "
+                             "cluster's device, else a100-vtrain with a warning)")
     llm.add_argument("--top-k", type=int, default=5, help="plans to keep, best first")
     llm.add_argument("--allow-cross-node-tp", action="store_true",
                      help="let tensor-parallel groups span nodes (default: at most one node)")
@@ -253,7 +254,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.llm_output import PLAN_COLUMNS, describe, plan_rows
     from paraplan.plan.llm_search import PlanRequest, search
     from paraplan.plan.llm_space import SearchSpace
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
+    from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
     from paraplan.track import RunLog
 
@@ -273,7 +274,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")
     cluster = load_cluster(cluster_name)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan plan: warning: {m}", file=sys.stderr))
     request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
                           space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
                                             context_parallel_sizes=cp_sizes))
