@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
-from paraplan.core import ConstantBandwidthModel, StrategyError
+from paraplan.core import ConstantBandwidthModel, InputFileError, StrategyError
 from paraplan.core.comm import Group, ring_time_s
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
@@ -22,6 +22,7 @@ from paraplan.predict.explain import PARTS, explain_run
 from paraplan.predict.models import load_model
 from paraplan.predict.ops import ATTENTION, embedding_work, head_work, layer_activation_bytes, layer_work
 from paraplan.predict.predictor import predict_settings
+from paraplan.predict.runtable import read_run_table
 from paraplan.report.summary import _layout
 
 CAL = load_calibration()
@@ -219,3 +220,32 @@ def test_search_with_cp_equals_exhaustive_exact_evaluation(memory_gb):
     if memory_gb < 2:  # without CP the smallest plan needs 1.68 GB: only CP plans fit
         assert best.context_parallel_size > 1
         assert all(s.context_parallel_size > 1 for _, s in fitting)
+
+
+RUNS_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"
+               "pipeline_model_parallel_size,data_parallel_size,global_batch_size,context_parallel_size,cp_comm_type,"
+               "num_gpus")
+
+
+@pytest.mark.parametrize(("cells", "message"), [
+    ("x,24,2048,16,32768,50257,2,2,2,8,4,p2p,16",
+     "runs.csv:2: column 'num_gpus': 16 is not tensor x context x pipeline x data parallel size = 2 x 4 x 2 x 2 = 32"),
+    ("x,24,2048,16,32768,50257,2,2,2,8,4,ring,32",
+     "runs.csv:2: column 'cp_comm_type': expected one of p2p, all_gather, a2a, got 'ring'"),
+    ("x,24,2048,16,1004,50257,2,2,2,8,4,p2p,32",
+     "runs.csv:2: impossible run: context_parallel_size 4 needs seq_length 1004 divisible by 2 x "
+     "context_parallel_size = 8 (causal load balancing)"),
+])
+def test_run_table_cp_columns_and_their_errors(tmp_path, cells, message):
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{RUNS_HEADER}\n{cells}\n")
+    with pytest.raises(InputFileError) as err:
+        read_run_table(path)
+    assert str(err.value) == f"{path}:{message.removeprefix('runs.csv:')}"
+
+
+def test_run_table_reads_cp(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{RUNS_HEADER}\nx,24,2048,16,32768,50257,2,2,2,8,4,a2a,32\n")
+    (row,) = read_run_table(path)[1]
+    assert (row.settings.context_parallel_size, row.settings.cp_comm_type, row.settings.num_gpus) == (4, "a2a", 32)
