@@ -12,8 +12,8 @@ micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
-each setting changes).
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a), num_gpus,
+measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
 

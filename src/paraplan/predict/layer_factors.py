@@ -63,6 +63,8 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         "bias": int(model.add_bias_linear),
         "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
     }
+    if settings.context_parallel_size > 1:  # keys of runs without context parallelism stay as they were
+        parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
     return ",".join(f"{k}={v}" for k, v in parts.items())
 
 
