@@ -1,10 +1,10 @@
 """The execution model of a transformer training run: model + cluster + settings +
 device calibration -> `paraplan.sim.execution.ExecutionModel`.
 
-Placement follows Megatron-LM's rank order (tensor-parallel ranks adjacent, then
-data-parallel, then pipeline): rank = tp + t (dp + d pp), node = rank //
-devices_per_node. Each group's node span decides the link tier its collectives
-use.
+Placement follows Megatron-Core's rank order tp-cp-dp-pp (tensor-parallel ranks
+adjacent, then context-parallel, then data-parallel, then pipeline): rank = tp + t (cp
++ c (dp + d pp)), node = rank // devices_per_node. Each group's node span decides the
+link tier its collectives use.
 
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
@@ -15,7 +15,10 @@ What each piece costs:
 - embedding on the first virtual stage, final norm + LM head + loss on the last;
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
-- data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
+- context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
+  neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
+- data-parallel gradient reduction over the d x c ranks that hold the same weights
+  (Megatron's dp-cp group) in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
   the last backward, overlapped with it under `overlap_grad_reduce`; with
   `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
@@ -41,6 +44,7 @@ a distributed optimizer or ZeRO.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -49,6 +53,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -96,27 +101,47 @@ class Placement:
     """Node spans of the groups one rank belongs to."""
 
     tp_nodes: int
-    dp_nodes: int
+    dp_nodes: int  # the gradient-reduction group: data x context parallel (Megatron's dp-cp)
     pp_cross_node: bool
     embedding_cross_node: bool
+    cp_nodes: int = 1
     etp_nodes: int = 1
     ep_nodes: int = 1
     edp_nodes: int = 1  # the expert-data-parallel group
 
 
 def placement(settings: RunSettings, devices_per_node: int) -> Placement:
+    """Spans in the rank order tp-cp-dp-pp: the CP group and the dp-cp group are every
+    t-th rank (c and d x c of them), a pipeline neighbour t c d ranks away."""
     t, d, p = (settings.tensor_model_parallel_size, settings.data_parallel_size,
                settings.pipeline_model_parallel_size)
+    c = settings.context_parallel_size
     g = devices_per_node
     tp_nodes = len({r // g for r in range(t)})
-    dp_nodes = len({(t * j) // g for j in range(d)})
-    pp_cross = p > 1 and (t * d) // g != 0
-    emb_cross = p > 1 and (t * d * (p - 1)) // g != 0
+    cp_nodes = len({(t * j) // g for j in range(c)})
+    dp_nodes = len({(t * j) // g for j in range(d * c)})
+    pp_cross = p > 1 and (t * c * d) // g != 0
+    emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
+    # the expert grid over the same ranks: expert-tensor rank fastest, then EP, then expert-DP
     etp, ep = settings.expert_tensor_parallel, settings.expert_model_parallel_size
     etp_nodes = len({r // g for r in range(etp)})
     ep_nodes = len({(etp * j) // g for j in range(ep)})
     edp_nodes = len({(etp * ep * j) // g for j in range(settings.expert_data_parallel_size)})
-    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, etp_nodes, ep_nodes, edp_nodes)
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes)
+
+
+def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a pass's context-parallel collectives run over (`cp_ops`): the CP
+    group, and one hop of its ring (across nodes when the group spans several)."""
+    c = settings.context_parallel_size
+    return {CP_GROUP: Group(c, place.cp_nodes), CP_RING: Group(2 if c > 1 else 1, 2 if place.cp_nodes > 1 else 1)}
+
+
+def expert_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a MoE layer's collectives run over (`moe_ops`): expert-parallel
+    (the token all-to-alls) and expert-tensor-parallel."""
+    return {"ep": Group(settings.expert_model_parallel_size, place.ep_nodes),
+            "etp": Group(settings.expert_tensor_parallel, place.etp_nodes)}
 
 
 def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
@@ -125,6 +150,11 @@ def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarr
     return np.array(pipeline_layer_split(
         num_layers, settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size,
         settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
+
+
+COMM_PARTS: tuple[str, ...] = ("tp", "cp", "ep")
+PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
+"""Which part of a pass's communication (`PassCost.comm_s`) each group's collectives are."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,51 +167,54 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
-    expert_blocking_s: float = 0.0  # of blocking_comm_s, over the expert groups (ep, etp)
-    hidden_expert: np.ndarray | None = None  # bool per overlapped collective: over an expert group
+    other_blocking_s: tuple[tuple[str, float], ...] = ()  # per `COMM_PARTS` but tp: its share of blocking_comm_s
+    hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
 
     @staticmethod
-    def of(work: PassWork, comm: CommModel, group: Group, others: dict[str, Group] | None = None) -> PassCost:
-        """`group`: the tensor-parallel group; `others`: the expert groups by name
-        (`ops.GROUPS`)."""
-        groups = {**(others or {}), "tp": group}
-        blocking, expert_blocking, hidden_s, hidden_by, hidden_expert = 0.0, 0.0, [], [], []
+    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
+        """`group` prices the tensor-parallel collectives, `others` those of other groups
+        (`Collective.group`: the context-parallel and the expert ones)."""
+        blocking = 0.0
+        other: dict[str, float] = {}
+        hidden_s, hidden_by, hidden_part = [], [], []
         for c in work.collectives:
-            on = groups[c.group]
-            cost = float(comm.time_s(c.collective, c.nbytes, on)) if on.size > 1 else 0.0
+            g = group if c.group == "tp" else (others or {})[c.group]
+            part = PART_OF_GROUP[c.group]
+            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by >= 0:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
-                hidden_expert.append(c.group != "tp")
+                hidden_part.append(part)
             else:
                 blocking += cost
-                if c.group != "tp":
-                    expert_blocking += cost
+                if part != "tp":
+                    other[part] = other.get(part, 0.0) + cost
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives), expert_blocking,
-                        np.array(hidden_expert, dtype=bool) if any(hidden_expert) else None)
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), tuple(other.items()),
+                        np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None)
 
-    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
         overlapped collective of time c beside a kernel of time g adds
         max(c - g, 0) + contention x min(c, g), i.e. the pair takes
-        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
-        added = self.blocking_comm_s
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        `part`: `all`, or only the tensor-parallel (`tp`), context-parallel (`cp`) or
+        expert-parallel (`ep`: all-to-alls and expert-tensor-parallel) ones."""
+        others = dict(self.other_blocking_s)
+        if part == "all":
+            added = self.blocking_comm_s
+        elif part == "tp":
+            added = self.blocking_comm_s - sum(others.values())
+        else:
+            added = others.get(part, 0.0)
         if self.hidden_by.size:
-            added += float(self._hidden_added_s(kernel_s, eff).sum())
-        return added
-
-    def _hidden_added_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> np.ndarray:
-        beside = kernel_s[self.hidden_by]
-        c = self.hidden_comm_s
-        return np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
-
-    def expert_comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
-        """The share of `comm_s` that the expert groups' collectives (all-to-alls and
-        the expert-tensor-parallel gathers) add."""
-        added = self.expert_blocking_s
-        if self.hidden_expert is not None:
-            added += float(self._hidden_added_s(kernel_s, eff)[self.hidden_expert].sum())
+            beside = kernel_s[self.hidden_by]
+            c = self.hidden_comm_s
+            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            if part != "all":
+                labels = self.hidden_part if self.hidden_part is not None else np.full(c.shape, "tp")
+                each = each[labels == part]
+            added += float(each.sum())
         return added
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
@@ -308,13 +341,15 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     doc). `settings.check(model)` runs first; the cluster's node count does not limit
     the run (its nodes are the run's kind of node)."""
     settings.check(model)
-    t, p, d = (settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size,
-               settings.data_parallel_size)
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    c = settings.context_parallel_size
+    d = settings.data_context_parallel_size  # the ranks that hold the same weights (d x c)
     v = settings.virtual_pipeline_model_parallel_size
     speed = DeviceSpeed.of(cluster.device, settings.dtype)
     place = placement(settings, cluster.devices_per_node)
     tp_group = Group(t, place.tp_nodes)
     dp_group = Group(d, place.dp_nodes)
+    cp_groups = context_parallel_groups(settings, place)
     prec = Precision.of(settings.dtype)
     zero3 = settings.zero_stage == 3
 
@@ -325,9 +360,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     moe = moe_layer_work(model, settings) if model.num_moe_layers else None
     if moe is not None:
         works += [moe.forward, moe.recompute, moe.backward]
-    expert_groups = {"ep": Group(settings.expert_model_parallel_size, place.ep_nodes),
-                     "etp": Group(settings.expert_tensor_parallel, place.etp_nodes)}
-    passes = tuple(PassCost.of(w, comm, tp_group, expert_groups) for w in works)
+    groups = {**cp_groups, **expert_parallel_groups(settings, place)}
+    passes = tuple(PassCost.of(w, comm, tp_group, groups) for w in works)
     layer_params = model.layer_params / t
     gather_s = scatter_s = 0.0
     if zero3 and d > 1:
@@ -338,7 +372,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     counts = layers_per_virtual_stage(model.num_layers, settings)
     moe_counts = moe_layers_per_virtual_stage(model, counts) if moe is not None else None
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
-    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
+    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
     send = np.zeros(max(nv - 1, 0))
     if p > 1:
         send[:] = float(comm.time_s("send_recv", boundary_bytes, Group(2, 2 if place.pp_cross_node else 1)))

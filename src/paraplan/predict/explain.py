@@ -8,7 +8,8 @@ rank's time is split into parts that sum to the iteration time exactly:
   `gemm`, `attention` (fused flash attention), `memory` (memory-bound kernels), the
   tensor-parallel collectives it pays for (`tp_comm`: blocking ones, overlapped ones
   where they outlast their kernel plus their contention, `PassCost.comm_s`), the
-  expert-parallel ones likewise (`ep_comm`: the MoE token all-to-alls and the
+  context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls), the
+  expert-parallel ones (`ep_comm`: the MoE token all-to-alls and the
   expert-tensor-parallel gathers) and ZeRO-3
   gathers that outlast the layer (`dp_comm`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
@@ -37,11 +38,11 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.ops import ATTENTION, GEMM, MEMORY
 from paraplan.sim.execution import rank_ends
 
-PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "ep_comm", "dp_comm", "pp_comm", "bubble",
-                          "optimizer", "host")
+PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
+                          "bubble", "optimizer", "host")
 EXPLAIN_COLUMNS: tuple[str, ...] = tuple(f"explain_{p}_s" for p in PARTS)
-_DEVICE = 6  # gemm, attention, memory, tp_comm, ep_comm, dp_comm: the parts an op's device time has
-_DP = 5
+_DEVICE = 7  # gemm, attention, memory, tp_comm, cp_comm, ep_comm, dp_comm: the parts an op's device time has
+_DP = 6
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,13 @@ class TimeBreakdown:
 
 
 def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> np.ndarray:
-    """(passes, 6): each pass's device time by part, layer-time factor applied."""
+    """(passes, 7): each pass's device time by part, layer-time factor applied."""
     out = np.zeros((len(structure.passes), _DEVICE))
     factor = eff.layer_time_factors.factor(structure.layer_key)
     for j, (cost, k) in enumerate(zip(structure.passes, kernel_s, strict=True)):
         kind = cost.kernels.kind
-        expert = cost.expert_comm_s(k, eff)
-        out[j, :5] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
-                      cost.comm_s(k, eff) - expert, expert)
+        out[j, :6] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
+                      cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"), cost.comm_s(k, eff, "ep"))
         if j in LAYER_PASSES + MOE_LAYER_PASSES:
             out[j] *= factor
     return out
@@ -111,7 +111,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     optimizer = float(execution.after_sync_s[rank]) - after_comm
     seconds = {
         "gemm": float(device[0]), "attention": float(device[1]), "memory": float(device[2]),
-        "tp_comm": float(device[3]), "ep_comm": float(device[4]),
+        "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
         "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
         "pp_comm": transfers + exchange,
         "bubble": float(ends.compute_end_s[rank]) - busy - transfers,

@@ -63,6 +63,8 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         "bias": int(model.add_bias_linear),
         "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
     }
+    if settings.context_parallel_size > 1:  # keys of runs without context parallelism stay as they were
+        parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
     if model.is_moe:  # a factor measured on a dense layer of the same widths never scales experts
         parts["experts"] = (f"{model.num_experts}x{model.moe_ffn_size}top{model.moe_router_topk}"
                             f"shared{model.moe_shared_expert_intermediate_size}"

@@ -41,12 +41,17 @@ import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.cp_ops import (
+    FLASH_BACKWARD_FLOPS,
+    AttentionShape,
+    cp_attention_backward,
+    cp_attention_forward,
+)
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
 KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
-FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,19 +79,17 @@ class Kernels:
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective of a layer; `nbytes` in nccl-tests' convention (all_gather: the
-    gathered output; reduce_scatter: the input; all_to_all: the per-rank total).
-    `hidden_by` is the index of the kernel of the same pass it runs beside (-1: the
-    compute stream waits for it). `group`: over which ranks (`GROUPS`)."""
+    """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
+    output; reduce_scatter: the input; all_to_all: the per-rank total). `hidden_by` is
+    the index of the kernel of the same pass it runs beside (-1: the compute stream
+    waits for it). `group`: `tp`, the tensor-parallel group; `cp` / `cp_ring`, the
+    context-parallel group / one of its ring hops (`paraplan.predict.cp_ops`); `ep` /
+    `etp`, the expert-parallel / expert-tensor-parallel group (`paraplan.predict.moe_ops`)."""
 
     collective: str
     nbytes: float
     hidden_by: int = -1
     group: str = "tp"
-
-
-GROUPS: tuple[str, ...] = ("tp", "ep", "etp")
-"""A layer's communicators: tensor-parallel, expert-parallel, expert-tensor-parallel."""
 
 
 @dataclass(frozen=True)
@@ -153,10 +156,10 @@ class LayerWork:
 class _Shape:
     """The sizes one rank sees."""
 
-    tokens: float  # b s
-    sp_tokens: float  # tokens in the sequence-parallel regions (b s / t with SP)
+    tokens: float  # b s / c: the tokens of this rank (c context-parallel ranks split the sequence)
+    sp_tokens: float  # tokens in the sequence-parallel regions (b s / (c t) with SP)
     b: float
-    s: float
+    s: float  # the whole sequence
     h: float
     t: int
     heads: float  # query heads per rank
@@ -167,18 +170,25 @@ class _Shape:
     mlp_in: float  # first MLP projection's output width per rank
     e: int  # activation bytes
     sp: bool
+    cp: int = 1
+    cp_comm_type: str = "p2p"
+
+    def attention_shape(self) -> AttentionShape:
+        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
 
 
 def _shape(model: TransformerModel, settings: RunSettings) -> _Shape:
     t = settings.tensor_model_parallel_size
     b, s = float(settings.micro_batch_size), float(model.seq_length)
     sp = settings.sequence_parallel and t > 1
-    tokens = b * s
+    cp = settings.context_parallel_size
+    tokens = b * s / cp if cp > 1 else b * s
     return _Shape(
         tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
         heads=model.num_attention_heads / t, groups=model.query_groups / t, d=float(model.kv_channels),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
-        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp,
+        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
+        cp_comm_type=settings.cp_comm_type,
     )
 
 
@@ -231,6 +241,9 @@ def _softmax_backward(w: _Builder, x: _Shape, scores: float, fused: bool) -> Non
 
 
 def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:  # `RunSettings.check`: context parallelism runs flash attention
+        cp_attention_forward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
         # causal: the kernel skips blocks above the diagonal (about half the matrix)
@@ -246,6 +259,9 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
 
 
 def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:
+        cp_attention_backward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
         flops = 4.0 * batch * x.s * x.s * x.d * 0.5 * FLASH_BACKWARD_FLOPS
@@ -401,7 +417,7 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
-        scores = FP32_BYTES * x.b * x.heads * x.s  # softmax statistics
+        scores = FP32_BYTES * x.tokens * x.heads  # softmax statistics of this rank's queries
     elif granularity != "selective":
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s

@@ -3,7 +3,7 @@ arguments. `paraplan predict` reads it and writes it back with `predicted_*`
 columns; `paraplan calibrate` reads it with `measured_iteration_s`.
 
 Required columns: `REQUIRED`. Optional: `MODEL_COLUMNS`, `SETTINGS_COLUMNS`,
-`num_gpus` (checked against t x p x d), `measured_iteration_s`. An empty cell
+`num_gpus` (checked against t x c x p x d), `measured_iteration_s`. An empty cell
 takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
 `micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
@@ -30,6 +30,7 @@ from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
+    CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
     PIPELINE_SCHEDULES,
@@ -52,9 +53,9 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers", "expert_model_parallel_size", "expert_tensor_parallel_size",
-    "moe_load_imbalance", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
-    "moe_shared_expert_overlap",
+    "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
+    "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
 )
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -147,7 +148,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
-    "decoder_last_pipeline_num_layers": _integer,
+    "decoder_last_pipeline_num_layers": _integer, "context_parallel_size": _integer,
+    "cp_comm_type": _choice(CP_COMM_TYPES),
     "expert_model_parallel_size": _integer, "expert_tensor_parallel_size": _integer,
     "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)),
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
@@ -209,10 +211,14 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     )
     gpus = values.get("num_gpus")
     if gpus is not None and gpus != settings.num_gpus:
+        cp = settings.context_parallel_size
+        names, sizes = (("tensor x context x pipeline x data", (settings.tensor_model_parallel_size, cp))
+                        if cp > 1 else ("tensor x pipeline x data", (settings.tensor_model_parallel_size,)))
+        factors = " x ".join(str(n) for n in (*sizes, settings.pipeline_model_parallel_size,
+                                               settings.data_parallel_size))
         raise InputFileError(
-            path, f"column 'num_gpus': {gpus} is not tensor x pipeline x data parallel size = "
-            f"{settings.tensor_model_parallel_size} x {settings.pipeline_model_parallel_size} x "
-            f"{settings.data_parallel_size} = {settings.num_gpus}", line=line)
+            path, f"column 'num_gpus': {gpus} is not {names} parallel size = {factors} = {settings.num_gpus}",
+            line=line)
     try:
         probe = settings
         if search_mbs or search_v:
