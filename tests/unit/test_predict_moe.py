@@ -96,6 +96,8 @@ def test_expert_weights_and_state_shard_over_ep_etp_and_the_expert_data_parallel
     # Adam state: the dense weights' over DP 16, the experts' over t d / (EP ETP) = 2
     assert mem.optimizer_bytes == pytest.approx(12 * (st.rank_params[0] / 16 + experts / 2), rel=1e-12)
     assert s.expert_data_parallel_size == 2
+    # context parallelism: the expert grid spans the stage's t x c x d ranks
+    assert replace(s, data_parallel_size=8, context_parallel_size=2).expert_data_parallel_size == 2
 
 
 def test_expert_parallel_group_spans_nodes_in_megatron_order():
@@ -115,6 +117,9 @@ def test_expert_parallel_group_spans_nodes_in_megatron_order():
     ({"expert_model_parallel_size": 8, "data_parallel_size": 4, "global_batch_size": 4},
      "expert_model_parallel_size x expert_tensor_parallel_size = 8 x 1 does not divide the tensor x data-parallel "
      "ranks of a pipeline stage, 1 x 4"),
+    ({"expert_model_parallel_size": 8, "data_parallel_size": 2, "context_parallel_size": 2, "global_batch_size": 2},
+     "expert_model_parallel_size x expert_tensor_parallel_size = 8 x 1 does not divide the tensor x context x "
+     "data-parallel ranks of a pipeline stage, 1 x 2 x 2"),
     ({"tensor_model_parallel_size": 2, "data_parallel_size": 4, "expert_model_parallel_size": 2},
      "expert_model_parallel_size 2 / expert_tensor_parallel_size 2 with tensor_model_parallel_size 2 need "
      "sequence_parallel"),
