@@ -1,6 +1,7 @@
 """What one mixture-of-experts layer runs on one rank for one micro-batch: the
 attention half of `paraplan.predict.ops` followed by Megatron-Core's MoE block with
-the all-to-all token dispatcher.
+the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`; the allgather
+and flex dispatchers are not modelled).
 
 Forward of the MoE block (T tokens routed by this rank, k = `moe_router_topk`, E
 experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
