@@ -32,6 +32,7 @@ backward pass is twice the forward.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -224,9 +225,10 @@ class TransformerModel:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
+    @functools.cached_property
     def moe_layers(self) -> tuple[bool, ...]:
-        """For each layer: is it a mixture-of-experts layer?"""
+        """For each layer: is it a mixture-of-experts layer? (Computed once: the FLOP
+        counts ask it for every layer.)"""
         return moe_layer_pattern(self)
 
     @property
