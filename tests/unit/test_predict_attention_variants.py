@@ -1,0 +1,69 @@
+"""Multi-latent attention, sliding windows and multi-token prediction in the
+execution model (`paraplan.predict.ops`, `paraplan.predict.mla_ops`)."""
+
+from dataclasses import replace
+
+import pytest
+
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.ops import ATTENTION, causal_scores, layer_activation_bytes, layer_work
+
+H, A, S = 1024, 16, 512
+MLA = TransformerModel("mla", num_layers=4, hidden_size=H, num_attention_heads=A, seq_length=S, vocab_size=32000,
+                       swiglu=True, ffn_hidden_size=2816, add_bias_linear=False, normalization="RMSNorm",
+                       position_embedding_type="rope", multi_latent_attention=True, q_lora_rank=384,
+                       kv_lora_rank=256, qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64)
+
+
+def settings(t: int, **kw) -> RunSettings:
+    return RunSettings(tensor_model_parallel_size=t, micro_batch_size=2, global_batch_size=2, **kw)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_mla_kernels_sum_to_the_closed_form_plus_the_replicated_down_projections(t):
+    work = layer_work(MLA, settings(t, use_flash_attn=False))
+    tokens = 2 * S
+    down = 2 * tokens * H * (384 + 256 + 32)  # q down and kv down (with the rotary key part) on every rank
+    assert work.forward.kernels.total_flops * t == pytest.approx(MLA.layer_forward_flops(2) + (t - 1) * down,
+                                                                 rel=1e-12)
+    assert work.backward.kernels.total_flops == pytest.approx(2 * work.forward.kernels.total_flops, rel=1e-12)
+
+
+def test_mla_sequence_parallel_runs_the_down_projections_on_a_tth_of_the_tokens():
+    plain, sp = layer_work(MLA, settings(4, use_flash_attn=False)), layer_work(
+        MLA, settings(4, use_flash_attn=False, sequence_parallel=True))
+    tokens = 2 * S
+    down = 2 * tokens * H * (384 + 256 + 32)
+    assert plain.forward.kernels.total_flops - sp.forward.kernels.total_flops == pytest.approx(down * 3 / 4)
+    # the q latent, the rotary key part and the kv latent are gathered before the up projections
+    gathered = sorted(c.nbytes for c in sp.forward.collectives if c.collective == "all_gather")
+    assert gathered == sorted([2 * tokens * w for w in (384, 32, 256, H)])
+
+
+def test_mla_flash_core_scores_with_qk_plus_rope_and_values_with_v_head_dim():
+    work = layer_work(MLA, settings(2))
+    core = work.forward.kernels.flops[work.forward.kernels.kind == ATTENTION].sum()
+    assert core == pytest.approx(2 * 2 * (A / 2) * S * S / 2 * ((64 + 32) + 64))
+
+
+def test_mla_keeps_latents_and_its_q_k_v():
+    s = settings(1)
+    x_tokens, e = 2 * S, 2
+    gqa_like = replace(MLA, multi_latent_attention=False, q_lora_rank=0, kv_lora_rank=0, qk_head_dim=0,
+                       qk_pos_emb_head_dim=0, v_head_dim=0, kv_channels=64)
+    latents = 2 * e * x_tokens * (384 + 256) + e * x_tokens * 32
+    qkv_mla = e * x_tokens * A * (2 * 96 + 64)
+    qkv_mha = e * x_tokens * 3 * A * 64
+    assert layer_activation_bytes(MLA, s) - layer_activation_bytes(gqa_like, s) == pytest.approx(
+        latents + qkv_mla - qkv_mha)
+
+
+def test_mla_is_priced_not_refused():
+    assert MLA.unmodelled_features == ()
+
+
+def test_causal_window_counts_keys_per_query():
+    assert causal_scores(4096) == 4096**2 / 2
+    assert causal_scores(4096, 1024) == 4096 * 1024 - 1024**2 / 2
+    assert causal_scores(512, 1024) == 512**2 / 2  # a window longer than the sequence changes nothing
