@@ -5,9 +5,15 @@ from dataclasses import replace
 
 import pytest
 
+from paraplan.clusters import load_cluster
+from paraplan.core import ConstantBandwidthModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.ops import ATTENTION, causal_scores, layer_activation_bytes, layer_work
+from paraplan.predict.attention_mix import attention_core_kernels
+from paraplan.predict.build import build_execution, run_structure
+from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import ATTENTION, causal_scores, head_work, layer_activation_bytes, layer_work
 
 H, A, S = 1024, 16, 512
 MLA = TransformerModel("mla", num_layers=4, hidden_size=H, num_attention_heads=A, seq_length=S, vocab_size=32000,
@@ -67,3 +73,47 @@ def test_causal_window_counts_keys_per_query():
     assert causal_scores(4096) == 4096**2 / 2
     assert causal_scores(4096, 1024) == 4096 * 1024 - 1024**2 / 2
     assert causal_scores(512, 1024) == 512**2 / 2  # a window longer than the sequence changes nothing
+
+
+# ---- sliding windows and multi-token prediction in the step ----------------------
+
+CLUSTER = load_cluster("dgx-h100")
+COMM = ConstantBandwidthModel(100e9, 100e9, 5e-6, 5e-6)
+EFF = DeviceEfficiency(kernel_latency_s=0.0)
+LLAMA = TransformerModel("small", num_layers=4, hidden_size=2048, num_attention_heads=16, seq_length=8192,
+                         vocab_size=32000, swiglu=True, add_bias_linear=False, normalization="RMSNorm",
+                         position_embedding_type="rope", hidden_dropout=0.0, attention_dropout=0.0,
+                         untie_embeddings_and_output_weights=True)
+
+
+def test_windowed_layers_cost_their_own_attention_on_each_stage():
+    # window 1024 in layers 1-3, layer 4 full; two stages: [W, W] and [W, F]
+    windowed = replace(LLAMA, window_size=1024, window_attn_skip_freq=4)
+    s = RunSettings(pipeline_model_parallel_size=2, micro_batch_size=1, global_batch_size=8)
+    speed = DeviceSpeed.of(CLUSTER.device, "bf16")
+    full_core = float(kernel_times_s(attention_core_kernels(LLAMA, s, 0)[0], speed, EFF).sum())
+    fwd = [float(kernel_times_s(attention_core_kernels(windowed, s, i)[0], speed, EFF).sum()) for i in (0, 3)]
+    bwd = [float(kernel_times_s(attention_core_kernels(windowed, s, i)[1], speed, EFF).sum()) for i in (0, 3)]
+    assert fwd[1] == pytest.approx(full_core) and fwd[0] < fwd[1] / 3  # 8192 x 1024 - 1024^2/2 of 8192^2/2 pairs
+    base = build_execution(LLAMA, s, CLUSTER, COMM, EFF).costs
+    win = build_execution(windowed, s, CLUSTER, COMM, EFF).costs
+    assert base.fwd_s - win.fwd_s == pytest.approx([2 * (fwd[1] - fwd[0]), fwd[1] - fwd[0]], rel=1e-9)
+    assert base.bwd_s - win.bwd_s == pytest.approx([2 * (bwd[1] - bwd[0]), bwd[1] - bwd[0]], rel=1e-9)
+    assert windowed.unmodelled_features == ()
+
+
+def test_mtp_layer_runs_a_layer_a_projection_and_the_head_again_on_the_last_stage():
+    mtp = replace(LLAMA, mtp_num_layers=1)
+    for t in (1, 2):
+        s = RunSettings(tensor_model_parallel_size=t, micro_batch_size=1, global_batch_size=1, use_flash_attn=False)
+        head, last, layer = head_work(mtp, s), last_stage_work(mtp, s), layer_work(mtp, s, 3)
+        tokens, h = 8192, 2048
+        assert last.forward.kernels.total_flops == pytest.approx(
+            2 * head.forward.kernels.total_flops + layer.forward.kernels.total_flops + 2 * tokens * 2 * h * h / t)
+        assert last.backward.kernels.total_flops == pytest.approx(2 * last.forward.kernels.total_flops)
+        assert last.activation_bytes > 2 * head.activation_bytes + layer.activation_bytes
+    s = RunSettings(pipeline_model_parallel_size=2, micro_batch_size=1, global_batch_size=8)
+    plain, with_mtp = run_structure(LLAMA, s, CLUSTER, COMM), run_structure(mtp, s, CLUSTER, COMM)
+    assert with_mtp.rank_params[1] - plain.rank_params[1] == mtp.mtp_parameters == (
+        LLAMA.dense_layer_params + 2 * h * h + 3 * h)
+    assert with_mtp.rank_params[0] == plain.rank_params[0]

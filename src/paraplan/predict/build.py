@@ -12,7 +12,10 @@ What each piece costs:
   collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
   runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
   each pass is bounded below by the host's issue time;
-- embedding on the first virtual stage, final norm + LM head + loss on the last;
+- layers whose attention core differs from layer 0's (sliding windows): each virtual
+  stage adds what its cores cost beyond layer 0's (`paraplan.predict.attention_mix`);
+- embedding on the first virtual stage, final norm + LM head + loss on the last (with
+  the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
 - data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
@@ -39,6 +42,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -47,7 +51,8 @@ from paraplan.predict.device_model import (
     memory_time_s,
 )
 from paraplan.predict.layer_factors import layer_shape_key
-from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import Kernels, PassWork, embedding_work, layer_work
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
@@ -182,6 +187,7 @@ class RunStructure:
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
     embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
+    attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
@@ -250,7 +256,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     layer = layer_work(model, settings)
     emb = embedding_work(model, settings)
-    head = head_work(model, settings)
+    head = last_stage_work(model, settings)
     passes = tuple(PassCost.of(w, comm, tp_group) for w in (
         layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward))
     layer_params = model.layer_params / t
@@ -274,6 +280,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     rank_params = chunk_layers.sum(axis=0) * layer_params
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
     rank_params[p - 1] += head_params
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
@@ -333,7 +340,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange)
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
+                        attention_mix(model, settings, counts))
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -348,6 +356,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
     fwd_dev = counts * layer_fwd_dev
     bwd_dev = counts * layer_bwd_dev
+    if st.attention_mix is not None:
+        factor = eff.layer_time_factors.factor(st.layer_key)
+        fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
+        fwd_dev += factor * fwd_added
+        bwd_dev += factor * bwd_added
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
     fwd_dev[0] += dev[3]

@@ -49,6 +49,7 @@ KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
 FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
+KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
 
 
 @dataclass(frozen=True, eq=False)
