@@ -34,7 +34,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "megatron_sc21_table1": ("dgx-a100", "Megatron-LM SC21 Table 1, weak scaling, A100 (32-3,072 GPUs)"),
     "korthikanti2022_table5": ("dgx-a100", "Korthikanti et al. 2022 Table 5 (+ Sec. 6.3 DP8 row), A100 (8-2,240)"),
     "megatron_core_h100_weak_scaling": ("dgx-h100", "Megatron-Core weak scaling, H100 (48-6,144 GPUs)"),
-    "megatron_deepspeed_vtrain_multinode": ("dgx-a100", "Megatron-DeepSpeed multi-node (vTrain), A100 (64-512 GPUs)"),
+    "megatron_deepspeed_vtrain_multinode": ("vtrain-a100", "Megatron-DeepSpeed multi-node (vTrain), A100 (64-512)"),
     "llama3_405b_table4": ("dgx-h100", "Llama 3 405B, Dubey et al. 2024 Table 4, H100 (8,192-16,384)"),
 }
 FLOPS_CONVENTIONS: tuple[str, ...] = ("sc21_with_recompute", "megatron_model", "palm")

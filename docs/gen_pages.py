@@ -224,7 +224,9 @@ def config_readme() -> str:
             "- `studies/<stage>/<name>.yaml`: named studies of `paraplan simulate` and `paraplan plan`\n"
             "  (`workflow/schemas/study_simulate.schema.yaml`, `study_plan.schema.yaml`);\n"
             "- `runs/*.csv`: run tables for `paraplan predict` (Megatron-LM's argument names);\n"
-            "- `calibrations/*.json`: device-model calibrations made by `paraplan calibrate`.\n\n"
+            "- `calibrations/*.json`: device-model calibrations made by `paraplan calibrate`;\n"
+            "- `kernels/<device>.json`: a device's GEMM and attention ceilings made by\n"
+            "  `paraplan fit --kind kernels` (`docs/kernels.md`).\n\n"
             "How to override keys and what is checked: `docs/configuration.md`.\n\n"
             "## Keys of the workflow config\n\n" + _KEYS_INTRO + "\n" + config_key_table())
 

@@ -10,6 +10,7 @@ from typing import Annotated
 from paraplan import config_files
 from paraplan.core import Cluster, ConfigError, Device, Link, Network, RailFit
 from paraplan.core import limits as lim
+from paraplan.core.names import name_problem
 from paraplan.typed import AtLeast, AtMost, Source, load, read_yaml
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
@@ -131,6 +132,9 @@ class ClusterFile:
     `links.inter`."""
 
     def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # results/<stage>/<name>/
+            raise ValueError(f"key 'name': {problem}")
         if self.nodes * self.devices_per_node > lim.MAX_DEVICES:
             raise ValueError(f"nodes x devices_per_node = {self.nodes} x {self.devices_per_node} is above "
                              f"{lim.MAX_DEVICES:,} devices: {lim.DEVICES_WHY}")

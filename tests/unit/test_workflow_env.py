@@ -119,3 +119,16 @@ def test_nested_command_line_config_text_is_read_as_numbers(repo_root):
     assert config["bench"] == {"iters": 50, "world_sizes": [2], "backend": "gloo", "factor": 2.5}
     assert config["mlflow"] == {"enabled": False, "tracking_uri": ""}
     assert config["plan"]["global_batch_sizes"] == [32, 64]
+
+
+def test_missing_configfiles_are_read_as_snakemake_reads_them(tmp_path, monkeypatch):
+    from paraplan.workflow_env import missing_configfiles
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text("cluster: local-cpu\n")
+    (tmp_path / "folder").mkdir()
+    argv = ["snakemake", "-n", "--configfile", "a.yaml", "b.yaml", "--cores", "2", "--configfiles=folder"]
+    assert missing_configfiles(argv) == ["b.yaml", "folder"]
+    # nargs="+": a target after --configfile is read as a config file by Snakemake too
+    assert missing_configfiles(["snakemake", "--configfile", "a.yaml", "bench_all"]) == ["bench_all"]
+    assert missing_configfiles(["snakemake", "bench_all", "--config", "x=1"]) == []

@@ -76,7 +76,7 @@ rule fit:
     benchmark:
         f"{BENCHMARKS}/fit/{{cluster}}.tsv"
     wildcard_constraints:
-        cluster="[A-Za-z0-9_.-]+",
+        cluster=NAME_WILDCARD,
     params:
         a2av=lambda wildcards, output: ["--a2av-output", output.a2av] if FIT_A2AV else [],
     conda:

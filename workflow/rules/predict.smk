@@ -15,7 +15,7 @@ rule predict_ingest:
     log:
         f"{LOGS}/predict_ingest/{{name}}.log",
     wildcard_constraints:
-        name="[A-Za-z0-9_.-]+",
+        name=NAME_WILDCARD,
     params:
         format=lambda wildcards: CALIBRATIONS[wildcards.name]["format"],
     conda:
@@ -51,7 +51,7 @@ rule calibrate:
     benchmark:
         f"{BENCHMARKS}/calibrate/{{name}}.tsv"
     wildcard_constraints:
-        name="[A-Za-z0-9_.-]+",
+        name=NAME_WILDCARD,
     params:
         cluster=lambda wildcards: CALIBRATIONS[wildcards.name]["cluster"],
         comm=lambda wildcards, input: ["--comm-model", *input.comm] if input.comm else [],
@@ -81,13 +81,13 @@ rule predict:
     benchmark:
         f"{BENCHMARKS}/predict/{{table}}.tsv"
     wildcard_constraints:
-        table="[A-Za-z0-9_.-]+",
+        table=NAME_WILDCARD,
     params:
         cluster=lambda wildcards: PREDICT["tables"][wildcards.table]["cluster"],
     conda:
         "../../environment.yml"
     shell:
-        "mkdir -p {output.figures:q} && paraplan predict {input.runs:q} --cluster {params.cluster:q}"
+        "paraplan predict {input.runs:q} --cluster {params.cluster:q}"
         " --calibration {input.calibration:q} -o {output.predicted:q} --plots {output.figures:q}"
         " --rule predict --wildcards table={wildcards.table:q} > {log:q} 2>&1"
 

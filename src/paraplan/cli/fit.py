@@ -20,10 +20,19 @@ nodes also fit the per-NIC rail curve of the topology-aware collectives
 cluster's intra-node link for the NVLink stages): written as `rail_fits` in
 comm_model.json and printed as the lines to paste under the cluster file's `network:`.
 
-Example:
+With --kind kernels, the inputs are GEMM and attention CSVs (`paraplan bench --kind
+gemm|attention`, data/published/gemm|attention), --cluster names the device's cluster
+file (peaks, compute units), and the output is the device's kernel ceilings
+(config/kernels/<device>.json): the device model's GEMM curve (ceiling, wave
+quantisation over the cluster file's compute units, small-k penalty) and attention
+efficiencies, each with its held-out error (docs/kernels.md).
+
+Examples:
   paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/
   paraplan ingest --format nccl-tests data/nccl-tests/10_h100_ndr400_2x8_all_reduce.txt -o h100_2x8.csv
   paraplan fit h100_2x8.csv --cluster dgx-h100 -o h100_comm_model.json
+  paraplan fit --kind kernels data/published/gemm/*.csv data/published/attention/*.csv \
+      --cluster dgx-h100 -o config/kernels/H100-SXM5-80GB.json
 """
 
 from __future__ import annotations
@@ -33,10 +42,10 @@ import sys
 from pathlib import Path
 
 from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, track
-from paraplan.core import InputFileError
+from paraplan.core import ConfigError, InputFileError
 
 NAME = "fit"
-HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps"
+HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps, or kernel ceilings"
 ORDER = 20
 
 
@@ -53,7 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     deprecated(parser, "--a2av-out", "--a2av-output", "a2av_output", convert=Path)
     parser.add_argument("--cluster", default=None, metavar="NAME",
                         help="cluster the sweeps ran on (name or YAML with a `network` section): also fit the "
-                             "per-NIC rail curve of the sweeps across nodes (rail_fits)")
+                             "per-NIC rail curve of the sweeps across nodes (rail_fits); --kind kernels: the "
+                             "device's cluster file (peaks and compute units)")
+    parser.add_argument("--kind", choices=("collectives", "kernels"), default="collectives",
+                        help="what the inputs measure: collective sweeps, or GEMM/attention kernels")
+    parser.add_argument("--device", default=None, help="kernels: the device rows to fit (default: the cluster's)")
+    parser.add_argument("--gemm-dtype", default="bfloat16", help="kernels: the GEMM rows' dtype to fit")
+    parser.add_argument("--min-gemm-flops", type=float, default=1e10,
+                        help="kernels: GEMMs with fewer FLOPs are left out of the fit (their error is reported)")
+    parser.add_argument("--attention-kernel", default="flash-attention-2",
+                        help="kernels: the attention rows' kernel (the end of their source column)")
+    parser.add_argument("--attention-head-dim", type=int, default=128,
+                        help="kernels: the head dimension of the attention rows to fit (causal rows only)")
     add_tracking_arguments(parser)
 
 
@@ -78,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import check_outputs, write_csv, write_json
     from paraplan.track import RunLog
 
+    if args.kind == "kernels":
+        from paraplan.cli._kernel_fit import run_kernel_fit
+
+        return run_kernel_fit(args)
+    if args.device is not None:
+        raise ConfigError("--device", "applies to --kind kernels only")
     check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)

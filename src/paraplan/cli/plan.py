@@ -73,7 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     deprecated(groups["what to plan"], "--experiment", "--study", "study")
     hw = groups["cluster and communication"]
     hw.add_argument("--cluster", dest=REQUEST + "cluster", default=argparse.SUPPRESS, action=_ClusterOrOldShape,
-                    metavar="NAME|FILE", help=field_docs(PlanRequest)["cluster"] + " (default: dgx1-v100)")
+                    metavar="NAME|FILE",
+                    help=field_docs(PlanRequest)["cluster"] + " (a layer profile's default: dgx1-v100; required with "
+                    "--model)")
     deprecated(hw, "--cluster-file", "--cluster", REQUEST + "cluster")
     deprecated(hw, "--shape", "--shapes", REQUEST + "shapes")
     hw.add_argument("--comm-model", type=Path, default=None,
@@ -164,7 +166,7 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
     import pandas as pd
 
     from paraplan.files import write_csv
-    from paraplan.plan.sweep import COLUMNS, plan_sweep
+    from paraplan.plan.sweep import COLUMNS, plan_sweep, slower_than_one_device
     from paraplan.progress import bar
 
     start = time.perf_counter()
@@ -192,6 +194,10 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
               f"P3 {r.dp_p3:6.2f} (est {r.dp_p3_est:6.2f}) | "
               f"hybrid {r.best_hybrid:6.2f} (est {r.best_hybrid_est:6.2f}, "
               f"{diff:+.1%}) {r.stages}", file=sys.stderr)
+    for r in rows:
+        slower = slower_than_one_device(r, settings.profile.batch_size)
+        if slower:
+            print(f"paraplan plan: warning: {slower}", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} batch sizes in {wall:.2f} s -> {csv_path}", file=sys.stderr)
     return rows, wall, figures
 

@@ -65,8 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
-                        help="folder for the figures: predicted vs measured (with a measured_iteration_s column) "
-                        "and, with --explain, the time breakdown (default for that one: the output's folder)")
+                        help="folder for the figures: each run's predicted iteration time and MFU, predicted vs "
+                        "measured (with a measured_iteration_s column) and, with --explain, the time breakdown "
+                        "(default for that one: the output's folder)")
     parser.add_argument("--explain", action="store_true",
                         help="add explain_*_s columns (where each run's iteration time goes: GEMM, attention, "
                         "memory-bound kernels, exposed TP / DP / PP communication, bubble, optimizer, host; they "
@@ -185,8 +186,9 @@ def run(args: argparse.Namespace) -> int:
         m, p = np.array(measured).T
         errors = ErrorSummary.of(p, m)
         ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
-        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
-        metrics["top3_fraction"] = ranking.hit_fraction
+        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n" and v is not None})
+        if ranking.groups:
+            metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
               f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}; measured-fastest "
               f"in the predicted top 3 for {ranking.hits}/{ranking.groups} questions", file=sys.stderr)
@@ -199,6 +201,14 @@ def run(args: argparse.Namespace) -> int:
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
+    if args.plots is not None:
+        from paraplan.plots.predict import plot_predicted_runs
+
+        artifacts += plot_predicted_runs(
+            [r.name for r in rows], np.array([p.iteration_s for p in predictions]),
+            np.array([p.mfu for p in predictions]), [p.fits_memory for p in predictions],
+            args.plots / f"{args.runs.stem}_predicted", f"{args.runs.name} on {cluster.device.name} with "
+            f"{calibration.label}")
     from paraplan.track import RunLog
 
     track(args, RunLog(

@@ -73,7 +73,8 @@ def _time_unit(span_s: float) -> tuple[float, str]:
 def _run_tables(args: argparse.Namespace) -> int:
     """Timelines of a run table's iterations (--runs)."""
     from paraplan.clusters import load_cluster
-    from paraplan.core import ConfigError, StrategyError
+    from paraplan.core import ConfigError, InputFileError, StrategyError
+    from paraplan.core.names import file_stems
     from paraplan.files import check_outputs, write_json
     from paraplan.plots.gantt import save_gantt
     from paraplan.predict.build import build_execution
@@ -91,14 +92,16 @@ def _run_tables(args: argparse.Namespace) -> int:
     calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
     comm = calibration.comm_model(cluster)
     _, rows = read_run_table(args.runs)
+    stems, collision = file_stems(row.name for row in rows)
+    if collision:
+        raise InputFileError(args.runs, f"run names {collision} (traces/<name>.json)", field="column 'name'")
     try:
         predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
     except StrategyError as exc:
         raise StrategyError(f"{args.runs}: {exc}") from None
     figures = args.plots if args.plots is not None else args.output / "figures"
     summary, artifacts = [], []
-    for row, pred in zip(rows, predictions, strict=True):
-        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in row.name)
+    for row, pred, stem in zip(rows, predictions, stems, strict=True):
         result = run_iteration(build_execution(row.model, pred.settings, cluster, comm, calibration.efficiency))
         assert result.timeline is not None
         trace = args.output / "traces" / f"{stem}.json"

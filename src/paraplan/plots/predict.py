@@ -1,4 +1,6 @@
-"""Predicted against measured iteration time, log-log, one colour per (TP, PP)."""
+"""Predicted iteration times: against measured ones (log-log, one colour per (TP, PP)),
+per run of a table (iteration time and MFU side by side), and where each run's time
+goes (stacked bars)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,36 @@ def plot_predicted_vs_measured(measured_s: np.ndarray, predicted_s: np.ndarray, 
     ax.set_aspect("equal")
     ax.legend(loc="upper left", ncols=2, markerscale=1.5)
     ax.set_title(title, fontsize=9)
+    return save_figure(fig, stem)
+
+
+def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarray, fits_memory: list[bool],
+                        stem: str | Path, title: str) -> list[Path]:
+    """One bar per run, labelled with its value: predicted iteration time and MFU; a run
+    that does not fit device memory is hatched grey."""
+    iteration_s = np.asarray(iteration_s, float)
+    mfu = np.asarray(mfu, float)
+    height = max(2.4, 0.32 * len(names) + 1.2)
+    fig, axes = new_figure(8.0, height, ncols=2)
+    rows = np.arange(len(names))
+    colours = [PALETTE[0] if fits else "0.75" for fits in fits_memory]
+    hatches = ["" if fits else "//" for fits in fits_memory]
+    for ax, values, label, text in ((axes[0][0], iteration_s, "predicted iteration time (s)", "{:.3g} s"),
+                                    (axes[0][1], 100 * mfu, "predicted MFU (%)", "{:.1f}%")):
+        bars = ax.barh(rows, values, color=colours)
+        for bar, hatch in zip(bars, hatches, strict=True):
+            bar.set_hatch(hatch)
+        ax.bar_label(bars, [text.format(v) for v in values], padding=2, fontsize=7)
+        ax.set_xlim(0, 1.2 * float(values.max()))
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+    axes[0][0].set_yticks(rows, names)
+    axes[0][1].set_yticks(rows, [""] * len(names))
+    if not all(fits_memory):
+        axes[0][1].bar(0, 0, color="0.75", hatch="//", label="does not fit device memory")
+        axes[0][1].legend(loc="lower right")
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, stem)
 
 

@@ -32,17 +32,19 @@ from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommMode
 from paraplan.core.errors import InputFileError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.inputs import NumberRule, check_number, read_json_object
-from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, DeviceEfficiency
+from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, DeviceEfficiency
 from paraplan.predict.layer_factors import LayerTimeFactors
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
-_EFFICIENCY_KEYS = set(EFFICIENCY_PARAMETERS)
+_EFFICIENCY_KEYS = {*EFFICIENCY_PARAMETERS, LEGACY_ATTENTION}
 _FRACTION = NumberRule("a fraction of the peak", 0, 1, low_inclusive=False)
 _ISSUE_S = NumberRule("seconds", 0, 1.0, why="more than a second to run or issue one kernel or collective; wrong "
                       "unit? (seconds)")
 EFFICIENCY_RULES: dict[str, NumberRule] = {
     "gemm_efficiency": _FRACTION, "attention_efficiency": _FRACTION, "memory_efficiency": _FRACTION,
+    "attention_fwd_efficiency": _FRACTION, "attention_bwd_efficiency": _FRACTION,
+    "attention_seq_half": NumberRule("a sequence length in tokens", 0, MAX_WIDTH, why=WIDTH_WHY),
     "gemm_k_half": NumberRule("a GEMM depth in elements", 0, MAX_WIDTH, why=WIDTH_WHY),
     "kernel_latency_s": _ISSUE_S, "host_kernel_s": _ISSUE_S, "host_collective_s": _ISSUE_S,
     "host_microbatch_s": NumberRule("seconds", 0, 10.0, why="more than 10 s of host work per pipeline op; wrong "
@@ -108,6 +110,13 @@ class Calibration:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
             values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
+        if LEGACY_ATTENTION in values:  # older files: one efficiency for both passes
+            both = [k for k in ("attention_fwd_efficiency", "attention_bwd_efficiency") if k in values]
+            if both:
+                raise InputFileError(source, f"give either {LEGACY_ATTENTION} (both passes) or {both[0]}, not both",
+                                     field=f"efficiency.{LEGACY_ATTENTION}")
+            legacy = values.pop(LEGACY_ATTENTION)
+            values.update(attention_fwd_efficiency=legacy, attention_bwd_efficiency=legacy)
         factors = LayerTimeFactors.from_list(data.get("layer_time_factors", []), source)
         try:
             efficiency = DeviceEfficiency(**values, layer_time_factors=factors)

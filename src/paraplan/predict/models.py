@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core.errors import ConfigError, InputFileError
+from paraplan.core.names import formula_problem
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import read_json_object
 from paraplan.predict.hf_config import read_hf_config
@@ -140,6 +141,9 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
     name = path.parent.name if path.name == "config.json" else path.stem
+    problem = formula_problem(name)
+    if problem:  # the name is written into plan CSVs
+        raise InputFileError(path, f"the model's name (from the file or folder name): {problem}")
     if isinstance(data, dict) and _FIELDS.intersection(data) and "hidden_size" in data and "num_layers" in data:
         return with_seq_length(from_mapping(data, name, str(path)), seq_length)
     read = read_hf_config(data, name, str(path))

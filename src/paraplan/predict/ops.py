@@ -55,7 +55,8 @@ KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight
 @dataclass(frozen=True, eq=False)
 class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
-    (m x k) @ (k x n) products; other kernels have m = n = k = 0."""
+    (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
+    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
 
     kind: np.ndarray
     flops: np.ndarray
@@ -118,8 +119,8 @@ class _Builder:
                               True))
         return index
 
-    def attention(self, flops: float, nbytes: float) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
+        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
     def memory(self, nbytes: float) -> int:
@@ -254,7 +255,7 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
         # causal: the kernel skips the blocks above the diagonal (and, with a sliding
         # window, those left of it): Q K^T and P V over `causal_scores` pairs
         flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d)
-        w.attention(flops, _qkvo_bytes(x))
+        w.attention(flops, _qkvo_bytes(x), x.s, backward=False)
         return
     scores = batch * x.s * x.s  # the unfused path masks the full matrix (windows too)
     w.gemm(x.s, x.qk_d, x.s, batch)  # Q K^T
@@ -268,7 +269,7 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
     batch = x.b * x.heads
     if flash:
         flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d) * FLASH_BACKWARD_FLOPS
-        w.attention(flops, 2 * _qkvo_bytes(x))  # reads Q, K, V, O, dO; writes dQ, dK, dV
+        w.attention(flops, 2 * _qkvo_bytes(x), x.s, backward=True)  # reads Q, K, V, O, dO; writes dQ, dK, dV
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.v_d, x.s, batch)  # d probs = dO V^T

@@ -17,7 +17,9 @@ Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
 
 Every cell is checked once here: an error names the file, the line, the column,
-the value and what was expected.
+the value and what was expected. A `name` is free text of at most
+`paraplan.core.names.MAX_NAME_CHARS` characters that does not start with `=`, `+`, `-`
+or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
     DDP_IMPLS,
     DTYPES,
@@ -198,9 +201,15 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
         if column not in values:
             raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
                                  field=f"column '{column}'")
-    name = cells.get("name", "").strip() or str(values.get("model", "")).strip() or f"run{line - 1}"
-    model = row_model(path, line, name, values, MODEL_COLUMNS, models or ModelCache(_load_model),
-                      COUNT_RULE.expected)
+    explicit = cells.get("name", "").strip()
+    model = row_model(path, line, explicit or f"run{line - 1}", values, MODEL_COLUMNS,
+                      models or ModelCache(_load_model), COUNT_RULE.expected)
+    name = explicit or (model.name if values.get("model") else f"run{line - 1}")
+    problem = formula_problem(name) or (
+        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
+        if len(name) > MAX_NAME_CHARS else None)
+    if problem:
+        raise InputFileError(path, problem, line=line, field="column 'name'")
     dtype = str(values.get("dtype", "bf16"))
     search_mbs = "micro_batch_size" not in values
     search_v = ("virtual_pipeline_model_parallel_size" in has_columns

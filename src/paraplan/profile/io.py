@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
+from paraplan.core.names import formula_problem
 from paraplan.files import write_json, write_text
 from paraplan.inputs import NumberRule, parse_number, read_csv_table, read_json_object, read_text
 
@@ -44,12 +45,16 @@ MAX_NAME_CHARS = 4096  # a layer's name or description (PyTorch's longest reprs 
 
 
 def check_layer_name(path: Path, line: int, field: str, name: str) -> str:
-    """`name` if it is at most `MAX_NAME_CHARS` long (what the CSV reader will take back)."""
+    """`name` if it is at most `MAX_NAME_CHARS` long (what the CSV reader will take back)
+    and starts no spreadsheet formula (it is written into profile CSVs)."""
     if len(name) > MAX_NAME_CHARS:
         raise InputFileError(
             path, f"expected a layer name of at most {MAX_NAME_CHARS} characters, got {len(name)}", line,
             field=field,
         )
+    formula = formula_problem(name)
+    if formula:
+        raise InputFileError(path, formula, line, field=field)
     return name
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal, get_args
 
 from paraplan.core import limits as lim
 from paraplan.core.glossary import GradientSync, ScheduleName
+from paraplan.core.names import name_problem
 from paraplan.sim.distir_compat import CostModelName, Phase2, SendFilter
 from paraplan.typed import AtLeast, AtMost
 
@@ -134,6 +135,11 @@ class Series:
     virtual_pipeline_model_parallel_size: Annotated[int, AtLeast(1), AtMost(lim.MAX_LAYERS, lim.LAYERS_WHY)] = 1
     """Model chunks per pipeline device (interleaved 1F1B)."""
 
+    def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # the name starts the Gantt charts' and traces' file names
+            raise ValueError(f"name: {problem}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Published:
@@ -167,6 +173,9 @@ class SimulateStudy:
     """Published numbers to compare with."""
 
     def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # results/simulations/<name>/ and its figures
+            raise ValueError(f"key 'name': {problem}")
         if not self.series:
             raise ValueError("series needs at least one entry")
         for i, s in enumerate(self.series):
