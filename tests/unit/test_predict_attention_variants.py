@@ -117,3 +117,17 @@ def test_mtp_layer_runs_a_layer_a_projection_and_the_head_again_on_the_last_stag
     assert with_mtp.rank_params[1] - plain.rank_params[1] == mtp.mtp_parameters == (
         LLAMA.dense_layer_params + 2 * h * h + 3 * h)
     assert with_mtp.rank_params[0] == plain.rank_params[0]
+
+
+def test_explain_puts_the_windowed_cores_under_attention():
+    from paraplan.predict.explain import explain_run
+
+    windowed = replace(LLAMA, window_size=1024, window_attn_skip_freq=4)
+    s = RunSettings(micro_batch_size=1, global_batch_size=4)
+    full, win = explain_run(LLAMA, s, CLUSTER, COMM, EFF), explain_run(windowed, s, CLUSTER, COMM, EFF)
+    speed = DeviceSpeed.of(CLUSTER.device, "bf16")
+    saved = sum(float(kernel_times_s(attention_core_kernels(LLAMA, s, 0)[j], speed, EFF).sum())
+                - float(kernel_times_s(attention_core_kernels(windowed, s, 0)[j], speed, EFF).sum()) for j in (0, 1))
+    assert full.seconds["attention"] - win.seconds["attention"] == pytest.approx(4 * 3 * saved, rel=1e-9)
+    assert win.seconds["host"] == pytest.approx(full.seconds["host"], rel=1e-9, abs=1e-12)
+    assert sum(win.seconds.values()) == pytest.approx(win.iteration_s, rel=1e-9)

@@ -82,6 +82,11 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     layer_bwd[4] += max(structure.zero3_gather_s + structure.zero3_scatter_s - layer_bwd.sum(), 0.0)
     counts = structure.layers_per_vstage.astype(float)[:, None]
     fwd, bwd = counts * layer_fwd, counts * layer_bwd  # (virtual stages, parts)
+    if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
+        factor = eff.layer_time_factors.factor(structure.layer_key)
+        added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)
+        fwd[:, 1] += factor * added_fwd
+        bwd[:, 1] += factor * added_bwd
     fwd[0] += parts[3]
     bwd[0] += parts[4]
     fwd[-1] += parts[5]
