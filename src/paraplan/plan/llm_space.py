@@ -232,6 +232,11 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         out["fd"][i], out["fh"][i] = dev[0], host[0]
         out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
         out["w"][i] = times.layer_weight_grad_s
+        if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
+            factor = eff.layer_time_factors.factor(st.layer_key)
+            added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
+            out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
+            out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
         pairs["ef"][i] = dev[3], host[3]
         pairs["eb"][i] = dev[4], host[4]
         pairs["hf"][i] = dev[5], host[5]
