@@ -12,6 +12,8 @@ comes last in the forward), recomputing its layer as the main layers are recompu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
@@ -41,7 +43,7 @@ def concat(*works: PassWork) -> PassWork:
     collectives: list[Collective] = []
     offset = 0
     for p in works:
-        collectives += [Collective(c.collective, c.nbytes, c.hidden_by + offset if c.hidden_by >= 0 else -1)
+        collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else -1)
                         for c in p.collectives]
         offset += len(p.kernels)
     return PassWork(kernels, tuple(collectives))
