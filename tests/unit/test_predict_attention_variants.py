@@ -131,3 +131,50 @@ def test_explain_puts_the_windowed_cores_under_attention():
     assert full.seconds["attention"] - win.seconds["attention"] == pytest.approx(4 * 3 * saved, rel=1e-9)
     assert win.seconds["host"] == pytest.approx(full.seconds["host"], rel=1e-9, abs=1e-12)
     assert sum(win.seconds.values()) == pytest.approx(win.iteration_s, rel=1e-9)
+
+
+# ---- Megatron-Core's recompute_modules ---------------------------------------------
+
+def _selective(*modules: str, t: int = 2) -> RunSettings:
+    return settings(t, use_flash_attn=False, recompute_granularity="selective", recompute_modules=modules)
+
+
+def test_mla_up_proj_recomputes_the_up_projections_and_drops_q_k_v():
+    t, tokens, e = 2, 2 * S, 2
+    base, up = layer_work(MLA, _selective("core_attn", t=t)), layer_work(MLA, _selective("core_attn", "mla_up_proj",
+                                                                                         t=t))
+    heads = A / t
+    up_flops = 2 * tokens * (384 * heads * 96 + 256 * heads * (64 + 64))
+    assert up.recompute.kernels.total_flops - base.recompute.kernels.total_flops == pytest.approx(up_flops)
+    assert base.activation_bytes - up.activation_bytes == pytest.approx(e * tokens * heads * (2 * 96 + 64))
+
+
+def test_layernorm_and_mlp_recomputation_drop_what_they_recompute():
+    from paraplan.predict.ops import MEMORY
+
+    t, tokens, e, f = 2, 2 * S, 2, 2816
+    base = layer_work(MLA, _selective("core_attn", t=t))
+    norms = layer_work(MLA, _selective("core_attn", "layernorm", t=t))
+    mlp = layer_work(MLA, _selective("core_attn", "mlp", t=t))
+    assert base.activation_bytes - norms.activation_bytes == pytest.approx(2 * e * tokens * H)
+    with_norms, without = norms.recompute.kernels, base.recompute.kernels
+    assert (with_norms.bytes[with_norms.kind == MEMORY].sum() - without.bytes[without.kind == MEMORY].sum()
+            == pytest.approx(2 * 2 * e * tokens * H))  # two norms, each reading and writing b s h
+    # SwiGLU: the gated first projection's output (2f), the activation's output (f)
+    assert base.activation_bytes - mlp.activation_bytes == pytest.approx(3 * e * tokens * f / t)
+    assert mlp.recompute.kernels.total_flops - base.recompute.kernels.total_flops == pytest.approx(
+        2 * tokens * 3 * H * f / t)
+    assert [c.collective for c in mlp.recompute.collectives] == ["all_reduce"]  # the row-parallel output's sum
+
+
+def test_recompute_modules_are_checked():
+    from paraplan.core import StrategyError
+
+    with pytest.raises(StrategyError, match="recompute_modules mla_up_proj needs multi-latent attention; 'small'"):
+        _selective("mla_up_proj").check(LLAMA)
+    with pytest.raises(StrategyError, match="recompute_modules core_attn mlp needs recompute_granularity selective, "
+                       "got none"):
+        replace(_selective("core_attn", "mlp"), recompute_granularity="none").check(LLAMA)
+    with pytest.raises(StrategyError, match="recompute_modules: 'moe_act' is not one of core_attn, mla_up_proj, "
+                       "layernorm, mlp"):
+        _selective("moe_act").check(LLAMA)

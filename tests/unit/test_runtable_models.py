@@ -85,3 +85,12 @@ def test_predict_writes_the_parameter_counts(tmp_path):
     assert row["model"] == "llama3-8b"
     assert int(row["num_parameters"]) == int(row["active_parameters"]) == PRESETS["llama3-8b"].num_parameters
     assert float(row["predicted_iteration_s"]) > 0
+
+
+def test_recompute_modules_column(tmp_path):
+    header = f"model,seq_length,{SETTINGS},recompute_granularity,recompute_modules"
+    _, (row,) = read_run_table(table(tmp_path / "runs.csv", header, "llama3-8b,4096,1,1,8,8,selective,core_attn mlp"))
+    assert row.settings.recompute_modules == ("core_attn", "mlp")
+    with pytest.raises(InputFileError, match=r"runs.csv:2: column 'recompute_modules': expected module names among "
+                       r"core_attn, mla_up_proj, layernorm, mlp separated by spaces, got 'moe_act'"):
+        read_run_table(table(tmp_path / "runs.csv", header, "llama3-8b,4096,1,1,8,8,selective,core_attn moe_act"))

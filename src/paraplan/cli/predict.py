@@ -15,7 +15,9 @@ moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
 multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
 v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
-(none|selective|full), sequence_parallel, use_distributed_optimizer, zero_stage,
+(none|selective|full), recompute_modules (with selective, Megatron-Core's modules separated
+by spaces: core_attn, mla_up_proj, layernorm, mlp; default core_attn), sequence_parallel,
+use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,

@@ -67,18 +67,9 @@ def mla_forward(w: _Builder, model: TransformerModel, x: _Shape, overlap: bool) 
     if m.q_lora:
         w.gemm(m.down_tokens, x.h, m.q_lora)  # q down (replicated)
         w.memory(2 * x.e * m.down_tokens * m.q_lora)  # q latent norm
-        _gather(w, x, m.q_lora, overlap, len(w.rows))
-        w.gemm(x.tokens, m.q_lora, m.q_heads_width)  # q up (column-parallel)
-    else:
-        _gather(w, x, x.h, overlap, len(w.rows))
-        w.gemm(x.tokens, x.h, m.q_heads_width)  # q projection (column-parallel)
     w.gemm(m.down_tokens, x.h, m.kv_lora + m.rope)  # kv down with the rotary key part (replicated)
     w.memory(2 * x.e * m.down_tokens * m.kv_lora)  # kv latent norm
-    _gather(w, x, m.rope, overlap)  # rotary key part
-    _gather(w, x, m.kv_lora, overlap, len(w.rows))
-    w.gemm(x.tokens, m.kv_lora, m.kv_up_width)  # kv up (column-parallel)
-    w.memory(2 * x.e * x.tokens * (x.heads + 1) * m.rope)  # rotary positions on q's and k's rope parts
-    w.memory(2 * x.e * x.tokens * 2 * x.heads * x.qk_d)  # concatenate q and k heads (k's rope part expanded)
+    mla_up_forward(w, model, x, overlap)
 
 
 def _column_backward(w: _Builder, x: _Shape, tokens_in: float, k_in: float, n_out: float, width: float,
@@ -119,13 +110,32 @@ def mla_backward(w: _Builder, model: TransformerModel, x: _Shape, async_reduce: 
         _column_backward(w, x, x.tokens, x.h, m.q_heads_width, x.h, async_reduce)  # q projection
 
 
-def mla_activation_bytes(model: TransformerModel, x: _Shape) -> float:
+def mla_up_forward(w: _Builder, model: TransformerModel, x: _Shape, overlap: bool) -> None:
+    """From the latents to Q, K, V: the column-parallel up projections (or the direct
+    query projection) with their sequence-parallel gathers, and the rotary parts; what
+    Megatron-Core's `mla_up_proj` recomputation runs again before the core's backward."""
+    m = _mla(model, x)
+    if m.q_lora:
+        _gather(w, x, m.q_lora, overlap, len(w.rows))
+        w.gemm(x.tokens, m.q_lora, m.q_heads_width)  # q up (column-parallel)
+    else:
+        _gather(w, x, x.h, overlap, len(w.rows))
+        w.gemm(x.tokens, x.h, m.q_heads_width)  # q projection (column-parallel)
+    _gather(w, x, m.rope, overlap)  # rotary key part
+    _gather(w, x, m.kv_lora, overlap, len(w.rows))
+    w.gemm(x.tokens, m.kv_lora, m.kv_up_width)  # kv up (column-parallel)
+    w.memory(2 * x.e * x.tokens * (x.heads + 1) * m.rope)  # rotary positions on q's and k's rope parts
+    w.memory(2 * x.e * x.tokens * 2 * x.heads * x.qk_d)  # concatenate q and k heads (k's rope part expanded)
+
+
+def mla_activation_bytes(model: TransformerModel, x: _Shape, keep_qkv: bool = True) -> float:
     """What the MLA projections keep for the backward (Megatron-Core): the latents
     before and after their norms (the norms' and up projections' inputs, on the
     sequence-parallel tokens), the rotary key part, and the attention core's Q, K, V
-    (a / t heads of qk + rope, qk + rope and v_head_dim). The normed layer input that
-    the down projections share is counted with the layer."""
+    (a / t heads of qk + rope, qk + rope and v_head_dim) unless `mla_up_proj`
+    recomputation drops them (`keep_qkv` False). The normed layer input that the down
+    projections share is counted with the layer."""
     m = _mla(model, x)
     latents = 2 * x.e * m.down_tokens * (m.q_lora + m.kv_lora) + x.e * m.down_tokens * m.rope
-    qkv = x.e * x.tokens * x.heads * (2 * x.qk_d + x.v_d)
+    qkv = x.e * x.tokens * x.heads * (2 * x.qk_d + x.v_d) if keep_qkv else 0.0
     return float(latents + qkv)

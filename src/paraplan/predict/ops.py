@@ -42,7 +42,7 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
-from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward
+from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
 KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
@@ -386,9 +386,24 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, as
     return w.build()
 
 
-def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, gemm_bytes: int) -> PassWork:
+def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int,
+                         modules: tuple[str, ...]) -> PassWork:
+    """What the backward recomputes with `recompute_granularity: selective`
+    (`RunSettings.recompute_modules`, Megatron-Core's checkpointed modules)."""
     w = _Builder(gemm_bytes)
-    _attention_core_forward(w, model, x, flash)
+    if "layernorm" in modules:
+        _norm_forward(w, x)
+        _norm_forward(w, x)
+    if "mla_up_proj" in modules:
+        mla_up_forward(w, model, x, overlap)
+    if "core_attn" in modules:
+        _attention_core_forward(w, model, x, flash)
+    if "mlp" in modules:  # the whole MLP, with its tensor-parallel collectives
+        _enter_tp(w, x, overlap, len(w.rows))
+        w.gemm(x.tokens, x.h, x.mlp_in)
+        _activation_forward(w, model, x)
+        fc2 = w.gemm(x.tokens, x.ffn, x.h)
+        _leave_tp(w, x, fc2, overlap)
     return w.build()
 
 
@@ -401,25 +416,32 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     MLP's inner activations; the attention scores (softmax output, dropout mask and
     output: (2e + 1) as^2 b / t) unless flash attention or selective recomputation
     drops them; the two dropout masks sbh. GPT with TP and SP: sbh(34/t + 5as/ht).
-    Full recomputation keeps only the layer's input (e sbh, / t with SP)."""
+    Full recomputation keeps only the layer's input (e sbh, / t with SP). Selective
+    recomputation drops what its modules recompute (`RunSettings.recompute_modules`):
+    core_attn the scores, layernorm the norms' outputs (the QKV and first-MLP inputs),
+    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations."""
     x = _shape(model, settings, layer)
     granularity = settings.recompute_granularity
     if granularity == "full":
         return x.e * x.sp_tokens * x.h
+    recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
-    outside = 2 * x.e * split + 2 * x.e * split + hidden_masks  # norm inputs, QKV/fc1 inputs
+    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * x.e * split  # QKV/fc1 inputs
+    outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
     if model.multi_latent_attention:
-        qkv = mla_activation_bytes(model, x)
+        qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
     else:
         qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
     proj_in = x.e * x.tokens * x.heads * x.v_d
-    mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+    mlp_inner = 0.0
+    if "mlp" not in recomputed:
+        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
         scores = FP32_BYTES * x.b * x.heads * x.s  # softmax statistics
-    elif granularity != "selective":
+    elif "core_attn" not in recomputed:
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s
     return float(outside + qkv + proj_in + mlp_inner + scores)
@@ -446,7 +468,7 @@ def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -
     if granularity == "full":
         recompute = forward
     elif granularity == "selective":
-        recompute = _selective_recompute(model, x, flash, gemm_bytes)
+        recompute = _selective_recompute(model, x, flash, overlap, gemm_bytes, settings.recompute_modules)
     else:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(

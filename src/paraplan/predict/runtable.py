@@ -36,6 +36,7 @@ from paraplan.core.run_settings import (
     DTYPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
+    RECOMPUTE_MODULES,
     RunSettings,
 )
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
@@ -54,7 +55,8 @@ MODEL_COLUMNS: tuple[str, ...] = (
     "position_embedding_type", "add_bias_linear", "hidden_dropout", "attention_dropout", *EXTENSION_COLUMNS,
 )
 SETTINGS_COLUMNS: tuple[str, ...] = (
-    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "sequence_parallel",
+    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "recompute_modules",
+    "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
@@ -138,6 +140,16 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _modules(text: str) -> tuple[str, ...]:
+    """Megatron-Core's `--recompute-modules`: names separated by spaces."""
+    names = tuple(text.split())
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise ValueError(f"expected module names among {', '.join(RECOMPUTE_MODULES)} separated by spaces, got "
+                         f"{shown(unknown[0])}")
+    return names
+
+
 def _size(text: str) -> int:
     return int(SIZE_RULE.parse(text))
 
@@ -159,7 +171,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")},
     "softmax_type": _choice(SOFTMAX_TYPES), "model": str,
     "micro_batch_size": _integer, "virtual_pipeline_model_parallel_size": _integer,
-    "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "sequence_parallel": _boolean,
+    "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "recompute_modules": _modules,
+    "sequence_parallel": _boolean,
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
