@@ -178,3 +178,13 @@ def test_recompute_modules_are_checked():
     with pytest.raises(StrategyError, match="recompute_modules: 'moe_act' is not one of core_attn, mla_up_proj, "
                        "layernorm, mlp"):
         _selective("moe_act").check(LLAMA)
+
+
+def test_context_parallelism_with_mla_or_windows_is_refused_by_name():
+    from paraplan.core import StrategyError
+
+    cp = RunSettings(context_parallel_size=2, micro_batch_size=1, global_batch_size=1)
+    with pytest.raises(StrategyError, match="context_parallel_size 2 with multi-latent attention is not modelled"):
+        cp.check(MLA)
+    with pytest.raises(StrategyError, match="context_parallel_size 2 with sliding-window attention is not modelled"):
+        cp.check(replace(LLAMA, window_size=1024, window_attn_skip_freq=4))

@@ -128,10 +128,15 @@ def test_multinode_table_is_vtrain_ground_truth_row_by_row(tables):
     assert sum(r.run is not None and r.run.settings.tensor_model_parallel_size == 16 for r in rows) == 6
 
 
-def test_llama_context_parallel_row_is_kept_but_not_expressible(tables):
+def test_llama_context_parallel_row_runs_cp16_on_16384_gpus(tables):
     rows = tables["llama3_405b_table4"]
-    assert [r.run is not None for r in rows] == [True, True, False]
-    assert "context_parallel_size 16" in rows[2].not_expressible
+    assert [r.run is not None for r in rows] == [True, True, True]
+    long = rows[2].run
+    assert long is not None and not rows[2].not_expressible
+    s = long.settings
+    assert (s.tensor_model_parallel_size, s.context_parallel_size, s.pipeline_model_parallel_size,
+            s.data_parallel_size, s.cp_comm_type, long.model.seq_length) == (8, 16, 16, 8, "all_gather", 131072)
+    assert s.num_gpus == 16384
     assert [float(r.annotations["published_value"]) for r in rows] == [430, 400, 380]
     assert rows[1].run is not None and rows[1].run.settings.num_gpus == 16384
 

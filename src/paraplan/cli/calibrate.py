@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hold the GEMM and attention parameters at a kernel fit (`paraplan fit --kind kernels`): "
                              "'device' for config/kernels/<the cluster's device>.json, or a name or path; they are "
                              "then not fitted (docs/kernels.md)")
+    parser.add_argument("--transfer", default=None, metavar="CALIBRATION",
+                        help="instead of measurements: a calibration for the --cluster's device made from another "
+                             "device's CALIBRATION (host, memory-bound and contention parameters) and this device's "
+                             "kernel fit (--kernel-ceilings, default 'device'): for devices without training runs")
     parser.add_argument("--no-layer-factors", action="store_true",
                         help="run tables: do not fit measured layer-time factors per layer shape (analytic model only)")
     parser.add_argument("--no-cross-validation", action="store_true",
@@ -156,6 +160,38 @@ def _profile(args, cluster, comm) -> _Data:
     )
 
 
+def _transfer(args: argparse.Namespace) -> int:
+    """`--transfer`: write `transferred_calibration` of the named source for the cluster's device."""
+    from paraplan.clusters import load_cluster
+    from paraplan.core import ConfigError
+    from paraplan.files import write_json
+    from paraplan.kernels.ceilings import load_kernel_ceilings
+    from paraplan.predict.calibration import load_calibration, transferred_calibration
+
+    if args.runs is not None or args.profile is not None:
+        raise ConfigError("--transfer", "makes a calibration without measurements: give no run table or --profile")
+    cluster = load_cluster(args.cluster)
+    source = load_calibration(args.transfer)
+    which = args.kernel_ceilings or "device"
+    ceilings = load_kernel_ceilings(cluster.device.name if which == "device" else which)
+    if ceilings.device != cluster.device.name:
+        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
+                          f"{cluster.device.name}")
+    calibration = transferred_calibration(source, cluster.device.name, dict(ceilings.efficiency), which,
+                                          args.name or args.output.stem)
+    write_json(args.output, calibration.to_dict())
+    print(f"paraplan calibrate: {calibration.name} for {cluster.device.name}: {', '.join(sorted(ceilings.efficiency))} "
+          f"from its kernel fit, the rest from {source.label} (fitted on {source.device}) -> {args.output}",
+          file=sys.stderr)
+    from paraplan.track import RunLog
+
+    track(args, RunLog(stage="calibrate", run_name=calibration.name,
+                       params={"transfer": source.label, "cluster": cluster.name, "kernel_ceilings": which,
+                               "calibration": calibration.label},
+                       artifacts=[args.output]))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import hashlib
     import platform
@@ -172,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.predict.calibration import Calibration
     from paraplan.predict.ranking import ranking_summary
 
+    if args.transfer is not None:
+        return _transfer(args)
     if (args.runs is None) == (args.profile is None):
         raise ConfigError("runs", "give a run table or --profile (one of them)")
     asked = tuple(c.strip() for c in args.fit.split(",") if c.strip())

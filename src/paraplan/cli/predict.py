@@ -21,8 +21,8 @@ use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
-each setting changes).
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a), num_gpus,
+measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
 
@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True,
                         help="cluster name in config/clusters (e.g. dgx-a100, dgx-h100) or a YAML file")
     parser.add_argument("--calibration", default=None,
-                        help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+                        help="calibration name or file from `paraplan calibrate` (default: the shipped one made "
+                             "for the cluster's device, else a100-vtrain with a warning)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
                         help="folder for the figures: each run's predicted iteration time and MFU, predicted vs "
@@ -129,12 +130,13 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.core import StrategyError
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
+    from paraplan.predict.calibration import calibration_for
     from paraplan.predict.predictor import plausibility, predict_rows
     from paraplan.predict.runtable import read_run_table
 
     cluster = load_cluster(args.cluster)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan predict: warning: {m}", file=sys.stderr))
     if calibration.device != cluster.device.name:
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",

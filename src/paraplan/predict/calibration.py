@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from paraplan.core.cluster import Cluster
@@ -33,7 +33,7 @@ from paraplan.core.errors import InputFileError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.inputs import NumberRule, check_number, read_json_object
 from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, DeviceEfficiency
-from paraplan.predict.layer_factors import LayerTimeFactors
+from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
@@ -175,3 +175,56 @@ def load_calibration(name_or_path: str | Path = DEFAULT_CALIBRATION) -> Calibrat
     path = config_files.find("calibrations", name_or_path)
     data = read_json_object(path, "a calibration (make one with `paraplan calibrate`)")
     return Calibration.from_dict(data, str(path))
+
+
+def shipped_calibration_for(device: str) -> str | None:
+    """The name of a calibration for `device` in the calibration folders
+    (`paraplan.config_files.search_dirs`), first folder first, names in order; none: None."""
+    from paraplan import config_files
+
+    for folder in config_files.search_dirs("calibrations"):
+        for path in sorted(folder.glob("*.json")):
+            try:
+                listed = json.loads(path.read_text(encoding="utf-8")).get("device")
+            except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+                continue  # an unreadable file is reported when it is asked for by name
+            if listed == device:
+                return path.stem
+    return None
+
+
+def calibration_for(cluster: Cluster, name_or_path: str | Path | None = None,
+                    warn: Callable[[str], None] | None = None) -> Calibration:
+    """The calibration a prediction on `cluster` uses: `name_or_path` when given, else
+    the shipped one made for the cluster's device, else `DEFAULT_CALIBRATION` with a
+    warning that its efficiencies are taken as fractions of another device's peaks."""
+    if name_or_path is not None:
+        return load_calibration(name_or_path)
+    name = shipped_calibration_for(cluster.device.name)
+    if name is not None:
+        return load_calibration(name)
+    calibration = load_calibration(DEFAULT_CALIBRATION)
+    if warn is not None:
+        warn(f"no calibration for {cluster.device.name}: {calibration.name}'s (fitted on {calibration.device}) "
+             "efficiencies are taken as fractions of this device's peaks; make one with `paraplan calibrate` "
+             "(or `--transfer` with this device's kernel fit)")
+    return calibration
+
+
+def transferred_calibration(source: Calibration, device: str, held: Mapping[str, float], held_from: str,
+                            name: str) -> Calibration:
+    """A calibration for `device` that has no measured training runs: its GEMM and
+    attention parameters (`held`) from that device's kernel micro-benchmarks, every
+    other parameter (host overheads, memory-bound efficiency, contention) from
+    `source`, fitted on another device's runs. No layer-time factors (those are the
+    source device's kernels) and no intra-node fit (that was the source's node)."""
+    efficiency = replace(source.efficiency, layer_time_factors=NO_FACTORS, **held)
+    carried = sorted(k for k in efficiency.as_dict() if k not in held)
+    return Calibration(
+        name=name, device=device, efficiency=efficiency, fitted=(), at_bound=(), intra_node_comm=None,
+        data={"transferred_from": source.label, "source_device": source.device, "source_data": dict(source.data),
+              "kernel_ceilings": held_from},
+        errors={"note": "no training runs of this device were fitted: the source's cross-validated errors are on "
+                        f"{source.device}", "source_errors": dict(source.errors)},
+        assumptions={"held_at_kernel_fit": dict(held), "carried_from_source": carried},
+    )

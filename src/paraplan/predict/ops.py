@@ -42,13 +42,18 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
+from paraplan.predict.cp_ops import (
+    FLASH_BACKWARD_FLOPS,
+    AttentionShape,
+    cp_attention_backward,
+    cp_attention_forward,
+)
 from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
 KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
-FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
 KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
 
 
@@ -77,14 +82,16 @@ class Kernels:
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective over the tensor-parallel group; `nbytes` in nccl-tests' convention
-    (all_gather: the gathered output; reduce_scatter: the input). `hidden_by` is the
-    index of the kernel of the same pass it runs beside (-1: the compute stream
-    waits for it)."""
+    """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
+    output; reduce_scatter: the input). `hidden_by` is the index of the kernel of the
+    same pass it runs beside (-1: the compute stream waits for it). `group`: `tp`, the
+    tensor-parallel group; `cp` / `cp_ring`, the context-parallel group / one of its
+    ring hops (`paraplan.predict.cp_ops`)."""
 
     collective: str
     nbytes: float
     hidden_by: int = -1
+    group: str = "tp"
 
 
 @dataclass(frozen=True)
@@ -127,8 +134,8 @@ class _Builder:
         self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
-    def comm(self, collective: str, nbytes: float, hidden_by: int = -1) -> None:
-        self.collectives.append(Collective(collective, float(nbytes), hidden_by))
+    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None:
+        self.collectives.append(Collective(collective, float(nbytes), hidden_by, group))
 
     def build(self) -> PassWork:
         cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
@@ -151,10 +158,10 @@ class LayerWork:
 class _Shape:
     """The sizes one rank sees."""
 
-    tokens: float  # b s
-    sp_tokens: float  # tokens in the sequence-parallel regions (b s / t with SP)
+    tokens: float  # b s / c: the tokens of this rank (c context-parallel ranks split the sequence)
+    sp_tokens: float  # tokens in the sequence-parallel regions (b s / (c t) with SP)
     b: float
-    s: float
+    s: float  # the whole sequence
     h: float
     t: int
     heads: float  # query heads per rank
@@ -168,6 +175,11 @@ class _Shape:
     mlp_in: float  # first MLP projection's output width per rank
     e: int  # activation bytes
     sp: bool
+    cp: int = 1
+    cp_comm_type: str = "p2p"
+
+    def attention_shape(self) -> AttentionShape:
+        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
 
 
 def causal_scores(s: float, window: int = 0) -> float:
@@ -183,7 +195,8 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
     t = settings.tensor_model_parallel_size
     b, s = float(settings.micro_batch_size), float(model.seq_length)
     sp = settings.sequence_parallel and t > 1
-    tokens = b * s
+    cp = settings.context_parallel_size
+    tokens = b * s / cp if cp > 1 else b * s
     qk_d, v_d = attention_head_widths(model)
     window = model.window_size if model.windowed_layers[layer] else 0
     mla = model.multi_latent_attention
@@ -192,7 +205,8 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
         heads=model.num_attention_heads / t, groups=(model.num_attention_heads if mla else model.query_groups) / t,
         d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
-        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp,
+        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
+        cp_comm_type=settings.cp_comm_type,
     )
 
 
@@ -250,6 +264,9 @@ def _qkvo_bytes(x: _Shape) -> float:
 
 
 def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:  # `RunSettings.check`: context parallelism runs flash attention
+        cp_attention_forward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
         # causal: the kernel skips the blocks above the diagonal (and, with a sliding
@@ -266,6 +283,9 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
 
 
 def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:
+        cp_attention_backward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
         flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d) * FLASH_BACKWARD_FLOPS
@@ -440,7 +460,7 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
-        scores = FP32_BYTES * x.b * x.heads * x.s  # softmax statistics
+        scores = FP32_BYTES * x.tokens * x.heads  # softmax statistics of this rank's queries
     elif "core_attn" not in recomputed:
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s

@@ -5,7 +5,7 @@ columns; `paraplan calibrate` reads it with `measured_iteration_s`.
 Required columns: `REQUIRED`, or, with a `model` column naming a preset or a model
 file, `REQUIRED_SETTINGS` (`paraplan.predict.runtable_model`). Optional: `MODEL_COLUMNS`,
 `SETTINGS_COLUMNS`,
-`num_gpus` (checked against t x p x d), `measured_iteration_s`. An empty cell
+`num_gpus` (checked against t x c x p x d), `measured_iteration_s`. An empty cell
 takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
 `micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
@@ -32,6 +32,7 @@ from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
+    CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
     PIPELINE_SCHEDULES,
@@ -60,7 +61,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -178,7 +179,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
-    "decoder_last_pipeline_num_layers": _integer,
+    "decoder_last_pipeline_num_layers": _integer, "context_parallel_size": _integer,
+    "cp_comm_type": _choice(CP_COMM_TYPES),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -240,10 +242,14 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     )
     gpus = values.get("num_gpus")
     if gpus is not None and gpus != settings.num_gpus:
+        cp = settings.context_parallel_size
+        names, sizes = (("tensor x context x pipeline x data", (settings.tensor_model_parallel_size, cp))
+                        if cp > 1 else ("tensor x pipeline x data", (settings.tensor_model_parallel_size,)))
+        factors = " x ".join(str(n) for n in (*sizes, settings.pipeline_model_parallel_size,
+                                               settings.data_parallel_size))
         raise InputFileError(
-            path, f"column 'num_gpus': {gpus} is not tensor x pipeline x data parallel size = "
-            f"{settings.tensor_model_parallel_size} x {settings.pipeline_model_parallel_size} x "
-            f"{settings.data_parallel_size} = {settings.num_gpus}", line=line)
+            path, f"column 'num_gpus': {gpus} is not {names} parallel size = {factors} = {settings.num_gpus}",
+            line=line)
     try:
         probe = settings
         if search_mbs or search_v:
