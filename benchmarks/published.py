@@ -13,7 +13,7 @@ columns) plus annotation columns that keep what was published and where:
   row is listed, never predicted, and counts in no error figure.
 
 A table may also carry run-table columns paraplan does not read yet (`PENDING_COLUMNS`:
-expert and context parallelism). Once the run table knows such a column it is read like
+expert parallelism). Once the run table knows such a column it is read like
 any other; until then a row that sets it (to anything but 1) must say why it is not
 expressible, so no run is ever predicted without its parallel layout. Throughput in
 `tokens/s/GPU` converts as `measured_iteration_s` = global batch x sequence / (value x
@@ -37,8 +37,7 @@ from paraplan.predict.runtable import KNOWN, RunRow, read_run_table
 DATA = Path(__file__).resolve().parent / "data"
 ANNOTATIONS: tuple[str, ...] = ("published_value", "published_unit", "flops_convention", "source", "note",
                                 "not_expressible")
-PENDING_COLUMNS: tuple[str, ...] = ("expert_model_parallel_size", "expert_tensor_parallel_size",
-                                    "context_parallel_size")
+PENDING_COLUMNS: tuple[str, ...] = ("expert_model_parallel_size", "expert_tensor_parallel_size")
 TABLES: dict[str, tuple[str, str]] = {
     # file stem: (cluster, what it is)
     "megatron_sc21_table1": ("dgx-a100", "Megatron-LM SC21 Table 1, weak scaling, A100 (32-3,072 GPUs)"),
