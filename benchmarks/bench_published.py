@@ -3,7 +3,10 @@ never fitted on; provenance in benchmarks/data/README.md), with the configuratio
 their authors ran them:
 
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
-  (error = predicted / measured - 1), and every row measured vs predicted;
+  (error = predicted / measured - 1), and every row measured vs predicted; rows paraplan
+  cannot express yet are listed with their published time and the reason (most rows
+  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with FSDP2, DeepEP,
+  the all-to-all overlap or DualPipe);
 - the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
   175B A100 range;
@@ -39,7 +42,7 @@ from paraplan.predict.predictor import RunPrediction, predict_rows
 from paraplan.predict.runtable import RunRow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from published import TABLES, PublishedRow, load_table, palm_flops, table_paths
+from published import MOE_TABLES, TABLES, PublishedRow, load_table, palm_flops, table_paths
 
 PLAN_GPUS, PLAN_GLOBAL_BATCH = 1024, 1536
 GPT3_PUBLISHED_MFU = (0.449, 0.514)  # SC21 175B on 1,024 A100 (140 TFLOP/s counting recompute) .. Korthikanti 175B
@@ -148,7 +151,11 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
     for r in results:
         run = r.row.run
         if run is None:
-            print(f"   {r.row.name[:44]:44s} not expressible: {r.row.not_expressible}")
+            cells = r.row.cells
+            measured_text = cells.get("measured_iteration_s", "")
+            gpus = cells.get("num_gpus", "")
+            print(f"   {r.row.name[:44]:44s} {gpus:>6s} {measured_text:>11s} {'-':>11s} {'-':>7s}  not expressible: "
+                  f"{r.row.not_expressible}")
             continue
         measured = run.measured_iteration_s or float("nan")
         if r.prediction is None:
@@ -290,7 +297,11 @@ def main() -> int:
         print(f"   ({time.perf_counter() - started:.1f} s)")
     print("\n== summary (iteration time)")
     for stem, summary in summaries.items():
-        print(f"   {stem:40s} {summary.line() if summary else 'no predicted rows'}")
+        listed = len(results[stem])
+        expressible = sum(r.row.run is not None for r in results[stem])
+        moe = " (MoE)" if stem in MOE_TABLES else ""
+        print(f"   {stem + moe:40s} {summary.line() if summary else 'no predicted rows'}"
+              + ("" if expressible == listed else f"; {listed - expressible} of {listed} rows not expressible"))
     llama_check(results)
     if not args.no_plan:
         plan_check(calibration)  # (the A100 plan)

@@ -18,6 +18,8 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp")
+"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
 CPCommType = Literal["p2p", "all_gather", "a2a"]
@@ -61,6 +63,12 @@ class RunSettings:
     recompute_granularity: RecomputeGranularity = "none"
     """`selective`: recompute the attention core in backward (Korthikanti et al. 2022);
     `full`: keep only each layer's input and recompute the layer."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """With `selective`: what the backward recomputes (Megatron-Core's
+    `--recompute-modules`, default core_attn): `core_attn` the attention core,
+    `mla_up_proj` multi-latent attention's up projections and rotary parts (the core's
+    Q, K, V are not kept), `layernorm` the two input norms (their outputs are not kept),
+    `mlp` a dense MLP (only its input is kept)."""
     sequence_parallel: bool = False
     """Split norms and dropouts over the tensor-parallel ranks along the sequence;
     all-gather + reduce-scatter replace each all-reduce."""
@@ -169,6 +177,23 @@ class RunSettings:
             raise StrategyError(f"{middle_layers // middle_stages} layers per middle pipeline stage are not divisible "
                                 f"by virtual_pipeline_model_parallel_size {v}")
 
+    def _check_recompute_modules(self, model: TransformerModel) -> None:
+        modules = self.recompute_modules
+        if not isinstance(modules, tuple) or not modules:
+            raise StrategyError(f"recompute_modules must be a non-empty list among {', '.join(RECOMPUTE_MODULES)}, "
+                                f"got {modules!r}")
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise StrategyError(f"recompute_modules: '{unknown[0]}' is not one of {', '.join(RECOMPUTE_MODULES)} "
+                                "(the Megatron-Core modules paraplan prices)")
+        if len(set(modules)) != len(modules):
+            raise StrategyError(f"recompute_modules names a module twice: {' '.join(modules)}")
+        if modules != ("core_attn",) and self.recompute_granularity != "selective":
+            raise StrategyError(f"recompute_modules {' '.join(modules)} needs recompute_granularity selective, got "
+                                f"{self.recompute_granularity}")
+        if "mla_up_proj" in modules and not model.multi_latent_attention:
+            raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
+
     def _check_context_parallel(self, model: TransformerModel) -> None:
         """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
         2c chunks (causal load balancing), with sequence parallelism each rank's s / c
@@ -188,6 +213,10 @@ class RunSettings:
         if not self.use_flash_attn:
             raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
                                 "Transformer Engine's fused attention; the unfused path has none)")
+        if model.multi_latent_attention or model.window_size:
+            what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
+            raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
+                                "attention core prices full causal attention with one head width)")
         if self.cp_comm_type == "a2a":
             for key, heads in (("num_attention_heads", model.num_attention_heads),
                                ("num_query_groups", model.query_groups)):
@@ -237,11 +266,7 @@ class RunSettings:
         return self.data_context_parallel_size if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
-        """Raise `StrategyError` for settings that cannot run `model` (or a model whose
-        layers the execution model cannot price: `TransformerModel.unmodelled_features`)."""
-        if model.unmodelled_features:
-            raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
-                                "counts (parameters, FLOPs) but cannot predict or plan yet")
+        """Raise `StrategyError` for settings that cannot run `model`."""
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
                     "context_parallel_size", "global_batch_size", "micro_batch_size",
                     "virtual_pipeline_model_parallel_size"):
@@ -253,6 +278,7 @@ class RunSettings:
                 f"recompute_granularity '{self.recompute_granularity}' is not one of "
                 f"{', '.join(RECOMPUTE_GRANULARITIES)}"
             )
+        self._check_recompute_modules(model)
         if self.dtype not in DTYPES:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:

@@ -232,19 +232,6 @@ class TransformerModel:
         return moe_layer_pattern(self)
 
     @property
-    def unmodelled_features(self) -> tuple[str, ...]:
-        """What the execution model (`paraplan.predict`) cannot price yet: counted
-        here, refused there with these names (never priced as a dense model)."""
-        found = []
-        if self.multi_latent_attention:
-            found.append("multi-latent attention (multi_latent_attention)")
-        if self.mtp_num_layers:
-            found.append(f"multi-token-prediction layers (mtp_num_layers {self.mtp_num_layers})")
-        if self.window_size:
-            found.append(f"sliding-window attention (window_size {self.window_size})")
-        return tuple(found)
-
-    @property
     def windowed_layers(self) -> tuple[bool, ...]:
         """For each layer: does it attend through the sliding window?"""
         if not self.window_size:

@@ -9,9 +9,9 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, plausibility
 
 PLAN_COLUMNS: tuple[str, ...] = (
-    "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size", "cp_comm_type",
-    "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size",
+    "rank", "model", "num_parameters", "active_parameters", "num_gpus", "global_batch_size", "seq_length",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size",
+    "cp_comm_type", "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size",
     "virtual_pipeline_model_parallel_size",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
@@ -43,7 +43,8 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
         s = plan.settings
         tokens = s.global_batch_size * model.seq_length / plan.iteration_s
         rows.append({
-            "rank": str(rank), "model": model.name, "num_gpus": str(s.num_gpus),
+            "rank": str(rank), "model": model.name, "num_parameters": str(model.num_parameters),
+            "active_parameters": str(model.active_parameters), "num_gpus": str(s.num_gpus),
             "global_batch_size": str(s.global_batch_size), "seq_length": str(model.seq_length),
             "tensor_model_parallel_size": str(s.tensor_model_parallel_size),
             "pipeline_model_parallel_size": str(s.pipeline_model_parallel_size),

@@ -128,10 +128,6 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     model, cluster = request.model, request.cluster
     if request.num_gpus < 1:
         raise StrategyError(f"--gpus must be >= 1, got {request.num_gpus}")
-    if model.unmodelled_features:  # (a model the search can price says how little memory its best plan needs)
-        check_model_state_fits(model, request.num_gpus, request.dtype, cluster.device.memory_bytes)
-        raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
-                            "counts (parameters, FLOPs) but cannot plan yet")
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
                                 request.space, base.use_flash_attn)
@@ -182,6 +178,11 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
     acts = float(best[0].activation_peak_bytes[rank])
     experts = (f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}, "
                if request.model.is_moe else "")
+    state_bound = ""
+    try:  # the model state alone, sharded over every GPU: the least any split needs
+        check_model_state_fits(request.model, request.num_gpus, request.dtype, request.cluster.device.memory_bytes)
+    except StrategyError as err:
+        state_bound = f"; {err}"
     raise StrategyError(
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
@@ -191,4 +192,4 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
         + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
         + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, {experts}micro-batch {s.micro_batch_size}, "
         f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
-        "more GPUs, a smaller model or a device with more memory would do")
+        "more GPUs, a smaller model or a device with more memory would do" + state_bound)

@@ -69,7 +69,8 @@ from paraplan.predict.build import (
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.moe_ops import moe_activation_bytes
-from paraplan.predict.ops import embedding_work, head_work, layer_activation_bytes
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import cached_orders, get_schedule
@@ -320,6 +321,11 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
             out["bd"][i], out["bh"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
                                                                                        host[8] + host[9])
             out["w"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
+        if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
+            factor = eff.layer_time_factors.factor(st.layer_key)
+            added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
+            out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
+            out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
         pairs["ef"][i] = dev[3], host[3]
         pairs["eb"][i] = dev[4], host[4]
         pairs["hf"][i] = dev[5], host[5]
@@ -330,7 +336,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
             out["al"][i] = (1.0 - moe_share) * out["al"][i] + moe_share * moe_activation_bytes(model, s)
             out["af"][i] = max(out["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
         out["ae"][i] = embedding_work(model, s).activation_bytes
-        out["ah"][i] = head_work(model, s).activation_bytes
+        out["ah"][i] = last_stage_work(model, s).activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 
@@ -431,6 +437,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
     head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
+    head_params = head_params + model.mtp_parameters / t  # multi-token-prediction layers on the last stage
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
     # take one more); interleaving splits each rank's layers evenly over its v chunks,

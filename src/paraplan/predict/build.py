@@ -12,7 +12,10 @@ What each piece costs:
   collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
   runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
   each pass is bounded below by the host's issue time;
-- embedding on the first virtual stage, final norm + LM head + loss on the last;
+- layers whose attention core differs from layer 0's (sliding windows): each virtual
+  stage adds what its cores cost beyond layer 0's (`paraplan.predict.attention_mix`);
+- embedding on the first virtual stage, final norm + LM head + loss on the last (with
+  the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
 - context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
@@ -53,6 +56,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -63,7 +67,8 @@ from paraplan.predict.device_model import (
 )
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
-from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import Kernels, PassWork, embedding_work, layer_work
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
@@ -256,6 +261,7 @@ class RunStructure:
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
     embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
+    attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
     moe_layers_per_vstage: np.ndarray | None = None  # of layers_per_vstage, the MoE layers (None: a dense model)
     expert_rank_params: np.ndarray | None = None  # per pipeline stage: expert weights on one rank
 
@@ -355,7 +361,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     layer = layer_work(model, settings)
     emb = embedding_work(model, settings)
-    head = head_work(model, settings)
+    head = last_stage_work(model, settings)
     works = [layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward]
     moe = moe_layer_work(model, settings) if model.num_moe_layers else None
     if moe is not None:
@@ -396,6 +402,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     expert_rank_params = chunk_expert_params.sum(axis=0)
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
     rank_params[p - 1] += head_params
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
@@ -476,6 +483,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
+                        attention_mix=attention_mix(model, settings, counts),
                         moe_layers_per_vstage=moe_counts,
                         expert_rank_params=expert_rank_params if moe is not None else None)
 
@@ -497,6 +505,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         counts = counts - moe_counts
     fwd_dev = counts * layer_fwd_dev
     bwd_dev = counts * layer_bwd_dev
+    if st.attention_mix is not None:
+        factor = eff.layer_time_factors.factor(st.layer_key)
+        fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
+        fwd_dev += factor * fwd_added
+        bwd_dev += factor * bwd_added
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
     if moe:

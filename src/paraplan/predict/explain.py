@@ -90,6 +90,11 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     if len(parts) > 7:  # a mixture-of-experts model's MoE layers
         fwd += moe * parts[7]
         bwd += moe * (parts[8] + parts[9])
+    if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
+        factor = eff.layer_time_factors.factor(structure.layer_key)
+        added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)
+        fwd[:, 1] += factor * added_fwd
+        bwd[:, 1] += factor * added_bwd
     fwd[0] += parts[3]
     bwd[0] += parts[4]
     fwd[-1] += parts[5]

@@ -65,6 +65,13 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
     }
     if settings.context_parallel_size > 1:  # keys of runs without context parallelism stay as they were
         parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
+    if settings.recompute_granularity == "selective" and settings.recompute_modules != ("core_attn",):
+        parts["recompute_modules"] = "+".join(settings.recompute_modules)
+    if model.multi_latent_attention:  # (absent otherwise, so the keys of earlier factors stay valid)
+        parts["mla"] = "/".join(str(getattr(model, k)) for k in (
+            "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
+    if model.window_size:
+        parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}"
     if model.is_moe:  # a factor measured on a dense layer of the same widths never scales experts
         parts["experts"] = (f"{model.num_experts}x{model.moe_ffn_size}top{model.moe_router_topk}"
                             f"shared{model.moe_shared_expert_intermediate_size}"

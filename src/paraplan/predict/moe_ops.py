@@ -33,7 +33,8 @@ and the MoE output is all-reduced like the dense MLP's.
 Backward: every GEMM twice (input and weight gradient), the element-wise kernels'
 backward, the same all-to-alls in reverse, the ETP all-gather / reduce-scatter
 swapped. Full recomputation repeats the forward (all-to-alls included); selective
-recomputation the attention core only, as for a dense layer.
+recomputation repeats its `recompute_modules` as a dense layer does, but `mlp`, which
+Megatron-Core applies to dense MLPs only.
 """
 
 from __future__ import annotations
@@ -223,12 +224,15 @@ def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> floa
     (T x E), the dispatched tokens (the experts' input, T k h with the ETP gather and
     imbalance), the experts' inner activations (as the dense MLP's, on those tokens at
     the expert width), their outputs for the weighted combine, and the shared experts'
-    inner activations. Full recomputation keeps only the layer's input."""
+    inner activations. Full recomputation keeps only the layer's input; selective
+    recomputation's modules act on the attention half and the norms as in a dense layer
+    (Megatron-Core's `mlp` module skips MoE layers)."""
     x = _shape(model, settings)
     whole = layer_activation_bytes(model, settings)
     if settings.recompute_granularity == "full":
         return whole
-    dense_inner = ((2 if model.gated_mlp else 1) + 1) * x.e * x.tokens * x.ffn
+    recomputed = settings.recompute_modules if settings.recompute_granularity == "selective" else ()
+    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) + 1) * x.e * x.tokens * x.ffn
     m = moe_shape(model, settings)
     router = FP32_BYTES * m.routed_tokens * m.experts
     experts = x.e * m.expert_tokens * (x.h + m.expert_in + m.expert_ffn + x.h)
@@ -253,8 +257,9 @@ def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
-    elif granularity == "selective":
-        recompute = _selective_recompute(model, x, flash, gemm_bytes)
+    elif granularity == "selective":  # Megatron-Core's `mlp` module recomputes dense MLPs only
+        modules = tuple(m for m in settings.recompute_modules if m != "mlp")
+        recompute = _selective_recompute(model, x, flash, settings.tp_comm_overlap, gemm_bytes, modules)
     else:
         recompute = PassWork(_Builder(gemm_bytes).build().kernels)
     return LayerWork(forward, backward, recompute, moe_activation_bytes(model, settings))
