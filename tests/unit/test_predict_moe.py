@@ -287,3 +287,13 @@ def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
     est = estimate(first_dense, cand.take(np.array([pick])), base, H100, comm, CAL.efficiency)
     exact = predict_settings(first_dense, [cand.settings(int(pick), base)], H100, comm, CAL.efficiency)[0][0]
     assert float(est.peak_memory_bytes[0]) == pytest.approx(float(exact.peak_memory_bytes.max()), rel=0.02)
+
+
+def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1024():
+    model = replace(PRESETS["deepseek-v3"], seq_length=4096)
+    comm = CAL.comm_model(H100)
+    with pytest.raises(StrategyError, match=r"deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB .* 192 GB per GPU even "
+                                            r"sharded over all of them"):
+        search(PlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
+    best = search(PlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
+    assert best.fits_memory and best.settings.expert_model_parallel_size > 1
