@@ -43,7 +43,6 @@ engine.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -59,6 +58,7 @@ from paraplan.core.run_settings import (
     interleaved_uneven_split,
 )
 from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
     OPTIMIZER_KERNELS,
@@ -173,23 +173,6 @@ class Candidates:
 _FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp", "ep", "etp")
 
 
-def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
-    """(EP, ETP) pairs a candidate of TP t and data x context parallel dc may use
-    (`RunSettings._check_experts`' rules); [(1, 0)] for a dense model."""
-    if not model.is_moe:
-        return [(1, 0)]
-    eps = space.expert_model_sizes or tuple(divisors(model.num_experts))
-    etps = space.expert_tensor_sizes or tuple(sorted({1, t}))
-    out = []
-    for ep in eps:
-        for etp in etps:
-            if (model.num_experts % ep or (t * dc) % (ep * etp) or model.moe_ffn_size % etp
-                    or (t > 1 and not sp and (ep > 1 or etp != t))):
-                continue
-            out.append((ep, etp))
-    return out
-
-
 def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
     """CP degrees to search: the space's, else 1 and, for sequences of at least
     `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
@@ -295,8 +278,9 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     keys = sorted(set(_table_keys(cand)))
     # the probe's data-parallel size only has to let EP x ETP divide t x c x d
     probes = [replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1,
-                      data_parallel_size=_probe_dp(t * c, ep * etp), micro_batch_size=b,
-                      global_batch_size=b * _probe_dp(t * c, ep * etp), virtual_pipeline_model_parallel_size=1,
+                      data_parallel_size=probe_data_parallel(t * c, ep * etp), micro_batch_size=b,
+                      global_batch_size=b * probe_data_parallel(t * c, ep * etp),
+                      virtual_pipeline_model_parallel_size=1,
                       schedule="", sequence_parallel=bool(sp), recompute_granularity=RECOMPUTE[rc], zero_stage=0,
                       use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False,
                       context_parallel_size=c, cp_comm_type="p2p", expert_model_parallel_size=ep,
@@ -341,41 +325,9 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 
 
-def _mixed_stage_params(model: TransformerModel, t: np.ndarray, v: np.ndarray, ep_etp: np.ndarray,
-                        n_big: np.ndarray, n_chunk: np.ndarray, n_last: np.ndarray, single: np.ndarray,
-                        embedding: np.ndarray, head: np.ndarray,
-                        mean: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """A model with dense and MoE layers (DeepSeek-V3's first three dense): the first
-    and the last stage's non-expert and expert parameters on one rank from their own
-    layers (v = 1: consecutive layers; interleaved: the model's share of MoE layers);
-    `mean` (first, last, first experts, last experts) stays for a single stage."""
-    L, moe_total = model.num_layers, model.num_moe_layers
-    prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
-    share = moe_total / L
-    n_first = np.where(v > 1, n_chunk * v, n_big)
-    n_end = n_last * np.where(v > 1, v, 1)
-    moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
-    moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])
-    experts = model.num_experts * model.expert_params
-    non_expert = model.moe_layer_params - experts
-
-    def dense_part(n: np.ndarray, moe: np.ndarray) -> np.ndarray:
-        return ((n - moe) * model.dense_layer_params + moe * non_expert) / t
-
-    first = np.where(single, mean[0], dense_part(n_first, moe_first) + embedding)
-    last = np.where(single, mean[1], dense_part(n_end, moe_last) + head)
-    return (first, last, np.where(single, mean[2], moe_first * experts / ep_etp),
-            np.where(single, mean[3], moe_last * experts / ep_etp))
-
-
 def _table_keys(cand: Candidates) -> list[tuple[int, ...]]:
     return [(int(t), int(b), int(sp), int(rc), int(c), int(ep), int(etp)) for t, b, sp, rc, c, ep, etp in
             zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp, strict=True)]
-
-
-def _probe_dp(tc: int, ep_etp: int) -> int:
-    """The least data-parallel size that lets EP x ETP divide t x c x d (1 for a dense model)."""
-    return ep_etp // math.gcd(tc, ep_etp) if ep_etp else 1
 
 
 @functools.lru_cache(maxsize=4096)
@@ -513,7 +465,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     first_experts = np.where(single, L, np.where(v > 1, n_chunk * v, n_big)) * expert_layer
     last_experts = np.where(single, first_experts, n_last * np.where(v > 1, v, 1) * expert_layer)
     if model.is_moe and model.num_moe_layers < L:  # mixed kinds: the first and last stage's own MoE layers
-        first_params, last_params, first_experts, last_experts = _mixed_stage_params(
+        first_params, last_params, first_experts, last_experts = mixed_stage_params(
             model, t, v, ep * etp, n_big, n_chunk, n_last, single, vocab_params + positions, head_params,
             (first_params, last_params, first_experts, last_experts))
     sharded = cand.zero >= 1
