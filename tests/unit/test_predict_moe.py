@@ -297,3 +297,17 @@ def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1
         search(PlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
     best = search(PlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
     assert best.fits_memory and best.settings.expert_model_parallel_size > 1
+
+
+def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
+    from paraplan.predict.mtp_ops import last_stage_work
+
+    model = replace(PRESETS["deepseek-v3"], seq_length=4096)
+    s = settings(tensor_model_parallel_size=4, pipeline_model_parallel_size=16, data_parallel_size=16,
+                 global_batch_size=1024, sequence_parallel=True, expert_model_parallel_size=8,
+                 expert_tensor_parallel_size=1)
+    st = run_structure(model, s, H100, CAL.comm_model(H100))
+    # 61 layers on 16 stages: the last holds layers 58-60 (MoE), then the MTP layer (MoE too)
+    assert st.expert_rank_params[-1] == pytest.approx((3 + 1) * 256 * model.expert_params / 8, rel=1e-12)
+    mtp = last_stage_work(model, s).forward.collectives
+    assert [c.collective for c in mtp if c.group == "ep"] == ["all_to_all", "all_to_all"]

@@ -64,6 +64,7 @@ from paraplan.predict.build import (
     OPTIMIZER_KERNELS,
     Precision,
     kernel_times_by_pass,
+    mtp_expert_params,
     pass_times,
     run_structure,
 )
@@ -389,7 +390,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
     head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
-    head_params = head_params + model.mtp_parameters / t  # multi-token-prediction layers on the last stage
+    # multi-token-prediction layers on the last stage (a MoE one's experts over EP x ETP: below)
+    head_params = head_params + (model.mtp_parameters - mtp_expert_params(model)) / t
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
     # take one more); interleaving splits each rank's layers evenly over its v chunks,
@@ -468,6 +470,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         first_params, last_params, first_experts, last_experts = mixed_stage_params(
             model, t, v, ep * etp, n_big, n_chunk, n_last, single, vocab_params + positions, head_params,
             (first_params, last_params, first_experts, last_experts))
+    if mtp_expert_params(model):  # a MoE multi-token-prediction layer's experts, on the last stage
+        extra = mtp_expert_params(model) / (ep * etp)
+        first_experts = first_experts + np.where(single, extra, 0.0)
+        last_experts = last_experts + extra
     sharded = cand.zero >= 1
     shards = np.where(sharded, dc, 1.0)
     expert_shards = np.where(sharded, edp, 1.0)

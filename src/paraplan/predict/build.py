@@ -255,6 +255,14 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     return PassTimes(dev, host, layer_wgt, structure.passes[6].weight_grad_s(kernel_s[6]), moe_wgt)
 
 
+def mtp_expert_params(model: TransformerModel) -> int:
+    """Routed-expert weights of the multi-token-prediction layers (each like the main
+    model's last layer: a MoE layer's experts in DeepSeek-V3)."""
+    if not (model.mtp_num_layers and model.moe_layers[-1]):
+        return 0
+    return model.mtp_num_layers * model.num_experts * model.expert_params
+
+
 def moe_layers_per_virtual_stage(model: TransformerModel, counts: np.ndarray) -> np.ndarray:
     """Of each virtual stage's layers (consecutive, virtual stage by virtual stage, as
     Megatron assigns them), how many are mixture-of-experts layers."""
@@ -324,8 +332,14 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     expert_rank_params = chunk_expert_params.sum(axis=0)
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
-    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
+    # the MTP layers (the few norm weights counted as split too); a MoE one's experts over EP x ETP
+    mtp_experts = mtp_expert_params(model)
+    head_params += (model.mtp_parameters - mtp_experts) / t
     rank_params[p - 1] += head_params
+    if mtp_experts:
+        chunk_expert_params[v - 1, p - 1] += mtp_experts / (settings.expert_model_parallel_size
+                                                           * settings.expert_tensor_parallel)
+        expert_rank_params = chunk_expert_params.sum(axis=0)
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     grad_collective = "reduce_scatter" if sharded else "all_reduce"
