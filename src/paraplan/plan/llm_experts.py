@@ -5,11 +5,27 @@ size, and the first and last stage's parameters of a model with dense and MoE la
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import (
+    RunStructure,
+    context_parallel_groups,
+    expert_parallel_groups,
+    mtp_expert_params,
+    placement,
+    run_structure,
+)
+from paraplan.predict.layer_factors import layer_shape_key
+from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.predictor import divisors
 
 if TYPE_CHECKING:
@@ -30,6 +46,39 @@ def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: Se
                     or (t > 1 and not sp and (ep > 1 or etp != t))):
                 continue
             out.append((ep, etp))
+    return out
+
+
+def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster: Cluster,
+                     comm: CommModel) -> list[RunStructure]:
+    """The layer table's probe structures, for their passes alone. Probes that differ
+    only in EP / ETP share their dense-layer, embedding and head passes (none depends on
+    them, but a MoE multi-token-prediction layer in the head pass): the first builds a
+    whole structure, the others only their MoE passes, a few times faster for a model
+    with many expert layouts (DeepSeek-V3: 9 EP x 2 ETP)."""
+    out: list[RunStructure] = []
+    whole: dict[tuple[object, ...], RunStructure] = {}
+    for s in probes:
+        key = (s.tensor_model_parallel_size, s.micro_batch_size, s.sequence_parallel, s.recompute_granularity,
+               s.context_parallel_size)
+        first = whole.get(key)
+        if first is None or not model.num_moe_layers or len(first.passes) <= 7:
+            out.append(run_structure(model, s, cluster, comm))
+            whole.setdefault(key, out[-1])
+            continue
+        s.check(model)
+        place = placement(s, cluster.devices_per_node)
+        groups = {**context_parallel_groups(s, place), **expert_parallel_groups(s, place)}
+        tp = Group(s.tensor_model_parallel_size, place.tp_nodes)
+        moe = moe_layer_work(model, s)
+        passes = first.passes[:7] + tuple(PassCost.of(w, comm, tp, groups)
+                                          for w in (moe.forward, moe.recompute, moe.backward))
+        if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
+            head = last_stage_work(model, s)
+            passes = (*passes[:5], PassCost.of(head.forward, comm, tp, groups),
+                      PassCost.of(head.backward, comm, tp, groups), *passes[7:])
+        out.append(replace(first, settings=s, passes=passes,
+                           layer_key=layer_shape_key(model, s, cluster.device.name, place.tp_nodes)))
     return out
 
 

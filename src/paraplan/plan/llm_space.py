@@ -58,7 +58,7 @@ from paraplan.core.run_settings import (
     interleaved_uneven_split,
 )
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel
+from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
     OPTIMIZER_KERNELS,
@@ -66,7 +66,6 @@ from paraplan.predict.build import (
     kernel_times_by_pass,
     mtp_expert_params,
     pass_times,
-    run_structure,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.moe_ops import moe_activation_bytes
@@ -288,7 +287,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
                       expert_tensor_parallel_size=etp)
               for t, b, sp, rc, c, ep, etp in keys]
     moe_share = model.num_moe_layers / model.num_layers
-    structures = [run_structure(model, s, cluster, comm) for s in probes]
+    structures = probe_structures(model, probes, cluster, comm)
     kernel_s = kernel_times_by_pass(structures, eff)
     n = len(keys)
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
