@@ -311,3 +311,19 @@ def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
     assert st.expert_rank_params[-1] == pytest.approx((3 + 1) * 256 * model.expert_params / 8, rel=1e-12)
     mtp = last_stage_work(model, s).forward.collectives
     assert [c.collective for c in mtp if c.group == "ep"] == ["all_to_all", "all_to_all"]
+
+
+def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures(monkeypatch):
+    import paraplan.plan.llm_space as space
+
+    model = replace(HALF_MOE, moe_layer_freq=1, mtp_num_layers=1)  # a MoE MTP layer in the head pass too
+    request = PlanRequest(model, H100, 16, 32)
+    cand = enumerate_candidates(model, 16, 32, 8, request.space)
+    comm = CAL.comm_model(H100)
+    shared = space.layer_table(model, cand, request.base_settings(), H100, comm, CAL.efficiency)
+    monkeypatch.setattr(space, "probe_structures",
+                        lambda m, probes, cluster, c: [run_structure(m, s, cluster, c) for s in probes])
+    whole = space.layer_table(model, cand, request.base_settings(), H100, comm, CAL.efficiency)
+    assert len({k[5:] for k in shared.index}) > 3  # several (EP, ETP) per (t, b, sp, recompute, cp)
+    for name in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "wgt_dev", "head_fwd", "head_bwd"):
+        assert np.array_equal(getattr(shared, name), getattr(whole, name)), name
