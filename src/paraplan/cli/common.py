@@ -100,24 +100,29 @@ def tracking_wanted(args: argparse.Namespace) -> bool:
 
 
 def open_tracking(args: argparse.Namespace):
-    """The command's `JobTracker`, opened now (the run's start is the job's), or None
-    when untracked. An unreachable store fails here, before any work."""
+    """The command's `JobTracker` (None when untracked): its logging process starts now,
+    opening the run (its start is the job's) while the command computes."""
     if not tracking_wanted(args):
         return None
-    from paraplan import track as tracking
+    from paraplan.track_job import JobTracker
 
-    rule = args.rule or args.command
-    tags = tracking.job_tags(rule, args.wildcards, command=args.command)
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    return tracking.JobTracker(args.command, name, tags)
+    return JobTracker(args.command, name, args.rule or args.command, args.wildcards, command=args.command)
 
 
 def track(args: argparse.Namespace, run) -> str | None:
-    """Log a `paraplan.track.RunLog` into the command's open tracking; returns the run id."""
+    """Log a `paraplan.track.RunLog` into the command's run, once its result files are
+    written; returns the run id. A store failure is a `TrackingError` (the files stay)."""
+    from paraplan.core import TrackingError
+
     tracker = getattr(args, "_tracker", None)
     if tracker is None:
         return None
-    run_id = tracker.log(run)
+    try:
+        run_id = tracker.log(run)
+    except TrackingError as exc:
+        raise TrackingError(exc.store, f"{exc.detail} (results written, not logged; "
+                            "a rerun logs them)") from None
     print(f"paraplan {args.command}: logged MLflow run {run_id} ({tracker.uri})", file=sys.stderr)
     return run_id
 
