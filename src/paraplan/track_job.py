@@ -118,6 +118,12 @@ class JobTracker:
         if self._error is not None:
             raise TrackingError(self.uri, self._error)
 
+    def wait_open(self) -> None:
+        """Wait until the run is open; a store failure is raised now, before any work."""
+        if self._pending:
+            self._answer()
+        self._raise_if_failed()
+
     def log(self, run: RunLog) -> str:
         """Log `run` (the job's run for the first RunLog of its stage); returns its id."""
         self._raise_if_failed()
@@ -225,16 +231,25 @@ class _Worker:
 def serve(requests: IO[str] | None = None, answers: IO[str] | None = None) -> int:
     """The logging process: answer the command's requests until `close`, `fail` or the
     end of its input (the command died: its open run is marked KILLED)."""
-    from paraplan.core import ParaplanError
-
+    if answers is not None:  # tests pass streams
+        return _serve(requests or sys.stdin, answers)
     # Ctrl-C and SIGTERM reach the whole process group: the command reports them as a
     # failure, which this process must still be alive to log
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if answers is None:  # answers go to the real stdout; anything printed goes to stderr
-        answers = os.fdopen(os.dup(1), "w")
-        os.dup2(2, 1)
-    requests = requests or sys.stdin
+    # answers go to the real stdout; anything printed (mlflow's notes) to stderr
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    code = _serve(requests or sys.stdin, answers)
+    sys.stderr.flush()
+    # every write is committed: skip the interpreter's teardown of mlflow's modules and
+    # exit hooks (2-3 s on a loaded 2-core machine, which the command would wait for)
+    os._exit(code)
+
+
+def _serve(requests: IO[str], answers: IO[str]) -> int:
+    from paraplan.core import ParaplanError
+
     worker = _Worker()
     actions = {"open": worker.open, "log": worker.log,
                "fail": lambda m: worker.end("FAILED", m["error"]), "close": lambda m: worker.end("FINISHED", "")}

@@ -93,6 +93,11 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--wildcards", default="", help="Snakemake wildcards, recorded as the run's 'wildcards' tag")
 
 
+# commands that time something on this machine: their logging process opens the run
+# before they start (after that it waits, idle, for the results)
+MEASURING_COMMANDS = ("bench", "profile", "validate")
+
+
 def tracking_wanted(args: argparse.Namespace) -> bool:
     from paraplan.track import tracking_enabled
 
@@ -107,7 +112,14 @@ def open_tracking(args: argparse.Namespace):
     from paraplan.track_job import JobTracker
 
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    return JobTracker(args.command, name, args.rule or args.command, args.wildcards, command=args.command)
+    tracker = JobTracker(args.command, name, args.rule or args.command, args.wildcards, command=args.command)
+    if args.command in MEASURING_COMMANDS:
+        try:
+            tracker.wait_open()  # its imports would share the cores with the measurement
+        except ParaplanError:
+            tracker.fail("")  # ends the logging process; the store's error is reported
+            raise
+    return tracker
 
 
 def track(args: argparse.Namespace, run) -> str | None:
