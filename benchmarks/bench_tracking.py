@@ -3,8 +3,10 @@
 Each command runs as a user types it, in a subprocess (start-up included): untracked
 (`--no-track`), tracked into a fresh SQLite store, and tracked again into that store
 (what every workflow job after the first sees), interleaved, `--repeats` times each;
-printed: the median wall time and the largest process's peak RSS (the command, or
-its logging process). Targets (issue 21): tracked `plan` within 0.5 s of untracked.
+printed: the median wall time, the median CPU time of all its processes (user +
+system: what a busy machine's other jobs lose, and less noisy than wall time there)
+and the largest process's peak RSS (the command, or its logging process). Target
+(issue 21): tracked `plan` within 0.5 s of untracked.
 
     paraplan plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --global-batch-size 512
     paraplan plan --study dapple_resnet50
@@ -51,8 +53,9 @@ def _env(uri: str | None) -> dict[str, str]:
     return env
 
 
-def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Wall seconds and the peak RSS (MB) of the largest process of one command."""
+def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system, all its processes) and the peak RSS
+    (MB) of the largest process of one command."""
     start = time.perf_counter()
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -62,17 +65,18 @@ def timed(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}):\n{err.decode()[-2000:]}")
-    return took, usage.ru_maxrss / 1024
+    return took, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def commands(repeats: int) -> dict[str, float]:
     """Per command, untracked / tracked (fresh store) / tracked again; returns the
     tracked-minus-untracked medians (fresh store)."""
-    print(f"{'command':<38} {'untracked':>10} {'tracked':>10} {'again':>10} {'delta':>8}   peak RSS MB "
-          "(untracked / tracked)")
+    print(f"{'command':<38} {'untracked':>10} {'tracked':>10} {'again':>10} {'delta':>8}   CPU s (untracked / "
+          "tracked / again)   peak RSS MB (untracked / tracked)")
     deltas = {}
     for label, template in COMMANDS.items():
         times: dict[str, list[float]] = {"untracked": [], "tracked": [], "again": []}
+        cpu: dict[str, list[float]] = {"untracked": [], "tracked": [], "again": []}
         rss: dict[str, float] = {}
         for _ in range(repeats):
             with tempfile.TemporaryDirectory(prefix="bench_tracking_") as tmp:
@@ -82,13 +86,16 @@ def commands(repeats: int) -> dict[str, float]:
                                               ("tracked", _env(uri), "t", []), ("again", _env(uri), "a", [])):
                     args = [sys.executable, "-m", "paraplan",
                             *(a.replace("{out}", str(work / out)) for a in template), *extra]
-                    took, peak = timed(args, work, env)
+                    took, cpu_s, peak = timed(args, work, env)
                     times[kind].append(took)
+                    cpu[kind].append(cpu_s)
                     rss[kind] = max(rss.get(kind, 0.0), peak)
         med = {k: statistics.median(v) for k, v in times.items()}
+        med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
         deltas[label] = med["tracked"] - med["untracked"]
         print(f"{label:<38} {med['untracked']:>9.2f}s {med['tracked']:>9.2f}s {med['again']:>9.2f}s "
-              f"{deltas[label]:>+7.2f}s   {rss['untracked']:.0f} / {rss['tracked']:.0f}")
+              f"{deltas[label]:>+7.2f}s   {med_cpu['untracked']:.2f} / {med_cpu['tracked']:.2f} / "
+              f"{med_cpu['again']:.2f}   {rss['untracked']:.0f} / {rss['tracked']:.0f}")
     return deltas
 
 
