@@ -112,7 +112,8 @@ def open_tracking(args: argparse.Namespace):
     from paraplan.track_job import JobTracker
 
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    tracker = JobTracker(args.command, name, args.rule or args.command, args.wildcards, command=args.command)
+    tracker = JobTracker(tracking_stage(args), name, args.rule or args.command, args.wildcards,
+                         command=args.command)
     if args.command in MEASURING_COMMANDS:
         try:
             tracker.wait_open()  # its imports would share the cores with the measurement
@@ -120,6 +121,16 @@ def open_tracking(args: argparse.Namespace):
             tracker.fail("")  # ends the logging process; the store's error is reported
             raise
     return tracker
+
+
+KERNEL_KINDS = ("gemm", "attention", "kernels")
+
+
+def tracking_stage(args: argparse.Namespace) -> str:
+    """The stage a command's runs belong to (experiment `paraplan-<stage>`): the
+    command, except `bench --kind gemm|attention` and `fit --kind kernels`, which
+    make the kernels stage (workflow/rules/kernels.smk)."""
+    return "kernels" if getattr(args, "kind", None) in KERNEL_KINDS else args.command
 
 
 def track(args: argparse.Namespace, run) -> str | None:

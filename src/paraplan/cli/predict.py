@@ -9,20 +9,29 @@ ffn_hidden_size, swiglu, untie_embeddings_and_output_weights, normalization,
 position_embedding_type, add_bias_linear, hidden_dropout, attention_dropout,
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 (none|selective|full), sequence_parallel, use_distributed_optimizer, zero_stage,
-overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, dtype
-(bf16|fp16|fp8|fp32), schedule, use_flash_attn, num_gpus, measured_iteration_s.
+overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
+async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
+(local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
+use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
+each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
 
 The output is the input plus predicted_iteration_s, predicted_tflops_per_gpu,
 predicted_mfu, predicted_peak_memory_bytes, predicted_weight_state_bytes,
 predicted_activation_bytes, bubble_fraction, fits_memory, chosen (the settings the
-predictor chose) and calibration (the calibration it used). With a
-measured_iteration_s column the errors are printed and logged.
+predictor chose), calibration (the calibration it used) and plausibility (empty, or
+why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
+published full training step; such runs are also named in a warning). With a
+measured_iteration_s column the errors are printed and logged. With --explain,
+explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s,
+explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
+explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
   paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv
   paraplan predict runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
+  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv --explain
 """
 
 from __future__ import annotations
@@ -45,10 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True,
                         help="cluster name in config/clusters (e.g. dgx-a100, dgx-h100) or a YAML file")
     parser.add_argument("--calibration", default=None,
-                        help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+                        help="calibration name or file from `paraplan calibrate` (default: the shipped one made "
+                             "for the cluster's device, else a100-vtrain with a warning)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
-                        help="folder for the predicted-vs-measured figure (with a measured_iteration_s column)")
+                        help="folder for the figures: each run's predicted iteration time and MFU, predicted vs "
+                        "measured (with a measured_iteration_s column) and, with --explain, the time breakdown "
+                        "(default for that one: the output's folder)")
+    parser.add_argument("--explain", action="store_true",
+                        help="add explain_*_s columns (where each run's iteration time goes: GEMM, attention, "
+                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, optimizer, host; they "
+                        "sum to predicted_iteration_s) and a stacked-bar figure <runs>_explain.png/.pdf")
     add_tracking_arguments(parser)
 
 
@@ -56,21 +72,24 @@ def _format(value: float) -> str:
     return f"{value:.6g}"
 
 
-def output_rows(header: list[str], rows, predictions, calibration_label: str) -> tuple[list[str], list[dict]]:
+def output_rows(header: list[str], rows, predictions, calibration_label: str,
+                breakdowns=None, flags=None) -> tuple[list[str], list[dict]]:
+    from paraplan.predict.explain import EXPLAIN_COLUMNS
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
 
     columns = [c for c in header if c not in PREDICTED]
-    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size"):
+    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
         if extra not in columns and any(extra in p.chosen for p in predictions):
             columns.append(extra)
     columns += list(PREDICTED)
+    if breakdowns is not None:
+        columns += list(EXPLAIN_COLUMNS)
     out = []
-    for row, pred in zip(rows, predictions, strict=True):
+    for i, (row, pred) in enumerate(zip(rows, predictions, strict=True)):
         cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
-        if "micro_batch_size" in pred.chosen:
-            cells["micro_batch_size"] = str(pred.settings.micro_batch_size)
-        if "virtual_pipeline_model_parallel_size" in pred.chosen:
-            cells["virtual_pipeline_model_parallel_size"] = str(pred.settings.virtual_pipeline_model_parallel_size)
+        for name in pred.chosen:
+            cells[name] = str(getattr(pred.settings, name))
         cells.update({
             "predicted_iteration_s": _format(pred.iteration_s),
             "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
@@ -82,7 +101,10 @@ def output_rows(header: list[str], rows, predictions, calibration_label: str) ->
             "fits_memory": "true" if pred.fits_memory else "false",
             "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
             "calibration": calibration_label,
+            "plausibility": flags[i] if flags is not None else "",
         })
+        if breakdowns is not None:
+            cells.update({f"explain_{k}_s": _format(v) for k, v in breakdowns[i].seconds.items()})
         out.append(cells)
     return columns, out
 
@@ -96,36 +118,58 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.core import StrategyError
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import predict_rows
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.predictor import plausibility, predict_rows
     from paraplan.predict.runtable import read_run_table
 
     cluster = load_cluster(args.cluster)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan predict: warning: {m}", file=sys.stderr))
     if calibration.device != cluster.device.name:
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)
     header, rows = read_run_table(args.runs)
     started = time.perf_counter()
+    comm = calibration.comm_model(cluster)
+    breakdowns = None
     try:
-        predictions = predict_rows(rows, cluster, calibration.comm_model(cluster), calibration.efficiency)
+        predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
+        if args.explain:
+            from paraplan.predict.explain import explain_run
+
+            breakdowns = [explain_run(r.model, p.settings, cluster, comm, calibration.efficiency)
+                          for r, p in zip(rows, predictions, strict=True)]
     except StrategyError as exc:
         raise StrategyError(f"{args.runs}: {exc}") from None
     seconds = time.perf_counter() - started
-    columns, out = output_rows(header, rows, predictions, calibration.label)
+    flags = [plausibility(p.mfu, calibration.efficiency) for p in predictions]
+    columns, out = output_rows(header, rows, predictions, calibration.label, breakdowns, flags)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(out)
+    for row, flag in zip(rows, flags, strict=True):
+        if flag:
+            print(f"paraplan predict: warning: {args.runs}:{row.line} ({row.name}): {flag}; outside anything "
+                  "published, check the calibration and the settings", file=sys.stderr)
     unfit = sum(not p.fits_memory for p in predictions)
     print(f"paraplan predict: {len(rows)} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
           file=sys.stderr)
-    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit)}
+    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit),
+                                 "implausible": float(sum(bool(f) for f in flags))}
     measured = [(r.measured_iteration_s, p.iteration_s) for r, p in zip(rows, predictions, strict=True)
                 if r.measured_iteration_s is not None]
     artifacts = [args.output]
+    if breakdowns is not None:
+        from paraplan.plots.predict import plot_time_breakdown
+        from paraplan.predict.explain import PARTS
+
+        artifacts += plot_time_breakdown(
+            [r.name for r in rows], np.array([[b.seconds[k] for k in PARTS] for b in breakdowns]), PARTS,
+            (args.plots or args.output.parent) / f"{args.runs.stem}_explain",
+            f"where the iteration time goes\n{args.runs.name} on {cluster.device.name} with {calibration.label}")
     if measured:
         from paraplan.predict.ranking import ranking_summary
         from paraplan.predict.runtable import question_label
@@ -134,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
         m, p = np.array(measured).T
         errors = ErrorSummary.of(p, m)
         ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
-        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
-        metrics["top3_fraction"] = ranking.hit_fraction
+        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n" and v is not None})
+        if ranking.groups:
+            metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
               f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}; measured-fastest "
               f"in the predicted top 3 for {ranking.hits}/{ranking.groups} questions", file=sys.stderr)
@@ -148,6 +193,14 @@ def run(args: argparse.Namespace) -> int:
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
+    if args.plots is not None:
+        from paraplan.plots.predict import plot_predicted_runs
+
+        artifacts += plot_predicted_runs(
+            [r.name for r in rows], np.array([p.iteration_s for p in predictions]),
+            np.array([p.mfu for p in predictions]), [p.fits_memory for p in predictions],
+            args.plots / f"{args.runs.stem}_predicted", f"{args.runs.name} on {cluster.device.name} with "
+            f"{calibration.label}")
     from paraplan.track import RunLog
 
     track(args, RunLog(

@@ -10,8 +10,10 @@ everything else is closed form over the candidate arrays:
 - stage op times: layers per stage x the layer's device and host time (smooth
   maximum, as the exact model), the embedding on the first stage, the head on the last;
 - pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
-  (exact for uniform stages); interleaved (M v + p - 1) x one chunk's (F + B) plus
-  the first or last device's extra per micro-batch; ZB-H1 as 1F1B less (p - 1) W
+  (exact for uniform stages); interleaved M x the busiest rank's (F + B) over its v
+  chunks + (p - 1) x one middle chunk's (with an even split: (M v + p - 1) x one
+  chunk's plus the first or last device's extra per micro-batch); a v that does not
+  divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as 1F1B less (p - 1) W
   (the weight gradients leave the fill and drain); plus the fill/drain transfers;
 - the gradient reduction exposed past the last backward, the optimizer step and a
   sharded optimizer's weight all-gather (none with overlap_param_gather);
@@ -35,7 +37,13 @@ import numpy as np
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.errors import StrategyError
-from paraplan.core.run_settings import DTYPE_BYTES, PipelineSchedule, RecomputeGranularity, RunSettings
+from paraplan.core.run_settings import (
+    DTYPE_BYTES,
+    PipelineSchedule,
+    RecomputeGranularity,
+    RunSettings,
+    interleaved_uneven_split,
+)
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
@@ -98,6 +106,8 @@ class Candidates:
     recompute: np.ndarray  # index into RECOMPUTE
     sp: np.ndarray  # 0/1
     zero: np.ndarray  # 0..3
+    first: np.ndarray  # decoder_first_pipeline_num_layers (0: even split)
+    last: np.ndarray  # decoder_last_pipeline_num_layers (0: even split)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -116,10 +126,11 @@ class Candidates:
             recompute_granularity=RECOMPUTE[int(self.recompute[i])], sequence_parallel=bool(self.sp[i]),
             use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
             overlap_grad_reduce=int(self.d[i]) > 1, overlap_param_gather=zero in (1, 2) and int(self.d[i]) > 1,
+            decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
         )
 
 
-_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero")
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last")
 
 
 def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
@@ -143,28 +154,33 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
             d = num_gpus // (t * p)
             if global_batch_size % d:
                 continue
+            splits: dict[int, tuple[int, int] | None] = {}
             per_replica = global_batch_size // d
             for b in divisors(per_replica):
                 if b > space.max_micro_batch_size:
                     break
                 m = per_replica // b
-                pipes: list[tuple[int, int]] = []
+                pipes: list[tuple[int, int, int, int]] = []  # schedule, v, first and last stage's layers
                 for schedule in space.schedules:
                     if schedule == "interleaved_1f1b":
                         if p < 2 or m % p:
                             continue
-                        pipes += [(sched_idx[schedule], v) for v in range(2, space.max_virtual_stages + 1)
-                                  if model.num_layers % (p * v) == 0]
+                        for v in range(2, space.max_virtual_stages + 1):
+                            if v not in splits:
+                                splits[v] = interleaved_uneven_split(model.num_layers, p, v)
+                            split = splits[v]
+                            if split is not None:
+                                pipes.append((sched_idx[schedule], v, *split))
                     elif schedule in ("gpipe", "zb_h1") and p < 2:
                         continue
                     else:
-                        pipes.append((sched_idx[schedule], 1))
+                        pipes.append((sched_idx[schedule], 1, 0, 0))
                 zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d == 1)]
-                for s_i, v in pipes:
+                for s_i, v, first, last in pipes:
                     for rc in rc_idx:
                         for sp in sps:
                             for z in zeros:
-                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z))
+                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last))
     if not rows:
         raise StrategyError(
             f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
@@ -278,11 +294,18 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
-    # take one more); interleaving needs an even split (enumerate_candidates ensures it)
+    # take one more); interleaving splits each rank's layers evenly over its v chunks,
+    # the first and last rank holding `first` / `last` layers where set (Megatron's
+    # uneven split, `interleaved_uneven_split`), the middle ranks sharing the rest
     n_big = np.ceil(L / p)
     n_small = np.floor(L / p)
     count_big = np.where(np.mod(L, p) == 0, p, np.mod(L, p))
-    n_chunk = np.where(v > 1, L / (p * v), n_big)
+    set_first, set_last = cand.first.astype(float), cand.last.astype(float)
+    uneven = (set_first > 0) | (set_last > 0)
+    per_middle = np.where(uneven, (L - set_first - set_last) / np.maximum(p - (set_first > 0) - (set_last > 0), 1),
+                          L / p)
+    n_chunk = np.where(v > 1, np.where(set_first > 0, set_first, per_middle) / v, n_big)  # the first rank's
+    n_mid = np.where(v > 1, per_middle / v, n_big)
     zero3_gather = np.zeros(len(cand))
     zero3_scatter = np.zeros(len(cand))
     # Megatron's rank order: a data-parallel group is every t-th rank, so it spans
@@ -303,9 +326,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
 
-    mid = op(n_chunk, lf_dev, lf_host) + op(n_chunk, lb_dev, lb_host)  # one (virtual) stage, F + B
+    mid = op(n_mid, lf_dev, lf_host) + op(n_mid, lb_dev, lb_host)  # one (virtual) stage, F + B
     mid_small = op(n_small, lf_dev, lf_host) + op(n_small, lb_dev, lb_host)
-    n_last = np.where(v > 1, n_chunk, np.where(count_big == p, n_big, n_small))
+    n_last = np.where(v > 1, np.where(set_last > 0, set_last, per_middle) / v,
+                      np.where(count_big == p, n_big, n_small))
     first = op(n_chunk, lf_dev, lf_host, ef) + op(n_chunk, lb_dev, lb_host, eb)
     last = op(n_last, lf_dev, lf_host, hf) + op(n_last, lb_dev, lb_host, hb)
     single = p == 1
@@ -325,8 +349,12 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
                   + np.maximum(p - count_big - (count_big < p), 0) * mid_small)
     slowest = np.maximum(np.maximum(first, last), mid)
     flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
-    ends = np.maximum(np.maximum(first - mid, last - mid), 0.0)  # the first/last device's extra per micro-batch
-    interleaved = (m * v + p - 1) * mid + m * ends + 2 * (p - 1) * send
+    # interleaved: M x the busiest rank's work per micro-batch (its v chunks, the
+    # embedding or the head on the first / last) + the fill and drain of one chunk
+    rank_first = (v - 1) * (op(n_chunk, lf_dev, lf_host) + op(n_chunk, lb_dev, lb_host)) + first
+    rank_last = (v - 1) * (op(n_last, lf_dev, lf_host) + op(n_last, lb_dev, lb_host)) + last
+    busiest = np.maximum(np.maximum(rank_first, rank_last), v * mid)
+    interleaved = m * busiest + (p - 1) * mid + 2 * (p - 1) * send
     zb = flushed - (p - 1) * w_mid  # each stage's weight gradients leave the fill/drain path
     pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
     pipe = np.where(single, m * whole, pipe)

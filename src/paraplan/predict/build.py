@@ -9,14 +9,17 @@ use.
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
   (`paraplan.predict.ops`) priced by the device model, plus its tensor-parallel
-  collectives (blocking ones in full; overlapped ones only where they outlast the
-  kernel they run beside); each pass is bounded below by the host's issue time;
+  collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
+  runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
+  each pass is bounded below by the host's issue time;
 - embedding on the first virtual stage, final norm + LM head + loss on the last;
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
 - data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
-  the last backward; ZeRO-3 gathers each layer's weights before its forward and its
+  the last backward, overlapped with it under `overlap_grad_reduce`; with
+  `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
+  dtype, always overlapped; ZeRO-3 gathers each layer's weights before its forward and its
   backward and reduce-scatters its gradients, prefetched beside the compute;
 - after the reduction: the tied-embedding gradient exchange between the first and
   last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
@@ -34,7 +37,7 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -49,6 +52,7 @@ from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's bucket_cap_mb = 25
 OPTIMIZER_KERNELS = 4  # multi-tensor Adam, norm, scale, zero: a few launches per bucket
 KERNEL_FIELDS = tuple(f.name for f in fields(Kernels))
 
@@ -97,10 +101,12 @@ def placement(settings: RunSettings, devices_per_node: int) -> Placement:
     return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross)
 
 
-def layers_per_virtual_stage(num_layers: int, stages: int) -> np.ndarray:
-    """Layers split as evenly as possible; the first stages take one more."""
-    base, extra = divmod(num_layers, stages)
-    return np.array([base + (1 if i < extra else 0) for i in range(stages)], dtype=np.int64)
+def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
+    """Layers of each virtual stage (`paraplan.core.run_settings.pipeline_layer_split`):
+    Megatron's uneven first/last stages when set, else as even as possible."""
+    return np.array(pipeline_layer_split(
+        num_layers, settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size,
+        settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,13 +133,22 @@ class PassCost:
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
                         np.array(hidden_by, dtype=np.int64), len(work.collectives))
 
-    def device_s(self, kernel_s: np.ndarray) -> float:
-        """Device time of the pass on one rank, given its kernels' times: kernels,
-        blocking collectives, and the overlapped ones where they outlast their kernel."""
-        device = float(kernel_s.sum()) + self.blocking_comm_s
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """What the pass's collectives add to its kernels: the blocking ones in full; an
+        overlapped collective of time c beside a kernel of time g adds
+        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
+        added = self.blocking_comm_s
         if self.hidden_by.size:
-            device += float(np.maximum(self.hidden_comm_s - kernel_s[self.hidden_by], 0.0).sum())
-        return device
+            beside = kernel_s[self.hidden_by]
+            c = self.hidden_comm_s
+            added += float((np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)).sum())
+        return added
+
+    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """Device time of the pass on one rank, given its kernels' times: kernels plus
+        what its collectives add (`comm_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
 
     def host_s(self, eff: DeviceEfficiency) -> float:
         """Host time to issue the pass."""
@@ -166,6 +181,7 @@ class RunStructure:
     after_sync_comm_s: np.ndarray
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
+    embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
@@ -204,7 +220,7 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     """The passes' times given their kernels' times; a layer shape with a measured
     factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
     host time alike, so the whole op) scaled by it."""
-    dev = [c.device_s(k) for c, k in zip(structure.passes, kernel_s, strict=True)]
+    dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
     layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
     factor = eff.layer_time_factors.factor(structure.layer_key)
@@ -244,7 +260,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         scatter_s = float(comm.time_s("reduce_scatter", layer_params * prec.grad_bytes, dp_group))
 
     nv = p * v
-    counts = layers_per_virtual_stage(model.num_layers, nv)
+    counts = layers_per_virtual_stage(model.num_layers, settings)
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
     boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
     send = np.zeros(max(nv - 1, 0))
@@ -262,6 +278,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     grad_collective = "reduce_scatter" if sharded else "all_reduce"
+    torch_ddp = settings.DDP_impl == "torch"
+    reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
+    bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
     syncs = []
     for s in range(p):
         if d == 1 or zero3:
@@ -274,15 +293,16 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                 params += vocab_params + positions
             if c == v - 1 and s == p - 1:
                 params += head_params
-            n_buckets = max(1, math.ceil(params / GRAD_BUCKET_PARAMS))
+            n_buckets = max(1, math.ceil(params / bucket_params))
             for k in range(n_buckets):
                 chunks.append(c)
                 sizes.append(params / n_buckets)
                 fractions.append((k + 1) / n_buckets)
-        bucket_s = np.array([float(comm.time_s(grad_collective, nb * prec.grad_bytes, dp_group)) for nb in sizes])
+        bucket_s = np.array([float(comm.time_s(grad_collective, nb * reduced_bytes, dp_group)) for nb in sizes])
         syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
 
     after_comm = np.zeros(p)
+    exchange = 0.0
     if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
         after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
                                 for n in rank_params])
@@ -313,7 +333,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes))
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange)
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -356,7 +376,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         microbatches=settings.num_microbatches,
         costs=costs,
         grad_sync=st.grad_sync,
-        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2,
+        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2 or settings.DDP_impl == "torch",
         after_sync_s=after,
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,

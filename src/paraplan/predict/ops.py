@@ -13,13 +13,20 @@ sequence parallelism the norms and dropouts run on s / t tokens and each
 all-reduce becomes a reduce-scatter after the row-parallel projection plus an
 all-gather before the column-parallel one.
 
-Overlaps that Megatron-LM performs by default are recorded on the collective:
-the backward all-reduce (or reduce-scatter) of a column-parallel layer's input
-gradient runs while that layer's weight gradient is computed, and with sequence
-parallelism the backward re-gather of its input runs while its input gradient is
-computed; `tp_comm_overlap` hides every tensor-parallel collective behind its
-neighbouring GEMM. The device model (`paraplan.predict.device_model`) prices the
-kernels; the step builder prices the collectives with the communication model.
+Overlaps are recorded on the collective (the kernel it runs beside):
+the backward all-reduce of a column-parallel layer's input gradient runs while that
+layer's weight gradient is computed when `async_tensor_model_parallel_allreduce` is on
+(Megatron's default since 2021; off, it blocks); with sequence parallelism the
+backward reduce-scatter runs beside the weight gradient and the re-gather of the input
+beside the input gradient, always (Megatron and Megatron-DeepSpeed alike);
+`tp_comm_overlap` also puts the forward collectives and the row-parallel backward
+re-gathers beside their GEMMs. An overlapped collective is not free: the step builder
+charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device model
+(`paraplan.predict.device_model`) prices the kernels; the step builder prices the
+collectives with the communication model.
+
+Without `gradient_accumulation_fusion` each weight-gradient GEMM is followed by a
+memory-bound kernel adding it to the main gradient (`accumulate_bytes_per_param`).
 
 Only FLOPs that a kernel executes are counted here (causal flash attention skips
 the masked half of the score matrix); the closed-form model FLOPs of
@@ -32,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
@@ -45,7 +52,8 @@ FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the 
 @dataclass(frozen=True, eq=False)
 class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
-    (m x k) @ (k x n) products; other kernels have m = n = k = 0."""
+    (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
+    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
 
     kind: np.ndarray
     flops: np.ndarray
@@ -93,6 +101,7 @@ class _Builder:
     """Accumulates kernels and collectives of one pass."""
 
     gemm_bytes: int  # bytes per GEMM operand element
+    accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
@@ -101,10 +110,14 @@ class _Builder:
         flops = 2.0 * m * k * n * batch
         nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
         self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
-        return len(self.rows) - 1
+        index = len(self.rows) - 1
+        if weight_grad and self.accumulate_bytes_per_param:
+            self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
+                              True))
+        return index
 
-    def attention(self, flops: float, nbytes: float) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
+        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
     def memory(self, nbytes: float) -> int:
@@ -217,7 +230,7 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
     if flash:
         # causal: the kernel skips blocks above the diagonal (about half the matrix)
         flops = 4.0 * batch * x.s * x.s * x.d * 0.5
-        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d)
+        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d, x.s, backward=False)
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.d, x.s, batch)  # Q K^T
@@ -231,7 +244,7 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
     batch = x.b * x.heads
     if flash:
         flops = 4.0 * batch * x.s * x.s * x.d * 0.5 * FLASH_BACKWARD_FLOPS
-        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d)
+        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d, x.s, backward=True)
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.d, x.s, batch)  # d probs = dO V^T
@@ -263,17 +276,20 @@ def _norm_backward(w: _Builder, x: _Shape) -> None:
 
 
 def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """Rotary positions on queries and keys, and their normalisation (`qk_layernorm`)."""
     if model.position_embedding_type == "rope":
+        w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
+    if model.qk_layernorm:
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
 
 
@@ -285,7 +301,7 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     w.gemm(x.tokens, x.h, x.qkv)
     _rope(w, model, x)
     _attention_core_forward(w, model, x, flash)
-    proj = w.gemm(x.tokens, x.h / x.t, x.h)
+    proj = w.gemm(x.tokens, x.heads * x.d, x.h)
     _leave_tp(w, x, proj, overlap)
     _residual_forward(w, model, x)
     _norm_forward(w, x)
@@ -298,17 +314,19 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     return w.build()
 
 
-def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float) -> None:
+def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, async_reduce: bool) -> None:
     """Backward of a column-parallel projection (k_in -> n_out per rank): input gradient,
-    then weight gradient, with the input-gradient reduction beside the weight gradient
-    (Megatron's asynchronous all-reduce) and, with sequence parallelism, the input
-    re-gathered beside the input gradient."""
+    then weight gradient. The input-gradient all-reduce runs beside the weight gradient
+    when `async_reduce` (Megatron's asynchronous all-reduce), else it blocks; with
+    sequence parallelism the reduce-scatter runs beside the weight gradient and the
+    input is re-gathered beside the input gradient."""
     dgrad = w.gemm(x.tokens, n_out, k_in)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or async_reduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
 
 
 def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bool) -> None:
@@ -321,18 +339,19 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
     w.gemm(k_in, x.tokens, n_out, weight_grad=True)
 
 
-def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, async_reduce: bool,
+              gemm_bytes: int, accumulate: float) -> PassWork:
+    w = _Builder(gemm_bytes, accumulate)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
-    _column_backward(w, x, x.h, x.mlp_in)  # fc1
+    _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
     _residual_backward(w, model, x)
-    _row_backward(w, x, x.h / x.t, x.h, overlap)  # output projection
+    _row_backward(w, x, x.heads * x.d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     _rope(w, model, x)
-    _column_backward(w, x, x.h, x.qkv)  # QKV
+    _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
     return w.build()
 
@@ -361,8 +380,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
     outside = 2 * x.e * split + 2 * x.e * split + hidden_masks  # norm inputs, QKV/fc1 inputs
     qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.h / x.t
-    mlp_inner = (2 if model.swiglu else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+    proj_in = x.e * x.tokens * x.heads * x.d
+    mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
@@ -371,6 +390,15 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s
     return float(outside + qkv + proj_in + mlp_inner + scores)
+
+
+def accumulate_bytes_per_param(settings: RunSettings) -> float:
+    """Memory traffic per weight of adding one micro-batch's weight gradient to the main
+    gradient without `gradient_accumulation_fusion`: read the GEMM's 16-bit (or fp32)
+    output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
+    if settings.gradient_accumulation_fusion:
+        return 0.0
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
 
 
 def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
@@ -389,7 +417,8 @@ def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(
         forward=forward,
-        backward=_backward(model, x, flash, overlap, gemm_bytes),
+        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes,
+                           accumulate_bytes_per_param(settings)),
         recompute=recompute,
         activation_bytes=layer_activation_bytes(model, settings),
     )
@@ -443,14 +472,15 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
-    w = _Builder(gemm_bytes)
+    w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
     dgrad = w.gemm(x.tokens, vocab, x.h)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
     _norm_backward(w, x)
     backward = w.build()
     held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits

@@ -6,13 +6,18 @@ Required columns: `REQUIRED`. Optional: `MODEL_COLUMNS`, `SETTINGS_COLUMNS`,
 `num_gpus` (checked against t x p x d), `measured_iteration_s`. An empty cell
 takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
-`micro_batch_size` column too; a missing virtual-pipeline column means 1). An empty
+`micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
+v that does not divide the layers over the stages gets Megatron's uneven first/last
+stages, `paraplan.core.run_settings.interleaved_uneven_split`, unless the row sets
+them). An empty
 `use_flash_attn` means flash attention for bf16 and fp8 runs (Megatron Core with
 Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
 
 Every cell is checked once here: an error names the file, the line, the column,
-the value and what was expected.
+the value and what was expected. A `name` is free text of at most
+`paraplan.core.names.MAX_NAME_CHARS` characters that does not start with `=`, `+`, `-`
+or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
+    DDP_IMPLS,
     DTYPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
@@ -43,12 +50,14 @@ MODEL_COLUMNS: tuple[str, ...] = (
 SETTINGS_COLUMNS: tuple[str, ...] = (
     "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-    "dtype", "schedule", "use_flash_attn",
+    "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
+    "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
 )
 PREDICTED: tuple[str, ...] = (
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     "predicted_weight_state_bytes", "predicted_activation_bytes", "bubble_fraction", "fits_memory", "chosen",
-    "calibration",
+    "calibration", "plausibility",
 )
 OTHER: tuple[str, ...] = ("name", "num_gpus", "measured_iteration_s")
 KNOWN: tuple[str, ...] = (*OTHER[:1], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[1:], *PREDICTED)
@@ -132,6 +141,9 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
+    "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
+    "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
+    "decoder_last_pipeline_num_layers": _integer,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -161,6 +173,11 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
             raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
                                  field=f"column '{column}'")
     name = cells.get("name", "").strip() or f"run{line - 1}"
+    problem = formula_problem(name) or (
+        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
+        if len(name) > MAX_NAME_CHARS else None)
+    if problem:
+        raise InputFileError(path, problem, line=line, field="column 'name'")
     model_args = {k: values[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                                          "vocab_size", *MODEL_COLUMNS) if k in values}
     try:

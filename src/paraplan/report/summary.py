@@ -27,6 +27,7 @@ class StageFiles:
     calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
     predictions: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # table -> predicted.csv
     llm_plans: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # name -> plans/llm/<name>.csv
+    kernels: Mapping[str, dict] = field(default_factory=dict)  # results/kernels/... path -> kernel fit JSON
 
 
 def _fmt(value: object, digits: int = 3) -> str:
@@ -117,7 +118,7 @@ def profile_section(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[s
                  "params (MB)", "sum vs whole step"], rows),
         "",
         "Reproduce: `snakemake -R profile --until profile`, or "
-        "`paraplan profile --model NAME --batch B -o PROFILE.csv`.",
+        "`paraplan profile --model NAME --profile-batch-size B -o PROFILE.csv`.",
         "",
     ]
 
@@ -173,7 +174,7 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
         lines += [f"### {key}", "",
                   *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
     if lines:
-        lines += ["Reproduce: `snakemake -R plan --until plan`, or "
+        lines += ["Reproduce: `snakemake -R plan_measured --until plan_measured`, or "
                   "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 "
                   "-o PLAN.csv`.",
                   ""]
@@ -225,6 +226,30 @@ def calibrate_section(calibrations: Mapping[str, dict]) -> list[str]:
         "from the other models). Reproduce: "
         "`snakemake -R calibrate --until calibrate`, or `paraplan calibrate RUNS.csv --cluster dgx-a100 "
         "--comm-model comm_model.json -o CAL.json`.",
+        "",
+    ]
+
+
+def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
+    rows = []
+    for where, fit in sorted(kernels.items()):
+        gemm, att = fit.get("gemm", {}), fit.get("attention") or {}
+        eff = fit.get("efficiency", {})
+        rows.append([where, fit.get("device", ""), gemm.get("n_points", ""), _fmt(eff.get("gemm_efficiency")),
+                     _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
+                     _pct(gemm.get("heldout_mape")), _fmt(eff.get("attention_fwd_efficiency")),
+                     _fmt(eff.get("attention_bwd_efficiency")), _pct(att.get("heldout_mape"))])
+    if not rows:
+        return []
+    return [
+        "## kernels: GEMM and attention ceilings fitted to kernel measurements",
+        "",
+        *_table(["fit", "device", "GEMMs", "gemm_efficiency", "gemm_k_half", "GEMM MAPE", "GEMM held-out",
+                 "attention fwd", "attention bwd", "attention held-out"], rows),
+        "",
+        "Held-out: GEMMs leave one shape out, attention one sequence length out (docs/kernels.md). Reproduce: "
+        "`snakemake -R kernels_bench --until kernels_all`, or `paraplan fit --kind kernels CSV... --cluster NAME "
+        "-o FIT.json`.",
         "",
     ]
 
@@ -283,7 +308,8 @@ def render(files: StageFiles, title: str = "paraplan summary") -> str:
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
                     plan_section(files.plans), validate_section(files.validations),
-                    calibrate_section(files.calibrations), predict_section(files.predictions),
+                    kernels_section(files.kernels), calibrate_section(files.calibrations),
+                    predict_section(files.predictions),
                     llm_plan_section(files.llm_plans)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"

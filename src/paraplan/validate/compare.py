@@ -60,7 +60,7 @@ def rel_err(predicted_s: float, measured_s: float) -> float:
 
 
 def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[str, float]):
-    """One row per measured strategy, in the order given, with the columns of DESIGN.md."""
+    """One row per measured strategy, in the order given, with the columns of docs/design.md."""
     import pandas as pd
 
     missing = [name for name in measured if name not in predicted_s]
