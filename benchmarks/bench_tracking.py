@@ -121,6 +121,14 @@ def workflow(cores: int) -> None:
                    line.strip().startswith("Finished jobid"))
         print(f"default workflow, snakemake -c{cores}, tracked, fresh clone of HEAD: {took:.0f} s "
               f"({took / 60:.1f} min; {jobs} jobs; target < 4 min on 2 cores)")
+        # where it went: each job's wall time (Snakemake's benchmark: files), summed per stage
+        per_stage: dict[str, list[float]] = {}
+        for tsv in sorted((clone / "results" / "benchmarks").rglob("*.tsv")):
+            stage = tsv.relative_to(clone / "results" / "benchmarks").parts[0]
+            seconds = float(tsv.read_text().splitlines()[1].split("\t")[0])
+            per_stage.setdefault(stage, []).append(seconds)
+        for stage, times in sorted(per_stage.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {stage:<10} {len(times):>3} jobs, {sum(times):7.1f} s of job time (longest {max(times):.1f} s)")
 
 
 def main() -> None:
