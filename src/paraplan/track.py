@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -468,7 +469,8 @@ def log_invocation_summary(invocation_id: str, uri: str | None = None, failed: b
                 f"| {stage} | {name} | {run.data.tags.get('rule', '')} | "
                 f"{run.data.tags.get('wildcards', '')} | {run.info.status} | [{run.info.run_id}]({link}) |"
             )
-            tags[f"run.{stage}.{name}"[:250]] = run.info.run_id
+            # a tag key takes letters, digits and _-. :/ only (run names may hold '@')
+            tags[re.sub(r"[^\w\-. :/]", "_", f"run.{stage}.{name}")[:250]] = run.info.run_id
         statuses = [run.info.status for _, run in rows]
         metrics = {f"runs_{stage}": float(sum(1 for s, _ in rows if s == stage)) for stage, _ in rows}
         metrics["runs_failed"] = float(statuses.count("FAILED"))

@@ -130,7 +130,7 @@ def test_invocation_summary_links_the_invocations_runs(store):
     track.ensure_store(store)
     ids = [
         track.log_run(track.RunLog(stage=stage, run_name=name), base_tags=track.job_tags(stage))
-        for stage, name in [("bench", "all_reduce_n2"), ("fit", "local-cpu")]
+        for stage, name in [("bench", "all_reduce_n2"), ("fit", "local-cpu"), ("predict", "llm.csv@dgx-h100")]
     ]
     # a run of another invocation is not listed
     track.log_run(track.RunLog(stage="bench", run_name="other"), base_tags={"invocation_id": "zzz"})
@@ -140,5 +140,6 @@ def test_invocation_summary_links_the_invocations_runs(store):
     tags = client.get_run(summary_id).data.tags
     assert tags["run.bench.all_reduce_n2"] == ids[0]
     assert tags["run.fit.local-cpu"] == ids[1]
+    assert tags["run.predict.llm.csv_dgx-h100"] == ids[2]  # '@' is no tag key character
     assert not any(key.endswith(".other") for key in tags)
     assert track.log_invocation_summary("nothing-ran", uri=store) is None
