@@ -3,12 +3,16 @@ never fitted on; provenance in benchmarks/data/README.md), with the configuratio
 their authors ran them:
 
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
-  (error = predicted / measured - 1), and every row measured vs predicted;
+  (error = predicted / measured - 1), and every row measured vs predicted; rows paraplan
+  cannot express yet are listed with their published time and the reason (the
+  mixture-of-experts tables, `published.MOE_TABLES`, until expert parallelism is
+  modelled);
 - the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
   175B A100 range;
-- Llama 3 405B on 16,384 H100 (Meta's TP8 PP16 DP128): predicted TFLOP/s per GPU, in the
-  FLOP convention Meta published (PaLM's), beside the published 400;
+- Llama 3 405B, Meta's three configurations (8,192 and 16,384 H100 at 8K tokens; 16,384
+  at 131,072 tokens with CP 16): predicted TFLOP/s per GPU, in the FLOP convention Meta
+  published (PaLM's), beside the published 430 / 400 / 380;
 - for reference, one transformer layer of Korthikanti et al. 2022's 22B model (Table 4,
   `data/published/korthikanti2022_table4.csv`): forward and backward device time per
   setting. That table is per-layer micro-benchmark data that may be fitted on; it is shown
@@ -33,17 +37,17 @@ import numpy as np
 
 from paraplan.clusters import load_cluster
 from paraplan.core.errors import StrategyError
-from paraplan.predict.calibration import DEFAULT_CALIBRATION, Calibration, load_calibration
+from paraplan.predict.calibration import Calibration, calibration_for
 from paraplan.predict.predictor import RunPrediction, predict_rows
 from paraplan.predict.runtable import RunRow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from published import TABLES, PublishedRow, load_table, palm_flops, table_paths
+from published import MOE_TABLES, TABLES, PublishedRow, load_table, palm_flops, table_paths
 
 PLAN_GPUS, PLAN_GLOBAL_BATCH = 1024, 1536
 GPT3_PUBLISHED_MFU = (0.449, 0.514)  # SC21 175B on 1,024 A100 (140 TFLOP/s counting recompute) .. Korthikanti 175B
 GPT3_TARGET_MFU = 0.60  # issue 22: inside the published range, at most 60%
-LLAMA_TABLE, LLAMA_ROW = "llama3_405b_table4", 1  # the 16,384-GPU, 8K-token row
+LLAMA_TABLE = "llama3_405b_table4"
 LAYER_TABLE = Path(__file__).resolve().parents[1] / "data/published/korthikanti2022_table4.csv"
 CSV_COLUMNS = ("table", "name", "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
@@ -118,7 +122,8 @@ def _settings_text(result: RowResult) -> str:
     if pred is None:
         return ""
     s = pred.settings
-    text = f"t{s.tensor_model_parallel_size} p{s.pipeline_model_parallel_size} d{s.data_parallel_size} " \
+    cp = f" c{s.context_parallel_size}" if s.context_parallel_size > 1 else ""
+    text = f"t{s.tensor_model_parallel_size}{cp} p{s.pipeline_model_parallel_size} d{s.data_parallel_size} " \
            f"b{s.micro_batch_size}"
     if s.virtual_pipeline_model_parallel_size > 1:
         text += f" v{s.virtual_pipeline_model_parallel_size}"
@@ -146,7 +151,11 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
     for r in results:
         run = r.row.run
         if run is None:
-            print(f"   {r.row.name[:44]:44s} not expressible: {r.row.not_expressible}")
+            cells = r.row.cells
+            measured_text = cells.get("measured_iteration_s", "")
+            gpus = cells.get("num_gpus", "")
+            print(f"   {r.row.name[:44]:44s} {gpus:>6s} {measured_text:>11s} {'-':>11s} {'-':>7s}  not expressible: "
+                  f"{r.row.not_expressible}")
             continue
         measured = run.measured_iteration_s or float("nan")
         if r.prediction is None:
@@ -178,22 +187,23 @@ def plan_check(calibration: Calibration) -> None:
 
 
 def llama_check(results: dict[str, list[RowResult]]) -> None:
-    """Llama 3 405B on 16,384 H100: predicted TFLOP/s per GPU in Meta's (PaLM's) FLOP count."""
-    rows = results.get(LLAMA_TABLE)
-    if not rows or rows[LLAMA_ROW].prediction is None or rows[LLAMA_ROW].row.run is None:
-        return
-    r = rows[LLAMA_ROW]
-    run, pred = r.row.run, r.prediction
-    assert run is not None and pred is not None
-    m, s = run.model, run.settings
-    flops = palm_flops(s.global_batch_size * m.seq_length, m.num_parameters, m.num_layers, m.hidden_size,
-                       m.seq_length)
-    tflops = flops / pred.iteration_s / s.num_gpus / 1e12
-    published = float(r.row.annotations["published_value"])
-    print(f"\n== Llama 3 405B, {s.num_gpus} x H100, TP{s.tensor_model_parallel_size} PP"
-          f"{s.pipeline_model_parallel_size} DP{s.data_parallel_size} (Meta's configuration)")
-    print(f"   predicted {tflops:.0f} TFLOP/s per GPU (PaLM's count, as published; {pred.tflops_per_gpu:.0f} in "
-          f"Megatron's) vs published {published:.0f}: {tflops / published - 1:+.1%} (target within 10%)")
+    """Llama 3 405B, each of Meta's configurations: predicted TFLOP/s per GPU in Meta's
+    (PaLM's) FLOP count."""
+    for r in results.get(LLAMA_TABLE, []):
+        run, pred = r.row.run, r.prediction
+        if run is None or pred is None:
+            continue
+        m, s = run.model, run.settings
+        flops = palm_flops(s.global_batch_size * m.seq_length, m.num_parameters, m.num_layers, m.hidden_size,
+                           m.seq_length)
+        tflops = flops / pred.iteration_s / s.num_gpus / 1e12
+        published = float(r.row.annotations["published_value"])
+        cp = (f" CP{s.context_parallel_size} ({s.cp_comm_type})" if s.context_parallel_size > 1 else "")
+        print(f"\n== Llama 3 405B, {s.num_gpus} x H100, {m.seq_length:,} tokens, TP{s.tensor_model_parallel_size}{cp}"
+              f" PP{s.pipeline_model_parallel_size} DP{s.data_parallel_size} (Meta's configuration)")
+        print(f"   predicted {tflops:.0f} TFLOP/s per GPU (PaLM's count, as published; {pred.tflops_per_gpu:.0f} in "
+              f"Megatron's) vs published {published:.0f}: {tflops / published - 1:+.1%} (target within 10%); "
+              f"{pred.peak_memory_bytes / 1e9:.1f} GB per GPU{'' if pred.fits_memory else ' (does not fit)'}")
 
 
 def layer_check(calibration: Calibration) -> None:
@@ -258,14 +268,21 @@ def write_csv(path: Path, results: dict[str, list[RowResult]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--calibration", default=None, help="calibration file (default: the shipped a100-vtrain)")
+    parser.add_argument("--calibration", default=None,
+                        help="calibration for every table (default: each table's device's shipped calibration, as "
+                             "paraplan predict picks it)")
     parser.add_argument("--csv", type=Path, default=None, help="write the per-row results here")
     parser.add_argument("--tables", default=",".join(TABLES), help="comma-separated table stems (default: all)")
     parser.add_argument("--no-plan", action="store_true", help="skip the GPT-3 175B plan search")
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer Korthikanti Table 4 lines")
     args = parser.parse_args()
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
-    print(f"calibration: {calibration.label} (fitted on {calibration.device}); errors are predicted / measured - 1")
+    def calibration_of(cluster_name: str) -> Calibration:
+        return calibration_for(load_cluster(cluster_name), args.calibration,
+                               warn=lambda m: print(f"warning: {m}", file=sys.stderr))
+
+    calibration = calibration_of("dgx-a100")
+    print("calibration: each table's device's own (paraplan predict's default) unless --calibration; errors are "
+          "predicted / measured - 1")
     paths = table_paths()
     results: dict[str, list[RowResult]] = {}
     summaries: dict[str, Summary | None] = {}
@@ -273,15 +290,21 @@ def main() -> int:
         if stem not in TABLES:
             parser.error(f"--tables: unknown table '{stem}'; expected among {', '.join(TABLES)}")
         started = time.perf_counter()
-        results[stem] = predict_table(stem, load_table(paths[stem]), calibration)
-        summaries[stem] = print_table(stem, results[stem], calibration)
+        own = calibration_of(TABLES[stem][0])
+        print(f"\n[{stem}: calibration {own.label}, fitted on {own.device}]", end="")
+        results[stem] = predict_table(stem, load_table(paths[stem]), own)
+        summaries[stem] = print_table(stem, results[stem], own)
         print(f"   ({time.perf_counter() - started:.1f} s)")
     print("\n== summary (iteration time)")
     for stem, summary in summaries.items():
-        print(f"   {stem:40s} {summary.line() if summary else 'no predicted rows'}")
+        listed = len(results[stem])
+        expressible = sum(r.row.run is not None for r in results[stem])
+        moe = " (MoE)" if stem in MOE_TABLES else ""
+        print(f"   {stem + moe:40s} {summary.line() if summary else 'no predicted rows'}"
+              + ("" if expressible == listed else f"; {listed - expressible} of {listed} rows not expressible"))
     llama_check(results)
     if not args.no_plan:
-        plan_check(calibration)
+        plan_check(calibration)  # (the A100 plan)
     if not args.no_layers:
         layer_check(calibration)
     if args.csv:

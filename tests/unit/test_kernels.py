@@ -131,7 +131,9 @@ def test_a_bad_cell_names_file_line_and_column(tmp_path, capsys):
 
 
 def test_old_calibrations_keep_one_attention_efficiency_for_both_passes():
-    cal = load_calibration("a100-vtrain")
+    shipped = load_calibration("a100-vtrain").to_dict()
+    old = {k: v for k, v in shipped["efficiency"].items() if not k.startswith("attention_")}
+    cal = Calibration.from_dict({**shipped, "efficiency": {**old, "attention_efficiency": 0.55}}, "old.json")
     assert cal.efficiency.attention_fwd_efficiency == cal.efficiency.attention_bwd_efficiency == 0.55
     assert "attention_efficiency" in cal.to_dict()["efficiency"]  # written back as it was read
     split = replace(cal.efficiency, attention_bwd_efficiency=0.4)

@@ -56,6 +56,7 @@ rule calibrate:
         cluster=lambda wildcards: CALIBRATIONS[wildcards.name]["cluster"],
         comm=lambda wildcards, input: ["--comm-model", *input.comm] if input.comm else [],
         cv=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("cross_validate", True) else ["--no-cross-validation"],
+        factors=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("layer_factors", False) else ["--no-layer-factors"],
         kernels=lambda wildcards: (
             []
             if CALIBRATIONS[wildcards.name].get("kernel_ceilings", "device") == "none"
@@ -65,6 +66,7 @@ rule calibrate:
         "../../environment.yml"
     shell:
         "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q} {params.kernels:q}"
+        " {params.factors:q}"
         " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
         " --plots {output.figures:q} --rule calibrate --wildcards name={wildcards.name:q} > {log:q} 2>&1"
 

@@ -95,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--top-k", type=int, default=5, help="plans to keep, best first")
     llm.add_argument("--allow-cross-node-tp", action="store_true",
                      help="let tensor-parallel groups span nodes (default: at most one node)")
+    llm.add_argument("--context-parallel-sizes", default=None, metavar="C[,C...]",
+                     help="context_parallel_size values to search, e.g. 1 (no context parallelism) or 1,2,4,8 "
+                          "(default: 1, and for sequences of 16,384 tokens or more every power of two dividing "
+                          "--gpus)")
     add_output_argument(parser, "plan CSV (with --study or several --shapes: a folder of <name>__<shape>.csv)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the speedup figure (PNG + PDF), named after the CSV")
@@ -218,6 +222,21 @@ def _runlog(args, rows, wall, csv_path, figures, params):
                   artifacts=[csv_path, *figures], table=table)
 
 
+def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
+    """--context-parallel-sizes as integers >= 1 (empty: the search's default)."""
+    from paraplan.core import ConfigError
+
+    if text is None:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ConfigError("--context-parallel-sizes", f"expected integers >= 1 separated by commas, got {text!r}")
+    return sizes
+
+
 def _run_llm(args: argparse.Namespace) -> int:
     """The transformer planner (--model): search, write the ranked plans, track them."""
     import csv
@@ -242,6 +261,7 @@ def _run_llm(args: argparse.Namespace) -> int:
         raise ConfigError("--seq-length", f"must be >= 1, got {args.seq_length}")
     if args.top_k < 1:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
+    cp_sizes = _context_parallel_sizes(args.context_parallel_sizes)
     check_outputs([args.output])
     model = load_model(args.model, args.seq_length, prog="paraplan plan")
     cluster_name = getattr(args, REQUEST + "cluster", None)
@@ -251,7 +271,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     calibration = calibration_for(cluster, args.calibration,
                                   warn=lambda m: print(f"paraplan plan: warning: {m}", file=sys.stderr))
     request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
-                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp))
+                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
+                                            context_parallel_sizes=cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,

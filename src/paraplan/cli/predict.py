@@ -4,20 +4,30 @@ Megatron-LM's arguments.
 
 Required columns: num_layers, hidden_size, num_attention_heads, seq_length,
 vocab_size, tensor_model_parallel_size, pipeline_model_parallel_size,
-data_parallel_size, global_batch_size. Optional: name, num_query_groups,
-ffn_hidden_size, swiglu, untie_embeddings_and_output_weights, normalization,
-position_embedding_type, add_bias_linear, hidden_dropout, attention_dropout,
+data_parallel_size, global_batch_size; or, instead of the model's dimensions, a
+model column naming a preset (deepseek-v3, llama3-70b, ...) or a model file (a Hugging
+Face config.json, relative to the table's folder), with seq_length optional. Optional:
+name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
+normalization, position_embedding_type, add_bias_linear, hidden_dropout,
+attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
+gated_linear_unit, window_size, window_attn_skip_freq, num_experts, moe_router_topk,
+moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
+multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
+v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
-(none|selective|full), sequence_parallel, use_distributed_optimizer, zero_stage,
+(none|selective|full), recompute_modules (with selective, Megatron-Core's modules separated
+by spaces: core_attn, mla_up_proj, layernorm, mlp; default core_attn), sequence_parallel,
+use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, num_gpus, measured_iteration_s (docs/execution-model.md says what
-each setting changes).
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a), num_gpus,
+measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
 
-The output is the input plus predicted_iteration_s, predicted_tflops_per_gpu,
+The output is the input plus num_parameters and active_parameters (per token: all
+but the routed experts a token is not sent to), predicted_iteration_s, predicted_tflops_per_gpu,
 predicted_mfu, predicted_peak_memory_bytes, predicted_weight_state_bytes,
 predicted_activation_bytes, bubble_fraction, fits_memory, chosen (the settings the
 predictor chose), calibration (the calibration it used) and plausibility (empty, or
@@ -91,6 +101,8 @@ def output_rows(header: list[str], rows, predictions, calibration_label: str,
         for name in pred.chosen:
             cells[name] = str(getattr(pred.settings, name))
         cells.update({
+            "num_parameters": str(row.model.num_parameters),
+            "active_parameters": str(row.model.active_parameters),
             "predicted_iteration_s": _format(pred.iteration_s),
             "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
             "predicted_mfu": _format(pred.mfu),

@@ -18,8 +18,12 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp")
+"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+CPCommType = Literal["p2p", "all_gather", "a2a"]
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
 DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
@@ -38,6 +42,18 @@ class RunSettings:
     """p: pipeline stages."""
     data_parallel_size: int = 1
     """d: model replicas, each fed global_batch_size / d sequences per iteration."""
+    context_parallel_size: int = 1
+    """c: ranks that split every sequence (Megatron-Core's context parallelism): each holds
+    s / c tokens of each sequence and the same weights; attention exchanges keys and
+    values between them (`cp_comm_type`). Rank order tp-cp-dp-pp; the gradients are
+    reduced over the d x c ranks that hold the same weights."""
+    cp_comm_type: CPCommType = "p2p"
+    """`p2p`: ring attention, key/value blocks passed around the c ranks in c - 1 steps,
+    each step's transfer beside the previous step's attention; `all_gather`: keys and
+    values of the whole sequence all-gathered before attention (Llama 3's CP), their
+    gradients reduce-scattered after; `a2a`: Ulysses, an
+    all-to-all of Q, K, V before attention (heads split over the c ranks, whole
+    sequences) and of its output after."""
     global_batch_size: int = 1
     """B: sequences per iteration over all replicas."""
     micro_batch_size: int = 1
@@ -47,6 +63,12 @@ class RunSettings:
     recompute_granularity: RecomputeGranularity = "none"
     """`selective`: recompute the attention core in backward (Korthikanti et al. 2022);
     `full`: keep only each layer's input and recompute the layer."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """With `selective`: what the backward recomputes (Megatron-Core's
+    `--recompute-modules`, default core_attn): `core_attn` the attention core,
+    `mla_up_proj` multi-latent attention's up projections and rotary parts (the core's
+    Q, K, V are not kept), `layernorm` the two input norms (their outputs are not kept),
+    `mlp` a dense MLP (only its input is kept)."""
     sequence_parallel: bool = False
     """Split norms and dropouts over the tensor-parallel ranks along the sequence;
     all-gather + reduce-scatter replace each all-reduce."""
@@ -133,9 +155,64 @@ class RunSettings:
             raise StrategyError(f"{middle_layers // middle_stages} layers per middle pipeline stage are not divisible "
                                 f"by virtual_pipeline_model_parallel_size {v}")
 
+    def _check_recompute_modules(self, model: TransformerModel) -> None:
+        modules = self.recompute_modules
+        if not isinstance(modules, tuple) or not modules:
+            raise StrategyError(f"recompute_modules must be a non-empty list among {', '.join(RECOMPUTE_MODULES)}, "
+                                f"got {modules!r}")
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise StrategyError(f"recompute_modules: '{unknown[0]}' is not one of {', '.join(RECOMPUTE_MODULES)} "
+                                "(the Megatron-Core modules paraplan prices)")
+        if len(set(modules)) != len(modules):
+            raise StrategyError(f"recompute_modules names a module twice: {' '.join(modules)}")
+        if modules != ("core_attn",) and self.recompute_granularity != "selective":
+            raise StrategyError(f"recompute_modules {' '.join(modules)} needs recompute_granularity selective, got "
+                                f"{self.recompute_granularity}")
+        if "mla_up_proj" in modules and not model.multi_latent_attention:
+            raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
+
+    def _check_context_parallel(self, model: TransformerModel) -> None:
+        """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
+        2c chunks (causal load balancing), with sequence parallelism each rank's s / c
+        tokens split again over t; the attention runs fused (Transformer Engine); `a2a`
+        splits each rank's query and key/value heads over c."""
+        c, t = self.context_parallel_size, self.tensor_model_parallel_size
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise StrategyError(f"cp_comm_type '{self.cp_comm_type}' is not one of {', '.join(CP_COMM_TYPES)}")
+        if c == 1:
+            return
+        if model.seq_length % (2 * c):
+            raise StrategyError(f"context_parallel_size {c} needs seq_length {model.seq_length} divisible by "
+                                f"2 x context_parallel_size = {2 * c} (causal load balancing)")
+        if self.sequence_parallel and model.seq_length % (t * c):
+            raise StrategyError(f"sequence_parallel with context_parallel_size {c} needs seq_length "
+                                f"{model.seq_length} divisible by tensor x context parallel size = {t * c}")
+        if not self.use_flash_attn:
+            raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
+                                "Transformer Engine's fused attention; the unfused path has none)")
+        if model.multi_latent_attention or model.window_size:
+            what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
+            raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
+                                "attention core prices full causal attention with one head width)")
+        if self.cp_comm_type == "a2a":
+            for key, heads in (("num_attention_heads", model.num_attention_heads),
+                               ("num_query_groups", model.query_groups)):
+                if (heads // t) % c:
+                    raise StrategyError(f"cp_comm_type a2a splits heads over context_parallel_size {c}: {key} "
+                                        f"{heads} / tensor_model_parallel_size {t} = {heads // t} is not divisible "
+                                        f"by {c}")
+
     @property
     def num_gpus(self) -> int:
-        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.data_parallel_size
+        return (self.tensor_model_parallel_size * self.context_parallel_size * self.pipeline_model_parallel_size
+                * self.data_parallel_size)
+
+    @property
+    def data_context_parallel_size(self) -> int:
+        """d x c: the ranks that hold the same weights (Megatron's dp-cp group): gradients
+        are reduced and optimizer state / ZeRO shards are split over them."""
+        return self.data_parallel_size * self.context_parallel_size
 
     @property
     def num_microbatches(self) -> int:
@@ -146,7 +223,7 @@ class RunSettings:
     def optimizer_shards(self) -> int:
         """Ranks the optimizer state is sharded over (1: not sharded)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
-        return self.data_parallel_size if sharded else 1
+        return self.data_context_parallel_size if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
         """Raise `StrategyError` for settings that cannot run `model` (or a model whose
@@ -155,7 +232,8 @@ class RunSettings:
             raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
                                 "counts (parameters, FLOPs) but cannot predict or plan yet")
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
-                    "global_batch_size", "micro_batch_size", "virtual_pipeline_model_parallel_size"):
+                    "context_parallel_size", "global_batch_size", "micro_batch_size",
+                    "virtual_pipeline_model_parallel_size"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"{key} must be an integer >= 1, got {value!r}")
@@ -164,6 +242,7 @@ class RunSettings:
                 f"recompute_granularity '{self.recompute_granularity}' is not one of "
                 f"{', '.join(RECOMPUTE_GRANULARITIES)}"
             )
+        self._check_recompute_modules(model)
         if self.dtype not in DTYPES:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:
@@ -205,6 +284,7 @@ class RunSettings:
                 f"sequence_parallel needs seq_length {model.seq_length} divisible by "
                 f"tensor_model_parallel_size {t}"
             )
+        self._check_context_parallel(model)
         if p * v > model.num_layers:
             raise StrategyError(
                 f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "

@@ -237,12 +237,6 @@ class TransformerModel:
         if self.is_moe:
             found.append(f"mixture-of-experts layers (num_experts {self.num_experts}, top-{self.moe_router_topk}: "
                          "expert parallelism and the token all-to-all are not modelled yet)")
-        if self.multi_latent_attention:
-            found.append("multi-latent attention (multi_latent_attention)")
-        if self.mtp_num_layers:
-            found.append(f"multi-token-prediction layers (mtp_num_layers {self.mtp_num_layers})")
-        if self.window_size:
-            found.append(f"sliding-window attention (window_size {self.window_size})")
         return tuple(found)
 
     @property

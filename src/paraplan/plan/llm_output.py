@@ -9,8 +9,9 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, plausibility
 
 PLAN_COLUMNS: tuple[str, ...] = (
-    "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
+    "rank", "model", "num_parameters", "active_parameters", "num_gpus", "global_batch_size", "seq_length",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size",
+    "cp_comm_type", "micro_batch_size", "virtual_pipeline_model_parallel_size",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
@@ -41,11 +42,14 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
         s = plan.settings
         tokens = s.global_batch_size * model.seq_length / plan.iteration_s
         rows.append({
-            "rank": str(rank), "model": model.name, "num_gpus": str(s.num_gpus),
+            "rank": str(rank), "model": model.name, "num_parameters": str(model.num_parameters),
+            "active_parameters": str(model.active_parameters), "num_gpus": str(s.num_gpus),
             "global_batch_size": str(s.global_batch_size), "seq_length": str(model.seq_length),
             "tensor_model_parallel_size": str(s.tensor_model_parallel_size),
             "pipeline_model_parallel_size": str(s.pipeline_model_parallel_size),
-            "data_parallel_size": str(s.data_parallel_size), "micro_batch_size": str(s.micro_batch_size),
+            "data_parallel_size": str(s.data_parallel_size), "context_parallel_size": str(s.context_parallel_size),
+            "cp_comm_type": s.cp_comm_type if s.context_parallel_size > 1 else "",
+            "micro_batch_size": str(s.micro_batch_size),
             "virtual_pipeline_model_parallel_size": str(s.virtual_pipeline_model_parallel_size),
             "decoder_first_pipeline_num_layers": str(s.decoder_first_pipeline_num_layers or ""),
             "decoder_last_pipeline_num_layers": str(s.decoder_last_pipeline_num_layers or ""),
@@ -66,7 +70,9 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
 def describe(plan: RunPrediction) -> str:
     """One line a person reads: 'TP 8, PP 8, DP 16, micro-batch 1, v 3, selective recomputation, ...'."""
     s = plan.settings
-    parts = [f"TP {s.tensor_model_parallel_size}", f"PP {s.pipeline_model_parallel_size}",
+    parts = [f"TP {s.tensor_model_parallel_size}",
+             *([f"CP {s.context_parallel_size} ({s.cp_comm_type})"] if s.context_parallel_size > 1 else []),
+             f"PP {s.pipeline_model_parallel_size}",
              f"DP {s.data_parallel_size}", f"micro-batch {s.micro_batch_size}"]
     if s.virtual_pipeline_model_parallel_size > 1:
         parts.append(f"v {s.virtual_pipeline_model_parallel_size}")

@@ -126,7 +126,7 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
                             "counts (parameters, FLOPs) but cannot plan yet")
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
-                                request.space)
+                                request.space, base.use_flash_attn)
     est = estimate(model, cand, base, cluster, comm, efficiency)
     capacity = cluster.device.memory_bytes
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
@@ -174,6 +174,7 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
         f"the smallest plan needs {need / 1e9:.1f} GB per device (TP {s.tensor_model_parallel_size}, "
-        f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
+        + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
+        + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
         f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
         "more GPUs, a smaller model or a device with more memory would do")

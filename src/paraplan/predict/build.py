@@ -1,10 +1,10 @@
 """The execution model of a transformer training run: model + cluster + settings +
 device calibration -> `paraplan.sim.execution.ExecutionModel`.
 
-Placement follows Megatron-LM's rank order (tensor-parallel ranks adjacent, then
-data-parallel, then pipeline): rank = tp + t (dp + d pp), node = rank //
-devices_per_node. Each group's node span decides the link tier its collectives
-use.
+Placement follows Megatron-Core's rank order tp-cp-dp-pp (tensor-parallel ranks
+adjacent, then context-parallel, then data-parallel, then pipeline): rank = tp + t (cp
++ c (dp + d pp)), node = rank // devices_per_node. Each group's node span decides the
+link tier its collectives use.
 
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
@@ -12,10 +12,16 @@ What each piece costs:
   collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
   runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
   each pass is bounded below by the host's issue time;
-- embedding on the first virtual stage, final norm + LM head + loss on the last;
+- layers whose attention core differs from layer 0's (sliding windows): each virtual
+  stage adds what its cores cost beyond layer 0's (`paraplan.predict.attention_mix`);
+- embedding on the first virtual stage, final norm + LM head + loss on the last (with
+  the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
-- data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
+- context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
+  neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
+- data-parallel gradient reduction over the d x c ranks that hold the same weights
+  (Megatron's dp-cp group) in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
   the last backward, overlapped with it under `overlap_grad_reduce`; with
   `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
@@ -31,6 +37,7 @@ What each piece costs:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -39,6 +46,8 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.attention_mix import AttentionMix, attention_mix
+from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -47,7 +56,8 @@ from paraplan.predict.device_model import (
     memory_time_s,
 )
 from paraplan.predict.layer_factors import layer_shape_key
-from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import Kernels, PassWork, embedding_work, layer_work
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
@@ -85,20 +95,32 @@ class Placement:
     """Node spans of the groups one rank belongs to."""
 
     tp_nodes: int
-    dp_nodes: int
+    dp_nodes: int  # the gradient-reduction group: data x context parallel (Megatron's dp-cp)
     pp_cross_node: bool
     embedding_cross_node: bool
+    cp_nodes: int = 1
 
 
 def placement(settings: RunSettings, devices_per_node: int) -> Placement:
+    """Spans in the rank order tp-cp-dp-pp: the CP group and the dp-cp group are every
+    t-th rank (c and d x c of them), a pipeline neighbour t c d ranks away."""
     t, d, p = (settings.tensor_model_parallel_size, settings.data_parallel_size,
                settings.pipeline_model_parallel_size)
+    c = settings.context_parallel_size
     g = devices_per_node
     tp_nodes = len({r // g for r in range(t)})
-    dp_nodes = len({(t * j) // g for j in range(d)})
-    pp_cross = p > 1 and (t * d) // g != 0
-    emb_cross = p > 1 and (t * d * (p - 1)) // g != 0
-    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross)
+    cp_nodes = len({(t * j) // g for j in range(c)})
+    dp_nodes = len({(t * j) // g for j in range(d * c)})
+    pp_cross = p > 1 and (t * c * d) // g != 0
+    emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes)
+
+
+def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a pass's context-parallel collectives run over (`cp_ops`): the CP
+    group, and one hop of its ring (across nodes when the group spans several)."""
+    c = settings.context_parallel_size
+    return {CP_GROUP: Group(c, place.cp_nodes), CP_RING: Group(2 if c > 1 else 1, 2 if place.cp_nodes > 1 else 1)}
 
 
 def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
@@ -119,30 +141,46 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
+    cp_blocking_comm_s: float = 0.0  # the context-parallel share of blocking_comm_s
+    hidden_cp: np.ndarray | None = None  # bool per overlapped collective: context-parallel (None: none is)
 
     @staticmethod
-    def of(work: PassWork, comm: CommModel, group: Group) -> PassCost:
-        blocking, hidden_s, hidden_by = 0.0, [], []
+    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
+        """`group` prices the tensor-parallel collectives, `others` those of other groups
+        (`Collective.group`: the context-parallel ones)."""
+        blocking = cp_blocking = 0.0
+        hidden_s, hidden_by, hidden_cp = [], [], []
         for c in work.collectives:
-            cost = float(comm.time_s(c.collective, c.nbytes, group)) if group.size > 1 else 0.0
+            g = group if c.group == "tp" else (others or {})[c.group]
+            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by >= 0:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
+                hidden_cp.append(c.group != "tp")
             else:
                 blocking += cost
+                cp_blocking += cost if c.group != "tp" else 0.0
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives))
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), cp_blocking,
+                        np.array(hidden_cp, dtype=bool) if any(hidden_cp) else None)
 
-    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
         overlapped collective of time c beside a kernel of time g adds
         max(c - g, 0) + contention x min(c, g), i.e. the pair takes
-        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`)."""
-        added = self.blocking_comm_s
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        `part`: `all`, or only the tensor-parallel (`tp`) or context-parallel (`cp`) ones."""
+        blocking = {"all": self.blocking_comm_s, "cp": self.cp_blocking_comm_s,
+                    "tp": self.blocking_comm_s - self.cp_blocking_comm_s}[part]
+        added = blocking
         if self.hidden_by.size:
             beside = kernel_s[self.hidden_by]
             c = self.hidden_comm_s
-            added += float((np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)).sum())
+            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            if part != "all":
+                is_cp = self.hidden_cp if self.hidden_cp is not None else np.zeros(c.shape, dtype=bool)
+                each = each[is_cp] if part == "cp" else each[~is_cp]
+            added += float(each.sum())
         return added
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
@@ -182,6 +220,7 @@ class RunStructure:
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
     embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
+    attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
@@ -238,20 +277,22 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     doc). `settings.check(model)` runs first; the cluster's node count does not limit
     the run (its nodes are the run's kind of node)."""
     settings.check(model)
-    t, p, d = (settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size,
-               settings.data_parallel_size)
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    c = settings.context_parallel_size
+    d = settings.data_context_parallel_size  # the ranks that hold the same weights (d x c)
     v = settings.virtual_pipeline_model_parallel_size
     speed = DeviceSpeed.of(cluster.device, settings.dtype)
     place = placement(settings, cluster.devices_per_node)
     tp_group = Group(t, place.tp_nodes)
     dp_group = Group(d, place.dp_nodes)
+    cp_groups = context_parallel_groups(settings, place)
     prec = Precision.of(settings.dtype)
     zero3 = settings.zero_stage == 3
 
     layer = layer_work(model, settings)
     emb = embedding_work(model, settings)
-    head = head_work(model, settings)
-    passes = tuple(PassCost.of(w, comm, tp_group) for w in (
+    head = last_stage_work(model, settings)
+    passes = tuple(PassCost.of(w, comm, tp_group, cp_groups) for w in (
         layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward))
     layer_params = model.layer_params / t
     gather_s = scatter_s = 0.0
@@ -262,7 +303,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     nv = p * v
     counts = layers_per_virtual_stage(model.num_layers, settings)
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
-    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
+    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
     send = np.zeros(max(nv - 1, 0))
     if p > 1:
         send[:] = float(comm.time_s("send_recv", boundary_bytes, Group(2, 2 if place.pp_cross_node else 1)))
@@ -274,6 +315,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     rank_params = chunk_layers.sum(axis=0) * layer_params
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
     rank_params[p - 1] += head_params
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
@@ -333,7 +375,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange)
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
+                        attention_mix(model, settings, counts))
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -348,6 +391,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
     fwd_dev = counts * layer_fwd_dev
     bwd_dev = counts * layer_bwd_dev
+    if st.attention_mix is not None:
+        factor = eff.layer_time_factors.factor(st.layer_key)
+        fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
+        fwd_dev += factor * fwd_added
+        bwd_dev += factor * bwd_added
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
     fwd_dev[0] += dev[3]

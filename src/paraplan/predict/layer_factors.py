@@ -63,6 +63,15 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         "bias": int(model.add_bias_linear),
         "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
     }
+    if settings.context_parallel_size > 1:  # keys of runs without context parallelism stay as they were
+        parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
+    if settings.recompute_granularity == "selective" and settings.recompute_modules != ("core_attn",):
+        parts["recompute_modules"] = "+".join(settings.recompute_modules)
+    if model.multi_latent_attention:  # (absent otherwise, so the keys of earlier factors stay valid)
+        parts["mla"] = "/".join(str(getattr(model, k)) for k in (
+            "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
+    if model.window_size:
+        parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}"
     return ",".join(f"{k}={v}" for k, v in parts.items())
 
 

@@ -254,13 +254,19 @@ def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
     ]
 
 
+def _layout(r: Mapping) -> str:
+    """TP/PP/DP, with the context-parallel size where a run has one above 1."""
+    text = f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/{r['data_parallel_size']}"
+    cp = str(r.get("context_parallel_size", "") or "").strip()
+    return text + (f" CP {int(float(cp))}" if cp and cp.lower() != "nan" and int(float(cp)) > 1 else "")
+
+
 def predict_section(predictions: Mapping[str, pd.DataFrame]) -> list[str]:
     lines: list[str] = []
     for table, frame in sorted(predictions.items()):
         rows = []
         for r in frame.to_dict("records"):
-            rows.append([r.get("name", ""), f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
-                         f"{r['data_parallel_size']}", r.get("micro_batch_size", ""),
+            rows.append([r.get("name", ""), _layout(r), r.get("micro_batch_size", ""),
                          r.get("virtual_pipeline_model_parallel_size", ""), r.get("recompute_granularity", ""),
                          float(r["predicted_iteration_s"]), float(r["predicted_tflops_per_gpu"]),
                          _pct(float(r["predicted_mfu"])), float(r["predicted_peak_memory_bytes"]) / 1e9,
@@ -281,8 +287,7 @@ def llm_plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
             continue
         r = frame.iloc[0]
         v = int(r["virtual_pipeline_model_parallel_size"])
-        rows.append([name, f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
-                     f"{r['data_parallel_size']}", int(r["micro_batch_size"]), v, r["schedule"],
+        rows.append([name, _layout(r), int(r["micro_batch_size"]), v, r["schedule"],
                      r["recompute_granularity"], r["sequence_parallel"],
                      "dist. opt." if str(r["use_distributed_optimizer"]).lower() == "true" else int(r["zero_stage"]),
                      float(r["predicted_iteration_s"]), _pct(float(r["predicted_mfu"])),
