@@ -1,50 +1,85 @@
-"""MLflow tracking: the only module that imports mlflow.
+"""MLflow tracking: the only module that imports mlflow, and only inside functions.
 
-A stage describes what to log as a `RunLog` (pure data). A command's runs go through
-a `JobTracker`, opened when the command starts (so a run's Duration is the job's),
-filled with the command's `RunLog`s as they are ready, and marked FAILED with the
-error when the command fails. `log_run` logs one `RunLog` in one go.
+A stage describes what to log as a `RunLog` (pure data). Each job logs ONE run: its
+params, summary metrics, artifacts and, for a sweep (simulated configurations,
+planned batch sizes, ranked plans, fitted sweeps, validated strategies), a `Table`
+with one row per configuration, logged as a table artifact (`<name>.json`, shown as a
+table in the UI) whose metric columns are also logged as metrics with `step` = the
+row's index (the UI plots them against it). Everything of a run goes in a few
+`log_batch` calls. There are no child runs.
 
-Default store: `sqlite:///mlflow.db` in the working directory (the repository root
-under Snakemake) with artifacts in `mlruns/`, so `mlflow ui` there shows everything.
-`MLFLOW_TRACKING_URI` overrides it. A tracking server that does not answer within
-`PARAPLAN_MLFLOW_TIMEOUT_S` seconds (config `mlflow.timeout_s`) is an error at once,
-not after MLflow's minutes of retries; `PARAPLAN_TRACKING=off` (config
-`mlflow.enabled: false`, or `--no-track`) runs untracked.
+A command's run is opened and filled by a logging process of its own
+(`paraplan.track_job`), which imports mlflow and opens the store while the command
+computes; the command itself never imports mlflow. The functions here are what that
+process calls; `log_run`, `ensure_store` and `log_invocation_summary` also serve
+tests and the Snakefile directly.
+
+Store: `MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` in the working directory
+(the repository root under Snakemake) with artifacts in `mlruns/`. A SQLite store's
+schema is created once, under a lock beside the database, and marked ready in that
+lock file: later jobs open it without the lock. Each HTTP request to a tracking server
+waits at most `PARAPLAN_MLFLOW_TIMEOUT_S` seconds (config `mlflow.timeout_s`, default
+5) with one retry, unless the user set MLflow's own `MLFLOW_HTTP_REQUEST_*` variables.
+A run still RUNNING whose process is gone is marked KILLED when the same rule (same
+experiment, `rule` and `wildcards` tags, same working directory) runs again.
+docs/tracking.md is the user's page for all of this.
 """
 
 from __future__ import annotations
 
-import getpass
-import hashlib
-import json
 import math
 import os
-import subprocess
+import re
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.core import TrackingError
+from paraplan.track_tags import (
+    ENV_CONFIG_DIGEST,
+    ENV_INVOCATION,
+    TAG_HOST,
+    TAG_PID,
+    TAG_WORKDIR,
+    config_digest,
+    flatten,
+    git_commit,
+    job_tags,
+    standard_tags,
+)
 
-ENV_INVOCATION = "PARAPLAN_INVOCATION_ID"
+__all__ = ["ENV_CONFIG_DIGEST", "ENV_INVOCATION", "RunLog", "Table", "config_digest", "ensure_store", "flatten",
+           "job_tags", "log_invocation_summary", "log_run", "standard_tags", "tracking_enabled", "tracking_uri"]
+
 ENV_INVOCATION_START = "PARAPLAN_INVOCATION_START_MS"
-ENV_CONFIG_DIGEST = "PARAPLAN_CONFIG_DIGEST"
 ENV_TRACKING = "PARAPLAN_TRACKING"  # "off": log nothing
 ENV_TIMEOUT = "PARAPLAN_MLFLOW_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 5.0
+HTTP_RETRIES = 1  # MLflow's default is 7 with exponential back-off: minutes on a frozen server
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACT_DIR = "mlruns"
 _PARAM_MAX_CHARS = 6000
+_TAG_MAX_CHARS = 5000
+_READY_TEXT = "schema ready\n"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A sweep's configurations, one row per configuration (the rows of the job's CSV,
+    in its order). Logged as the artifact `<name>.json`; each column named in
+    `metrics` is also logged as a metric of that name with `step` = the row's index."""
+
+    rows: Sequence[Mapping[str, object]]
+    metrics: Sequence[str] = ()
+    name: str = "configurations"
 
 
 @dataclass(frozen=True)
 class RunLog:
-    """Everything one job logs: one MLflow run (with optional child runs)."""
+    """Everything one job logs: one MLflow run."""
 
     stage: str  # experiment `paraplan-<stage>`
     run_name: str
@@ -53,7 +88,15 @@ class RunLog:
     step_metrics: Mapping[str, Sequence[tuple[int, float]]] = field(default_factory=dict)
     artifacts: Sequence[Path] = ()
     tags: Mapping[str, str] = field(default_factory=dict)
-    children: Sequence[RunLog] = ()
+    table: Table | None = None
+
+    def __post_init__(self) -> None:
+        # one name, one series: a summary metric beside a per-configuration series of
+        # the same name would show as the series' last value in the UI
+        series = set(self.step_metrics) | set(self.table.metrics if self.table else ())
+        clash = sorted(series & set(self.metrics))
+        if clash or (self.table and set(self.table.metrics) & set(self.step_metrics)):
+            raise ValueError(f"RunLog {self.run_name}: metric {clash or sorted(self.step_metrics)} logged twice")
 
 
 def tracking_uri() -> str:
@@ -68,7 +111,7 @@ def tracking_enabled() -> bool:
 
 
 def timeout_s() -> float:
-    """Seconds a tracking server may take to answer (`PARAPLAN_MLFLOW_TIMEOUT_S`)."""
+    """Seconds a tracking server may take to answer one request (`PARAPLAN_MLFLOW_TIMEOUT_S`)."""
     text = os.environ.get(ENV_TIMEOUT, "").strip()
     try:
         value = float(text) if text else DEFAULT_TIMEOUT_S
@@ -77,23 +120,29 @@ def timeout_s() -> float:
     return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
+def http_defaults(seconds: float | None = None) -> None:
+    """MLflow's HTTP request timeout and retries for this process, unless the user set
+    them: each request waits `seconds`, one retry after 1 s (MLflow's own defaults
+    wait 120 s and retry 7 times with back-off, minutes on a frozen server)."""
+    seconds = timeout_s() if seconds is None else seconds
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(seconds))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_RETRIES))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0")
+
+
 _UNTRACKED_HINT = ("start it, point MLFLOW_TRACKING_URI elsewhere, or run untracked "
                    "(paraplan: --no-track; snakemake: config mlflow.enabled: false, or "
                    "PARAPLAN_TRACKING=off snakemake)")
 
 
 def probe(uri: str, seconds: float | None = None) -> None:
-    """Fail within `seconds` when an HTTP tracking server does not answer, and bound
-    MLflow's own retries (by default they last minutes). Any HTTP answer counts as
-    reachable; local stores (SQLite, files) are checked by their first use."""
+    """Fail within `seconds` when an HTTP tracking server does not answer (any HTTP
+    answer counts); local stores (SQLite, files) are checked by their first use."""
     if not uri.startswith(("http://", "https://")):
         return
     seconds = timeout_s() if seconds is None else seconds
-    # a server that answered the probe gets a few quick retries, not MLflow's 7 with
-    # exponential back-off (environment values set by the user win)
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(30, math.ceil(seconds))))
+    http_defaults(seconds)
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=seconds):
             pass
@@ -102,98 +151,6 @@ def probe(uri: str, seconds: float | None = None) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(uri, f"unreachable ({reason}; waited at most {seconds:g} s); {_UNTRACKED_HINT}") from None
-
-
-def flatten(mapping: Mapping[str, object], prefix: str = "") -> dict[str, str]:
-    """Nested settings as MLflow params: `{"a": {"b": 1}}` -> `{"a.b": "1"}`."""
-    flat: dict[str, str] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        elif isinstance(value, list | tuple):
-            flat[name] = ",".join(str(v) for v in value)
-        else:
-            flat[name] = "" if value is None else str(value)
-    return flat
-
-
-def config_digest(config: Mapping[str, object]) -> str:
-    """A short, stable digest of a config mapping."""
-    text = json.dumps(config, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _git_commit_in(directory: Path | None) -> str:
-    where = ["-C", str(directory)] if directory is not None else []
-    try:
-        out = subprocess.run(["git", *where, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=False)
-        if out.returncode != 0 or not out.stdout.strip():
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", *where, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10, check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() + ("-dirty" if dirty else "")
-
-
-def _git_commit() -> str:
-    """The commit of the working directory's repository (the workflow's, under
-    Snakemake), else of the checkout paraplan runs from; `-dirty` with local changes."""
-    commit = _git_commit_in(None)
-    if commit == "unknown":
-        commit = _git_commit_in(Path(__file__).resolve().parents[2])
-    return commit
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (some containers)
-        return os.environ.get("USER", "unknown")
-
-
-def standard_tags(source_name: str, commit: str) -> dict[str, str]:
-    """MLflow's own source, git and user tags (the UI shows them in its columns)."""
-    tags = {"mlflow.source.name": source_name, "mlflow.source.type": "LOCAL", "mlflow.user": _user()}
-    if commit != "unknown":
-        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
-    return tags
-
-
-def job_tags(rule: str, wildcards: str = "", command: str = "") -> dict[str, str]:
-    """The tags of docs/design.md plus MLflow's standard ones, computed when the job runs
-    (never Snakemake params)."""
-    commit = _git_commit()
-    return {
-        "rule": rule,
-        "wildcards": wildcards,
-        "git_commit": commit,
-        "config_digest": os.environ.get(ENV_CONFIG_DIGEST, "none"),
-        "invocation_id": os.environ.get(ENV_INVOCATION) or f"standalone-{uuid.uuid4().hex[:12]}",
-        **standard_tags(f"paraplan {command or rule}", commit),
-    }
-
-
-_READY_STORES: set[str] = set()
-
-
-def _client(uri: str):
-    """A client of a usable store: the first use in this process creates (or upgrades)
-    the schema of a SQLite store while holding a lock beside the database, so commands
-    started together never race MLflow's schema creation (which leaves the store
-    broken for all of them)."""
-    import mlflow  # noqa: F401  (kept local: importing mlflow costs seconds)
-    from mlflow.tracking import MlflowClient
-
-    if uri not in _READY_STORES:
-        with _store_lock(uri):
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-        _READY_STORES.add(uri)
-    return MlflowClient(tracking_uri=uri)
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -205,10 +162,27 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(rest) if rest and rest != ":memory:" else None
 
 
+def _lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
+
+
+def _store_is_ready(uri: str) -> bool:
+    """A SQLite store whose schema a paraplan job created (or checked) under the lock:
+    the lock file says so and the database is there. Other stores are never 'ready'
+    here (MLflow checks them itself; a server owns its schema)."""
+    db = sqlite_path(uri)
+    if db is None:
+        return not uri.startswith("sqlite:")
+    try:
+        return db.stat().st_size > 0 and _lock_path(db).read_text() == _READY_TEXT
+    except OSError:
+        return False
+
+
 class _store_lock:
     """An exclusive `flock` on `<database>.lock` beside a SQLite store (no-op for other
     stores, or where the folder cannot hold the lock file: MLflow then reports the
-    store's own error)."""
+    store's own error). `ready()` records in the lock file that the schema exists."""
 
     def __init__(self, uri: str):
         self.path = sqlite_path(uri)
@@ -220,11 +194,18 @@ class _store_lock:
         import fcntl
 
         try:
-            self.handle = open(self.path.with_name(self.path.name + ".lock"), "a")
+            self.handle = open(_lock_path(self.path), "a+")
         except OSError:
             return self
         fcntl.flock(self.handle, fcntl.LOCK_EX)
         return self
+
+    def ready(self) -> None:
+        if self.handle is not None:
+            self.handle.seek(0)
+            self.handle.truncate()
+            self.handle.write(_READY_TEXT)
+            self.handle.flush()
 
     def __exit__(self, *exc: object) -> None:
         if self.handle is not None:
@@ -234,13 +215,27 @@ class _store_lock:
             self.handle.close()
 
 
-def _artifact_root() -> str:
-    return (Path.cwd() / DEFAULT_ARTIFACT_DIR).resolve().as_uri()
+_READY_STORES: set[str] = set()
+
+
+def _client(uri: str):
+    """A client of a usable store. The first job on a SQLite store creates its schema
+    while holding the lock beside the database (MLflow's concurrent schema creation
+    leaves a store broken), then marks it ready; later jobs skip the lock."""
+    http_defaults()
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401  (imported outside the lock)
+    from mlflow.tracking import MlflowClient
+
+    if uri not in _READY_STORES and not _store_is_ready(uri):
+        with _store_lock(uri) as lock:
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            lock.ready()
+    _READY_STORES.add(uri)
+    return MlflowClient(tracking_uri=uri)
 
 
 def ensure_store(uri: str | None = None, attempts: int = 5) -> None:
-    """Create the store (SQLite schema) once, before parallel jobs start: concurrent
-    first use of a fresh SQLite store fails in MLflow 3.x."""
+    """Create the store (SQLite schema) once, before parallel jobs start."""
     uri = uri or tracking_uri()
     probe(uri)
     last: Exception | None = None
@@ -252,6 +247,10 @@ def ensure_store(uri: str | None = None, attempts: int = 5) -> None:
             last = exc
             time.sleep(0.5 * (attempt + 1))
     raise TrackingError(uri, f"cannot open or create the store: {last}")
+
+
+def _artifact_root() -> str:
+    return (Path.cwd() / DEFAULT_ARTIFACT_DIR).resolve().as_uri()
 
 
 def _experiment_id(client, stage: str, uri: str) -> str:
@@ -272,129 +271,132 @@ def _experiment_id(client, stage: str, uri: str) -> str:
         return found.experiment_id
 
 
-def _chunks(items: list, size: int) -> list[list]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _fill(client, experiment_id: str, run_id: str, run: RunLog, base_tags: dict) -> None:
-    """Log a RunLog's params, metrics, artifacts and children into an open run and
-    mark it FINISHED."""
-    from mlflow.entities import Metric, Param
+def _finite(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _plain(value: object) -> object:
+    """A table cell as JSON: numbers (NaN -> empty), text, booleans."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        return value if math.isfinite(value) else None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return _plain(item())
+    return str(value)
+
+
+def _log_batches(client, run_id: str, params: list, metrics: list, tags: list) -> None:
+    """As few `log_batch` calls as MLflow's limits allow (1000 entries, of which at
+    most 100 params and 100 tags)."""
+    while params or metrics or tags:
+        p, params = params[:100], params[100:]
+        t, tags = tags[:100], tags[100:]
+        room = 1000 - len(p) - len(t)
+        m, metrics = metrics[:room], metrics[room:]
+        client.log_batch(run_id, metrics=m, params=p, tags=t)
+
+
+def fill_run(client, run_id: str, run: RunLog, extra_tags: Mapping[str, str] = ()) -> None:  # type: ignore[assignment]
+    """Log a RunLog into an open run (params, metrics, series, table, artifacts, tags)
+    and mark it FINISHED."""
+    from mlflow.entities import Metric, Param, RunTag
 
     now_ms = _now_ms()
     params = [Param(k, v[:_PARAM_MAX_CHARS]) for k, v in flatten(run.params).items()]
-    metrics = [
-        Metric(k, float(v), now_ms, 0) for k, v in run.metrics.items() if v is not None and math.isfinite(float(v))
-    ]
+    metrics = [Metric(k, f, now_ms, 0) for k, v in run.metrics.items() if (f := _finite(v)) is not None]
     for name, series in run.step_metrics.items():
-        metrics.extend(
-            Metric(name, float(v), now_ms, int(step)) for step, v in series if math.isfinite(float(v))
-        )
-    for chunk in _chunks(params, 100):
-        client.log_batch(run_id, params=chunk)
-    for chunk in _chunks(metrics, 1000):
-        client.log_batch(run_id, metrics=chunk)
+        metrics += [Metric(name, v, now_ms, int(step)) for step, value in series if (v := _finite(value)) is not None]
+    if run.table is not None:
+        for name in run.table.metrics:
+            metrics += [Metric(name, v, now_ms, i) for i, row in enumerate(run.table.rows)
+                        if (v := _finite(row.get(name))) is not None]
+    tags = [RunTag(k, str(v)[:_TAG_MAX_CHARS]) for k, v in {**dict(extra_tags), **run.tags}.items()]
+    _log_batches(client, run_id, params, metrics, tags)
+    if run.table is not None and run.table.rows:
+        columns = list(dict.fromkeys(key for row in run.table.rows for key in row))
+        data = {c: [_plain(row.get(c)) for row in run.table.rows] for c in columns}
+        client.log_table(run_id, data=data, artifact_file=f"{run.table.name}.json")
     for artifact in run.artifacts:
         path = Path(artifact)
         if path.is_dir():
             client.log_artifacts(run_id, str(path), artifact_path=path.name)
         elif path.is_file():
             client.log_artifact(run_id, str(path))
-    for child in run.children:
-        _log_one(client, experiment_id, child, run_id, dict(base_tags))
     client.set_terminated(run_id, "FINISHED")
 
 
-def _create(client, experiment_id: str, run: RunLog, parent_id: str | None, base_tags: dict,
-            start_ms: int | None = None) -> str:
-    tags = {**base_tags, **run.tags}
-    if parent_id is not None:
-        tags["mlflow.parentRunId"] = parent_id
-    created = client.create_run(experiment_id, run_name=run.run_name, tags=tags,
+def create_run(client, experiment_id: str, run_name: str, tags: Mapping[str, str], start_ms: int | None = None) -> str:
+    created = client.create_run(experiment_id, run_name=run_name, tags=dict(tags),
                                 start_time=start_ms if start_ms is not None else _now_ms())
     return created.info.run_id
 
 
-def _log_one(client, experiment_id: str, run: RunLog, parent_id: str | None, base_tags: dict,
-             start_ms: int | None = None) -> str:
-    run_id = _create(client, experiment_id, run, parent_id, base_tags, start_ms)
-    _fill(client, experiment_id, run_id, run, base_tags)
-    return run_id
+def end_run(client, run_id: str, status: str, error: str) -> None:
+    """Mark a run FAILED or KILLED with `error` as its `error` tag and its note."""
+    from mlflow.entities import RunTag
+
+    label = "failed" if status == "FAILED" else "killed"
+    client.log_batch(run_id, tags=[RunTag("error", error[:_TAG_MAX_CHARS]),
+                                   RunTag("mlflow.note.content", f"**{label}**: {error}"[:_TAG_MAX_CHARS])])
+    client.set_terminated(run_id, status)
 
 
-class JobTracker:
-    """The MLflow runs of one command, opened when the command starts.
+def _process_gone(pid_text: str, started_ms: int) -> bool:
+    """True when process `pid` of this host has ended (or its pid now belongs to a
+    process started after the run)."""
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError, OSError):
+        return False
+    try:  # Linux: a reused pid belongs to a process younger than the run
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot_s = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                      if line.startswith("btime "))
+        return (boot_s + ticks / os.sysconf("SC_CLK_TCK")) * 1000 > started_ms + 2000
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
 
-    The first `RunLog` of the command's stage fills the run opened at the start; any
-    further one (a standalone bench call over several collectives, a plan study over
-    several layouts) gets a run of its own that starts where the previous one ended.
-    `fail` marks the open run (or a new one) FAILED with the error as its note, so a
-    failed job is visible in the UI with its real duration.
-    """
 
-    def __init__(self, stage: str, run_name: str, base_tags: Mapping[str, str], uri: str | None = None):
-        self.uri = uri or tracking_uri()
-        self.stage = stage
-        self.base_tags = dict(base_tags)
-        probe(self.uri)
-        started = _now_ms()
-        with self._errors():
-            self._client = _client(self.uri)
-            self._open: str | None = _create(self._client, self._experiment(stage),
-                                             RunLog(stage, run_name), None, self.base_tags, started)
-        self._since_ms = started
-        self.run_ids: list[str] = []
-
-    def _errors(self):
-        return _tracking_errors(self.uri)
-
-    def _experiment(self, stage: str) -> str:
-        return _experiment_id(self._client, stage, self.uri)
-
-    def log(self, run: RunLog) -> str:
-        """Log `run` (and its children); returns its run id."""
-        with self._errors():
-            experiment_id = self._experiment(run.stage)
-            if self._open is not None and run.stage == self.stage:
-                run_id, self._open = self._open, None
-                self._client.update_run(run_id, name=run.run_name)
-                for key, value in run.tags.items():
-                    self._client.set_tag(run_id, key, value)
-            else:
-                run_id = _create(self._client, experiment_id, run, None, self.base_tags, self._since_ms)
-            _fill(self._client, experiment_id, run_id, run, self.base_tags)
-        self._since_ms = _now_ms()
-        self.run_ids.append(run_id)
-        return run_id
-
-    def fail(self, error: str) -> str | None:
-        """Mark the open run (or a new one) FAILED with `error`; returns its id, or None
-        when the store itself failed (the caller reports the original error)."""
-        try:
-            with self._errors():
-                if self._open is not None:
-                    run_id, self._open = self._open, None
-                else:
-                    run_id = _create(self._client, self._experiment(self.stage),
-                                     RunLog(self.stage, f"{self.stage} (failed)"), None, self.base_tags,
-                                     self._since_ms)
-                self._client.set_tag(run_id, "error", error[:5000])
-                self._client.set_tag(run_id, "mlflow.note.content", f"**failed**: {error}"[:5000])
-                self._client.set_terminated(run_id, "FAILED")
-                return run_id
-        except TrackingError:
-            return None
-
-    def close(self) -> None:
-        """End a run the command opened but never filled (it logged nothing)."""
-        if self._open is not None:
-            with self._errors():
-                self._client.set_terminated(self._open, "FINISHED")
-            self._open = None
+def mark_killed_runs(client, experiment_id: str, tags: Mapping[str, str], by: str = "") -> list[str]:
+    """Mark KILLED the runs of the same rule that are still RUNNING though their job
+    is gone: same experiment, `rule`, `wildcards` and working directory, and either
+    started on this host by a process that has ended, or started on another host by a
+    workflow job (Snakemake's lock on the working directory means no job of the same
+    rule and wildcards runs now). Returns their ids."""
+    rule = tags.get("rule", "")
+    if not rule or "'" in rule:
+        return []
+    found = client.search_runs([experiment_id], max_results=1000,
+                               filter_string=f"attributes.status = 'RUNNING' and tags.rule = '{rule}'")
+    killed = []
+    for old in found:
+        t = old.data.tags
+        if (t.get("wildcards", "") != tags.get("wildcards", "") or t.get(TAG_WORKDIR) != tags.get(TAG_WORKDIR)
+                or TAG_PID not in t):
+            continue
+        if t.get(TAG_HOST) == tags.get(TAG_HOST):
+            if t[TAG_PID] == tags.get(TAG_PID) or not _process_gone(t[TAG_PID], old.info.start_time or 0):
+                continue
+        elif t.get("invocation_id", "standalone").startswith("standalone"):
+            continue  # another host's standalone command: cannot tell whether it still runs
+        end_run(client, old.info.run_id, "KILLED",
+                f"the job's process ended without closing this run (killed?); found RUNNING when the same "
+                f"rule ran again{f' as run {by}' if by else ''}")
+        killed.append(old.info.run_id)
+    return killed
 
 
 class _tracking_errors:
@@ -409,23 +411,24 @@ class _tracking_errors:
     def __exit__(self, kind, exc, tb):
         if exc is None or isinstance(exc, TrackingError) or not isinstance(exc, Exception):
             return False
-        raise TrackingError(self.uri, f"{type(exc).__name__}: {exc}") from None
+        text = " ".join(str(exc).split())
+        raise TrackingError(self.uri, f"{type(exc).__name__}: {text[:1000]}") from None
 
 
 def log_run(run: RunLog, base_tags: Mapping[str, str] | None = None, uri: str | None = None) -> str:
-    """Log `run` (and its children) to the store; returns the run id.
-
-    Any failure becomes a `TrackingError` naming the store; result files are untouched.
-    """
+    """Log `run` to the store in this process; returns the run id. Any failure becomes a
+    `TrackingError` naming the store; result files are untouched."""
     uri = uri or tracking_uri()
     probe(uri)
     with _tracking_errors(uri):
         client = _client(uri)
         experiment_id = _experiment_id(client, run.stage, uri)
-        return _log_one(client, experiment_id, run, None, dict(base_tags or {}))
+        run_id = create_run(client, experiment_id, run.run_name, dict(base_tags or {}))
+        fill_run(client, run_id, run)
+        return run_id
 
 
-def _run_link(uri: str, experiment_id: str, run_id: str) -> str:
+def _run_link(experiment_id: str, run_id: str) -> str:
     """A UI-relative link to a run (`mlflow ui` serves it at http://127.0.0.1:5000/)."""
     return f"#/experiments/{experiment_id}/runs/{run_id}"
 
@@ -445,13 +448,8 @@ def log_invocation_summary(invocation_id: str, uri: str | None = None, failed: b
                        and e.name != "paraplan-invocation"]
         rows = []
         for exp in experiments:
-            for run in client.search_runs(
-                [exp.experiment_id],
-                filter_string=f"tags.invocation_id = '{invocation_id}'",
-                max_results=5000,
-            ):
-                if "mlflow.parentRunId" in run.data.tags:
-                    continue  # children are reachable from their parent
+            for run in client.search_runs([exp.experiment_id], max_results=5000,
+                                          filter_string=f"tags.invocation_id = '{invocation_id}'"):
                 rows.append((exp.name.removeprefix("paraplan-"), run))
         if not rows and not failed:
             return None
@@ -466,12 +464,13 @@ def log_invocation_summary(invocation_id: str, uri: str | None = None, failed: b
         tags = {}
         for stage, run in rows:
             name = run.data.tags.get("mlflow.runName", "")
-            link = _run_link(uri, run.info.experiment_id, run.info.run_id)
+            link = _run_link(run.info.experiment_id, run.info.run_id)
             lines.append(
                 f"| {stage} | {name} | {run.data.tags.get('rule', '')} | "
                 f"{run.data.tags.get('wildcards', '')} | {run.info.status} | [{run.info.run_id}]({link}) |"
             )
-            tags[f"run.{stage}.{name}"[:250]] = run.info.run_id
+            # a tag key takes letters, digits and _-. :/ only (run names may hold '@')
+            tags[re.sub(r"[^\w\-. :/]", "_", f"run.{stage}.{name}")[:250]] = run.info.run_id
         statuses = [run.info.status for _, run in rows]
         metrics = {f"runs_{stage}": float(sum(1 for s, _ in rows if s == stage)) for stage, _ in rows}
         metrics["runs_failed"] = float(statuses.count("FAILED"))
@@ -482,14 +481,14 @@ def log_invocation_summary(invocation_id: str, uri: str | None = None, failed: b
             metrics=metrics,
             tags={**tags, "invocation_id": invocation_id,
                   "mlflow.note.content": "\n".join(lines),
-                  **({"error": error[:5000]} if error else {})},
+                  **({"error": error[:_TAG_MAX_CHARS]} if error else {})},
         )
         experiment_id = _experiment_id(client, "invocation", uri)
-        commit = _git_commit()
-        base = {"git_commit": commit, **standard_tags("snakemake", commit)}
-        run_id = _create(client, experiment_id, summary, None, base, start_ms)
+        commit = git_commit()
+        run_id = create_run(client, experiment_id, summary.run_name,
+                            {"git_commit": commit, **standard_tags("snakemake", commit)}, start_ms)
         client.log_text(run_id, "\n".join(lines) + "\n", "runs.md")
-        _fill(client, experiment_id, run_id, summary, base)
+        fill_run(client, run_id, summary)
         if failed:
             client.set_terminated(run_id, "FAILED")
         return run_id

@@ -1,6 +1,7 @@
 """What a user sees of a command's MLflow run: opened when the job starts (its
 Duration is the job's), FAILED with the error when the job fails, MLflow's standard
-tags, a fast error when the server does not answer, and no store at all untracked."""
+tags, a fast error when the server does not answer (the results kept), and no store
+at all untracked."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _runs(uri: str, stage: str):
 
 def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
     assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"]) == 0
-    (run,) = [r for r in _runs(store, "simulate") if "mlflow.parentRunId" not in r.data.tags]
+    (run,) = _runs(store, "simulate")
     written_ms = (tmp_path / "sim/results.csv").stat().st_mtime * 1000
     # opened before the results were written, closed after the figures were
     assert run.info.start_time < written_ms < run.info.end_time
@@ -95,7 +96,7 @@ def _silent_server() -> tuple[socket.socket, int]:
 
 
 @pytest.mark.parametrize("kind", ["refused", "silent"])
-def test_unreachable_server_fails_in_seconds_naming_it(tmp_path, monkeypatch, capsys, kind):
+def test_unreachable_server_fails_in_seconds_naming_it_results_kept(tmp_path, monkeypatch, capsys, kind):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(track.ENV_TRACKING, raising=False)
     monkeypatch.setenv(track.ENV_TIMEOUT, "1.5")
@@ -109,12 +110,15 @@ def test_unreachable_server_fails_in_seconds_naming_it(tmp_path, monkeypatch, ca
     uri = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     start = time.perf_counter()
-    code = main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"])
+    code = main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"])
     elapsed = time.perf_counter() - start
     if kind == "silent":
         server.close()
     err = capsys.readouterr().err
     assert code == 2
-    assert elapsed < 5, elapsed
-    assert uri in err and "--no-track" in err and "Traceback" not in err
-    assert not (tmp_path / "sim").exists()  # it failed before doing the work
+    # the store was probed while the study ran (1.5 s at most), not MLflow's minutes of retries
+    assert elapsed < 10, elapsed
+    (line,) = [x for x in err.splitlines() if "error" in x]
+    assert line.startswith(f"paraplan simulate: error: MLflow tracking store '{uri}': unreachable")
+    assert "--no-track" in line and "results written, not logged" in line and "Traceback" not in err
+    assert (tmp_path / "sim/results.csv").is_file()  # tracking runs after the results are written

@@ -48,7 +48,7 @@ def test_table_has_the_design_columns_in_order():
     assert table["rel_err"].tolist() == pytest.approx([0.25, -0.25])
     metrics = validation_metrics(table)
     assert metrics == pytest.approx({"median_abs_rel_err": 0.25, "max_abs_rel_err": 0.25})
-    # one child run per strategy, the same metric names in each
+    # one table row per strategy, the same metric names in each
     per_strategy = strategy_metrics(table)
     assert list(per_strategy) == ["dp", "tp2"]
     assert per_strategy["dp"]["measured_s"] == pytest.approx(0.2)

@@ -93,6 +93,11 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--wildcards", default="", help="Snakemake wildcards, recorded as the run's 'wildcards' tag")
 
 
+# commands that time something on this machine: their logging process opens the run
+# before they start (after that it waits, idle, for the results)
+MEASURING_COMMANDS = ("bench", "profile", "validate")
+
+
 def tracking_wanted(args: argparse.Namespace) -> bool:
     from paraplan.track import tracking_enabled
 
@@ -100,16 +105,22 @@ def tracking_wanted(args: argparse.Namespace) -> bool:
 
 
 def open_tracking(args: argparse.Namespace):
-    """The command's `JobTracker`, opened now (the run's start is the job's), or None
-    when untracked. An unreachable store fails here, before any work."""
+    """The command's `JobTracker` (None when untracked): its logging process starts now,
+    opening the run (its start is the job's) while the command computes."""
     if not tracking_wanted(args):
         return None
-    from paraplan import track as tracking
+    from paraplan.track_job import JobTracker
 
-    rule = args.rule or args.command
-    tags = tracking.job_tags(rule, args.wildcards, command=args.command)
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    return tracking.JobTracker(tracking_stage(args), name, tags)
+    tracker = JobTracker(tracking_stage(args), name, args.rule or args.command, args.wildcards,
+                         command=args.command)
+    if args.command in MEASURING_COMMANDS:
+        try:
+            tracker.wait_open()  # its imports would share the cores with the measurement
+        except ParaplanError:
+            tracker.fail("")  # ends the logging process; the store's error is reported
+            raise
+    return tracker
 
 
 KERNEL_KINDS = ("gemm", "attention", "kernels")
@@ -123,11 +134,18 @@ def tracking_stage(args: argparse.Namespace) -> str:
 
 
 def track(args: argparse.Namespace, run) -> str | None:
-    """Log a `paraplan.track.RunLog` into the command's open tracking; returns the run id."""
+    """Log a `paraplan.track.RunLog` into the command's run, once its result files are
+    written; returns the run id. A store failure is a `TrackingError` (the files stay)."""
+    from paraplan.core import TrackingError
+
     tracker = getattr(args, "_tracker", None)
     if tracker is None:
         return None
-    run_id = tracker.log(run)
+    try:
+        run_id = tracker.log(run)
+    except TrackingError as exc:
+        raise TrackingError(exc.store, f"{exc.detail} (results written, not logged; "
+                            "a rerun logs them)") from None
     print(f"paraplan {args.command}: logged MLflow run {run_id} ({tracker.uri})", file=sys.stderr)
     return run_id
 

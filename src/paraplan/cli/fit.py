@@ -10,9 +10,10 @@ GMAE is `chosen`. Writes comm_model.json (docs/design.md), which
 exchanges) are predicted from the all_to_all fit of the same world size with three
 effective sizes (sum, max_of_max, max_of_sum) and their errors reported.
 
-MLflow (experiment paraplan-fit): one run per fit with one child run per sweep
-(`<collective>_n<world>`), whose metrics share their names across sweeps
-(`heldout_gmae__<model>`, `chosen_heldout_gmae`, ...) so the UI compares sweeps.
+MLflow (experiment paraplan-fit): one run per fit with a table of its sweeps
+(`sweeps.json`, one row per `<collective>_n<world>`) whose error columns
+(`heldout_gmae__<model>`, `chosen_heldout_gmae`, ...) are also metrics with step = the
+sweep's row, so the UI plots every sweep's errors side by side.
 
 With `--cluster NAME` (a cluster file with a `network` section), the sweeps across
 nodes also fit the per-NIC rail curve of the topology-aware collectives
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.fit_sweep import fit_frame
     from paraplan.comm.model import FittedCommModel, fits_document
     from paraplan.files import check_outputs, write_csv, write_json
-    from paraplan.track import RunLog
+    from paraplan.track import RunLog, Table
 
     if args.kind == "kernels":
         from paraplan.cli._kernel_fit import run_kernel_fit
@@ -197,11 +198,10 @@ def run(args: argparse.Namespace) -> int:
     artifacts = [args.output, *figures]
     if args.a2av_output is not None:
         artifacts.append(args.a2av_output)
-    children = [
-        RunLog(stage="fit", run_name=name, params=_sweep_params(name, sweep_keys[name], chosen.get(name)),
-               metrics=sweep)
-        for name, sweep in per_sweep.items()
-    ]
+    # one row per fitted sweep: which sweep, its chosen model, and its errors (logged
+    # as metrics with step = the row's index, so the UI plots every sweep's error)
+    rows = [{**_sweep_params(name, sweep_keys[name], chosen.get(name)), **sweep} for name, sweep in per_sweep.items()]
+    columns = list(dict.fromkeys(key for sweep in per_sweep.values() for key in sweep))
     chosen_errors = [m["chosen_heldout_gmae"] for m in per_sweep.values() if "chosen_heldout_gmae" in m]
     summary = {"sweeps": float(len(names))}
     for row in rail_rows:
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             params={"inputs": [str(p) for p in args.inputs], "chosen": chosen},
             metrics=summary,
             artifacts=artifacts,
-            children=children,
+            table=Table(rows=rows, metrics=columns, name="sweeps"),
         ),
     )
     return 0
@@ -255,7 +255,7 @@ def _rail_fits(frame, cluster_name: str, first_input: Path) -> list[dict]:
 
 
 def _sweep_params(name: str, key: tuple[str, int, int], chosen: dict | None) -> dict[str, object]:
-    """A sweep child's params: which sweep, and the chosen model with its parameters."""
+    """A sweep's row: which sweep, and the chosen model with its parameters."""
     collective, world, nodes = key
     params: dict[str, object] = {"sweep": name, "collective": collective, "world_size": world, "nodes": nodes}
     if chosen:

@@ -5,9 +5,10 @@ Every module in this package except `main` and `common` is a command: it defines
 `run(args) -> int`. Command modules import heavy packages (torch, mlflow,
 matplotlib) inside `run`, so `paraplan --help` stays fast.
 
-The dispatcher opens the command's MLflow tracking before the command runs (so a
-run's Duration is the job's) and marks it FAILED with the error when the command
-fails.
+The dispatcher starts the command's MLflow logging process before the command runs
+(it opens the job's run while the command computes, so a run's Duration is the
+job's; `paraplan.track_job`), closes it when the command succeeds and marks the run
+FAILED with the error when the command fails. This process never imports mlflow.
 """
 
 from __future__ import annotations

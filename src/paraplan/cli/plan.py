@@ -34,7 +34,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
@@ -209,24 +208,19 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
 
 
 def _runlog(args, rows, wall, csv_path, figures, params):
+    """One run per planned layout: the batch sizes' plans (the CSV's rows) as a table
+    whose numeric columns are logged with step = the row's index."""
     from paraplan.plan.sweep import COLUMNS
-    from paraplan.track import RunLog
+    from paraplan.track import RunLog, Table
 
-    numeric = [c for c in COLUMNS if c not in ("gbs", "stages")]
-    children = []
-    for r in rows:
-        rec = r.as_record()
-        children.append(RunLog(
-            stage="plan", run_name=f"{csv_path.stem}__gbs{r.gbs}",
-            params={"gbs": r.gbs, "stages": r.stages, "num_microbatches": r.num_microbatches,
-                    "accumulation_steps": r.accumulation_steps},
-            metrics={**{c: rec[c] for c in numeric if not math.isnan(rec[c])},
-                     "hybrid_est_vs_sim": r.hybrid_est_vs_sim},
-        ))
-    step_metrics = {c: [(r.gbs, r.as_record()[c]) for r in rows] for c in numeric}
-    metrics = {"sweep_wall_s": wall, "planning_time_s": sum(r.planning_time_s for r in rows)}
+    numeric = [c for c in COLUMNS if c != "stages"]
+    table = Table(rows=[{**r.as_record(), "hybrid_est_vs_sim": r.hybrid_est_vs_sim,
+                         "num_microbatches": r.num_microbatches, "accumulation_steps": r.accumulation_steps}
+                        for r in rows],
+                  metrics=[*numeric, "hybrid_est_vs_sim"])
+    metrics = {"sweep_wall_s": wall, "total_planning_time_s": sum(r.planning_time_s for r in rows)}
     return RunLog(stage="plan", run_name=csv_path.stem, params=params, metrics=metrics,
-                  step_metrics=step_metrics, artifacts=[csv_path, *figures], children=children)
+                  artifacts=[csv_path, *figures], table=table)
 
 
 def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
@@ -257,7 +251,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.llm_space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
-    from paraplan.track import RunLog
+    from paraplan.track import RunLog, Table
 
     for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
         if value is None:
@@ -303,17 +297,15 @@ def _run_llm(args: argparse.Namespace) -> int:
     print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
     numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
                "predicted_peak_memory_bytes", "bubble_fraction")
-    children = [RunLog(stage="plan", run_name=f"{args.output.stem}__rank{r['rank']}",
-                       params={k: r[k] for k in PLAN_COLUMNS if k not in numeric and not k.endswith("_s")},
-                       metrics={k: float(r[k]) for k in numeric}) for r in rows]
     track(args, RunLog(
         stage="plan", run_name=args.output.stem,
         params={"model": model.name, "cluster": cluster.name, "num_gpus": args.gpus,
                 "global_batch_size": args.global_batch_size, "seq_length": model.seq_length, "dtype": args.dtype,
                 "calibration": calibration.label},
         metrics={"search_s": result.search_s, "candidates": float(result.candidates), "retimed": float(result.retimed),
-                 **{k: float(rows[0][k]) for k in numeric}},
-        artifacts=[args.output], children=children))
+                 **{f"best_{k}": float(rows[0][k]) for k in numeric}},
+        table=Table(rows=rows, metrics=("rank", *numeric)),
+        artifacts=[args.output]))
     return 0
 
 

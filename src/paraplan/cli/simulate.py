@@ -277,28 +277,16 @@ def _slug(mode: str) -> str:
 
 
 def _runlog(study, study_file, result, rows, summary, artifacts):
-    from paraplan.track import RunLog
+    """One run for the study: its settings, summary metrics, figures, and the
+    configurations (the rows of results.csv) as a table whose metric columns are
+    logged with step = the row's index."""
+    from paraplan.track import RunLog, Table
 
-    children = []
-    for rec in rows.to_dict("records"):
-        name = (f"{rec['mode']}/{rec['series']}/D{rec['D']}T{rec['T']}P{rec['P']}"
-                f"M{rec['microbatches']}/b{rec['batch_size']}")
-        params = {k: rec[k] for k in ("mode", "series", "D", "T", "P", "microbatches", "schedule",
-                                      "batch_size", "devices")}
-        metrics = {k: rec[k] for k in ("step_time_s", "throughput", "speedup", "bubble_fraction",
-                                       "peak_mem_bytes") if _is_number(rec[k])}
-        children.append(RunLog("simulate", name, params=params, metrics=metrics))
     params = {"study": study.name, "study_file": str(study_file), "modes": ",".join(result.simulate_s_by_mode),
               "repeats": result.repeats, "figure": study.figure}
     for mode in study.modes.names:
         settings = study.mode(mode)
         params[f"mode.{mode}"] = {k: getattr(settings, k) for k in settings.__dataclass_fields__}
-    return RunLog("simulate", study.name, params=params, metrics=summary,
-                  artifacts=artifacts,
-                  children=children)
-
-
-def _is_number(value) -> bool:
-    import math
-
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(float(value))
+    table = Table(rows=rows.to_dict("records"),
+                  metrics=("step_time_s", "throughput", "speedup", "bubble_fraction", "peak_mem_bytes"))
+    return RunLog("simulate", study.name, params=params, metrics=summary, artifacts=artifacts, table=table)

@@ -205,7 +205,7 @@ def _ms(values) -> str:
 def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected, extra) -> int:
     from paraplan.cli.common import track
     from paraplan.files import write_csv
-    from paraplan.track import RunLog
+    from paraplan.track import RunLog, Table
     from paraplan.validate import strategy_metrics, validation_metrics, validation_table
 
     measured = result.measured
@@ -227,8 +227,9 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
 
         artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured",
                                      uncorrected_s=uncorrected)
-    # one child run per strategy with the same metric names, so the UI compares them;
-    # the parent keeps what belongs to the whole run
+    # one row per strategy with the same metric names (logged with step = the row's
+    # index, so the UI compares them); each strategy's measured step times as a series
+    # of its own; the run keeps what belongs to the whole validation
     per_strategy = strategy_metrics(table)
     for strategy, raw in uncorrected.items():
         per_strategy[strategy]["predicted_uncorrected_s"] = raw
@@ -240,11 +241,11 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
             per_strategy[strategy][base] = value
         else:
             metrics[key] = value
-    children = [
-        RunLog(stage="validate", run_name=f"{name}/{strategy}", params={"strategy": strategy, "model": model},
-               metrics=values, step_metrics={"step_time_s": list(enumerate(measured[strategy].step_times_s))})
-        for strategy, values in per_strategy.items()
-    ]
+    rows = [{"strategy": strategy, **values} for strategy, values in per_strategy.items()]
+    strategies = Table(rows=rows, metrics=list(dict.fromkeys(k for v in per_strategy.values() for k in v)),
+                       name="strategies")
+    step_times = {f"step_time_s__{strategy}": list(enumerate(measured[strategy].step_times_s))
+                  for strategy in per_strategy}
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,
         "model": model, "model_settings": settings, "strategies": list(measured),
@@ -254,5 +255,5 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
         "comm_uses_compute_cores": setup.comm_uses_compute_cores,
     }
     track(args, RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
-                       artifacts=artifacts, children=children))
+                       step_metrics=step_times, artifacts=artifacts, table=strategies))
     return 0

@@ -52,4 +52,5 @@ class TrackingError(ParaplanError):
 
     def __init__(self, store: str, message: str):
         self.store = store
+        self.detail = message
         super().__init__(f"MLflow tracking store '{store}': {message}")

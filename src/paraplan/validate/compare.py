@@ -88,6 +88,6 @@ def validation_metrics(table) -> dict[str, float]:
 
 def strategy_metrics(table) -> dict[str, dict[str, float]]:
     """Per strategy, its row's numbers under the column names (`measured_s`,
-    `rel_err`, ...): one MLflow child run each, so runs compare in the chart view."""
+    `rel_err`, ...): one MLflow table row each, so strategies compare in the chart view."""
     return {str(row["strategy"]): {key: float(row[key]) for key in COLUMNS[1:]}
             for row in table.to_dict("records")}
