@@ -12,10 +12,7 @@ columns) plus annotation columns that keep what was published and where:
 - `not_expressible`: why paraplan cannot express the run as its authors ran it; such a
   row is listed, never predicted, and counts in no error figure.
 
-A table may also carry run-table columns paraplan does not read yet (`PENDING_COLUMNS`:
-expert parallelism). Once the run table knows such a column it is read like
-any other; until then a row that sets it (to anything but 1) must say why it is not
-expressible, so no run is ever predicted without its parallel layout. Throughput in
+Throughput in
 `tokens/s/GPU` converts as `measured_iteration_s` = global batch x sequence / (value x
 GPUs); `GPU-hours per 1e12 tokens` as global batch x sequence x value x 3600 / (1e12 x
 GPUs).
@@ -37,7 +34,6 @@ from paraplan.predict.runtable import KNOWN, RunRow, read_run_table
 DATA = Path(__file__).resolve().parent / "data"
 ANNOTATIONS: tuple[str, ...] = ("published_value", "published_unit", "flops_convention", "source", "note",
                                 "not_expressible")
-PENDING_COLUMNS: tuple[str, ...] = ("expert_model_parallel_size", "expert_tensor_parallel_size")
 TABLES: dict[str, tuple[str, str]] = {
     # file stem: (cluster, what it is)
     "megatron_sc21_table1": ("dgx-a100", "Megatron-LM SC21 Table 1, weak scaling, A100 (32-3,072 GPUs)"),
@@ -111,7 +107,7 @@ def _split(path: Path) -> tuple[str, list[dict[str, str]]]:
         reader = csv.DictReader(handle)
         header = list(reader.fieldnames or [])
         records = list(reader)
-    unknown = [c for c in header if c not in KNOWN and c not in ANNOTATIONS and c not in PENDING_COLUMNS]
+    unknown = [c for c in header if c not in KNOWN and c not in ANNOTATIONS]
     if unknown:
         raise ValueError(f"{path}: column '{unknown[0]}' is neither a run-table column nor an annotation "
                          f"({', '.join(ANNOTATIONS)})")
@@ -120,14 +116,9 @@ def _split(path: Path) -> tuple[str, list[dict[str, str]]]:
     writer = csv.DictWriter(out, fieldnames=run_columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     notes = []
-    for line, record in enumerate(records, start=2):
+    for record in records:
         annotations = {c: (record.get(c) or "").strip() for c in ANNOTATIONS if c in header}
         annotations["name"] = (record.get("name") or "").strip()
-        pending = [c for c in PENDING_COLUMNS if c in header and c not in KNOWN
-                   and (record.get(c) or "").strip() not in ("", "1")]
-        if pending and not annotations.get("not_expressible"):
-            raise ValueError(f"{path}:{line}: column '{pending[0]}' is not a run-table column yet; the row needs "
-                             "a not_expressible reason")
         notes.append(annotations)
         if not annotations.get("not_expressible"):
             writer.writerow(record)

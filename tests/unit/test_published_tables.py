@@ -170,15 +170,3 @@ def test_moe_throughputs_convert_to_the_published_tokens_per_gpu(tables):
     assert 512 * 4096 / float(c["measured_iteration_s"]) / 256 == pytest.approx(1002, abs=1)
     (report,) = tables["deepseek_v3_report"]
     assert 15360 * 4096 / float(report.cells["measured_iteration_s"]) / 2048 == pytest.approx(1543.2, abs=0.1)
-
-
-def test_a_pending_column_needs_a_reason(tmp_path):
-    path = tmp_path / "t.csv"
-    path.write_text("name,model,seq_length,tensor_model_parallel_size,pipeline_model_parallel_size,"
-                    "data_parallel_size,global_batch_size,expert_model_parallel_size,measured_iteration_s\n"
-                    "a,llama3-8b,4096,1,1,8,8,8,1.0\n")
-    if "expert_model_parallel_size" in published.KNOWN:
-        pytest.skip("the run table reads expert_model_parallel_size now")
-    with pytest.raises(ValueError, match=r"t.csv:2: column 'expert_model_parallel_size' is not a run-table "
-                       r"column yet; the row needs a not_expressible reason"):
-        published.load_table(path)
