@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.cli.common import add_tracking_arguments, track
@@ -56,35 +58,67 @@ def _format(value: float) -> str:
     return f"{value:.6g}"
 
 
-def output_rows(header: list[str], rows, predictions, calibration_label: str) -> tuple[list[str], list[dict]]:
+def output_columns(header: list[str], searched: set[str]) -> list[str]:
+    """The input's columns, the searched sizes the input lacks (`searched`: the
+    settings some row leaves to the predictor), then the predictions."""
     from paraplan.predict.runtable import PREDICTED
 
     columns = [c for c in header if c not in PREDICTED]
     for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size"):
-        if extra not in columns and any(extra in p.chosen for p in predictions):
+        if extra not in columns and extra in searched:
             columns.append(extra)
-    columns += list(PREDICTED)
-    out = []
-    for row, pred in zip(rows, predictions, strict=True):
-        cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
-        if "micro_batch_size" in pred.chosen:
-            cells["micro_batch_size"] = str(pred.settings.micro_batch_size)
-        if "virtual_pipeline_model_parallel_size" in pred.chosen:
-            cells["virtual_pipeline_model_parallel_size"] = str(pred.settings.virtual_pipeline_model_parallel_size)
-        cells.update({
-            "predicted_iteration_s": _format(pred.iteration_s),
-            "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
-            "predicted_mfu": _format(pred.mfu),
-            "predicted_peak_memory_bytes": f"{pred.peak_memory_bytes:.0f}",
-            "predicted_weight_state_bytes": f"{pred.weight_state_bytes:.0f}",
-            "predicted_activation_bytes": f"{pred.activation_bytes:.0f}",
-            "bubble_fraction": _format(pred.bubble_fraction),
-            "fits_memory": "true" if pred.fits_memory else "false",
-            "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
-            "calibration": calibration_label,
-        })
-        out.append(cells)
-    return columns, out
+    return columns + list(PREDICTED)
+
+
+def searched_settings(row) -> set[str]:
+    return ({"micro_batch_size"} if row.search_micro_batch_size else set()) | (
+        {"virtual_pipeline_model_parallel_size"} if row.search_virtual_stages else set())
+
+
+def output_cells(columns: list[str], row, pred, calibration_label: str) -> dict[str, str]:
+    """One output row: the row as read, the sizes the predictor chose, the predictions."""
+    from paraplan.predict.runtable import PREDICTED
+
+    cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
+    if "micro_batch_size" in pred.chosen:
+        cells["micro_batch_size"] = str(pred.settings.micro_batch_size)
+    if "virtual_pipeline_model_parallel_size" in pred.chosen:
+        cells["virtual_pipeline_model_parallel_size"] = str(pred.settings.virtual_pipeline_model_parallel_size)
+    cells.update({
+        "predicted_iteration_s": _format(pred.iteration_s),
+        "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
+        "predicted_mfu": _format(pred.mfu),
+        "predicted_peak_memory_bytes": f"{pred.peak_memory_bytes:.0f}",
+        "predicted_weight_state_bytes": f"{pred.weight_state_bytes:.0f}",
+        "predicted_activation_bytes": f"{pred.activation_bytes:.0f}",
+        "bubble_fraction": _format(pred.bubble_fraction),
+        "fits_memory": "true" if pred.fits_memory else "false",
+        "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
+        "calibration": calibration_label,
+    })
+    return cells
+
+
+@dataclass
+class _Measured:
+    """What the error summary, the ranking and the figure need of the rows with a
+    measured_iteration_s: 40 bytes per such row (compact arrays, the question label
+    as its hash), not the rows."""
+
+    measured_s: array = field(default_factory=lambda: array("d"))
+    predicted_s: array = field(default_factory=lambda: array("d"))
+    question: array = field(default_factory=lambda: array("q"))
+    tensor: array = field(default_factory=lambda: array("q"))
+    pipeline: array = field(default_factory=lambda: array("q"))
+
+    def add(self, row, pred) -> None:
+        from paraplan.predict.runtable import question_label
+
+        self.measured_s.append(row.measured_iteration_s)
+        self.predicted_s.append(pred.iteration_s)
+        self.question.append(hash(question_label(row)))
+        self.tensor.append(row.settings.tensor_model_parallel_size)
+        self.pipeline.append(row.settings.pipeline_model_parallel_size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import predict_rows
-    from paraplan.predict.runtable import read_run_table
+    from paraplan.predict.predictor import iter_predictions
+    from paraplan.predict.runtable import iter_run_table
 
     cluster = load_cluster(args.cluster)
     calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
@@ -106,34 +140,45 @@ def run(args: argparse.Namespace) -> int:
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)
-    header, rows = read_run_table(args.runs)
+    # two passes over the table, one row in memory at a time: the first checks every
+    # row (a bad row fails before any prediction) and finds the output's columns, the
+    # second predicts in chunks and writes each row as it comes (into a temporary file
+    # renamed onto -o at the end, so a failure leaves no half-written output)
+    header, rows = iter_run_table(args.runs)
+    searched: set[str] = set()
+    total = 0
+    for row in rows:
+        searched |= searched_settings(row)
+        total += 1
+    columns = output_columns(header, searched)
     started = time.perf_counter()
-    try:
-        predictions = predict_rows(rows, cluster, calibration.comm_model(cluster), calibration.efficiency)
-    except StrategyError as exc:
-        raise StrategyError(f"{args.runs}: {exc}") from None
-    seconds = time.perf_counter() - started
-    columns, out = output_rows(header, rows, predictions, calibration.label)
+    measured = _Measured()
+    unfit = 0
+    _, rows = iter_run_table(args.runs)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(out)
-    unfit = sum(not p.fits_memory for p in predictions)
-    print(f"paraplan predict: {len(rows)} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
+        try:
+            for row, pred in iter_predictions(rows, cluster, calibration.comm_model(cluster),
+                                              calibration.efficiency):
+                writer.writerow(output_cells(columns, row, pred, calibration.label))
+                unfit += not pred.fits_memory
+                if row.measured_iteration_s is not None:
+                    measured.add(row, pred)
+        except StrategyError as exc:
+            raise StrategyError(f"{args.runs}: {exc}") from None
+    seconds = time.perf_counter() - started
+    print(f"paraplan predict: {total} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
           file=sys.stderr)
-    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit)}
-    measured = [(r.measured_iteration_s, p.iteration_s) for r, p in zip(rows, predictions, strict=True)
-                if r.measured_iteration_s is not None]
+    metrics: dict[str, float] = {"runs": float(total), "predict_s": seconds, "not_fitting": float(unfit)}
     artifacts = [args.output]
-    if measured:
+    if measured.measured_s:
         from paraplan.predict.ranking import ranking_summary
-        from paraplan.predict.runtable import question_label
 
-        with_measured = [(r, p) for r, p in zip(rows, predictions, strict=True) if r.measured_iteration_s is not None]
-        m, p = np.array(measured).T
+        m, p = np.asarray(measured.measured_s), np.asarray(measured.predicted_s)
         errors = ErrorSummary.of(p, m)
-        ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
+        ranking = ranking_summary(np.asarray(measured.question), p, m)
         metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
         metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
@@ -143,8 +188,7 @@ def run(args: argparse.Namespace) -> int:
             from paraplan.plots.predict import plot_predicted_vs_measured
 
             artifacts += plot_predicted_vs_measured(
-                m, p, np.array([r.settings.tensor_model_parallel_size for r, _ in with_measured]),
-                np.array([r.settings.pipeline_model_parallel_size for r, _ in with_measured]),
+                m, p, np.asarray(measured.tensor), np.asarray(measured.pipeline),
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")

@@ -139,6 +139,16 @@ class Schedule:
     def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
         raise NotImplementedError
 
+    def stage_order(self, num_stages: int, num_microbatches: int, virtual_stages: int, stage: int) -> OpOrder:
+        """One iteration's ops of one device alone (what `orders` gives that device at
+        iterations=1), without building the other devices' orders: memory in the
+        micro-batches, not in the stages times the micro-batches. Schedules that order
+        their devices together (no flush, DistIR's rounds) build them all."""
+        if type(self).device_orders is not Schedule.device_orders:
+            return self.orders(num_stages, num_microbatches, 1, virtual_stages)[stage]
+        self.check(num_stages, num_microbatches, virtual_stages)
+        return self.iteration_order(num_stages, num_microbatches, stage)
+
 
 class GPipe(Schedule):
     """F-then-B: all M forwards, then all M backwards; flush."""
@@ -243,6 +253,10 @@ class Interleaved(Schedule):
             )
             for s in range(num_stages)
         ]
+
+    def stage_order(self, num_stages: int, num_microbatches: int, virtual_stages: int, stage: int) -> OpOrder:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        return self.device_order(num_stages, num_microbatches, virtual_stages, stage)
 
     def device_order(self, p: int, n_mb: int, v: int, stage: int) -> OpOrder:
         if v == 1:
