@@ -7,6 +7,7 @@ import csv
 import re
 import tracemalloc
 
+import numpy as np
 import pytest
 
 from paraplan.cli.main import main
@@ -20,6 +21,9 @@ from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.predictor import iter_predictions, predict_rows
 from paraplan.predict.runtable import iter_run_table, read_run_table
+from paraplan.sim import engine, schedules
+from paraplan.sim.engine import PipelineCosts, execute
+from paraplan.sim.op_cache import CACHE_OPS, OpsBoundedCache
 from paraplan.sim.schedules import SCHEDULES as ALL_SCHEDULES
 from paraplan.sim.schedules import get_schedule
 
@@ -154,3 +158,26 @@ def test_candidates_beyond_the_simulated_operations_are_not_retimed(monkeypatch)
         s = plan.settings
         assert 3 * s.pipeline_model_parallel_size * s.num_microbatches * s.virtual_pipeline_model_parallel_size \
             <= bound
+
+
+def test_op_caches_hold_a_bounded_number_of_operations():
+    cache: OpsBoundedCache[str] = OpsBoundedCache(budget_ops=100)
+    for key, ops in (("a", 10), ("b", 12), ("a", 10), ("big", 13), ("c", 12)):
+        cache.get(key, lambda key=key, ops=ops: (key, ops))
+    # 'big' (13 > 100 // 8) is never held; nothing is evicted under the budget
+    assert len(cache) == 3 and cache.held_ops == 34
+    for i in range(20):
+        cache.get(i, lambda: ("x", 12))
+    assert cache.held_ops <= 100 and len(cache) == 8  # the least recently used went first
+    assert cache.get("c", lambda: ("remade", 1)) == "remade"
+
+
+def test_simulating_many_long_pipelines_keeps_no_orders():
+    """Each distinct long pipeline was kept by two 1,024-entry caches: a planner or a
+    long run table re-timing hundreds of them held gigabytes."""
+    before = schedules._ORDERS.held_ops
+    for m in range(4200, 4203):
+        orders = schedules.cached_orders("1f1b", 64, m)
+        execute(orders, PipelineCosts(np.ones(64), np.ones(64), np.zeros(64), np.zeros(63), np.zeros(63)), m)
+    assert schedules._ORDERS.held_ops == before  # 537,600 operations each: over an eighth of the budget
+    assert engine._PREPARED.held_ops <= CACHE_OPS
