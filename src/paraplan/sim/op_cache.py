@@ -13,8 +13,8 @@ from typing import Generic, TypeVar
 
 V = TypeVar("V")
 
-CACHE_OPS = 2**22
-"""Operations one cache holds at most (about 4 million: under 200 MB as op orders or
+CACHE_OPS = 2**20
+"""Operations one cache holds at most (about a million: under 100 MB as op orders or
 as the engine's lists); a value larger than an eighth of this is not cached."""
 
 
