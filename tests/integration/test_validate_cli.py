@@ -67,7 +67,7 @@ def test_a_busy_machine_and_an_inconsistent_profile_are_warned_in_the_output(tmp
     captured = capsys.readouterr()
     assert "paraplan validate: warning: the machine was busy (load average 9.00 before, 9.00 after" in captured.err
     assert ("paraplan validate: warning: profile tiny: the layers sum to -40% of the whole step (10 ms), beyond "
-            "+-15% (layers under 1 ms each carry per-layer timing overhead)") in captured.err
+            "+-15% (its shortest layer takes 0.6 ms, where per-layer timing overhead counts") in captured.err
     assert "load average 9.00 before" in captured.out  # beside the table's median and max
     assert pd.read_csv(out)[LOAD_COLUMN].iloc[0] > 1
 

@@ -24,7 +24,8 @@ def profile_inconsistency(meta: Mapping[str, object]) -> str | None:
         return None
     whole = meta.get("whole_step_s")
     shortest = meta.get("min_layer_step_s")
-    why = ("layers under 1 ms each carry per-layer timing overhead"
+    why = (f"its shortest layer takes {float(shortest) * 1e3:.2g} ms, where per-layer timing overhead counts; "
+           "or the machine's load changed while profiling"
            if isinstance(shortest, int | float) and shortest < SHORT_LAYER_S
            else "the machine's load probably changed while profiling")
     step = f" ({float(whole) * 1e3:.3g} ms)" if isinstance(whole, int | float) else ""
