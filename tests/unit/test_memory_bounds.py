@@ -12,7 +12,7 @@ import pytest
 
 from paraplan.cli.main import main
 from paraplan.clusters import load_cluster
-from paraplan.core import InputFileError
+from paraplan.core import InputFileError, StrategyError
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import iter_text_lines, read_text
 from paraplan.plan import llm_search
@@ -181,3 +181,14 @@ def test_simulating_many_long_pipelines_keeps_no_orders():
         execute(orders, PipelineCosts(np.ones(64), np.ones(64), np.zeros(64), np.zeros(63), np.zeros(63)), m)
     assert schedules._ORDERS.held_ops == before  # 537,600 operations each: over an eighth of the budget
     assert engine._PREPARED.held_ops <= CACHE_OPS
+
+
+def test_a_plan_with_every_candidate_beyond_the_bound_is_an_error(monkeypatch):
+    model = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=32000)
+    monkeypatch.setattr(llm_search, "MAX_SIMULATED_OPS", 2)
+    with pytest.raises(StrategyError) as caught:
+        search(PlanRequest(model, A100, 8, 64), CAL.comm_model(A100), CAL.efficiency)
+    assert str(caught.value) == (
+        "small on 8 GPUs at global batch 64: every candidate has more than 2 pipeline operations (3 x stages x "
+        "micro-batches x model chunks), more than paraplan simulates exactly; a smaller global batch would do")
