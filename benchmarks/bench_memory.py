@@ -6,13 +6,13 @@ docs/limits.md can be checked on any machine:
 - predict: flat in the rows (the table is streamed; 2,048 candidate settings are
   priced at a time), plus 40 bytes per row with a measured_iteration_s;
 - plan: flat in the layers and GPUs, except the exact engine's one re-timed candidate
-  at a time, at most `MAX_SIMULATED_OPS` pipeline operations;
+  at a time, at most `MAX_SIMULATED_OPS` pipeline operations (60-110 bytes each);
 - one run-table row at the largest pipeline the engine takes (128 stages x 16,384
   micro-batches: 6.3 million operations), the most one candidate costs.
 
     python benchmarks/bench_memory.py                 # a few minutes on 2 cores
     python benchmarks/bench_memory.py --rows 1000,10000 --layers 1024,4096,16384
-    python benchmarks/bench_memory.py --huge          # + 65,536 layers on 16,384 GPUs (long)
+    python benchmarks/bench_memory.py --huge          # + 65,536 layers on 16,384 GPUs (8+ min)
 """
 
 from __future__ import annotations
