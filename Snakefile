@@ -4,7 +4,7 @@
 # (cluster jobs re-parse this file).
 from snakemake.utils import min_version, validate
 
-from paraplan.workflow_env import check_config, upgrade_config
+from paraplan.workflow_env import check_config, check_config_keys, upgrade_config
 
 min_version("9.0")
 
@@ -15,6 +15,9 @@ configfile: "config/config.yaml"
 # paraplan 0.1's key names still work (with a warning) until 0.2; a nested
 # --config bench='{iters: 50}' arrives as text and is read as numbers here
 upgrade_config(config)
+# unknown keys ("did you mean ...?"), unusable names and keys given twice: one line
+# each, before Snakemake's schema check would print the whole schema around them
+check_config_keys(config, workflow.configfiles)
 validate(config, "workflow/schemas/config.schema.yaml")
 # what the schema cannot see (missing files, min_bytes > max_bytes, more ranks than
 # this machine runs): one line naming the key, before any job starts
@@ -24,6 +27,7 @@ check_config(config, local=workflow.local_exec and not workflow.remote_exec)
 include: "workflow/rules/common.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/fit.smk"
+include: "workflow/rules/kernels.smk"
 include: "workflow/rules/profile.smk"
 include: "workflow/rules/simulate.smk"
 include: "workflow/rules/plan.smk"

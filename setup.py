@@ -1,7 +1,7 @@
 """Build hook: the wheel carries the default cluster, study and calibration files.
 
-config/clusters/*.yaml, config/studies/<stage>/*.yaml and config/calibrations/*.json stay the one copy in the
-repository (Snakemake rules and users edit them there); building the package copies
+config/clusters/*.yaml, config/studies/<stage>/*.yaml, config/calibrations/*.json and config/kernels/*.json
+stay the one copy in the repository (Snakemake rules and users edit them there); building the package copies
 them into paraplan/_config/, where paraplan.config_files finds them when paraplan
 runs outside a checkout. Everything else is declared in pyproject.toml.
 """
@@ -15,7 +15,8 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 _HERE = Path(__file__).resolve().parent
-_KINDS = {"clusters": "*.yaml", "studies/simulate": "*.yaml", "studies/plan": "*.yaml", "calibrations": "*.json"}
+_KINDS = {"clusters": "*.yaml", "studies/simulate": "*.yaml", "studies/plan": "*.yaml", "calibrations": "*.json",
+          "kernels": "*.json"}
 
 
 class BuildPyWithConfig(build_py):

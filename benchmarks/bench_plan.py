@@ -42,7 +42,7 @@ from paraplan.plan.verify import simulate_data_parallel, simulate_plan
 from paraplan.profile.pipedream import read_pipedream
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_PROFILE = REPO.parent / "shared/data/pipedream-profiles/resnet50-pbs-32.txt"
+DEFAULT_PROFILE = REPO / "data/pipedream-profiles/resnet50-pbs-32.txt"
 STUDY_SIZES = "32:4096:64"
 
 

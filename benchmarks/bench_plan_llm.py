@@ -2,7 +2,7 @@
 
 1. speed of the complete search: GPT-3 175B on 1,024 A100s (global batch 1,536,
    sequence 2,048; target < 5 s) and Llama 3 405B on 16,384 H100s (target < 30 s);
-2. ranking quality on the shared single-node measurements: for every question
+2. ranking quality on vTrain's single-node A100 measurements (data/published/): for every question
    (model shape, GPU count, global batch) the measured configurations are ranked by
    their prediction; the planner's pick is within 5% of the measured-fastest, and the
    measured-fastest is in its top 3, for how many questions and shapes (target >= 90%).

@@ -1,4 +1,4 @@
-"""LLM prediction: accuracy on the shared single-node measurements and speed
+"""LLM prediction: accuracy on vTrain's single-node A100 measurements (data/published/) and speed
 (issue targets, 2-core machine):
 
 1. accuracy: MAPE of predicted_iteration_s on the 1,440 measured runs, in-sample with
@@ -35,7 +35,7 @@ from paraplan.predict.predictor import predict_rows, predict_settings
 from paraplan.predict.ranking import ranking_summary
 from paraplan.predict.runtable import question_label, read_run_table
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared/data/published/vtrain_a100_single_node_measured.csv"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data/published/vtrain_a100_single_node_measured.csv"
 
 
 def _run_table(data: Path) -> Path:

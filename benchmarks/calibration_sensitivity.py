@@ -1,9 +1,9 @@
-"""How much of a large-scale prediction the shared single-node data actually pins down.
+"""How much of a large-scale prediction the single-node vTrain data (data/published/) actually pins down.
 
 The 1,440 measured runs use hidden sizes 1024 and 2048 on 8 A100s, so every GEMM in
 them is small or mid-sized. This script fixes the large-GEMM ceiling
 (`gemm_efficiency`) at several values, refits every other device parameter on the
-shared data, and prints for each: the in-sample MAPE, the efficiency a large GEMM
+vTrain data, and prints for each: the in-sample MAPE, the efficiency a large GEMM
 (8192^3) and a typical vTrain GEMM (4096 x 6144 x 2048) then reach, and the predicted
 iteration time of every run in a run table (default: config/runs/llm_a100.csv, runs
 at 64-1,024 GPUs). Fits whose MAPE differ by a few tenths of a percent are equally
@@ -31,7 +31,7 @@ from paraplan.predict.predictor import predict_rows
 from paraplan.predict.runtable import read_run_table
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared/data/published/vtrain_a100_single_node_measured.csv"
+DEFAULT_DATA = ROOT / "data/published/vtrain_a100_single_node_measured.csv"
 
 
 def main() -> None:

@@ -396,7 +396,8 @@ def _model_seeds() -> tuple[str, ...]:
 
 def targets(data: Path = DATA, config: Path = CONFIG) -> dict[str, Target]:
     """The targets, seeded from `data` (the repository's data/)."""
-    logs = sorted((data / "nccl-tests").glob("*.txt"))
+    # logs that name their collective (a '*_perf' line): the fuzzed ingest passes no --collective
+    logs = [p for p in sorted((data / "nccl-tests").glob("*.txt")) if "_perf" in _read(p)]
     param = data / "param" / "param_gloo_cpu_2ranks_blocking.txt"
     graphs = sorted((data / "pipedream-profiles").glob("*.txt"))
     profiles = [profile_to_csv_text(read_pipedream(g)) for g in graphs[:4]]

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 from paraplan import config_files
-from paraplan.core import Cluster, ConfigError, Device, Link
+from paraplan.core import Cluster, ConfigError, Device, Link, Network, RailFit
 from paraplan.core import limits as lim
+from paraplan.core.names import name_problem
 from paraplan.typed import AtLeast, AtMost, Source, load, read_yaml
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
@@ -42,6 +43,40 @@ class LinksFile:
     """Between devices of one node (NVLink / NVSwitch, shared memory)."""
     inter: LinkFile
     """Between nodes (InfiniBand, Ethernet)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RailFitFile:
+    """A fitted per-NIC curve (`paraplan fit --cluster` prints these lines)."""
+
+    nodes: Annotated[int, AtLeast(2), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
+    """Nodes the fitted logs spanned; a group uses the fit of the nearest node count."""
+    latency_us: Microseconds
+    """Latency of one inter-node step in microseconds (alpha)."""
+    bandwidth_GBps: GBps
+    """Effective bandwidth of one NIC in GB/s (1e9 bytes per second) for large messages (1/beta)."""
+
+    def to_rail_fit(self) -> RailFit:
+        return RailFit(self.nodes, self.latency_us * _MICRO, self.bandwidth_GBps * _GIGA)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkFile:
+    """A node's network, for topology-aware collectives (`paraplan.comm.topology`)."""
+
+    nics_per_node: Devices
+    """Inter-node NICs per node (8 on a DGX A100/H100: one per GPU, rail-optimised)."""
+    nic_Gbps: Annotated[float, _SMALLEST, AtMost(lim.MAX_BANDWIDTH_GBPS * 8, lim.BANDWIDTH_WHY)]
+    """Line rate of one NIC in Gb/s (1e9 bits per second), e.g. 400 for NDR InfiniBand."""
+    nvlink_domain_size: Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)] | None = None
+    """Devices that share one NVLink domain (default: devices_per_node; 72 for a GB200 NVL72 rack)."""
+    rail_fits: tuple[RailFitFile, ...] = ()
+    """Fitted per-NIC curves by node count (none: line rate x the efficiency fitted on published logs)."""
+
+    def to_network(self, devices_per_node: int) -> Network:
+        domain = self.nvlink_domain_size if self.nvlink_domain_size is not None else devices_per_node
+        fits = tuple(sorted((f.to_rail_fit() for f in self.rail_fits), key=lambda f: f.nodes))
+        return Network(self.nics_per_node, self.nic_Gbps * _GIGA / 8, domain, fits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,15 +126,30 @@ class ClusterFile:
     """The device every node holds."""
     links: LinksFile
     """Link bandwidth and latency inside a node and across nodes."""
+    network: NetworkFile | None = None
+    """NICs per node, their line rate and the NVLink domain (optional). With it, collectives across nodes
+    are priced by NCCL's algorithms over the NICs (`paraplan.comm.topology`); without it, by a flat ring at
+    `links.inter`."""
 
     def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # results/<stage>/<name>/
+            raise ValueError(f"key 'name': {problem}")
         if self.nodes * self.devices_per_node > lim.MAX_DEVICES:
             raise ValueError(f"nodes x devices_per_node = {self.nodes} x {self.devices_per_node} is above "
                              f"{lim.MAX_DEVICES:,} devices: {lim.DEVICES_WHY}")
+        domain = self.network.nvlink_domain_size if self.network is not None else None
+        if domain is not None and domain % self.devices_per_node:
+            raise ValueError(f"network.nvlink_domain_size {domain} is not a multiple of devices_per_node "
+                             f"{self.devices_per_node} (an NVLink domain holds whole nodes)")
+        fits = [f.nodes for f in self.network.rail_fits] if self.network is not None else []
+        if len(set(fits)) != len(fits):
+            raise ValueError(f"network.rail_fits: two fits for the same node count ({sorted(fits)})")
 
     def to_cluster(self) -> Cluster:
+        network = self.network.to_network(self.devices_per_node) if self.network is not None else None
         return Cluster(self.name, self.nodes, self.devices_per_node, self.device.to_device(),
-                       self.links.intra.to_link(), self.links.inter.to_link())
+                       self.links.intra.to_link(), self.links.inter.to_link(), network)
 
 
 def cluster_from_dict(data: object, source: str = "<cluster>") -> Cluster:

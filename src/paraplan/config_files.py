@@ -1,6 +1,6 @@
 """Where named data files live: `config/clusters/<name>.yaml`,
 `config/studies/<stage>/<name>.yaml` (stage `simulate` or `plan`) and
-`config/calibrations/<name>.json`.
+`config/calibrations/<name>.json` and `config/kernels/<device>.json`.
 
 A name is looked up, in order, in the working directory's `config/<kind>/`, in the
 checkout paraplan was installed from (`pip install -e .`), and in the copies the
@@ -20,13 +20,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+from paraplan.core.errors import ConfigError
+from paraplan.core.names import name_problem
 from paraplan.typed import warn_renamed
 
-Kind = Literal["clusters", "studies/simulate", "studies/plan", "calibrations"]
+Kind = Literal["clusters", "studies/simulate", "studies/plan", "calibrations", "kernels"]
 StudyStage = Literal["simulate", "plan"]
 SUFFIXES: dict[str, tuple[str, ...]] = {
     "clusters": (".yaml", ".yml"), "studies/simulate": (".yaml", ".yml"), "studies/plan": (".yaml", ".yml"),
-    "calibrations": (".json",),
+    "calibrations": (".json",), "kernels": (".json",),
 }
 OLD_STUDY_DIR = Path("config/experiments")
 
@@ -59,11 +61,19 @@ def is_path(name_or_path: str | Path, kind: Kind = "clusters") -> bool:
     return Path(name_or_path).suffix in SUFFIXES[kind]
 
 
+_KEYS: dict[str, str] = {"clusters": "cluster", "studies/simulate": "study", "studies/plan": "study",
+                         "calibrations": "calibration"}
+
+
 def find(kind: Kind, name_or_path: str | Path, first: Path | None = None) -> Path:
     """The file for a name (or the path itself); a name found nowhere gives the path
-    it would have in the first folder, so the caller's error names it."""
+    it would have in the first folder, so the caller's error names it. A name that
+    could not be a file name (`paraplan.core.names`) is a `ConfigError`."""
     if is_path(name_or_path, kind):
         return Path(name_or_path)
+    problem = name_problem(str(name_or_path))
+    if problem:
+        raise ConfigError(_KEYS[kind], f"{problem}; or a path ending in {' or '.join(SUFFIXES[kind])}")
     suffix = SUFFIXES[kind][0]
     dirs = search_dirs(kind, first)
     for directory in dirs:

@@ -52,14 +52,17 @@ def check_outputs(
     that is an existing folder, a folder path that is an existing file, or a place
     where no file can be created (no permission, read-only). None entries are skipped
     (options not given). Creates nothing that stays."""
-    for path in (Path(p) for p in files if p is not None):
-        if path.is_dir():
-            raise OutputError(path, "is an existing folder; expected a file path")
-        _probe(_nearest_existing(path.parent), path)
-    for path in (Path(p) for p in folders if p is not None):
-        if path.exists() and not path.is_dir():
-            raise OutputError(path, "is an existing file; expected a folder")
-        _probe(_nearest_existing(path), path)
+    try:
+        for path in (Path(p) for p in files if p is not None):
+            if path.is_dir():
+                raise OutputError(path, "is an existing folder; expected a file path")
+            _probe(_nearest_existing(path.parent), path)
+        for path in (Path(p) for p in folders if p is not None):
+            if path.exists() and not path.is_dir():
+                raise OutputError(path, "is an existing file; expected a folder")
+            _probe(_nearest_existing(path), path)
+    except OSError as exc:  # e.g. a name longer than the file system's 255 bytes
+        raise OutputError(exc.filename or path, _reason(exc)) from None
 
 
 def _umask() -> int:

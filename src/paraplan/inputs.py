@@ -204,6 +204,51 @@ def _lines(handle: IO[bytes], path: Path, expected: str) -> Iterator[str]:
             yield from _LONE_CR.split(text)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; a key given twice (json's default keeps the last
+    one silently) raises, and `_duplicate_json_key` then finds its lines."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        raise _DuplicateKey
+    return out
+
+
+def _duplicate_json_key(text: str) -> tuple[str, int, int] | None:
+    """The first key of valid JSON `text` given twice in one object, with the lines of
+    both (1-based); None when every object's keys differ. A scan of strings and
+    brackets: json reports no positions to its hooks."""
+    stack: list[dict[str, int] | None] = []  # a dict of key -> line per open object, None per array
+    i, line, n = 0, 1, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif char in "{[":
+            stack.append({} if char == "{" else None)
+        elif char in "}]" and stack:
+            stack.pop()
+        elif char == '"':
+            end = i + 1
+            while end < n and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            after = end + 1
+            while after < n and text[after] in " \t\r\n":
+                after += 1
+            keys = stack[-1] if stack else None
+            if keys is not None and after < n and text[after] == ":":
+                key = json.loads(text[i:end + 1])
+                if key in keys:
+                    return key, keys[key], line
+                keys[key] = line
+            i = end
+        i += 1
+    return None
+
+
 def read_json_object(path: str | Path, expected: str) -> dict:
     """A JSON object from a UTF-8 file; NaN and Infinity (not JSON) are refused."""
     text = read_text(path, expected)
@@ -212,7 +257,11 @@ def read_json_object(path: str | Path, expected: str) -> dict:
         raise ValueError(f"{name} is not a JSON value")
 
     try:
-        value = json.loads(text, parse_constant=refuse)
+        value = json.loads(text, parse_constant=refuse, object_pairs_hook=_unique_keys)
+    except _DuplicateKey:
+        key, first, second = _duplicate_json_key(text) or ("?", 0, 0)
+        raise InputFileError(path, f"key {shown(key)} appears twice (lines {first} and {second}); expected each key "
+                             "once in an object", line=second) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from None
     except ValueError as exc:

@@ -165,7 +165,7 @@ def standard_tags(source_name: str, commit: str) -> dict[str, str]:
 
 
 def job_tags(rule: str, wildcards: str = "", command: str = "") -> dict[str, str]:
-    """The tags of DESIGN.md plus MLflow's standard ones, computed when the job runs
+    """The tags of docs/design.md plus MLflow's standard ones, computed when the job runs
     (never Snakemake params)."""
     commit = _git_commit()
     return {

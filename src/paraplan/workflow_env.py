@@ -10,7 +10,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from paraplan.track import (
@@ -38,6 +38,70 @@ def upgrade_config(config: dict, schema_path: str = "workflow/schemas/config.sch
     schema = yaml.safe_load(path.read_text())
     upgrade_config_keys(config, schema, path.parent)
     coerce_config_text(config, schema, path.parent)
+
+
+DEFAULT_CONFIGFILE = "config/config.yaml"
+
+
+def missing_configfiles(argv: Sequence[str]) -> list[str]:
+    """The files a snakemake command line names with --configfile/--configfiles (each
+    takes every word up to the next option, as Snakemake's parser does) that are not
+    files here."""
+    given: list[str] = []
+    taking = False
+    for word in argv[1:]:
+        if taking and not word.startswith("-"):
+            given.append(word)
+            continue
+        taking = word in ("--configfile", "--configfiles")
+        if word.startswith(("--configfile=", "--configfiles=")):
+            given.append(word.split("=", 1)[1])
+    return [path for path in given if not os.path.isfile(path)]
+
+
+def stop_on_missing_configfiles(argv: Sequence[str] | None = None) -> None:
+    """Exit with one line per --configfile that is not a file. Snakemake reads config
+    files before the Snakefile (and prints a 27-line traceback for a missing one), so
+    the workflow's profiles call this when Snakemake loads them (YTE `__definitions__`)."""
+    missing = missing_configfiles(sys.argv if argv is None else argv)
+    for path in missing:
+        where = "is a folder" if os.path.isdir(path) else "does not exist"
+        print(f"paraplan: error: --configfile {path}: {where} (paths are relative to {os.getcwd()}); expected a "
+              "YAML file of config keys (config/config.yaml shows them all)", file=sys.stderr)
+    if missing:
+        raise SystemExit(1)
+
+
+def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.PathLike] = (),
+                      schema_path: str = "workflow/schemas/config.schema.yaml") -> None:
+    """Before Snakemake's schema check: stop with one line per unknown key (and the
+    nearest known one) or unusable name (`paraplan.typed.config_check`), and per key
+    given twice in one of `configfiles` (the files Snakemake merged, in order)."""
+    from pathlib import Path
+
+    import yaml
+
+    from paraplan.core import ParaplanError
+    from paraplan.typed.config_check import config_key_problems
+    from paraplan.typed.files import read_yaml
+
+    # the file that wins first: the last --configfile, ..., the first, the Snakefile's
+    # own `configfile:` (Snakemake lists it after the command line's)
+    default = Path(DEFAULT_CONFIGFILE).resolve()
+    ordered = sorted(reversed(list(configfiles)), key=lambda f: Path(f).resolve() == default)
+    files: list[tuple[str, object]] = []
+    problems: list[str] = []
+    for configfile in ordered:
+        try:
+            files.append((Path(configfile).name, read_yaml(configfile, "the workflow config (YAML)")))
+        except ParaplanError as exc:
+            problems.append(str(exc))
+    path = Path(schema_path)
+    problems += config_key_problems(config, yaml.safe_load(path.read_text()), path.parent, files)
+    for problem in problems:
+        print(f"paraplan: error: {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
 
 
 def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[str, str]]:
@@ -86,6 +150,8 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
                              "(--executor slurm) whose nodes have the cores"))
     for i, entry in enumerate(config.get("fit", {}).get("logs", [])):
         file(f"fit.logs[{i}].path", entry["path"], f"the {entry['format']} log named '{entry['name']}'")
+        if entry.get("cluster"):
+            cluster(f"fit.logs[{i}].cluster", entry["cluster"])
     for study in config.get("simulate", {}).get("studies", []):
         path = find_study("simulate", study)
         if not path.is_file():

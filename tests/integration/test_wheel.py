@@ -14,10 +14,13 @@ def test_wheel_runs_outside_the_checkout(repo_root, tmp_path):
     """Build the wheel, install it in a fresh venv that borrows this environment's
     packages (nothing is downloaded), and simulate a packaged study by name from
     an empty folder with the installed `paraplan` command."""
+    # without this checkout on PYTHONPATH: pip would take it for an installed paraplan and skip the wheel
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
+    env["PYTHONNOUSERSITE"] = "1"
     wheels = tmp_path / "wheels"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-         str(repo_root)], capture_output=True, text=True, timeout=300)
+         str(repo_root)], capture_output=True, text=True, timeout=300, env=env)
     assert build.returncode == 0, build.stderr[-3000:]
     wheel = next(wheels.glob("paraplan-*.whl"))
     env_dir = tmp_path / "venv"
@@ -25,7 +28,7 @@ def test_wheel_runs_outside_the_checkout(repo_root, tmp_path):
     python = env_dir / "bin" / "python"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
-         str(wheel)], capture_output=True, text=True, timeout=300)
+         str(wheel)], capture_output=True, text=True, timeout=300, env=env)
     assert install.returncode == 0, install.stderr[-3000:]
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
@@ -34,8 +37,6 @@ def test_wheel_runs_outside_the_checkout(repo_root, tmp_path):
     (site / "borrowed.pth").write_text(sysconfig.get_path("purelib") + "\n")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
-    env["PYTHONNOUSERSITE"] = "1"
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(list(args), cwd=outside, env=env, capture_output=True, text=True, timeout=300)

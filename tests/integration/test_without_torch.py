@@ -41,6 +41,8 @@ def test_computing_stages_run_without_torch(no_torch, data_dir):
          "-o", "gpt.csv"),
         ("plan", "--profile", "gpt.csv", "--cluster", "dgx-a100", "--global-batch-sizes", "8,16", "--jobs", "1",
          "-o", "plan.csv"),
+        ("fit", "--kind", "kernels", str(data_dir / "published/gemm/mamf_best_shapes_bf16.csv"),
+         str(data_dir / "published/attention/flash2_fwd_bwd.csv"), "--cluster", "dgx-a100", "-o", "a100.json"),
     ]
     for step in steps:
         out = run(*step)
@@ -48,6 +50,7 @@ def test_computing_stages_run_without_torch(no_torch, data_dir):
     assert len((work / "sim/results.csv").read_text().splitlines()) == 1 + 18
     assert (work / "plan.csv").read_text().startswith("gbs,")
     assert '"fits"' in (work / "cm.json").read_text()
+    assert '"attention_fwd_efficiency"' in (work / "a100.json").read_text()
 
 
 def test_measuring_stages_name_the_extra(no_torch):

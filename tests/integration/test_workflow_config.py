@@ -1,4 +1,4 @@
-"""The README's `--config` overrides work as written (Snakemake 9 hands nested values
+"""The `--config` overrides of docs/configuration.md work as written (Snakemake 9 hands nested values
 over as text), and a config that cannot run here stops Snakemake with one line naming
 the key before any job starts (issue 15)."""
 
@@ -34,8 +34,8 @@ def _dry_run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_readme_config_override_works_as_written(workdir):
     out = _dry_run(workdir, "--config", "bench={iters: 50, world_sizes: [2]}")
     assert out.returncode == 0, out.stderr[-3000:]
-    bench = [line for line in out.stdout.splitlines() if line.startswith("Shell command: paraplan bench")]
-    assert len(bench) == 6  # six collectives at the one world size
+    bench = [line for line in out.stdout.splitlines() if line.startswith("Shell command: paraplan bench --backend")]
+    assert len(bench) == 6  # six collectives at the one world size (the GEMM bench is --kind gemm)
     assert all("--world-size 2 " in line and "--iters 50 " in line for line in bench)
 
 
@@ -68,3 +68,38 @@ def test_a_missing_fit_log_stops_before_any_job(workdir):
     assert out.returncode == 1
     assert ("paraplan: error: config key 'fit.logs[0].path': ../nowhere/a100.txt does not exist; expected the "
             "nccl-tests log named 'a100'") in out.stderr
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("clustr: local-cpu\n", "unknown key 'clustr' in mine.yaml; did you mean 'cluster'?"),
+    ("bench:\n  itres: 3\n", "unknown key 'bench.itres' in mine.yaml; did you mean 'bench.iters'?"),
+    ("predict:\n  tables:\n    '..': {runs: config/runs/llm_a100.csv, cluster: dgx-a100, calibration: a100-vtrain}\n",
+     "config key 'predict.tables': '..' is not a usable name; expected letters, digits"),
+    ("bench:\n  iters: 3\n  iters: 4\n",
+     "mine.yaml:3: key 'iters' appears twice (lines 2 and 3); expected each key once"),
+])
+def test_a_config_mistake_costs_one_line(workdir, text, line):
+    """Issue 21: before, a misspelled key printed 140 (nested) to 1,297 lines (top level)
+    of Snakemake's schema dump, and a `..` table name made Snakemake delete results/figures/."""
+    (workdir / "mine.yaml").write_text(text)
+    figure = workdir / "results" / "figures" / "kept.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    figure.write_bytes(b"png")
+    out = _dry_run(workdir, "--configfile", "mine.yaml")
+    assert out.returncode == 1
+    errors = [text for text in out.stderr.splitlines() if "error" in text.lower()]
+    assert len(errors) == 1 and errors[0].startswith("paraplan: error: ") and line in errors[0], out.stderr
+    assert len(out.stderr.splitlines()) <= 4, out.stderr  # the profile and config notes, then the line
+    assert figure.read_bytes() == b"png"
+
+
+@pytest.mark.parametrize("profile", [[], ["--workflow-profile", "workflow/profiles/slurm"]])
+def test_a_missing_configfile_costs_one_line(workdir, profile):
+    """Issue 21: Snakemake reads --configfile before the Snakefile and printed a 27-line
+    traceback for a missing one; the profiles check it first."""
+    out = _dry_run(workdir, *profile, "--configfile", "nothere.yaml")
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        f"paraplan: error: --configfile nothere.yaml: does not exist (paths are relative to {workdir}); expected a "
+        "YAML file of config keys (config/config.yaml shows them all)"), out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 2

@@ -1,5 +1,5 @@
 """FittedCommModel (the CommModel the simulator and planner use) and the
-comm_model.json contract of DESIGN.md."""
+comm_model.json contract of docs/design.md."""
 
 from __future__ import annotations
 

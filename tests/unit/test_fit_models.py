@@ -49,7 +49,7 @@ def test_table_is_exact_on_a_power_law_and_interpolates_monotonically():
 
 
 def test_sigmoid_converges_where_the_naive_fit_fails(data_dir):
-    """08 (rccl alltoall on MI355X): the seed's unbounded dogbox fit exceeds its
+    """08 (rccl alltoall on MI355X): Lin et al.'s unbounded dogbox fit exceeds its
     evaluation budget on the middle region; the bounded multi-start fit converges."""
     from scipy.optimize import curve_fit
 

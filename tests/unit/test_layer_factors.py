@@ -101,13 +101,14 @@ def test_shapes_with_fewer_runs_than_the_minimum_get_no_factor():
 
 
 def test_an_unmeasured_shape_is_predicted_as_without_factors():
-    """The shipped calibration's factors are for the shared runs' shapes (h <= 2048):
-    GPT-3 175B is priced by the device parameters alone."""
+    """Factors measured on small shapes (h <= 2048) never reach another shape: GPT-3 175B
+    is priced by the device parameters alone."""
     cal = load_calibration()
-    assert len(cal.efficiency.layer_time_factors) > 0
+    key = layer_shape_key(_model(), _settings(t=8, b=1), CLUSTER.device.name)
+    measured = replace(cal.efficiency, layer_time_factors=LayerTimeFactors((key,), (1.2,), (12,)))
     model = PRESETS["gpt3-175b"]
     st = run_structure(model, _settings(t=8, p=16, b=1, gbs=1536), CLUSTER, cal.comm_model(CLUSTER))
-    with_table = predict_iteration_s([st], cal.efficiency)
+    with_table = predict_iteration_s([st], measured)
     without = predict_iteration_s([st], replace(cal.efficiency, layer_time_factors=LayerTimeFactors()))
     assert with_table[0] == without[0]
 

@@ -92,3 +92,22 @@ def test_conda_environment_installs_the_test_extra_with_hypothesis(repo_root):
     (pip_section,) = [dep["pip"] for dep in env["dependencies"] if isinstance(dep, dict)]
     extras = [Requirement(f"paraplan{line.split('.', 1)[1]}").extras for line in pip_section if "-e ." in line]
     assert extras and "test" in extras[0], pip_section
+
+
+def test_sdist_manifest_carries_what_setup_py_copies_into_the_wheel(repo_root):
+    """setup.py refuses to build a wheel without config/clusters, config/studies/<stage>
+    and config/calibrations, so a wheel built from the source distribution needs them."""
+    import ast
+    from fnmatch import fnmatch
+
+    setup_tree = ast.parse((repo_root / "setup.py").read_text())
+    kinds = next(ast.literal_eval(node.value) for node in ast.walk(setup_tree)
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_KINDS")
+    patterns = [line.split()[1] for line in (repo_root / "MANIFEST.in").read_text().splitlines()
+                if line.startswith("include ")]
+    for kind, pattern in kinds.items():
+        files = sorted((repo_root / "config" / kind).glob(pattern))
+        assert files, kind
+        for path in files:
+            name = path.relative_to(repo_root).as_posix()
+            assert any(fnmatch(name, p) for p in patterns), f"MANIFEST.in leaves out {name}"

@@ -120,3 +120,48 @@ def test_data_parallel_no_overlap_closed_form():
     assert est.no_overlap_s == pytest.approx(compute + 2 * 15 / 16 * 1e9 / 3e9)
     assert est.p3_s <= est.overlap_s <= est.no_overlap_s
     assert est.single_device_s == pytest.approx(4 * 3e-3 * 512 / 32)
+
+
+def test_plan_help_says_the_cluster_is_required_with_a_model(capsys):
+    from paraplan.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(a layer profile's default: dgx1-v100; required with --model)" in text
+    assert "(default: dgx1-v100)" not in text
+
+
+def test_a_plan_slower_than_one_device_says_why():
+    """Issue 21: a profile plan below the profile's batch reported a "best" plan at a
+    fraction of one device without a word."""
+    import math
+
+    from paraplan.plan.sweep import PlanRow, slower_than_one_device
+
+    def row(gbs, best):
+        return PlanRow(gbs=gbs, dp_no_overlap=best, dp_p3=best, dp_overlap=best, best_hybrid=best,
+                       stages="[0-24]x16", planning_time_s=0.0, dp_no_overlap_est=best, dp_p3_est=best,
+                       dp_overlap_est=best, best_hybrid_est=best)
+
+    assert slower_than_one_device(row(16, 0.38), 32) == (
+        "gbs 16: the best plan ([0-24]x16) runs at 0.38x one device, slower than one device: the global batch is "
+        "below the profile's batch size (32), so each device computes a few samples (their times scaled down "
+        "linearly from the profile) and exchanging gradients costs more than it saves; plan global batches >= 32, "
+        "or profile at a smaller batch")
+    assert slower_than_one_device(row(64, 0.5), 32).endswith(
+        "slower than one device: exchanging gradients and activations costs more than splitting the compute saves "
+        "at this batch")
+    assert slower_than_one_device(row(64, 1.5), 32) is None
+    assert slower_than_one_device(row(8, math.nan), 32) is None
+
+
+def test_the_plan_command_warns_below_the_profile_batch(data_dir, tmp_path, capsys):
+    from paraplan.cli.main import main
+
+    assert main(["plan", "--profile", str(data_dir / "pipedream-profiles/vgg-19-pbs-32.txt"), "--cluster",
+                 "dgx1-v100", "--shapes", "2x8", "--global-batch-sizes", "16,64", "-o", str(tmp_path / "p.csv"),
+                 "--no-track"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("paraplan plan: warning: gbs 16: the best plan (")
+    assert "below the profile's batch size (32)" in warnings[0]

@@ -117,6 +117,10 @@ def test_plan_command_writes_ranked_plans_in_predict_columns(tmp_path, capsys):
         tp, pp, dp = (int(r[k]) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                                           "data_parallel_size"))
         assert tp * pp * dp == 8 and r["fits_memory"] == "true" and r["model"] == "small"
+        # 8 x 12 h^2 + 13 h per layer, embedding V h + s h, final LayerNorm 2h (tied head)
+        assert r["num_parameters"] == r["active_parameters"] == str(
+            8 * (12 * 1024**2 + 13 * 1024) + 32000 * 1024 + 1024 * 1024 + 2 * 1024)
+        assert r["plausibility"] == ""  # a small model's MFU stays below its GEMMs' and the published
     baselines = [float(rows[0][k]) for k in ("dp_no_overlap_s", "dp_overlap_s", "dp_zero1_s", "dp_zero2_s",
                                              "dp_zero3_s") if rows[0][k]]
     assert baselines and times[0] <= min(baselines)

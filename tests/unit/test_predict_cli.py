@@ -86,6 +86,28 @@ def test_calibrate_writes_a_cross_validated_calibration(tmp_path):
     assert read(predicted)[0]["calibration"].startswith("cal@")
 
 
+def test_calibrate_without_ranking_questions_writes_the_calibration_and_says_why(tmp_path, capsys):
+    """Issue 21: every row a different model (no question asked of two runs) crashed after
+    the whole fit, NaN ranking metrics reaching the JSON writer."""
+    rows = [[f"h{h}", layers, h, 16, 1024, 50257, 1, 1, 1, 8, 2, "full", "fp16", 0.1 * layers / 4 * (h / 1024) ** 1.5]
+            for h, layers in ((1024, 4), (1024, 8), (2048, 4))]
+    runs = write_table(tmp_path / "runs.csv", rows, [*HEADER, "measured_iteration_s"])
+    out = tmp_path / "cal.json"
+    code = main(["calibrate", str(runs), "--cluster", "dgx-a100", "--fit", "gemm_efficiency", "--group-by",
+                 "num_layers", "-o", str(out), "--no-track"])
+    assert code == 0
+    ranking = json.loads(out.read_text())["errors"]["ranking"]
+    assert ranking["questions"] == 0 and ranking["measured_fastest_in_top_k"] is None
+    assert ranking["predicted_fastest_within_5pct"] is None
+    assert ("paraplan calibrate: warning: no ranking metrics: no question has >= 2 runs"
+            in capsys.readouterr().err)
+    # one run: no Spearman correlation either, written as null
+    one = write_table(tmp_path / "one.csv", rows[:1], [*HEADER, "measured_iteration_s"])
+    assert main(["calibrate", str(one), "--cluster", "dgx-a100", "--fit", "gemm_efficiency", "-o", str(out),
+                 "--no-track"]) == 0
+    assert json.loads(out.read_text())["errors"]["in_sample"]["spearman"] is None
+
+
 @pytest.mark.parametrize(("args", "message"), [
     ([], "give a run table or --profile"),
     (["--fit", "speed"], "unknown parameter 'speed'"),
@@ -97,3 +119,25 @@ def test_calibrate_usage_errors(tmp_path, capsys, args, message):
     code = main(["calibrate", *base, *args, "--cluster", "dgx-a100", "-o", str(tmp_path / "c.json"), "--no-track"])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_calibrate_holds_the_kernel_ceilings_of_the_device(tmp_path):
+    """--kernel-ceilings device: the GEMM and attention parameters stay at
+    config/kernels/A100-SXM4-80GB.json; only the rest is fitted."""
+    from paraplan.kernels.ceilings import held_parameters
+
+    rows = [[f"h{h}", 4, h, 16, 1024, 50257, t, p, 1, 8, b, "full", "fp16", seconds * h / 1024]
+            for h in (1024, 2048) for t, p, b, seconds in ((1, 1, 2, 0.1), (2, 1, 2, 0.08), (1, 2, 4, 0.09))]
+    runs = write_table(tmp_path / "runs.csv", rows, [*HEADER, "measured_iteration_s"])
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", str(runs), "--cluster", "dgx-a100", "--kernel-ceilings", "device",
+                 "--fit", "memory_efficiency", "--no-cross-validation", "-o", str(out), "--no-track"]) == 0
+    cal = json.loads(out.read_text())
+    held = held_parameters("A100-SXM4-80GB")
+    assert cal["fitted"] == ["memory_efficiency"]
+    assert cal["efficiency"]["gemm_efficiency"] == held["gemm_efficiency"]
+    assert cal["efficiency"]["attention_seq_half"] == held["attention_seq_half"]
+    assert cal["efficiency"]["gemm_k_half"] == 64.0  # not determined by one published shape: not held, not fitted
+    assert cal["assumptions"]["held_at_kernel_fit"] == held
+    assert main(["calibrate", str(runs), "--cluster", "dgx-a100", "--kernel-ceilings", "device",
+                 "--fit", "gemm_efficiency", "-o", str(tmp_path / "x.json"), "--no-track"]) == 2

@@ -3,6 +3,9 @@ agreement with the torch models' parameter and activation bytes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import torch
 
@@ -13,6 +16,10 @@ from paraplan.profile.models import build_model
 from paraplan.profile.specs import make_spec
 
 DISTIR = Device("distir", peak_flops=1e14, mem_bandwidth_Bps=1.2e12, memory_bytes=16e9)
+# DistIR v0.1's own values (data/README.md; docs/distir-cost-model.md)
+_ANCHORS = pd.read_csv(Path(__file__).resolve().parents[2] / "data" / "reference" / "distir" / "anchors.csv",
+                       dtype={"cost_model": str})
+ANCHORS_V01 = {r["quantity"]: float(r["value"]) for r in _ANCHORS.to_dict("records") if r["cost_model"] == "v0.1"}
 
 
 def test_linear_flops_are_the_closed_form():
@@ -32,16 +39,16 @@ def test_mlp_flops_and_bytes_are_the_closed_form():
 
 
 def test_distir_sequential_anchor_in_sum_mode():
-    # reference/distir/cost-model.md: batch 4096, dim 4096, 64 layers, v0.1 (2 bytes
-    # per element in the MatMul memory term): 274.707450 ms; MatMul 1.430314 ms,
-    # MatMulGrad 2.860627 ms, Relu 0.671 us
+    # DistIR's Figure 3 program: batch 4096, dim 4096, 64 layers, v0.1 (2 bytes per element
+    # in the MatMul memory term); sequential time, MatMul and MatMulGrad as DistIR gives them
     spec = make_spec("mlp", {"layers": 64, "input_dim": 4096, "hidden_dim": 4096, "output_dim": 4096,
                              "bias": False})
     profile = analytic_profile(spec, 4096, DISTIR, "sum", dtype="float16", include_loss=True)
-    assert (profile.fwd_s.sum() + profile.bwd_s.sum()) * 1e3 == pytest.approx(274.707450, abs=1e-6)
+    assert profile.fwd_s.sum() + profile.bwd_s.sum() == pytest.approx(ANCHORS_V01["sequential_s"], abs=1e-9)
     relu_s = 4 * 4096 * 4096 / 1e14
-    assert (profile.fwd_s[0] - relu_s) * 1e3 == pytest.approx(1.430314, abs=1e-6)
-    assert (profile.bwd_s[0] - relu_s) * 1e3 == pytest.approx(2.860627, abs=1e-6)
+    assert relu_s == pytest.approx(ANCHORS_V01["relu_s"], abs=1e-9)
+    assert profile.fwd_s[0] - relu_s == pytest.approx(ANCHORS_V01["matmul_s"], abs=1e-9)
+    assert profile.bwd_s[0] - relu_s == pytest.approx(ANCHORS_V01["matmul_grad_s"], abs=1e-9)
 
 
 def test_roofline_takes_the_larger_of_compute_and_memory():

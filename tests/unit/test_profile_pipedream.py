@@ -1,9 +1,12 @@
-"""PipeDream TorchGraph import/export: the reference totals of dapple-planner.md,
-Kahn order, cut activations, round trips and located errors."""
+"""PipeDream TorchGraph import/export: the reference totals of
+data/reference/dapple/profile_totals.csv (docs/dapple-planner.md), Kahn order, cut
+activations, round trips and located errors."""
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 
 import pytest
 
@@ -17,19 +20,22 @@ from paraplan.profile.pipedream import (
     write_pipedream,
 )
 
-# dapple-planner.md: layers, sum F (ms), sum B (ms), sum P (MB = 1e6 bytes), one decimal
-REFERENCE = {
-    "resnet50-pbs-32.txt": (176, 182.5, 260.9, 102.2),
-    "vgg-19-pbs-32.txt": (25, 48.0, 96.2, 548.0),
-    "gnmt-16-pbs-64.txt": (53, 90.3, 158.6, 1163.0),
-    "xlnet-36-pbs-1.txt": (42, 122.9, 177.8, 2003.0),
-    "bert-24-pbs-6.txt": (29, 193.8, 321.6, 1340.6),
-}
+# layers, sum F (ms), sum B (ms), sum P (MB = 1e6 bytes), one decimal, counted independently
+# of this importer (data/README.md)
+_TOTALS = Path(__file__).resolve().parents[2] / "data" / "reference" / "dapple" / "profile_totals.csv"
+with _TOTALS.open(newline="") as _handle:
+    REFERENCE = {r["profile"]: (int(r["layers"]), float(r["fwd_ms"]), float(r["bwd_ms"]), float(r["param_MB"]))
+                 for r in csv.DictReader(_handle)}
 
 
 def _node(k: int, name: str, f: float = 1.0, b: float = 2.0, a: str = "100", p: float = 8.0) -> str:
     return (f"node{k} -- {name} -- forward_compute_time={f}, backward_compute_time={b}, "
             f"activation_size={a}, parameter_size={p}")
+
+
+def test_reference_totals_name_five_of_the_profiles(data_dir):
+    assert len(REFERENCE) == 5
+    assert set(REFERENCE) <= {p.name for p in (data_dir / "pipedream-profiles").glob("*.txt")}
 
 
 @pytest.mark.parametrize("filename", sorted(REFERENCE))

@@ -105,3 +105,11 @@ def test_calibrate_section_reports_runs_ranking_and_layer_factors():
                       "ranking": {"measured_fastest_in_top_k": 1.0, "predicted_fastest_within_5pct": 0.944}}}
     text = "\n".join(calibrate_section({"a100": cal}))
     assert "| a100 | A100-SXM4-80GB | 1440 | 4.1% | 4.5% | 3.0% | 21.8% | 0.995 | 100.0% | 94.4% | 3 |" in text
+
+
+def test_kernels_section_reads_the_shipped_kernel_fit(repo_root, tmp_path):
+    """The H100 file: 109 GEMMs, gemm_efficiency 0.847, held-out 3.0%; attention 0.364 / 0.315."""
+    out = tmp_path / "summary.md"
+    assert main(["report", str(repo_root / "config/kernels/H100-SXM5-80GB.json"), "-o", str(out), "--no-track"]) == 0
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| H100-SXM5-80GB"))
+    assert row == "| H100-SXM5-80GB | H100-SXM5-80GB | 109 | 0.847 | 148 | 3.0% | 3.0% | 0.364 | 0.315 | 3.0% |"

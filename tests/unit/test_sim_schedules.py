@@ -1,5 +1,5 @@
-"""Schedules against seed 001's drawings and the closed forms of
-reference/pipeline-schedules.md (unit costs, free communication)."""
+"""Schedules against the reference Gantt charts in tests/data/seed001_schedules.json and
+the closed forms of docs/pipeline-schedules.md (unit costs, free communication)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def _asap_reference(orders, fwd: float, bwd: float) -> dict[tuple[int, str, int]
 
 @pytest.mark.parametrize("case", SEED001, ids=_case_id)
 def test_seed001_orders_makespan_and_asap_starts(case):
-    """Each seed 001 drawing: same per-stage order, same makespan, and block starts
-    equal to ASAP execution of that order (never later than the seed's)."""
+    """Each reference chart: same per-stage order, same makespan, and block starts
+    equal to ASAP execution of that order (never later than the chart's)."""
     p, m, it = case["stages"], case["batch_size"] // case["micro_batch_size"], case["iterations"]
     orders = get_schedule(case["schedule"]).orders(p, m, it)
     seed_blocks = [_blocks(line) for line in case["stage_blocks"]]
@@ -78,7 +78,7 @@ def test_seed001_orders_makespan_and_asap_starts(case):
 
 
 def test_seed001_sometimes_starts_later_than_needed():
-    """The seed places some 1F1B forwards late; ASAP moves them earlier, same makespan."""
+    """The 1F1B chart places some forwards late; ASAP moves them earlier, same makespan."""
     case = next(c for c in SEED001 if c["schedule"] == "1f1b" and c["batch_size"] == 64)
     orders = get_schedule("1f1b").orders(4, 8, 2)
     run = execute(orders, PipelineCosts.uniform(4, 1.0, 2.0), 16)
@@ -99,7 +99,7 @@ def test_seed001_sometimes_starts_later_than_needed():
     ],
 )
 def test_seed001_rejected_combinations(schedule, p, m, message):
-    """Batch 16/8 with micro-batch 8 is what the seed's asserts refuse for no-flush."""
+    """Batch 16/8 with micro-batch 8 is what the reference charts refuse for no-flush."""
     with pytest.raises(StrategyError, match=message):
         get_schedule(schedule).orders(p, m, 2)
 
@@ -175,7 +175,7 @@ def test_peak_inflight_activations(schedule, v, expected):
 
 
 def test_distir_greedy_rounds():
-    """cost-model.md: P = M = 4 gives 14 rounds; stage 0 runs all forwards first."""
+    """docs/distir-cost-model.md: P = M = 4 gives 14 rounds; stage 0 runs all forwards first."""
     assert len(distir_greedy_rounds(4, 4)) == 14
     orders = get_schedule("distir_greedy").orders(4, 4)
     assert orders[0].labels() == ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]

@@ -1,4 +1,4 @@
-"""Validation arithmetic: step-time statistics, rel_err, the CSV columns of DESIGN.md,
+"""Validation arithmetic: step-time statistics, rel_err, the CSV columns of docs/design.md,
 the MLflow metric names, and the prediction's strategies and correction."""
 
 from __future__ import annotations

@@ -77,6 +77,9 @@ def test_the_default_config_runs_here(default_config):
      "fit.logs[0].path", "missing/a100.txt does not exist; expected the nccl-tests log named 'a100'"),
     (lambda c: c["fit"]["logs"].append({"name": "d", "path": "config", "format": "nccl-tests"}),
      "fit.logs[0].path", "config is a folder; expected the nccl-tests log named 'd'"),
+    (lambda c: c["fit"]["logs"].append({"name": "h", "path": "data/nccl-tests/10_h100_ndr400_2x8_all_reduce.txt",
+                                        "format": "nccl-tests", "cluster": "dgx-z900"}),
+     "fit.logs[0].cluster", "no cluster file config/clusters/dgx-z900.yaml"),
     (lambda c: c["predict"]["tables"]["llm_a100"].update(runs="config/runs/none.csv"),
      "predict.tables.llm_a100.runs", "config/runs/none.csv does not exist; expected a run table (CSV)"),
     (lambda c: c["simulate"]["studies"].append("fig9"), "simulate.studies", "no study 'fig9'"),
@@ -116,3 +119,16 @@ def test_nested_command_line_config_text_is_read_as_numbers(repo_root):
     assert config["bench"] == {"iters": 50, "world_sizes": [2], "backend": "gloo", "factor": 2.5}
     assert config["mlflow"] == {"enabled": False, "tracking_uri": ""}
     assert config["plan"]["global_batch_sizes"] == [32, 64]
+
+
+def test_missing_configfiles_are_read_as_snakemake_reads_them(tmp_path, monkeypatch):
+    from paraplan.workflow_env import missing_configfiles
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text("cluster: local-cpu\n")
+    (tmp_path / "folder").mkdir()
+    argv = ["snakemake", "-n", "--configfile", "a.yaml", "b.yaml", "--cores", "2", "--configfiles=folder"]
+    assert missing_configfiles(argv) == ["b.yaml", "folder"]
+    # nargs="+": a target after --configfile is read as a config file by Snakemake too
+    assert missing_configfiles(["snakemake", "--configfile", "a.yaml", "bench_all"]) == ["bench_all"]
+    assert missing_configfiles(["snakemake", "bench_all", "--config", "x=1"]) == []

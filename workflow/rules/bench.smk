@@ -33,7 +33,7 @@ rule bench:
     benchmark:
         f"{BENCHMARKS}/bench/{{cluster}}/{{collective}}_n{{world}}.tsv"
     wildcard_constraints:
-        cluster="[A-Za-z0-9_.-]+",
+        cluster=NAME_WILDCARD,
         collective="|".join(_BENCH_KNOWN),
         world=r"[1-9][0-9]*",
     params:

@@ -14,6 +14,9 @@ LOGS = f"{RESULTS}/logs"
 BENCHMARKS = f"{RESULTS}/benchmarks"
 FIGURES = f"{RESULTS}/figures"
 SUMMARY = f"{RESULTS}/summary.md"
+# A name in a file path (paraplan.core.names; its length is checked with the config):
+# never `.`, `..` or a hidden file
+NAME_WILDCARD = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
 
 # Each stage's rules file appends the files its aggregate rule (`<stage>_all`) builds.
 ALL_TARGETS = []

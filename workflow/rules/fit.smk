@@ -42,6 +42,13 @@ FIT_INGEST_ARGS = {
 }
 
 
+# Entries that name the cluster their log ran on also fit the per-NIC rail curve of
+# its sweeps across nodes (`paraplan fit --cluster`, docs/clusters.md).
+FIT_LOG_ARGS = {
+    name: (["--cluster", str(entry["cluster"])] if entry.get("cluster") else []) for name, entry in FIT_LOGS.items()
+}
+
+
 _FIT_OUTPUTS = {
     "json": f"{RESULTS}/fits/{{cluster}}/comm_model.json",
     "figures": report(
@@ -69,7 +76,7 @@ rule fit:
     benchmark:
         f"{BENCHMARKS}/fit/{{cluster}}.tsv"
     wildcard_constraints:
-        cluster="[A-Za-z0-9_.-]+",
+        cluster=NAME_WILDCARD,
     params:
         a2av=lambda wildcards, output: ["--a2av-output", output.a2av] if FIT_A2AV else [],
     conda:
@@ -116,10 +123,12 @@ rule fit_log:
         f"{BENCHMARKS}/fit/{{log}}.tsv"
     wildcard_constraints:
         log=_FIT_LOG_NAMES,
+    params:
+        args=lambda wildcards: FIT_LOG_ARGS[wildcards.log],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit {input:q} -o {output.json:q} --plots {output.figures:q}"
+        "paraplan fit {input:q} {params.args:q} -o {output.json:q} --plots {output.figures:q}"
         " --rule fit_log --wildcards log={wildcards.log:q} > {log:q} 2>&1"
 
 

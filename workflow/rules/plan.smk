@@ -51,7 +51,7 @@ rule plan_measured:
     benchmark:
         f"{BENCHMARKS}/plan/{{model}}__{{cluster}}.tsv"
     wildcard_constraints:
-        model="[A-Za-z0-9_.-]+",
+        model=NAME_WILDCARD,
         cluster=re.escape(CLUSTER),
     threads: 2
     params:
@@ -82,7 +82,7 @@ rule plan_llm:
     benchmark:
         f"{BENCHMARKS}/plan/llm_{{name}}.tsv"
     wildcard_constraints:
-        name="[A-Za-z0-9_.-]+",
+        name=NAME_WILDCARD,
     params:
         args=lambda wildcards: PLAN_LLM_ARGS[wildcards.name],
     conda:

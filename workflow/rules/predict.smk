@@ -15,7 +15,7 @@ rule predict_ingest:
     log:
         f"{LOGS}/predict_ingest/{{name}}.log",
     wildcard_constraints:
-        name="[A-Za-z0-9_.-]+",
+        name=NAME_WILDCARD,
     params:
         format=lambda wildcards: CALIBRATIONS[wildcards.name]["format"],
     conda:
@@ -51,15 +51,22 @@ rule calibrate:
     benchmark:
         f"{BENCHMARKS}/calibrate/{{name}}.tsv"
     wildcard_constraints:
-        name="[A-Za-z0-9_.-]+",
+        name=NAME_WILDCARD,
     params:
         cluster=lambda wildcards: CALIBRATIONS[wildcards.name]["cluster"],
         comm=lambda wildcards, input: ["--comm-model", *input.comm] if input.comm else [],
         cv=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("cross_validate", True) else ["--no-cross-validation"],
+        factors=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("layer_factors", False) else ["--no-layer-factors"],
+        kernels=lambda wildcards: (
+            []
+            if CALIBRATIONS[wildcards.name].get("kernel_ceilings", "device") == "none"
+            else ["--kernel-ceilings", CALIBRATIONS[wildcards.name].get("kernel_ceilings", "device")]
+        ),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q}"
+        "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q} {params.kernels:q}"
+        " {params.factors:q}"
         " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
         " --plots {output.figures:q} --rule calibrate --wildcards name={wildcards.name:q} > {log:q} 2>&1"
 
@@ -81,13 +88,13 @@ rule predict:
     benchmark:
         f"{BENCHMARKS}/predict/{{table}}.tsv"
     wildcard_constraints:
-        table="[A-Za-z0-9_.-]+",
+        table=NAME_WILDCARD,
     params:
         cluster=lambda wildcards: PREDICT["tables"][wildcards.table]["cluster"],
     conda:
         "../../environment.yml"
     shell:
-        "mkdir -p {output.figures:q} && paraplan predict {input.runs:q} --cluster {params.cluster:q}"
+        "paraplan predict {input.runs:q} --cluster {params.cluster:q}"
         " --calibration {input.calibration:q} -o {output.predicted:q} --plots {output.figures:q}"
         " --rule predict --wildcards table={wildcards.table:q} > {log:q} 2>&1"
 

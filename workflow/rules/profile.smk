@@ -33,7 +33,7 @@ rule profile:
     benchmark:
         f"{BENCHMARKS}/profile/{{model}}.tsv"
     wildcard_constraints:
-        model="[A-Za-z0-9_.-]+",
+        model=NAME_WILDCARD,
     params:
         model_args=lambda wildcards: PROFILE_ARGS[wildcards.model],
         threads=PROFILE["threads"],

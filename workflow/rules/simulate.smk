@@ -27,7 +27,7 @@ rule simulate:
     benchmark:
         f"{BENCHMARKS}/simulate/{{study}}.tsv"
     wildcard_constraints:
-        study="[A-Za-z0-9_.-]+",
+        study=NAME_WILDCARD,
     params:
         outdir=lambda wildcards, output: os.path.dirname(output.results),
         repeats=SIMULATE["repeats"],

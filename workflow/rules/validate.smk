@@ -33,7 +33,7 @@ rule validate:
     benchmark:
         f"{BENCHMARKS}/validate/{{model}}.tsv"
     wildcard_constraints:
-        model="[A-Za-z0-9_.-]+",
+        model=NAME_WILDCARD,
     params:
         model=lambda wildcards: config["profile"]["models"][wildcards.model]["model"],
         global_batch_size=lambda wildcards: VALIDATE["models"][wildcards.model]["global_batch_size"],

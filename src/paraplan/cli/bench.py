@@ -16,8 +16,14 @@ all_to_allv measures --a2a-samples uneven DLRM-style exchanges instead of a size
 sweep (global batch, tables per rank and embedding dim drawn with --seed; see
 paraplan.comm.a2av).
 
+With --kind gemm or attention, times torch.matmul over an m x n x k grid, or
+scaled_dot_product_attention forward and backward, on one device (--device cpu|cuda)
+and writes OUTPUT/gemm.csv or OUTPUT/attention.csv for `paraplan fit --kind kernels`
+(docs/kernels.md).
+
 Examples:
   paraplan bench --world-size 2 --collectives all_reduce,all_gather --max-bytes 1048576 -o out/
+  paraplan bench --kind gemm --device cuda --dtype bfloat16 --m 1024,4096,8192 --n 4096 --k 4096 -o out/
   paraplan bench --world-size 4 --collectives all_to_allv --a2a-samples 50 --seed 0 -o out/
 """
 
@@ -41,7 +47,7 @@ from paraplan.cli.common import (
 from paraplan.core import COLLECTIVES, ConfigError
 
 NAME = "bench"
-HELP = "measure collectives (all_reduce, all_gather, ...) with torch.distributed"
+HELP = "measure collectives (all_reduce, all_gather, ...) with torch.distributed, or GEMM/attention kernels"
 ORDER = 10
 
 BENCH_COLLECTIVES: tuple[str, ...] = (*COLLECTIVES, "all_to_allv")
@@ -49,8 +55,12 @@ DEFAULT_COLLECTIVES = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from paraplan.cli._kernel_bench import add_kernel_arguments
+
     add_output_argument(parser, "folder for the CSVs, one <collective>_n<world>.csv per collective and "
-                        "world size", old=["--out-dir"])
+                        "world size (--kind gemm|attention: gemm.csv or attention.csv)", old=["--out-dir"])
+    parser.add_argument("--kind", choices=("collectives", "gemm", "attention"), default="collectives",
+                        help="what to measure")
     parser.add_argument("--backend", default="gloo",
                         help="torch.distributed backend: gloo (CPU) or nccl (one CUDA device per rank)")
     parser.add_argument("--world-size", default="2",
@@ -77,6 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="all_to_allv only: number of random uneven exchanges to measure")
     parser.add_argument("--seed", type=int, default=0,
                         help="all_to_allv only: seed of the random exchanges")
+    add_kernel_arguments(parser)
     add_tracking_arguments(parser)
 
 
@@ -101,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.comm.sizes import element_bytes, message_sizes
     from paraplan.files import check_outputs
 
+    if args.kind != "collectives":
+        from paraplan.cli._kernel_bench import run_kernel_bench
+
+        require_torch(f"measuring {args.kind} kernels")
+        return run_kernel_bench(args)
     require_torch("measuring collectives")
     worlds, collectives = _check(args)
     check_outputs(folders=[args.output, args.plots])

@@ -47,6 +47,8 @@ NAME = "calibrate"
 HELP = "fit the device model to measured iteration times (run table) or a layer profile, cross-validated"
 ORDER = 54
 DEFAULT_GROUP_BY = "hidden_size,num_layers,num_attention_heads,seq_length"
+NO_RANKING = ("no question has >= 2 runs (a question: one model, GPU count and global batch size; its runs "
+              "differ in parallel settings only)")
 PROFILE_FIT = ("gemm_efficiency", "gemm_k_half", "memory_efficiency", "kernel_latency_s", "host_kernel_s")
 
 
@@ -65,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {DEFAULT_GROUP_BY})")
     parser.add_argument("--fit", default="",
                         help="comma-separated parameters to fit (default: all that the data determines)")
+    parser.add_argument("--kernel-ceilings", default=None, metavar="DEVICE|PATH",
+                        help="hold the GEMM and attention parameters at a kernel fit (`paraplan fit --kind kernels`): "
+                             "'device' for config/kernels/<the cluster's device>.json, or a name or path; they are "
+                             "then not fitted (docs/kernels.md)")
+    parser.add_argument("--transfer", default=None, metavar="CALIBRATION",
+                        help="instead of measurements: a calibration for the --cluster's device made from another "
+                             "device's CALIBRATION (host, memory-bound and contention parameters) and this device's "
+                             "kernel fit (--kernel-ceilings, default 'device'): for devices without training runs")
     parser.add_argument("--no-layer-factors", action="store_true",
                         help="run tables: do not fit measured layer-time factors per layer shape (analytic model only)")
     parser.add_argument("--no-cross-validation", action="store_true",
@@ -150,9 +160,40 @@ def _profile(args, cluster, comm) -> _Data:
     )
 
 
+def _transfer(args: argparse.Namespace) -> int:
+    """`--transfer`: write `transferred_calibration` of the named source for the cluster's device."""
+    from paraplan.clusters import load_cluster
+    from paraplan.core import ConfigError
+    from paraplan.files import write_json
+    from paraplan.kernels.ceilings import load_kernel_ceilings
+    from paraplan.predict.calibration import load_calibration, transferred_calibration
+
+    if args.runs is not None or args.profile is not None:
+        raise ConfigError("--transfer", "makes a calibration without measurements: give no run table or --profile")
+    cluster = load_cluster(args.cluster)
+    source = load_calibration(args.transfer)
+    which = args.kernel_ceilings or "device"
+    ceilings = load_kernel_ceilings(cluster.device.name if which == "device" else which)
+    if ceilings.device != cluster.device.name:
+        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
+                          f"{cluster.device.name}")
+    calibration = transferred_calibration(source, cluster.device.name, dict(ceilings.efficiency), which,
+                                          args.name or args.output.stem)
+    write_json(args.output, calibration.to_dict())
+    print(f"paraplan calibrate: {calibration.name} for {cluster.device.name}: {', '.join(sorted(ceilings.efficiency))} "
+          f"from its kernel fit, the rest from {source.label} (fitted on {source.device}) -> {args.output}",
+          file=sys.stderr)
+    from paraplan.track import RunLog
+
+    track(args, RunLog(stage="calibrate", run_name=calibration.name,
+                       params={"transfer": source.label, "cluster": cluster.name, "kernel_ceilings": which,
+                               "calibration": calibration.label},
+                       artifacts=[args.output]))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import hashlib
-    import json
     import platform
 
     import numpy as np
@@ -160,12 +201,15 @@ def run(args: argparse.Namespace) -> int:
     import paraplan
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
-    from paraplan.core import ConfigError, InputFileError
+    from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
+    from paraplan.inputs import read_json_object
     from paraplan.predict import calibrate as cal
     from paraplan.predict.calibration import Calibration
     from paraplan.predict.ranking import ranking_summary
 
+    if args.transfer is not None:
+        return _transfer(args)
     if (args.runs is None) == (args.profile is None):
         raise ConfigError("runs", "give a run table or --profile (one of them)")
     asked = tuple(c.strip() for c in args.fit.split(",") if c.strip())
@@ -175,15 +219,29 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     comm_doc = None
     if args.comm_model is not None:
-        try:
-            comm_doc = json.loads(args.comm_model.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFileError(args.comm_model, f"cannot read a comm_model.json: {exc}") from None
+        comm_doc = read_json_object(args.comm_model, "a comm_model.json (paraplan fit)")
         FittedCommModel.from_dict(comm_doc, str(args.comm_model))  # validates
     name = args.name or args.output.stem
     comm = Calibration(name, cluster.device.name, cal.START, intra_node_comm=comm_doc).comm_model(cluster)
     data = _runs(args, cluster, comm) if args.runs is not None else _profile(args, cluster, comm)
     fitted = asked or data.default_fit
+    start, held, held_from = cal.START, dict[str, Any](), None
+    if args.kernel_ceilings is not None:
+        from dataclasses import replace
+
+        from paraplan.kernels.ceilings import load_kernel_ceilings
+
+        ceilings = load_kernel_ceilings(cluster.device.name if args.kernel_ceilings == "device"
+                                        else args.kernel_ceilings)
+        if ceilings.device != cluster.device.name:
+            raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
+                              f"{cluster.device.name}")
+        held, held_from = dict(ceilings.efficiency), args.kernel_ceilings
+        clash = [n for n in asked if n in held]
+        if clash:
+            raise ConfigError("--fit", f"'{clash[0]}' is held at the kernel fit (--kernel-ceilings); leave it out")
+        fitted = tuple(n for n in fitted if n not in held)
+        start = replace(cal.START, **held)
     measured = data.seconds
     everything = np.arange(len(data.measured))
 
@@ -191,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"paraplan calibrate: fitting {len(fitted)} parameter(s) to {len(measured)} measured time(s) ...",
           file=sys.stderr)
     factors = data.kind == "runs" and not args.no_layer_factors
-    fit = cal.fit_with_factors(data.measured, measured, fitted, layer_factors=factors)
+    fit = cal.fit_with_factors(data.measured, measured, fitted, start=start, layer_factors=factors)
     insample = data.measured.predict(fit.efficiency, everything)
     in_errors = cal.ErrorSummary.of(insample, measured)
     print(f"paraplan calibrate: in-sample MAPE {in_errors.mape:.2%} ({fit.evaluations} evaluations, "
@@ -217,11 +275,16 @@ def run(args: argparse.Namespace) -> int:
     elif not args.no_cross_validation:
         print("paraplan calibrate: one group only: no cross-validation", file=sys.stderr)
     honest = cv_pred if cv_pred is not None else insample
-    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n"}
+    metrics = {f"insample_{k}": float(v) for k, v in in_errors.as_dict().items() if k != "n" and v is not None}
     if cv_pred is not None:
         metrics.update({f"cv_{k}": float(v) for k, v in cal.ErrorSummary.of(cv_pred, measured).as_dict().items()
-                        if k != "n"})
-    if data.questions is not None:
+                        if k != "n" and v is not None})
+    if data.questions is not None and ranking_summary(data.questions, honest, measured).groups == 0:
+        # a ranking needs a question (same model, GPUs and global batch) asked of two runs
+        errors["ranking"] = {"questions": 0, "measured_fastest_in_top_k": None, "predicted_fastest_within_5pct": None,
+                             "why": NO_RANKING}
+        print(f"paraplan calibrate: warning: no ranking metrics: {NO_RANKING}", file=sys.stderr)
+    elif data.questions is not None:
         ranking = ranking_summary(data.questions, honest, measured)
         errors["ranking"] = {"questions": ranking.groups, "top_k": ranking.top_k,
                              "measured_fastest_in_top_k": ranking.hit_fraction,
@@ -238,10 +301,12 @@ def run(args: argparse.Namespace) -> int:
         data={data.kind: str(data.path), "sha256": hashlib.sha256(data.path.read_bytes()).hexdigest(),
               "measurements": len(measured), "cluster": cluster.name,
               "comm_model": str(args.comm_model) if args.comm_model else None,
+              **({"kernel_ceilings": held_from} if held_from else {}),
               "paraplan_version": paraplan.__version__, "python": platform.python_version()},
         errors=errors,
         assumptions={"bounds": {k: [lo, hi] for k, (lo, hi, _) in cal.FIT_BOUNDS.items() if k in fitted},
-                     "not_fitted": {k: v for k, v in fit.efficiency.as_dict().items() if k not in fitted}},
+                     "not_fitted": {k: v for k, v in fit.efficiency.as_dict().items() if k not in fitted},
+                     **({"held_at_kernel_fit": held} if held else {})},
     )
     write_json(args.output, calibration.to_dict())
     artifacts = [args.output]

@@ -109,7 +109,17 @@ def open_tracking(args: argparse.Namespace):
     rule = args.rule or args.command
     tags = tracking.job_tags(rule, args.wildcards, command=args.command)
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    return tracking.JobTracker(args.command, name, tags)
+    return tracking.JobTracker(tracking_stage(args), name, tags)
+
+
+KERNEL_KINDS = ("gemm", "attention", "kernels")
+
+
+def tracking_stage(args: argparse.Namespace) -> str:
+    """The stage a command's runs belong to (experiment `paraplan-<stage>`): the
+    command, except `bench --kind gemm|attention` and `fit --kind kernels`, which
+    make the kernels stage (workflow/rules/kernels.smk)."""
+    return "kernels" if getattr(args, "kind", None) in KERNEL_KINDS else args.command
 
 
 def track(args: argparse.Namespace, run) -> str | None:

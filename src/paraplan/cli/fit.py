@@ -2,10 +2,10 @@
 
 Reads bench CSVs (`paraplan bench` or `paraplan ingest` output) and fits, per
 collective x world size x node count, three models of time vs size: `alpha_beta`
-(Hockney, relative-error least squares), `sigmoid_bw` (seed 002's three-region
+(Hockney, relative-error least squares), `sigmoid_bw` (Lin et al.'s three-region
 bandwidth model, bounded with a fallback) and `table` (PCHIP in log-log). Each is
 scored in-sample and leave-one-out over the interior sizes; the lowest held-out
-GMAE is `chosen`. Writes comm_model.json (DESIGN.md), which
+GMAE is `chosen`. Writes comm_model.json (docs/design.md), which
 `paraplan.comm.model.FittedCommModel` reads. all_to_allv rows (uneven DLRM-style
 exchanges) are predicted from the all_to_all fit of the same world size with three
 effective sizes (sum, max_of_max, max_of_sum) and their errors reported.
@@ -14,8 +14,25 @@ MLflow (experiment paraplan-fit): one run per fit with one child run per sweep
 (`<collective>_n<world>`), whose metrics share their names across sweeps
 (`heldout_gmae__<model>`, `chosen_heldout_gmae`, ...) so the UI compares sweeps.
 
-Example:
+With `--cluster NAME` (a cluster file with a `network` section), the sweeps across
+nodes also fit the per-NIC rail curve of the topology-aware collectives
+(`paraplan.comm.fit_rail`, one alpha-beta per node count, sizes >= 1 MiB, the
+cluster's intra-node link for the NVLink stages): written as `rail_fits` in
+comm_model.json and printed as the lines to paste under the cluster file's `network:`.
+
+With --kind kernels, the inputs are GEMM and attention CSVs (`paraplan bench --kind
+gemm|attention`, data/published/gemm|attention), --cluster names the device's cluster
+file (peaks, compute units), and the output is the device's kernel ceilings
+(config/kernels/<device>.json): the device model's GEMM curve (ceiling, wave
+quantisation over the cluster file's compute units, small-k penalty) and attention
+efficiencies, each with its held-out error (docs/kernels.md).
+
+Examples:
   paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/
+  paraplan ingest --format nccl-tests data/nccl-tests/10_h100_ndr400_2x8_all_reduce.txt -o h100_2x8.csv
+  paraplan fit h100_2x8.csv --cluster dgx-h100 -o h100_comm_model.json
+  paraplan fit --kind kernels data/published/gemm/*.csv data/published/attention/*.csv \
+      --cluster dgx-h100 -o config/kernels/H100-SXM5-80GB.json
 """
 
 from __future__ import annotations
@@ -25,10 +42,10 @@ import sys
 from pathlib import Path
 
 from paraplan.cli.common import add_output_argument, add_tracking_arguments, deprecated, track
-from paraplan.core import InputFileError
+from paraplan.core import ConfigError, InputFileError
 
 NAME = "fit"
-HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps"
+HELP = "fit alpha-beta, sigmoid-bandwidth and table models to collective sweeps, or kernel ceilings"
 ORDER = 20
 
 
@@ -43,6 +60,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CSV of the all_to_allv errors per world size and effective-size variant "
                              "(needs all_to_allv rows in the inputs)")
     deprecated(parser, "--a2av-out", "--a2av-output", "a2av_output", convert=Path)
+    parser.add_argument("--cluster", default=None, metavar="NAME",
+                        help="cluster the sweeps ran on (name or YAML with a `network` section): also fit the "
+                             "per-NIC rail curve of the sweeps across nodes (rail_fits); --kind kernels: the "
+                             "device's cluster file (peaks and compute units)")
+    parser.add_argument("--kind", choices=("collectives", "kernels"), default="collectives",
+                        help="what the inputs measure: collective sweeps, or GEMM/attention kernels")
+    parser.add_argument("--device", default=None, help="kernels: the device rows to fit (default: the cluster's)")
+    parser.add_argument("--gemm-dtype", default="bfloat16", help="kernels: the GEMM rows' dtype to fit")
+    parser.add_argument("--min-gemm-flops", type=float, default=1e10,
+                        help="kernels: GEMMs with fewer FLOPs are left out of the fit (their error is reported)")
+    parser.add_argument("--attention-kernel", default="flash-attention-2",
+                        help="kernels: the attention rows' kernel (the end of their source column)")
+    parser.add_argument("--attention-head-dim", type=int, default=128,
+                        help="kernels: the head dimension of the attention rows to fit (causal rows only)")
     add_tracking_arguments(parser)
 
 
@@ -67,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import check_outputs, write_csv, write_json
     from paraplan.track import RunLog
 
+    if args.kind == "kernels":
+        from paraplan.cli._kernel_fit import run_kernel_fit
+
+        return run_kernel_fit(args)
+    if args.device is not None:
+        raise ConfigError("--device", "applies to --kind kernels only")
     check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)
@@ -77,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputFileError(args.inputs[0], "--a2av-output given but no input has all_to_allv rows")
     entries = fit_frame(frame)
     document = fits_document(entries)
+    rail_rows: list[dict] = []
+    if args.cluster is not None:
+        rail_rows = _rail_fits(frame, args.cluster, args.inputs[0])
+        document["rail_fits"] = rail_rows
     names = _sweep_names(entries)
 
     a2av_results = []
@@ -145,6 +186,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<28} {result.variant:<11} {result.gmae:>7.2%} {'':>9} {result.mean_abs_rel_err:>7.2%} "
               f"{result.std_abs_rel_err:>7.2%}  {result.n_points}", file=sys.stderr)
     print(f"paraplan fit: {len(names)} sweep(s) fitted -> {args.output}", file=sys.stderr)
+    if rail_rows:
+        print(f"paraplan fit: rail curve of {args.cluster}; under its cluster file's `network:`\n  rail_fits:",
+              file=sys.stderr)
+        for row in rail_rows:
+            print(f"    - {{nodes: {row['nodes']}, latency_us: {row['latency_us']:.3g}, "
+                  f"bandwidth_GBps: {row['bandwidth_GBps']:.3g}}}  # {row['efficiency']:.0%} of line rate, "
+                  f"GMAE {row['gmae']:.1%} over {row['n_points']} sizes", file=sys.stderr)
 
     artifacts = [args.output, *figures]
     if args.a2av_output is not None:
@@ -156,6 +204,10 @@ def run(args: argparse.Namespace) -> int:
     ]
     chosen_errors = [m["chosen_heldout_gmae"] for m in per_sweep.values() if "chosen_heldout_gmae" in m]
     summary = {"sweeps": float(len(names))}
+    for row in rail_rows:
+        summary.update({f"rail_bandwidth_GBps__nodes{row['nodes']}": row["bandwidth_GBps"],
+                        f"rail_latency_us__nodes{row['nodes']}": row["latency_us"],
+                        f"rail_gmae__nodes{row['nodes']}": row["gmae"]})
     if chosen_errors:
         summary.update(max_chosen_heldout_gmae=max(chosen_errors),
                        median_chosen_heldout_gmae=float(np.median(chosen_errors)))
@@ -171,6 +223,35 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     return 0
+
+
+def _rail_fits(frame, cluster_name: str, first_input: Path) -> list[dict]:
+    """`rail_fits` rows: per node count, the rail curve fitted on the sweeps across nodes."""
+    from paraplan.clusters import load_cluster
+    from paraplan.comm.fit_input import fitted_sweeps
+    from paraplan.comm.fit_rail import MeasuredSweep, fit_rail, intra_link_model
+    from paraplan.core import ConfigError
+
+    cluster = load_cluster(cluster_name)
+    if cluster.network is None:
+        raise ConfigError("--cluster", f"cluster '{cluster.name}' has no `network` section (nics_per_node, nic_Gbps); "
+                          "a rail fit needs it (docs/clusters.md)")
+    intra = intra_link_model(cluster)
+    sweeps = [MeasuredSweep(f"{c}_n{w}_nodes{n}", cluster, intra, c, w, n, tuple(rows["size_bytes"].astype(float)),
+                            tuple(rows["time_us"].astype(float) * 1e-6))
+              for (c, w, n), rows in fitted_sweeps(frame) if n >= 2 and c != "all_to_allv"]
+    if not sweeps:
+        raise InputFileError(first_input, "--cluster given but no sweep ran across nodes (nodes >= 2) to fit a rail "
+                             "curve on")
+    out = []
+    for nodes in sorted({s.nodes for s in sweeps}):
+        same = [s for s in sweeps if s.nodes == nodes]
+        fit = fit_rail(same)
+        bandwidth = fit.efficiency * cluster.network.nic_bandwidth_Bps
+        out.append({"nodes": nodes, "latency_us": fit.latency_s * 1e6, "bandwidth_GBps": bandwidth / 1e9,
+                    "efficiency": fit.efficiency, "gmae": fit.gmae, "n_points": fit.n_points,
+                    "sweeps": [s.name for s in same]})
+    return out
 
 
 def _sweep_params(name: str, key: tuple[str, int, int], chosen: dict | None) -> dict[str, object]:

@@ -1,7 +1,10 @@
 """Import another tool's output into paraplan's own files.
 
-nccl-tests / rccl-tests stdout and PARAM comms output become the bench CSV of
-DESIGN.md (one CSV may hold several collectives). The out-of-place columns are
+A mamf-finder.py log (stas00/ml-engineering) and XLA's matmul perf table (text
+protobuf, one device key) become GEMM CSVs of `paraplan bench --kind gemm`
+(paraplan.kernels.mamf, paraplan.kernels.xla_table). nccl-tests / rccl-tests stdout
+and PARAM comms output become the bench CSV of docs/design.md (one CSV may hold
+several collectives). The out-of-place columns are
 read unless --in-place; the world size, node count and collective come from the
 log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
 printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the
@@ -11,6 +14,9 @@ one but cannot be read, or a file without any, is an error.
 Examples:
   paraplan ingest --format nccl-tests all_reduce_perf.txt -o a100.csv
   paraplan ingest --format pipedream resnet50-pbs-32.txt -o resnet50.csv
+  paraplan ingest --format mamf mamf-h100.txt --device H100-SXM5-80GB -o h100_gemm.csv
+  paraplan ingest --format xla-matmul default_matmul_perf_table.txtpb --device-key sm_90 \
+      --device H100-SXM5-80GB -o h100_xla.csv
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from paraplan.core import ConfigError
 
 NAME = "ingest"
 HELP = ("import nccl-tests, rccl-tests or PARAM logs as bench CSVs, PipeDream profiles as profile CSVs, "
-        "vTrain measurements as run tables")
+        "vTrain measurements as run tables, mamf-finder logs and XLA matmul tables as GEMM CSVs")
 ORDER = 15
 
 
@@ -93,12 +99,55 @@ def _vtrain_runs(args: argparse.Namespace) -> dict:
     return {"metrics": {"rows": float(len(rows))}, "params": {}}
 
 
+def _mamf_log(args: argparse.Namespace) -> dict:
+    """A mamf-finder.py log -> GEMM CSV (paraplan.kernels.mamf)."""
+    import pandas as pd
+
+    from paraplan.files import write_csv
+    from paraplan.kernels.mamf import read_mamf
+    from paraplan.kernels.results import GEMM_COLUMNS
+
+    log = read_mamf(args.log)
+    device = args.device or log.device
+    if not device:
+        raise ConfigError("--device", f"{args.log} names no device; give --device (the cluster file's device name)")
+    frame = pd.DataFrame([{**r, "kind": "gemm", "device": device, "source": "mamf-finder"} for r in log.rows])
+    write_csv(args.output, frame[list(GEMM_COLUMNS)])
+    print(f"paraplan ingest: {args.log}: {len(frame)} GEMM shape(s) of {device} in {log.dtype}, best "
+          f"{frame['tflops'].max():.1f} TFLOP/s (median) -> {args.output}", file=sys.stderr)
+    return {"metrics": {"rows": float(len(frame)), "max_tflops": float(frame["tflops"].max())},
+            "params": {"device": device, "dtype": log.dtype}}
+
+
+def _xla_table(args: argparse.Namespace) -> dict:
+    """XLA's matmul perf table (one device key, one operand type) -> GEMM CSV (paraplan.kernels.xla_table)."""
+    import pandas as pd
+
+    from paraplan.files import write_csv
+    from paraplan.kernels.results import GEMM_COLUMNS
+    from paraplan.kernels.xla_table import read_xla_table
+
+    if not args.device_key or not args.device:
+        raise ConfigError("--device-key" if not args.device_key else "--device",
+                          "xla-matmul needs --device-key (e.g. sm_90) and --device (the cluster file's device name)")
+    rows = read_xla_table(args.log, args.device_key, args.dtype_key)
+    frame = pd.DataFrame([{**r, "kind": "gemm", "device": args.device, "source": f"xla-matmul-{args.device_key}"}
+                          for r in rows])
+    write_csv(args.output, frame[list(GEMM_COLUMNS)])
+    print(f"paraplan ingest: {args.log}: {len(frame)} GEMM shape(s) of {args.device_key} ({args.dtype_key}) as "
+          f"{args.device}, best {frame['tflops'].max():.1f} TFLOP/s -> {args.output}", file=sys.stderr)
+    return {"metrics": {"rows": float(len(frame)), "max_tflops": float(frame["tflops"].max())},
+            "params": {"device": args.device, "device_key": args.device_key, "dtype_key": args.dtype_key}}
+
+
 # --format -> handler(args) -> {"metrics": ..., "params": ...}; a new format is one entry.
 HANDLERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "nccl-tests": lambda args: _collective_log(args, "nccl-tests"),
     "param": lambda args: _collective_log(args, "param"),
     "pipedream": _pipedream_profile,
     "vtrain": _vtrain_runs,
+    "mamf": _mamf_log,
+    "xla-matmul": _xla_table,
 }
 
 
@@ -126,6 +175,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-batch-size", dest="batch_size", type=_positive, default=None,
                         help="pipedream: the profile's batch size (default: the file name's -pbs-N)")
     deprecated(parser, "--batch-size", "--profile-batch-size", "batch_size", convert=_positive)
+    parser.add_argument("--device", default=None,
+                        help="mamf, xla-matmul: the device column (the cluster file's device name; mamf's "
+                             "default: the name in the log)")
+    parser.add_argument("--device-key", default=None, help="xla-matmul: the table's device key, e.g. sm_90")
+    parser.add_argument("--dtype-key", default="bf16xbf16->bf16",
+                        help="xla-matmul: the operand types to read (default bf16xbf16->bf16)")
     add_tracking_arguments(parser)
 
 

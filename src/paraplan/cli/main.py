@@ -76,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         _failed(tracker, str(exc))
         print(f"paraplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.filename is None:
+            _failed(tracker, f"{type(exc).__name__}: {exc}")
+            raise
+        # a path the system refuses (a name too long, a folder in the way) where no
+        # reader or writer expected it: one line naming it, as for every other input
+        message = f"cannot use '{exc.filename}': {exc.strerror or exc}"
+        _failed(tracker, message)
+        print(f"paraplan {args.command}: error: {message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         _failed(tracker, "interrupted (Ctrl-C or SIGTERM)")
         print(f"paraplan {args.command}: interrupted; no partial output was kept", file=sys.stderr)

@@ -73,7 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     deprecated(groups["what to plan"], "--experiment", "--study", "study")
     hw = groups["cluster and communication"]
     hw.add_argument("--cluster", dest=REQUEST + "cluster", default=argparse.SUPPRESS, action=_ClusterOrOldShape,
-                    metavar="NAME|FILE", help=field_docs(PlanRequest)["cluster"] + " (default: dgx1-v100)")
+                    metavar="NAME|FILE",
+                    help=field_docs(PlanRequest)["cluster"] + " (a layer profile's default: dgx1-v100; required with "
+                    "--model)")
     deprecated(hw, "--cluster-file", "--cluster", REQUEST + "cluster")
     deprecated(hw, "--shape", "--shapes", REQUEST + "shapes")
     hw.add_argument("--comm-model", type=Path, default=None,
@@ -89,10 +91,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
     llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
     llm.add_argument("--calibration", default=None,
-                     help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+                     help="calibration name or file from `paraplan calibrate` (default: the shipped one made for the "
+                             "cluster's device, else a100-vtrain with a warning)")
     llm.add_argument("--top-k", type=int, default=5, help="plans to keep, best first")
     llm.add_argument("--allow-cross-node-tp", action="store_true",
                      help="let tensor-parallel groups span nodes (default: at most one node)")
+    llm.add_argument("--context-parallel-sizes", default=None, metavar="C[,C...]",
+                     help="context_parallel_size values to search, e.g. 1 (no context parallelism) or 1,2,4,8 "
+                          "(default: 1, and for sequences of 16,384 tokens or more every power of two dividing "
+                          "--gpus)")
     add_output_argument(parser, "plan CSV (with --study or several --shapes: a folder of <name>__<shape>.csv)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the speedup figure (PNG + PDF), named after the CSV")
@@ -164,7 +171,7 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
     import pandas as pd
 
     from paraplan.files import write_csv
-    from paraplan.plan.sweep import COLUMNS, plan_sweep
+    from paraplan.plan.sweep import COLUMNS, plan_sweep, slower_than_one_device
     from paraplan.progress import bar
 
     start = time.perf_counter()
@@ -192,6 +199,10 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
               f"P3 {r.dp_p3:6.2f} (est {r.dp_p3_est:6.2f}) | "
               f"hybrid {r.best_hybrid:6.2f} (est {r.best_hybrid_est:6.2f}, "
               f"{diff:+.1%}) {r.stages}", file=sys.stderr)
+    for r in rows:
+        slower = slower_than_one_device(r, settings.profile.batch_size)
+        if slower:
+            print(f"paraplan plan: warning: {slower}", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} batch sizes in {wall:.2f} s -> {csv_path}", file=sys.stderr)
     return rows, wall, figures
 
@@ -217,6 +228,21 @@ def _runlog(args, rows, wall, csv_path, figures, params):
                   step_metrics=step_metrics, artifacts=[csv_path, *figures], children=children)
 
 
+def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
+    """--context-parallel-sizes as integers >= 1 (empty: the search's default)."""
+    from paraplan.core import ConfigError
+
+    if text is None:
+        return ()
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ConfigError("--context-parallel-sizes", f"expected integers >= 1 separated by commas, got {text!r}")
+    return sizes
+
+
 def _run_llm(args: argparse.Namespace) -> int:
     """The transformer planner (--model): search, write the ranked plans, track them."""
     import csv
@@ -228,8 +254,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.llm_output import PLAN_COLUMNS, describe, plan_rows
     from paraplan.plan.llm_search import PlanRequest, search
     from paraplan.plan.llm_space import SearchSpace
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.models import load_model, with_seq_length
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.models import load_model
     from paraplan.track import RunLog
 
     for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
@@ -241,20 +267,23 @@ def _run_llm(args: argparse.Namespace) -> int:
         raise ConfigError("--seq-length", f"must be >= 1, got {args.seq_length}")
     if args.top_k < 1:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
+    cp_sizes = _context_parallel_sizes(args.context_parallel_sizes)
     check_outputs([args.output])
-    model = with_seq_length(load_model(args.model), args.seq_length)
+    model = load_model(args.model, args.seq_length, prog="paraplan plan")
     cluster_name = getattr(args, REQUEST + "cluster", None)
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")
     cluster = load_cluster(cluster_name)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan plan: warning: {m}", file=sys.stderr))
     request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
-                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp))
+                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
+                                            context_parallel_sizes=cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
-    rows = plan_rows(model, result, calibration.label)
+    rows = plan_rows(model, result, calibration.label, calibration.efficiency)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(PLAN_COLUMNS), lineterminator="\n")
         writer.writeheader()
@@ -264,6 +293,9 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
+    if rows[0]["plausibility"]:
+        print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
+              "the calibration", file=sys.stderr)
     for name, base in result.baselines.items():
         if base is not None and base.fits_memory:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)

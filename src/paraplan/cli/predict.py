@@ -4,25 +4,44 @@ Megatron-LM's arguments.
 
 Required columns: num_layers, hidden_size, num_attention_heads, seq_length,
 vocab_size, tensor_model_parallel_size, pipeline_model_parallel_size,
-data_parallel_size, global_batch_size. Optional: name, num_query_groups,
-ffn_hidden_size, swiglu, untie_embeddings_and_output_weights, normalization,
-position_embedding_type, add_bias_linear, hidden_dropout, attention_dropout,
+data_parallel_size, global_batch_size; or, instead of the model's dimensions, a
+model column naming a preset (deepseek-v3, llama3-70b, ...) or a model file (a Hugging
+Face config.json, relative to the table's folder), with seq_length optional. Optional:
+name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
+normalization, position_embedding_type, add_bias_linear, hidden_dropout,
+attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
+gated_linear_unit, window_size, window_attn_skip_freq, num_experts, moe_router_topk,
+moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
+multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
+v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
-(none|selective|full), sequence_parallel, use_distributed_optimizer, zero_stage,
-overlap_grad_reduce, overlap_param_gather, tp_comm_overlap, dtype
-(bf16|fp16|fp8|fp32), schedule, use_flash_attn, num_gpus, measured_iteration_s.
+(none|selective|full), recompute_modules (with selective, Megatron-Core's modules separated
+by spaces: core_attn, mla_up_proj, layernorm, mlp; default core_attn), sequence_parallel,
+use_distributed_optimizer, zero_stage,
+overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
+async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
+(local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a), num_gpus,
+measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
 
-The output is the input plus predicted_iteration_s, predicted_tflops_per_gpu,
+The output is the input plus num_parameters and active_parameters (per token: all
+but the routed experts a token is not sent to), predicted_iteration_s, predicted_tflops_per_gpu,
 predicted_mfu, predicted_peak_memory_bytes, predicted_weight_state_bytes,
 predicted_activation_bytes, bubble_fraction, fits_memory, chosen (the settings the
-predictor chose) and calibration (the calibration it used). With a
-measured_iteration_s column the errors are printed and logged.
+predictor chose), calibration (the calibration it used) and plausibility (empty, or
+why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
+published full training step; such runs are also named in a warning). With a
+measured_iteration_s column the errors are printed and logged. With --explain,
+explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s,
+explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
+explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
   paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv
   paraplan predict runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
+  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv --explain
 """
 
 from __future__ import annotations
@@ -47,44 +66,66 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True,
                         help="cluster name in config/clusters (e.g. dgx-a100, dgx-h100) or a YAML file")
     parser.add_argument("--calibration", default=None,
-                        help="calibration file from `paraplan calibrate` (default: the shipped a100-vtrain)")
+                        help="calibration name or file from `paraplan calibrate` (default: the shipped one made "
+                             "for the cluster's device, else a100-vtrain with a warning)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
-                        help="folder for the predicted-vs-measured figure (with a measured_iteration_s column)")
+                        help="folder for the figures: each run's predicted iteration time and MFU, predicted vs "
+                        "measured (with a measured_iteration_s column) and, with --explain, the time breakdown "
+                        "(default for that one: the output's folder)")
+    parser.add_argument("--explain", action="store_true",
+                        help="add explain_*_s columns (where each run's iteration time goes: GEMM, attention, "
+                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, optimizer, host; they "
+                        "sum to predicted_iteration_s) and a stacked-bar figure <runs>_explain.png/.pdf")
     add_tracking_arguments(parser)
 
 
 def _format(value: float) -> str:
     return f"{value:.6g}"
+def searched_settings(row) -> set[str]:
+    """The columns a row's prediction may fill in: the sizes it leaves to the predictor
+    and, with a searched virtual pipeline size and no split of its own, Megatron's
+    uneven first/last stages (`predictor.UNEVEN_SPLIT_COLUMNS`)."""
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
+
+    out = {"micro_batch_size"} if row.search_micro_batch_size else set()
+    if row.search_virtual_stages:
+        out.add("virtual_pipeline_model_parallel_size")
+        if not row.settings.uneven_pipeline_split:
+            out.update(UNEVEN_SPLIT_COLUMNS)
+    return out
 
 
-def output_columns(header: list[str], searched: set[str]) -> list[str]:
-    """The input's columns, the searched sizes the input lacks (`searched`: the
-    settings some row leaves to the predictor), then the predictions."""
+def output_columns(header: list[str], searched: set[str], explain: bool = False) -> list[str]:
+    """The input's columns, the searched settings the input lacks (`searched`: what
+    some row's prediction may fill in, `searched_settings`), the predictions, then
+    with `explain` the time breakdown."""
+    from paraplan.predict.explain import EXPLAIN_COLUMNS
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
 
     columns = [c for c in header if c not in PREDICTED]
-    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size"):
+    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
         if extra not in columns and extra in searched:
             columns.append(extra)
-    return columns + list(PREDICTED)
+    columns += list(PREDICTED)
+    if explain:
+        columns += list(EXPLAIN_COLUMNS)
+    return columns
 
 
-def searched_settings(row) -> set[str]:
-    return ({"micro_batch_size"} if row.search_micro_batch_size else set()) | (
-        {"virtual_pipeline_model_parallel_size"} if row.search_virtual_stages else set())
-
-
-def output_cells(columns: list[str], row, pred, calibration_label: str) -> dict[str, str]:
-    """One output row: the row as read, the sizes the predictor chose, the predictions."""
+def output_cells(columns: list[str], row, pred, calibration_label: str, flag: str = "",
+                 breakdown=None) -> dict[str, str]:
+    """One output row: the row as read, the settings the predictor chose, the
+    predictions, the plausibility `flag` and, with a `breakdown`, its explain columns."""
     from paraplan.predict.runtable import PREDICTED
 
     cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
-    if "micro_batch_size" in pred.chosen:
-        cells["micro_batch_size"] = str(pred.settings.micro_batch_size)
-    if "virtual_pipeline_model_parallel_size" in pred.chosen:
-        cells["virtual_pipeline_model_parallel_size"] = str(pred.settings.virtual_pipeline_model_parallel_size)
+    for name in pred.chosen:
+        cells[name] = str(getattr(pred.settings, name))
     cells.update({
+        "num_parameters": str(row.model.num_parameters),
+        "active_parameters": str(row.model.active_parameters),
         "predicted_iteration_s": _format(pred.iteration_s),
         "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
         "predicted_mfu": _format(pred.mfu),
@@ -95,7 +136,10 @@ def output_cells(columns: list[str], row, pred, calibration_label: str) -> dict[
         "fits_memory": "true" if pred.fits_memory else "false",
         "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
         "calibration": calibration_label,
+        "plausibility": flag,
     })
+    if breakdown is not None:
+        cells.update({f"explain_{k}_s": _format(v) for k, v in breakdown.seconds.items()})
     return cells
 
 
@@ -121,8 +165,53 @@ class _Measured:
         self.pipeline.append(row.settings.pipeline_model_parallel_size)
 
 
+@dataclass
+class _Figures:
+    """What the per-run figures (--plots, --explain) need of every row: its name and
+    a few numbers, kept only when a figure is asked for (one bar per run)."""
+
+    names: list[str] = field(default_factory=list)
+    iteration_s: array = field(default_factory=lambda: array("d"))
+    mfu: array = field(default_factory=lambda: array("d"))
+    fits_memory: list[bool] = field(default_factory=list)
+    parts_s: array = field(default_factory=lambda: array("d"))  # len(PARTS) per run, with --explain
+
+    def add(self, row, pred, breakdown) -> None:
+        self.names.append(row.name)
+        self.iteration_s.append(pred.iteration_s)
+        self.mfu.append(pred.mfu)
+        self.fits_memory.append(pred.fits_memory)
+        if breakdown is not None:
+            from paraplan.predict.explain import PARTS
+
+            self.parts_s.extend(breakdown.seconds[k] for k in PARTS)
+
+
+@dataclass
+class _Written:
+    """What writing the rows counted: rows, rows not fitting, implausible rows, and
+    the optional columns some prediction filled in."""
+
+    rows: int = 0
+    unfit: int = 0
+    implausible: int = 0
+    used: set[str] = field(default_factory=set)
+
+
+def _copy_columns(body, handle, columns: list[str], keep: list[str]) -> None:
+    """Rows written without a header in `columns` order, rewritten to `handle` with a
+    header of `keep` (a subsequence), one row in memory at a time."""
+    import csv
+
+    writer = csv.DictWriter(handle, fieldnames=keep, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for cells in csv.DictReader(body, fieldnames=columns, strict=True):
+        writer.writerow(cells)
+
+
 def run(args: argparse.Namespace) -> int:
     import csv
+    import tempfile
 
     import numpy as np
 
@@ -130,57 +219,99 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.core import StrategyError
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import iter_predictions
-    from paraplan.predict.runtable import iter_run_table
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, iter_predictions, plausibility
+    from paraplan.predict.runtable import iter_run_table, model_cache
 
     cluster = load_cluster(args.cluster)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan predict: warning: {m}", file=sys.stderr))
     if calibration.device != cluster.device.name:
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)
     # two passes over the table, one row in memory at a time: the first checks every
-    # row (a bad row fails before any prediction) and finds the output's columns, the
-    # second predicts in chunks and writes each row as it comes (into a temporary file
-    # renamed onto -o at the end, so a failure leaves no half-written output)
-    header, rows = iter_run_table(args.runs)
+    # row (a bad row fails before any prediction) and finds the columns the output may
+    # need, the second predicts in chunks and writes each row as it comes (into a
+    # temporary file renamed onto -o at the end, so a failure leaves no half-written
+    # output)
+    models = model_cache()  # a model file's warnings once, not once per pass
+    header, rows = iter_run_table(args.runs, models)
     searched: set[str] = set()
-    total = 0
     for row in rows:
         searched |= searched_settings(row)
-        total += 1
-    columns = output_columns(header, searched)
-    started = time.perf_counter()
+    columns = output_columns(header, searched, args.explain)
+    # the uneven-split columns appear only when some prediction chose such a split,
+    # which only the prediction tells: with any row that may, the rows go to a scratch
+    # file first and are copied into the output without the columns none filled in
+    optional = [c for c in UNEVEN_SPLIT_COLUMNS if c in columns and c not in header]
+    comm = calibration.comm_model(cluster)
     measured = _Measured()
-    unfit = 0
-    _, rows = iter_run_table(args.runs)
-    with atomic_open(args.output, "w") as handle:
+    figures = _Figures() if args.plots is not None or args.explain else None
+    written = _Written()
+
+    def write_rows(handle) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
+        if not optional:
+            writer.writeheader()
+        _, rows = iter_run_table(args.runs, models)
         try:
-            for row, pred in iter_predictions(rows, cluster, calibration.comm_model(cluster),
-                                              calibration.efficiency):
-                writer.writerow(output_cells(columns, row, pred, calibration.label))
-                unfit += not pred.fits_memory
+            for row, pred in iter_predictions(rows, cluster, comm, calibration.efficiency):
+                breakdown = None
+                if args.explain:
+                    from paraplan.predict.explain import explain_run
+
+                    breakdown = explain_run(row.model, pred.settings, cluster, comm, calibration.efficiency)
+                flag = plausibility(pred.mfu, calibration.efficiency)
+                writer.writerow(output_cells(columns, row, pred, calibration.label, flag, breakdown))
+                if flag:
+                    print(f"paraplan predict: warning: {args.runs}:{row.line} ({row.name}): {flag}; outside "
+                          "anything published, check the calibration and the settings", file=sys.stderr)
+                written.rows += 1
+                written.unfit += not pred.fits_memory
+                written.implausible += bool(flag)
+                written.used.update(pred.chosen)
                 if row.measured_iteration_s is not None:
                     measured.add(row, pred)
+                if figures is not None:
+                    figures.add(row, pred, breakdown)
         except StrategyError as exc:
             raise StrategyError(f"{args.runs}: {exc}") from None
+
+    started = time.perf_counter()
+    with atomic_open(args.output, "w") as handle:
+        if optional:
+            with tempfile.TemporaryFile("w+", newline="", encoding="utf-8") as body:
+                write_rows(body)
+                body.seek(0)
+                _copy_columns(body, handle, columns, [c for c in columns if c not in optional or c in written.used])
+        else:
+            write_rows(handle)
     seconds = time.perf_counter() - started
-    print(f"paraplan predict: {total} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
+    unfit = written.unfit
+    print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
           file=sys.stderr)
-    metrics: dict[str, float] = {"runs": float(total), "predict_s": seconds, "not_fitting": float(unfit)}
+    metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
+                                 "implausible": float(written.implausible)}
     artifacts = [args.output]
+    if args.explain and figures is not None:
+        from paraplan.plots.predict import plot_time_breakdown
+        from paraplan.predict.explain import PARTS
+
+        artifacts += plot_time_breakdown(
+            figures.names, np.asarray(figures.parts_s).reshape(-1, len(PARTS)), PARTS,
+            (args.plots or args.output.parent) / f"{args.runs.stem}_explain",
+            f"where the iteration time goes\n{args.runs.name} on {cluster.device.name} with {calibration.label}")
     if measured.measured_s:
         from paraplan.predict.ranking import ranking_summary
 
         m, p = np.asarray(measured.measured_s), np.asarray(measured.predicted_s)
         errors = ErrorSummary.of(p, m)
         ranking = ranking_summary(np.asarray(measured.question), p, m)
-        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n"})
-        metrics["top3_fraction"] = ranking.hit_fraction
+        metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n" and v is not None})
+        if ranking.groups:
+            metrics["top3_fraction"] = ranking.hit_fraction
         print(f"paraplan predict: vs measured_iteration_s ({errors.n} runs): MAPE {errors.mape:.2%}, median "
               f"{errors.median_ape:.2%}, max {errors.max_ape:.2%}, Spearman {errors.spearman:.3f}; measured-fastest "
               f"in the predicted top 3 for {ranking.hits}/{ranking.groups} questions", file=sys.stderr)
@@ -192,6 +323,13 @@ def run(args: argparse.Namespace) -> int:
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
+    if args.plots is not None and figures is not None:
+        from paraplan.plots.predict import plot_predicted_runs
+
+        artifacts += plot_predicted_runs(
+            figures.names, np.asarray(figures.iteration_s), np.asarray(figures.mfu), figures.fits_memory,
+            args.plots / f"{args.runs.stem}_predicted", f"{args.runs.name} on {cluster.device.name} with "
+            f"{calibration.label}")
     from paraplan.track import RunLog
 
     track(args, RunLog(

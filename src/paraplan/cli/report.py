@@ -53,7 +53,7 @@ def collect(paths: list[Path]):
     from paraplan.report.summary import StageFiles
 
     collectives, fits, profiles, simulations, plans, validations = {}, {}, {}, {}, {}, {}
-    calibrations, predictions, llm_plans = {}, {}, {}
+    calibrations, predictions, llm_plans, kernels = {}, {}, {}, {}
     for path in paths:
         parts = path.parts
         if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
@@ -81,8 +81,10 @@ def collect(paths: list[Path]):
             calibrations[path.stem] = _read_json(path)
         elif path.name == "predicted.csv" and len(parts) >= 3 and parts[-3] == "predict":
             predictions[parts[-2]] = _read_csv(path)
+        elif path.suffix == ".json" and "kernels" in parts[-3:-1]:
+            kernels[str(Path(*parts[parts.index("kernels") + 1:]).with_suffix(""))] = _read_json(path)
     return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions,
-                      llm_plans)
+                      llm_plans, kernels)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         "profiles": len(files.profiles), "simulations": len(files.simulations),
         "plans": len(files.plans), "validations": len(files.validations),
         "calibrations": len(files.calibrations), "predictions": len(files.predictions),
+        "kernel_fits": len(files.kernels),
     }
     track(args, RunLog(stage="report", run_name=args.output.stem, params=counts, artifacts=[args.output]))
     return 0

@@ -1,6 +1,6 @@
 """Simulate a named study (config/studies/simulate/<name>.yaml): every configuration
 of its sweep in each of its modes (`distir-v0.1`: DistIR's own semantics, to
-reproduce seed 000; `corrected`: paraplan's physical engine). Or (--runs) the
+reproduce the DistIR paper; `corrected`: paraplan's physical engine). Or (--runs) the
 iterations of a run table's transformer runs on a cluster with a calibration: the
 timeline of each (`paraplan predict` gives their numbers), as Chrome traces and Gantt
 charts of the pipeline ranks.
@@ -73,7 +73,8 @@ def _time_unit(span_s: float) -> tuple[float, str]:
 def _run_tables(args: argparse.Namespace) -> int:
     """Timelines of a run table's iterations (--runs)."""
     from paraplan.clusters import load_cluster
-    from paraplan.core import ConfigError, StrategyError
+    from paraplan.core import ConfigError, InputFileError, StrategyError
+    from paraplan.core.names import file_stems
     from paraplan.files import check_outputs, write_json
     from paraplan.plots.gantt import save_gantt
     from paraplan.predict.build import build_execution
@@ -91,14 +92,16 @@ def _run_tables(args: argparse.Namespace) -> int:
     calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
     comm = calibration.comm_model(cluster)
     _, rows = read_run_table(args.runs)
+    stems, collision = file_stems(row.name for row in rows)
+    if collision:
+        raise InputFileError(args.runs, f"run names {collision} (traces/<name>.json)", field="column 'name'")
     try:
         predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
     except StrategyError as exc:
         raise StrategyError(f"{args.runs}: {exc}") from None
     figures = args.plots if args.plots is not None else args.output / "figures"
     summary, artifacts = [], []
-    for row, pred in zip(rows, predictions, strict=True):
-        stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in row.name)
+    for row, pred, stem in zip(rows, predictions, stems, strict=True):
         result = run_iteration(build_execution(row.model, pred.settings, cluster, comm, calibration.efficiency))
         assert result.timeline is not None
         trace = args.output / "traces" / f"{stem}.json"
@@ -246,8 +249,8 @@ def _figures(study, result, rows, published, figures: Path, traces: Path) -> lis
 
 
 def _gantt_and_traces(result, figures: Path, traces: Path) -> list[Path]:
-    """A Gantt chart (seed 001's style) and a Chrome trace per simulated timeline; only
-    the charts are returned for logging."""
+    """A Gantt chart (the style of docs/pipeline-schedules.md's reference charts) and a
+    Chrome trace per simulated timeline; only the charts are returned for logging."""
     from paraplan.files import write_json
     from paraplan.plots.gantt import save_gantt
     from paraplan.sim import to_chrome_trace

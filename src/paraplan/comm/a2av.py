@@ -1,4 +1,4 @@
-"""Uneven all_to_allv exchanges shaped like DLRM's embedding lookup (seed 002).
+"""Uneven all_to_allv exchanges shaped like DLRM's embedding lookup (Lin et al., HiPC 2022).
 
 A sample is (global batch B, tables per rank T_0..T_{n-1}, embedding dim D), float32.
 Each rank r owns T_r tables and holds the embeddings of its tables for the whole

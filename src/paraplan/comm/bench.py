@@ -147,7 +147,7 @@ def check_backend(backend: str, world_size: int) -> None:
 
 
 LOOPBACK = "127.0.0.1"
-_LOOPBACK_INTERFACE = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
+LOOPBACK_INTERFACE = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
 
 
 def rendezvous_socket() -> socket.socket:
@@ -270,7 +270,7 @@ def run_bench(
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", str(spec["threads_per_rank"]))
-    env.setdefault(_LOOPBACK_INTERFACE[job.backend], "lo")
+    env.setdefault(LOOPBACK_INTERFACE[job.backend], "lo")
     events: queue.Queue = queue.Queue()
     states: list[_RankState] = []
     readers: list[threading.Thread] = []

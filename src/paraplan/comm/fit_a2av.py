@@ -1,4 +1,4 @@
-"""Uneven all_to_allv predicted from the even all_to_all fit (seed 002's study).
+"""Uneven all_to_allv predicted from the even all_to_all fit (Lin et al.'s DLRM study, HiPC 2022).
 
 A measured exchange is (global batch B, tables per rank T_0..T_{n-1}, dim D),
 float32, each rank holding B // n samples. Its effective size, the all_to_all size
@@ -6,7 +6,7 @@ whose measured time it should take, in the three variants of the reference:
 - `sum`: B/n x sum(T) x D x 4 (the even all_to_all's per-rank total when all T_r
   are equal);
 - `max_of_max`: B/n x max_r max(sum(T) - T_r, (n-1) T_r) x D x 4 (the busiest
-  rank's larger direction; the seed's best);
+  rank's larger direction; the study's best);
 - `max_of_sum`: B/n x max_r (sum(T) - T_r + (n-1) T_r) x D x 4.
 """
 

@@ -1,4 +1,4 @@
-"""Prediction errors as seed 002 reports them: relative error per point, GMAE
+"""Prediction errors as Lin et al. (HiPC 2022) report them: relative error per point, GMAE
 (geometric mean with epsilon 4e-4, so an exact point does not send the log to
 minus infinity), mean and standard deviation. Errors are fractions (0.04 = 4%)."""
 
@@ -46,7 +46,7 @@ def summarize(errors: np.ndarray) -> ErrorSummary:
 
 
 def histogram_pct(errors: np.ndarray, step_pct: float = 5.0, max_pct: float = 400.0) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of relative errors in the seed's bins 0, 5, 10, ..., 400% (the last bin
+    """Counts of relative errors in the study's bins 0, 5, 10, ..., 400% (the last bin
     also holds everything larger); returns (counts, edges in percent)."""
     edges = np.arange(0.0, max_pct + step_pct, step_pct)
     clipped = np.clip(np.asarray(errors, dtype=float) * 100.0, 0.0, max_pct - 1e-9)

@@ -1,4 +1,4 @@
-"""Seed 002's three-region "sigmoid bandwidth" model, made robust.
+"""The three-region "sigmoid bandwidth" model of Lin et al. (HiPC 2022), made robust.
 
 With x = log2(size) and busbw = size x factor / time:
 - below `ln_p` (latency still flat): t = overhead;
@@ -6,10 +6,10 @@ With x = log2(size) and busbw = size x factor / time:
   t = size x factor / busbw;
 - above `sats_p` (bandwidth saturated): t = size x factor / max_busbw + overhead.
 
-Turning points follow the seed (reference/comm-fitting.md): `ln_p` is the point
+Turning points follow the original (docs/comm-fitting.md): `ln_p` is the point
 before the first index >= i0 whose relative central slope of latency exceeds 0.1,
 `sats_p` two points after the last one whose busbw is below 95% of the peak.
-`overhead` is the median latency of the flat region (the seed takes the one point
+`overhead` is the median latency of the flat region (the original takes the one point
 at `ln_p`, which lets a single noisy size set every small size's time). Robustness
 added here: i0 is 5 only for sweeps
 long enough to have 5 flat points (n // 4 otherwise), the sigmoid parameters are

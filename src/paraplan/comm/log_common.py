@@ -14,6 +14,7 @@ import pandas as pd
 
 from paraplan.comm.results import MAX_LABEL_CHARS, SWEEP_RULES, bench_frame, sweep_point_problem
 from paraplan.core import InputFileError, busbw_factor
+from paraplan.core.names import formula_problem
 from paraplan.inputs import check_number, read_text
 
 # Printed bandwidths below this are too coarse (two decimals) to check.
@@ -156,6 +157,9 @@ def checked_row(path: Path, line: int, row: SweepRow) -> SweepRow:
                 path, f"expected a name of at most {MAX_LABEL_CHARS} characters, got {len(getattr(row, key))}",
                 line=line, field=key,
             )
+        formula = formula_problem(getattr(row, key))  # it is written into the ingested CSV
+        if formula:
+            raise InputFileError(path, formula, line=line, field=key)
     problem = sweep_point_problem(row.world_size, row.nodes, row.size_bytes, row.count, row.time_us)
     if problem:
         raise InputFileError(path, problem[1], line=line)

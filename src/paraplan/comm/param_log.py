@@ -1,9 +1,9 @@
 """Import PARAM comms benchmark output (facebookresearch/param, comms.py).
 
-Both layouts of reference/comm-fitting.md: upstream prints a `COMMS-RES
+Both layouts of docs/comm-fitting.md: upstream prints a `COMMS-RES
 total-size (B) nElementsPerRank Time(us):p50 p75 p95 Min Max AlgBW BusBW ...`
 header and rows starting with `COMMS-RES` (newer versions:
-`COMMS-RES-<collective>-<dtype>`); seed 002's fork prints rows
+`COMMS-RES-<collective>-<dtype>`); the fork of Lin et al.'s DLRM study prints rows
 `COMMS-RES-<coll>-<dtype> size nElementsPerRank p50 p75 p95 min max algBW busBW`.
 The first nine numbers of a row are read in that order; `time_us` is p50.
 

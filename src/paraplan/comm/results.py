@@ -1,4 +1,4 @@
-"""The bench CSV (DESIGN.md's collective file contract) and its nccl-tests-style table.
+"""The bench CSV (docs/design.md's collective file contract) and its nccl-tests-style table.
 
 Columns, in order: `collective, backend, world_size, nodes, size_bytes, count,
 dtype, time_us, time_p10_us, time_p90_us, algbw_GBps, busbw_GBps, in_place, host`,
@@ -127,7 +127,7 @@ def bench_frame(
     host: str = "",
     extra: Mapping[str, Sequence[object]] | None = None,
 ) -> pd.DataFrame:
-    """One collective's rows with the DESIGN.md columns, then `in_place, host`, then
+    """One collective's rows with the docs/design.md columns, then `in_place, host`, then
     `extra` columns in the given order. algbw/busbw are computed here from size and
     time (rounded to the nanosecond); rows of size 0 are dropped, the others need
     positive times."""

@@ -3,7 +3,7 @@
 Seconds and bytes inside the core; microseconds and GB/s only at the edges.
 """
 
-from paraplan.core.cluster import Cluster, Device, Link
+from paraplan.core.cluster import Cluster, Device, Link, Network, RailFit
 from paraplan.core.comm import (
     COLLECTIVES,
     CommModel,
@@ -50,9 +50,11 @@ __all__ = [
     "LayerProfile",
     "Link",
     "ModelProfile",
+    "Network",
     "OutputError",
     "ParaplanError",
     "PipelineOp",
+    "RailFit",
     "ScheduleName",
     "Strategy",
     "StrategyError",

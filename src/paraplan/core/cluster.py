@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.core.limits import DEVICES_WHY, MAX_DEVICES
 
@@ -67,6 +67,44 @@ class Link:
 
 
 @dataclass(frozen=True)
+class RailFit:
+    """A fitted inter-node curve for one NIC (one rail): moving m bytes over it takes
+    latency_s + m / bandwidth_Bps (alpha-beta), fitted on multi-node nccl-tests logs
+    spanning `nodes` nodes (`paraplan fit --cluster`)."""
+
+    nodes: int
+    latency_s: float
+    bandwidth_Bps: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 2:
+            raise ValueError(f"rail fit: nodes must be an integer >= 2, got {self.nodes!r}")
+        _positive("rail fit", "bandwidth_Bps", self.bandwidth_Bps)
+        _finite_at_least_zero("rail fit", "latency_s", self.latency_s)
+
+
+@dataclass(frozen=True)
+class Network:
+    """What a node has for talking to other nodes: `nics_per_node` NICs of
+    `nic_bandwidth_Bps` line rate each (one per GPU on a rail-optimised DGX), and how
+    many devices share one NVLink domain (8 on a DGX, 72 on a GB200 NVL72 rack).
+    `rail_fits` are fitted per-NIC curves (none: line rate x a documented efficiency,
+    see `paraplan.comm.topology`)."""
+
+    nics_per_node: int
+    nic_bandwidth_Bps: float
+    nvlink_domain_size: int
+    rail_fits: tuple[RailFit, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key in ("nics_per_node", "nvlink_domain_size"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"network: {key} must be an integer >= 1, got {value!r}")
+        _positive("network", "nic_bandwidth_Bps", self.nic_bandwidth_Bps)
+
+
+@dataclass(frozen=True)
 class Cluster:
     """`nodes` x `devices_per_node` identical devices; device ids are 0-based and
     node-major (device d sits on node d // devices_per_node)."""
@@ -76,7 +114,8 @@ class Cluster:
     devices_per_node: int
     device: Device
     intra: Link  # inside one node
-    inter: Link  # across nodes
+    inter: Link  # across nodes (the flat-ring link of clusters without a `network`)
+    network: Network | None = None  # NICs and NVLink domain: topology-aware collectives
 
     def __post_init__(self) -> None:
         counts = (self.nodes, self.devices_per_node)
@@ -88,6 +127,10 @@ class Cluster:
         if self.nodes * self.devices_per_node > MAX_DEVICES:
             raise ValueError(f"cluster '{self.name}': {self.nodes} x {self.devices_per_node} devices is above "
                              f"{MAX_DEVICES:,}: {DEVICES_WHY}")
+        domain = self.network.nvlink_domain_size if self.network is not None else self.devices_per_node
+        if domain % self.devices_per_node:
+            raise ValueError(f"cluster '{self.name}': network.nvlink_domain_size {domain} is not a multiple of "
+                             f"devices_per_node {self.devices_per_node} (an NVLink domain holds whole nodes)")
 
     @property
     def num_devices(self) -> int:
@@ -103,5 +146,10 @@ class Cluster:
         return self.intra if self.node_of(a) == self.node_of(b) else self.inter
 
     def with_shape(self, nodes: int, devices_per_node: int) -> Cluster:
-        """The same hardware with another node count / node size (e.g. `--cluster 2x8`)."""
-        return Cluster(self.name, nodes, devices_per_node, self.device, self.intra, self.inter)
+        """The same hardware with another node count / node size (e.g. `--cluster 2x8`).
+        The NVLink domain stays where it holds whole nodes of the new size; otherwise it
+        becomes one node (NVLink inside each node only)."""
+        network = self.network
+        if network is not None and network.nvlink_domain_size % devices_per_node:
+            network = replace(network, nvlink_domain_size=devices_per_node)
+        return Cluster(self.name, nodes, devices_per_node, self.device, self.intra, self.inter, network)

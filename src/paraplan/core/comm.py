@@ -55,7 +55,8 @@ def ring_time_s(
 
 @dataclass(frozen=True)
 class Group:
-    """A communicator: how many ranks, and how many nodes they span."""
+    """A communicator: how many ranks, and how many nodes they span (spread evenly:
+    size / nodes ranks on each, as Megatron's rank order places them)."""
 
     size: int
     nodes: int = 1

@@ -9,8 +9,8 @@ the people who train large models already speak; units sit in names (`_s`, `_byt
 
 `TERMS` lists every concept with the names it had in paraplan 0.1. The typed input
 loaders (`paraplan.typed`) and the command line accept an old name until paraplan
-`DEPRECATED_UNTIL`, with a deprecation message naming the new one; the README's
-"Vocabulary" section is this table in prose.
+`DEPRECATED_UNTIL`, with a deprecation message naming the new one; the documentation's
+vocabulary page (docs/vocabulary.md) is written from this table by docs/gen_pages.py.
 
 Closed choices are `Literal` types (their values as written in files) or, where the
 engine stores them in numpy arrays, an `IntEnum`.
@@ -102,7 +102,7 @@ class Term:
 
 TERMS: tuple[Term, ...] = (
     # ---- parallel layout (Megatron-LM's arguments) ----
-    Term("tensor_model_parallel_size", "t: ranks that split every layer (T in results.csv, H in seed 000)",
+    Term("tensor_model_parallel_size", "t: ranks that split every layer (T in results.csv, H in DistIR)",
          ("tensor_degree",)),
     Term("pipeline_model_parallel_size", "p: pipeline stages (P in results.csv)", ("pipeline_degree",)),
     Term("data_parallel_size", "d: model replicas (D in results.csv)", ("data_degree",)),

@@ -18,10 +18,18 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp")
+"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+CPCommType = Literal["p2p", "all_gather", "a2a"]
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
+DDPImpl = Literal["local", "torch"]
+DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
+"""Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,18 @@ class RunSettings:
     """p: pipeline stages."""
     data_parallel_size: int = 1
     """d: model replicas, each fed global_batch_size / d sequences per iteration."""
+    context_parallel_size: int = 1
+    """c: ranks that split every sequence (Megatron-Core's context parallelism): each holds
+    s / c tokens of each sequence and the same weights; attention exchanges keys and
+    values between them (`cp_comm_type`). Rank order tp-cp-dp-pp; the gradients are
+    reduced over the d x c ranks that hold the same weights."""
+    cp_comm_type: CPCommType = "p2p"
+    """`p2p`: ring attention, key/value blocks passed around the c ranks in c - 1 steps,
+    each step's transfer beside the previous step's attention; `all_gather`: keys and
+    values of the whole sequence all-gathered before attention (Llama 3's CP), their
+    gradients reduce-scattered after; `a2a`: Ulysses, an
+    all-to-all of Q, K, V before attention (heads split over the c ranks, whole
+    sequences) and of its output after."""
     global_batch_size: int = 1
     """B: sequences per iteration over all replicas."""
     micro_batch_size: int = 1
@@ -43,6 +63,12 @@ class RunSettings:
     recompute_granularity: RecomputeGranularity = "none"
     """`selective`: recompute the attention core in backward (Korthikanti et al. 2022);
     `full`: keep only each layer's input and recompute the layer."""
+    recompute_modules: tuple[str, ...] = ("core_attn",)
+    """With `selective`: what the backward recomputes (Megatron-Core's
+    `--recompute-modules`, default core_attn): `core_attn` the attention core,
+    `mla_up_proj` multi-latent attention's up projections and rotary parts (the core's
+    Q, K, V are not kept), `layernorm` the two input norms (their outputs are not kept),
+    `mlp` a dense MLP (only its input is kept)."""
     sequence_parallel: bool = False
     """Split norms and dropouts over the tensor-parallel ranks along the sequence;
     all-gather + reduce-scatter replace each all-reduce."""
@@ -56,13 +82,39 @@ class RunSettings:
     overlap_param_gather: bool = False
     """With sharded weights: all-gather the next iteration's weights during forward."""
     tp_comm_overlap: bool = False
-    """Overlap tensor-parallel communication with the GEMMs around it."""
+    """Overlap tensor-parallel communication with the GEMMs around it (Megatron-Core with
+    Transformer Engine's userbuffers; Megatron requires sequence parallelism for it):
+    the forward all-gathers and reduce-scatters and the backward re-gathers run beside
+    the GEMM that consumes or produces them. Megatron's default: off."""
+    async_tensor_model_parallel_allreduce: bool = True
+    """Run the backward all-reduce of a column-parallel layer's input gradient beside its
+    weight-gradient GEMM (Megatron-LM since September 2021; the flag
+    `--no-async-tensor-model-parallel-allreduce` turned it off until Megatron-Core made
+    it unconditional, so the default is on). Megatron-DeepSpeed turns it off whenever
+    DeepSpeed runs the model, as do Megatron-LM versions before it: then the all-reduce
+    blocks the backward. With sequence parallelism the reduce-scatter and re-gather
+    run asynchronously either way (as in both code bases)."""
     dtype: Dtype = "bf16"
     """Precision of weights, activations and GEMMs (fp8: GEMM inputs in 8 bits)."""
     schedule: PipelineSchedule | Literal[""] = ""
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
     """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
+    gradient_accumulation_fusion: bool = True
+    """Weight-gradient GEMMs accumulate straight into the fp32 main gradients (Megatron
+    since February 2022, its default); False: every micro-batch's weight gradient is
+    written, then added to the main gradient by a memory-bound kernel (reads both,
+    writes the sum)."""
+    decoder_first_pipeline_num_layers: int = 0
+    """Transformer layers on the first pipeline stage (all its model chunks together);
+    0: Megatron's default, an even split (`pipeline_layer_split`)."""
+    decoder_last_pipeline_num_layers: int = 0
+    """Transformer layers on the last pipeline stage; 0: an even split."""
+    DDP_impl: DDPImpl = "local"
+    """Data-parallel wrapper (Megatron-LM / Megatron-DeepSpeed `--DDP-impl`): `local`,
+    Megatron's own DDP, reduces the gradient buffer after the backward unless
+    `overlap_grad_reduce`; `torch`, PyTorch's DistributedDataParallel, reduces 25 MiB
+    buckets of 16-bit gradients during the last micro-batch's backward."""
 
     @property
     def pipeline_schedule(self) -> str:
@@ -71,8 +123,96 @@ class RunSettings:
         return "interleaved_1f1b" if self.virtual_pipeline_model_parallel_size > 1 else "1f1b"
 
     @property
+    def uneven_pipeline_split(self) -> bool:
+        return bool(self.decoder_first_pipeline_num_layers or self.decoder_last_pipeline_num_layers)
+
+    def _check_uneven_split(self, model: TransformerModel) -> None:
+        """Megatron-Core's rules for `decoder_first/last_pipeline_num_layers`: each set
+        stage's count divisible by v, the layers left split evenly over the stages left,
+        each of those counts divisible by v."""
+        first, last = self.decoder_first_pipeline_num_layers, self.decoder_last_pipeline_num_layers
+        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StrategyError(f"{key} must be an integer >= 1 (0: an even split), got {value!r}")
+        if not self.uneven_pipeline_split:
+            return
+        p, v, layers = self.pipeline_model_parallel_size, self.virtual_pipeline_model_parallel_size, model.num_layers
+        if p < 2:
+            raise StrategyError("decoder_first/last_pipeline_num_layers need pipeline_model_parallel_size >= 2")
+        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+            if value and value % v:
+                raise StrategyError(f"{key} {value} is not divisible by virtual_pipeline_model_parallel_size {v}")
+        middle_stages = p - (first > 0) - (last > 0)
+        middle_layers = layers - first - last
+        if middle_layers < 0 or bool(middle_layers) != bool(middle_stages):
+            raise StrategyError(
+                f"decoder_first/last_pipeline_num_layers {first}/{last} leave {middle_layers} of the {layers} layers "
+                f"for {middle_stages} middle pipeline stages")
+        if middle_stages and middle_layers % middle_stages:
+            raise StrategyError(f"the {middle_layers} layers between the first and last pipeline stage do not split "
+                                f"evenly over the {middle_stages} middle stages")
+        if middle_stages and (middle_layers // middle_stages) % v:
+            raise StrategyError(f"{middle_layers // middle_stages} layers per middle pipeline stage are not divisible "
+                                f"by virtual_pipeline_model_parallel_size {v}")
+
+    def _check_recompute_modules(self, model: TransformerModel) -> None:
+        modules = self.recompute_modules
+        if not isinstance(modules, tuple) or not modules:
+            raise StrategyError(f"recompute_modules must be a non-empty list among {', '.join(RECOMPUTE_MODULES)}, "
+                                f"got {modules!r}")
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise StrategyError(f"recompute_modules: '{unknown[0]}' is not one of {', '.join(RECOMPUTE_MODULES)} "
+                                "(the Megatron-Core modules paraplan prices)")
+        if len(set(modules)) != len(modules):
+            raise StrategyError(f"recompute_modules names a module twice: {' '.join(modules)}")
+        if modules != ("core_attn",) and self.recompute_granularity != "selective":
+            raise StrategyError(f"recompute_modules {' '.join(modules)} needs recompute_granularity selective, got "
+                                f"{self.recompute_granularity}")
+        if "mla_up_proj" in modules and not model.multi_latent_attention:
+            raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
+
+    def _check_context_parallel(self, model: TransformerModel) -> None:
+        """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
+        2c chunks (causal load balancing), with sequence parallelism each rank's s / c
+        tokens split again over t; the attention runs fused (Transformer Engine); `a2a`
+        splits each rank's query and key/value heads over c."""
+        c, t = self.context_parallel_size, self.tensor_model_parallel_size
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise StrategyError(f"cp_comm_type '{self.cp_comm_type}' is not one of {', '.join(CP_COMM_TYPES)}")
+        if c == 1:
+            return
+        if model.seq_length % (2 * c):
+            raise StrategyError(f"context_parallel_size {c} needs seq_length {model.seq_length} divisible by "
+                                f"2 x context_parallel_size = {2 * c} (causal load balancing)")
+        if self.sequence_parallel and model.seq_length % (t * c):
+            raise StrategyError(f"sequence_parallel with context_parallel_size {c} needs seq_length "
+                                f"{model.seq_length} divisible by tensor x context parallel size = {t * c}")
+        if not self.use_flash_attn:
+            raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
+                                "Transformer Engine's fused attention; the unfused path has none)")
+        if model.multi_latent_attention or model.window_size:
+            what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
+            raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
+                                "attention core prices full causal attention with one head width)")
+        if self.cp_comm_type == "a2a":
+            for key, heads in (("num_attention_heads", model.num_attention_heads),
+                               ("num_query_groups", model.query_groups)):
+                if (heads // t) % c:
+                    raise StrategyError(f"cp_comm_type a2a splits heads over context_parallel_size {c}: {key} "
+                                        f"{heads} / tensor_model_parallel_size {t} = {heads // t} is not divisible "
+                                        f"by {c}")
+
+    @property
     def num_gpus(self) -> int:
-        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.data_parallel_size
+        return (self.tensor_model_parallel_size * self.context_parallel_size * self.pipeline_model_parallel_size
+                * self.data_parallel_size)
+
+    @property
+    def data_context_parallel_size(self) -> int:
+        """d x c: the ranks that hold the same weights (Megatron's dp-cp group): gradients
+        are reduced and optimizer state / ZeRO shards are split over them."""
+        return self.data_parallel_size * self.context_parallel_size
 
     @property
     def num_microbatches(self) -> int:
@@ -83,12 +223,17 @@ class RunSettings:
     def optimizer_shards(self) -> int:
         """Ranks the optimizer state is sharded over (1: not sharded)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
-        return self.data_parallel_size if sharded else 1
+        return self.data_context_parallel_size if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
-        """Raise `StrategyError` for settings that cannot run `model`."""
+        """Raise `StrategyError` for settings that cannot run `model` (or a model whose
+        layers the execution model cannot price: `TransformerModel.unmodelled_features`)."""
+        if model.unmodelled_features:
+            raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
+                                "counts (parameters, FLOPs) but cannot predict or plan yet")
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
-                    "global_batch_size", "micro_batch_size", "virtual_pipeline_model_parallel_size"):
+                    "context_parallel_size", "global_batch_size", "micro_batch_size",
+                    "virtual_pipeline_model_parallel_size"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"{key} must be an integer >= 1, got {value!r}")
@@ -97,10 +242,20 @@ class RunSettings:
                 f"recompute_granularity '{self.recompute_granularity}' is not one of "
                 f"{', '.join(RECOMPUTE_GRANULARITIES)}"
             )
+        self._check_recompute_modules(model)
         if self.dtype not in DTYPES:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:
             raise StrategyError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.DDP_impl not in DDP_IMPLS:
+            raise StrategyError(f"DDP_impl '{self.DDP_impl}' is not one of {', '.join(DDP_IMPLS)}")
+        if self.DDP_impl == "torch":
+            if self.use_distributed_optimizer or self.zero_stage:
+                raise StrategyError("DDP_impl torch cannot shard the optimizer: use_distributed_optimizer needs "
+                                    "DDP_impl local (Megatron) and zero_stage runs under DeepSpeed's engine")
+            if self.overlap_grad_reduce:
+                raise StrategyError("overlap_grad_reduce is an option of DDP_impl local; torch's DDP always "
+                                    "overlaps its gradient reduction")
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
@@ -129,11 +284,13 @@ class RunSettings:
                 f"sequence_parallel needs seq_length {model.seq_length} divisible by "
                 f"tensor_model_parallel_size {t}"
             )
+        self._check_context_parallel(model)
         if p * v > model.num_layers:
             raise StrategyError(
                 f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
                 f"the model has {model.num_layers}"
             )
+        self._check_uneven_split(model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":
             raise StrategyError(
@@ -153,3 +310,45 @@ class RunSettings:
             )
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
+
+
+def pipeline_layer_split(num_layers: int, stages: int, virtual: int = 1, first: int = 0, last: int = 0) -> list[int]:
+    """Transformer layers of each virtual stage (chunk c of pipeline rank r is virtual
+    stage c x stages + r). With `first`/`last` (Megatron-Core's
+    decoder_first/last_pipeline_num_layers) the first/last rank holds that many, the
+    other ranks share the rest evenly, and each rank's layers split evenly over its
+    `virtual` chunks (`RunSettings.check` enforces the divisibility). Without them the
+    layers split as evenly as possible over the stages x virtual chunks, the first
+    virtual stages taking one more."""
+    nv = stages * virtual
+    if not (first or last):
+        base, extra = divmod(num_layers, nv)
+        return [base + (1 if i < extra else 0) for i in range(nv)]
+    middle = stages - (first > 0) - (last > 0)
+    per_middle = (num_layers - first - last) // middle if middle else 0
+    per_rank = [per_middle] * stages
+    if first:
+        per_rank[0] = first
+    if last:
+        per_rank[-1] = last
+    return [per_rank[vs % stages] // virtual for vs in range(nv)]
+
+
+def interleaved_uneven_split(num_layers: int, stages: int, virtual: int) -> tuple[int, int] | None:
+    """(decoder_first, decoder_last) pipeline layers that let `virtual` chunks per rank
+    interleave when stages x virtual does not divide the layers: the middle ranks take
+    the smallest multiple of `virtual` that covers an even share, the first and last
+    rank what is left (each a positive multiple of `virtual`, at most a middle rank's
+    count; the last, which also runs the LM head, the smaller half). (0, 0) when the
+    even split already works; None when no such split exists (`virtual` must divide
+    the layers)."""
+    if num_layers % (stages * virtual) == 0:
+        return (0, 0)
+    if stages < 3 or num_layers % virtual:
+        return None
+    per_middle = virtual * -(-num_layers // (stages * virtual))
+    rest = num_layers - (stages - 2) * per_middle
+    if rest < 2 * virtual or rest > 2 * per_middle:
+        return None
+    last = virtual * ((rest // virtual) // 2)
+    return (rest - last, last)

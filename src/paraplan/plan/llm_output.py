@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_search import BASELINES, PlanResult
-from paraplan.predict.predictor import RunPrediction
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.predictor import RunPrediction, plausibility
 
 PLAN_COLUMNS: tuple[str, ...] = (
-    "rank", "model", "num_gpus", "global_batch_size", "seq_length", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
-    "recompute_granularity", "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
+    "rank", "model", "num_parameters", "active_parameters", "num_gpus", "global_batch_size", "seq_length",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size",
+    "cp_comm_type", "micro_batch_size", "virtual_pipeline_model_parallel_size",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
+    "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
-    "bubble_fraction", "fits_memory", *(f"{name}_s" for name in BASELINES), "search_s", "calibration",
+    "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES), "search_s",
+    "calibration",
 )
 
 
@@ -28,19 +32,27 @@ def baseline_cell(prediction: RunPrediction | None) -> str:
     return f"{prediction.iteration_s:.6g}"
 
 
-def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> list[dict[str, str]]:
+def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
+              efficiency: DeviceEfficiency) -> list[dict[str, str]]:
+    """The plans as rows; `plausibility` flags an MFU outside anything published
+    (`paraplan.predict.predictor.plausibility`)."""
     baselines = {f"{name}_s": baseline_cell(result.baselines.get(name)) for name in BASELINES}
     rows = []
     for rank, plan in enumerate(result.plans, start=1):
         s = plan.settings
         tokens = s.global_batch_size * model.seq_length / plan.iteration_s
         rows.append({
-            "rank": str(rank), "model": model.name, "num_gpus": str(s.num_gpus),
+            "rank": str(rank), "model": model.name, "num_parameters": str(model.num_parameters),
+            "active_parameters": str(model.active_parameters), "num_gpus": str(s.num_gpus),
             "global_batch_size": str(s.global_batch_size), "seq_length": str(model.seq_length),
             "tensor_model_parallel_size": str(s.tensor_model_parallel_size),
             "pipeline_model_parallel_size": str(s.pipeline_model_parallel_size),
-            "data_parallel_size": str(s.data_parallel_size), "micro_batch_size": str(s.micro_batch_size),
+            "data_parallel_size": str(s.data_parallel_size), "context_parallel_size": str(s.context_parallel_size),
+            "cp_comm_type": s.cp_comm_type if s.context_parallel_size > 1 else "",
+            "micro_batch_size": str(s.micro_batch_size),
             "virtual_pipeline_model_parallel_size": str(s.virtual_pipeline_model_parallel_size),
+            "decoder_first_pipeline_num_layers": str(s.decoder_first_pipeline_num_layers or ""),
+            "decoder_last_pipeline_num_layers": str(s.decoder_last_pipeline_num_layers or ""),
             "recompute_granularity": s.recompute_granularity, "sequence_parallel": _flag(s.sequence_parallel),
             "zero_stage": str(s.zero_stage), "use_distributed_optimizer": _flag(s.use_distributed_optimizer),
             "overlap_grad_reduce": _flag(s.overlap_grad_reduce), "overlap_param_gather": _flag(s.overlap_param_gather),
@@ -49,6 +61,7 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> 
             "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
             "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}",
             "bubble_fraction": f"{plan.bubble_fraction:.6g}", "fits_memory": _flag(plan.fits_memory),
+            "plausibility": plausibility(plan.mfu, efficiency),
             **baselines, "search_s": f"{result.search_s:.4g}", "calibration": calibration,
         })
     return rows
@@ -57,10 +70,15 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str) -> 
 def describe(plan: RunPrediction) -> str:
     """One line a person reads: 'TP 8, PP 8, DP 16, micro-batch 1, v 3, selective recomputation, ...'."""
     s = plan.settings
-    parts = [f"TP {s.tensor_model_parallel_size}", f"PP {s.pipeline_model_parallel_size}",
+    parts = [f"TP {s.tensor_model_parallel_size}",
+             *([f"CP {s.context_parallel_size} ({s.cp_comm_type})"] if s.context_parallel_size > 1 else []),
+             f"PP {s.pipeline_model_parallel_size}",
              f"DP {s.data_parallel_size}", f"micro-batch {s.micro_batch_size}"]
     if s.virtual_pipeline_model_parallel_size > 1:
         parts.append(f"v {s.virtual_pipeline_model_parallel_size}")
+    if s.uneven_pipeline_split:
+        parts.append(f"first/last stage {s.decoder_first_pipeline_num_layers or 'even'}/"
+                     f"{s.decoder_last_pipeline_num_layers or 'even'} layers")
     if s.pipeline_model_parallel_size > 1:
         parts.append(s.pipeline_schedule)
     parts.append(f"{s.recompute_granularity} recomputation" if s.recompute_granularity != "none"

@@ -20,6 +20,7 @@ needs and the candidate that needs it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_space import Candidates, SearchSpace, enumerate_candidates, estimate
+from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, predict_settings, summarize
 from paraplan.predict.runtable import default_flash_attention
@@ -94,6 +96,25 @@ def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
     return out
 
 
+def check_model_state_fits(model: TransformerModel, num_gpus: int, dtype: str, capacity_bytes: float) -> None:
+    """Raise `StrategyError` when the weights, gradients and optimizer state alone
+    (`Precision` bytes per parameter, multi-token-prediction layers included) exceed
+    the devices' memory even sharded evenly over all `num_gpus`: no split can fit."""
+    params = model.num_parameters + model.mtp_parameters
+    per_param = Precision.of(dtype)
+    state = params * (per_param.weight_bytes + per_param.grad_bytes + per_param.optimizer_bytes)
+    if state / num_gpus > capacity_bytes:
+        raise StrategyError(
+            f"model '{model.name}' does not fit on {num_gpus:,} GPUs: {params / 1e9:,.1f}B parameters x "
+            f"{state / params:.0f} bytes of weights, gradients and optimizer state ({dtype}) = {_size(state)}, "
+            f"{state / num_gpus / 1e9:,.0f} GB per GPU even sharded over all of them; each has "
+            f"{capacity_bytes / 1e9:,.0f} GB (at least {math.ceil(state / capacity_bytes):,} GPUs, before activations)")
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1e12:,.2f} TB" if nbytes >= 1e12 else f"{nbytes / 1e9:,.1f} GB"
+
+
 def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
            progress: Callable[[str], None] | None = None) -> PlanResult:
     """The best plans for `request` (see the module doc)."""
@@ -101,9 +122,13 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     model, cluster = request.model, request.cluster
     if request.num_gpus < 1:
         raise StrategyError(f"--gpus must be >= 1, got {request.num_gpus}")
+    if model.unmodelled_features:  # (a model the search can price says how little memory its best plan needs)
+        check_model_state_fits(model, request.num_gpus, request.dtype, cluster.device.memory_bytes)
+        raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
+                            "counts (parameters, FLOPs) but cannot plan yet")
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
-                                request.space)
+                                request.space, base.use_flash_attn)
     est = estimate(model, cand, base, cluster, comm, efficiency)
     capacity = cluster.device.memory_bytes
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
@@ -175,6 +200,7 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
         f"the smallest plan needs {need / 1e9:.1f} GB per device (TP {s.tensor_model_parallel_size}, "
-        f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
+        + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
+        + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
         f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
         "more GPUs, a smaller model or a device with more memory would do")

@@ -1,20 +1,26 @@
 """The space of parallel strategies an LLM planner searches, and a closed-form
 estimate of every candidate's iteration time and peak memory, vectorised with numpy.
 
-A candidate is (TP t, PP p, DP d, micro-batch b, virtual stages v, schedule,
-recomputation, sequence parallelism, ZeRO stage) with t x p x d = the GPUs. What a
-layer costs depends only on (t, b, sequence parallelism, recomputation): those few
+A candidate is (TP t, CP c, PP p, DP d, micro-batch b, virtual stages v, schedule,
+recomputation, sequence parallelism, ZeRO stage) with t x c x p x d = the GPUs. Context
+parallelism (ring attention, `cp_comm_type` p2p) is searched only for sequences of
+`MIN_CP_SEQ_LENGTH` tokens and more, over the powers of two that divide the GPUs and
+meet Megatron's rules. What a layer costs depends only on (t, c, b, sequence
+parallelism, recomputation): those few
 combinations are priced once with the exact device model (`paraplan.predict.build`);
 everything else is closed form over the candidate arrays:
 
 - stage op times: layers per stage x the layer's device and host time (smooth
   maximum, as the exact model), the embedding on the first stage, the head on the last;
 - pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
-  (exact for uniform stages); interleaved (M v + p - 1) x one chunk's (F + B) plus
-  the first or last device's extra per micro-batch; ZB-H1 as 1F1B less (p - 1) W
+  (exact for uniform stages); interleaved M x the busiest rank's (F + B) over its v
+  chunks + (p - 1) x one middle chunk's (with an even split: (M v + p - 1) x one
+  chunk's plus the first or last device's extra per micro-batch); a v that does not
+  divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as 1F1B less (p - 1) W
   (the weight gradients leave the fill and drain); plus the fill/drain transfers;
-- the gradient reduction exposed past the last backward, the optimizer step and a
-  sharded optimizer's weight all-gather (none with overlap_param_gather);
+- the gradient reduction over the d x c ranks that hold the same weights, exposed past
+  the last backward, the optimizer step and a sharded optimizer's weight all-gather
+  (none with overlap_param_gather);
 - memory of the first and the last stage: weights, gradients and optimizer state as
   sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
   first stage; GPipe: M; interleaved: Megatron's warm-up count).
@@ -35,7 +41,13 @@ import numpy as np
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.errors import StrategyError
-from paraplan.core.run_settings import DTYPE_BYTES, PipelineSchedule, RecomputeGranularity, RunSettings
+from paraplan.core.run_settings import (
+    DTYPE_BYTES,
+    PipelineSchedule,
+    RecomputeGranularity,
+    RunSettings,
+    interleaved_uneven_split,
+)
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
@@ -46,7 +58,8 @@ from paraplan.predict.build import (
     run_structure,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
-from paraplan.predict.ops import embedding_work, head_work, layer_activation_bytes
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
@@ -54,6 +67,14 @@ from paraplan.sim.schedules import get_schedule
 SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
 RECOMPUTE: tuple[RecomputeGranularity, ...] = ("none", "selective", "full")
 ZERO: tuple[int, ...] = (0, 1, 2, 3)  # 1: Megatron's distributed optimizer (ZeRO-1)
+MIN_CP_SEQ_LENGTH = 16384
+"""Shortest sequence for which context parallelism is searched (when the search space
+does not list CP sizes): below it the attention is a small share of a layer and
+splitting the sequence only adds transfers, so the search stays as small as it was."""
+MIN_CP_CHUNK_TOKENS = 1024
+"""Fewest tokens in each of a CP rank's two sequence chunks for a searched CP degree
+(s / 2c >= this; 128K tokens: c <= 64): shorter blocks leave each ring step too little
+attention to hide its transfer behind, and the bound keeps the search small."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +91,9 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_micro_batch_size: int = 64
     max_virtual_stages: int = 32
+    context_parallel_sizes: tuple[int, ...] = ()
+    """CP degrees; empty: 1, and for sequences of `MIN_CP_SEQ_LENGTH` tokens or more
+    every power of two that divides the GPUs (`context_degrees`). (1,): no CP."""
 
     def __post_init__(self) -> None:
         bad = [s for s in self.schedules if s not in SCHEDULES]
@@ -81,6 +105,9 @@ class SearchSpace:
         bad_z = [z for z in self.zero_stages if z not in ZERO]
         if bad_z:
             raise StrategyError(f"unknown zero_stage {bad_z[0]}; known: 0, 1, 2, 3")
+        bad_cp = [c for c in self.context_parallel_sizes if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+        if bad_cp:
+            raise StrategyError(f"context_parallel_size {bad_cp[0]!r} in the search space; expected an integer >= 1")
         if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel):
             raise StrategyError("every dimension of the search space needs at least one value")
 
@@ -98,6 +125,9 @@ class Candidates:
     recompute: np.ndarray  # index into RECOMPUTE
     sp: np.ndarray  # 0/1
     zero: np.ndarray  # 0..3
+    first: np.ndarray  # decoder_first_pipeline_num_layers (0: even split)
+    last: np.ndarray  # decoder_last_pipeline_num_layers (0: even split)
+    cp: np.ndarray  # context_parallel_size
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -108,6 +138,7 @@ class Candidates:
     def settings(self, i: int, base: RunSettings) -> RunSettings:
         """Candidate i as run settings (the base gives batch, dtype and attention kernel)."""
         zero = int(self.zero[i])
+        replicas = int(self.d[i]) * int(self.cp[i])  # the ranks a gradient is reduced over
         return replace(
             base,
             tensor_model_parallel_size=int(self.t[i]), pipeline_model_parallel_size=int(self.p[i]),
@@ -115,11 +146,28 @@ class Candidates:
             virtual_pipeline_model_parallel_size=int(self.v[i]), schedule=SCHEDULES[int(self.schedule[i])],
             recompute_granularity=RECOMPUTE[int(self.recompute[i])], sequence_parallel=bool(self.sp[i]),
             use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
-            overlap_grad_reduce=int(self.d[i]) > 1, overlap_param_gather=zero in (1, 2) and int(self.d[i]) > 1,
+            overlap_grad_reduce=replicas > 1, overlap_param_gather=zero in (1, 2) and replicas > 1,
+            decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
+            context_parallel_size=int(self.cp[i]), cp_comm_type="p2p",
         )
 
 
-_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero")
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp")
+
+
+def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
+    """CP degrees to search: the space's, else 1 and, for sequences of at least
+    `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
+    the GPUs and leave chunks of `MIN_CP_CHUNK_TOKENS` or more; each must divide the GPUs
+    and split the sequence into 2c chunks."""
+    if space.context_parallel_sizes:
+        options = space.context_parallel_sizes
+    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash:
+        options = tuple(1 << k for k in range(num_gpus.bit_length())
+                        if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
+    else:
+        options = (1,)
+    return [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
 
 
 def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
@@ -130,41 +178,49 @@ def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int
 
 
 def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
-                         space: SearchSpace) -> Candidates:
-    """Every candidate that can run (divisibility, schedule rules); memory is checked later."""
+                         space: SearchSpace, flash: bool = True) -> Candidates:
+    """Every candidate that can run (divisibility, schedule rules); memory is checked later.
+    `flash`: the run's attention is fused (context parallelism needs it)."""
     rows: list[tuple[int, ...]] = []
     sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
     rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
-    for t in tensor_degrees(model, devices_per_node, num_gpus, space):
-        sps = sorted({bool(x) and t > 1 for x in space.sequence_parallel})
-        for p in divisors(num_gpus // t):
+    layouts = [(c, t) for c in context_degrees(model, num_gpus, space, flash)
+               for t in tensor_degrees(model, devices_per_node, num_gpus // c, space)]
+    for c, t in layouts:
+        sps = sorted({bool(x) and t > 1 and model.seq_length % (t * c) == 0 for x in space.sequence_parallel})
+        for p in divisors(num_gpus // (t * c)):
             if p > model.num_layers:
                 break
-            d = num_gpus // (t * p)
+            d = num_gpus // (t * c * p)
             if global_batch_size % d:
                 continue
+            splits: dict[int, tuple[int, int] | None] = {}
             per_replica = global_batch_size // d
             for b in divisors(per_replica):
                 if b > space.max_micro_batch_size:
                     break
                 m = per_replica // b
-                pipes: list[tuple[int, int]] = []
+                pipes: list[tuple[int, int, int, int]] = []  # schedule, v, first and last stage's layers
                 for schedule in space.schedules:
                     if schedule == "interleaved_1f1b":
                         if p < 2 or m % p:
                             continue
-                        pipes += [(sched_idx[schedule], v) for v in range(2, space.max_virtual_stages + 1)
-                                  if model.num_layers % (p * v) == 0]
+                        for v in range(2, space.max_virtual_stages + 1):
+                            if v not in splits:
+                                splits[v] = interleaved_uneven_split(model.num_layers, p, v)
+                            split = splits[v]
+                            if split is not None:
+                                pipes.append((sched_idx[schedule], v, *split))
                     elif schedule in ("gpipe", "zb_h1") and p < 2:
                         continue
                     else:
-                        pipes.append((sched_idx[schedule], 1))
-                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d == 1)]
-                for s_i, v in pipes:
+                        pipes.append((sched_idx[schedule], 1, 0, 0))
+                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d * c == 1)]
+                for s_i, v, first, last in pipes:
                     for rc in rc_idx:
                         for sp in sps:
                             for z in zeros:
-                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z))
+                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c))
     if not rows:
         raise StrategyError(
             f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
@@ -175,11 +231,11 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
 
 @dataclass(frozen=True, eq=False)
 class LayerTable:
-    """Per (t, b, sp, recompute): device and host time of a layer's forward and
+    """Per (t, b, sp, recompute, cp): device and host time of a layer's forward and
     backward (with recomputation), of the embedding and head passes, the weight-grad
     part, and activation bytes."""
 
-    index: dict[tuple[int, int, int, int], int]
+    index: dict[tuple[int, int, int, int, int], int]  # (t, b, sp, recompute, cp)
     fwd_dev: np.ndarray
     fwd_host: np.ndarray
     bwd_dev: np.ndarray
@@ -197,13 +253,14 @@ class LayerTable:
 
 def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
                 eff: DeviceEfficiency) -> LayerTable:
-    keys = sorted({(int(t), int(b), int(sp), int(rc)) for t, b, sp, rc in
-                   zip(cand.t, cand.b, cand.sp, cand.recompute, strict=True)})
+    keys = sorted({(int(t), int(b), int(sp), int(rc), int(c)) for t, b, sp, rc, c in
+                   zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, strict=True)})
     probes = [replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1, data_parallel_size=1,
                       micro_batch_size=b, global_batch_size=b, virtual_pipeline_model_parallel_size=1, schedule="",
                       sequence_parallel=bool(sp), recompute_granularity=RECOMPUTE[rc], zero_stage=0,
-                      use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False)
-              for t, b, sp, rc in keys]
+                      use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False,
+                      context_parallel_size=c, cp_comm_type="p2p")
+              for t, b, sp, rc, c in keys]
     structures = [run_structure(model, s, cluster, comm) for s in probes]
     kernel_s = kernel_times_by_pass(structures, eff)
     n = len(keys)
@@ -215,6 +272,11 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         out["fd"][i], out["fh"][i] = dev[0], host[0]
         out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
         out["w"][i] = times.layer_weight_grad_s
+        if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
+            factor = eff.layer_time_factors.factor(st.layer_key)
+            added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
+            out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
+            out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
         pairs["ef"][i] = dev[3], host[3]
         pairs["eb"][i] = dev[4], host[4]
         pairs["hf"][i] = dev[5], host[5]
@@ -222,7 +284,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         out["al"][i] = layer_activation_bytes(model, s)
         out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
         out["ae"][i] = embedding_work(model, s).activation_bytes
-        out["ah"][i] = head_work(model, s).activation_bytes
+        out["ah"][i] = last_stage_work(model, s).activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 
@@ -263,12 +325,14 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
              eff: DeviceEfficiency) -> Estimates:
     """Closed-form iteration time and peak memory of every candidate (module doc)."""
     table = layer_table(model, cand, base, cluster, comm, eff)
-    row = np.array([table.index[(int(t), int(b), int(sp), int(rc))] for t, b, sp, rc in
-                    zip(cand.t, cand.b, cand.sp, cand.recompute, strict=True)])
+    row = np.array([table.index[(int(t), int(b), int(sp), int(rc), int(c))] for t, b, sp, rc, c in
+                    zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, strict=True)])
     t, p, d, b, v = (cand.t.astype(float), cand.p.astype(float), cand.d.astype(float), cand.b.astype(float),
                      cand.v.astype(float))
+    c = cand.cp.astype(float)
     L = float(model.num_layers)
     m = base.global_batch_size / (d * b)
+    dc = d * c  # the ranks that hold the same weights: gradients reduced, state sharded over them
     zero3 = cand.zero == 3
     prec = Precision.of(base.dtype)
     gpn = cluster.devices_per_node
@@ -277,20 +341,28 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
     head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
+    head_params = head_params + model.mtp_parameters / t  # multi-token-prediction layers on the last stage
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
-    # take one more); interleaving needs an even split (enumerate_candidates ensures it)
+    # take one more); interleaving splits each rank's layers evenly over its v chunks,
+    # the first and last rank holding `first` / `last` layers where set (Megatron's
+    # uneven split, `interleaved_uneven_split`), the middle ranks sharing the rest
     n_big = np.ceil(L / p)
     n_small = np.floor(L / p)
     count_big = np.where(np.mod(L, p) == 0, p, np.mod(L, p))
-    n_chunk = np.where(v > 1, L / (p * v), n_big)
+    set_first, set_last = cand.first.astype(float), cand.last.astype(float)
+    uneven = (set_first > 0) | (set_last > 0)
+    per_middle = np.where(uneven, (L - set_first - set_last) / np.maximum(p - (set_first > 0) - (set_last > 0), 1),
+                          L / p)
+    n_chunk = np.where(v > 1, np.where(set_first > 0, set_first, per_middle) / v, n_big)  # the first rank's
+    n_mid = np.where(v > 1, per_middle / v, n_big)
     zero3_gather = np.zeros(len(cand))
     zero3_scatter = np.zeros(len(cand))
-    # Megatron's rank order: a data-parallel group is every t-th rank, so it spans
-    # t d / gpn nodes (each member on its own node once t >= gpn)
-    dp_nodes = np.maximum(1, np.ceil(t * d / np.maximum(gpn, t))).astype(np.int64)
-    for i in np.flatnonzero(zero3 & (d > 1)):
-        group = Group(int(d[i]), int(dp_nodes[i]))
+    # Megatron's rank order tp-cp-dp-pp: the dp-cp group is every t-th rank, so it
+    # spans t d c / gpn nodes (each member on its own node once t >= gpn)
+    dp_nodes = np.maximum(1, np.ceil(t * dc / np.maximum(gpn, t))).astype(np.int64)
+    for i in np.flatnonzero(zero3 & (dc > 1)):
+        group = Group(int(dc[i]), int(dp_nodes[i]))
         zero3_gather[i] = comm.time_s("all_gather", layer_params[i] * prec.weight_bytes, group)
         zero3_scatter[i] = comm.time_s("reduce_scatter", layer_params[i] * prec.grad_bytes, group)
     lf_dev = np.maximum(table.fwd_dev[row], zero3_gather)
@@ -304,9 +376,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
 
-    mid = op(n_chunk, lf_dev, lf_host) + op(n_chunk, lb_dev, lb_host)  # one (virtual) stage, F + B
+    mid = op(n_mid, lf_dev, lf_host) + op(n_mid, lb_dev, lb_host)  # one (virtual) stage, F + B
     mid_small = op(n_small, lf_dev, lf_host) + op(n_small, lb_dev, lb_host)
-    n_last = np.where(v > 1, n_chunk, np.where(count_big == p, n_big, n_small))
+    n_last = np.where(v > 1, np.where(set_last > 0, set_last, per_middle) / v,
+                      np.where(count_big == p, n_big, n_small))
     first = op(n_chunk, lf_dev, lf_host, ef) + op(n_chunk, lb_dev, lb_host, eb)
     last = op(n_last, lf_dev, lf_host, hf) + op(n_last, lb_dev, lb_host, hb)
     single = p == 1
@@ -314,8 +387,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     w_mid = n_chunk * table.wgt_dev[row]
 
     e = 2 if base.dtype == "fp8" else DTYPE_BYTES[base.dtype]
-    boundary = b * model.seq_length * model.hidden_size * e / t
-    cross = (t * d) >= gpn
+    boundary = b * model.seq_length * model.hidden_size * e / (t * c)
+    cross = (t * c * d) >= gpn
     send = np.zeros(len(cand))
     for i in np.flatnonzero(p > 1):
         send[i] = comm.time_s("send_recv", boundary[i], Group(2, 2 if cross[i] else 1))
@@ -326,8 +399,12 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
                   + np.maximum(p - count_big - (count_big < p), 0) * mid_small)
     slowest = np.maximum(np.maximum(first, last), mid)
     flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
-    ends = np.maximum(np.maximum(first - mid, last - mid), 0.0)  # the first/last device's extra per micro-batch
-    interleaved = (m * v + p - 1) * mid + m * ends + 2 * (p - 1) * send
+    # interleaved: M x the busiest rank's work per micro-batch (its v chunks, the
+    # embedding or the head on the first / last) + the fill and drain of one chunk
+    rank_first = (v - 1) * (op(n_chunk, lf_dev, lf_host) + op(n_chunk, lb_dev, lb_host)) + first
+    rank_last = (v - 1) * (op(n_last, lf_dev, lf_host) + op(n_last, lb_dev, lb_host)) + last
+    busiest = np.maximum(np.maximum(rank_first, rank_last), v * mid)
+    interleaved = m * busiest + (p - 1) * mid + 2 * (p - 1) * send
     zb = flushed - (p - 1) * w_mid  # each stage's weight gradients leave the fill/drain path
     pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
     pipe = np.where(single, m * whole, pipe)
@@ -338,11 +415,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     first_params = first_params + np.where(single, head_params, 0.0)
     last_params = np.where(single, first_params, n_last * np.where(v > 1, v, 1) * layer_params + head_params)
     sharded = cand.zero >= 1
-    shards = np.where(sharded, d, 1.0)
+    shards = np.where(sharded, dc, 1.0)
     # gradient reduction, overlapped with the first stage's last backward op
     sync = np.zeros(len(cand))
-    for i in np.flatnonzero((d > 1) & ~zero3):
-        group = Group(int(d[i]), int(dp_nodes[i]))
+    for i in np.flatnonzero((dc > 1) & ~zero3):
+        group = Group(int(dc[i]), int(dp_nodes[i]))
         collective = "reduce_scatter" if sharded[i] else "all_reduce"
         buckets = max(1, int(np.ceil(first_params[i] / GRAD_BUCKET_PARAMS)))
         one = comm.time_s(collective, first_params[i] / buckets * prec.grad_bytes, group)
@@ -358,8 +435,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
 
     # memory of the first and the last stage
-    weights_b = np.where(zero3, prec.weight_bytes / d, prec.weight_bytes)
-    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / d, prec.grad_bytes)
+    weights_b = np.where(zero3, prec.weight_bytes / dc, prec.weight_bytes)
+    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
     state_b = weights_b + grads_b + prec.optimizer_bytes / shards
     held = inflight(sched, cand.p, np.round(m).astype(np.int64), cand.v)  # (candidates, 2): first, last stage
     act_chunk = n_chunk * table.act_layer[row]

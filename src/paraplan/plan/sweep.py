@@ -78,6 +78,23 @@ class PlanRow:
         return self.best_hybrid_est / self.best_hybrid - 1.0
 
 
+def slower_than_one_device(row: PlanRow, profile_batch_size: int) -> str | None:
+    """Why the best plan of `row` is no speedup at all (below 1x one device), for a
+    warning; None when it is one (or there is no plan). Below the profile's batch size
+    the per-sample times are the profile's scaled down linearly, and the few samples
+    each device gets cannot pay for the gradient exchange."""
+    if not row.best_hybrid < 1.0:  # also NaN: no plan
+        return None
+    what = (f"gbs {row.gbs}: the best plan ({row.stages}) runs at {row.best_hybrid:.2f}x one device, slower than "
+            "one device: ")
+    if row.gbs < profile_batch_size:
+        return what + (f"the global batch is below the profile's batch size ({profile_batch_size}), so each device "
+                       "computes a few samples (their times scaled down linearly from the profile) and exchanging "
+                       f"gradients costs more than it saves; plan global batches >= {profile_batch_size}, or profile "
+                       "at a smaller batch")
+    return what + "exchanging gradients and activations costs more than splitting the compute saves at this batch"
+
+
 def plan_batch(settings: PlanSettings, gbs: int) -> PlanRow:
     """Baselines and the best hybrid plan at one global batch size."""
     problem = settings.problem(gbs)

@@ -1,4 +1,4 @@
-"""Seed 000's Figures 3 and 4 from results.csv rows (one mode at a time), with the
+"""The DistIR paper's Figures 3 and 4 from results.csv rows (one mode at a time), with the
 published points beside the simulated lines."""
 
 from __future__ import annotations

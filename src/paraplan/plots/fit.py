@@ -1,6 +1,6 @@
 """Figures of the fit stage: per sweep (latency and busbw vs size with every model's
 curve and the sigmoid's turning points, histogram of held-out errors), and per
-world size the uneven all_to_allv study (seed 002's scatter and histograms)."""
+world size the uneven all_to_allv study (Lin et al.'s scatter and histograms)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def plot_sweep(entries: list[FitEntry], size_bytes: np.ndarray, time_s: np.ndarr
 def plot_a2av(results: list, curve_sizes: np.ndarray, curve_s: np.ndarray, stem: str | Path) -> list[Path]:
     """Uneven all_to_allv at one world size: per effective-size variant, measured
     latency vs effective size with the all_to_all model's curve, and the histogram
-    of relative errors (seed 002's bins of 5%)."""
+    of relative errors (Lin et al.'s bins of 5%)."""
     fig, axes = new_figure(5.0 * len(results), 7.5, ncols=len(results), nrows=2)
     for column, result in enumerate(results):
         scatter, hist = axes[0][column], axes[1][column]

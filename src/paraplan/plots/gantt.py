@@ -1,6 +1,7 @@
-"""Pipeline Gantt charts in seed 001's style: one row per worker, forward blocks
-blue with the micro-batch number in white, backward blocks green with the number
-in blue; micro-batches numbered across iterations (e x M + i + 1)."""
+"""Pipeline Gantt charts in the style of docs/pipeline-schedules.md's reference charts:
+one row per worker, forward blocks blue with the micro-batch number in white, backward
+blocks green with the number in blue; micro-batches numbered across iterations
+(e x M + i + 1)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _chunk_parity(device: np.ndarray, stage: np.ndarray) -> np.ndarray:
 def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
                  devices: list[int] | None = None, unit_name: str | None = None):
     """Draw the compute stream of `devices` (default: all) with times in units of
-    `time_unit_s` (1.0: seed 001's unit steps), the axis labelled `unit_name` when
+    `time_unit_s` (1.0: the reference charts' unit steps), the axis labelled `unit_name` when
     given (e.g. "ms"). Returns the matplotlib figure."""
     compute = timeline.stream == STREAMS.index("compute")
     rows = sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)

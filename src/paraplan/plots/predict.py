@@ -1,4 +1,6 @@
-"""Predicted against measured iteration time, log-log, one colour per (TP, PP)."""
+"""Predicted iteration times: against measured ones (log-log, one colour per (TP, PP)),
+per run of a table (iteration time and MFU side by side), and where each run's time
+goes (stacked bars)."""
 
 from __future__ import annotations
 
@@ -35,5 +37,60 @@ def plot_predicted_vs_measured(measured_s: np.ndarray, predicted_s: np.ndarray, 
     ax.set_ylabel("predicted iteration time (s)")
     ax.set_aspect("equal")
     ax.legend(loc="upper left", ncols=2, markerscale=1.5)
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, stem)
+
+
+def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarray, fits_memory: list[bool],
+                        stem: str | Path, title: str) -> list[Path]:
+    """One bar per run, labelled with its value: predicted iteration time and MFU; a run
+    that does not fit device memory is hatched grey."""
+    iteration_s = np.asarray(iteration_s, float)
+    mfu = np.asarray(mfu, float)
+    height = max(2.4, 0.32 * len(names) + 1.2)
+    fig, axes = new_figure(8.0, height, ncols=2)
+    rows = np.arange(len(names))
+    colours = [PALETTE[0] if fits else "0.75" for fits in fits_memory]
+    hatches = ["" if fits else "//" for fits in fits_memory]
+    for ax, values, label, text in ((axes[0][0], iteration_s, "predicted iteration time (s)", "{:.3g} s"),
+                                    (axes[0][1], 100 * mfu, "predicted MFU (%)", "{:.1f}%")):
+        bars = ax.barh(rows, values, color=colours)
+        for bar, hatch in zip(bars, hatches, strict=True):
+            bar.set_hatch(hatch)
+        ax.bar_label(bars, [text.format(v) for v in values], padding=2, fontsize=7)
+        ax.set_xlim(0, 1.2 * float(values.max()))
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+    axes[0][0].set_yticks(rows, names)
+    axes[0][1].set_yticks(rows, [""] * len(names))
+    if not all(fits_memory):
+        axes[0][1].bar(0, 0, color="0.75", hatch="//", label="does not fit device memory")
+        axes[0][1].legend(loc="lower right")
+    fig.suptitle(title, fontsize=9)
+    return save_figure(fig, stem)
+
+
+_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#ff7f0e", "#8c564b", "#c7c7c7", "#2ca02c",
+                 "#e377c2")
+
+
+def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,
+                        title: str) -> list[Path]:
+    """One horizontal bar per run, stacked by where its iteration time goes
+    (`paraplan.predict.explain.PARTS`); `seconds` is (runs, parts)."""
+    seconds = np.asarray(seconds, float)
+    fig, axes = new_figure(8.0, 1.6 + 0.32 * len(names))
+    ax = axes[0][0]
+    y = np.arange(len(names))[::-1]
+    left = np.zeros(len(names))
+    for j, part in enumerate(parts):
+        ax.barh(y, seconds[:, j], left=left, height=0.7, color=_PART_COLOURS[j % len(_PART_COLOURS)],
+                label=part.replace("_", " "))
+        left += seconds[:, j]
+    ax.set_yticks(y, names)
+    ax.set_xlabel("predicted iteration time (s)")
+    ax.grid(axis="y", visible=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), ncols=1)
     ax.set_title(title, fontsize=9)
     return save_figure(fig, stem)

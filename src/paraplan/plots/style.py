@@ -35,15 +35,22 @@ def new_figure(width_in: float = 6.0, height_in: float = 4.0, ncols: int = 1, nr
     return fig, axes
 
 
+# Nothing that changes from run to run goes into a file: no creation date in a PDF, no
+# software version in either, so a rerun writes the same bytes (and a changed figure
+# shows as a changed file).
+_METADATA = {"png": {"Software": None}, "pdf": {"CreationDate": None, "Producer": None, "Creator": None}}
+
+
 def save_figure(fig, stem: str | Path) -> list[Path]:
-    """Save `fig` as `<stem>.png` and `<stem>.pdf`; returns both paths."""
+    """Save `fig` as `<stem>.png` and `<stem>.pdf` (a dot in the stem stays: `gpt3-1.3b`
+    gives `gpt3-1.3b.png`), the same bytes for the same figure; returns both paths."""
     stem = Path(stem)
     paths = []
     fig.tight_layout()
     for suffix in (".png", ".pdf"):
-        target = stem.with_suffix(suffix)
+        target = stem.with_name(stem.name + suffix)
         with atomic_path(target) as tmp:
-            fig.savefig(tmp, format=suffix[1:])
+            fig.savefig(tmp, format=suffix[1:], metadata=_METADATA[suffix[1:]])
         paths.append(target)
     plt.close(fig)
     return paths

@@ -1,22 +1,31 @@
 """The execution model of a transformer training run: model + cluster + settings +
 device calibration -> `paraplan.sim.execution.ExecutionModel`.
 
-Placement follows Megatron-LM's rank order (tensor-parallel ranks adjacent, then
-data-parallel, then pipeline): rank = tp + t (dp + d pp), node = rank //
-devices_per_node. Each group's node span decides the link tier its collectives
-use.
+Placement follows Megatron-Core's rank order tp-cp-dp-pp (tensor-parallel ranks
+adjacent, then context-parallel, then data-parallel, then pipeline): rank = tp + t (cp
++ c (dp + d pp)), node = rank // devices_per_node. Each group's node span decides the
+link tier its collectives use.
 
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
   (`paraplan.predict.ops`) priced by the device model, plus its tensor-parallel
-  collectives (blocking ones in full; overlapped ones only where they outlast the
-  kernel they run beside); each pass is bounded below by the host's issue time;
-- embedding on the first virtual stage, final norm + LM head + loss on the last;
+  collectives (blocking ones in full; an overlapped one where it outlasts the kernel it
+  runs beside, plus the contention share of the overlapped time, `PassCost.comm_s`);
+  each pass is bounded below by the host's issue time;
+- layers whose attention core differs from layer 0's (sliding windows): each virtual
+  stage adds what its cores cost beyond layer 0's (`paraplan.predict.attention_mix`);
+- embedding on the first virtual stage, final norm + LM head + loss on the last (with
+  the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point;
-- data-parallel gradient reduction in buckets of `GRAD_BUCKET_PARAMS` parameters
+- context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
+  neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
+- data-parallel gradient reduction over the d x c ranks that hold the same weights
+  (Megatron's dp-cp group) in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
-  the last backward; ZeRO-3 gathers each layer's weights before its forward and its
+  the last backward, overlapped with it under `overlap_grad_reduce`; with
+  `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
+  dtype, always overlapped; ZeRO-3 gathers each layer's weights before its forward and its
   backward and reduce-scatters its gradients, prefetched beside the compute;
 - after the reduction: the tied-embedding gradient exchange between the first and
   last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
@@ -28,14 +37,17 @@ What each piece costs:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.attention_mix import AttentionMix, attention_mix
+from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -44,11 +56,13 @@ from paraplan.predict.device_model import (
     memory_time_s,
 )
 from paraplan.predict.layer_factors import layer_shape_key
-from paraplan.predict.ops import Kernels, PassWork, embedding_work, head_work, layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.ops import Kernels, PassWork, embedding_work, layer_work
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's bucket_cap_mb = 25
 OPTIMIZER_KERNELS = 4  # multi-tensor Adam, norm, scale, zero: a few launches per bucket
 KERNEL_FIELDS = tuple(f.name for f in fields(Kernels))
 
@@ -81,26 +95,40 @@ class Placement:
     """Node spans of the groups one rank belongs to."""
 
     tp_nodes: int
-    dp_nodes: int
+    dp_nodes: int  # the gradient-reduction group: data x context parallel (Megatron's dp-cp)
     pp_cross_node: bool
     embedding_cross_node: bool
+    cp_nodes: int = 1
 
 
 def placement(settings: RunSettings, devices_per_node: int) -> Placement:
+    """Spans in the rank order tp-cp-dp-pp: the CP group and the dp-cp group are every
+    t-th rank (c and d x c of them), a pipeline neighbour t c d ranks away."""
     t, d, p = (settings.tensor_model_parallel_size, settings.data_parallel_size,
                settings.pipeline_model_parallel_size)
+    c = settings.context_parallel_size
     g = devices_per_node
     tp_nodes = len({r // g for r in range(t)})
-    dp_nodes = len({(t * j) // g for j in range(d)})
-    pp_cross = p > 1 and (t * d) // g != 0
-    emb_cross = p > 1 and (t * d * (p - 1)) // g != 0
-    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross)
+    cp_nodes = len({(t * j) // g for j in range(c)})
+    dp_nodes = len({(t * j) // g for j in range(d * c)})
+    pp_cross = p > 1 and (t * c * d) // g != 0
+    emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes)
 
 
-def layers_per_virtual_stage(num_layers: int, stages: int) -> np.ndarray:
-    """Layers split as evenly as possible; the first stages take one more."""
-    base, extra = divmod(num_layers, stages)
-    return np.array([base + (1 if i < extra else 0) for i in range(stages)], dtype=np.int64)
+def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a pass's context-parallel collectives run over (`cp_ops`): the CP
+    group, and one hop of its ring (across nodes when the group spans several)."""
+    c = settings.context_parallel_size
+    return {CP_GROUP: Group(c, place.cp_nodes), CP_RING: Group(2 if c > 1 else 1, 2 if place.cp_nodes > 1 else 1)}
+
+
+def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
+    """Layers of each virtual stage (`paraplan.core.run_settings.pipeline_layer_split`):
+    Megatron's uneven first/last stages when set, else as even as possible."""
+    return np.array(pipeline_layer_split(
+        num_layers, settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size,
+        settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,27 +141,52 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
+    cp_blocking_comm_s: float = 0.0  # the context-parallel share of blocking_comm_s
+    hidden_cp: np.ndarray | None = None  # bool per overlapped collective: context-parallel (None: none is)
 
     @staticmethod
-    def of(work: PassWork, comm: CommModel, group: Group) -> PassCost:
-        blocking, hidden_s, hidden_by = 0.0, [], []
+    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
+        """`group` prices the tensor-parallel collectives, `others` those of other groups
+        (`Collective.group`: the context-parallel ones)."""
+        blocking = cp_blocking = 0.0
+        hidden_s, hidden_by, hidden_cp = [], [], []
         for c in work.collectives:
-            cost = float(comm.time_s(c.collective, c.nbytes, group)) if group.size > 1 else 0.0
+            g = group if c.group == "tp" else (others or {})[c.group]
+            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by >= 0:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
+                hidden_cp.append(c.group != "tp")
             else:
                 blocking += cost
+                cp_blocking += cost if c.group != "tp" else 0.0
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives))
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), cp_blocking,
+                        np.array(hidden_cp, dtype=bool) if any(hidden_cp) else None)
 
-    def device_s(self, kernel_s: np.ndarray) -> float:
-        """Device time of the pass on one rank, given its kernels' times: kernels,
-        blocking collectives, and the overlapped ones where they outlast their kernel."""
-        device = float(kernel_s.sum()) + self.blocking_comm_s
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
+        """What the pass's collectives add to its kernels: the blocking ones in full; an
+        overlapped collective of time c beside a kernel of time g adds
+        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        `part`: `all`, or only the tensor-parallel (`tp`) or context-parallel (`cp`) ones."""
+        blocking = {"all": self.blocking_comm_s, "cp": self.cp_blocking_comm_s,
+                    "tp": self.blocking_comm_s - self.cp_blocking_comm_s}[part]
+        added = blocking
         if self.hidden_by.size:
-            device += float(np.maximum(self.hidden_comm_s - kernel_s[self.hidden_by], 0.0).sum())
-        return device
+            beside = kernel_s[self.hidden_by]
+            c = self.hidden_comm_s
+            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            if part != "all":
+                is_cp = self.hidden_cp if self.hidden_cp is not None else np.zeros(c.shape, dtype=bool)
+                each = each[is_cp] if part == "cp" else each[~is_cp]
+            added += float(each.sum())
+        return added
+
+    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """Device time of the pass on one rank, given its kernels' times: kernels plus
+        what its collectives add (`comm_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
 
     def host_s(self, eff: DeviceEfficiency) -> float:
         """Host time to issue the pass."""
@@ -166,6 +219,8 @@ class RunStructure:
     after_sync_comm_s: np.ndarray
     memory: tuple[RankMemory, ...]
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
+    embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
+    attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
@@ -204,7 +259,7 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     """The passes' times given their kernels' times; a layer shape with a measured
     factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
     host time alike, so the whole op) scaled by it."""
-    dev = [c.device_s(k) for c, k in zip(structure.passes, kernel_s, strict=True)]
+    dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
     layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
     factor = eff.layer_time_factors.factor(structure.layer_key)
@@ -222,20 +277,22 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     doc). `settings.check(model)` runs first; the cluster's node count does not limit
     the run (its nodes are the run's kind of node)."""
     settings.check(model)
-    t, p, d = (settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size,
-               settings.data_parallel_size)
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    c = settings.context_parallel_size
+    d = settings.data_context_parallel_size  # the ranks that hold the same weights (d x c)
     v = settings.virtual_pipeline_model_parallel_size
     speed = DeviceSpeed.of(cluster.device, settings.dtype)
     place = placement(settings, cluster.devices_per_node)
     tp_group = Group(t, place.tp_nodes)
     dp_group = Group(d, place.dp_nodes)
+    cp_groups = context_parallel_groups(settings, place)
     prec = Precision.of(settings.dtype)
     zero3 = settings.zero_stage == 3
 
     layer = layer_work(model, settings)
     emb = embedding_work(model, settings)
-    head = head_work(model, settings)
-    passes = tuple(PassCost.of(w, comm, tp_group) for w in (
+    head = last_stage_work(model, settings)
+    passes = tuple(PassCost.of(w, comm, tp_group, cp_groups) for w in (
         layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward))
     layer_params = model.layer_params / t
     gather_s = scatter_s = 0.0
@@ -244,9 +301,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         scatter_s = float(comm.time_s("reduce_scatter", layer_params * prec.grad_bytes, dp_group))
 
     nv = p * v
-    counts = layers_per_virtual_stage(model.num_layers, nv)
+    counts = layers_per_virtual_stage(model.num_layers, settings)
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
-    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / t
+    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
     send = np.zeros(max(nv - 1, 0))
     if p > 1:
         send[:] = float(comm.time_s("send_recv", boundary_bytes, Group(2, 2 if place.pp_cross_node else 1)))
@@ -258,10 +315,14 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     rank_params = chunk_layers.sum(axis=0) * layer_params
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
     rank_params[p - 1] += head_params
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     grad_collective = "reduce_scatter" if sharded else "all_reduce"
+    torch_ddp = settings.DDP_impl == "torch"
+    reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
+    bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
     syncs = []
     for s in range(p):
         if d == 1 or zero3:
@@ -274,15 +335,16 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                 params += vocab_params + positions
             if c == v - 1 and s == p - 1:
                 params += head_params
-            n_buckets = max(1, math.ceil(params / GRAD_BUCKET_PARAMS))
+            n_buckets = max(1, math.ceil(params / bucket_params))
             for k in range(n_buckets):
                 chunks.append(c)
                 sizes.append(params / n_buckets)
                 fractions.append((k + 1) / n_buckets)
-        bucket_s = np.array([float(comm.time_s(grad_collective, nb * prec.grad_bytes, dp_group)) for nb in sizes])
+        bucket_s = np.array([float(comm.time_s(grad_collective, nb * reduced_bytes, dp_group)) for nb in sizes])
         syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
 
     after_comm = np.zeros(p)
+    exchange = 0.0
     if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
         after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
                                 for n in rank_params])
@@ -313,7 +375,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes))
+                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
+                        attention_mix(model, settings, counts))
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -328,6 +391,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
     fwd_dev = counts * layer_fwd_dev
     bwd_dev = counts * layer_bwd_dev
+    if st.attention_mix is not None:
+        factor = eff.layer_time_factors.factor(st.layer_key)
+        fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
+        fwd_dev += factor * fwd_added
+        bwd_dev += factor * bwd_added
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
     fwd_dev[0] += dev[3]
@@ -356,7 +424,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         microbatches=settings.num_microbatches,
         costs=costs,
         grad_sync=st.grad_sync,
-        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2,
+        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2 or settings.DDP_impl == "torch",
         after_sync_s=after,
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,

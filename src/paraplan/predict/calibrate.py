@@ -26,6 +26,7 @@ through the pipeline engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -248,6 +249,9 @@ class ErrorSummary:
         return ErrorSummary(float(ape.mean()), float(np.median(ape)), float(ape.max()), float(rel.mean()),
                             rho, int(rel.size))
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | None]:
+        """The fields; a Spearman correlation that does not exist (one run, or every
+        prediction equal) is None, as JSON has no NaN."""
         return {"mape": self.mape, "median_ape": self.median_ape, "max_ape": self.max_ape,
-                "mean_error": self.mean_error, "spearman": self.spearman, "n": self.n}
+                "mean_error": self.mean_error, "spearman": self.spearman if math.isfinite(self.spearman) else None,
+                "n": self.n}

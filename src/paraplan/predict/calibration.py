@@ -13,16 +13,18 @@ time of the layer shapes the calibration data measured; every other shape is pri
 by the fitted parameters alone.
 
 `intra_node_comm`, when present, prices collectives inside a node of the same
-device (e.g. fitted on nccl-tests of that node); collectives across nodes always
-use the cluster file's links.
+device (e.g. fitted on nccl-tests of that node). Collectives across nodes use the
+cluster file's `network` (NICs per node and their line rate) through
+`paraplan.comm.topology.TopologyCommModel` when it has one, else a flat ring at the
+cluster file's `links.inter`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from paraplan.core.cluster import Cluster
@@ -30,22 +32,25 @@ from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommMode
 from paraplan.core.errors import InputFileError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.inputs import NumberRule, check_number, read_json_object
-from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, DeviceEfficiency
-from paraplan.predict.layer_factors import LayerTimeFactors
+from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, DeviceEfficiency
+from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
-_EFFICIENCY_KEYS = set(EFFICIENCY_PARAMETERS)
+_EFFICIENCY_KEYS = {*EFFICIENCY_PARAMETERS, LEGACY_ATTENTION}
 _FRACTION = NumberRule("a fraction of the peak", 0, 1, low_inclusive=False)
 _ISSUE_S = NumberRule("seconds", 0, 1.0, why="more than a second to run or issue one kernel or collective; wrong "
                       "unit? (seconds)")
 EFFICIENCY_RULES: dict[str, NumberRule] = {
     "gemm_efficiency": _FRACTION, "attention_efficiency": _FRACTION, "memory_efficiency": _FRACTION,
+    "attention_fwd_efficiency": _FRACTION, "attention_bwd_efficiency": _FRACTION,
+    "attention_seq_half": NumberRule("a sequence length in tokens", 0, MAX_WIDTH, why=WIDTH_WHY),
     "gemm_k_half": NumberRule("a GEMM depth in elements", 0, MAX_WIDTH, why=WIDTH_WHY),
     "kernel_latency_s": _ISSUE_S, "host_kernel_s": _ISSUE_S, "host_collective_s": _ISSUE_S,
     "host_microbatch_s": NumberRule("seconds", 0, 10.0, why="more than 10 s of host work per pipeline op; wrong "
                                     "unit? (seconds)"),
     "host_overlap_exponent": NumberRule("an exponent", 1, 1000),
+    "comm_overlap_contention": NumberRule("a share of the overlapped time", 0, 1),
 }
 """What each fitted parameter may hold (`paraplan calibrate` fits well inside these)."""
 
@@ -105,6 +110,13 @@ class Calibration:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
             values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
+        if LEGACY_ATTENTION in values:  # older files: one efficiency for both passes
+            both = [k for k in ("attention_fwd_efficiency", "attention_bwd_efficiency") if k in values]
+            if both:
+                raise InputFileError(source, f"give either {LEGACY_ATTENTION} (both passes) or {both[0]}, not both",
+                                     field=f"efficiency.{LEGACY_ATTENTION}")
+            legacy = values.pop(LEGACY_ATTENTION)
+            values.update(attention_fwd_efficiency=legacy, attention_bwd_efficiency=legacy)
         factors = LayerTimeFactors.from_list(data.get("layer_time_factors", []), source)
         try:
             efficiency = DeviceEfficiency(**values, layer_time_factors=factors)
@@ -136,15 +148,22 @@ class Calibration:
 
     def comm_model(self, cluster: Cluster) -> CommModel:
         """Collectives inside a node: the calibration's fit when it is for this device,
-        else the cluster's intra-node link; across nodes: the cluster's inter-node link."""
-        inter = ConstantBandwidthModel(cluster.inter.bandwidth_Bps, cluster.inter.bandwidth_Bps,
-                                       cluster.inter.latency_s, cluster.inter.latency_s)
+        else the cluster's intra-node link. Across nodes: NCCL's algorithms over the
+        cluster's NICs (`TopologyCommModel`, the same intra-node model for the NVLink
+        stages) when the cluster file has a `network`, else a flat ring at its
+        inter-node link."""
         intra: CommModel = ConstantBandwidthModel(cluster.intra.bandwidth_Bps, cluster.intra.bandwidth_Bps,
                                                   cluster.intra.latency_s, cluster.intra.latency_s)
         if self.intra_node_comm and self.device == cluster.device.name:
             from paraplan.comm.model import FittedCommModel
 
             intra = FittedCommModel.from_dict(self.intra_node_comm, f"calibration {self.name}: intra_node_comm")
+        if cluster.network is not None:
+            from paraplan.comm.topology import TopologyCommModel
+
+            return TopologyCommModel(intra, cluster.network, cluster.devices_per_node)
+        inter = ConstantBandwidthModel(cluster.inter.bandwidth_Bps, cluster.inter.bandwidth_Bps,
+                                       cluster.inter.latency_s, cluster.inter.latency_s)
         return TieredCommModel(intra, inter)
 
 
@@ -156,3 +175,56 @@ def load_calibration(name_or_path: str | Path = DEFAULT_CALIBRATION) -> Calibrat
     path = config_files.find("calibrations", name_or_path)
     data = read_json_object(path, "a calibration (make one with `paraplan calibrate`)")
     return Calibration.from_dict(data, str(path))
+
+
+def shipped_calibration_for(device: str) -> str | None:
+    """The name of a calibration for `device` in the calibration folders
+    (`paraplan.config_files.search_dirs`), first folder first, names in order; none: None."""
+    from paraplan import config_files
+
+    for folder in config_files.search_dirs("calibrations"):
+        for path in sorted(folder.glob("*.json")):
+            try:
+                listed = json.loads(path.read_text(encoding="utf-8")).get("device")
+            except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+                continue  # an unreadable file is reported when it is asked for by name
+            if listed == device:
+                return path.stem
+    return None
+
+
+def calibration_for(cluster: Cluster, name_or_path: str | Path | None = None,
+                    warn: Callable[[str], None] | None = None) -> Calibration:
+    """The calibration a prediction on `cluster` uses: `name_or_path` when given, else
+    the shipped one made for the cluster's device, else `DEFAULT_CALIBRATION` with a
+    warning that its efficiencies are taken as fractions of another device's peaks."""
+    if name_or_path is not None:
+        return load_calibration(name_or_path)
+    name = shipped_calibration_for(cluster.device.name)
+    if name is not None:
+        return load_calibration(name)
+    calibration = load_calibration(DEFAULT_CALIBRATION)
+    if warn is not None:
+        warn(f"no calibration for {cluster.device.name}: {calibration.name}'s (fitted on {calibration.device}) "
+             "efficiencies are taken as fractions of this device's peaks; make one with `paraplan calibrate` "
+             "(or `--transfer` with this device's kernel fit)")
+    return calibration
+
+
+def transferred_calibration(source: Calibration, device: str, held: Mapping[str, float], held_from: str,
+                            name: str) -> Calibration:
+    """A calibration for `device` that has no measured training runs: its GEMM and
+    attention parameters (`held`) from that device's kernel micro-benchmarks, every
+    other parameter (host overheads, memory-bound efficiency, contention) from
+    `source`, fitted on another device's runs. No layer-time factors (those are the
+    source device's kernels) and no intra-node fit (that was the source's node)."""
+    efficiency = replace(source.efficiency, layer_time_factors=NO_FACTORS, **held)
+    carried = sorted(k for k in efficiency.as_dict() if k not in held)
+    return Calibration(
+        name=name, device=device, efficiency=efficiency, fitted=(), at_bound=(), intra_node_comm=None,
+        data={"transferred_from": source.label, "source_device": source.device, "source_data": dict(source.data),
+              "kernel_ceilings": held_from},
+        errors={"note": "no training runs of this device were fitted: the source's cross-validated errors are on "
+                        f"{source.device}", "source_errors": dict(source.errors)},
+        assumptions={"held_at_kernel_fit": dict(held), "carried_from_source": carried},
+    )

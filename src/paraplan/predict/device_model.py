@@ -12,7 +12,11 @@ latency:
   over the inner dimension k runs at k / (k + gemm_k_half) of its speed (the
   prologue and epilogue cost about as much as gemm_k_half steps). Small GEMMs are
   therefore slower per FLOP; large ones reach gemm_efficiency of the peak.
-- Fused (flash) attention: attention_efficiency of the peak, same roofline.
+- Fused (flash) attention: attention_fwd_efficiency (forward) or attention_bwd_efficiency
+  (backward) of the peak, same roofline, times s / (s + attention_seq_half) for a
+  sequence of s tokens (short sequences leave the kernel's pipeline part empty; 0: no
+  such factor). The values come from published or measured attention kernels
+  (`paraplan fit --kind kernels`, `config/kernels/<device>.json`).
 - Memory-bound kernels (norms, softmax, dropout, activations, optimizer): bytes at
   memory_efficiency of the bandwidth.
 
@@ -40,6 +44,13 @@ from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 from paraplan.predict.ops import ATTENTION, GEMM, Kernels
 
 TILE = 128.0
+COMM_OVERLAP_CONTENTION = 0.884
+"""`DeviceEfficiency.comm_overlap_contention` fitted on Korthikanti et al. 2022, Table 4
+(`paraplan.predict.contention_fit`, with the a100-vtrain calibration and dgx-a100): an
+overlapped tensor-parallel collective on A100 NVLink hides little (about 12% of the
+shorter of the two). Refit when a100-vtrain is recalibrated: the fit prices the layer's
+kernels with it (0.995 with the calibration of GEMMs fitted to the runs alone; 0.884
+since the GEMM and attention ceilings come from kernel micro-benchmarks)."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
@@ -51,8 +62,12 @@ class DeviceEfficiency:
     """Fraction of the dtype's dense peak that large GEMMs reach."""
     gemm_k_half: float = 64.0
     """Inner dimension at which a GEMM tile's main loop runs at half speed."""
-    attention_efficiency: float = 0.55
-    """Fraction of the peak that fused (flash) attention reaches."""
+    attention_fwd_efficiency: float = 0.55
+    """Fraction of the peak that fused (flash) attention's forward reaches (long sequences)."""
+    attention_bwd_efficiency: float = 0.55
+    """Fraction of the peak that fused (flash) attention's backward reaches (long sequences)."""
+    attention_seq_half: float = 0.0
+    """Sequence length at which attention runs at half its long-sequence efficiency (0: none)."""
     memory_efficiency: float = 0.80
     """Fraction of the memory bandwidth that memory-bound kernels reach."""
     kernel_latency_s: float = 4e-6
@@ -66,6 +81,11 @@ class DeviceEfficiency:
     the framework's schedule step, point-to-point setup, loss and bookkeeping."""
     host_overlap_exponent: float = 4.0
     """q of the smooth maximum of device and host time (large q: plain maximum)."""
+    comm_overlap_contention: float = COMM_OVERLAP_CONTENTION
+    """Share of an overlapped collective's time that the kernel beside it loses (NCCL's
+    kernels take SMs and memory bandwidth from it): a collective of time c beside a GEMM
+    of time g takes max(c, g) + share x min(c, g); 0: free overlap, 1: none. Fitted
+    on the per-layer times of Korthikanti et al. 2022, Table 4 (docs/execution-model.md)."""
     layer_time_factors: LayerTimeFactors = NO_FACTORS
     """Measured corrections of a layer's kernel time per layer shape
     (`paraplan.predict.layer_factors`); none: the analytic model alone."""
@@ -75,20 +95,39 @@ class DeviceEfficiency:
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"DeviceEfficiency.{name} must be a finite number >= 0, got {value!r}")
-        for key in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
+        if self.comm_overlap_contention > 1:
+            raise ValueError(f"DeviceEfficiency.comm_overlap_contention must be in [0, 1], "
+                             f"got {self.comm_overlap_contention!r}")
+        for key in ("gemm_efficiency", "attention_fwd_efficiency", "attention_bwd_efficiency", "memory_efficiency"):
             if not 0 < getattr(self, key) <= 1:
                 raise ValueError(f"DeviceEfficiency.{key} must be in (0, 1], got {getattr(self, key)!r}")
         if self.host_overlap_exponent < 1:
             raise ValueError("DeviceEfficiency.host_overlap_exponent must be >= 1")
 
     def as_dict(self) -> dict[str, float]:
-        """The numeric parameters (`EFFICIENCY_PARAMETERS`), without the factor table."""
-        return {k: float(getattr(self, k)) for k in EFFICIENCY_PARAMETERS}
+        """The numeric parameters (`EFFICIENCY_PARAMETERS`), without the factor table.
+
+        One attention efficiency for both passes and no sequence factor is written as
+        the single `attention_efficiency` of older calibration files, so those files
+        (and their digests) stay as they were."""
+        values = {k: float(getattr(self, k)) for k in EFFICIENCY_PARAMETERS}
+        if self.attention_fwd_efficiency == self.attention_bwd_efficiency and self.attention_seq_half == 0:
+            merged: dict[str, float] = {}
+            for key, value in values.items():
+                if key == "attention_fwd_efficiency":
+                    merged[LEGACY_ATTENTION] = value
+                elif key not in ATTENTION_PARAMETERS:
+                    merged[key] = value
+            return merged
+        return values
 
 
 EFFICIENCY_PARAMETERS: tuple[str, ...] = tuple(f.name for f in fields(DeviceEfficiency)
                                                if f.name != "layer_time_factors")
 """The numeric parameters of `DeviceEfficiency`."""
+ATTENTION_PARAMETERS: tuple[str, ...] = ("attention_fwd_efficiency", "attention_bwd_efficiency", "attention_seq_half")
+LEGACY_ATTENTION = "attention_efficiency"
+"""One efficiency for both attention passes (older calibration files): both of them."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +163,16 @@ def gemm_efficiency(m: np.ndarray, n: np.ndarray, k: np.ndarray, batch: np.ndarr
     return eff.gemm_efficiency * wave * kloop
 
 
+def attention_efficiency(seq_length: np.ndarray, backward: np.ndarray, eff: DeviceEfficiency) -> np.ndarray:
+    """Fraction of the peak a fused attention kernel reaches (see the module doc);
+    `seq_length` 0 (not stated) applies no sequence factor."""
+    top = np.where(backward, eff.attention_bwd_efficiency, eff.attention_fwd_efficiency)
+    if eff.attention_seq_half <= 0:
+        return top
+    s = np.asarray(seq_length, dtype=float)
+    return np.where(s > 0, top * s / np.maximum(s + eff.attention_seq_half, 1e-300), top)
+
+
 def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) -> np.ndarray:
     """Device time of every kernel (see the module doc)."""
     if len(kernels) == 0:
@@ -133,7 +182,10 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
     if is_gemm.any():
         efficiency[is_gemm] = gemm_efficiency(kernels.m[is_gemm], kernels.n[is_gemm], kernels.k[is_gemm],
                                               kernels.batch[is_gemm], speed, eff)
-    efficiency[kernels.kind == ATTENTION] = eff.attention_efficiency
+    is_attention = kernels.kind == ATTENTION
+    if is_attention.any():
+        efficiency[is_attention] = attention_efficiency(kernels.m[is_attention], kernels.n[is_attention] > 0,
+                                                       eff)
     compute = kernels.flops / (speed.peak_flops * np.maximum(efficiency, 1e-9))
     memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
     return np.maximum(compute, memory) + eff.kernel_latency_s

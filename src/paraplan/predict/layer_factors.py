@@ -57,12 +57,21 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         "sp": int(settings.sequence_parallel and t > 1),
         "tp_overlap": int(settings.tp_comm_overlap and t > 1),
         "flash": int(settings.use_flash_attn),
-        "swiglu": int(model.swiglu),
+        "swiglu": int(model.gated_mlp),
         "norm": model.normalization,
         "pos": model.position_embedding_type,
         "bias": int(model.add_bias_linear),
         "dropout": int(model.hidden_dropout > 0 or model.attention_dropout > 0),
     }
+    if settings.context_parallel_size > 1:  # keys of runs without context parallelism stay as they were
+        parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
+    if settings.recompute_granularity == "selective" and settings.recompute_modules != ("core_attn",):
+        parts["recompute_modules"] = "+".join(settings.recompute_modules)
+    if model.multi_latent_attention:  # (absent otherwise, so the keys of earlier factors stay valid)
+        parts["mla"] = "/".join(str(getattr(model, k)) for k in (
+            "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
+    if model.window_size:
+        parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}"
     return ",".join(f"{k}={v}" for k, v in parts.items())
 
 

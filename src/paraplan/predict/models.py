@@ -9,20 +9,33 @@ Presets (architecture numbers from the papers that introduced them):
   8 key/value heads, SwiGLU, RMSNorm, rotary positions, no biases, untied
   embeddings, vocabulary 128,256, sequence 8,192, no dropout.
 
+- Mixture-of-experts and other current models, their released Hugging Face
+  configurations in Megatron's names: Mixtral 8x7B / 8x22B (Jiang et al. 2024),
+  Qwen3-30B-A3B / 235B-A22B (Qwen3 technical report), DeepSeek-V3 (DeepSeek-AI 2024:
+  MLA, 1 shared + 256 routed experts, top-8, first 3 layers dense, one MTP layer),
+  GPT-OSS 20B / 120B (OpenAI 2025: sliding window 128 on every other layer,
+  attention sinks, biases), Llama 4 Scout / Maverick (Meta 2025: one shared expert,
+  chunked attention of 8,192 tokens on three layers in four). Sequence lengths are
+  those of the main pre-training phase (4,096 for DeepSeek-V3 and Qwen3, 8,192 for
+  Llama 4, 4,096 for Mixtral and GPT-OSS).
+
 `load_model(name_or_path)` accepts a preset name, a Hugging Face `config.json`
-(Llama/Mistral/Qwen2-style or GPT-2/GPT-NeoX/OPT-style keys) or a YAML/JSON
-mapping with `TransformerModel`'s own field names.
+(read by `paraplan.predict.hf_config`, which names every key it does not model) or a
+YAML/JSON mapping with `TransformerModel`'s own field names.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from paraplan.core.errors import ConfigError, InputFileError
+from paraplan.core.names import formula_problem
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import read_json_object
+from paraplan.predict.hf_config import read_hf_config
 from paraplan.typed.files import read_yaml
 
 _GPT3: dict[str, Any] = {"seq_length": 2048, "vocab_size": 50257}
@@ -56,71 +69,52 @@ PRESETS.update({
         ("llama3-405b", 126, 16384, 128, 53248),
     )
 })
+_MODERN: dict[str, Any] = {
+    "swiglu": True, "untie_embeddings_and_output_weights": True, "normalization": "RMSNorm",
+    "position_embedding_type": "rope", "add_bias_linear": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
+}
+PRESETS.update({
+    "mixtral-8x7b": TransformerModel("mixtral-8x7b", 32, 4096, 32, 4096, 32000, num_query_groups=8,
+                                     ffn_hidden_size=14336, num_experts=8, moe_router_topk=2, **_MODERN),
+    "mixtral-8x22b": TransformerModel("mixtral-8x22b", 56, 6144, 48, 4096, 32768, num_query_groups=8,
+                                      ffn_hidden_size=16384, num_experts=8, moe_router_topk=2, **_MODERN),
+    "qwen3-30b-a3b": TransformerModel("qwen3-30b-a3b", 48, 2048, 32, 4096, 151936, num_query_groups=4,
+                                      kv_channels=128, qk_layernorm=True, ffn_hidden_size=6144, num_experts=128,
+                                      moe_router_topk=8, moe_ffn_hidden_size=768, **_MODERN),
+    "qwen3-235b-a22b": TransformerModel("qwen3-235b-a22b", 94, 4096, 64, 4096, 151936, num_query_groups=4,
+                                        kv_channels=128, qk_layernorm=True, ffn_hidden_size=12288, num_experts=128,
+                                        moe_router_topk=8, moe_ffn_hidden_size=1536, **_MODERN),
+    "deepseek-v3": TransformerModel("deepseek-v3", 61, 7168, 128, 4096, 129280, ffn_hidden_size=18432,
+                                    num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
+                                    moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
+                                    multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
+                                    qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1, **_MODERN),
+    "gpt-oss-20b": TransformerModel("gpt-oss-20b", 24, 2880, 64, 4096, 201088, num_query_groups=8, kv_channels=64,
+                                    ffn_hidden_size=2880, num_experts=32, moe_router_topk=4, window_size=128,
+                                    window_attn_skip_freq=2, softmax_type="learnable",
+                                    **{**_MODERN, "add_bias_linear": True}),
+    "gpt-oss-120b": TransformerModel("gpt-oss-120b", 36, 2880, 64, 4096, 201088, num_query_groups=8, kv_channels=64,
+                                     ffn_hidden_size=2880, num_experts=128, moe_router_topk=4, window_size=128,
+                                     window_attn_skip_freq=2, softmax_type="learnable",
+                                     **{**_MODERN, "add_bias_linear": True}),
+    "llama4-scout": TransformerModel("llama4-scout", 48, 5120, 40, 8192, 202048, num_query_groups=8,
+                                     kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=16,
+                                     moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                     moe_shared_expert_intermediate_size=8192, window_size=8192,
+                                     window_attn_skip_freq=4, **_MODERN),
+    "llama4-maverick": TransformerModel("llama4-maverick", 48, 5120, 40, 8192, 202048, num_query_groups=8,
+                                        kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=128,
+                                        moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                        moe_shared_expert_intermediate_size=8192, moe_layer_freq=2,
+                                        window_size=8192, window_attn_skip_freq=4, **_MODERN),
+})
 _FIELDS = {f.name for f in fields(TransformerModel)}
 
 
-def _first(config: dict, source: str, *keys: str, default: object = None) -> Any:
-    for key in keys:
-        if key in config and config[key] is not None:
-            return config[key]
-    if default is not None:
-        return default
-    raise InputFileError(source, f"missing key; expected one of {', '.join(keys)}")
-
-
-def _positive_int(value: object, source: str, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputFileError(source, f"key '{key}': expected an integer >= 1, got {value!r}")
-    return value
-
-
-def _flag(value: object, source: str, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputFileError(source, f"key '{key}': expected true or false, got {value!r}")
-    return value
-
-
-def _probability(value: object, source: str, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise InputFileError(source, f"key '{key}': expected a probability in [0, 1), got {value!r}")
-    return float(value)
-
-
 def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:
-    """A `TransformerModel` from a Hugging Face `config.json` mapping."""
-    if not isinstance(config, dict):
-        raise InputFileError(source, "expected a JSON object")
-    get = lambda *keys, default=None: _first(config, source, *keys, default=default)  # noqa: E731
-    layers = _positive_int(get("num_hidden_layers", "n_layer", "num_layers"), source, "num_hidden_layers")
-    hidden = _positive_int(get("hidden_size", "n_embd", "d_model"), source, "hidden_size")
-    heads = _positive_int(get("num_attention_heads", "n_head"), source, "num_attention_heads")
-    vocab = _positive_int(get("vocab_size"), source, "vocab_size")
-    seq = _positive_int(get("max_position_embeddings", "n_positions", "n_ctx", "seq_length"), source,
-                        "max_position_embeddings")
-    groups = _positive_int(get("num_key_value_heads", default=heads), source, "num_key_value_heads")
-    act = str(get("hidden_act", "activation_function", "activation", default="gelu")).lower()
-    gated = act in ("silu", "swiglu", "swish")
-    ffn = _positive_int(get("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden), source,
-                        "intermediate_size")
-    model_type = str(config.get("model_type", "")).lower()
-    rope = "rope_theta" in config or "rotary_pct" in config or model_type in (
-        "llama", "mistral", "mixtral", "qwen2", "gemma", "gpt_neox")
-    rms = "rms_norm_eps" in config
-    bias = _flag(config.get("attention_bias", config.get("mlp_bias", not rms)), source, "attention_bias")
-    dropout = _probability(get("hidden_dropout", "resid_pdrop", "dropout", default=0.0), source, "hidden_dropout")
-    attn_dropout = _probability(get("attention_dropout", "attn_pdrop", default=0.0), source, "attention_dropout")
-    tied = _flag(config.get("tie_word_embeddings", not gated), source, "tie_word_embeddings")
-    try:
-        return TransformerModel(
-            name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_length=seq,
-            vocab_size=vocab, num_query_groups=groups, ffn_hidden_size=ffn, swiglu=gated,
-            untie_embeddings_and_output_weights=not tied,
-            normalization="RMSNorm" if rms else "LayerNorm",
-            position_embedding_type="rope" if rope else "learned_absolute", add_bias_linear=bias,
-            hidden_dropout=dropout, attention_dropout=attn_dropout,
-        )
-    except ValueError as exc:
-        raise InputFileError(source, str(exc)) from None
+    """A `TransformerModel` from a Hugging Face `config.json` mapping
+    (`paraplan.predict.hf_config.read_hf_config`, whose warnings this drops)."""
+    return read_hf_config(config, name, source).model
 
 
 def from_mapping(data: dict, name: str, source: str) -> TransformerModel:
@@ -134,19 +128,33 @@ def from_mapping(data: dict, name: str, source: str) -> TransformerModel:
         raise InputFileError(source, str(exc)) from None
 
 
-def load_model(name_or_path: str) -> TransformerModel:
-    """A preset by name, or a model file (see the module doc)."""
+def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "paraplan") -> TransformerModel:
+    """A preset by name, or a model file (see the module doc), trained at `seq_length`
+    tokens (default: the preset's, or a Hugging Face file's `max_position_embeddings`,
+    said in a warning). What a Hugging Face file holds that paraplan does not model is
+    printed as warnings on stderr."""
     if name_or_path in PRESETS:
-        return PRESETS[name_or_path]
+        return with_seq_length(PRESETS[name_or_path], seq_length)
     path = Path(name_or_path)
     if not path.is_file():
         raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
     name = path.parent.name if path.name == "config.json" else path.stem
+    problem = formula_problem(name)
+    if problem:  # the name is written into plan CSVs
+        raise InputFileError(path, f"the model's name (from the file or folder name): {problem}")
     if isinstance(data, dict) and _FIELDS.intersection(data) and "hidden_size" in data and "num_layers" in data:
-        return from_mapping(data, name, str(path))
-    return from_hf_config(data, name, str(path))
+        return with_seq_length(from_mapping(data, name, str(path)), seq_length)
+    read = read_hf_config(data, name, str(path))
+    for note in read.notes:
+        print(f"{prog}: warning: {note}", file=sys.stderr)
+    if read.ignored:
+        print(f"{prog}: warning: {path}: ignored (not modelled): {', '.join(read.ignored)}", file=sys.stderr)
+    if not seq_length:
+        print(f"{prog}: warning: {path}: no sequence length given; using max_position_embeddings "
+              f"{read.max_position_embeddings:,} (pass --seq-length to train at another length)", file=sys.stderr)
+    return with_seq_length(read.model, seq_length)
 
 
 def with_seq_length(model: TransformerModel, seq_length: int | None) -> TransformerModel:

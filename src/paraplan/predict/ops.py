@@ -13,13 +13,20 @@ sequence parallelism the norms and dropouts run on s / t tokens and each
 all-reduce becomes a reduce-scatter after the row-parallel projection plus an
 all-gather before the column-parallel one.
 
-Overlaps that Megatron-LM performs by default are recorded on the collective:
-the backward all-reduce (or reduce-scatter) of a column-parallel layer's input
-gradient runs while that layer's weight gradient is computed, and with sequence
-parallelism the backward re-gather of its input runs while its input gradient is
-computed; `tp_comm_overlap` hides every tensor-parallel collective behind its
-neighbouring GEMM. The device model (`paraplan.predict.device_model`) prices the
-kernels; the step builder prices the collectives with the communication model.
+Overlaps are recorded on the collective (the kernel it runs beside):
+the backward all-reduce of a column-parallel layer's input gradient runs while that
+layer's weight gradient is computed when `async_tensor_model_parallel_allreduce` is on
+(Megatron's default since 2021; off, it blocks); with sequence parallelism the
+backward reduce-scatter runs beside the weight gradient and the re-gather of the input
+beside the input gradient, always (Megatron and Megatron-DeepSpeed alike);
+`tp_comm_overlap` also puts the forward collectives and the row-parallel backward
+re-gathers beside their GEMMs. An overlapped collective is not free: the step builder
+charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device model
+(`paraplan.predict.device_model`) prices the kernels; the step builder prices the
+collectives with the communication model.
+
+Without `gradient_accumulation_fusion` each weight-gradient GEMM is followed by a
+memory-bound kernel adding it to the main gradient (`accumulate_bytes_per_param`).
 
 Only FLOPs that a kernel executes are counted here (causal flash attention skips
 the masked half of the score matrix); the closed-form model FLOPs of
@@ -32,20 +39,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.core.transformer_blocks import attention_head_widths
+from paraplan.predict.cp_ops import (
+    FLASH_BACKWARD_FLOPS,
+    AttentionShape,
+    cp_attention_backward,
+    cp_attention_forward,
+)
+from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
 
 GEMM, ATTENTION, MEMORY = 0, 1, 2
 KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
-FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
+KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
 
 
 @dataclass(frozen=True, eq=False)
 class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
-    (m x k) @ (k x n) products; other kernels have m = n = k = 0."""
+    (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
+    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
 
     kind: np.ndarray
     flops: np.ndarray
@@ -66,14 +82,16 @@ class Kernels:
 
 @dataclass(frozen=True)
 class Collective:
-    """One collective over the tensor-parallel group; `nbytes` in nccl-tests' convention
-    (all_gather: the gathered output; reduce_scatter: the input). `hidden_by` is the
-    index of the kernel of the same pass it runs beside (-1: the compute stream
-    waits for it)."""
+    """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
+    output; reduce_scatter: the input). `hidden_by` is the index of the kernel of the
+    same pass it runs beside (-1: the compute stream waits for it). `group`: `tp`, the
+    tensor-parallel group; `cp` / `cp_ring`, the context-parallel group / one of its
+    ring hops (`paraplan.predict.cp_ops`)."""
 
     collective: str
     nbytes: float
     hidden_by: int = -1
+    group: str = "tp"
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,7 @@ class _Builder:
     """Accumulates kernels and collectives of one pass."""
 
     gemm_bytes: int  # bytes per GEMM operand element
+    accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
@@ -101,18 +120,22 @@ class _Builder:
         flops = 2.0 * m * k * n * batch
         nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
         self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
-        return len(self.rows) - 1
+        index = len(self.rows) - 1
+        if weight_grad and self.accumulate_bytes_per_param:
+            self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
+                              True))
+        return index
 
-    def attention(self, flops: float, nbytes: float) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
+        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
     def memory(self, nbytes: float) -> int:
         self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
         return len(self.rows) - 1
 
-    def comm(self, collective: str, nbytes: float, hidden_by: int = -1) -> None:
-        self.collectives.append(Collective(collective, float(nbytes), hidden_by))
+    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None:
+        self.collectives.append(Collective(collective, float(nbytes), hidden_by, group))
 
     def build(self) -> PassWork:
         cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
@@ -135,32 +158,55 @@ class LayerWork:
 class _Shape:
     """The sizes one rank sees."""
 
-    tokens: float  # b s
-    sp_tokens: float  # tokens in the sequence-parallel regions (b s / t with SP)
+    tokens: float  # b s / c: the tokens of this rank (c context-parallel ranks split the sequence)
+    sp_tokens: float  # tokens in the sequence-parallel regions (b s / (c t) with SP)
     b: float
-    s: float
+    s: float  # the whole sequence
     h: float
     t: int
     heads: float  # query heads per rank
     groups: float  # key/value heads per rank
     d: float  # head width
+    qk_d: float  # query/key head width (d; MLA: qk_head_dim + qk_pos_emb_head_dim)
+    v_d: float  # value head width (d; MLA: v_head_dim)
+    causal_scores: float  # (query, key) pairs per sequence a causal kernel computes
     qkv: float  # QKV output width per rank
     ffn: float  # f per rank
     mlp_in: float  # first MLP projection's output width per rank
     e: int  # activation bytes
     sp: bool
+    cp: int = 1
+    cp_comm_type: str = "p2p"
+
+    def attention_shape(self) -> AttentionShape:
+        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
 
 
-def _shape(model: TransformerModel, settings: RunSettings) -> _Shape:
+def causal_scores(s: float, window: int = 0) -> float:
+    """(query, key) pairs of one sequence a causal flash kernel computes: s^2 / 2 (the
+    masked half skipped); with a sliding window w < s each query sees at most w keys,
+    s w - w^2 / 2."""
+    if window and window < s:
+        return s * window - window * window / 2
+    return s * s / 2
+
+
+def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _Shape:
     t = settings.tensor_model_parallel_size
     b, s = float(settings.micro_batch_size), float(model.seq_length)
     sp = settings.sequence_parallel and t > 1
-    tokens = b * s
+    cp = settings.context_parallel_size
+    tokens = b * s / cp if cp > 1 else b * s
+    qk_d, v_d = attention_head_widths(model)
+    window = model.window_size if model.windowed_layers[layer] else 0
+    mla = model.multi_latent_attention
     return _Shape(
         tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
-        heads=model.num_attention_heads / t, groups=model.query_groups / t, d=float(model.kv_channels),
+        heads=model.num_attention_heads / t, groups=(model.num_attention_heads if mla else model.query_groups) / t,
+        d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
-        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp,
+        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
+        cp_comm_type=settings.cp_comm_type,
     )
 
 
@@ -212,35 +258,47 @@ def _softmax_backward(w: _Builder, x: _Shape, scores: float, fused: bool) -> Non
     w.memory((FP32_BYTES + x.e) * scores)
 
 
+def _qkvo_bytes(x: _Shape) -> float:
+    """Bytes of the attention core's Q, K, V and output on one rank."""
+    return x.e * x.tokens * ((x.heads + x.groups) * x.qk_d + (x.groups + x.heads) * x.v_d)
+
+
 def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:  # `RunSettings.check`: context parallelism runs flash attention
+        cp_attention_forward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
-        # causal: the kernel skips blocks above the diagonal (about half the matrix)
-        flops = 4.0 * batch * x.s * x.s * x.d * 0.5
-        w.attention(flops, x.e * x.tokens * (2 * x.heads + 2 * x.groups) * x.d)
+        # causal: the kernel skips the blocks above the diagonal (and, with a sliding
+        # window, those left of it): Q K^T and P V over `causal_scores` pairs
+        flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d)
+        w.attention(flops, _qkvo_bytes(x), x.s, backward=False)
         return
-    scores = batch * x.s * x.s
-    w.gemm(x.s, x.d, x.s, batch)  # Q K^T
+    scores = batch * x.s * x.s  # the unfused path masks the full matrix (windows too)
+    w.gemm(x.s, x.qk_d, x.s, batch)  # Q K^T
     _softmax_forward(w, x, scores, fused_softmax_available(model, x))
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
-    w.gemm(x.s, x.s, x.d, batch)  # probabilities @ V
+    w.gemm(x.s, x.s, x.v_d, batch)  # probabilities @ V
 
 
 def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
+    if x.cp > 1:
+        cp_attention_backward(w, x.attention_shape(), x.cp_comm_type)
+        return
     batch = x.b * x.heads
     if flash:
-        flops = 4.0 * batch * x.s * x.s * x.d * 0.5 * FLASH_BACKWARD_FLOPS
-        w.attention(flops, x.e * x.tokens * (4 * x.heads + 4 * x.groups) * x.d)
+        flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d) * FLASH_BACKWARD_FLOPS
+        w.attention(flops, 2 * _qkvo_bytes(x), x.s, backward=True)  # reads Q, K, V, O, dO; writes dQ, dK, dV
         return
     scores = batch * x.s * x.s
-    w.gemm(x.s, x.d, x.s, batch)  # d probs = dO V^T
-    w.gemm(x.s, x.s, x.d, batch)  # dV = probs^T dO
+    w.gemm(x.s, x.v_d, x.s, batch)  # d probs = dO V^T
+    w.gemm(x.s, x.s, x.v_d, batch)  # dV = probs^T dO
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
     _softmax_backward(w, x, scores, fused_softmax_available(model, x))
-    w.gemm(x.s, x.s, x.d, batch)  # dQ = dS K
-    w.gemm(x.s, x.s, x.d, batch)  # dK = dS^T Q
+    w.gemm(x.s, x.s, x.qk_d, batch)  # dQ = dS K
+    w.gemm(x.s, x.s, x.qk_d, batch)  # dK = dS^T Q
 
 
 def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -263,29 +321,34 @@ def _norm_backward(w: _Builder, x: _Shape) -> None:
 
 
 def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    inputs = 2 if model.swiglu else 1
+    inputs = 2 if model.gated_mlp else 1
     w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """Rotary positions on queries and keys, and their normalisation (`qk_layernorm`)."""
     if model.position_embedding_type == "rope":
+        w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
+    if model.qk_layernorm:
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
 
 
 def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
     w = _Builder(gemm_bytes)
     _norm_forward(w, x)
-    qkv_index = len(w.rows)
-    _enter_tp(w, x, overlap, qkv_index)
-    w.gemm(x.tokens, x.h, x.qkv)
-    _rope(w, model, x)
+    if model.multi_latent_attention:
+        mla_forward(w, model, x, overlap)
+    else:
+        _enter_tp(w, x, overlap, len(w.rows))
+        w.gemm(x.tokens, x.h, x.qkv)
+        _rope(w, model, x)
     _attention_core_forward(w, model, x, flash)
-    proj = w.gemm(x.tokens, x.h / x.t, x.h)
+    proj = w.gemm(x.tokens, x.heads * x.v_d, x.h)
     _leave_tp(w, x, proj, overlap)
     _residual_forward(w, model, x)
     _norm_forward(w, x)
@@ -298,17 +361,19 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     return w.build()
 
 
-def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float) -> None:
+def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, async_reduce: bool) -> None:
     """Backward of a column-parallel projection (k_in -> n_out per rank): input gradient,
-    then weight gradient, with the input-gradient reduction beside the weight gradient
-    (Megatron's asynchronous all-reduce) and, with sequence parallelism, the input
-    re-gathered beside the input gradient."""
+    then weight gradient. The input-gradient all-reduce runs beside the weight gradient
+    when `async_reduce` (Megatron's asynchronous all-reduce), else it blocks; with
+    sequence parallelism the reduce-scatter runs beside the weight gradient and the
+    input is re-gathered beside the input gradient."""
     dgrad = w.gemm(x.tokens, n_out, k_in)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or async_reduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
 
 
 def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bool) -> None:
@@ -321,29 +386,48 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
     w.gemm(k_in, x.tokens, n_out, weight_grad=True)
 
 
-def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, async_reduce: bool,
+              gemm_bytes: int, accumulate: float) -> PassWork:
+    w = _Builder(gemm_bytes, accumulate)
     _residual_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
-    _column_backward(w, x, x.h, x.mlp_in)  # fc1
+    _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
     _residual_backward(w, model, x)
-    _row_backward(w, x, x.h / x.t, x.h, overlap)  # output projection
+    _row_backward(w, x, x.heads * x.v_d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
-    _rope(w, model, x)
-    _column_backward(w, x, x.h, x.qkv)  # QKV
+    if model.multi_latent_attention:
+        mla_backward(w, model, x, async_reduce)
+    else:
+        _rope(w, model, x)
+        _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
     return w.build()
 
 
-def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, gemm_bytes: int) -> PassWork:
+def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int,
+                         modules: tuple[str, ...]) -> PassWork:
+    """What the backward recomputes with `recompute_granularity: selective`
+    (`RunSettings.recompute_modules`, Megatron-Core's checkpointed modules)."""
     w = _Builder(gemm_bytes)
-    _attention_core_forward(w, model, x, flash)
+    if "layernorm" in modules:
+        _norm_forward(w, x)
+        _norm_forward(w, x)
+    if "mla_up_proj" in modules:
+        mla_up_forward(w, model, x, overlap)
+    if "core_attn" in modules:
+        _attention_core_forward(w, model, x, flash)
+    if "mlp" in modules:  # the whole MLP, with its tensor-parallel collectives
+        _enter_tp(w, x, overlap, len(w.rows))
+        w.gemm(x.tokens, x.h, x.mlp_in)
+        _activation_forward(w, model, x)
+        fc2 = w.gemm(x.tokens, x.ffn, x.h)
+        _leave_tp(w, x, fc2, overlap)
     return w.build()
 
 
-def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
+def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer: int = 0) -> float:
     """Activations one layer keeps per micro-batch until its backward, per rank.
 
     Korthikanti et al. 2022, Table 2, from its parts (e = 2 bytes, masks 1 byte):
@@ -352,30 +436,50 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings) -> fl
     MLP's inner activations; the attention scores (softmax output, dropout mask and
     output: (2e + 1) as^2 b / t) unless flash attention or selective recomputation
     drops them; the two dropout masks sbh. GPT with TP and SP: sbh(34/t + 5as/ht).
-    Full recomputation keeps only the layer's input (e sbh, / t with SP)."""
-    x = _shape(model, settings)
+    Full recomputation keeps only the layer's input (e sbh, / t with SP). Selective
+    recomputation drops what its modules recompute (`RunSettings.recompute_modules`):
+    core_attn the scores, layernorm the norms' outputs (the QKV and first-MLP inputs),
+    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations."""
+    x = _shape(model, settings, layer)
     granularity = settings.recompute_granularity
     if granularity == "full":
         return x.e * x.sp_tokens * x.h
+    recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
-    outside = 2 * x.e * split + 2 * x.e * split + hidden_masks  # norm inputs, QKV/fc1 inputs
-    qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.h / x.t
-    mlp_inner = (2 if model.swiglu else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * x.e * split  # QKV/fc1 inputs
+    outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
+    if model.multi_latent_attention:
+        qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
+    else:
+        qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
+    proj_in = x.e * x.tokens * x.heads * x.v_d
+    mlp_inner = 0.0
+    if "mlp" not in recomputed:
+        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
-        scores = FP32_BYTES * x.b * x.heads * x.s  # softmax statistics
-    elif granularity != "selective":
+        scores = FP32_BYTES * x.tokens * x.heads  # softmax statistics of this rank's queries
+    elif "core_attn" not in recomputed:
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s
     return float(outside + qkv + proj_in + mlp_inner + scores)
 
 
-def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
-    """The work of one transformer layer (see the module doc)."""
-    x = _shape(model, settings)
+def accumulate_bytes_per_param(settings: RunSettings) -> float:
+    """Memory traffic per weight of adding one micro-batch's weight gradient to the main
+    gradient without `gradient_accumulation_fusion`: read the GEMM's 16-bit (or fp32)
+    output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
+    if settings.gradient_accumulation_fusion:
+        return 0.0
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
+
+
+def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -> LayerWork:
+    """The work of transformer layer `layer` (0-based; layers differ only by their
+    attention window, see the module doc)."""
+    x = _shape(model, settings, layer)
     flash = settings.use_flash_attn
     overlap = settings.tp_comm_overlap
     gemm_bytes = DTYPE_BYTES[settings.dtype]
@@ -384,14 +488,15 @@ def layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     if granularity == "full":
         recompute = forward
     elif granularity == "selective":
-        recompute = _selective_recompute(model, x, flash, gemm_bytes)
+        recompute = _selective_recompute(model, x, flash, overlap, gemm_bytes, settings.recompute_modules)
     else:
         recompute = _Builder(gemm_bytes).build()
     return LayerWork(
         forward=forward,
-        backward=_backward(model, x, flash, overlap, gemm_bytes),
+        backward=_backward(model, x, flash, overlap, settings.async_tensor_model_parallel_allreduce, gemm_bytes,
+                           accumulate_bytes_per_param(settings)),
         recompute=recompute,
-        activation_bytes=layer_activation_bytes(model, settings),
+        activation_bytes=layer_activation_bytes(model, settings, layer),
     )
 
 
@@ -443,14 +548,15 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
-    w = _Builder(gemm_bytes)
+    w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
     dgrad = w.gemm(x.tokens, vocab, x.h)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, wgrad)
+        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
     _norm_backward(w, x)
     backward = w.build()
     held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits

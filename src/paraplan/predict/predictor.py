@@ -11,7 +11,10 @@ Metrics:
   recomputation is full) / iteration time / GPUs;
 - `mfu`: 6 x parameters x tokens / iteration time / GPUs / the dtype's dense peak;
 - memory: the largest peak over pipeline ranks; weights + gradients + optimizer
-  state and the activation peak of the first pipeline stage.
+  state and the activation peak of the first pipeline stage;
+- plausibility (`plausibility`): an MFU above the device's GEMM ceiling (the
+  calibration's `gemm_efficiency`: the largest GEMMs' share of the peak) or above
+  `MAX_PUBLISHED_MFU` for a full training step is outside anything measured.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ from dataclasses import dataclass, replace
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.errors import StrategyError
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.run_settings import RunSettings, interleaved_uneven_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
+
+MAX_PUBLISHED_MFU = 0.65
+"""Above this MFU no published full training step runs (the best published dense-model
+runs reach 0.4-0.57 of peak: Megatron-LM SC21 52% with recomputation counted, Korthikanti et al.
+2022 56.3% MFU at 1T parameters)."""
+UNEVEN_SPLIT_COLUMNS = ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 
 
 @dataclass(frozen=True)
@@ -56,16 +65,24 @@ def candidate_settings(model: TransformerModel, settings: RunSettings, search_mi
     d, p = settings.data_parallel_size, settings.pipeline_model_parallel_size
     per_replica = settings.global_batch_size // d if settings.global_batch_size % d == 0 else 0
     mbs = divisors(per_replica) if search_micro_batch_size and per_replica else [settings.micro_batch_size]
+    first, last = settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers
+    splits: list[tuple[int, int, int]] = []  # (v, first, last)
     if search_virtual_stages:
-        vs = [1] + [v for v in range(2, model.num_layers // p + 1) if p > 1 and model.num_layers % (p * v) == 0]
+        splits.append((1, first, last))
+        for v in range(2, model.num_layers // p + 1) if p > 1 else ():
+            split = (first, last) if settings.uneven_pipeline_split else interleaved_uneven_split(
+                model.num_layers, p, v)
+            if split is not None:
+                splits.append((v, *split))
     else:
-        vs = [settings.virtual_pipeline_model_parallel_size]
+        splits.append((settings.virtual_pipeline_model_parallel_size, first, last))
     out = []
     for b in mbs:
-        for v in vs:
+        for v, f, la in splits:
             schedule = settings.schedule if not search_virtual_stages else ("interleaved_1f1b" if v > 1 else "")
             candidate = replace(settings, micro_batch_size=b, virtual_pipeline_model_parallel_size=v,
-                                schedule=schedule)
+                                schedule=schedule, decoder_first_pipeline_num_layers=f,
+                                decoder_last_pipeline_num_layers=la)
             try:
                 candidate.check(model)
             except StrategyError:
@@ -179,7 +196,20 @@ def _predict_chunk(pending: list[tuple[RunRow, list[RunSettings]]], cluster: Clu
         chosen = tuple(name for name, searched in (("micro_batch_size", row.search_micro_batch_size),
                                                    ("virtual_pipeline_model_parallel_size",
                                                     row.search_virtual_stages)) if searched)
-        out.append((row, _pick(row.model, results, cluster, chosen)))
+        pick = _pick(row.model, results, cluster, chosen)
+        if row.search_virtual_stages and pick.settings.uneven_pipeline_split and not row.settings.uneven_pipeline_split:
+            pick = replace(pick, chosen=(*chosen, *UNEVEN_SPLIT_COLUMNS))
+        out.append((row, pick))
         if progress:
             progress(1)
     return out
+
+
+def plausibility(mfu: float, efficiency: DeviceEfficiency) -> str:
+    """Empty when the MFU is plausible; else why it is not (module doc)."""
+    reasons = []
+    if mfu > efficiency.gemm_efficiency:
+        reasons.append(f"above the device's GEMM ceiling ({efficiency.gemm_efficiency:.1%} of peak)")
+    if mfu > MAX_PUBLISHED_MFU:
+        reasons.append(f"above {MAX_PUBLISHED_MFU:.0%}, more than any published full training step")
+    return f"MFU {mfu:.1%} is " + " and ".join(reasons) if reasons else ""

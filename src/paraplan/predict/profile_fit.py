@@ -75,7 +75,7 @@ class LayerTimes:
         for k, i in enumerate(idx):
             s, j = int(self.structure_index[i]), int(self.pass_index[i])
             cost = self.structures[s].passes[j]
-            out[k] = float(host_bound_s(cost.device_s(kernel_s[s][j]), cost.host_s(eff), eff))
+            out[k] = float(host_bound_s(cost.device_s(kernel_s[s][j], eff), cost.host_s(eff), eff))
         return out
 
 

@@ -2,17 +2,24 @@
 arguments. `paraplan predict` reads it and writes it back with `predicted_*`
 columns; `paraplan calibrate` reads it with `measured_iteration_s`.
 
-Required columns: `REQUIRED`. Optional: `MODEL_COLUMNS`, `SETTINGS_COLUMNS`,
-`num_gpus` (checked against t x p x d), `measured_iteration_s`. An empty cell
+Required columns: `REQUIRED`, or, with a `model` column naming a preset or a model
+file, `REQUIRED_SETTINGS` (`paraplan.predict.runtable_model`). Optional: `MODEL_COLUMNS`,
+`SETTINGS_COLUMNS`,
+`num_gpus` (checked against t x c x p x d), `measured_iteration_s`. An empty cell
 takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
-`micro_batch_size` column too; a missing virtual-pipeline column means 1). An empty
+`micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
+v that does not divide the layers over the stages gets Megatron's uneven first/last
+stages, `paraplan.core.run_settings.interleaved_uneven_split`, unless the row sets
+them). An empty
 `use_flash_attn` means flash attention for bf16 and fp8 runs (Megatron Core with
 Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
 
 Every cell is checked once here: an error names the file, the line, the column,
-the value and what was expected.
+the value and what was expected. A `name` is free text of at most
+`paraplan.core.names.MAX_NAME_CHARS` characters that does not start with `=`, `+`, `-`
+or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 """
 
 from __future__ import annotations
@@ -23,35 +30,47 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.run_settings import (
+    CP_COMM_TYPES,
+    DDP_IMPLS,
     DTYPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
+    RECOMPUTE_MODULES,
     RunSettings,
 )
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
+from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
+from paraplan.predict.runtable_model import EXTENSION_COLUMNS, ModelCache, row_model
 
 REQUIRED: tuple[str, ...] = (
     "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "global_batch_size",
 )
+"""The model's dimensions (unless a `model` column names it) and the parallel layout."""
+REQUIRED_SETTINGS: tuple[str, ...] = REQUIRED[5:]
 MODEL_COLUMNS: tuple[str, ...] = (
     "num_query_groups", "ffn_hidden_size", "swiglu", "untie_embeddings_and_output_weights", "normalization",
-    "position_embedding_type", "add_bias_linear", "hidden_dropout", "attention_dropout",
+    "position_embedding_type", "add_bias_linear", "hidden_dropout", "attention_dropout", *EXTENSION_COLUMNS,
 )
 SETTINGS_COLUMNS: tuple[str, ...] = (
-    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "sequence_parallel",
+    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "recompute_modules",
+    "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-    "dtype", "schedule", "use_flash_attn",
+    "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
+    "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type",
 )
 PREDICTED: tuple[str, ...] = (
+    "num_parameters", "active_parameters",
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     "predicted_weight_state_bytes", "predicted_activation_bytes", "bubble_fraction", "fits_memory", "chosen",
-    "calibration",
+    "calibration", "plausibility",
 )
-OTHER: tuple[str, ...] = ("name", "num_gpus", "measured_iteration_s")
-KNOWN: tuple[str, ...] = (*OTHER[:1], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[1:], *PREDICTED)
+OTHER: tuple[str, ...] = ("name", "model", "num_gpus", "measured_iteration_s")
+KNOWN: tuple[str, ...] = (*OTHER[:2], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[2:], *PREDICTED)
 MAX_FIELD_CHARS = 256
 MAX_ROWS = 1_000_000
 
@@ -79,10 +98,15 @@ def question_label(row: RunRow) -> str:
     m, s = row.model, row.settings
     arch = (m.num_layers, m.hidden_size, m.num_attention_heads, m.query_groups, m.ffn_size, m.seq_length,
             m.vocab_size, m.swiglu)
-    return f"{arch}|gpus={s.num_gpus}|gbs={s.global_batch_size}|dtype={s.dtype}"
+    extensions = tuple(getattr(m, k) for k in EXTENSION_COLUMNS if getattr(m, k) != getattr(_PLAIN, k))
+    return f"{arch}{extensions or ''}|gpus={s.num_gpus}|gbs={s.global_batch_size}|dtype={s.dtype}"
+
+
+_PLAIN = TransformerModel("plain", num_layers=1, hidden_size=1, num_attention_heads=1, seq_length=1, vocab_size=1)
 
 
 COUNT_RULE = NumberRule("a whole number", 1, 2**40, integer=True)
+SIZE_RULE = NumberRule("a whole number (0: none)", 0, 2**40, integer=True)
 SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why="a training iteration takes "
                       "between 0 and 1e7 s (four months)")
 _FRACTION = NumberRule("a probability", 0, 1)
@@ -117,6 +141,20 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _modules(text: str) -> tuple[str, ...]:
+    """Megatron-Core's `--recompute-modules`: names separated by spaces."""
+    names = tuple(text.split())
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise ValueError(f"expected module names among {', '.join(RECOMPUTE_MODULES)} separated by spaces, got "
+                         f"{shown(unknown[0])}")
+    return names
+
+
+def _size(text: str) -> int:
+    return int(SIZE_RULE.parse(text))
+
+
 def _seconds(text: str) -> float:
     return float(SECONDS_RULE.parse(text))
 
@@ -127,11 +165,22 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "untie_embeddings_and_output_weights": _boolean, "normalization": _choice(NORMALIZATIONS),
     "position_embedding_type": _choice(POSITION_EMBEDDINGS), "add_bias_linear": _boolean,
     "hidden_dropout": _fraction, "attention_dropout": _fraction,
+    **{k: _size for k in ("kv_channels", "window_size", "window_attn_skip_freq", "num_experts", "moe_router_topk",
+                          "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                          "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+                          "mtp_num_layers", "make_vocab_size_divisible_by")},
+    **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")},
+    "softmax_type": _choice(SOFTMAX_TYPES), "model": str,
     "micro_batch_size": _integer, "virtual_pipeline_model_parallel_size": _integer,
-    "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "sequence_parallel": _boolean,
+    "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "recompute_modules": _modules,
+    "sequence_parallel": _boolean,
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
+    "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
+    "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
+    "decoder_last_pipeline_num_layers": _integer, "context_parallel_size": _integer,
+    "cp_comm_type": _choice(CP_COMM_TYPES),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -150,23 +199,32 @@ def default_flash_attention(dtype: str) -> bool:
     return dtype in ("bf16", "fp8")
 
 
-def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str]) -> RunRow:
+def _load_model(spec: str, seq_length: int | None) -> TransformerModel:
+    from paraplan.predict.models import load_model
+
+    return load_model(spec, seq_length, prog="paraplan predict")
+
+
+def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str],
+              models: ModelCache | None = None) -> RunRow:
     values: dict[str, object] = {}
     for column, text in cells.items():
         text = text.strip()
         if column in _PARSERS and text:
             values[column] = _cell(path, line, column, text)
-    for column in REQUIRED:
+    for column in REQUIRED_SETTINGS:
         if column not in values:
             raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
                                  field=f"column '{column}'")
-    name = cells.get("name", "").strip() or f"run{line - 1}"
-    model_args = {k: values[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
-                                         "vocab_size", *MODEL_COLUMNS) if k in values}
-    try:
-        model = TransformerModel(name=name, **model_args)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise InputFileError(path, str(exc).replace(f"model '{name}': ", ""), line=line) from None
+    explicit = cells.get("name", "").strip()
+    model = row_model(path, line, explicit or f"run{line - 1}", values, MODEL_COLUMNS,
+                      models or ModelCache(_load_model), COUNT_RULE.expected)
+    name = explicit or (model.name if values.get("model") else f"run{line - 1}")
+    problem = formula_problem(name) or (
+        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
+        if len(name) > MAX_NAME_CHARS else None)
+    if problem:
+        raise InputFileError(path, problem, line=line, field="column 'name'")
     dtype = str(values.get("dtype", "bf16"))
     search_mbs = "micro_batch_size" not in values
     search_v = ("virtual_pipeline_model_parallel_size" in has_columns
@@ -184,10 +242,14 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     )
     gpus = values.get("num_gpus")
     if gpus is not None and gpus != settings.num_gpus:
+        cp = settings.context_parallel_size
+        names, sizes = (("tensor x context x pipeline x data", (settings.tensor_model_parallel_size, cp))
+                        if cp > 1 else ("tensor x pipeline x data", (settings.tensor_model_parallel_size,)))
+        factors = " x ".join(str(n) for n in (*sizes, settings.pipeline_model_parallel_size,
+                                               settings.data_parallel_size))
         raise InputFileError(
-            path, f"column 'num_gpus': {gpus} is not tensor x pipeline x data parallel size = "
-            f"{settings.tensor_model_parallel_size} x {settings.pipeline_model_parallel_size} x "
-            f"{settings.data_parallel_size} = {settings.num_gpus}", line=line)
+            path, f"column 'num_gpus': {gpus} is not {names} parallel size = {factors} = {settings.num_gpus}",
+            line=line)
     try:
         probe = settings
         if search_mbs or search_v:
@@ -212,18 +274,33 @@ def read_run_table(path: str | Path) -> tuple[list[str], list[RunRow]]:
     return header, list(rows)
 
 
-def iter_run_table(path: str | Path) -> tuple[list[str], Iterator[RunRow]]:
+def model_cache() -> ModelCache:
+    """A cache of the models a table's `model` cells name, to share between passes
+    over one table (`iter_run_table`): each file is loaded, and warned about, once."""
+    return ModelCache(_load_model)
+
+
+def iter_run_table(path: str | Path, models: ModelCache | None = None) -> tuple[list[str], Iterator[RunRow]]:
     """The header (checked now) and an iterator over the parsed rows, each checked as
-    it is read, so a table of any length is read in the memory of one row. The file
-    is read at the one edge every input file crosses (`paraplan.inputs`: UTF-8,
-    bounded size and fields, the same errors as every other reader)."""
+    it is read, so a table of any length is read in the memory of one row (and of the
+    distinct models its `model` cells name, in `models`). The file is read at the one
+    edge every input file crosses (`paraplan.inputs`: UTF-8, bounded size and fields,
+    the same errors as every other reader)."""
     path = Path(path)
     lines = iter_text_lines(path, "a run table (CSV with a header of Megatron-LM argument names)")
-    header, records = csv_records(lines, path, REQUIRED, KNOWN)
-    return list(header), _rows(path, set(header), records)
+    raw_header, records = csv_records(lines, path, (), KNOWN)
+    header = list(raw_header)
+    required = REQUIRED_SETTINGS if "model" in header else REQUIRED
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputFileError(path, f"missing column(s) {', '.join(missing)}; expected {', '.join(required)}"
+                             + ("" if "model" in header else " (or a model column naming a preset or a model file "
+                                "instead of the dimensions)"), line=1)
+    return header, _rows(path, set(header), records, models or model_cache())
 
 
-def _rows(path: Path, has: set[str], records: Iterator[tuple[int, dict[str, str]]]) -> Iterator[RunRow]:
+def _rows(path: Path, has: set[str], records: Iterator[tuple[int, dict[str, str]]],
+          models: ModelCache) -> Iterator[RunRow]:
     count = 0
     for line, cells in records:
         long = [column for column, cell in cells.items() if len(cell) > MAX_FIELD_CHARS]
@@ -232,7 +309,7 @@ def _rows(path: Path, has: set[str], records: Iterator[tuple[int, dict[str, str]
                                  f"{MAX_FIELD_CHARS}", line=line, field=f"column '{long[0]}'")
         if count >= MAX_ROWS:
             raise InputFileError(path, f"more than {MAX_ROWS:,} runs", line=line)
-        row = parse_row(path, line, cells, has)
+        row = parse_row(path, line, dict(cells), has, models)
         _check_work(path, row)
         count += 1
         yield row

@@ -9,7 +9,8 @@ vocabulary (50,257), Megatron-DeepSpeed's GPT (learned positions, LayerNorm,
 biases, dropout 0.1, tied embeddings), full activation recomputation of every
 layer, fp16, 1F1B, the unfused attention path (baddbmm, fused scale-mask-softmax,
 dropout, bmm), no overlap of the gradient all-reduce (`use_gradient_bucket`
-false).
+false), and the backward tensor-parallel all-reduce blocking (Megatron-DeepSpeed turns
+`async_tensor_model_parallel_allreduce` off whenever it runs under DeepSpeed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ ASSUMPTIONS: dict[str, str] = {
     "use_flash_attn": "false",
     "overlap_grad_reduce": "false",
     "schedule": "1f1b",
+    "async_tensor_model_parallel_allreduce": "false",
 }
 RUN_TABLE_COLUMNS: tuple[str, ...] = ("name", *COLUMNS.values(), *ASSUMPTIONS, "measured_iteration_s")
 

@@ -5,7 +5,7 @@ Every layer is a list of kernels (`Op`) for the forward and for the backward pas
 matrix products (convolutions as implicit GEMMs) and element-wise ops. Combining:
 
 - ``roofline``: each op takes max(flops / peak, (read + write) bytes / bandwidth);
-- ``sum``: the DistIR cost model (reference/distir/cost-model.md): a product costs
+- ``sum``: the DistIR cost model (docs/distir-cost-model.md): a product costs
   operand bytes / bandwidth + flops / peak (its output is not counted), an
   element-wise op costs 4 x numel / peak with no memory term.
 

@@ -1,6 +1,6 @@
 """Profile files: `<stem>.csv` (one row per layer) and `<stem>.meta.json` beside it.
 
-CSV columns (DESIGN.md): `layer, name, fwd_s, bwd_s, activation_bytes, param_bytes`,
+CSV columns (docs/design.md): `layer, name, fwd_s, bwd_s, activation_bytes, param_bytes`,
 optionally `fwd_fixed_s, bwd_fixed_s, flops`; values at the meta's `batch_size`.
 Floats are written with `repr`, so a profile read back is bit-for-bit the one written.
 Reading checks every value against `LAYER_RULES` (finite, >= 0, below bounds no layer
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core import InputFileError, LayerProfile, ModelProfile
+from paraplan.core.names import formula_problem
 from paraplan.files import write_json, write_text
 from paraplan.inputs import NumberRule, parse_number, read_csv_table, read_json_object, read_text
 
@@ -44,12 +45,16 @@ MAX_NAME_CHARS = 4096  # a layer's name or description (PyTorch's longest reprs 
 
 
 def check_layer_name(path: Path, line: int, field: str, name: str) -> str:
-    """`name` if it is at most `MAX_NAME_CHARS` long (what the CSV reader will take back)."""
+    """`name` if it is at most `MAX_NAME_CHARS` long (what the CSV reader will take back)
+    and starts no spreadsheet formula (it is written into profile CSVs)."""
     if len(name) > MAX_NAME_CHARS:
         raise InputFileError(
             path, f"expected a layer name of at most {MAX_NAME_CHARS} characters, got {len(name)}", line,
             field=field,
         )
+    formula = formula_problem(name)
+    if formula:
+        raise InputFileError(path, formula, line, field=field)
     return name
 
 

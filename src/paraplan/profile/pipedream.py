@@ -12,7 +12,7 @@ Import rules:
   replaced by a direct edge that carries the selected item's bytes;
 - a layer's ``activation_bytes`` is the activation crossing the cut right after it: the
   sum over all edges (u, v) with u at or before the layer and v after it, each edge
-  carrying u's output bytes (DESIGN.md). For a chain this is the layer's own output.
+  carrying u's output bytes (docs/design.md). For a chain this is the layer's own output.
   The last layer's value is its own output (nothing follows it). Each layer's own
   output bytes are kept in the meta as `output_bytes` (for activation memory).
 

@@ -1,7 +1,7 @@
 """Model definitions as data (no torch): what `models.py` builds in torch and what
 `analytic.py` counts FLOPs and bytes for. A "layer" is the unit a planner may cut at.
 
-- `mlp`: the DistIR seed's MLP: `num_layers` x (Linear + ReLU); the first takes
+- `mlp`: DistIR's MLP: `num_layers` x (Linear + ReLU); the first takes
   `input_dim`, the last gives `output_dim`, the others `hidden_dim` -> `hidden_dim`.
 - `gpt`: a GPT-style decoder: layer 0 = token + position embedding, then `num_layers`
   pre-norm transformer blocks (causal self-attention with `num_attention_heads`

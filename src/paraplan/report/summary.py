@@ -31,6 +31,7 @@ class StageFiles:
     calibrations: Mapping[str, dict] = field(default_factory=dict)  # name -> calibration JSON
     predictions: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # table -> predicted.csv
     llm_plans: Mapping[str, pd.DataFrame] = field(default_factory=dict)  # name -> plans/llm/<name>.csv
+    kernels: Mapping[str, dict] = field(default_factory=dict)  # results/kernels/... path -> kernel fit JSON
 
 
 def _fmt(value: object, digits: int = 3) -> str:
@@ -130,7 +131,7 @@ def profile_section(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[s
         "",
         *(line for w in warnings for line in (w, "")),
         "Reproduce: `snakemake -R profile --until profile`, or "
-        "`paraplan profile --model NAME --batch B -o PROFILE.csv`.",
+        "`paraplan profile --model NAME --profile-batch-size B -o PROFILE.csv`.",
         "",
     ]
 
@@ -186,7 +187,7 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
         lines += [f"### {key}", "",
                   *_table(["gbs", "DP no overlap", "DP overlap", "DP + P3", "best hybrid", "stages"], rows), ""]
     if lines:
-        lines += ["Reproduce: `snakemake -R plan --until plan`, or "
+        lines += ["Reproduce: `snakemake -R plan_measured --until plan_measured`, or "
                   "`paraplan plan --profile PROFILE --cluster NAME --shapes NxG --global-batch-sizes 32,64,128 "
                   "-o PLAN.csv`.",
                   ""]
@@ -252,13 +253,43 @@ def calibrate_section(calibrations: Mapping[str, dict]) -> list[str]:
     ]
 
 
+def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
+    rows = []
+    for where, fit in sorted(kernels.items()):
+        gemm, att = fit.get("gemm", {}), fit.get("attention") or {}
+        eff = fit.get("efficiency", {})
+        rows.append([where, fit.get("device", ""), gemm.get("n_points", ""), _fmt(eff.get("gemm_efficiency")),
+                     _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
+                     _pct(gemm.get("heldout_mape")), _fmt(eff.get("attention_fwd_efficiency")),
+                     _fmt(eff.get("attention_bwd_efficiency")), _pct(att.get("heldout_mape"))])
+    if not rows:
+        return []
+    return [
+        "## kernels: GEMM and attention ceilings fitted to kernel measurements",
+        "",
+        *_table(["fit", "device", "GEMMs", "gemm_efficiency", "gemm_k_half", "GEMM MAPE", "GEMM held-out",
+                 "attention fwd", "attention bwd", "attention held-out"], rows),
+        "",
+        "Held-out: GEMMs leave one shape out, attention one sequence length out (docs/kernels.md). Reproduce: "
+        "`snakemake -R kernels_bench --until kernels_all`, or `paraplan fit --kind kernels CSV... --cluster NAME "
+        "-o FIT.json`.",
+        "",
+    ]
+
+
+def _layout(r: Mapping) -> str:
+    """TP/PP/DP, with the context-parallel size where a run has one above 1."""
+    text = f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/{r['data_parallel_size']}"
+    cp = str(r.get("context_parallel_size", "") or "").strip()
+    return text + (f" CP {int(float(cp))}" if cp and cp.lower() != "nan" and int(float(cp)) > 1 else "")
+
+
 def predict_section(predictions: Mapping[str, pd.DataFrame]) -> list[str]:
     lines: list[str] = []
     for table, frame in sorted(predictions.items()):
         rows = []
         for r in frame.to_dict("records"):
-            rows.append([r.get("name", ""), f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
-                         f"{r['data_parallel_size']}", r.get("micro_batch_size", ""),
+            rows.append([r.get("name", ""), _layout(r), r.get("micro_batch_size", ""),
                          r.get("virtual_pipeline_model_parallel_size", ""), r.get("recompute_granularity", ""),
                          float(r["predicted_iteration_s"]), float(r["predicted_tflops_per_gpu"]),
                          _pct(float(r["predicted_mfu"])), float(r["predicted_peak_memory_bytes"]) / 1e9,
@@ -279,8 +310,7 @@ def llm_plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
             continue
         r = frame.iloc[0]
         v = int(r["virtual_pipeline_model_parallel_size"])
-        rows.append([name, f"{r['tensor_model_parallel_size']}/{r['pipeline_model_parallel_size']}/"
-                     f"{r['data_parallel_size']}", int(r["micro_batch_size"]), v, r["schedule"],
+        rows.append([name, _layout(r), int(r["micro_batch_size"]), v, r["schedule"],
                      r["recompute_granularity"], r["sequence_parallel"],
                      "dist. opt." if str(r["use_distributed_optimizer"]).lower() == "true" else int(r["zero_stage"]),
                      float(r["predicted_iteration_s"]), _pct(float(r["predicted_mfu"])),
@@ -306,7 +336,8 @@ def render(files: StageFiles, title: str = "paraplan summary") -> str:
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
                     plan_section(files.plans), validate_section(files.validations, files.profiles),
-                    calibrate_section(files.calibrations), predict_section(files.predictions),
+                    kernels_section(files.kernels), calibrate_section(files.calibrations),
+                    predict_section(files.predictions),
                     llm_plan_section(files.llm_plans)):
         lines += section
     return "\n".join(lines).rstrip() + "\n"

@@ -3,7 +3,7 @@ step of any D x T x P strategy as a `Timeline` (plus its Chrome-trace export).
 
 - `get_schedule(name)`: the schedule objects (`paraplan.core.SCHEDULES` names).
 - `execute(orders, costs, num_microbatches)`: run per-device op orders.
-- `simulate_pipeline(schedule, p, M, fwd_s, bwd_s, ...)`: a bare pipeline (seed 001).
+- `simulate_pipeline(schedule, p, M, fwd_s, bwd_s, ...)`: a bare pipeline (docs/pipeline-schedules.md).
 - `simulate(profile, cluster, comm, strategy, batch_size, ...)`: the physical engine:
   a layer profile's step as an `ExecutionModel` (`profile_execution`, with the run's
   `RunConditions`) run by `run_iteration`; transformer runs build the same model in

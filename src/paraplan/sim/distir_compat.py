@@ -1,4 +1,4 @@
-"""DistIR v0.1 semantics, kept only to reproduce seed 000's published figures.
+"""DistIR v0.1 semantics, kept only to reproduce the DistIR paper's published figures.
 
 DistIR (EuroMLSys 2021) simulates its MLP programs op by op in program order: every
 multi-device op is a barrier, nothing overlaps, and its v0.1 cost model carries unit
@@ -45,7 +45,7 @@ PHASE2_MODES: tuple[Phase2, ...] = get_args(Phase2)
 
 @dataclass(frozen=True)
 class DistirCostModel:
-    """One revision of DistIR's cost model (cost-model.md sections 1, 2 and 8)."""
+    """One revision of DistIR's cost model (docs/distir-cost-model.md, sections 1, 2 and 8)."""
 
     name: str
     matmul_bytes_per_element: int  # e: 2 in v0.1 (the bug), 4 after 83d7fc3

@@ -214,6 +214,28 @@ def iteration_time_s(model: ExecutionModel) -> float:
     return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
 
 
+@dataclass(frozen=True, eq=False)
+class RankEnds:
+    """Per pipeline rank of a flushed schedule: compute time, and when its compute, its
+    gradient reduction and its iteration end."""
+
+    busy_s: np.ndarray
+    compute_end_s: np.ndarray
+    sync_end_s: np.ndarray
+    end_s: np.ndarray
+
+
+def rank_ends(model: ExecutionModel) -> RankEnds:
+    """Where each rank's iteration time goes (what `paraplan predict --explain` splits);
+    flushed schedules only (their iteration is the latest rank's end)."""
+    sched = get_schedule(model.schedule)
+    if not sched.flush or model.p3 is not None:
+        raise StrategyError(f"schedule '{model.schedule}' runs iterations as one stream; its time has no per-rank end")
+    run = _execute(model)
+    tail = _tail(model, run, WGT if sched.split_backward else BWD)
+    return RankEnds(run.busy_s()[:model.pipeline_stages], tail.compute_end_s, tail.sync_end_s, tail.end_s)
+
+
 def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResult:
     """Execute the model (see the module doc); `timeline=False` skips building the
     events (a calibration evaluates thousands of iterations).

@@ -1,7 +1,7 @@
 """A bare pipeline: one schedule, per-stage costs, no data or tensor parallelism.
 
-This is what seed 001 draws (unit costs, free communication) and what the closed
-forms describe; `simulate` in `strategy_sim` builds on the same pieces.
+This is what the reference charts of docs/pipeline-schedules.md draw (unit costs, free
+communication) and what the closed forms describe; `simulate` in `strategy_sim` builds on the same pieces.
 """
 
 from __future__ import annotations

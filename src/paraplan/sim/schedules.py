@@ -315,7 +315,7 @@ class ZeroBubbleH1(Schedule):
 
 @lru_cache(maxsize=256)
 def distir_greedy_rounds(num_stages: int, num_microbatches: int) -> tuple[tuple[tuple[int, bool, int], ...], ...]:
-    """DistIR's PipeDream scheduler (seed 000): per round, each stage with a ready unit
+    """DistIR's PipeDream scheduler (docs/distir-cost-model.md): per round, each stage with a ready unit
     runs one; after a forward it prefers a backward, otherwise a forward, lowest
     micro-batch first; readiness counts only units of earlier rounds; no warm-up limit.
 

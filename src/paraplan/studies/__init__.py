@@ -3,7 +3,7 @@ kept apart from them (files, published numbers, timing loops, pandas live here, 
 in `paraplan.sim` or `paraplan.plan`).
 
 - `simulate_study`, `simulate`: simulation studies (`config/studies/simulate/`):
-  DistIR's Figures 3 and 4, seed 001's schedules.
-- `published`: seed 000's published numbers and the comparison with them.
+  DistIR's Figures 3 and 4, the reference schedules.
+- `published`: the DistIR paper's published numbers and the comparison with them.
 - `plan`: planning studies (`config/studies/plan/`), e.g. DAPPLE's ResNet-50 sweep.
 """

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from paraplan.core.names import name_problem
 from paraplan.plan.request import PlanRequest
 from paraplan.typed import load_yaml
 
@@ -25,6 +26,9 @@ class PlanStudy(PlanRequest):
     """The stage that runs it (config/studies/<stage>/)."""
 
     def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # the study's CSVs and figures are named after it
+            raise ValueError(f"key 'name': {problem}")
         if self.profile is None:
             raise ValueError("a planning study needs a profile")
         if self.global_batch_sizes is None:

@@ -1,15 +1,15 @@
 """Run a simulation study (`config/studies/simulate/<name>.yaml`): expand its series
 into `Strategy`s, simulate each in the requested modes and return the rows of
-`results.csv` (DESIGN.md) with the simulation's wall time.
+`results.csv` (docs/design.md) with the simulation's wall time.
 
 Modes:
 - `distir-v0.1`: DistIR's own semantics and cost model (`sim/distir_compat.py`), to
-  reproduce seed 000's published figures.
+  reproduce the DistIR paper's published figures.
 - `corrected`: paraplan's physical engine (`paraplan.sim.simulate`) on the same MLP
   with physical costs (4 bytes per element, bandwidth in bits per second).
 
 A `unit` model runs bare pipelines with unit costs (`paraplan.sim.simulate_pipeline`,
-seed 001's charts).
+the reference charts of docs/pipeline-schedules.md).
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def mlp_profile(num_layers: int, hidden_dim: int, global_batch_size: int) -> Mod
 
 def physical_cluster(num_devices: int, mode: CorrectedMode) -> tuple[Cluster, ConstantBandwidthModel]:
     """One node of `num_devices` DistIR devices, every pair linked at the mode's bandwidth."""
-    # 0 Gbit/s is a study whose model moves no bytes (seed 001's unit stages): free links
+    # 0 Gbit/s is a study whose model moves no bytes (the reference charts' unit stages): free links
     bandwidth_Bps = mode.bandwidth_Gbit_per_s * GBIT / BITS_PER_BYTE or math.inf
     device = Device("distir-device", peak_flops=dc.TP_FLOPS, mem_bandwidth_Bps=dc.DRAM_BYTES_PER_S,
                     memory_bytes=mode.memory_GB * 1e9)
@@ -294,7 +294,7 @@ def _run_corrected(study: SimulateStudy, mode: CorrectedMode, points: ModeConfig
                            gradient_sync=series.gradient_sync or mode.gradient_sync)
         batch = conf.global_batch_size
         if study.model.kind == "unit":
-            # seed 001: unit costs per stage (split over the virtual stages), free transfers
+            # reference charts: unit costs per stage (split over the virtual stages), free transfers
             v = strategy.virtual_pipeline_model_parallel_size
             tl = simulate_pipeline(
                 strategy.schedule, strategy.pipeline_model_parallel_size, strategy.num_microbatches,
@@ -393,7 +393,7 @@ def run_study(study: SimulateStudy, modes: tuple[ModeName, ...] = (), repeats: i
 
 
 def result_rows(result: StudyResult) -> list[dict[str, object]]:
-    """Rows of results.csv, columns RESULT_COLUMNS (DESIGN.md's contract: D, T, P,
+    """Rows of results.csv, columns RESULT_COLUMNS (docs/design.md's contract: D, T, P,
     `microbatches` and `batch_size` are the strategy's degrees, micro-batches and global
     batch); empty where a mode has no value."""
     rows = []

@@ -1,7 +1,7 @@
 """A simulation study file (`config/studies/simulate/<name>.yaml`): its typed form.
 
 A study names a model, the modes it is simulated in (DistIR's own semantics to
-reproduce seed 000, and/or paraplan's engine) and series of configurations (the
+reproduce the DistIR paper, and/or paraplan's engine) and series of configurations (the
 lines of a figure). `paraplan.studies.simulate` runs it.
 """
 
@@ -12,6 +12,7 @@ from typing import Annotated, Literal, get_args
 
 from paraplan.core import limits as lim
 from paraplan.core.glossary import GradientSync, ScheduleName
+from paraplan.core.names import name_problem
 from paraplan.sim.distir_compat import CostModelName, Phase2, SendFilter
 from paraplan.typed import AtLeast, AtMost
 
@@ -33,7 +34,7 @@ Figure = Literal["distir_fig3", "distir_fig4", "gantt", "none"]
 class StudyModel:
     """`mlp`: DistIR's MLP (`num_layers` square layers of `hidden_dim`). `unit`: bare
     pipeline stages of forward `fwd_s` and backward `bwd_s` per micro-batch of
-    `micro_batch_size` samples, free communication (seed 001's charts)."""
+    `micro_batch_size` samples, free communication (the reference charts of docs/pipeline-schedules.md)."""
 
     kind: Literal["mlp", "unit"]
     """mlp or unit."""
@@ -89,7 +90,7 @@ class StudyModes:
     """The modes a study runs in (at least one)."""
 
     distir_v0_1: CompatMode | None = field(default=None, metadata={"key": "distir-v0.1"})
-    """DistIR's own semantics, to reproduce seed 000's published figures."""
+    """DistIR's own semantics, to reproduce the DistIR paper's published figures."""
     corrected: CorrectedMode | None = None
     """paraplan's physical engine."""
 
@@ -134,6 +135,11 @@ class Series:
     virtual_pipeline_model_parallel_size: Annotated[int, AtLeast(1), AtMost(lim.MAX_LAYERS, lim.LAYERS_WHY)] = 1
     """Model chunks per pipeline device (interleaved 1F1B)."""
 
+    def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # the name starts the Gantt charts' and traces' file names
+            raise ValueError(f"name: {problem}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Published:
@@ -167,6 +173,9 @@ class SimulateStudy:
     """Published numbers to compare with."""
 
     def __post_init__(self) -> None:
+        problem = name_problem(self.name)
+        if problem:  # results/simulations/<name>/ and its figures
+            raise ValueError(f"key 'name': {problem}")
         if not self.series:
             raise ValueError("series needs at least one entry")
         for i, s in enumerate(self.series):

@@ -25,7 +25,7 @@ from paraplan.core.glossary import TERMS_BY_NAME
 from paraplan.typed.source import warn_renamed
 
 
-def _resolve(schema: dict[str, Any], base: Path) -> tuple[dict[str, Any], Path]:
+def resolve_ref(schema: dict[str, Any], base: Path) -> tuple[dict[str, Any], Path]:
     """Follow a `$ref` to a sibling schema file (the only kind the workflow uses)."""
     ref = schema.get("$ref")
     if not isinstance(ref, str):
@@ -37,7 +37,7 @@ def _resolve(schema: dict[str, Any], base: Path) -> tuple[dict[str, Any], Path]:
 def upgrade_config_keys(data: object, schema: dict[str, Any], base: Path, where: str = "") -> None:
     """Rename 0.1 keys of `data` in place (see the module doc); `base`: the folder
     `$ref`s are relative to."""
-    schema, base = _resolve(schema, base)
+    schema, base = resolve_ref(schema, base)
     if not isinstance(data, MutableMapping):
         return
     properties = dict(schema.get("properties", {}))
@@ -79,7 +79,7 @@ def _types(schema: dict[str, Any]) -> set[str]:
 def coerce_config_text(data: object, schema: dict[str, Any], base: Path) -> object:
     """`data` with text values read as YAML where `schema` expects no text (see the
     module doc); mappings and lists are updated in place and returned."""
-    schema, base = _resolve(schema, base)
+    schema, base = resolve_ref(schema, base)
     types = _types(schema)
     if isinstance(data, str):
         if types and "string" not in types and types & _NON_TEXT:

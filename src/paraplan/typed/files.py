@@ -23,11 +23,47 @@ MAX_VALUES = 1_000_000
 input may hold: a cluster or study has hundreds; a YAML alias bomb has billions."""
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that gives one key twice (YAML's loaders keep the last one silently)."""
+
+    def __init__(self, key: object, first_line: int, second_line: int):
+        self.line = second_line
+        super().__init__(f"key '{key}' appears twice (lines {first_line} and {second_line}); "
+                         "expected each key once in a mapping")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a key given twice in one mapping. Keys merged in
+    with `<<: *alias` may be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                continue
+            if first != key_node.start_mark.line:
+                raise DuplicateKeyError(key, first + 1, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> object:
+    """YAML `text` parsed safely, a key given twice in a mapping refused
+    (`DuplicateKeyError`)."""
+    return yaml.load(text, Loader=UniqueKeyLoader)
+
+
 def read_yaml(path: str | Path, expected: str) -> object:
     """The parsed YAML of `path`."""
     text = read_text(path, expected)
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text)
+    except DuplicateKeyError as exc:
+        raise InputFileError(path, str(exc), line=exc.line) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

@@ -62,7 +62,7 @@ def rel_err(predicted_s: float, measured_s: float) -> float:
 
 def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[str, float],
                      other_load_per_core: float | None = None):
-    """One row per measured strategy, in the order given, with the columns of DESIGN.md;
+    """One row per measured strategy, in the order given, with the columns of docs/design.md;
     with `other_load_per_core` (`paraplan.validate.load.LoadCheck`), that column too,
     the same on every row: the summary marks a validation measured on a busy machine."""
     import pandas as pd

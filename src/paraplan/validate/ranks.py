@@ -1,7 +1,12 @@
 """Run a function on N ranks of a fresh torch.distributed process group.
 
-Ranks are spawned processes that meet on a free local TCP port; each calls
-`target(rank, world_size, *args)` and the return values come back in rank order.
+Ranks are spawned processes that meet at a rendezvous store served by rank 0 on a
+socket this process binds to 127.0.0.1 (port chosen by the OS) and hands over, as
+`paraplan bench` does: torch's own TCP rendezvous would listen on every interface,
+reachable from other machines. gloo's and NCCL's sockets are put on the loopback
+interface too (`GLOO_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME=lo` unless already set).
+Each rank calls `target(rank, world_size, *args)` and the return values come back in
+rank order.
 A rank that fails ends all of them; a hang ends after `timeout_s`. A rank may
 report progress with `report_progress(n)`; `run_ranks(on_progress=...)` receives it.
 """
@@ -10,18 +15,12 @@ from __future__ import annotations
 
 import datetime
 import pickle
-import socket
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
+from paraplan.comm.bench import LOOPBACK_INTERFACE, rendezvous_socket
 
 _PROGRESS_QUEUE = None  # set in a rank process: where report_progress sends to
 
@@ -32,7 +31,9 @@ def report_progress(n: int = 1) -> None:
         _PROGRESS_QUEUE.put((-1, None, n))
 
 
-def _rank_entry(rank, world_size, backend, port, threads, timeout_s, target, args, queue) -> None:
+def _rank_entry(rank, world_size, backend, store_socket, threads, timeout_s, target, args, queue) -> None:
+    import os
+
     import torch
     import torch.distributed as dist
 
@@ -41,10 +42,14 @@ def _rank_entry(rank, world_size, backend, port, threads, timeout_s, target, arg
     torch.set_num_threads(threads)
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+    os.environ.setdefault(LOOPBACK_INTERFACE[backend], "lo")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    host, port = store_socket.getsockname()[:2]
+    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
+                          master_listen_fd=store_socket.fileno() if rank == 0 else None)
+    if rank != 0:
+        store_socket.close()  # only rank 0 serves the store
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     try:
         # plain pickle copies tensors by value: torch's queue would share them through
         # file descriptors that die with this process
@@ -71,11 +76,12 @@ def run_ranks(
     import torch.multiprocessing as mp
 
     queue = mp.get_context("spawn").SimpleQueue()
-    procs = mp.start_processes(
-        _rank_entry,
-        args=(world_size, backend, free_port(), threads_per_rank, timeout_s, target, tuple(args), queue),
-        nprocs=world_size, join=False, start_method="spawn",
-    )
+    with rendezvous_socket() as store_socket:  # each rank gets a copy (spawn passes the descriptor)
+        procs = mp.start_processes(
+            _rank_entry,
+            args=(world_size, backend, store_socket, threads_per_rank, timeout_s, target, tuple(args), queue),
+            nprocs=world_size, join=False, start_method="spawn",
+        )
     deadline = time.monotonic() + timeout_s + 60
     messages: list = []
 

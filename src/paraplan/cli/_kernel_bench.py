@@ -1,0 +1,103 @@
+"""`paraplan bench --kind gemm|attention`: time torch.matmul over an m x n x k grid, or
+scaled_dot_product_attention forward and backward over sequence lengths and head
+dims, on one device (paraplan.kernels.bench); writes OUTPUT/<kind>.csv
+(paraplan.kernels.results) and one MLflow run. Not a command of its own."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+
+from paraplan.cli.common import int_list, track
+from paraplan.core import ConfigError
+
+DEFAULT_GEMM_SIZES = "256,512,1024"
+DEFAULT_SEQ_LENGTHS = "256,512,1024"
+
+
+def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("kernels (--kind gemm|attention)")
+    group.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
+    group.add_argument("--threads", type=int, default=1,
+                       help="cpu: torch threads (default 1: one core, the local-cpu cluster's device)")
+    group.add_argument("--device-name", default=None,
+                       help="the device column of the CSV (default: torch's name for it; use the cluster "
+                            "file's device name to fit it with `paraplan fit --kind kernels --cluster`)")
+    group.add_argument("--m", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of m")
+    group.add_argument("--n", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of n")
+    group.add_argument("--k", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of k")
+    group.add_argument("--gemm-batch", default="1",
+                       help="gemm: comma list of batch counts (independent products per batched matmul)")
+    group.add_argument("--seq-lengths", default=DEFAULT_SEQ_LENGTHS, help="attention: comma list of sequence lengths")
+    group.add_argument("--head-dims", default="64,128", help="attention: comma list of head dimensions")
+    group.add_argument("--heads", type=int, default=16, help="attention: heads")
+    group.add_argument("--tokens", type=int, default=4096,
+                       help="attention: tokens per call; batch = tokens // seq_length (at least 1)")
+    group.add_argument("--non-causal", action="store_true", help="attention: no causal mask")
+
+
+def _positive_list(text: str, key: str) -> list[int]:
+    values = int_list(text, key)
+    if any(v < 1 for v in values):
+        raise ConfigError(key, f"every value must be >= 1, got {text}")
+    return values
+
+
+def run_kernel_bench(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from paraplan.files import check_outputs, write_csv
+    from paraplan.kernels import bench
+    from paraplan.kernels.results import ATTENTION_COLUMNS, GEMM_COLUMNS
+    from paraplan.track import RunLog
+
+    if args.dtype not in bench.DTYPES:
+        raise ConfigError("--dtype", f"kernels: expected one of {', '.join(bench.DTYPES)}, got {args.dtype!r}")
+    for key, value in (("warmup", args.warmup), ("iters", args.iters)):
+        if value < (0 if key == "warmup" else 1):
+            raise ConfigError(key, f"must be >= {0 if key == 'warmup' else 1}, got {value}")
+    check_outputs(folders=[args.output])
+    device = bench.torch_device(args.device)
+    name = args.device_name or bench.device_name(device)
+    if device.type == "cpu":
+        import torch
+
+        if args.threads < 1:
+            raise ConfigError("threads", f"must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+
+    def show(row: dict) -> None:
+        shape = (f"{row['m']}x{row['n']}x{row['k']} batch {row['batch']}" if "m" in row else
+                 f"{row['pass']} s={row['seq_length']} d={row['head_dim']} batch {row['batch']}")
+        print(f"{args.kind} {shape}: {row['time_us']:.1f} us, {row['tflops']:.3f} TFLOP/s", file=sys.stderr, flush=True)
+
+    if args.kind == "gemm":
+        shapes = [bench.GemmShape(m, n, k, b) for m, n, k, b in itertools.product(
+            _positive_list(args.m, "m"), _positive_list(args.n, "n"), _positive_list(args.k, "k"),
+            _positive_list(args.gemm_batch, "gemm_batch"))]
+        rows = bench.time_gemms(shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
+        columns = GEMM_COLUMNS
+    else:
+        if args.heads < 1 or args.tokens < 1:
+            raise ConfigError("heads" if args.heads < 1 else "tokens", "must be >= 1")
+        attention_shapes = [bench.AttentionShape(max(args.tokens // s, 1), args.heads, s, d, not args.non_causal)
+                            for s in _positive_list(args.seq_lengths, "seq_lengths")
+                            for d in _positive_list(args.head_dims, "head_dims")]
+        rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
+        columns = ATTENTION_COLUMNS
+    frame = pd.DataFrame([{**r, "kind": args.kind, "device": name, "source": f"paraplan-bench:{device.type}"}
+                          for r in rows])[list(columns)]
+    path = args.output / f"{args.kind}.csv"
+    write_csv(path, frame)
+    best = frame.loc[frame["tflops"].idxmax()]
+    print(f"paraplan bench: {len(frame)} {args.kind} row(s) on {name}, best {best['tflops']:.3f} TFLOP/s -> {path}",
+          file=sys.stderr)
+    track(args, RunLog(
+        stage="kernels", run_name=f"bench-{args.kind}:{name}",
+        params={"kind": args.kind, "device": name, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
+                "shapes": len(frame), "threads": args.threads if device.type == "cpu" else None},
+        metrics={"max_tflops": float(frame["tflops"].max()), "median_tflops": float(frame["tflops"].median())},
+        artifacts=[path], tags={"kind": args.kind, "device": name},
+    ))
+    return 0

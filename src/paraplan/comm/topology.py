@@ -1,0 +1,182 @@
+"""`TopologyCommModel`: collectives across nodes priced the way NCCL runs them on a
+rail-optimised fabric (one NIC per GPU, every NIC of a node on its own rail), picking
+the fastest algorithm as NCCL's tuner does (`src/graph/tuning.cc`: time = latency +
+size / bandwidth per algorithm, the smallest wins). Groups inside one NVLink domain are
+priced by the intra-domain model unchanged (a fitted nccl-tests curve or the cluster's
+`links.intra`).
+
+Notation: a group of n ranks over N NVLink domains (a domain is a node, or a rack of
+nodes on an NVL72), r = n / N ranks per domain; S the nccl-tests size; k NICs per node,
+d devices per node; one NIC moves m bytes in a + m / b (the rail curve: a fitted
+`RailFit`, else line rate x `DEFAULT_RAIL_EFFICIENCY` and `DEFAULT_RAIL_LATENCY_S`).
+`intra(c, m)` is the intra-domain model's time of collective c on r ranks.
+
+Assumptions, each a formula's premise:
+- NICs: a rank drives max(1, k // d) NICs (the ones on its PCIe switch); the group's
+  ranks in one domain together drive B = b x min(k x nodes per domain, r x max(1, k // d)),
+  i.e. the group has those NICs to itself (concurrent groups, e.g. the data-parallel
+  groups of the 8 tensor-parallel ranks, each sit on their own rails).
+- Channels spread over all NICs evenly and the NVLink and NIC stages pipeline, so a
+  multi-stage algorithm costs its slowest stage plus the other stages' latencies.
+
+all_reduce, the fastest of:
+- ring (NCCL Ring): one ring over all n ranks per channel, channels over all NICs. Each
+  ring crosses each domain boundary once per direction, so the NICs carry what one ring
+  link carries: t = 2(N-1) a + 2(n-1)/n x S / B, against the NVLink hops
+  intra(all_reduce, S x (n-1)/n x r/(r-1)) (the same bytes per rank); the larger.
+- hierarchical (NCCL's NVLS-Tree / CollNet shape): intra-domain reduce-scatter, an
+  all_reduce of S / r per rail among the N domains, intra-domain all_gather, pipelined:
+  t = max(intra(all_reduce, S) + 2(N-1) a, 2(N-1) a + 2(N-1)/N x S / B + intra(all_reduce, 0)):
+  the slower stage plus the other stage's latency. Two domains move S / B instead of the ring's
+  ~2 S / B: why 2-node nccl-tests report bus bandwidths above the NICs' line rate.
+- tree (NCCL Tree: double binary tree between domains, a chain inside): latency
+  2 ceil(log2 N) a, bandwidth: each domain sends S over its NICs per direction with two
+  domains and 2 S with more (interior in one tree, leaf in the other), each GPU of the
+  chain sends 2 S over NVLink: t = 2 ceil(log2 N) a + max(c_N S / B,
+  intra(all_reduce, S x r / (r-1))), c_2 = 1, c_N = 2. Wins for small S at N > 2 (log
+  latency).
+all_gather / reduce_scatter: ring only (NCCL's tuner has no tree for them across
+nodes): t = (N-1) a + (n-1)/n x S / B against intra(c, S x (n-1)/n x r/(r-1)).
+broadcast / reduce: a pipelined ring, t = (N-1) a + S / B against intra(c, S).
+all_to_all (expert parallelism): each rank sends S / n to every rank; (n - r) / n of the
+data crosses domains over the rank's share of the NICs, the rest goes over NVLink:
+t = max((N-1) a + r (n-r)/n x S / B, intra(all_to_all, S x r / n)).
+send_recv across domains (pipeline stages): one rank's NICs, t = a + S / (b x max(1, k // d)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from paraplan.core.cluster import Network, RailFit
+from paraplan.core.comm import CommModel, Group
+
+DEFAULT_RAIL_EFFICIENCY = 0.642
+"""Effective / line-rate bandwidth of one NIC when a cluster has no fitted rail curve:
+`paraplan.comm.fit_rail.fit_rail` over the sizes >= 1 MiB of all nine multi-node
+all_reduce logs of data/nccl-tests/ (H100 NDR 400 Gb/s 2x8 twice, 4x8 twice, 8x8; GCP
+A3 Mega 2x8; A100 OCI BM.GPU4.8 2x8; GH200 Slingshot 2x4, 2x1), each with its cluster file
+(`benchmarks/bench_comm_topology.py` refits it and prints the held-out errors)."""
+DEFAULT_RAIL_LATENCY_S = 45.9e-6
+"""Latency of one inter-node step, fitted with the efficiency above (same logs). It is
+several times NCCL's own per-step network latency (14 us for the Simple protocol): it
+also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
+sizes under 1 MiB across nodes come out too slow (the benchmark prints by how much)."""
+_MEMO_LIMIT = 1 << 18
+
+
+@dataclass(frozen=True)
+class Rail:
+    """One NIC: latency_s + m / bandwidth_Bps for m bytes."""
+
+    latency_s: float
+    bandwidth_Bps: float
+
+
+def default_rail(network: Network) -> Rail:
+    """The line rate x the published-log efficiency (no fitted curve)."""
+    return Rail(DEFAULT_RAIL_LATENCY_S, network.nic_bandwidth_Bps * DEFAULT_RAIL_EFFICIENCY)
+
+
+def nearest_fit(fits: tuple[RailFit, ...], nodes: int) -> RailFit | None:
+    """The fit measured on the node count nearest to `nodes` (in log2; ties to the larger)."""
+    if not fits:
+        return None
+    return min(fits, key=lambda f: (abs(math.log2(f.nodes) - math.log2(max(nodes, 1))), -f.nodes))
+
+
+@dataclass(frozen=True)
+class TopologyCommModel:
+    """`CommModel` for a cluster with a `Network` (see the module docstring)."""
+
+    intra: CommModel
+    network: Network
+    devices_per_node: int
+    rail: Rail | None = None  # None: the network's fitted rail curves, else the default efficiency
+    # the planner asks for the same few (collective, size, group) many times: answers are memoised
+    _memo: dict[tuple[str, float, int, int], float] = field(default_factory=dict, init=False, repr=False,
+                                                            compare=False)
+
+    def rail_for(self, domains: int) -> Rail:
+        if self.rail is not None:
+            return self.rail
+        fit = nearest_fit(self.network.rail_fits, domains)
+        if fit is None:
+            return default_rail(self.network)
+        return Rail(fit.latency_s, fit.bandwidth_Bps)
+
+    # ---- shape ---------------------------------------------------------------------
+    def _shape(self, group: Group) -> tuple[int, int, int]:
+        """(n, N domains, r ranks per domain) of a group, its ranks spread evenly."""
+        per_domain_nodes = max(1, self.network.nvlink_domain_size // self.devices_per_node)
+        domains = max(1, math.ceil(group.nodes / per_domain_nodes))
+        n = int(group.size)
+        return n, domains, max(1, n // domains)
+
+    def _domain_bandwidth_Bps(self, group: Group, ranks_per_domain: int, rail: Rail) -> float:
+        net = self.network
+        nodes_per_domain = max(1, min(group.nodes, net.nvlink_domain_size // self.devices_per_node))
+        per_rank = max(1, net.nics_per_node // self.devices_per_node)
+        nics = min(net.nics_per_node * nodes_per_domain, ranks_per_domain * per_rank)
+        return rail.bandwidth_Bps * nics
+
+    def _intra(self, collective: str, nbytes: float, ranks: int) -> float:
+        if ranks <= 1:
+            return 0.0
+        return float(self.intra.time_s(collective, nbytes, Group(ranks, 1)))
+
+    # ---- prediction ----------------------------------------------------------------
+    def time_s(self, collective: str, nbytes: float, group: Group) -> float:
+        key = (collective, float(nbytes), int(group.size), int(group.nodes))
+        answer = self._memo.get(key)
+        if answer is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            answer = self._memo[key] = self.choose(collective, nbytes, group)[1]
+        return answer
+
+    def choose(self, collective: str, nbytes: float, group: Group) -> tuple[str, float]:
+        """(algorithm, seconds): the fastest algorithm NCCL has for this collective."""
+        if group.size <= 1:
+            return "none", 0.0
+        n, domains, _ = self._shape(group)
+        if domains <= 1:
+            return "intra", float(self.intra.time_s(collective, nbytes, Group(n, 1)))
+        times = self.algorithm_times(collective, float(nbytes), group)
+        best = min(times, key=lambda name: times[name])
+        return best, times[best]
+
+    def algorithm_times(self, collective: str, nbytes: float, group: Group) -> dict[str, float]:
+        """Seconds of every algorithm that applies (groups spanning several domains)."""
+        n, domains, r = self._shape(group)
+        rail = self.rail_for(domains)
+        a = rail.latency_s
+        bw = self._domain_bandwidth_Bps(group, r, rail)
+        s = nbytes
+        # bytes per rank scaled so an r-rank intra collective moves what the n-rank one does
+        ring_share = (n - 1) / n * r / (r - 1) if r > 1 else 0.0
+        intra: Callable[[str, float], float] = lambda c, m: self._intra(c, m, r)  # noqa: E731
+        if collective == "all_reduce":
+            ring = max(2 * (domains - 1) * a + 2 * (n - 1) / n * s / bw, intra("all_reduce", s * ring_share))
+            # two pipelined stages: the slower one plus the other's latency
+            inter_lat, intra_lat = 2 * (domains - 1) * a, intra("all_reduce", 0.0)
+            hierarchical = max(intra("all_reduce", s) + inter_lat,
+                               inter_lat + 2 * (domains - 1) / domains * s / bw + intra_lat)
+            c_n = 1.0 if domains == 2 else 2.0
+            tree = 2 * math.ceil(math.log2(domains)) * a + max(
+                c_n * s / bw, intra("all_reduce", s * r / (r - 1)) if r > 1 else 0.0)
+            return {"ring": ring, "hierarchical": hierarchical, "tree": tree}
+        if collective in ("all_gather", "reduce_scatter"):
+            ring = max((domains - 1) * a + (n - 1) / n * s / bw, intra(collective, s * ring_share))
+            return {"ring": ring}
+        if collective in ("broadcast", "reduce"):
+            return {"ring": max((domains - 1) * a + s / bw, intra(collective, s))}
+        if collective in ("all_to_all", "all_to_allv"):
+            inter = (domains - 1) * a + r * (n - r) / n * s / bw
+            return {"pairwise": max(inter, intra("all_to_all", s * r / n))}
+        if collective == "send_recv":
+            per_rank = max(1, self.network.nics_per_node // self.devices_per_node)
+            return {"p2p": a + s / (rail.bandwidth_Bps * per_rank)}
+        raise ValueError(f"unknown collective '{collective}'")

@@ -1,0 +1,160 @@
+"""Time `torch.matmul` and `torch.nn.functional.scaled_dot_product_attention` on one
+device (CPU, or CUDA when asked for and present).
+
+Each shape runs `warmup` untimed calls, then `iters` timed ones. On CUDA a call is
+timed with CUDA events around it (device time, no host launch gaps); on CPU with the
+wall clock around the call. The rows give the median (`time_us`) and the 10th/90th
+percentiles (paraplan.kernels.results). Attention's backward is timed alone: each
+iteration runs an untimed forward, then times `backward` of its output.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from paraplan.core.errors import ConfigError
+from paraplan.kernels.results import attention_flops, gemm_flops
+
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    batch: int
+    heads: int
+    seq_length: int
+    head_dim: int
+    causal: bool
+
+
+def torch_device(name: str):
+    """`auto` (CUDA when present, else CPU), `cpu` or `cuda`; asking for CUDA where
+    there is none is a ConfigError."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ConfigError("--device", f"expected auto, cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", "cuda asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def device_name(device) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def _times_s(call: Callable[[], object], device, warmup: int, iters: int,
+             before: Callable[[], object] | None = None) -> np.ndarray:
+    import torch
+
+    for _ in range(warmup):
+        if before is not None:
+            before()
+        call()
+    times = []
+    cuda = device.type == "cuda"
+    for _ in range(iters):
+        if before is not None:
+            before()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        else:
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+    return np.array(times)
+
+
+def _row(times_s: np.ndarray, flops: float) -> dict[str, float]:
+    median = float(np.median(times_s))
+    return {"time_us": median * 1e6, "time_p10_us": float(np.percentile(times_s, 10)) * 1e6,
+            "time_p90_us": float(np.percentile(times_s, 90)) * 1e6, "tflops": flops / median / 1e12}
+
+
+def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, iters: int,
+               on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """One row per shape (GEMM_COLUMNS less kind/device/source)."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    rows = []
+    for shape in shapes:
+        size_a = (shape.batch, shape.m, shape.k) if shape.batch > 1 else (shape.m, shape.k)
+        size_b = (shape.batch, shape.k, shape.n) if shape.batch > 1 else (shape.k, shape.n)
+        a = torch.randn(size_a, dtype=torch_dtype, device=device)
+        b = torch.randn(size_b, dtype=torch_dtype, device=device)
+        with torch.no_grad():
+            times = _times_s(partial(torch.matmul, a, b), device, warmup, iters)
+        row = {"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
+               **_row(times, gemm_flops(shape.m, shape.n, shape.k, shape.batch))}
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return rows
+
+
+def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
+                       iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward times of one shape (the backward after an untimed forward)."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    size = (shape.batch, shape.heads, shape.seq_length, shape.head_dim)
+    q, k, v = (torch.randn(size, dtype=torch_dtype, device=device, requires_grad=True) for _ in range(3))
+    grad = torch.randn(size, dtype=torch_dtype, device=device)
+    out: list[torch.Tensor] = []
+
+    def forward() -> None:
+        sdpa(q, k, v, is_causal=shape.causal)
+
+    def fresh_forward() -> None:
+        q.grad = k.grad = v.grad = None
+        out[:] = [sdpa(q, k, v, is_causal=shape.causal)]
+
+    def backward() -> None:
+        out[0].backward(grad)
+
+    with torch.no_grad():
+        forward_s = _times_s(forward, device, warmup, iters)
+    return forward_s, _times_s(backward, device, warmup, iters, before=fresh_forward)
+
+
+def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
+                   on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source)."""
+    import torch
+
+    rows = []
+    for shape in shapes:
+        forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters)
+        for name, times in (("fwd", forward), ("bwd", backward)):
+            flops = attention_flops(shape.batch, shape.heads, shape.seq_length, shape.head_dim, shape.causal, name)
+            row = {"dtype": dtype, "pass": name, "batch": shape.batch, "heads": shape.heads,
+                   "seq_length": shape.seq_length, "head_dim": shape.head_dim, "causal": int(shape.causal),
+                   **_row(times, flops)}
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows

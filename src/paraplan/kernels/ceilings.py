@@ -1,0 +1,97 @@
+"""A device's measured compute ceilings: the device model's GEMM and attention
+parameters fitted to kernel micro-benchmarks (`paraplan fit --kind kernels`), as a
+small versioned JSON file, `config/kernels/<device>.json`:
+
+    {"schema_version": 1, "device": "H100-SXM5-80GB", "cluster": "dgx-h100",
+     "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ..., "kernel_latency_s": ...,
+                    "attention_fwd_efficiency": ...,
+                    "attention_bwd_efficiency": ..., "attention_seq_half": ...},
+     "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null}
+
+`efficiency` holds the parameters the kernel data determined, which `paraplan
+calibrate --kernel-ceilings` keeps at these values (`held_parameters`): the GEMM
+parameters the fit could identify (all three with enough shapes; only
+`gemm_efficiency` from a single published shape) and the attention ones. The fit
+reports say which data each came from and their held-out errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paraplan.core.errors import InputFileError
+from paraplan.inputs import check_number, read_json_object
+from paraplan.predict.calibration import EFFICIENCY_RULES
+
+SCHEMA_VERSION = 1
+HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half", "kernel_latency_s", "attention_fwd_efficiency",
+                         "attention_bwd_efficiency", "attention_seq_half")
+"""The parameters a kernel file may fix for a calibration (those its data determined)."""
+
+
+@dataclass(frozen=True)
+class KernelCeilings:
+    device: str
+    efficiency: Mapping[str, float]
+    cluster: str = ""
+    gemm: Mapping = field(default_factory=dict)
+    attention: Mapping | None = None
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "device": self.device, "cluster": self.cluster,
+                "efficiency": dict(self.efficiency), "gemm": dict(self.gemm),
+                "attention": None if self.attention is None else dict(self.attention)}
+
+    @staticmethod
+    def from_dict(data: object, source: str) -> KernelCeilings:
+        if not isinstance(data, dict):
+            raise InputFileError(source, "expected a JSON object (paraplan fit --kind kernels)")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise InputFileError(source, f"schema_version {data.get('schema_version')!r}; expected {SCHEMA_VERSION}")
+        device = data.get("device")
+        if not isinstance(device, str) or not device.strip():
+            raise InputFileError(source, f"expected a device name, got {device!r}", field="device")
+        eff = data.get("efficiency")
+        if not isinstance(eff, dict):
+            raise InputFileError(source, "expected a mapping of parameters", field="efficiency")
+        unknown = sorted(set(eff) - set(HELD))
+        if unknown:
+            raise InputFileError(source, f"unknown parameter '{unknown[0]}'; expected some of {', '.join(HELD)}",
+                                 field="efficiency")
+        values = {}
+        for key, value in eff.items():
+            rule = EFFICIENCY_RULES[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
+            values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
+        for key in ("gemm", "attention"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise InputFileError(source, f"expected a JSON object, got {data[key]!r}", field=key)
+        return KernelCeilings(device, values, str(data.get("cluster", "")), data.get("gemm") or {},
+                              data.get("attention"))
+
+
+def load_kernel_ceilings(name_or_path: str | Path) -> KernelCeilings:
+    """A kernel file by device name (config/kernels/<device>.json) or path."""
+    from paraplan import config_files
+
+    path = config_files.find("kernels", name_or_path)
+    data = read_json_object(path, "a kernel fit (make one with `paraplan fit --kind kernels`)")
+    return KernelCeilings.from_dict(data, str(path))
+
+
+def held_parameters(device: str) -> dict[str, float]:
+    """The device model's parameters measured by kernel micro-benchmarks for `device`
+    (a cluster file's device name): what `paraplan calibrate` holds instead of
+    fitting. Empty when no kernel file ships for the device."""
+    from paraplan import config_files
+
+    path = config_files.find("kernels", device)
+    if not path.is_file():
+        return {}
+    ceilings = load_kernel_ceilings(path)
+    if ceilings.device != device:
+        raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
+    return dict(ceilings.efficiency)

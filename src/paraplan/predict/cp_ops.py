@@ -1,0 +1,172 @@
+"""The attention core of one layer under context parallelism (Megatron-Core's
+`context_parallel_size` c, Transformer Engine's fused attention), on one rank for one
+micro-batch: its kernels and its collectives over the context-parallel group.
+
+Every rank holds s / c tokens of each sequence. Causal load balancing, as Megatron
+does it: the sequence is cut into 2c chunks and rank i holds chunks i and 2c-1-i, so
+that every rank, and every step of the ring, does the same work: one causal
+attention over s tokens costs 4 b a s^2 d / 2 FLOPs (a query heads of width d), and
+each rank does 1 / c of it.
+
+`p2p` (ring attention): c steps; in each the rank's queries meet one rank's key/value
+block (its own first, then the one received from its ring neighbour). With the
+balanced chunks each step is two (s / 2c) x (s / 2c) blocks of work, i.e.
+4 b a d (s / c)^2 / 2 FLOPs, equal for every step. The block for step k + 1 travels
+during step k (c - 1 transfers of 2 (s / c) b g d e bytes, keys and values of the g
+key/value heads, e bytes per element), each beside that step's kernel. Each step is
+one attention call over s / c queries and keys (its efficiency is that of a sequence
+of s / c, `device_model.attention_efficiency`); each step after the first merges its
+partial output into the fp32 accumulator (a memory-bound pass).
+The backward runs the same ring, each transfer carrying the key/value block and its
+accumulated gradient (twice the forward's bytes); the step kernels are flash
+attention's backward (2.5 x the forward's FLOPs).
+
+`a2a` (Ulysses): an all-to-all turns the rank's s / c tokens of all a heads into all
+s tokens of a / c heads (Q, K and V: (s / c) b (a + 2g) d e bytes per rank), one fused
+attention runs over the whole sequence on a / c heads, and an all-to-all of the output
+((s / c) b a d e) returns it to the sequence split; the backward does the same in
+reverse (the output gradient before, the Q, K and V gradients after). The all-to-alls
+block the attention (nothing beside them).
+
+`all_gather` (what Meta ran for Llama 3 at 128K tokens; Transformer Engine's
+`AttnFuncWithCPAndKVAllGather`): the keys and values of the whole sequence are
+all-gathered over the c ranks (2 b s g d e bytes gathered), each rank runs one fused
+attention of its s / c balanced queries against them (1 / c of the causal work), and
+the backward gathers them again (they are not kept) and reduce-scatters their
+gradients. The collectives block the attention.
+
+Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
+FP32_BYTES = 4
+CP_GROUP = "cp"  # the context-parallel group (a2a)
+CP_RING = "cp_ring"  # one ring neighbour (p2p): the ring's hops run at once, the slowest sets the step
+
+
+class PassSink(Protocol):
+    """What a pass builder offers (`paraplan.predict.ops._Builder`)."""
+
+    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int: ...
+
+    def memory(self, nbytes: float) -> int: ...
+
+    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None: ...
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One rank's attention: b sequences of s tokens (the whole sequence), heads and
+    key/value groups per tensor-parallel rank, head width d, e bytes per element, c
+    context-parallel ranks."""
+
+    b: float
+    s: float
+    heads: float
+    groups: float
+    d: float
+    e: int
+    cp: int
+
+    @property
+    def local_tokens(self) -> float:
+        """b s / c: the tokens this rank holds."""
+        return self.b * self.s / self.cp
+
+
+def causal_attention_flops(shape: AttentionShape) -> float:
+    """Forward FLOPs of causal flash attention over the whole sequence on this tensor
+    rank's heads (QK^T and PV, the masked half skipped)."""
+    return 4.0 * shape.b * shape.heads * shape.s * shape.s * shape.d * 0.5
+
+
+def ring_steps(cp: int) -> int:
+    """Transfers of the ring: the c - 1 key/value blocks each rank receives."""
+    return cp - 1
+
+
+def ring_step_flops(shape: AttentionShape) -> float:
+    """Forward FLOPs of one balanced ring step: 4 b a d (s / c)^2 / 2."""
+    return causal_attention_flops(shape) / (shape.cp * shape.cp)
+
+
+def ring_step_kv_bytes(shape: AttentionShape) -> float:
+    """Bytes of one forward ring transfer: keys and values of s / c tokens,
+    2 (s / c) b g d e."""
+    return 2.0 * shape.local_tokens * shape.groups * shape.d * shape.e
+
+
+def ulysses_qkv_bytes(shape: AttentionShape) -> float:
+    """Per-rank bytes of the all-to-all of Q, K and V: (s / c) b (a + 2g) d e."""
+    return shape.local_tokens * (shape.heads + 2 * shape.groups) * shape.d * shape.e
+
+
+def ulysses_out_bytes(shape: AttentionShape) -> float:
+    """Per-rank bytes of the all-to-all of the attention output: (s / c) b a d e."""
+    return shape.local_tokens * shape.heads * shape.d * shape.e
+
+
+def all_gather_kv_bytes(shape: AttentionShape) -> float:
+    """Gathered bytes of the key/value all-gather: 2 b s g d e."""
+    return 2.0 * shape.b * shape.s * shape.groups * shape.d * shape.e
+
+
+def _all_gather(w: PassSink, x: AttentionShape, backward: bool) -> None:
+    kv = all_gather_kv_bytes(x)
+    flops = causal_attention_flops(x) / x.cp * (FLASH_BACKWARD_FLOPS if backward else 1.0)
+    per_pass = 4 if backward else 2
+    w.comm("all_gather", kv, -1, CP_GROUP)
+    w.attention(flops, x.e * per_pass * (x.local_tokens * x.heads + x.b * x.s * x.groups) * x.d, x.s, backward)
+    if backward:
+        w.comm("reduce_scatter", kv, -1, CP_GROUP)  # key/value gradients back to their ranks
+
+
+def _ring(w: PassSink, x: AttentionShape, backward: bool) -> None:
+    flops = ring_step_flops(x) * (FLASH_BACKWARD_FLOPS if backward else 1.0)
+    per_pass = 4 if backward else 2  # Q, O (and dO, dQ) over the local tokens; K, V (and dK, dV) of the block
+    nbytes = x.e * x.local_tokens * per_pass * (x.heads + x.groups) * x.d
+    transfer = ring_step_kv_bytes(x) * (2 if backward else 1)
+    merge = (x.e + 2 * FP32_BYTES) * x.local_tokens * x.heads * x.d  # read the partial, read + write the sum
+    for step in range(x.cp):
+        kernel = w.attention(flops, nbytes, x.s / x.cp, backward)  # one call over s / c queries and keys
+        if step < ring_steps(x.cp):
+            w.comm("send_recv", transfer, kernel, CP_RING)
+        if step and not backward:
+            w.memory(merge)
+
+
+def _ulysses(w: PassSink, x: AttentionShape, backward: bool) -> None:
+    heads, groups = x.heads / x.cp, x.groups / x.cp
+    tokens = x.b * x.s
+    flops = causal_attention_flops(x) / x.cp * (FLASH_BACKWARD_FLOPS if backward else 1.0)
+    per_pass = 4 if backward else 2
+    before, after = (ulysses_out_bytes(x), ulysses_qkv_bytes(x)) if backward else \
+        (ulysses_qkv_bytes(x), ulysses_out_bytes(x))
+    w.comm("all_to_all", before, -1, CP_GROUP)
+    w.attention(flops, x.e * tokens * per_pass * (heads + groups) * x.d, x.s, backward)
+    w.comm("all_to_all", after, -1, CP_GROUP)
+
+
+def cp_attention_forward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> None:
+    """The forward attention core under context parallelism (module doc)."""
+    if cp_comm_type == "a2a":
+        _ulysses(w, x, backward=False)
+    elif cp_comm_type == "all_gather":
+        _all_gather(w, x, backward=False)
+    else:
+        _ring(w, x, backward=False)
+
+
+def cp_attention_backward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> None:
+    """The backward attention core under context parallelism (module doc)."""
+    if cp_comm_type == "a2a":
+        _ulysses(w, x, backward=True)
+    elif cp_comm_type == "all_gather":
+        _all_gather(w, x, backward=True)
+    else:
+        _ring(w, x, backward=True)

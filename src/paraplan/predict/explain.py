@@ -1,0 +1,119 @@
+"""Where a predicted iteration's time goes (`paraplan predict --explain`).
+
+The iteration ends when its latest pipeline rank ends (flushed schedules); that
+rank's time is split into parts that sum to the iteration time exactly:
+
+- its compute ops (M micro-batches x the forward and backward of each of its model
+  chunks), each op's device time split by kernel kind as the device model priced it:
+  `gemm`, `attention` (fused flash attention), `memory` (memory-bound kernels), the
+  tensor-parallel collectives it pays for (`tp_comm`: blocking ones, overlapped ones
+  where they outlast their kernel plus their contention, `PassCost.comm_s`), the
+  context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls) and ZeRO-3
+  gathers that outlast the layer (`dp_comm`); `host` is what the host's issue time
+  adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
+  a layer-time factor scales its layer's parts alike;
+- its idle time on the compute stream: the pipeline transfers on the fill and drain
+  path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
+  rest, the `bubble`;
+- the data-parallel gradient reduction past its compute (`dp_comm`), then what
+  follows it: the weight all-gather of a sharded optimizer (`dp_comm`), the
+  tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)
+  and the optimizer step (`optimizer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import LAYER_PASSES, kernel_times_by_pass, price, run_structure
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.ops import ATTENTION, GEMM, MEMORY
+from paraplan.sim.execution import rank_ends
+
+PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "dp_comm", "pp_comm", "bubble",
+                          "optimizer", "host")
+EXPLAIN_COLUMNS: tuple[str, ...] = tuple(f"explain_{p}_s" for p in PARTS)
+_DEVICE = 6  # gemm, attention, memory, tp_comm, cp_comm, dp_comm: the parts an op's device time has
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds of the iteration per part (`PARTS`), on the rank that ends last."""
+
+    seconds: dict[str, float]
+    rank: int  # the pipeline rank whose end is the iteration's end
+    iteration_s: float
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(self.seconds.values()))
+
+
+def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> np.ndarray:
+    """(passes, 5): each pass's device time by part, layer-time factor applied."""
+    out = np.zeros((len(structure.passes), _DEVICE))
+    factor = eff.layer_time_factors.factor(structure.layer_key)
+    for j, (cost, k) in enumerate(zip(structure.passes, kernel_s, strict=True)):
+        kind = cost.kernels.kind
+        out[j, :5] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
+                      cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"))
+        if j in LAYER_PASSES:
+            out[j] *= factor
+    return out
+
+
+def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
+                eff: DeviceEfficiency) -> TimeBreakdown:
+    """The breakdown of one run's predicted iteration (module doc)."""
+    structure = run_structure(model, settings, cluster, comm)
+    kernel_s = kernel_times_by_pass([structure], eff)[0]
+    execution = price(structure, kernel_s, eff)
+    parts = _pass_parts(structure, kernel_s, eff)
+    p, v, m = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size, \
+        settings.num_microbatches
+
+    layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
+    layer_fwd[5] += max(structure.zero3_gather_s - layer_fwd.sum(), 0.0)
+    layer_bwd[5] += max(structure.zero3_gather_s + structure.zero3_scatter_s - layer_bwd.sum(), 0.0)
+    counts = structure.layers_per_vstage.astype(float)[:, None]
+    fwd, bwd = counts * layer_fwd, counts * layer_bwd  # (virtual stages, parts)
+    if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
+        factor = eff.layer_time_factors.factor(structure.layer_key)
+        added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)
+        fwd[:, 1] += factor * added_fwd
+        bwd[:, 1] += factor * added_bwd
+    fwd[0] += parts[3]
+    bwd[0] += parts[4]
+    fwd[-1] += parts[5]
+    bwd[-1] += parts[6]
+    costs = execution.costs
+    op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
+    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1)
+
+    ends = rank_ends(execution)
+    rank = int(np.argmax(ends.end_s))
+    mine = np.arange(v) * p + rank  # this rank's virtual stages
+    device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
+    host_s = m * float(host[mine].sum())
+    busy = float(device.sum()) + host_s
+    idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
+    transfers = min(idle, float(2 * (p - 1) * structure.send_s[0])) if p > 1 else 0.0
+    exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
+    after_comm = float(structure.after_sync_comm_s[rank])
+    optimizer = float(execution.after_sync_s[rank]) - after_comm
+    seconds = {
+        "gemm": float(device[0]), "attention": float(device[1]), "memory": float(device[2]),
+        "tp_comm": float(device[3]), "cp_comm": float(device[4]),
+        "dp_comm": float(device[5]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
+        "pp_comm": transfers + exchange,
+        "bubble": float(ends.compute_end_s[rank]) - busy - transfers,
+        "optimizer": optimizer,
+        "host": host_s,
+    }
+    return TimeBreakdown(seconds, rank, float(ends.end_s.max()))

@@ -1,0 +1,313 @@
+"""Hugging Face `config.json` files as `TransformerModel`s, without guessing.
+
+Every key of the file is one of four kinds:
+- used: it sets a field of the model (`_read`);
+- harmless: it changes nothing paraplan prices or counts (token ids, initialisation,
+  rotary scaling, routing details such as `norm_topk_prob`, logit soft-capping);
+- refused: the architecture has layers paraplan does not model (state-space /
+  linear-attention hybrids, encoder-decoders): an `InputFileError` naming the key;
+- anything else: named in a warning ("ignored: ..."), never silently dropped.
+
+Multimodal files keep the language model under `text_config`; it is read from there
+and the other towers (`vision_config`, `audio_config`) are named as not modelled.
+Keys a family leaves to its `transformers` configuration class's defaults (Gemma 3's
+`text_config` states no vocabulary size) are filled from `FAMILY_DEFAULTS` and named
+in a note. What each family means by its keys (which width is an expert's, whether
+QKV has biases, whether the MLP is gated) is in `_FAMILIES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from paraplan.core.errors import InputFileError
+from paraplan.core.transformer import TransformerModel
+
+GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
+
+HARMLESS = frozenset({
+    "architectures", "auto_map", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "decoder_start_token_id", "torch_dtype", "dtype", "transformers_version", "initializer_range",
+    "initializer_factor", "use_cache", "rope_scaling", "rope_theta", "rope_type", "rope_parameters",
+    "partial_rotary_factor", "rotary_emb_base", "pretraining_tp", "rms_norm_eps", "layer_norm_eps",
+    "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
+    "norm_topk_prob", "n_group", "topk_group", "topk_method", "routed_scaling_factor", "scoring_func",
+    "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+    "swiglu_limit", "initial_context_length", "router_jitter_noise", "no_rope_layers", "attention_dropout",
+    "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
+    "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
+    "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params", "use_parallel_residual",
+    "max_window_layers", "quantization_config", "boi_token_index", "eoi_token_index", "image_token_index",
+    "mm_tokens_per_image", "tokenizer_class", "_name_or_path", "cache_implementation", "attn_implementation",
+    "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "head_dim_original",
+    "floor_scale", "attn_scale", "attn_temperature_tuning", "moe_router_dtype", "router_dtype",
+    "rotary_pct", "hidden_dropout", "dropout", "tie_word_embeddings", "attention_bias", "mlp_bias",
+})
+"""Keys that change nothing paraplan counts or prices (dropouts and biases are read,
+and listed here only so their presence is not reported)."""
+
+REFUSED = {
+    "layers_block_type": "state-space (Mamba) layers", "attn_layer_period": "state-space (Mamba) layers",
+    "mamba_d_state": "state-space (Mamba) layers", "ssm_state_size": "state-space (Mamba) layers",
+    "hybrid_override_pattern": "state-space (Mamba) layers", "linear_num_key_heads": "linear-attention layers",
+    "linear_num_value_heads": "linear-attention layers", "full_attention_interval": "linear-attention layers",
+    "is_encoder_decoder": "an encoder-decoder architecture", "encoder_layers": "an encoder-decoder architecture",
+}
+"""Keys that announce layers paraplan does not model: refused with what they are."""
+
+REFUSED_TYPES = {
+    "jamba": "state-space (Mamba) layers", "mamba": "state-space (Mamba) layers",
+    "mamba2": "state-space (Mamba) layers", "falcon_mamba": "state-space (Mamba) layers",
+    "falcon_h1": "state-space (Mamba) layers", "zamba": "state-space (Mamba) layers",
+    "zamba2": "state-space (Mamba) layers", "nemotron_h": "state-space (Mamba) layers",
+    "bamba": "state-space (Mamba) layers", "granitemoehybrid": "state-space (Mamba) layers",
+    "qwen3_next": "linear-attention layers", "minimax": "linear-attention layers",
+    "rwkv": "recurrent (RWKV) layers", "recurrent_gemma": "recurrent layers", "t5": "an encoder-decoder architecture",
+    "bart": "an encoder-decoder architecture", "bert": "an encoder-only architecture",
+}
+
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers' Gemma3TextConfig defaults for keys the released files leave out
+    "gemma3_text": {"vocab_size": 262208, "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131072, "sliding_window_pattern": 6, "tie_word_embeddings": True,
+                    "rms_norm_eps": 1e-6},
+}
+
+OTHER_TOWERS = ("vision_config", "audio_config", "speech_config")
+
+
+@dataclass(frozen=True)
+class _Family:
+    """What a `model_type` means by its keys."""
+
+    gated: bool | None = None  # None: from the activation's name
+    qkv_bias: bool = False  # biases on QKV whatever `attention_bias` says (Qwen2)
+    qk_norm: bool = False
+    expert_width_key: str = "moe_intermediate_size"
+    dense_width_key: str = "intermediate_size"
+    shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size
+    rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
+
+
+_FAMILIES: dict[str, _Family] = {
+    "llama": _Family(gated=True), "mistral": _Family(gated=True), "qwen2": _Family(gated=True, qkv_bias=True),
+    "qwen3": _Family(gated=True, qk_norm=True), "olmo2": _Family(gated=True, qk_norm=True),
+    "gemma": _Family(gated=True), "gemma2": _Family(gated=True), "gemma3_text": _Family(gated=True, qk_norm=True),
+    "mixtral": _Family(gated=True, expert_width_key="intermediate_size"),
+    "qwen2_moe": _Family(gated=True, qkv_bias=True), "qwen3_moe": _Family(gated=True, qk_norm=True),
+    "deepseek_v2": _Family(gated=True, shared_expert="deepseek"),
+    "deepseek_v3": _Family(gated=True, shared_expert="deepseek"),
+    "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
+    "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
+                           shared_expert="llama4"),
+    "gpt2": _Family(gated=False, rope=False), "gpt_neox": _Family(gated=False), "opt": _Family(gated=False, rope=False),
+}
+
+
+@dataclass(frozen=True)
+class HfModel:
+    """A model read from a Hugging Face file, and what the reader has to say about it."""
+
+    model: TransformerModel
+    ignored: tuple[str, ...]  # keys neither used nor known to be harmless
+    notes: tuple[str, ...]  # towers not modelled, defaults filled in
+    max_position_embeddings: int
+
+
+class _Keys:
+    """Typed reads of one config mapping; remembers which keys were used."""
+
+    def __init__(self, config: dict, source: str) -> None:
+        self.config, self.source = config, source
+        self.used: set[str] = set()
+
+    def has(self, key: str) -> bool:
+        return self.config.get(key) is not None
+
+    def get(self, *keys: str, default: Any = None) -> Any:
+        for key in keys:
+            self.used.add(key)
+        for key in keys:
+            if self.config.get(key) is not None:
+                return self.config[key]
+        if default is None:
+            raise InputFileError(self.source, f"missing key; expected one of {', '.join(keys)}")
+        return default
+
+    def count(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+        value = self.get(*keys, default=default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            key = next((k for k in keys if self.config.get(k) is not None), keys[0])
+            raise InputFileError(self.source, f"key '{key}': expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default=default)
+        if not isinstance(value, bool):
+            raise InputFileError(self.source, f"key '{key}': expected true or false, got {value!r}")
+        return value
+
+    def text(self, *keys: str, default: str) -> str:
+        value = self.get(*keys, default=default)
+        if not isinstance(value, str):
+            key = next(k for k in keys if self.config.get(k) is not None)
+            raise InputFileError(self.source, f"key '{key}': expected a string, got {value!r}")
+        return value.lower()
+
+    def probability(self, *keys: str) -> float:
+        value = self.get(*keys, default=0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            raise InputFileError(self.source, f"key '{keys[0]}': expected a probability in [0, 1), got {value!r}")
+        return float(value)
+
+    def layer_list(self, key: str, layers: int) -> list:
+        value = self.get(key, default=[])
+        if not isinstance(value, list):
+            raise InputFileError(self.source, f"key '{key}': expected a list, got {value!r}")
+        return value
+
+
+def _refuse(config: dict, source: str) -> None:
+    model_type = str(config.get("model_type", "")).lower()
+    if model_type in REFUSED_TYPES:
+        raise InputFileError(source, f"model_type '{model_type}' has {REFUSED_TYPES[model_type]}, which paraplan "
+                             "does not model (decoder-only transformers with attention and MLP or experts only)")
+    for key, what in REFUSED.items():
+        if config.get(key) not in (None, False, [], 0):
+            raise InputFileError(source, f"key '{key}': {what}, which paraplan does not model")
+
+
+def _language_model(config: dict, source: str) -> tuple[dict, list[str], str]:
+    """The language model's mapping (`text_config` when nested), notes, and where it is."""
+    notes = [f"{tower} ignored: that tower is not modelled (only the language model is)"
+             for tower in OTHER_TOWERS if tower in config]
+    text = config.get("text_config")
+    if text is None:
+        return config, notes, source
+    if not isinstance(text, dict):
+        raise InputFileError(source, f"key 'text_config': expected a JSON object, got {text!r}")
+    return text, notes, f"{source}: text_config"
+
+
+def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[str, Any]:
+    experts = keys.count("num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
+    if not experts:
+        return {}
+    topk = keys.count("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    width = keys.count(family.expert_width_key)
+    shared = 0
+    if family.shared_expert == "deepseek":
+        shared = keys.count("n_shared_experts", default=0, minimum=0) * width
+    elif family.shared_expert == "llama4":
+        shared = width
+    elif keys.has("shared_expert_intermediate_size"):
+        shared = keys.count("shared_expert_intermediate_size", minimum=0)
+    pattern = [1] * layers
+    first_dense = keys.count("first_k_dense_replace", default=0, minimum=0)
+    step = keys.count("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    for i in range(layers):
+        pattern[i] = int(i >= first_dense and i % step == 0) if family.shared_expert == "deepseek" \
+            else int((i + 1) % step == 0)
+    for i in keys.layer_list("mlp_only_layers", layers):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers:
+            raise InputFileError(keys.source, f"key 'mlp_only_layers': expected layer indices in [0, {layers}), "
+                                 f"got {i!r}")
+        pattern[i] = 0
+    moe_layers = keys.layer_list("moe_layers", layers)
+    if moe_layers:
+        pattern = [int(i in set(moe_layers)) for i in range(layers)]
+    freq: int | tuple[int, ...] = 1 if all(pattern) else tuple(pattern)
+    return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": width,
+            "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq}
+
+
+def _mla_fields(keys: _Keys) -> dict[str, Any]:
+    if not keys.has("kv_lora_rank"):
+        return {}
+    return {"multi_latent_attention": True, "q_lora_rank": keys.count("q_lora_rank", default=0, minimum=0),
+            "kv_lora_rank": keys.count("kv_lora_rank"), "qk_head_dim": keys.count("qk_nope_head_dim"),
+            "qk_pos_emb_head_dim": keys.count("qk_rope_head_dim"), "v_head_dim": keys.count("v_head_dim")}
+
+
+def _window_fields(keys: _Keys, layers: int) -> dict[str, Any]:
+    """Sliding-window layers: `layer_types` (GPT-OSS, newer files), a pattern (Gemma
+    3: every 6th layer global), Llama 4's chunked attention (every 4th layer global),
+    or none when `use_sliding_window` is false (Qwen, whose window key is unused)."""
+    chunk = keys.count("attention_chunk_size", default=0, minimum=0)
+    if chunk:
+        return {"window_size": chunk, "window_attn_skip_freq": 4}
+    window = keys.count("sliding_window", default=0, minimum=0)
+    use = keys.flag("use_sliding_window", default=True)
+    types = keys.layer_list("layer_types", layers)
+    if not window or not use:
+        return {}
+    if types:
+        windowed = [t == "sliding_attention" for t in types]
+        for k in range(1, layers + 1):
+            if len(windowed) == layers and all(w == bool((i + 1) % k) for i, w in enumerate(windowed)):
+                return {"window_size": window, "window_attn_skip_freq": k if k > 1 else 0}
+        raise InputFileError(keys.source, "key 'layer_types': only a regular pattern of sliding and full "
+                             f"attention layers is modelled (every k-th layer full), got {types!r}")
+    skip = keys.count("sliding_window_pattern", default=0, minimum=0)
+    return {"window_size": window, "window_attn_skip_freq": skip}
+
+
+def read_hf_config(config: object, name: str, source: str = "<config.json>") -> HfModel:
+    """A `TransformerModel` from a Hugging Face `config.json` mapping (see the module
+    doc). Its `seq_length` is `max_position_embeddings`: callers replace it with the
+    length the run trains at."""
+    if not isinstance(config, dict):
+        raise InputFileError(source, "expected a JSON object")
+    _refuse(config, source)
+    text, notes, where = _language_model(config, source)
+    _refuse(text, where)
+    model_type = str(text.get("model_type", config.get("model_type", ""))).lower()
+    filled = {k: v for k, v in FAMILY_DEFAULTS.get(model_type, {}).items() if text.get(k) is None}
+    if filled:
+        notes.append(f"{where}: {', '.join(sorted(filled))} not stated: transformers' {model_type} defaults used")
+    keys = _Keys({**text, **filled}, where)
+    family = _FAMILIES.get(model_type)
+    if family is None:
+        notes.append(f"model_type '{model_type}' is not one paraplan knows; read from its keys alone (compare the "
+                     "parameter count with the model card)")
+        family = _Family(rope=False)
+    layers = keys.count("num_hidden_layers", "n_layer", "num_layers")
+    hidden = keys.count("hidden_size", "n_embd", "d_model")
+    heads = keys.count("num_attention_heads", "n_head")
+    act = keys.text("hidden_activation", "hidden_act", "activation_function", "activation", default="gelu")
+    gated = family.gated if family.gated is not None else act in GATED_ACTIVATIONS
+    moe = _moe_fields(keys, family, layers, hidden)
+    dense_width = keys.count(family.dense_width_key, "n_inner", "ffn_dim", default=4 * hidden)
+    rms = keys.has("rms_norm_eps") or keys.has("norm_eps")
+    bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
+    fields: dict[str, Any] = {
+        "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+        "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
+        "vocab_size": keys.count("vocab_size"),
+        "num_query_groups": keys.count("num_key_value_heads", default=heads),
+        "ffn_hidden_size": dense_width,
+        "swiglu": gated and act in GATED_ACTIVATIONS, "gated_linear_unit": gated and act not in GATED_ACTIVATIONS,
+        "untie_embeddings_and_output_weights": not keys.flag("tie_word_embeddings", default=not gated),
+        "normalization": "RMSNorm" if rms else "LayerNorm",
+        "position_embedding_type": "rope" if (family.rope or keys.has("rope_theta") or keys.has("rotary_pct"))
+        else "learned_absolute",
+        "add_bias_linear": bias, "add_qkv_bias": family.qkv_bias and not bias,
+        "qk_layernorm": family.qk_norm or keys.flag("use_qk_norm", default=False),
+        "softmax_type": "learnable" if model_type == "gpt_oss" else "vanilla",
+        "hidden_dropout": keys.probability("hidden_dropout", "resid_pdrop", "dropout"),
+        "attention_dropout": keys.probability("attention_dropout", "attn_pdrop"),
+        "kv_channels": keys.count("head_dim", default=0, minimum=0),
+        "mtp_num_layers": keys.count("num_nextn_predict_layers", default=0, minimum=0),
+        **moe, **_mla_fields(keys), **_window_fields(keys, layers),
+    }
+    try:
+        model = TransformerModel(**fields)
+    except ValueError as exc:
+        raise InputFileError(where, str(exc)) from None
+    ignored = sorted(k for k in text if k not in keys.used and k not in HARMLESS and k not in OTHER_TOWERS
+                     and k not in ("model_type", "text_config"))
+    if text is not config:
+        ignored += sorted(k for k in config if k not in HARMLESS and k not in OTHER_TOWERS
+                          and k not in ("model_type", "text_config"))
+    return HfModel(model, tuple(ignored), tuple(notes), fields["seq_length"])

@@ -1,0 +1,112 @@
+"""The workflow config's keys and names, checked before Snakemake's schema validation.
+
+Snakemake's own check of config/config.yaml against workflow/schemas/config.schema.yaml
+prints the whole schema around a misspelled key (140 lines for a nested key, 1,297 for
+one at the top). This walk runs first and says the same in one line per mistake:
+
+- a key the schema does not declare, with its path and the nearest declared key:
+  `unknown key 'bench.itres' in config.yaml; did you mean 'bench.iters'?`;
+- a name that becomes a file or folder name (an entry of `predict.tables`,
+  `plan.llm`, ..., or a value such as `cluster`) that breaks the rule of
+  `paraplan.core.names` (where the schema carries its pattern).
+
+What it does not see (types, ranges) Snakemake's schema check still reports.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from paraplan.core.names import NAME_PATTERN, name_problem
+from paraplan.typed.config_keys import resolve_ref
+
+
+def _properties(schema: Mapping[str, Any], data: Mapping) -> dict[str, Any]:
+    """The keys `schema` declares for `data`, with those of every `allOf` case whose
+    `if` matches (profile entries declare a model's settings this way), merged key by key."""
+    properties = dict(schema.get("properties", {}))
+    for case in schema.get("allOf", []):
+        test = case.get("if", {}).get("properties", {})
+        if test and all(data.get(k) == v.get("const") for k, v in test.items()):
+            for key, sub in case.get("then", {}).get("properties", {}).items():
+                properties[key] = {**properties.get(key, {}), **sub}
+    return properties
+
+
+def _path(where: str, key: object) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _given_in(parts: tuple[object, ...], files: Sequence[tuple[str, object]]) -> str:
+    """The name of the first file whose data holds the key path `parts`."""
+    for name, data in files:
+        node: Any = data
+        for part in parts:
+            inside = part in node if isinstance(node, Mapping) else (
+                isinstance(node, list) and isinstance(part, int) and part < len(node))
+            if not inside:
+                break
+            node = node[part]
+        else:
+            return name
+    return "--config"
+
+
+def _unknown(key: object, where: str, known: Sequence[str], origin: str) -> str:
+    path = _path(where, key)
+    near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    hint = f"did you mean '{_path(where, near[0])}'?" if near else \
+        f"expected one of {', '.join(_path(where, k) for k in known)}"
+    return f"unknown key '{path}' in {origin}; {hint}"
+
+
+def _name(value: object, where: str) -> str | None:
+    problem = name_problem(value)
+    return f"config key '{where}': {problem}" if problem else None
+
+
+def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
+                        files: Sequence[tuple[str, object]] = (), parts: tuple[object, ...] = ()) -> list[str]:
+    """One line per unknown key or unusable name in `data` (the merged workflow config)
+    under `schema`; `base`: the folder `$ref`s are relative to; `files`: (name, data) of
+    the config files merged into `data`, the one that wins first (an unknown key is
+    said to be in the first that holds it, else in --config); `parts`: the key path of
+    `data` (for the recursion)."""
+    schema, base = resolve_ref(dict(schema), base)
+    where = ""
+    for part in parts:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    problems: list[str] = []
+    if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (problem := _name(data, where)):
+        return [problem]
+    for option in schema.get("anyOf", []):  # e.g. an object or null: check against the object
+        if isinstance(data, Mapping) and option.get("type") == "object":
+            return config_key_problems(data, option, base, files, parts)
+    if isinstance(data, list) and isinstance(schema.get("items"), Mapping):
+        for i, item in enumerate(data):
+            problems += config_key_problems(item, schema["items"], base, files, (*parts, i))
+        return problems
+    if not isinstance(data, Mapping):
+        return problems
+    properties = _properties(schema, data)
+    names = schema.get("propertyNames", {}).get("pattern") == NAME_PATTERN
+    extra = schema.get("additionalProperties")
+    for key, value in data.items():
+        if key in properties:
+            sub = properties[key]
+        elif extra is False:
+            problems.append(_unknown(key, where, list(properties), _given_in((*parts, key), files)))
+            continue
+        elif isinstance(extra, Mapping):
+            if names and (problem := _name(key, where)):
+                problems.append(problem)
+                continue
+            sub = extra
+        else:
+            continue
+        if isinstance(sub, Mapping) and not sub.get("deprecated"):
+            problems += config_key_problems(value, sub, base, files, (*parts, key))
+    return problems

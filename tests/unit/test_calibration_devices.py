@@ -1,0 +1,57 @@
+"""Which calibration a prediction uses on each device, and calibrations made for a device
+without training runs (its kernel fit plus another device's host and memory parameters)."""
+
+from __future__ import annotations
+
+import json
+
+from paraplan.cli.main import main
+from paraplan.clusters import load_cluster
+from paraplan.kernels.ceilings import load_kernel_ceilings
+from paraplan.predict.calibration import (
+    DEFAULT_CALIBRATION,
+    calibration_for,
+    load_calibration,
+    shipped_calibration_for,
+    transferred_calibration,
+)
+
+
+def test_a_device_without_a_calibration_gets_the_default_with_a_warning():
+    said: list[str] = []
+    cluster = load_cluster("mi300x")
+    assert shipped_calibration_for(cluster.device.name) is None
+    assert calibration_for(cluster, warn=said.append).name == DEFAULT_CALIBRATION
+    assert said and said[0].startswith(f"no calibration for {cluster.device.name}: {DEFAULT_CALIBRATION}'s")
+
+
+def test_a_named_calibration_wins_and_the_a100_gets_its_own():
+    a100 = load_cluster("dgx-a100")
+    assert calibration_for(a100).device == a100.device.name
+    assert calibration_for(load_cluster("dgx-h100"), DEFAULT_CALIBRATION).name == DEFAULT_CALIBRATION
+
+
+def test_a_transferred_calibration_holds_the_kernel_fit_and_carries_the_rest():
+    source = load_calibration(DEFAULT_CALIBRATION)
+    ceilings = load_kernel_ceilings("H100-SXM5-80GB")
+    made = transferred_calibration(source, "H100-SXM5-80GB", dict(ceilings.efficiency), "device", "h100-test")
+    for key, value in ceilings.efficiency.items():
+        assert getattr(made.efficiency, key) == value
+    carried = set(made.efficiency.as_dict()) - set(ceilings.efficiency)
+    for key in carried:
+        assert getattr(made.efficiency, key) == getattr(source.efficiency, key)
+    assert made.assumptions["carried_from_source"] == sorted(carried)
+    assert len(made.efficiency.layer_time_factors) == 0 and made.intra_node_comm is None
+    assert made.data["transferred_from"] == source.label
+
+
+def test_calibrate_transfer_writes_a_calibration_predict_can_use(tmp_path):
+    out = tmp_path / "h100.json"
+    assert main(["calibrate", "--transfer", DEFAULT_CALIBRATION, "--cluster", "dgx-h100", "-o", str(out),
+                 "--no-track"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["device"] == "H100-SXM5-80GB" and doc["data"]["kernel_ceilings"] == "device"
+    assert load_calibration(out).efficiency.gemm_efficiency == load_kernel_ceilings(
+        "H100-SXM5-80GB").efficiency["gemm_efficiency"]
+    assert main(["calibrate", "runs.csv", "--transfer", DEFAULT_CALIBRATION, "--cluster", "dgx-h100", "-o",
+                 str(tmp_path / "x.json"), "--no-track"]) == 2

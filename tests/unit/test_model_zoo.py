@@ -1,0 +1,187 @@
+"""Current models from their released Hugging Face configurations: parameter counts
+against the model cards, what the reader says about keys it does not model, and that
+nothing paraplan cannot price is priced as a dense model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paraplan.core.errors import InputFileError, StrategyError
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.hf_config import HARMLESS, read_hf_config
+from paraplan.predict.models import PRESETS, load_model
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+# (total, active) in billions as the model cards print them; the last flag: whether
+# the card's active count includes the input embedding (OpenAI's does not).
+CARDS = {
+    "llama-3.1-8b": ("8.03", "8.03", True),
+    "qwen2.5-32b": ("32.5", "32.5", True),
+    "qwen3-32b": ("32.8", "32.8", True),
+    "mixtral-8x7b": ("46.7", "12.9", True),
+    "qwen3-30b-a3b": ("30.5", "3.3", True),
+    "qwen3-235b-a22b": ("235", "22", True),
+    "deepseek-v3": ("671", "37", True),
+    "gpt-oss-20b": ("20.91", "3.61", False),
+    "gpt-oss-120b": ("116.83", "5.13", False),
+    "gemma-3-27b": ("27", "27", True),
+}
+
+
+def _matches_card(count: float, printed: str) -> bool:
+    """Within 1% of the printed figure, beyond its rounding (half a unit of its last
+    digit: "3.3" stands for 3.25-3.35, "37" for 36.5-37.5)."""
+    value = float(printed)
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return abs(count / 1e9 - value) <= 0.01 * value + 0.5 * 10.0**-decimals
+
+
+def _read(name: str):
+    return read_hf_config(json.loads((HF / f"{name}.json").read_text()), name, f"{name}.json")
+
+
+@pytest.mark.parametrize("name", sorted(CARDS))
+def test_parameter_counts_match_the_model_cards(name):
+    total, active, with_input_embedding = CARDS[name]
+    model = _read(name).model
+    assert _matches_card(model.num_parameters, total), model.num_parameters
+    counted = model.active_parameters - (0 if with_input_embedding else model.vocab_size * model.hidden_size)
+    assert _matches_card(counted, active), counted
+
+
+def test_exact_counts_are_pinned():
+    """Closed forms of the configurations (any change to a count is deliberate)."""
+    h, f, v = 4096, 14336, 32000
+    attention, expert, norms = h * (4096 + 2 * 1024) + 4096 * h, 3 * h * f, 2 * h
+    mixtral = _read("mixtral-8x7b").model
+    assert mixtral.num_parameters == 32 * (attention + 8 * expert + h * 8 + norms) + 2 * v * h + h
+    assert mixtral.active_parameters == 32 * (attention + 2 * expert + h * 8 + norms) + 2 * v * h + h
+    h = 7168
+    mla = h * 1536 + 1536 * 128 * 192 + h * 576 + 512 * 128 * 256 + 128 * 128 * h + 1536 + 512
+    expert = 3 * h * 2048
+    dense, moe = mla + 3 * h * 18432 + 2 * h, mla + 257 * expert + h * 256 + 2 * h
+    ds = _read("deepseek-v3").model
+    assert ds.num_parameters == 3 * dense + 58 * moe + 2 * 129280 * h + h
+    assert ds.active_parameters == 3 * dense + 58 * (moe - 248 * expert) + 2 * 129280 * h + h
+    assert ds.mtp_parameters == moe + 2 * h * h + 3 * h  # one MoE layer, the [h; h] -> h projection, 3 norms
+
+
+def test_presets_equal_the_released_configurations():
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b"):
+        hf, preset = _read(name).model, PRESETS[name]
+        assert (hf.num_parameters, hf.active_parameters, hf.mtp_parameters) == (
+            preset.num_parameters, preset.active_parameters, preset.mtp_parameters), name
+    assert PRESETS["llama4-scout"].active_parameters / 1e9 == pytest.approx(17.17, abs=0.01)
+    assert PRESETS["llama4-maverick"].num_parameters / 1e9 == pytest.approx(400.7, abs=0.1)
+
+
+def test_head_width_of_its_own_sets_the_attention_shapes():
+    """Qwen3-32B: 64 heads of 128 on a width of 5,120 (not 5120 / 64 = 80)."""
+    m = replace(_read("qwen3-32b").model, seq_length=4096)
+    assert m.kv_channels == 128 and m.attention_size == 8192
+    assert m.qkv_size == 64 * 128 + 2 * 8 * 128
+    tokens = 4096
+    attention = 2 * tokens * (5120 * m.qkv_size + 8192 * 5120) + 4 * tokens * tokens * 8192
+    mlp = 2 * tokens * 3 * 5120 * 25600
+    assert m.layer_forward_flops(1) == pytest.approx(attention + mlp, rel=1e-12)
+
+
+def test_moe_layer_flops_count_the_routed_experts_only():
+    """Mixtral: 2 of 8 experts of 3 h f weights each, plus the router (h x 8)."""
+    m = PRESETS["mixtral-8x7b"]
+    b, s, h, f = 2, m.seq_length, 4096, 14336
+    attention = 2 * b * s * (h * (4096 + 2 * 1024) + 4096 * h) + 4 * b * s * s * 4096
+    assert m.layer_forward_flops(b) == pytest.approx(attention + 2 * b * s * (2 * 3 * h * f + h * 8), rel=1e-12)
+    assert m.mfu_flops_per_iteration(8) == 6 * m.active_parameters * 8 * s
+
+
+def test_sliding_window_layers_score_against_the_window():
+    m = PRESETS["gpt-oss-20b"]
+    assert m.windowed_layers[:4] == (True, False, True, False)
+    full, windowed = m.layer_forward_flops(1, 1), m.layer_forward_flops(1, 0)
+    s, a, d = m.seq_length, 64, 64
+    assert full - windowed == pytest.approx(4 * s * (s - 128) * a * d, rel=1e-12)
+
+
+def test_deepseek_layers_and_mla():
+    m = _read("deepseek-v3").model
+    assert m.moe_layers[:4] == (False, False, False, True) and m.num_moe_layers == 58
+    assert m.multi_latent_attention and (m.q_lora_rank, m.kv_lora_rank) == (1536, 512)
+    # MLA: q 7168x1536 + 1536x128x192, kv 7168x576 + 512x128x256, out 128x128x7168, two latent norms
+    assert m.attention_params == 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 \
+        + 128 * 128 * 7168 + 1536 + 512
+
+
+def test_text_config_is_read_and_the_other_towers_named():
+    read = _read("gemma-3-27b")
+    assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu
+    assert read.model.window_size == 1024 and read.model.window_attn_skip_freq == 6
+    assert any(n.startswith("vision_config ignored") for n in read.notes)
+    assert any("vocab_size" in n and "gemma3_text defaults" in n for n in read.notes)
+
+
+def test_unknown_keys_are_named_and_refused_architectures_are_errors(capsys):
+    config = json.loads((HF / "llama-3.1-8b.json").read_text())
+    read = read_hf_config({**config, "altup_num_inputs": 4}, "x", "x.json")
+    assert read.ignored == ("altup_num_inputs",)
+    with pytest.raises(InputFileError, match="key 'layers_block_type': state-space"):
+        read_hf_config({**config, "layers_block_type": ["mamba", "attention"]}, "x", "x.json")
+    with pytest.raises(InputFileError, match="model_type 'qwen3_next' has linear-attention layers"):
+        read_hf_config({**config, "model_type": "qwen3_next"}, "x", "x.json")
+    with pytest.raises(InputFileError, match="key 'hidden_act': expected a string, got 3"):
+        read_hf_config({**config, "hidden_act": 3}, "x", "x.json")
+
+
+def test_a_file_without_a_sequence_length_says_which_it_uses(capsys):
+    model = load_model(str(HF / "llama-3.1-8b.json"))
+    assert model.seq_length == 131072
+    assert "no sequence length given; using max_position_embeddings 131,072" in capsys.readouterr().err
+    assert load_model(str(HF / "llama-3.1-8b.json"), seq_length=8192).seq_length == 8192
+    assert "no sequence length" not in capsys.readouterr().err
+
+
+def test_nothing_unmodelled_is_predicted_as_dense():
+    settings = RunSettings(tensor_model_parallel_size=8, data_parallel_size=8, global_batch_size=64)
+    with pytest.raises(StrategyError, match="mixture-of-experts layers \\(num_experts 8, top-2"):
+        settings.check(PRESETS["mixtral-8x7b"])
+    settings.check(_read("gemma-3-27b").model)  # sliding windows: modelled
+    settings.check(_read("qwen3-32b").model)  # dense, head width of its own: modelled
+
+
+def test_a_model_whose_state_cannot_fit_is_infeasible_with_its_numbers():
+    from paraplan.plan.llm_search import check_model_state_fits
+
+    with pytest.raises(StrategyError) as err:
+        check_model_state_fits(PRESETS["deepseek-v3"], 64, "bf16", 80e9)
+    assert str(err.value) == (
+        "model 'deepseek-v3' does not fit on 64 GPUs: 682.6B parameters x 18 bytes of weights, gradients and "
+        "optimizer state (bf16) = 12.29 TB, 192 GB per GPU even sharded over all of them; each has 80 GB "
+        "(at least 154 GPUs, before activations)")
+    check_model_state_fits(PRESETS["deepseek-v3"], 1024, "bf16", 80e9)
+
+
+ARCHITECTURE_WORDS = st.sampled_from(["expert", "layer", "attn", "window", "rank", "mamba", "lora", "ssm", "head"])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(extra=st.dictionaries(
+    st.builds(lambda a, b: f"{a}_{b}", ARCHITECTURE_WORDS, st.text("abcdefgh_", min_size=1, max_size=8)),
+    st.one_of(st.integers(0, 64), st.booleans(), st.none()), max_size=4))
+def test_every_key_is_used_named_or_refused(extra):
+    """Fuzz over key sets: a key paraplan does not model never disappears silently."""
+    base = json.loads((HF / "llama-3.1-8b.json").read_text())
+    config = {**base, **extra}
+    try:
+        read = read_hf_config(config, "x", "x.json")
+    except InputFileError:
+        return
+    for key in extra:
+        if key not in base and key not in HARMLESS and config[key] is not None:
+            assert key in read.ignored

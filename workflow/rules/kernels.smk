@@ -1,0 +1,113 @@
+# Kernels stage: the device model's compute ceilings from kernel micro-benchmarks.
+# kernels_bench times torch.matmul over config["kernels"]["bench"]'s grid on this
+# machine (measure=1, every core: never beside another job); kernels_fit fits the
+# GEMM curve to it with its held-out error; kernels_published fits the published
+# GEMM/attention tables of each config["kernels"]["published"] device, the recipe of
+# config/kernels/<device>.json. Config values reach the shell only quoted.
+import re
+
+from paraplan.clusters import load_cluster
+
+KERNELS = config["kernels"]
+KERNELS_BENCH = KERNELS["bench"]
+# a device whose tables are not here (a copy of the workflow without data/) is skipped:
+# config/kernels/<device>.json still ships its fit
+KERNELS_PUBLISHED = {
+    device: entry
+    for device, entry in KERNELS["published"].items()
+    if all(os.path.isfile(path) for path in entry["inputs"])
+}
+for _device in sorted(set(KERNELS["published"]) - set(KERNELS_PUBLISHED)):
+    print(
+        f"paraplan: kernel fit of '{_device}' skipped: an input of kernels.published is not here; "
+        f"predictions use config/kernels/{_device}.json",
+        file=sys.stderr,
+    )
+# the grid as comma lists, one shell word each
+KERNELS_GRID = {key: ",".join(str(v) for v in KERNELS_BENCH[key]) for key in ("m", "n", "k", "gemm_batch")}
+
+
+rule kernels_bench:
+    output:
+        csv=f"{RESULTS}/kernels/{{cluster}}/gemm.csv",
+    log:
+        f"{LOGS}/kernels/{{cluster}}_bench.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{cluster}}_bench.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+    params:
+        device=KERNELS_BENCH["device"],
+        # the cluster file's device name: what kernels_fit looks the rows up by
+        device_name=lambda wildcards: load_cluster(wildcards.cluster).device.name,
+        dtype=KERNELS_BENCH["dtype"],
+        m=KERNELS_GRID["m"],
+        n=KERNELS_GRID["n"],
+        k=KERNELS_GRID["k"],
+        gemm_batch=KERNELS_GRID["gemm_batch"],
+        warmup=KERNELS_BENCH["warmup"],
+        iters=KERNELS_BENCH["iters"],
+        out_dir=lambda wildcards, output: os.path.dirname(output.csv),
+    threads: workflow.cores
+    resources:
+        measure=1,
+        gpu=1 if KERNELS_BENCH["device"] == "cuda" else 0,
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan bench --kind gemm --device {params.device:q} --device-name {params.device_name:q}"
+        " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q}"
+        " --gemm-batch {params.gemm_batch:q}"
+        " --warmup {params.warmup:q} --iters {params.iters:q} -o {params.out_dir:q}"
+        " --rule kernels_bench --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+
+
+rule kernels_fit:
+    input:
+        f"{RESULTS}/kernels/{{cluster}}/gemm.csv",
+    output:
+        f"{RESULTS}/kernels/{{cluster}}/fit.json",
+    log:
+        f"{LOGS}/kernels/{{cluster}}_fit.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{cluster}}_fit.tsv"
+    wildcard_constraints:
+        cluster="[A-Za-z0-9_.-]+",
+    params:
+        dtype=KERNELS_BENCH["dtype"],
+        min_flops=KERNELS_BENCH["min_gemm_flops"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit --kind kernels {input:q} --cluster {wildcards.cluster:q} --gemm-dtype {params.dtype:q}"
+        " --min-gemm-flops {params.min_flops:q} -o {output:q}"
+        " --rule kernels_fit --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+
+
+rule kernels_published:
+    input:
+        lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["inputs"],
+    output:
+        f"{RESULTS}/kernels/{{device}}.json",
+    log:
+        f"{LOGS}/kernels/{{device}}_published.log",
+    benchmark:
+        f"{BENCHMARKS}/kernels/{{device}}_published.tsv"
+    wildcard_constraints:
+        device="|".join(re.escape(d) for d in sorted(KERNELS_PUBLISHED)) or "(?!)",
+    params:
+        cluster=lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["cluster"],
+    conda:
+        "../../environment.yml"
+    shell:
+        "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
+        " -o {output:q} --rule kernels_published --wildcards device={wildcards.device:q} > {log:q} 2>&1"
+
+
+rule kernels_all:
+    input:
+        f"{RESULTS}/kernels/{CLUSTER}/fit.json",
+        expand(f"{RESULTS}/kernels/{{device}}.json", device=sorted(KERNELS_PUBLISHED)),
+
+
+ALL_TARGETS.extend(rules.kernels_all.input)
