@@ -147,12 +147,12 @@ def test_a_file_without_a_sequence_length_says_which_it_uses(capsys):
     assert "no sequence length" not in capsys.readouterr().err
 
 
-def test_nothing_unmodelled_is_predicted_as_dense():
+def test_every_architecture_of_the_zoo_is_priced():
     settings = RunSettings(tensor_model_parallel_size=8, data_parallel_size=8, global_batch_size=64)
-    with pytest.raises(StrategyError, match="mixture-of-experts layers \\(num_experts 8, top-2"):
-        settings.check(PRESETS["mixtral-8x7b"])
-    settings.check(_read("gemma-3-27b").model)  # sliding windows: modelled
-    settings.check(_read("qwen3-32b").model)  # dense, head width of its own: modelled
+    settings.check(PRESETS["mixtral-8x7b"])  # mixture-of-experts layers (test_predict_moe.py)
+    settings.check(PRESETS["deepseek-v3"])  # MoE with multi-latent attention and an MTP layer
+    settings.check(_read("gemma-3-27b").model)  # sliding windows
+    settings.check(_read("qwen3-32b").model)  # dense, head width of its own
 
 
 def test_a_model_whose_state_cannot_fit_is_infeasible_with_its_numbers():

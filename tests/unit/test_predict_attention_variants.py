@@ -65,10 +65,6 @@ def test_mla_keeps_latents_and_its_q_k_v():
         latents + qkv_mla - qkv_mha)
 
 
-def test_mla_is_priced_not_refused():
-    assert MLA.unmodelled_features == ()
-
-
 def test_causal_window_counts_keys_per_query():
     assert causal_scores(4096) == 4096**2 / 2
     assert causal_scores(4096, 1024) == 4096 * 1024 - 1024**2 / 2
@@ -99,7 +95,6 @@ def test_windowed_layers_cost_their_own_attention_on_each_stage():
     win = build_execution(windowed, s, CLUSTER, COMM, EFF).costs
     assert base.fwd_s - win.fwd_s == pytest.approx([2 * (fwd[1] - fwd[0]), fwd[1] - fwd[0]], rel=1e-9)
     assert base.bwd_s - win.bwd_s == pytest.approx([2 * (bwd[1] - bwd[0]), bwd[1] - bwd[0]], rel=1e-9)
-    assert windowed.unmodelled_features == ()
 
 
 def test_mtp_layer_runs_a_layer_a_projection_and_the_head_again_on_the_last_stage():

@@ -4,8 +4,9 @@ A transformer (--model: a preset such as gpt3-175b or llama3-70b, a Hugging Face
 config.json or a model YAML) on --gpus GPUs of a cluster at one --global-batch-size:
 one search over tensor, pipeline and data parallelism, micro-batch size,
 interleaving, schedule (1f1b, interleaved_1f1b, zb_h1, gpipe), recomputation,
-sequence parallelism and ZeRO stage / distributed optimizer, every plan fitting
-device memory and re-timed by the simulator; the data-parallel baselines are
+sequence parallelism and ZeRO stage / distributed optimizer (and for
+mixture-of-experts models such as mixtral-8x7b expert and expert-tensor
+parallelism), every plan fitting device memory and re-timed by the simulator; the data-parallel baselines are
 candidates of the same search. Writes one row per plan kept, best first, in
 `paraplan predict`'s column names (+ the baselines' iteration times and search_s).
 

@@ -21,7 +21,10 @@ use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a), num_gpus,
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
+expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
+moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
+moe_shared_expert_overlap (mixture-of-experts models), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
@@ -34,7 +37,8 @@ predictor chose), calibration (the calibration it used) and plausibility (empty,
 why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
 published full training step; such runs are also named in a warning). With a
 measured_iteration_s column the errors are printed and logged. With --explain,
-explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s,
+explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s, explain_cp_comm_s,
+explain_ep_comm_s,
 explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
 explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 

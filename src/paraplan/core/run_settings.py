@@ -115,6 +115,28 @@ class RunSettings:
     Megatron's own DDP, reduces the gradient buffer after the backward unless
     `overlap_grad_reduce`; `torch`, PyTorch's DistributedDataParallel, reduces 25 MiB
     buckets of 16-bit gradients during the last micro-batch's backward."""
+    expert_model_parallel_size: int = 1
+    """EP: ranks that split a mixture-of-experts layer's routed experts (num_experts / EP
+    each); tokens reach their experts by an all-to-all over the EP group. Megatron-Core's
+    layout: the expert layers reuse each pipeline stage's TP x DP ranks, ordered
+    expert-tensor rank fastest, then EP, then the expert-data-parallel rank."""
+    expert_tensor_parallel_size: int = 0
+    """ETP: ranks that split each routed expert's weights (column/row as the dense MLP);
+    0: Megatron-Core's default, the tensor-parallel size."""
+    moe_load_imbalance: float = 1.0
+    """paraplan's: tokens the busiest rank of an expert-parallel group receives over the
+    mean (dropless routing is never perfectly even); the dispatch/combine all-to-alls
+    and the expert GEMMs are priced for that rank. 1.0: an even router."""
+    moe_expert_capacity_factor: float = 0.0
+    """Megatron-Core's: each expert takes at most this x its even share of a rank's
+    routed tokens, the rest are dropped; 0: dropless (Megatron's None). It caps
+    `moe_load_imbalance`."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Megatron-Core's: with a capacity factor, every expert's input is padded to its
+    capacity (all-to-alls and expert GEMMs carry capacity x the even share)."""
+    moe_shared_expert_overlap: bool = False
+    """Megatron-Core's: the shared experts run after the router, beside the token
+    dispatch and combine all-to-alls (else before the router, in series)."""
 
     @property
     def pipeline_schedule(self) -> str:
@@ -220,17 +242,31 @@ class RunSettings:
         return self.global_batch_size // (self.data_parallel_size * self.micro_batch_size)
 
     @property
+    def expert_tensor_parallel(self) -> int:
+        """ETP with 0 resolved to the tensor-parallel size (Megatron-Core's default)."""
+        return self.expert_tensor_parallel_size or self.tensor_model_parallel_size
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        """Ranks holding the same expert shard: t c d / (EP x ETP) (Megatron-Core: the
+        expert grid spans a pipeline stage's tensor, context and data-parallel ranks)."""
+        ranks = self.tensor_model_parallel_size * self.context_parallel_size * self.data_parallel_size
+        return max(ranks // (self.expert_model_parallel_size * self.expert_tensor_parallel), 1)
+
+    @property
+    def expert_optimizer_shards(self) -> int:
+        """Ranks the expert weights' optimizer state is sharded over (1: not sharded)."""
+        sharded = self.use_distributed_optimizer or self.zero_stage >= 1
+        return self.expert_data_parallel_size if sharded else 1
+
+    @property
     def optimizer_shards(self) -> int:
         """Ranks the optimizer state is sharded over (1: not sharded)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
         return self.data_context_parallel_size if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
-        """Raise `StrategyError` for settings that cannot run `model` (or a model whose
-        layers the execution model cannot price: `TransformerModel.unmodelled_features`)."""
-        if model.unmodelled_features:
-            raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
-                                "counts (parameters, FLOPs) but cannot predict or plan yet")
+        """Raise `StrategyError` for settings that cannot run `model`."""
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
                     "context_parallel_size", "global_batch_size", "micro_batch_size",
                     "virtual_pipeline_model_parallel_size"):
@@ -310,6 +346,62 @@ class RunSettings:
             )
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
+        self._check_experts(model)
+
+    def _check_experts(self, model: TransformerModel) -> None:
+        """Megatron-Core's rules for expert parallelism (`initialize_model_parallel`:
+        EP x ETP x PP divides the world, i.e. EP x ETP divides t x c x d; `num_experts`
+        divisible by EP) and the layouts the MoE layer model prices."""
+        ep, etp = self.expert_model_parallel_size, self.expert_tensor_parallel_size
+        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+            raise StrategyError(f"expert_model_parallel_size must be an integer >= 1, got {ep!r}")
+        if isinstance(etp, bool) or not isinstance(etp, int) or etp < 0:
+            raise StrategyError(f"expert_tensor_parallel_size must be an integer >= 1 (0: the tensor-parallel size), "
+                                f"got {etp!r}")
+        imbalance = self.moe_load_imbalance
+        if isinstance(imbalance, bool) or not isinstance(imbalance, int | float) or not 1.0 <= imbalance <= 64.0:
+            raise StrategyError(f"moe_load_imbalance must be a number in [1, 64] (busiest rank's tokens over the "
+                                f"mean), got {imbalance!r}")
+        capacity = self.moe_expert_capacity_factor
+        if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not 0.0 <= capacity <= 64.0:
+            raise StrategyError(f"moe_expert_capacity_factor must be a number in (0, 64] (0: dropless), "
+                                f"got {capacity!r}")
+        if self.moe_pad_expert_input_to_capacity and not capacity:
+            raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
+        if not model.is_moe:
+            if (ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap
+                    or capacity):
+                raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
+                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
+                                    f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
+            return
+        t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
+        etp = self.expert_tensor_parallel
+        if model.num_experts % ep:
+            raise StrategyError(f"num_experts {model.num_experts} is not divisible by expert_model_parallel_size {ep}")
+        if (t * c * d) % (ep * etp):
+            ranks = f"tensor x data-parallel ranks of a pipeline stage, {t} x {d}" if c == 1 else \
+                f"tensor x context x data-parallel ranks of a pipeline stage, {t} x {c} x {d}"
+            raise StrategyError(
+                f"expert_model_parallel_size x expert_tensor_parallel_size = {ep} x {etp} does not divide the "
+                f"{ranks} (Megatron-Core: EP x ETP x PP must divide the world size)")
+        if model.moe_ffn_size % etp:
+            raise StrategyError(f"moe_ffn_hidden_size {model.moe_ffn_size} is not divisible by "
+                                f"expert_tensor_parallel_size {etp}")
+        if model.moe_shared_expert_intermediate_size % t:
+            raise StrategyError(f"moe_shared_expert_intermediate_size {model.moe_shared_expert_intermediate_size} "
+                                f"is not divisible by tensor_model_parallel_size {t}")
+        if t > 1 and not self.sequence_parallel and (ep > 1 or etp != t):
+            raise StrategyError(
+                f"expert_model_parallel_size {ep} / expert_tensor_parallel_size {etp} with tensor_model_parallel_size "
+                f"{t} need sequence_parallel (Megatron-Core: 'when using expert parallelism and tensor parallelism, "
+                "sequence parallelism must be used'); without it only EP 1 with ETP = TP")
+        if self.zero_stage == 3:
+            raise StrategyError("zero_stage 3 with mixture-of-experts layers is not modelled (DeepSpeed runs MoE "
+                                "with ZeRO stages 0-2): use zero_stage 1/2 or use_distributed_optimizer")
+        if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
+            raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
+                                "(moe_shared_expert_intermediate_size 0)")
 
 
 def pipeline_layer_split(num_layers: int, stages: int, virtual: int = 1, first: int = 0, last: int = 0) -> list[int]:

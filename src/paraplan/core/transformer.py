@@ -32,6 +32,7 @@ backward pass is twice the forward.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -224,20 +225,11 @@ class TransformerModel:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
+    @functools.cached_property
     def moe_layers(self) -> tuple[bool, ...]:
-        """For each layer: is it a mixture-of-experts layer?"""
+        """For each layer: is it a mixture-of-experts layer? (Computed once: the FLOP
+        counts ask it for every layer.)"""
         return moe_layer_pattern(self)
-
-    @property
-    def unmodelled_features(self) -> tuple[str, ...]:
-        """What the execution model (`paraplan.predict`) cannot price yet: counted
-        here, refused there with these names (never priced as a dense model)."""
-        found = []
-        if self.is_moe:
-            found.append(f"mixture-of-experts layers (num_experts {self.num_experts}, top-{self.moe_router_topk}: "
-                         "expert parallelism and the token all-to-all are not modelled yet)")
-        return tuple(found)
 
     @property
     def windowed_layers(self) -> tuple[bool, ...]:

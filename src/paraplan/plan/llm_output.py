@@ -11,7 +11,8 @@ from paraplan.predict.predictor import RunPrediction, plausibility
 PLAN_COLUMNS: tuple[str, ...] = (
     "rank", "model", "num_parameters", "active_parameters", "num_gpus", "global_batch_size", "seq_length",
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size",
-    "cp_comm_type", "micro_batch_size", "virtual_pipeline_model_parallel_size",
+    "cp_comm_type", "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size",
+    "virtual_pipeline_model_parallel_size",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
@@ -49,6 +50,8 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "pipeline_model_parallel_size": str(s.pipeline_model_parallel_size),
             "data_parallel_size": str(s.data_parallel_size), "context_parallel_size": str(s.context_parallel_size),
             "cp_comm_type": s.cp_comm_type if s.context_parallel_size > 1 else "",
+            "expert_model_parallel_size": str(s.expert_model_parallel_size),
+            "expert_tensor_parallel_size": str(s.expert_tensor_parallel),
             "micro_batch_size": str(s.micro_batch_size),
             "virtual_pipeline_model_parallel_size": str(s.virtual_pipeline_model_parallel_size),
             "decoder_first_pipeline_num_layers": str(s.decoder_first_pipeline_num_layers or ""),
@@ -72,8 +75,10 @@ def describe(plan: RunPrediction) -> str:
     s = plan.settings
     parts = [f"TP {s.tensor_model_parallel_size}",
              *([f"CP {s.context_parallel_size} ({s.cp_comm_type})"] if s.context_parallel_size > 1 else []),
-             f"PP {s.pipeline_model_parallel_size}",
-             f"DP {s.data_parallel_size}", f"micro-batch {s.micro_batch_size}"]
+             f"PP {s.pipeline_model_parallel_size}", f"DP {s.data_parallel_size}"]
+    if s.expert_model_parallel_size > 1 or s.expert_tensor_parallel_size:
+        parts.append(f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}")
+    parts.append(f"micro-batch {s.micro_batch_size}")
     if s.virtual_pipeline_model_parallel_size > 1:
         parts.append(f"v {s.virtual_pipeline_model_parallel_size}")
     if s.uneven_pipeline_split:

@@ -1,6 +1,7 @@
 """The best parallel strategy for training a transformer on N GPUs of a cluster: one
 search over TP, PP (even or balanced uneven layer splits), DP, micro-batch size,
-interleaving, schedule, recomputation, sequence parallelism and ZeRO stage.
+interleaving, schedule, recomputation, sequence parallelism and ZeRO stage, and for
+mixture-of-experts models expert parallelism (EP) and expert tensor parallelism (ETP).
 
 1. Enumerate every candidate that can run (`llm_space.enumerate_candidates`) and
    estimate its iteration time and peak memory in closed form, vectorised
@@ -83,7 +84,8 @@ BASELINES: dict[str, dict[str, object]] = {
 def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
     """Pure data parallelism over every GPU, the micro-batch that fits best found by
     the search below: here micro-batch 1 with full recomputation (the smallest
-    memory), so a baseline exists whenever data parallelism can run at all."""
+    memory), so a baseline exists whenever data parallelism can run at all (None
+    where those settings cannot run the model)."""
     base = request.base_settings()
     n = request.num_gpus
     out: dict[str, RunSettings | None] = {}
@@ -91,8 +93,14 @@ def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
         if request.global_batch_size % n:
             out[name] = None
             continue
-        out[name] = replace(base, data_parallel_size=n, micro_batch_size=1, recompute_granularity="full",
-                            **extra)  # type: ignore[arg-type]
+        settings = replace(base, data_parallel_size=n, micro_batch_size=1, recompute_granularity="full",
+                           **extra)  # type: ignore[arg-type]
+        try:
+            settings.check(request.model)
+        except StrategyError:  # e.g. ZeRO-3 with mixture-of-experts layers
+            out[name] = None
+            continue
+        out[name] = settings
     return out
 
 
@@ -122,10 +130,6 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     model, cluster = request.model, request.cluster
     if request.num_gpus < 1:
         raise StrategyError(f"--gpus must be >= 1, got {request.num_gpus}")
-    if model.unmodelled_features:  # (a model the search can price says how little memory its best plan needs)
-        check_model_state_fits(model, request.num_gpus, request.dtype, cluster.device.memory_bytes)
-        raise StrategyError(f"model '{model.name}' has {'; '.join(model.unmodelled_features)}, which paraplan "
-                            "counts (parameters, FLOPs) but cannot plan yet")
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
                                 request.space, base.use_flash_attn)
@@ -196,11 +200,22 @@ def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSe
     best = min(results, key=lambda rs: float(rs[0].peak_memory_bytes.max()))
     need = float(best[0].peak_memory_bytes.max())
     s = best[1]
+    rank = int(np.argmax(best[0].peak_memory_bytes))
+    acts = float(best[0].activation_peak_bytes[rank])
+    experts = (f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}, "
+               if request.model.is_moe else "")
+    state_bound = ""
+    try:  # the model state alone, sharded over every GPU: the least any split needs
+        check_model_state_fits(request.model, request.num_gpus, request.dtype, request.cluster.device.memory_bytes)
+    except StrategyError as err:
+        state_bound = f"; {err}"
     raise StrategyError(
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
-        f"the smallest plan needs {need / 1e9:.1f} GB per device (TP {s.tensor_model_parallel_size}, "
+        f"the smallest plan needs {need / 1e9:.1f} GB per device ({(need - acts) / 1e9:.1f} GB of weights, "
+        f"gradients, optimizer state and working buffers, {acts / 1e9:.1f} GB of activations; "
+        f"TP {s.tensor_model_parallel_size}, "
         + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
-        + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, "
+        + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, {experts}micro-batch {s.micro_batch_size}, "
         f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
-        "more GPUs, a smaller model or a device with more memory would do")
+        "more GPUs, a smaller model or a device with more memory would do" + state_bound)

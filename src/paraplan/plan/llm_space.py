@@ -25,6 +25,15 @@ everything else is closed form over the candidate arrays:
   sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
   first stage; GPipe: M; interleaved: Megatron's warm-up count).
 
+Mixture-of-experts models add expert parallelism (EP) and expert tensor parallelism
+(ETP) to the candidate: EP over the divisors of `num_experts` with EP x ETP dividing
+t x d, ETP 1 or t (Megatron-Core's default) unless the space names others. A layer is
+then priced per kind (dense, MoE) and a stage's layers at the model's mean layer
+(the share of MoE layers times the MoE layer, the rest dense): exact for uniform
+models (Mixtral, Qwen3-MoE), an average for mixed ones (the exact re-timing counts
+each stage's own layers). Expert weights are split over EP x ETP and their state
+sharded over the expert-data-parallel group, which also reduces their gradients.
+
 Dominated settings are not enumerated (each is never faster and never smaller in
 the model): gradient reduction and weight all-gather are always overlapped when they
 can be. The estimate ranks; the planner re-times its best candidates with the exact
@@ -49,15 +58,17 @@ from paraplan.core.run_settings import (
     interleaved_uneven_split,
 )
 from paraplan.core.transformer import TransformerModel
+from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
     OPTIMIZER_KERNELS,
     Precision,
     kernel_times_by_pass,
+    mtp_expert_params,
     pass_times,
-    run_structure,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
@@ -94,6 +105,10 @@ class SearchSpace:
     context_parallel_sizes: tuple[int, ...] = ()
     """CP degrees; empty: 1, and for sequences of `MIN_CP_SEQ_LENGTH` tokens or more
     every power of two that divides the GPUs (`context_degrees`). (1,): no CP."""
+    expert_model_sizes: tuple[int, ...] = ()
+    """EP degrees for a mixture-of-experts model; empty: every divisor of num_experts."""
+    expert_tensor_sizes: tuple[int, ...] = ()
+    """ETP degrees; empty: 1 and the candidate's TP (Megatron-Core's default)."""
 
     def __post_init__(self) -> None:
         bad = [s for s in self.schedules if s not in SCHEDULES]
@@ -128,6 +143,8 @@ class Candidates:
     first: np.ndarray  # decoder_first_pipeline_num_layers (0: even split)
     last: np.ndarray  # decoder_last_pipeline_num_layers (0: even split)
     cp: np.ndarray  # context_parallel_size
+    ep: np.ndarray  # expert_model_parallel_size (1 for a dense model)
+    etp: np.ndarray  # expert_tensor_parallel_size (0 for a dense model: Megatron's default)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -149,10 +166,11 @@ class Candidates:
             overlap_grad_reduce=replicas > 1, overlap_param_gather=zero in (1, 2) and replicas > 1,
             decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
             context_parallel_size=int(self.cp[i]), cp_comm_type="p2p",
+            expert_model_parallel_size=int(self.ep[i]), expert_tensor_parallel_size=int(self.etp[i]),
         )
 
 
-_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp")
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp", "ep", "etp")
 
 
 def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
@@ -195,6 +213,7 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
             if global_batch_size % d:
                 continue
             splits: dict[int, tuple[int, int] | None] = {}
+            experts = {sp: expert_layouts(model, t, c * d, sp, space) for sp in sps}
             per_replica = global_batch_size // d
             for b in divisors(per_replica):
                 if b > space.max_micro_batch_size:
@@ -215,12 +234,14 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                         continue
                     else:
                         pipes.append((sched_idx[schedule], 1, 0, 0))
-                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d * c == 1)]
+                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d * c == 1)
+                         and not (z == 3 and model.is_moe)]
                 for s_i, v, first, last in pipes:
                     for rc in rc_idx:
                         for sp in sps:
                             for z in zeros:
-                                rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c))
+                                for ep, etp in experts[sp]:
+                                    rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp))
     if not rows:
         raise StrategyError(
             f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
@@ -231,11 +252,12 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
 
 @dataclass(frozen=True, eq=False)
 class LayerTable:
-    """Per (t, b, sp, recompute, cp): device and host time of a layer's forward and
+    """Per (t, b, sp, recompute, cp, EP, ETP): device and host time of a layer's forward and
     backward (with recomputation), of the embedding and head passes, the weight-grad
-    part, and activation bytes."""
+    part, and activation bytes; a mixture-of-experts model's layer is its mean layer
+    (module doc)."""
 
-    index: dict[tuple[int, int, int, int, int], int]  # (t, b, sp, recompute, cp)
+    index: dict[tuple[int, ...], int]  # (t, b, sp, recompute, cp, EP, ETP)
     fwd_dev: np.ndarray
     fwd_host: np.ndarray
     bwd_dev: np.ndarray
@@ -253,15 +275,19 @@ class LayerTable:
 
 def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
                 eff: DeviceEfficiency) -> LayerTable:
-    keys = sorted({(int(t), int(b), int(sp), int(rc), int(c)) for t, b, sp, rc, c in
-                   zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, strict=True)})
-    probes = [replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1, data_parallel_size=1,
-                      micro_batch_size=b, global_batch_size=b, virtual_pipeline_model_parallel_size=1, schedule="",
-                      sequence_parallel=bool(sp), recompute_granularity=RECOMPUTE[rc], zero_stage=0,
+    keys = sorted(set(_table_keys(cand)))
+    # the probe's data-parallel size only has to let EP x ETP divide t x c x d
+    probes = [replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1,
+                      data_parallel_size=probe_data_parallel(t * c, ep * etp), micro_batch_size=b,
+                      global_batch_size=b * probe_data_parallel(t * c, ep * etp),
+                      virtual_pipeline_model_parallel_size=1,
+                      schedule="", sequence_parallel=bool(sp), recompute_granularity=RECOMPUTE[rc], zero_stage=0,
                       use_distributed_optimizer=False, overlap_grad_reduce=False, overlap_param_gather=False,
-                      context_parallel_size=c, cp_comm_type="p2p")
-              for t, b, sp, rc, c in keys]
-    structures = [run_structure(model, s, cluster, comm) for s in probes]
+                      context_parallel_size=c, cp_comm_type="p2p", expert_model_parallel_size=ep,
+                      expert_tensor_parallel_size=etp)
+              for t, b, sp, rc, c, ep, etp in keys]
+    moe_share = model.num_moe_layers / model.num_layers
+    structures = probe_structures(model, probes, cluster, comm)
     kernel_s = kernel_times_by_pass(structures, eff)
     n = len(keys)
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
@@ -272,6 +298,13 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         out["fd"][i], out["fh"][i] = dev[0], host[0]
         out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
         out["w"][i] = times.layer_weight_grad_s
+        if moe_share:
+            def mean(dense: float, moe: float) -> float:
+                return (1.0 - moe_share) * dense + moe_share * moe
+            out["fd"][i], out["fh"][i] = mean(dev[0], dev[7]), mean(host[0], host[7])
+            out["bd"][i], out["bh"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
+                                                                                       host[8] + host[9])
+            out["w"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
         if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
             factor = eff.layer_time_factors.factor(st.layer_key)
             added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
@@ -283,10 +316,18 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         pairs["hb"][i] = dev[6], host[6]
         out["al"][i] = layer_activation_bytes(model, s)
         out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
+        if moe_share:
+            out["al"][i] = (1.0 - moe_share) * out["al"][i] + moe_share * moe_activation_bytes(model, s)
+            out["af"][i] = max(out["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
         out["ae"][i] = embedding_work(model, s).activation_bytes
         out["ah"][i] = last_stage_work(model, s).activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
+
+
+def _table_keys(cand: Candidates) -> list[tuple[int, ...]]:
+    return [(int(t), int(b), int(sp), int(rc), int(c), int(ep), int(etp)) for t, b, sp, rc, c, ep, etp in
+            zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp, strict=True)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -325,8 +366,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
              eff: DeviceEfficiency) -> Estimates:
     """Closed-form iteration time and peak memory of every candidate (module doc)."""
     table = layer_table(model, cand, base, cluster, comm, eff)
-    row = np.array([table.index[(int(t), int(b), int(sp), int(rc), int(c))] for t, b, sp, rc, c in
-                    zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, strict=True)])
+    row = np.array([table.index[k] for k in _table_keys(cand)])
     t, p, d, b, v = (cand.t.astype(float), cand.p.astype(float), cand.d.astype(float), cand.b.astype(float),
                      cand.v.astype(float))
     c = cand.cp.astype(float)
@@ -337,11 +377,21 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     prec = Precision.of(base.dtype)
     gpn = cluster.devices_per_node
     layer_params = model.layer_params / t
+    # a mixture-of-experts model: per mean layer, the non-expert weights over t and the
+    # routed experts' over EP x ETP, their state sharded over the expert-data-parallel group
+    ep, etp = cand.ep.astype(float), np.where(cand.etp > 0, cand.etp, cand.t).astype(float)
+    edp = t * dc / (ep * etp)
+    expert_layer = np.zeros(len(cand))
+    if model.is_moe:
+        experts = model.num_moe_layers * model.num_experts * model.expert_params
+        layer_params = (model.transformer_params - experts) / L / t
+        expert_layer = experts / L / (ep * etp)
     vocab_params = np.array([model.padded_vocab_size(int(x)) for x in cand.t]) * model.hidden_size / t
     positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
     head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
-    head_params = head_params + model.mtp_parameters / t  # multi-token-prediction layers on the last stage
+    # multi-token-prediction layers on the last stage (a MoE one's experts over EP x ETP: below)
+    head_params = head_params + (model.mtp_parameters - mtp_expert_params(model)) / t
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
     # take one more); interleaving splits each rank's layers evenly over its v chunks,
@@ -414,8 +464,19 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     first_params = np.where(single, L, np.where(v > 1, n_chunk * v, n_big)) * layer_params + vocab_params + positions
     first_params = first_params + np.where(single, head_params, 0.0)
     last_params = np.where(single, first_params, n_last * np.where(v > 1, v, 1) * layer_params + head_params)
+    first_experts = np.where(single, L, np.where(v > 1, n_chunk * v, n_big)) * expert_layer
+    last_experts = np.where(single, first_experts, n_last * np.where(v > 1, v, 1) * expert_layer)
+    if model.is_moe and model.num_moe_layers < L:  # mixed kinds: the first and last stage's own MoE layers
+        first_params, last_params, first_experts, last_experts = mixed_stage_params(
+            model, t, v, ep * etp, n_big, n_chunk, n_last, single, vocab_params + positions, head_params,
+            (first_params, last_params, first_experts, last_experts))
+    if mtp_expert_params(model):  # a MoE multi-token-prediction layer's experts, on the last stage
+        extra = mtp_expert_params(model) / (ep * etp)
+        first_experts = first_experts + np.where(single, extra, 0.0)
+        last_experts = last_experts + extra
     sharded = cand.zero >= 1
     shards = np.where(sharded, dc, 1.0)
+    expert_shards = np.where(sharded, edp, 1.0)
     # gradient reduction, overlapped with the first stage's last backward op
     sync = np.zeros(len(cand))
     for i in np.flatnonzero((dc > 1) & ~zero3):
@@ -425,9 +486,18 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         one = comm.time_s(collective, first_params[i] / buckets * prec.grad_bytes, group)
         window = whole[i] if single[i] else first[i]  # beside the first stage's last backward
         sync[i] = max(one, buckets * one - 0.5 * window)
+    # the experts' gradients over the expert-data-parallel group (stride EP x ETP)
+    edp_nodes = np.maximum(1, np.ceil(t * dc / np.maximum(gpn, ep * etp))).astype(np.int64)
+    for i in np.flatnonzero((edp > 1) & (first_experts > 0)):
+        group = Group(int(edp[i]), int(edp_nodes[i]))
+        collective = "reduce_scatter" if sharded[i] else "all_reduce"
+        buckets = max(1, int(np.ceil(first_experts[i] / GRAD_BUCKET_PARAMS)))
+        one = comm.time_s(collective, first_experts[i] / buckets * prec.grad_bytes, group)
+        window = whole[i] if single[i] else first[i]
+        sync[i] += max(one, buckets * one - 0.5 * window)
     speed = DeviceSpeed.of(cluster.device, base.dtype)
-    opt = (first_params / shards * prec.optimizer_step_bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
-           + OPTIMIZER_KERNELS * eff.kernel_latency_s)
+    opt = ((first_params / shards + first_experts / expert_shards) * prec.optimizer_step_bytes
+           / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)
     exchange = np.zeros(len(cand))
     for i in np.flatnonzero(tied_copy):
         exchange[i] = comm.time_s("all_reduce", vocab_params[i] * prec.grad_bytes, Group(2, 2 if cross[i] else 1))
@@ -438,6 +508,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights_b = np.where(zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
     state_b = weights_b + grads_b + prec.optimizer_bytes / shards
+    state_e = (prec.weight_bytes + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
+               + prec.optimizer_bytes / expert_shards)
     held = inflight(sched, cand.p, np.round(m).astype(np.int64), cand.v)  # (candidates, 2): first, last stage
     act_chunk = n_chunk * table.act_layer[row]
     act_first = held[:, 0] * np.where(v > 1, act_chunk, n_big * table.act_layer[row])
@@ -445,9 +517,9 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     act_first = act_first + np.where(single, table.act_head[row], 0.0)
     working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
     working = working + np.where(zero3, 2 * layer_params * prec.weight_bytes, 0.0)
-    mem_first = first_params * state_b + act_first + working
+    mem_first = first_params * state_b + first_experts * state_e + act_first + working
     head_held = np.where(sched == "gpipe", m, np.where(sched == "zb_h1", held[:, 1], 1.0))  # the last chunk only
-    mem_last = (last_params * state_b + held[:, 1] * n_last * table.act_layer[row] + head_held * table.act_head[row]
-                + working)
+    mem_last = (last_params * state_b + last_experts * state_e + held[:, 1] * n_last * table.act_layer[row]
+                + head_held * table.act_head[row] + working)
     peak = np.where(single, mem_first, np.maximum(mem_first, mem_last))
     return Estimates(iteration, peak, bubble)

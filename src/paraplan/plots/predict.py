@@ -71,8 +71,8 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
     return save_figure(fig, stem)
 
 
-_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#ff7f0e", "#8c564b", "#c7c7c7", "#2ca02c",
-                 "#e377c2")
+_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
+                 "#2ca02c", "#e377c2")
 
 
 def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,

@@ -32,12 +32,21 @@ What each piece costs:
   and, with a sharded optimizer, the weight all-gather unless `overlap_param_gather`;
 - memory: Megatron-LM's bytes per parameter for weights, gradients and optimizer
   state (sharded as the settings say) and the activations of `ops.layer_activation_bytes`.
+
+Mixture-of-experts models have two layer kinds, dense and MoE (`moe_ops`): each kind's
+passes are priced once and a virtual stage's op is the sum over its layers of their
+kind's pass. The expert layers use Megatron-Core's expert grid inside each pipeline
+stage's t x d ranks (expert-tensor rank fastest, then expert-parallel, then
+expert-data-parallel): the all-to-alls run over the EP group's node span; the expert
+weights, gradients and optimizer state are split over EP x ETP and replicated over
+the expert-data-parallel group (t d / (EP ETP) ranks), which reduces their gradients
+(its own buckets, after the dense ones of the same model chunk) and shards them under
+a distributed optimizer or ZeRO.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -56,8 +65,10 @@ from paraplan.predict.device_model import (
     memory_time_s,
 )
 from paraplan.predict.layer_factors import layer_shape_key
+from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
-from paraplan.predict.ops import Kernels, PassWork, embedding_work, layer_work
+from paraplan.predict.ops import Kernels, embedding_work, layer_work
+from paraplan.predict.pass_cost import PassCost
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
@@ -99,6 +110,9 @@ class Placement:
     pp_cross_node: bool
     embedding_cross_node: bool
     cp_nodes: int = 1
+    etp_nodes: int = 1
+    ep_nodes: int = 1
+    edp_nodes: int = 1  # the expert-data-parallel group
 
 
 def placement(settings: RunSettings, devices_per_node: int) -> Placement:
@@ -113,7 +127,12 @@ def placement(settings: RunSettings, devices_per_node: int) -> Placement:
     dp_nodes = len({(t * j) // g for j in range(d * c)})
     pp_cross = p > 1 and (t * c * d) // g != 0
     emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
-    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes)
+    # the expert grid over the same ranks: expert-tensor rank fastest, then EP, then expert-DP
+    etp, ep = settings.expert_tensor_parallel, settings.expert_model_parallel_size
+    etp_nodes = len({r // g for r in range(etp)})
+    ep_nodes = len({(etp * j) // g for j in range(ep)})
+    edp_nodes = len({(etp * ep * j) // g for j in range(settings.expert_data_parallel_size)})
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes)
 
 
 def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
@@ -121,6 +140,13 @@ def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str
     group, and one hop of its ring (across nodes when the group spans several)."""
     c = settings.context_parallel_size
     return {CP_GROUP: Group(c, place.cp_nodes), CP_RING: Group(2 if c > 1 else 1, 2 if place.cp_nodes > 1 else 1)}
+
+
+def expert_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a MoE layer's collectives run over (`moe_ops`): expert-parallel
+    (the token all-to-alls) and expert-tensor-parallel."""
+    return {"ep": Group(settings.expert_model_parallel_size, place.ep_nodes),
+            "etp": Group(settings.expert_tensor_parallel, place.etp_nodes)}
 
 
 def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
@@ -131,73 +157,10 @@ def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarr
         settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
 
 
-@dataclass(frozen=True, eq=False)
-class PassCost:
-    """A pass's cost before the device is priced: its kernels, the time of its blocking
-    collectives, and each overlapped collective's time with the kernel it runs beside."""
-
-    kernels: Kernels
-    blocking_comm_s: float
-    hidden_comm_s: np.ndarray
-    hidden_by: np.ndarray
-    num_collectives: int
-    cp_blocking_comm_s: float = 0.0  # the context-parallel share of blocking_comm_s
-    hidden_cp: np.ndarray | None = None  # bool per overlapped collective: context-parallel (None: none is)
-
-    @staticmethod
-    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
-        """`group` prices the tensor-parallel collectives, `others` those of other groups
-        (`Collective.group`: the context-parallel ones)."""
-        blocking = cp_blocking = 0.0
-        hidden_s, hidden_by, hidden_cp = [], [], []
-        for c in work.collectives:
-            g = group if c.group == "tp" else (others or {})[c.group]
-            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
-            if c.hidden_by >= 0:
-                hidden_s.append(cost)
-                hidden_by.append(c.hidden_by)
-                hidden_cp.append(c.group != "tp")
-            else:
-                blocking += cost
-                cp_blocking += cost if c.group != "tp" else 0.0
-        return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
-                        np.array(hidden_by, dtype=np.int64), len(work.collectives), cp_blocking,
-                        np.array(hidden_cp, dtype=bool) if any(hidden_cp) else None)
-
-    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
-        """What the pass's collectives add to its kernels: the blocking ones in full; an
-        overlapped collective of time c beside a kernel of time g adds
-        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
-        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
-        `part`: `all`, or only the tensor-parallel (`tp`) or context-parallel (`cp`) ones."""
-        blocking = {"all": self.blocking_comm_s, "cp": self.cp_blocking_comm_s,
-                    "tp": self.blocking_comm_s - self.cp_blocking_comm_s}[part]
-        added = blocking
-        if self.hidden_by.size:
-            beside = kernel_s[self.hidden_by]
-            c = self.hidden_comm_s
-            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
-            if part != "all":
-                is_cp = self.hidden_cp if self.hidden_cp is not None else np.zeros(c.shape, dtype=bool)
-                each = each[is_cp] if part == "cp" else each[~is_cp]
-            added += float(each.sum())
-        return added
-
-    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
-        """Device time of the pass on one rank, given its kernels' times: kernels plus
-        what its collectives add (`comm_s`)."""
-        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
-
-    def host_s(self, eff: DeviceEfficiency) -> float:
-        """Host time to issue the pass."""
-        return len(self.kernels) * eff.host_kernel_s + self.num_collectives * eff.host_collective_s
-
-    def weight_grad_s(self, kernel_s: np.ndarray) -> float:
-        return float(kernel_s[self.kernels.weight_grad].sum()) if len(self.kernels) else 0.0
-
-
 PASSES: tuple[str, ...] = ("layer_fwd", "layer_recompute", "layer_bwd", "embedding_fwd", "embedding_bwd",
                            "head_fwd", "head_bwd")
+MOE_PASSES: tuple[str, ...] = ("moe_layer_fwd", "moe_layer_recompute", "moe_layer_bwd")
+"""A mixture-of-experts model's structure has these three after `PASSES`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,7 +171,7 @@ class RunStructure:
 
     settings: RunSettings
     speed: DeviceSpeed
-    passes: tuple[PassCost, ...]  # in PASSES order
+    passes: tuple[PassCost, ...]  # in PASSES order, then MOE_PASSES for a mixture-of-experts model
     zero3_gather_s: float
     zero3_scatter_s: float
     layers_per_vstage: np.ndarray
@@ -221,18 +184,35 @@ class RunStructure:
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
     embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
     attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
+    moe_layers_per_vstage: np.ndarray | None = None  # of layers_per_vstage, the MoE layers (None: a dense model)
+    expert_rank_params: np.ndarray | None = None  # per pipeline stage: expert weights on one rank
+
+    @property
+    def moe_counts(self) -> np.ndarray:
+        """MoE layers per virtual stage (zeros for a dense model)."""
+        if self.moe_layers_per_vstage is None:
+            return np.zeros(self.layers_per_vstage.shape[0])
+        return self.moe_layers_per_vstage.astype(float)
+
+    def optimizer_params(self) -> np.ndarray:
+        """Per pipeline stage: parameters whose optimizer state one rank holds and steps."""
+        dense = self.rank_params / self.settings.optimizer_shards
+        if self.expert_rank_params is None:
+            return dense
+        return dense + self.expert_rank_params / self.settings.expert_optimizer_shards
 
 
 LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
+MOE_LAYER_PASSES = (7, 8, 9)  # the MoE layer's, in a mixture-of-experts model's structure
 
 
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
     call per device speed."""
-    out: list[list[np.ndarray]] = [[np.zeros(0)] * len(PASSES) for _ in structures]
+    out: list[list[np.ndarray]] = [[np.zeros(0)] * len(st.passes) for st in structures]
     by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
     for i, st in enumerate(structures):
-        for j in range(len(PASSES)):
+        for j in range(len(st.passes)):
             by_speed.setdefault(st.speed, []).append((i, j))
     for speed, members in by_speed.items():
         parts = [structures[i].passes[j].kernels for i, j in members]
@@ -249,10 +229,11 @@ class PassTimes:
     """Each pass's device time (kernels and collectives) and host issue time, and the
     weight-gradient kernels of the layer and head backward (ZB-H1 splits them off)."""
 
-    device_s: list[float]  # in PASSES order
+    device_s: list[float]  # in PASSES (then MOE_PASSES) order
     host_s: list[float]
     layer_weight_grad_s: float
     head_weight_grad_s: float
+    moe_layer_weight_grad_s: float = 0.0
 
 
 def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> PassTimes:
@@ -262,13 +243,32 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
     layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
+    moe = len(structure.passes) > len(PASSES)
+    moe_wgt = structure.passes[9].weight_grad_s(kernel_s[9]) if moe else 0.0
     factor = eff.layer_time_factors.factor(structure.layer_key)
     if factor != 1.0:
-        for j in LAYER_PASSES:
+        for j in LAYER_PASSES + (MOE_LAYER_PASSES if moe else ()):
             dev[j] *= factor
             host[j] *= factor
         layer_wgt *= factor
-    return PassTimes(dev, host, layer_wgt, structure.passes[6].weight_grad_s(kernel_s[6]))
+        moe_wgt *= factor
+    return PassTimes(dev, host, layer_wgt, structure.passes[6].weight_grad_s(kernel_s[6]), moe_wgt)
+
+
+def mtp_expert_params(model: TransformerModel) -> int:
+    """Routed-expert weights of the multi-token-prediction layers (each like the main
+    model's last layer: a MoE layer's experts in DeepSeek-V3)."""
+    if not (model.mtp_num_layers and model.moe_layers[-1]):
+        return 0
+    return model.mtp_num_layers * model.num_experts * model.expert_params
+
+
+def moe_layers_per_virtual_stage(model: TransformerModel, counts: np.ndarray) -> np.ndarray:
+    """Of each virtual stage's layers (consecutive, virtual stage by virtual stage, as
+    Megatron assigns them), how many are mixture-of-experts layers."""
+    ends = np.cumsum(counts)
+    flags = np.array(model.moe_layers, dtype=np.int64)
+    return np.array([flags[end - n:end].sum() for n, end in zip(counts, ends, strict=True)], dtype=np.int64)
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
@@ -292,8 +292,12 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     layer = layer_work(model, settings)
     emb = embedding_work(model, settings)
     head = last_stage_work(model, settings)
-    passes = tuple(PassCost.of(w, comm, tp_group, cp_groups) for w in (
-        layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward))
+    works = [layer.forward, layer.recompute, layer.backward, emb.forward, emb.backward, head.forward, head.backward]
+    moe = moe_layer_work(model, settings) if model.num_moe_layers else None
+    if moe is not None:
+        works += [moe.forward, moe.recompute, moe.backward]
+    groups = {**cp_groups, **expert_parallel_groups(settings, place)}
+    passes = tuple(PassCost.of(w, comm, tp_group, groups) for w in works)
     layer_params = model.layer_params / t
     gather_s = scatter_s = 0.0
     if zero3 and d > 1:
@@ -302,6 +306,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     nv = p * v
     counts = layers_per_virtual_stage(model.num_layers, settings)
+    moe_counts = moe_layers_per_virtual_stage(model, counts) if moe is not None else None
     e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
     boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
     send = np.zeros(max(nv - 1, 0))
@@ -313,41 +318,70 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
     chunk_layers = counts.reshape(v, p)  # [chunk, rank]
     rank_params = chunk_layers.sum(axis=0) * layer_params
+    # a mixture-of-experts model: per chunk, the non-expert weights (split over t) and
+    # the routed experts' (split over EP x ETP)
+    chunk_moe = np.zeros((v, p)) if moe_counts is None else moe_counts.reshape(v, p).astype(float)
+    chunk_expert_params = np.zeros((v, p))
+    if moe is not None:
+        experts = model.num_experts * model.expert_params
+        chunk_dense_params = ((chunk_layers - chunk_moe) * model.dense_layer_params
+                              + chunk_moe * (model.moe_layer_params - experts)) / t
+        chunk_expert_params = chunk_moe * experts / (settings.expert_model_parallel_size
+                                                     * settings.expert_tensor_parallel)
+        rank_params = chunk_dense_params.sum(axis=0)
+    expert_rank_params = chunk_expert_params.sum(axis=0)
     rank_params[0] += vocab_params + positions
     head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
-    head_params += model.mtp_parameters / t  # (the MTP layers' few norm weights counted as split too)
+    # the MTP layers (the few norm weights counted as split too); a MoE one's experts over EP x ETP
+    mtp_experts = mtp_expert_params(model)
+    head_params += (model.mtp_parameters - mtp_experts) / t
     rank_params[p - 1] += head_params
+    if mtp_experts:
+        chunk_expert_params[v - 1, p - 1] += mtp_experts / (settings.expert_model_parallel_size
+                                                           * settings.expert_tensor_parallel)
+        expert_rank_params = chunk_expert_params.sum(axis=0)
 
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     grad_collective = "reduce_scatter" if sharded else "all_reduce"
     torch_ddp = settings.DDP_impl == "torch"
     reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
     bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
+    edp = settings.expert_data_parallel_size
+    edp_group = Group(edp, place.edp_nodes)
     syncs = []
     for s in range(p):
-        if d == 1 or zero3:
+        if (d == 1 and (moe is None or edp == 1)) or zero3:
             syncs.append(GradSync.none())
             continue
-        chunks, sizes, fractions = [], [], []
+        chunks, fractions, bucket_s = [], [], []
         for c in range(v - 1, -1, -1):  # later chunks finish their backward first
-            params = int(chunk_layers[c, s]) * layer_params
+            params = (int(chunk_layers[c, s]) * layer_params if moe is None else
+                      float(chunk_dense_params[c, s]))
             if c == 0 and s == 0:
                 params += vocab_params + positions
             if c == v - 1 and s == p - 1:
                 params += head_params
-            n_buckets = max(1, math.ceil(params / bucket_params))
-            for k in range(n_buckets):
-                chunks.append(c)
-                sizes.append(params / n_buckets)
-                fractions.append((k + 1) / n_buckets)
-        bucket_s = np.array([float(comm.time_s(grad_collective, nb * reduced_bytes, dp_group)) for nb in sizes])
-        syncs.append(GradSync(bucket_s, np.array(chunks, dtype=np.int64), np.array(fractions)))
+            # the dense gradients over the data-parallel group, the experts' over theirs
+            for total, group, expert in ((params, dp_group, False),
+                                         (float(chunk_expert_params[c, s]), edp_group, True)):
+                if group.size == 1 or (expert and total == 0):
+                    continue
+                n_buckets = max(1, math.ceil(total / bucket_params))
+                one = float(comm.time_s(grad_collective, total / n_buckets * reduced_bytes, group))
+                for k in range(n_buckets):
+                    chunks.append(c)
+                    bucket_s.append(one)
+                    fractions.append((k + 1) / n_buckets)
+        syncs.append(GradSync(np.array(bucket_s), np.array(chunks, dtype=np.int64), np.array(fractions)))
 
     after_comm = np.zeros(p)
     exchange = 0.0
     if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
         after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
                                 for n in rank_params])
+    if sharded and edp > 1 and moe is not None and not settings.overlap_param_gather:
+        after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, edp_group))
+                                for n in expert_rank_params])
     if not model.untie_embeddings_and_output_weights and p > 1:
         group = Group(2, 2 if place.embedding_cross_node else 1)
         exchange = float(comm.time_s("all_reduce", vocab_params * prec.grad_bytes, group))
@@ -355,28 +389,39 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         after_comm[p - 1] += exchange
 
     shards = settings.optimizer_shards
-    full_layer_bytes = (layer_work(model, replace(settings, recompute_granularity="none")).activation_bytes
-                        if settings.recompute_granularity == "full" else 0.0)
+    full_layer_bytes = 0.0
+    if settings.recompute_granularity == "full":
+        unrecomputed = replace(settings, recompute_granularity="none")
+        full_layer_bytes = layer_work(model, unrecomputed).activation_bytes
+        if moe is not None:
+            full_layer_bytes = max(full_layer_bytes, moe_layer_work(model, unrecomputed).activation_bytes)
+    expert_shards = settings.expert_optimizer_shards
     memory = []
     for s in range(p):
         params = rank_params[s]
         acts = (chunk_layers[:, s] * layer.activation_bytes).astype(float)
+        if moe is not None:
+            acts += chunk_moe[:, s] * (moe.activation_bytes - layer.activation_bytes)
+        experts = expert_rank_params[s]
         if s == 0:
             acts[0] += emb.activation_bytes
         if s == p - 1:
             acts[v - 1] += head.activation_bytes
         working = full_layer_bytes + (2 * layer_params * prec.weight_bytes if zero3 else 0.0)
         memory.append(RankMemory(
-            weights_bytes=params * prec.weight_bytes / (d if zero3 else 1),
-            gradients_bytes=params * prec.grad_bytes / (d if settings.zero_stage >= 2 else 1),
-            optimizer_bytes=params * prec.optimizer_bytes / shards,
+            weights_bytes=params * prec.weight_bytes / (d if zero3 else 1) + experts * prec.weight_bytes,
+            gradients_bytes=(params * prec.grad_bytes / (d if settings.zero_stage >= 2 else 1)
+                             + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
+            optimizer_bytes=params * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,
             activation_bytes_per_chunk=acts,
             working_bytes=working,
         ))
     return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
-                        attention_mix(model, settings, counts))
+                        attention_mix=attention_mix(model, settings, counts),
+                        moe_layers_per_vstage=moe_counts,
+                        expert_rank_params=expert_rank_params if moe is not None else None)
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -389,6 +434,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     layer_bwd_dev = max(dev[1] + dev[2], st.zero3_gather_s + st.zero3_scatter_s)
     counts = st.layers_per_vstage.astype(float)
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
+    # (a mixture-of-experts model: its dense layers here, its MoE layers added below)
+    moe = st.moe_layers_per_vstage is not None
+    if moe:
+        moe_counts = st.moe_counts
+        counts = counts - moe_counts
     fwd_dev = counts * layer_fwd_dev
     bwd_dev = counts * layer_bwd_dev
     if st.attention_mix is not None:
@@ -398,6 +448,11 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         bwd_dev += factor * bwd_added
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
+    if moe:
+        fwd_dev += moe_counts * dev[7]
+        bwd_dev += moe_counts * (dev[8] + dev[9])
+        fwd_host += moe_counts * host[7]
+        bwd_host += moe_counts * (host[8] + host[9])
     fwd_dev[0] += dev[3]
     bwd_dev[0] += dev[4]
     fwd_host[0] += host[3]
@@ -410,12 +465,14 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     bwd = host_bound_s(bwd_dev, bwd_host, eff)
     if settings.pipeline_schedule == "zb_h1":
         wgt = counts * times.layer_weight_grad_s
+        if moe:
+            wgt += moe_counts * times.moe_layer_weight_grad_s
         wgt[-1] += times.head_weight_grad_s
         bwd = bwd - wgt
     else:
         wgt = np.zeros(counts.shape[0])
     costs = PipelineCosts(fwd, bwd, wgt, st.send_s, st.send_s.copy())
-    opt_bytes = st.rank_params / settings.optimizer_shards * st.precision.optimizer_step_bytes
+    opt_bytes = st.optimizer_params() * st.precision.optimizer_step_bytes
     after = st.after_sync_comm_s + np.array([memory_time_s(b, st.speed, eff, OPTIMIZER_KERNELS) for b in opt_bytes])
     return ExecutionModel(
         schedule=settings.pipeline_schedule,

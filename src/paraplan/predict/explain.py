@@ -8,7 +8,9 @@ rank's time is split into parts that sum to the iteration time exactly:
   `gemm`, `attention` (fused flash attention), `memory` (memory-bound kernels), the
   tensor-parallel collectives it pays for (`tp_comm`: blocking ones, overlapped ones
   where they outlast their kernel plus their contention, `PassCost.comm_s`), the
-  context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls) and ZeRO-3
+  context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls), the
+  expert-parallel ones (`ep_comm`: the MoE token all-to-alls and the
+  expert-tensor-parallel gathers) and ZeRO-3
   gathers that outlast the layer (`dp_comm`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
   a layer-time factor scales its layer's parts alike;
@@ -31,15 +33,16 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import LAYER_PASSES, kernel_times_by_pass, price, run_structure
+from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.ops import ATTENTION, GEMM, MEMORY
 from paraplan.sim.execution import rank_ends
 
-PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "dp_comm", "pp_comm", "bubble",
-                          "optimizer", "host")
+PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
+                          "bubble", "optimizer", "host")
 EXPLAIN_COLUMNS: tuple[str, ...] = tuple(f"explain_{p}_s" for p in PARTS)
-_DEVICE = 6  # gemm, attention, memory, tp_comm, cp_comm, dp_comm: the parts an op's device time has
+_DEVICE = 7  # gemm, attention, memory, tp_comm, cp_comm, ep_comm, dp_comm: the parts an op's device time has
+_DP = 6
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,14 @@ class TimeBreakdown:
 
 
 def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> np.ndarray:
-    """(passes, 5): each pass's device time by part, layer-time factor applied."""
+    """(passes, 7): each pass's device time by part, layer-time factor applied."""
     out = np.zeros((len(structure.passes), _DEVICE))
     factor = eff.layer_time_factors.factor(structure.layer_key)
     for j, (cost, k) in enumerate(zip(structure.passes, kernel_s, strict=True)):
         kind = cost.kernels.kind
-        out[j, :5] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
-                      cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"))
-        if j in LAYER_PASSES:
+        out[j, :6] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
+                      cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"), cost.comm_s(k, eff, "ep"))
+        if j in LAYER_PASSES + MOE_LAYER_PASSES:
             out[j] *= factor
     return out
 
@@ -79,10 +82,14 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         settings.num_microbatches
 
     layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
-    layer_fwd[5] += max(structure.zero3_gather_s - layer_fwd.sum(), 0.0)
-    layer_bwd[5] += max(structure.zero3_gather_s + structure.zero3_scatter_s - layer_bwd.sum(), 0.0)
-    counts = structure.layers_per_vstage.astype(float)[:, None]
+    layer_fwd[_DP] += max(structure.zero3_gather_s - layer_fwd.sum(), 0.0)
+    layer_bwd[_DP] += max(structure.zero3_gather_s + structure.zero3_scatter_s - layer_bwd.sum(), 0.0)
+    moe = structure.moe_counts[:, None]
+    counts = structure.layers_per_vstage.astype(float)[:, None] - moe
     fwd, bwd = counts * layer_fwd, counts * layer_bwd  # (virtual stages, parts)
+    if len(parts) > 7:  # a mixture-of-experts model's MoE layers
+        fwd += moe * parts[7]
+        bwd += moe * (parts[8] + parts[9])
     if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
         factor = eff.layer_time_factors.factor(structure.layer_key)
         added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)
@@ -109,8 +116,8 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     optimizer = float(execution.after_sync_s[rank]) - after_comm
     seconds = {
         "gemm": float(device[0]), "attention": float(device[1]), "memory": float(device[2]),
-        "tp_comm": float(device[3]), "cp_comm": float(device[4]),
-        "dp_comm": float(device[5]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
+        "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
+        "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
         "pp_comm": transfers + exchange,
         "bubble": float(ends.compute_end_s[rank]) - busy - transfers,
         "optimizer": optimizer,

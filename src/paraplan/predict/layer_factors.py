@@ -72,6 +72,10 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
             "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
     if model.window_size:
         parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}"
+    if model.is_moe:  # a factor measured on a dense layer of the same widths never scales experts
+        parts["experts"] = (f"{model.num_experts}x{model.moe_ffn_size}top{model.moe_router_topk}"
+                            f"shared{model.moe_shared_expert_intermediate_size}"
+                            f"ep{settings.expert_model_parallel_size}etp{settings.expert_tensor_parallel}")
     return ",".join(f"{k}={v}" for k, v in parts.items())
 
 

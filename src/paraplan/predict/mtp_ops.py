@@ -5,7 +5,8 @@ prediction (DeepSeek-V3; Megatron-Core's MTP block), its MTP layers.
 Each MTP layer runs after the main model's head: the shared embedding of the tokens
 shifted by one more position, a norm of it and one of the previous hidden state, the
 column-parallel projection of their concatenation [h; h] to h (its output gathered over
-the tensor-parallel group), a transformer layer like the main model's last one, then
+the tensor-parallel group), a transformer layer like the main model's last one (a
+mixture-of-experts layer, `moe_ops`, in DeepSeek-V3), then
 the final norm, the shared LM head and the loss again. Its backward runs first (it
 comes last in the forward), recomputing its layer as the main layers are recomputed.
 """
@@ -18,6 +19,7 @@ import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.ops import (
     KERNEL_FIELDS_ORDER,
     Collective,
@@ -80,7 +82,8 @@ def last_stage_work(model: TransformerModel, settings: RunSettings) -> LayerWork
     head = head_work(model, settings)
     if not model.mtp_num_layers:
         return head
-    layer = layer_work(model, settings, model.num_layers - 1)
+    last = model.num_layers - 1
+    layer = moe_layer_work(model, settings) if model.moe_layers[last] else layer_work(model, settings, last)
     inputs_fwd, inputs_bwd, inputs_held = _mtp_inputs(model, settings)
     mtp_fwd = concat(inputs_fwd, layer.forward, head.forward)
     mtp_bwd = concat(head.backward, layer.recompute, layer.backward, inputs_bwd)

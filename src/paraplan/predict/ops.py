@@ -83,10 +83,11 @@ class Kernels:
 @dataclass(frozen=True)
 class Collective:
     """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
-    output; reduce_scatter: the input). `hidden_by` is the index of the kernel of the
-    same pass it runs beside (-1: the compute stream waits for it). `group`: `tp`, the
-    tensor-parallel group; `cp` / `cp_ring`, the context-parallel group / one of its
-    ring hops (`paraplan.predict.cp_ops`)."""
+    output; reduce_scatter: the input; all_to_all: the per-rank total). `hidden_by` is
+    the index of the kernel of the same pass it runs beside (-1: the compute stream
+    waits for it). `group`: `tp`, the tensor-parallel group; `cp` / `cp_ring`, the
+    context-parallel group / one of its ring hops (`paraplan.predict.cp_ops`); `ep` /
+    `etp`, the expert-parallel / expert-tensor-parallel group (`paraplan.predict.moe_ops`)."""
 
     collective: str
     nbytes: float
@@ -96,7 +97,7 @@ class Collective:
 
 @dataclass(frozen=True)
 class PassWork:
-    """The kernels and tensor-parallel collectives of one pass."""
+    """The kernels and collectives of one pass."""
 
     kernels: Kernels
     collectives: tuple[Collective, ...] = ()
@@ -338,8 +339,8 @@ def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
 
 
-def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
-    w = _Builder(gemm_bytes)
+def _attention_forward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool, overlap: bool) -> None:
+    """The layer's first half: norm, QKV, attention core, output projection, residual."""
     _norm_forward(w, x)
     if model.multi_latent_attention:
         mla_forward(w, model, x, overlap)
@@ -351,6 +352,11 @@ def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gem
     proj = w.gemm(x.tokens, x.heads * x.v_d, x.h)
     _leave_tp(w, x, proj, overlap)
     _residual_forward(w, model, x)
+
+
+def _forward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int) -> PassWork:
+    w = _Builder(gemm_bytes)
+    _attention_forward(w, model, x, flash, overlap)
     _norm_forward(w, x)
     _enter_tp(w, x, overlap, len(w.rows))
     w.gemm(x.tokens, x.h, x.mlp_in)
@@ -394,6 +400,13 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, as
     _activation_backward(w, model, x)
     _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
     _norm_backward(w, x)
+    _attention_backward(w, model, x, flash, overlap, async_reduce)
+    return w.build()
+
+
+def _attention_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool, overlap: bool,
+                        async_reduce: bool) -> None:
+    """Backward of the layer's first half (`_attention_forward`)."""
     _residual_backward(w, model, x)
     _row_backward(w, x, x.heads * x.v_d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
@@ -403,7 +416,6 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, as
         _rope(w, model, x)
         _column_backward(w, x, x.h, x.qkv, async_reduce)  # QKV
     _norm_backward(w, x)
-    return w.build()
 
 
 def _selective_recompute(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, gemm_bytes: int,

@@ -61,7 +61,9 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type",
+    "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
+    "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -110,6 +112,8 @@ SIZE_RULE = NumberRule("a whole number (0: none)", 0, 2**40, integer=True)
 SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why="a training iteration takes "
                       "between 0 and 1e7 s (four months)")
 _FRACTION = NumberRule("a probability", 0, 1)
+_IMBALANCE = NumberRule("a load-imbalance factor (the busiest rank's tokens over the mean)", 1, 64)
+_CAPACITY = NumberRule("a capacity factor (0: dropless)", 0, 64)
 
 
 def _integer(text: str) -> int:
@@ -181,6 +185,10 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
     "decoder_last_pipeline_num_layers": _integer, "context_parallel_size": _integer,
     "cp_comm_type": _choice(CP_COMM_TYPES),
+    "expert_model_parallel_size": _integer, "expert_tensor_parallel_size": _integer,
+    "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)),
+    "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
+    "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}

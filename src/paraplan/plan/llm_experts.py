@@ -1,0 +1,114 @@
+"""The mixture-of-experts parts of the LLM planner's space (`paraplan.plan.llm_space`):
+which (EP, ETP) layouts a candidate may use, the layer-table probes' data-parallel
+size, and the first and last stage's parameters of a model with dense and MoE layers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import (
+    RunStructure,
+    context_parallel_groups,
+    expert_parallel_groups,
+    mtp_expert_params,
+    placement,
+    run_structure,
+)
+from paraplan.predict.layer_factors import layer_shape_key
+from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.predictor import divisors
+
+if TYPE_CHECKING:
+    from paraplan.plan.llm_space import SearchSpace
+
+
+def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
+    """(EP, ETP) pairs a candidate of TP t and data x context parallel dc may use
+    (`RunSettings._check_experts`' rules); [(1, 0)] for a dense model."""
+    if not model.is_moe:
+        return [(1, 0)]
+    eps = space.expert_model_sizes or tuple(divisors(model.num_experts))
+    etps = space.expert_tensor_sizes or tuple(sorted({1, t}))
+    out = []
+    for ep in eps:
+        for etp in etps:
+            if (model.num_experts % ep or (t * dc) % (ep * etp) or model.moe_ffn_size % etp
+                    or (t > 1 and not sp and (ep > 1 or etp != t))):
+                continue
+            out.append((ep, etp))
+    return out
+
+
+def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster: Cluster,
+                     comm: CommModel) -> list[RunStructure]:
+    """The layer table's probe structures, for their passes alone. Probes that differ
+    only in EP / ETP share their dense-layer, embedding and head passes (none depends on
+    them, but a MoE multi-token-prediction layer in the head pass): the first builds a
+    whole structure, the others only their MoE passes, a few times faster for a model
+    with many expert layouts (DeepSeek-V3: 9 EP x 2 ETP)."""
+    out: list[RunStructure] = []
+    whole: dict[tuple[object, ...], RunStructure] = {}
+    for s in probes:
+        key = (s.tensor_model_parallel_size, s.micro_batch_size, s.sequence_parallel, s.recompute_granularity,
+               s.context_parallel_size)
+        first = whole.get(key)
+        if first is None or not model.num_moe_layers or len(first.passes) <= 7:
+            out.append(run_structure(model, s, cluster, comm))
+            whole.setdefault(key, out[-1])
+            continue
+        s.check(model)
+        place = placement(s, cluster.devices_per_node)
+        groups = {**context_parallel_groups(s, place), **expert_parallel_groups(s, place)}
+        tp = Group(s.tensor_model_parallel_size, place.tp_nodes)
+        moe = moe_layer_work(model, s)
+        passes = first.passes[:7] + tuple(PassCost.of(w, comm, tp, groups)
+                                          for w in (moe.forward, moe.recompute, moe.backward))
+        if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
+            head = last_stage_work(model, s)
+            passes = (*passes[:5], PassCost.of(head.forward, comm, tp, groups),
+                      PassCost.of(head.backward, comm, tp, groups), *passes[7:])
+        out.append(replace(first, settings=s, passes=passes,
+                           layer_key=layer_shape_key(model, s, cluster.device.name, place.tp_nodes)))
+    return out
+
+
+def probe_data_parallel(tc: int, ep_etp: int) -> int:
+    """The least data-parallel size that lets EP x ETP divide t x c x d (1 for a dense model)."""
+    return ep_etp // math.gcd(tc, ep_etp) if ep_etp else 1
+
+
+def mixed_stage_params(model: TransformerModel, t: np.ndarray, v: np.ndarray, ep_etp: np.ndarray,
+                       n_big: np.ndarray, n_chunk: np.ndarray, n_last: np.ndarray, single: np.ndarray,
+                       embedding: np.ndarray, head: np.ndarray,
+                       mean: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """A model with dense and MoE layers (DeepSeek-V3's first three dense): the first
+    and the last stage's non-expert and expert parameters on one rank from their own
+    layers (v = 1: consecutive layers; interleaved: the model's share of MoE layers);
+    `mean` (first, last, first experts, last experts) stays for a single stage."""
+    L, moe_total = model.num_layers, model.num_moe_layers
+    prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
+    share = moe_total / L
+    n_first = np.where(v > 1, n_chunk * v, n_big)
+    n_end = n_last * np.where(v > 1, v, 1)
+    moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
+    moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])
+    experts = model.num_experts * model.expert_params
+    non_expert = model.moe_layer_params - experts
+
+    def dense_part(n: np.ndarray, moe: np.ndarray) -> np.ndarray:
+        return ((n - moe) * model.dense_layer_params + moe * non_expert) / t
+
+    first = np.where(single, mean[0], dense_part(n_first, moe_first) + embedding)
+    last = np.where(single, mean[1], dense_part(n_end, moe_last) + head)
+    return (first, last, np.where(single, mean[2], moe_first * experts / ep_etp),
+            np.where(single, mean[3], moe_last * experts / ep_etp))

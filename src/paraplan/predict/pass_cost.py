@@ -1,0 +1,94 @@
+"""A pass's cost before the device is priced (`PassCost`): its kernels, its collectives
+priced with the communication model over their groups, and each overlapped
+collective's kernel. Which part of the communication each group's collectives are
+(`PART_OF_GROUP`: tensor-, context- or expert-parallel) lets `predict --explain` split
+them (`paraplan.predict.explain`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.core.comm import CommModel, Group
+from paraplan.predict.cp_ops import CP_GROUP, CP_RING
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.ops import Kernels, PassWork
+
+COMM_PARTS: tuple[str, ...] = ("tp", "cp", "ep")
+PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
+"""Which part of a pass's communication (`PassCost.comm_s`) each group's collectives are."""
+
+
+@dataclass(frozen=True, eq=False)
+class PassCost:
+    """A pass's cost before the device is priced: its kernels, the time of its blocking
+    collectives, and each overlapped collective's time with the kernel it runs beside."""
+
+    kernels: Kernels
+    blocking_comm_s: float
+    hidden_comm_s: np.ndarray
+    hidden_by: np.ndarray
+    num_collectives: int
+    other_blocking_s: tuple[tuple[str, float], ...] = ()  # per `COMM_PARTS` but tp: its share of blocking_comm_s
+    hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
+
+    @staticmethod
+    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
+        """`group` prices the tensor-parallel collectives, `others` those of other groups
+        (`Collective.group`: the context-parallel and the expert ones)."""
+        blocking = 0.0
+        other: dict[str, float] = {}
+        hidden_s, hidden_by, hidden_part = [], [], []
+        for c in work.collectives:
+            g = group if c.group == "tp" else (others or {})[c.group]
+            part = PART_OF_GROUP[c.group]
+            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
+            if c.hidden_by >= 0:
+                hidden_s.append(cost)
+                hidden_by.append(c.hidden_by)
+                hidden_part.append(part)
+            else:
+                blocking += cost
+                if part != "tp":
+                    other[part] = other.get(part, 0.0) + cost
+        return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
+                        np.array(hidden_by, dtype=np.int64), len(work.collectives), tuple(other.items()),
+                        np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None)
+
+    def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
+        """What the pass's collectives add to its kernels: the blocking ones in full; an
+        overlapped collective of time c beside a kernel of time g adds
+        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
+        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        `part`: `all`, or only the tensor-parallel (`tp`), context-parallel (`cp`) or
+        expert-parallel (`ep`: all-to-alls and expert-tensor-parallel) ones."""
+        others = dict(self.other_blocking_s)
+        if part == "all":
+            added = self.blocking_comm_s
+        elif part == "tp":
+            added = self.blocking_comm_s - sum(others.values())
+        else:
+            added = others.get(part, 0.0)
+        if self.hidden_by.size:
+            beside = kernel_s[self.hidden_by]
+            c = self.hidden_comm_s
+            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            if part != "all":
+                labels = self.hidden_part if self.hidden_part is not None else np.full(c.shape, "tp")
+                each = each[labels == part]
+            added += float(each.sum())
+        return added
+
+    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """Device time of the pass on one rank, given its kernels' times: kernels plus
+        what its collectives add (`comm_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
+
+    def host_s(self, eff: DeviceEfficiency) -> float:
+        """Host time to issue the pass."""
+        return len(self.kernels) * eff.host_kernel_s + self.num_collectives * eff.host_collective_s
+
+    def weight_grad_s(self, kernel_s: np.ndarray) -> float:
+        return float(kernel_s[self.kernels.weight_grad].sum()) if len(self.kernels) else 0.0
