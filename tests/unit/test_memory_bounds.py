@@ -79,6 +79,38 @@ def test_predict_output_is_the_same_as_the_in_memory_one(tmp_path):
     assert "virtual_pipeline_model_parallel_size" not in got[0]
 
 
+UNEVEN = ["u", 30, 4096, 32, 2048, 51200, 2, 4, 2, 64, "", "", "none", "bf16"]  # searched micro-batch and v
+EVEN = ["v", 32, 4096, 32, 2048, 51200, 2, 4, 2, 64, 1, "", "none", "bf16"]
+
+
+def test_uneven_split_columns_only_when_a_prediction_chose_one(tmp_path):
+    """The uneven first/last-stage columns, known only once predicted, appear (after
+    the input's columns, before the predictions, as the in-memory writer put them)
+    when some row's prediction chose such a split, and not otherwise."""
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
+    from paraplan.predict.runtable import PREDICTED
+
+    got = {}
+    for name, rows in (("both", [UNEVEN, EVEN]), ("even", [EVEN])):
+        path = write_table(tmp_path / f"{name}.csv", rows)
+        out = tmp_path / f"{name}_out.csv"
+        assert main(["predict", str(path), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
+        with out.open() as handle:
+            reader = csv.DictReader(handle)
+            got[name] = (reader.fieldnames, list(reader))
+    expected = predict_rows(read_run_table(tmp_path / "both.csv")[1], A100, CAL.comm_model(A100), CAL.efficiency)
+    assert set(UNEVEN_SPLIT_COLUMNS) <= set(expected[0].chosen)  # the 30 layers over 4 stages: uneven
+    assert not set(UNEVEN_SPLIT_COLUMNS) & set(expected[1].chosen)
+    fields, rows = got["both"]
+    assert fields == [*HEADER, *UNEVEN_SPLIT_COLUMNS, *PREDICTED]
+    assert [rows[0][c] for c in UNEVEN_SPLIT_COLUMNS] == [
+        str(expected[0].settings.decoder_first_pipeline_num_layers),
+        str(expected[0].settings.decoder_last_pipeline_num_layers)]
+    assert [rows[1][c] for c in UNEVEN_SPLIT_COLUMNS] == ["", ""]
+    assert got["even"][0] == [*HEADER, *PREDICTED]
+    assert got["even"][1][0]["virtual_pipeline_model_parallel_size"] == rows[1]["virtual_pipeline_model_parallel_size"]
+
+
 def test_a_bad_row_after_good_ones_writes_nothing(tmp_path, capsys):
     path = write_table(tmp_path / "runs.csv", [ROWS[0], ROWS[1], ["z", 24, 2048, 16, 2048, 50257, 3, 1, 1, 64, 1, 1,
                                                                   "none", "bf16"]])
