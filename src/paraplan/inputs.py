@@ -14,10 +14,12 @@ import csv
 import io
 import json
 import math
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from paraplan.core import InputFileError
 
@@ -156,6 +158,52 @@ def read_text(path: str | Path, expected: str) -> str:
     return text.removeprefix("\ufeff")
 
 
+_LONE_CR = re.compile(r"(?<=\r)(?=[^\n])")  # a line break of its own, as io.StringIO(newline="") splits
+
+
+def iter_text_lines(path: str | Path, expected: str) -> Iterator[str]:
+    """`read_text` one line at a time (the same checks and errors: at most
+    `MAX_FILE_BYTES`, UTF-8, no NUL byte, a leading byte-order mark dropped), holding one
+    line in memory, not the file. Line endings are kept, for the csv module."""
+    path = Path(path)
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed by the generator below)
+    except FileNotFoundError:
+        raise InputFileError(path, f"file not found; expected {expected}") from None
+    except IsADirectoryError:
+        raise InputFileError(path, f"is a directory; expected {expected}") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read ({exc.strerror}); expected {expected}") from None
+    return _lines(handle, path, expected)
+
+
+def _lines(handle: IO[bytes], path: Path, expected: str) -> Iterator[str]:
+    too_large = InputFileError(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB; expected {expected}")
+    with handle:
+        if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
+            raise too_large
+        size, number = 0, 0
+        while data := handle.readline(MAX_FILE_BYTES - size + 1):  # one line, never past the bound
+            size += len(data)
+            number += 1
+            if size > MAX_FILE_BYTES:
+                raise too_large
+            nul = data.find(b"\x00")
+            if nul >= 0:
+                raise InputFileError(path, f"NUL byte at column {nul + 1}: binary data; expected {expected}",
+                                     line=number)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputFileError(
+                    path, f"byte 0x{data[exc.start]:02x} at column {exc.start + 1} is not UTF-8; expected "
+                    f"{expected} as UTF-8 text", line=number,
+                ) from None
+            if number == 1:
+                text = text.removeprefix("\ufeff")
+            yield from _LONE_CR.split(text)
+
+
 class _DuplicateKey(ValueError):
     pass
 
@@ -240,24 +288,39 @@ def read_csv_table(
     `known` is given, nothing else). Cells are stripped of surrounding blanks. A field
     over the csv module's limit (128 KiB), bad quoting, a duplicate column or a record of
     the wrong width is an `InputFileError` naming the line."""
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    rows: list[tuple[int, list[str]]] = []
-    start = 1
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            limit = csv.field_size_limit()
-            reason = f"a field longer than {limit} characters" if "field limit" in str(exc) else str(exc)
-            raise InputFileError(path, f"not a readable CSV record: {reason}", line=start) from None
-        if any(cell.strip() for cell in row):
-            rows.append((start, row))
-        start = reader.line_num + 1
-    if not rows:
+    header, records = csv_records(io.StringIO(text, newline=""), path, required, known)
+    return CsvTable(header, tuple(records))
+
+
+def csv_records(
+    lines: Iterable[str], path: str | Path, required: Sequence[str], known: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], Iterator[tuple[int, dict[str, str]]]]:
+    """`read_csv_table` one record at a time: the header, checked now, and an iterator
+    over the records (line, cells), each checked as it is read. `lines` is any iterable
+    of text lines (`iter_text_lines` for a file of any length)."""
+    reader = csv.reader(lines, strict=True)
+    position = [1]  # the line the next record starts on
+
+    def rows() -> Iterator[tuple[int, list[str]]]:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                limit = csv.field_size_limit()
+                reason = f"a field longer than {limit} characters" if "field limit" in str(exc) else str(exc)
+                raise InputFileError(path, f"not a readable CSV record: {reason}", line=position[0]) from None
+            start = position[0]
+            position[0] = reader.line_num + 1
+            if any(cell.strip() for cell in row):
+                yield start, row
+
+    source = rows()
+    first = next(source, None)
+    if first is None:
         raise InputFileError(path, f"empty file; expected a header row with {', '.join(required)}")
-    header_line, raw_header = rows[0]
+    header_line, raw_header = first
     header = tuple(cell.strip() for cell in raw_header)
     duplicated = sorted({c for c in header if header.count(c) > 1})
     if duplicated:
@@ -274,9 +337,12 @@ def read_csv_table(
                 path, f"unknown column {shown(unknown[0])}; expected columns among {', '.join(known)}",
                 line=header_line,
             )
-    records = []
-    for line, row in rows[1:]:
-        if len(row) != len(header):
-            raise InputFileError(path, f"expected {len(header)} fields (as in the header), got {len(row)}", line=line)
-        records.append((line, dict(zip(header, (cell.strip() for cell in row), strict=True))))
-    return CsvTable(header, tuple(records))
+
+    def records() -> Iterator[tuple[int, dict[str, str]]]:
+        for line, row in source:
+            if len(row) != len(header):
+                raise InputFileError(path, f"expected {len(header)} fields (as in the header), got {len(row)}",
+                                     line=line)
+            yield line, dict(zip(header, (cell.strip() for cell in row), strict=True))
+
+    return header, records()

@@ -53,6 +53,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.cli.common import add_tracking_arguments, track
@@ -84,49 +86,136 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _format(value: float) -> str:
     return f"{value:.6g}"
+def searched_settings(row) -> set[str]:
+    """The columns a row's prediction may fill in: the sizes it leaves to the predictor
+    and, with a searched virtual pipeline size and no split of its own, Megatron's
+    uneven first/last stages (`predictor.UNEVEN_SPLIT_COLUMNS`)."""
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
+
+    out = {"micro_batch_size"} if row.search_micro_batch_size else set()
+    if row.search_virtual_stages:
+        out.add("virtual_pipeline_model_parallel_size")
+        if not row.settings.uneven_pipeline_split:
+            out.update(UNEVEN_SPLIT_COLUMNS)
+    return out
 
 
-def output_rows(header: list[str], rows, predictions, calibration_label: str,
-                breakdowns=None, flags=None) -> tuple[list[str], list[dict]]:
+def output_columns(header: list[str], searched: set[str], explain: bool = False) -> list[str]:
+    """The input's columns, the searched settings the input lacks (`searched`: what
+    some row's prediction may fill in, `searched_settings`), the predictions, then
+    with `explain` the time breakdown."""
     from paraplan.predict.explain import EXPLAIN_COLUMNS
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
 
     columns = [c for c in header if c not in PREDICTED]
     for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
-        if extra not in columns and any(extra in p.chosen for p in predictions):
+        if extra not in columns and extra in searched:
             columns.append(extra)
     columns += list(PREDICTED)
-    if breakdowns is not None:
+    if explain:
         columns += list(EXPLAIN_COLUMNS)
-    out = []
-    for i, (row, pred) in enumerate(zip(rows, predictions, strict=True)):
-        cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
-        for name in pred.chosen:
-            cells[name] = str(getattr(pred.settings, name))
-        cells.update({
-            "num_parameters": str(row.model.num_parameters),
-            "active_parameters": str(row.model.active_parameters),
-            "predicted_iteration_s": _format(pred.iteration_s),
-            "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
-            "predicted_mfu": _format(pred.mfu),
-            "predicted_peak_memory_bytes": f"{pred.peak_memory_bytes:.0f}",
-            "predicted_weight_state_bytes": f"{pred.weight_state_bytes:.0f}",
-            "predicted_activation_bytes": f"{pred.activation_bytes:.0f}",
-            "bubble_fraction": _format(pred.bubble_fraction),
-            "fits_memory": "true" if pred.fits_memory else "false",
-            "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
-            "calibration": calibration_label,
-            "plausibility": flags[i] if flags is not None else "",
-        })
-        if breakdowns is not None:
-            cells.update({f"explain_{k}_s": _format(v) for k, v in breakdowns[i].seconds.items()})
-        out.append(cells)
-    return columns, out
+    return columns
+
+
+def output_cells(columns: list[str], row, pred, calibration_label: str, flag: str = "",
+                 breakdown=None) -> dict[str, str]:
+    """One output row: the row as read, the settings the predictor chose, the
+    predictions, the plausibility `flag` and, with a `breakdown`, its explain columns."""
+    from paraplan.predict.runtable import PREDICTED
+
+    cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
+    for name in pred.chosen:
+        cells[name] = str(getattr(pred.settings, name))
+    cells.update({
+        "num_parameters": str(row.model.num_parameters),
+        "active_parameters": str(row.model.active_parameters),
+        "predicted_iteration_s": _format(pred.iteration_s),
+        "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
+        "predicted_mfu": _format(pred.mfu),
+        "predicted_peak_memory_bytes": f"{pred.peak_memory_bytes:.0f}",
+        "predicted_weight_state_bytes": f"{pred.weight_state_bytes:.0f}",
+        "predicted_activation_bytes": f"{pred.activation_bytes:.0f}",
+        "bubble_fraction": _format(pred.bubble_fraction),
+        "fits_memory": "true" if pred.fits_memory else "false",
+        "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),
+        "calibration": calibration_label,
+        "plausibility": flag,
+    })
+    if breakdown is not None:
+        cells.update({f"explain_{k}_s": _format(v) for k, v in breakdown.seconds.items()})
+    return cells
+
+
+@dataclass
+class _Measured:
+    """What the error summary, the ranking and the figure need of the rows with a
+    measured_iteration_s: 40 bytes per such row (compact arrays, the question label
+    as its hash), not the rows."""
+
+    measured_s: array = field(default_factory=lambda: array("d"))
+    predicted_s: array = field(default_factory=lambda: array("d"))
+    question: array = field(default_factory=lambda: array("q"))
+    tensor: array = field(default_factory=lambda: array("q"))
+    pipeline: array = field(default_factory=lambda: array("q"))
+
+    def add(self, row, pred) -> None:
+        from paraplan.predict.runtable import question_label
+
+        self.measured_s.append(row.measured_iteration_s)
+        self.predicted_s.append(pred.iteration_s)
+        self.question.append(hash(question_label(row)))
+        self.tensor.append(row.settings.tensor_model_parallel_size)
+        self.pipeline.append(row.settings.pipeline_model_parallel_size)
+
+
+@dataclass
+class _Figures:
+    """What the per-run figures (--plots, --explain) need of every row: its name and
+    a few numbers, kept only when a figure is asked for (one bar per run)."""
+
+    names: list[str] = field(default_factory=list)
+    iteration_s: array = field(default_factory=lambda: array("d"))
+    mfu: array = field(default_factory=lambda: array("d"))
+    fits_memory: list[bool] = field(default_factory=list)
+    parts_s: array = field(default_factory=lambda: array("d"))  # len(PARTS) per run, with --explain
+
+    def add(self, row, pred, breakdown) -> None:
+        self.names.append(row.name)
+        self.iteration_s.append(pred.iteration_s)
+        self.mfu.append(pred.mfu)
+        self.fits_memory.append(pred.fits_memory)
+        if breakdown is not None:
+            from paraplan.predict.explain import PARTS
+
+            self.parts_s.extend(breakdown.seconds[k] for k in PARTS)
+
+
+@dataclass
+class _Written:
+    """What writing the rows counted: rows, rows not fitting, implausible rows, and
+    the optional columns some prediction filled in."""
+
+    rows: int = 0
+    unfit: int = 0
+    implausible: int = 0
+    used: set[str] = field(default_factory=set)
+
+
+def _copy_columns(body, handle, columns: list[str], keep: list[str]) -> None:
+    """Rows written without a header in `columns` order, rewritten to `handle` with a
+    header of `keep` (a subsequence), one row in memory at a time."""
+    import csv
+
+    writer = csv.DictWriter(handle, fieldnames=keep, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for cells in csv.DictReader(body, fieldnames=columns, strict=True):
+        writer.writerow(cells)
 
 
 def run(args: argparse.Namespace) -> int:
     import csv
+    import tempfile
 
     import numpy as np
 
@@ -135,8 +224,8 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
-    from paraplan.predict.predictor import plausibility, predict_rows
-    from paraplan.predict.runtable import read_run_table
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, iter_predictions, plausibility
+    from paraplan.predict.runtable import iter_run_table, model_cache
 
     cluster = load_cluster(args.cluster)
     calibration = calibration_for(cluster, args.calibration,
@@ -145,55 +234,85 @@ def run(args: argparse.Namespace) -> int:
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)
-    header, rows = read_run_table(args.runs)
-    started = time.perf_counter()
+    # two passes over the table, one row in memory at a time: the first checks every
+    # row (a bad row fails before any prediction) and finds the columns the output may
+    # need, the second predicts in chunks and writes each row as it comes (into a
+    # temporary file renamed onto -o at the end, so a failure leaves no half-written
+    # output)
+    models = model_cache()  # a model file's warnings once, not once per pass
+    header, rows = iter_run_table(args.runs, models)
+    searched: set[str] = set()
+    for row in rows:
+        searched |= searched_settings(row)
+    columns = output_columns(header, searched, args.explain)
+    # the uneven-split columns appear only when some prediction chose such a split,
+    # which only the prediction tells: with any row that may, the rows go to a scratch
+    # file first and are copied into the output without the columns none filled in
+    optional = [c for c in UNEVEN_SPLIT_COLUMNS if c in columns and c not in header]
     comm = calibration.comm_model(cluster)
-    breakdowns = None
-    try:
-        predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
-        if args.explain:
-            from paraplan.predict.explain import explain_run
+    measured = _Measured()
+    figures = _Figures() if args.plots is not None or args.explain else None
+    written = _Written()
 
-            breakdowns = [explain_run(r.model, p.settings, cluster, comm, calibration.efficiency)
-                          for r, p in zip(rows, predictions, strict=True)]
-    except StrategyError as exc:
-        raise StrategyError(f"{args.runs}: {exc}") from None
-    seconds = time.perf_counter() - started
-    flags = [plausibility(p.mfu, calibration.efficiency) for p in predictions]
-    columns, out = output_rows(header, rows, predictions, calibration.label, breakdowns, flags)
-    with atomic_open(args.output, "w") as handle:
+    def write_rows(handle) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(out)
-    for row, flag in zip(rows, flags, strict=True):
-        if flag:
-            print(f"paraplan predict: warning: {args.runs}:{row.line} ({row.name}): {flag}; outside anything "
-                  "published, check the calibration and the settings", file=sys.stderr)
-    unfit = sum(not p.fits_memory for p in predictions)
-    print(f"paraplan predict: {len(rows)} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
+        if not optional:
+            writer.writeheader()
+        _, rows = iter_run_table(args.runs, models)
+        try:
+            for row, pred in iter_predictions(rows, cluster, comm, calibration.efficiency):
+                breakdown = None
+                if args.explain:
+                    from paraplan.predict.explain import explain_run
+
+                    breakdown = explain_run(row.model, pred.settings, cluster, comm, calibration.efficiency)
+                flag = plausibility(pred.mfu, calibration.efficiency)
+                writer.writerow(output_cells(columns, row, pred, calibration.label, flag, breakdown))
+                if flag:
+                    print(f"paraplan predict: warning: {args.runs}:{row.line} ({row.name}): {flag}; outside "
+                          "anything published, check the calibration and the settings", file=sys.stderr)
+                written.rows += 1
+                written.unfit += not pred.fits_memory
+                written.implausible += bool(flag)
+                written.used.update(pred.chosen)
+                if row.measured_iteration_s is not None:
+                    measured.add(row, pred)
+                if figures is not None:
+                    figures.add(row, pred, breakdown)
+        except StrategyError as exc:
+            raise StrategyError(f"{args.runs}: {exc}") from None
+
+    started = time.perf_counter()
+    with atomic_open(args.output, "w") as handle:
+        if optional:
+            with tempfile.TemporaryFile("w+", newline="", encoding="utf-8") as body:
+                write_rows(body)
+                body.seek(0)
+                _copy_columns(body, handle, columns, [c for c in columns if c not in optional or c in written.used])
+        else:
+            write_rows(handle)
+    seconds = time.perf_counter() - started
+    unfit = written.unfit
+    print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
           file=sys.stderr)
-    metrics: dict[str, float] = {"runs": float(len(rows)), "predict_s": seconds, "not_fitting": float(unfit),
-                                 "implausible": float(sum(bool(f) for f in flags))}
-    measured = [(r.measured_iteration_s, p.iteration_s) for r, p in zip(rows, predictions, strict=True)
-                if r.measured_iteration_s is not None]
+    metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
+                                 "implausible": float(written.implausible)}
     artifacts = [args.output]
-    if breakdowns is not None:
+    if args.explain and figures is not None:
         from paraplan.plots.predict import plot_time_breakdown
         from paraplan.predict.explain import PARTS
 
         artifacts += plot_time_breakdown(
-            [r.name for r in rows], np.array([[b.seconds[k] for k in PARTS] for b in breakdowns]), PARTS,
+            figures.names, np.asarray(figures.parts_s).reshape(-1, len(PARTS)), PARTS,
             (args.plots or args.output.parent) / f"{args.runs.stem}_explain",
             f"where the iteration time goes\n{args.runs.name} on {cluster.device.name} with {calibration.label}")
-    if measured:
+    if measured.measured_s:
         from paraplan.predict.ranking import ranking_summary
-        from paraplan.predict.runtable import question_label
 
-        with_measured = [(r, p) for r, p in zip(rows, predictions, strict=True) if r.measured_iteration_s is not None]
-        m, p = np.array(measured).T
+        m, p = np.asarray(measured.measured_s), np.asarray(measured.predicted_s)
         errors = ErrorSummary.of(p, m)
-        ranking = ranking_summary([question_label(r) for r, _ in with_measured], p, m)
+        ranking = ranking_summary(np.asarray(measured.question), p, m)
         metrics.update({f"{k}": float(v) for k, v in errors.as_dict().items() if k != "n" and v is not None})
         if ranking.groups:
             metrics["top3_fraction"] = ranking.hit_fraction
@@ -204,17 +323,15 @@ def run(args: argparse.Namespace) -> int:
             from paraplan.plots.predict import plot_predicted_vs_measured
 
             artifacts += plot_predicted_vs_measured(
-                m, p, np.array([r.settings.tensor_model_parallel_size for r, _ in with_measured]),
-                np.array([r.settings.pipeline_model_parallel_size for r, _ in with_measured]),
+                m, p, np.asarray(measured.tensor), np.asarray(measured.pipeline),
                 args.plots / f"{args.runs.stem}_predicted_vs_measured",
                 f"{args.runs.name} on {cluster.device.name} with {calibration.label}\nMAPE {errors.mape:.1%}, "
                 f"median {errors.median_ape:.1%}, max {errors.max_ape:.0%}, Spearman {errors.spearman:.3f}")
-    if args.plots is not None:
+    if args.plots is not None and figures is not None:
         from paraplan.plots.predict import plot_predicted_runs
 
         artifacts += plot_predicted_runs(
-            [r.name for r in rows], np.array([p.iteration_s for p in predictions]),
-            np.array([p.mfu for p in predictions]), [p.fits_memory for p in predictions],
+            figures.names, np.asarray(figures.iteration_s), np.asarray(figures.mfu), figures.fits_memory,
             args.plots / f"{args.runs.stem}_predicted", f"{args.runs.name} on {cluster.device.name} with "
             f"{calibration.label}")
     from paraplan.track import RunLog

@@ -111,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
     from paraplan.core import Group
+    from paraplan.profile.consistency import profile_inconsistency
     from paraplan.profile.io import read_profile
     from paraplan.validate import STRATEGIES
+    from paraplan.validate.load import LoadCheck, read_load_1m
     from paraplan.validate.pipeline import balanced_boundary
     from paraplan.validate.predict import PredictionSetup, predict_step_times
     from paraplan.validate.runner import RunConfig, run_strategies
@@ -159,10 +161,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
           f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
           f"{cut}, {args.backend}", file=sys.stderr)
+    problem = profile_inconsistency(profile.meta)
+    if problem:
+        print(f"paraplan validate: warning: profile {profile.name}: {problem}", file=sys.stderr)
     from paraplan.progress import bar
 
+    load_before = read_load_1m()
     with bar(args.warmup + args.steps, f"validate {profile.name}", "round") as progress:
         result = run_strategies(cfg, on_round=progress.update)
+    load = LoadCheck(load_before, read_load_1m(), cores, 2 * threads)
     extra: dict = {}
     if result.allreduce_s:
         setup = replace(setup, tp_allreduce_s=tuple(
@@ -183,6 +190,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"contention: whole-model forward+backward at batch {half:g} alone {_ms(result.alone_s)} ms, "
           f"all ranks at once {_ms(result.together_s)} ms: compute x {result.contention_factor:.3f} "
           f"(the profile says {profiled_s * 1e3:.2f} ms alone: drift x {drift:.3f}, not corrected)")
+    extra |= {"load_before_1m": load.load_before_1m, "load_after_1m": load.load_after_1m,
+              "other_load_per_core": load.other_load_per_core, "machine_busy": float(load.busy)}
+    sum_vs_whole = profile.meta.get("sum_vs_whole_rel_err")
+    if isinstance(sum_vs_whole, int | float):
+        extra["profile_sum_vs_whole_rel_err"] = float(sum_vs_whole)
     extra |= {"contention_factor": result.contention_factor, "profile_drift": drift,
              "calibration_alone_s": statistics.median(result.alone_s),
              "calibration_together_s": statistics.median(result.together_s)}
@@ -195,21 +207,24 @@ def run(args: argparse.Namespace) -> int:
         extra[f"rel_err_rescaled__{strategy}"] = value / result.measured[strategy].median_s - 1
     print("profile rescaled by the drift (diagnostic): "
           + ", ".join(f"{k} {v * 1e3:.2f} ms ({extra[f'rel_err_rescaled__{k}']:+.1%})" for k, v in rescaled.items()))
-    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected, extra)
+    warnings = [w for w in (load.warning(), f"warning: profile {profile.name}: {problem}" if problem else None) if w]
+    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected, extra,
+                   load, warnings)
 
 
 def _ms(values) -> str:
     return "/".join(f"{v * 1e3:.2f}" for v in values)
 
 
-def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected, extra) -> int:
+def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected, extra, load,
+            warnings) -> int:
     from paraplan.cli.common import track
     from paraplan.files import write_csv
     from paraplan.track import RunLog, Table
     from paraplan.validate import strategy_metrics, validation_metrics, validation_table
 
     measured = result.measured
-    table = validation_table(measured, predicted)
+    table = validation_table(measured, predicted, load.other_load_per_core)
     write_csv(args.output, table)
     print(f"{'strategy':<12}{'measured ms':>12}{'p10':>9}{'p90':>9}{'predicted ms':>14}{'rel_err':>9}"
           f"{'uncorrected ms':>16}{'rel_err':>9}")
@@ -219,7 +234,10 @@ def _finish(args, name, model, settings, setup, threads, result, predicted, unco
               f"{row.measured_p90_s * 1e3:9.2f}{row.predicted_s * 1e3:14.2f}{row.rel_err:+9.1%}"
               f"{raw * 1e3:16.2f}{raw / row.measured_s - 1:+9.1%}")
     abs_err = table["rel_err"].abs()
-    print(f"wrote {args.output}: |rel_err| median {abs_err.median():.1%}, max {abs_err.max():.1%}")
+    print(f"wrote {args.output}: |rel_err| median {abs_err.median():.1%}, max {abs_err.max():.1%}; "
+          f"{load.describe()}")
+    for line in warnings:  # last, where a reader of the table looks
+        print(f"paraplan validate: {line}", file=sys.stderr)
 
     artifacts = [args.output]
     if args.plots is not None:

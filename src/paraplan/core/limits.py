@@ -5,6 +5,15 @@ search and simulation finite whatever the input says.
 Each limit comes with the reason an error gives when a value crosses it. The typed
 loaders (`paraplan.typed`) and the core constructors read them from here, so a file,
 an option and a Python caller meet the same bound.
+
+Memory is bounded by design within these limits (docs/limits.md, measured by
+benchmarks/bench_memory.py): `paraplan predict` streams its run table (two passes,
+one row at a time, 2,048 candidate settings priced together, 40 bytes kept per row
+with a measured time) and `paraplan plan` estimates every candidate in closed form
+and re-times one at a time, none over `MAX_SIMULATED_OPS`. Either command's peak is
+about 100-150 MB plus the one configuration the engine runs, 60-110 bytes per
+pipeline operation: at most about 1.2 GB at any size these limits allow (measured:
+897 MB for 65,536 layers on 16,384 GPUs).
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ MICROBATCHES_WHY = "training runs use at most a few thousand; paraplan simulates
 
 MAX_SIMULATED_OPS = 2**23
 """Pipeline operations (forward, backward per stage and micro-batch, times chunks and
-iterations) of one simulated configuration: about 8.4 million, half a minute."""
+iterations) of one simulated configuration: about 8.4 million, half a minute to a
+minute and up to about 1 GB in the exact engine. The LLM planner estimates candidates
+beyond it but does not re-time them (it says how many)."""
 
 MAX_LAYERS = 2**16
 """Layers (or transformer blocks) of one model: 65,536."""

@@ -31,6 +31,7 @@ import numpy as np
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.errors import StrategyError
+from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_space import Candidates, SearchSpace, enumerate_candidates, estimate
@@ -68,6 +69,7 @@ class PlanResult:
     estimated_fitting: int
     retimed: int
     search_s: float
+    not_simulated: int = 0  # candidates that fit by estimate beyond `MAX_SIMULATED_OPS`: not re-timed
 
 
 BASELINES: dict[str, dict[str, object]] = {
@@ -136,6 +138,16 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
     if progress:
         progress(f"{len(cand)} candidates estimated, {int(fits.sum())} fit in memory by estimate")
+    # the exact engine's memory and time grow with a candidate's pipeline operations:
+    # beyond the bound every stage and tool keeps to, a candidate is estimated only
+    too_long = pipeline_ops(cand, request.global_batch_size) > MAX_SIMULATED_OPS
+    beyond = fits & too_long
+    if beyond.any() and progress:
+        fastest = float(est.iteration_s[beyond].min())
+        progress(f"note: {int(beyond.sum())} candidates that fit by estimate (the fastest estimated at "
+                 f"{fastest:.3g} s) have more than {MAX_SIMULATED_OPS:,} pipeline operations (3 x stages x "
+                 "micro-batches x model chunks), more than paraplan simulates exactly: not re-timed, not answered")
+    fits &= ~too_long
     # the fastest by estimate of each schedule: a schedule's estimate may be biased,
     # its best candidates are re-timed all the same
     order = np.flatnonzero(fits)[np.argsort(est.iteration_s[fits], kind="stable")]
@@ -143,7 +155,8 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
                              for k in np.unique(cand.schedule[order])]) if order.size else order
     settings = [cand.settings(int(i), base) for i in chosen]
     baselines = baseline_settings(request)
-    runnable = {k: s for k, s in baselines.items() if s is not None}
+    runnable = {k: s for k, s in baselines.items()
+                if s is not None and 3 * s.num_microbatches <= MAX_SIMULATED_OPS}
     pool = settings + list(runnable.values())
     results = predict_settings(model, pool, cluster, comm, efficiency) if pool else []
     predictions = [summarize(model, s, r, cluster) for r, s in results]
@@ -159,16 +172,29 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
             seen.add(key)
             unique.append(p)
     if not unique:
-        _raise_fits_nowhere(request, cand, est, base, comm, efficiency)
+        _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
     return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), len(pool),
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, int(beyond.sum()))
+
+
+def pipeline_ops(cand: Candidates, global_batch_size: int) -> np.ndarray:
+    """Operations the exact engine simulates per candidate, counted as `paraplan
+    predict` counts a run-table row: 3 x stages x micro-batches x model chunks."""
+    microbatches = global_batch_size // (cand.d * cand.b)
+    return 3 * cand.p * microbatches * cand.v
 
 
 def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
-                        efficiency: DeviceEfficiency) -> None:
-    """Re-time the candidates of least estimated memory exactly and say how much the
-    smallest needs."""
-    smallest = np.argsort(est.peak_memory_bytes, kind="stable")[:8]
+                        efficiency: DeviceEfficiency, simulable: np.ndarray) -> None:
+    """Re-time the simulable candidates of least estimated memory exactly and say how
+    much the smallest needs."""
+    if not simulable.any():
+        raise StrategyError(
+            f"{request.model.name} on {request.num_gpus} GPUs at global batch {request.global_batch_size}: every "
+            f"candidate has more than {MAX_SIMULATED_OPS:,} pipeline operations (3 x stages x micro-batches x model "
+            "chunks), more than paraplan simulates exactly; a smaller global batch would do")
+    index = np.flatnonzero(simulable)
+    smallest = index[np.argsort(est.peak_memory_bytes[index], kind="stable")[:8]]
     settings = [cand.settings(int(i), base) for i in smallest]
     results = predict_settings(request.model, settings, request.cluster, comm, efficiency)
     best = min(results, key=lambda rs: float(rs[0].peak_memory_bytes.max()))

@@ -73,7 +73,7 @@ from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
 from paraplan.sim.engine import inflight_peak
-from paraplan.sim.schedules import cached_orders, get_schedule
+from paraplan.sim.schedules import get_schedule
 
 SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
 RECOMPUTE: tuple[RecomputeGranularity, ...] = ("none", "selective", "full")
@@ -344,8 +344,9 @@ def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
     step = p if v > 1 else 1
     short = min(m, max(4 * p, step))
     short -= short % step
-    orders = cached_orders(schedule, p, max(short, step), 1, v)
-    peaks = inflight_peak(orders, get_schedule(schedule).split_backward)
+    sched = get_schedule(schedule)
+    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1)]  # not all p stages
+    peaks = inflight_peak(ends, sched.split_backward)
     return (int(peaks[0]), int(peaks[-1]))
 
 

@@ -19,7 +19,7 @@ Metrics:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from paraplan.core.cluster import Cluster
@@ -135,16 +135,50 @@ def _pick(model: TransformerModel, results: list[tuple[IterationResult, RunSetti
     return summarize(model, best[1], best[0], cluster, chosen)
 
 
+PREDICT_CHUNK_CANDIDATES = 2048
+"""Candidate settings (a row stands for one, or for every micro-batch size / virtual
+pipeline size it searches) priced together in one vectorised batch: the memory of
+`predict_rows` and `iter_predictions` is that of this many candidates (a few MB) or
+of one row's candidates, whatever the table's length; larger batches are not faster
+(the engine run of each candidate dominates)."""
+
+
 def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, efficiency: DeviceEfficiency,
                  progress: Callable[[int], None] | None = None) -> list[RunPrediction]:
-    """One prediction per row (see the module doc); all candidates of all rows are
-    priced in one vectorised batch."""
-    per_row: list[list[RunSettings]] = []
+    """One prediction per row (see the module doc), priced in vectorised chunks
+    (`PREDICT_CHUNK_CANDIDATES`)."""
+    return [pred for _, pred in iter_predictions(rows, cluster, comm, efficiency, progress=progress)]
+
+
+def iter_predictions(rows: Iterable[RunRow], cluster: Cluster, comm: CommModel, efficiency: DeviceEfficiency,
+                     chunk_candidates: int = PREDICT_CHUNK_CANDIDATES,
+                     progress: Callable[[int], None] | None = None) -> Iterator[tuple[RunRow, RunPrediction]]:
+    """(row, prediction) for every row, in order, reading `rows` (any iterable, e.g.
+    `runtable.iter_run_table`) as far as `chunk_candidates` candidate settings at a
+    time: memory bounded by one chunk. A row's prediction does not depend on the rows
+    priced beside it, so any chunking gives the same numbers."""
+    if chunk_candidates < 1:
+        raise ValueError(f"chunk_candidates must be >= 1, got {chunk_candidates}")
+    pending: list[tuple[RunRow, list[RunSettings]]] = []
+    size = 0
     for row in rows:
         cands = candidate_settings(row.model, row.settings, row.search_micro_batch_size, row.search_virtual_stages)
         if not cands:
             raise StrategyError(f"line {row.line}: no micro-batch size / virtual pipeline size can run this row")
-        per_row.append(cands)
+        pending.append((row, cands))
+        size += len(cands)
+        if size >= chunk_candidates:
+            yield from _predict_chunk(pending, cluster, comm, efficiency, progress)
+            pending, size = [], 0
+    if pending:
+        yield from _predict_chunk(pending, cluster, comm, efficiency, progress)
+
+
+def _predict_chunk(pending: list[tuple[RunRow, list[RunSettings]]], cluster: Cluster, comm: CommModel,
+                   efficiency: DeviceEfficiency, progress: Callable[[int], None] | None
+                   ) -> list[tuple[RunRow, RunPrediction]]:
+    rows = [row for row, _ in pending]
+    per_row = [cands for _, cands in pending]
     structures = []
     for row, cands in zip(rows, per_row, strict=True):
         try:
@@ -165,7 +199,7 @@ def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, effi
         pick = _pick(row.model, results, cluster, chosen)
         if row.search_virtual_stages and pick.settings.uneven_pipeline_split and not row.settings.uneven_pipeline_split:
             pick = replace(pick, chosen=(*chosen, *UNEVEN_SPLIT_COLUMNS))
-        out.append(pick)
+        out.append((row, pick))
         if progress:
             progress(1)
     return out

@@ -26,14 +26,19 @@ class RankingSummary:
         return self.picked_within_5pct / self.groups if self.groups else float("nan")
 
 
-def ranking_summary(group_labels: Sequence[str], predicted_s: np.ndarray, measured_s: np.ndarray,
+def ranking_summary(group_labels: Sequence[object] | np.ndarray, predicted_s: np.ndarray, measured_s: np.ndarray,
                     top_k: int = 3) -> RankingSummary:
-    labels = np.asarray(list(group_labels))
+    """`group_labels`: one label per run (strings, or any hashable such as their
+    hashes); runs with equal labels answer the same question. Grouped by one sort, so
+    a million runs take a second, not a pass over the runs per question."""
+    labels = np.asarray(group_labels if isinstance(group_labels, np.ndarray) else list(group_labels))
     predicted_s = np.asarray(predicted_s, dtype=float)
     measured_s = np.asarray(measured_s, dtype=float)
+    _, inverse = np.unique(labels, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.flatnonzero(np.diff(inverse[order])) + 1
     groups = hits = picked = 0
-    for label in dict.fromkeys(labels.tolist()):
-        idx = np.flatnonzero(labels == label)
+    for idx in np.split(order, bounds) if order.size else []:
         if idx.size < 2:
             continue
         groups += 1

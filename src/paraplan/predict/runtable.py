@@ -24,7 +24,7 @@ or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from paraplan.core.run_settings import (
 )
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
-from paraplan.inputs import NumberRule, read_csv_table, read_text, shown
+from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
 from paraplan.predict.runtable_model import EXTENSION_COLUMNS, ModelCache, row_model
 
 REQUIRED: tuple[str, ...] = (
@@ -276,35 +276,53 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
 
 
 def read_run_table(path: str | Path) -> tuple[list[str], list[RunRow]]:
-    """The header and the parsed rows of a run table (see the module doc). The file is
-    read at the one edge every input file crosses (`paraplan.inputs`: UTF-8, bounded
-    size and fields, the same errors as every other reader)."""
+    """The header and the parsed rows of a run table (see the module doc), all in
+    memory; `iter_run_table` reads one row at a time."""
+    header, rows = iter_run_table(path)
+    return header, list(rows)
+
+
+def model_cache() -> ModelCache:
+    """A cache of the models a table's `model` cells name, to share between passes
+    over one table (`iter_run_table`): each file is loaded, and warned about, once."""
+    return ModelCache(_load_model)
+
+
+def iter_run_table(path: str | Path, models: ModelCache | None = None) -> tuple[list[str], Iterator[RunRow]]:
+    """The header (checked now) and an iterator over the parsed rows, each checked as
+    it is read, so a table of any length is read in the memory of one row (and of the
+    distinct models its `model` cells name, in `models`). The file is read at the one
+    edge every input file crosses (`paraplan.inputs`: UTF-8, bounded size and fields,
+    the same errors as every other reader)."""
     path = Path(path)
-    text = read_text(path, "a run table (CSV with a header of Megatron-LM argument names)")
-    table = read_csv_table(text, path, (), KNOWN)
-    header = list(table.header)
+    lines = iter_text_lines(path, "a run table (CSV with a header of Megatron-LM argument names)")
+    raw_header, records = csv_records(lines, path, (), KNOWN)
+    header = list(raw_header)
     required = REQUIRED_SETTINGS if "model" in header else REQUIRED
     missing = [c for c in required if c not in header]
     if missing:
         raise InputFileError(path, f"missing column(s) {', '.join(missing)}; expected {', '.join(required)}"
                              + ("" if "model" in header else " (or a model column naming a preset or a model file "
                                 "instead of the dimensions)"), line=1)
-    rows: list[RunRow] = []
-    has = set(header)
-    models = ModelCache(_load_model)
-    for line, cells in table.records:
+    return header, _rows(path, set(header), records, models or model_cache())
+
+
+def _rows(path: Path, has: set[str], records: Iterator[tuple[int, dict[str, str]]],
+          models: ModelCache) -> Iterator[RunRow]:
+    count = 0
+    for line, cells in records:
         long = [column for column, cell in cells.items() if len(cell) > MAX_FIELD_CHARS]
         if long:
             raise InputFileError(path, f"a cell of {len(cells[long[0]]):,} characters; expected at most "
                                  f"{MAX_FIELD_CHARS}", line=line, field=f"column '{long[0]}'")
-        if len(rows) >= MAX_ROWS:
+        if count >= MAX_ROWS:
             raise InputFileError(path, f"more than {MAX_ROWS:,} runs", line=line)
         row = parse_row(path, line, dict(cells), has, models)
         _check_work(path, row)
-        rows.append(row)
-    if not rows:
+        count += 1
+        yield row
+    if not count:
         raise InputFileError(path, "no runs: the table has a header but no rows")
-    return header, rows
 
 
 def _check_work(path: Path, row: RunRow) -> None:

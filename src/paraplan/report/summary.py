@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from paraplan.profile.consistency import profile_inconsistency
+from paraplan.validate.compare import LOAD_COLUMN
+from paraplan.validate.load import BUSY_LOAD_PER_CORE
+
 
 @dataclass(frozen=True)
 class StageFiles:
@@ -100,23 +104,32 @@ def fit_section(fits: Mapping[str, dict]) -> list[str]:
     ]
 
 
+def _inconsistent(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[str]:
+    """'**Warning**' lines for the profiles whose layers do not add up to their whole step."""
+    return [f"**Warning: profile `{model}`**: {problem}." for model, (_, meta) in sorted(profiles.items())
+            if (problem := profile_inconsistency(meta))]
+
+
 def profile_section(profiles: Mapping[str, tuple[pd.DataFrame, dict]]) -> list[str]:
     rows = []
     for model, (frame, meta) in sorted(profiles.items()):
+        flag = " (inconsistent)" if profile_inconsistency(meta) else ""
         rows.append([
             model, len(frame), meta.get("batch_size", ""), meta.get("device", ""), meta.get("threads", ""),
             1e3 * float(frame["fwd_s"].sum()), 1e3 * float(frame["bwd_s"].sum()),
             float(frame["param_bytes"].sum()) / 1e6,
-            _pct(meta.get("sum_vs_whole_rel_err")) if "sum_vs_whole_rel_err" in meta else "",
+            _pct(meta.get("sum_vs_whole_rel_err")) + flag if "sum_vs_whole_rel_err" in meta else "",
         ])
     if not rows:
         return []
+    warnings = _inconsistent(profiles)
     return [
         "## profile: layer-wise profiles",
         "",
         *_table(["model", "layers", "batch", "device", "threads", "fwd total (ms)", "bwd total (ms)",
                  "params (MB)", "sum vs whole step"], rows),
         "",
+        *(line for w in warnings for line in (w, "")),
         "Reproduce: `snakemake -R profile --until profile`, or "
         "`paraplan profile --model NAME --profile-batch-size B -o PROFILE.csv`.",
         "",
@@ -181,15 +194,24 @@ def plan_section(plans: Mapping[str, pd.DataFrame]) -> list[str]:
     return lines
 
 
-def validate_section(validations: Mapping[str, pd.DataFrame]) -> list[str]:
+def validate_section(validations: Mapping[str, pd.DataFrame],
+                     profiles: Mapping[str, tuple[pd.DataFrame, dict]] | None = None) -> list[str]:
+    """The validation table; a warning for each validation measured on a busy machine
+    (`LOAD_COLUMN`) and each whose profile does not add up to its whole step."""
     rows = []
+    warnings = []
     for model, frame in sorted(validations.items()):
         for r in frame.itertuples(index=False):
             rows.append([model, r.strategy, 1e3 * r.measured_s,
                          f"{1e3 * r.measured_p10_s:.3g} .. {1e3 * r.measured_p90_s:.3g}",
                          1e3 * r.predicted_s, _pct(r.rel_err)])
+        if LOAD_COLUMN in frame and len(frame) and float(frame[LOAD_COLUMN].max()) > BUSY_LOAD_PER_CORE:
+            warnings.append(f"**Warning: `{model}` was measured on a busy machine**: other processes' load "
+                            f"{float(frame[LOAD_COLUMN].max()):.2f} per core (above {BUSY_LOAD_PER_CORE:.2f}); "
+                            "its errors include their work, not the model's alone. Rerun on an idle machine.")
     if not rows:
         return []
+    warnings += [w for w in _inconsistent({m: p for m, p in (profiles or {}).items() if m in validations})]
     errs = pd.concat(list(validations.values()))["rel_err"].abs()
     return [
         "## validate: predicted vs measured step time",
@@ -199,6 +221,7 @@ def validate_section(validations: Mapping[str, pd.DataFrame]) -> list[str]:
         "",
         f"Absolute error: median {_pct(errs.median())}, max {_pct(errs.max())}.",
         "",
+        *(line for w in warnings for line in (w, "")),
         "Reproduce: `snakemake -R validate --until validate`, or `paraplan validate --help`.",
         "",
     ]
@@ -312,7 +335,7 @@ def render(files: StageFiles, title: str = "paraplan summary") -> str:
              "`results/figures/` and in MLflow (`mlflow ui`).", ""]
     for section in (bench_section(files.collectives), fit_section(files.fits),
                     profile_section(files.profiles), simulate_section(files.simulations),
-                    plan_section(files.plans), validate_section(files.validations),
+                    plan_section(files.plans), validate_section(files.validations, files.profiles),
                     kernels_section(files.kernels), calibrate_section(files.calibrations),
                     predict_section(files.predictions),
                     llm_plan_section(files.llm_plans)):

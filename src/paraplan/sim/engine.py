@@ -18,13 +18,13 @@ fraction of a second. An order that can never complete raises `StrategyError`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from paraplan.core.errors import StrategyError
+from paraplan.sim.op_cache import OpsBoundedCache
 from paraplan.sim.schedules import BWD, FWD, OP_LETTERS, WGT, OpOrder, one_f_one_b_order
 
 
@@ -94,11 +94,22 @@ class PipelineRun:
         return float(1.0 - self.busy_s().sum() / (self.num_devices * span))
 
 
-@functools.lru_cache(maxsize=1024)
-def _prepare(orders: Sequence[OpOrder], n: int, nv: int) -> tuple[list[list[int]], list[list[int]], list[list[int]]]:
-    """The orders as plain lists (kind, micro-batch, virtual stage per op), checked.
-    Cached for the tuples `schedules.cached_orders` hands out, which a calibration runs
-    thousands of times."""
+Prepared = tuple[list[list[int]], list[list[int]], list[list[int]]]
+_PREPARED: OpsBoundedCache[tuple[Sequence[OpOrder], Prepared]] = OpsBoundedCache()
+
+
+def _prepare_cached(orders: tuple[OpOrder, ...], n: int, nv: int) -> Prepared:
+    """`_prepare`, cached (bounded by operations) for the tuples `schedules.cached_orders`
+    hands out, which a calibration runs thousands of times; keyed by the tuple's
+    identity, which the entry keeps alive."""
+    def make() -> tuple[tuple[Sequence[OpOrder], Prepared], int]:
+        return (orders, _prepare(orders, n, nv)), sum(len(o) for o in orders)
+
+    return _PREPARED.get((id(orders), n, nv), make)[1]
+
+
+def _prepare(orders: Sequence[OpOrder], n: int, nv: int) -> Prepared:
+    """The orders as plain lists (kind, micro-batch, virtual stage per op), checked."""
     p = len(orders)
     for s, o in enumerate(orders):
         if o.microbatch.size and (o.microbatch.min() < 0 or o.microbatch.max() >= n):
@@ -121,8 +132,7 @@ def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: i
     if p < 1 or nv % p != 0:
         raise StrategyError(f"{nv} virtual stages cannot be spread over {p} pipeline devices")
     n = num_microbatches
-    prepare = _prepare if isinstance(orders, tuple) else _prepare.__wrapped__
-    kinds, mbs, vss = prepare(orders, n, nv)
+    kinds, mbs, vss = _prepare_cached(orders, n, nv) if isinstance(orders, tuple) else _prepare(orders, n, nv)
     dur = (costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist())
     sendf = [*costs.send_fwd_s.tolist(), 0.0]
     sendb = [0.0, *costs.send_bwd_s.tolist()]  # sendb[vs]: transfer vs -> vs - 1

@@ -20,7 +20,6 @@ weights.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -29,6 +28,7 @@ import numpy as np
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.glossary import SCHEDULES, PipelineOp, ScheduleName
+from paraplan.sim.op_cache import OpsBoundedCache
 
 FWD, BWD, WGT = PipelineOp.FWD, PipelineOp.BWD, PipelineOp.WGT
 OP_LETTERS = tuple(op.letter for op in PipelineOp)
@@ -139,6 +139,16 @@ class Schedule:
     def iteration_order(self, num_stages: int, num_microbatches: int, stage: int) -> OpOrder:
         raise NotImplementedError
 
+    def stage_order(self, num_stages: int, num_microbatches: int, virtual_stages: int, stage: int) -> OpOrder:
+        """One iteration's ops of one device alone (what `orders` gives that device at
+        iterations=1), without building the other devices' orders: memory in the
+        micro-batches, not in the stages times the micro-batches. Schedules that order
+        their devices together (no flush, DistIR's rounds) build them all."""
+        if type(self).device_orders is not Schedule.device_orders:
+            return self.orders(num_stages, num_microbatches, 1, virtual_stages)[stage]
+        self.check(num_stages, num_microbatches, virtual_stages)
+        return self.iteration_order(num_stages, num_microbatches, stage)
+
 
 class GPipe(Schedule):
     """F-then-B: all M forwards, then all M backwards; flush."""
@@ -243,6 +253,10 @@ class Interleaved(Schedule):
             )
             for s in range(num_stages)
         ]
+
+    def stage_order(self, num_stages: int, num_microbatches: int, virtual_stages: int, stage: int) -> OpOrder:
+        self.check(num_stages, num_microbatches, virtual_stages)
+        return self.device_order(num_stages, num_microbatches, virtual_stages, stage)
 
     def device_order(self, p: int, n_mb: int, v: int, stage: int) -> OpOrder:
         if v == 1:
@@ -360,12 +374,19 @@ _REGISTRY: dict[str, Schedule] = {
 assert tuple(_REGISTRY) == SCHEDULES, "schedule registry must list paraplan.core.SCHEDULES in order"
 
 
-@functools.lru_cache(maxsize=1024)
+_ORDERS: OpsBoundedCache[tuple[OpOrder, ...]] = OpsBoundedCache()
+
+
 def cached_orders(name: str, num_stages: int, num_microbatches: int, iterations: int = 1,
                   virtual_stages: int = 1) -> tuple[OpOrder, ...]:
-    """`get_schedule(name).orders(...)` as a tuple, computed once per request (the
-    orders are never modified; the engine caches its own preparation of them too)."""
-    return tuple(get_schedule(name).orders(num_stages, num_microbatches, iterations, virtual_stages))
+    """`get_schedule(name).orders(...)` as a tuple, computed once per request while it
+    stays in a cache bounded by operations (`paraplan.sim.op_cache`); the orders are
+    never modified, and the engine caches its own preparation of them the same way."""
+    def make() -> tuple[tuple[OpOrder, ...], int]:
+        orders = tuple(get_schedule(name).orders(num_stages, num_microbatches, iterations, virtual_stages))
+        return orders, sum(len(o) for o in orders)
+
+    return _ORDERS.get((name, num_stages, num_microbatches, iterations, virtual_stages), make)
 
 
 def get_schedule(name: str) -> Schedule:

@@ -16,6 +16,7 @@ COLUMNS: tuple[str, ...] = (
     "predicted_s",
     "rel_err",
 )
+LOAD_COLUMN = "other_load_per_core"  # optional: other processes' load per core while measuring
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,11 @@ def rel_err(predicted_s: float, measured_s: float) -> float:
     return predicted_s / measured_s - 1.0
 
 
-def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[str, float]):
-    """One row per measured strategy, in the order given, with the columns of docs/design.md."""
+def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[str, float],
+                     other_load_per_core: float | None = None):
+    """One row per measured strategy, in the order given, with the columns of docs/design.md;
+    with `other_load_per_core` (`paraplan.validate.load.LoadCheck`), that column too,
+    the same on every row: the summary marks a validation measured on a busy machine."""
     import pandas as pd
 
     missing = [name for name in measured if name not in predicted_s]
@@ -77,7 +81,10 @@ def validation_table(measured: Mapping[str, Measurement], predicted_s: Mapping[s
         }
         for name, m in measured.items()
     ]
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    if other_load_per_core is not None:
+        frame[LOAD_COLUMN] = float(other_load_per_core)
+    return frame
 
 
 def validation_metrics(table) -> dict[str, float]:

@@ -4,7 +4,8 @@ Each round times, after a barrier each, the contention calibration (the whole
 model's forward + backward on each rank alone, then on all ranks at once), the
 all-reduce calibration (`ALLREDUCE_PROBES_PER_ROUND` all-reduces of each size in
 `RunConfig.allreduce_probe_bytes`, the sizes of tp2's activation all-reduces) and one
-step of every strategy, so all of them see the same machine load; a step's time is
+step of every strategy, in an order rotated by one each round, so all of them see the
+same machine load and none holds a fixed place in the round; a step's time is
 the slowest rank's, from the barrier to the end of its own work (after a device
 synchronisation on GPUs). The optimiser update (SGD) follows each step outside the
 timed region: the simulator predicts forward, backward and communication, not the
@@ -29,7 +30,7 @@ from paraplan.validate.compare import Measurement, summarise
 from paraplan.validate.data_parallel import GradientBuffer
 from paraplan.validate.pipeline import PipelineStage, stage_order
 from paraplan.validate.ranks import report_progress, run_ranks
-from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE, strategy_for
+from paraplan.validate.strategies import PIPELINE_SCHEDULES, STRATEGIES, WORLD_SIZE, round_order, strategy_for
 from paraplan.validate.tensor_parallel import tensor_parallel_layers
 from paraplan.validate.workload import Workload, WorkloadSpec
 
@@ -195,7 +196,9 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
     backward at batch / ranks samples on each rank alone while the others wait, then
     on all ranks at once), then one training step of every strategy. Interleaving
     makes every strategy and the calibration see the same machine load, which on a
-    shared machine changes by the second. The first `warmup` rounds are not kept."""
+    shared machine changes by the second; each round starts one strategy later than
+    the last (round-robin), so none always runs first after the calibration or last
+    before the next. The first `warmup` rounds are not kept."""
     device = torch.device("cuda", rank) if cfg.backend == "nccl" else torch.device("cpu")
     work = cfg.workload.build()
     steps = {name: build_step(name, work, cfg, rank, device) for name in cfg.strategies}
@@ -225,7 +228,8 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
                 elapsed = _timed(functools.partial(dist.all_reduce, buf), device)
                 if keep:
                     times[name].append(elapsed)
-        for name, (step, update) in steps.items():
+        for name in round_order(tuple(steps), i):
+            step, update = steps[name]
             elapsed = _timed(step, device)
             update()
             if keep:

@@ -37,3 +37,12 @@ def strategy_for(name: str, num_microbatches: int, pipeline_boundary: int) -> St
             schedule=PIPELINE_SCHEDULES[name], stage_boundaries=(pipeline_boundary,),
         )
     raise StrategyError(f"unknown strategy '{name}'; known: {', '.join(STRATEGIES)}")
+
+
+def round_order(names: tuple[str, ...], round_index: int) -> tuple[str, ...]:
+    """The strategies in the order round `round_index` times them: rotated by one each
+    round (round-robin), so over the rounds each holds every place once in turn (first
+    after the calibration, last before the next round) and no strategy owns a place
+    whose load differs."""
+    k = round_index % len(names) if names else 0
+    return names[k:] + names[:k]
