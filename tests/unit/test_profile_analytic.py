@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 from paraplan.clusters import load_cluster
 from paraplan.core import ConfigError, Device
 from paraplan.profile.analytic import analytic_profile, linear_ops, model_ops
-from paraplan.profile.models import build_model
 from paraplan.profile.specs import make_spec
 
 DISTIR = Device("distir", peak_flops=1e14, mem_bandwidth_Bps=1.2e12, memory_bytes=16e9)
@@ -67,6 +65,9 @@ def test_roofline_takes_the_larger_of_compute_and_memory():
     ("resnet", {"image_size": 64}),
 ])
 def test_analytic_bytes_match_the_torch_models(name, settings):
+    torch = pytest.importorskip("torch")  # the torch models are the measure extra's
+    from paraplan.profile.models import build_model
+
     spec = make_spec(name, settings)
     model = build_model(spec)
     ops = model_ops(spec, batch=2)

@@ -4,6 +4,9 @@ pipelines, the balanced cut, and which layers tensor parallelism splits."""
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")  # the validate stage runs real torch pipelines (the measure extra)
+
 from torch import nn
 
 from paraplan.core import StrategyError
