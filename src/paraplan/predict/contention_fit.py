@@ -6,7 +6,7 @@ Models", arXiv 2205.05198), Table 4, times the forward and the backward pass of 
 transformer layer of their 22B model (Table 3: h = 6144, 64 heads, s = 2048,
 micro-batch 4, TP 8 on one DGX A100 node, Megatron-LM with the asynchronous backward
 all-reduce, no flash attention) in five variants (sequence parallelism, full and
-selective recomputation). `data/published/korthikanti2022_table4_layer_times.csv`
+selective recomputation). `data/published/korthikanti2022_table4.csv`
 holds the table.
 
 In the model a layer's backward B(share) = B0 + share x O, where B0 is its time with
@@ -33,7 +33,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import LAYER_PASSES, kernel_times_by_pass, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
 
-TABLE4 = Path(__file__).resolve().parents[3] / "data/published/korthikanti2022_table4_layer_times.csv"
+TABLE4 = Path(__file__).resolve().parents[3] / "data/published/korthikanti2022_table4.csv"
 MODEL_22B = TransformerModel("korthikanti-22b", num_layers=48, hidden_size=6144, num_attention_heads=64,
                              seq_length=2048, vocab_size=51200)
 SETTINGS_22B = RunSettings(tensor_model_parallel_size=8, micro_batch_size=4, global_batch_size=4,
