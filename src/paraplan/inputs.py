@@ -115,18 +115,23 @@ def check_number(path: str | Path, line: int | None, field: str, value: float, r
     return value
 
 
-def read_bytes(path: str | Path, expected: str) -> bytes:
-    """The file's bytes (at most `MAX_FILE_BYTES`); unreadable is an `InputFileError`."""
-    path = Path(path)
+def _open_binary(path: Path, expected: str) -> IO[bytes]:
+    """`path` opened for reading bytes; unreadable is an `InputFileError`."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        return open(path, "rb")  # the callers close it
     except FileNotFoundError:
         raise InputFileError(path, f"file not found; expected {expected}") from None
     except IsADirectoryError:
         raise InputFileError(path, f"is a directory; expected {expected}") from None
     except OSError as exc:
         raise InputFileError(path, f"cannot read ({exc.strerror}); expected {expected}") from None
+
+
+def read_bytes(path: str | Path, expected: str) -> bytes:
+    """The file's bytes (at most `MAX_FILE_BYTES`); unreadable is an `InputFileError`."""
+    path = Path(path)
+    with _open_binary(path, expected) as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise InputFileError(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB; expected {expected}")
     return data
@@ -166,15 +171,7 @@ def iter_text_lines(path: str | Path, expected: str) -> Iterator[str]:
     `MAX_FILE_BYTES`, UTF-8, no NUL byte, a leading byte-order mark dropped), holding one
     line in memory, not the file. Line endings are kept, for the csv module."""
     path = Path(path)
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 (closed by the generator below)
-    except FileNotFoundError:
-        raise InputFileError(path, f"file not found; expected {expected}") from None
-    except IsADirectoryError:
-        raise InputFileError(path, f"is a directory; expected {expected}") from None
-    except OSError as exc:
-        raise InputFileError(path, f"cannot read ({exc.strerror}); expected {expected}") from None
-    return _lines(handle, path, expected)
+    return _lines(_open_binary(path, expected), path, expected)  # the generator closes it
 
 
 def _lines(handle: IO[bytes], path: Path, expected: str) -> Iterator[str]:
