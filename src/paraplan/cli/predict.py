@@ -95,7 +95,7 @@ def searched_settings(row) -> set[str]:
     out = {"micro_batch_size"} if row.search_micro_batch_size else set()
     if row.search_virtual_stages:
         out.add("virtual_pipeline_model_parallel_size")
-        if not row.settings.uneven_pipeline_split:
+        if not row.settings.explicit_pipeline_split:
             out.update(UNEVEN_SPLIT_COLUMNS)
     return out
 

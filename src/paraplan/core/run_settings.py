@@ -12,6 +12,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' former home)
+    check_pipeline_split,
+    embedding_loss_split,
+    interleaved_uneven_split,
+    layers_per_virtual_stage,
+    pipeline_layer_split,
+    pipeline_split_slots,
+)
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -110,6 +118,17 @@ class RunSettings:
     0: Megatron's default, an even split (`pipeline_layer_split`)."""
     decoder_last_pipeline_num_layers: int = 0
     """Transformer layers on the last pipeline stage; 0: an even split."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Megatron-Core's: the embedding counts as one layer when the layers are split over
+    the virtual stages, so the first virtual stage holds one transformer layer fewer
+    (`embedding_loss_split`)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Megatron-Core's: the output layer and loss count as one layer, so the last virtual
+    stage holds one transformer layer fewer."""
+    pipeline_model_parallel_layout: str = ""
+    """Megatron-Core's explicit layout, e.g. `Et|(tt|)*30mL` (`paraplan.core.pipeline_layout`):
+    the layers of every virtual stage; v is its number of stages / p. Empty: the split
+    the other settings give."""
     DDP_impl: DDPImpl = "local"
     """Data-parallel wrapper (Megatron-LM / Megatron-DeepSpeed `--DDP-impl`): `local`,
     Megatron's own DDP, reduces the gradient buffer after the backward unless
@@ -148,34 +167,20 @@ class RunSettings:
     def uneven_pipeline_split(self) -> bool:
         return bool(self.decoder_first_pipeline_num_layers or self.decoder_last_pipeline_num_layers)
 
-    def _check_uneven_split(self, model: TransformerModel) -> None:
-        """Megatron-Core's rules for `decoder_first/last_pipeline_num_layers`: each set
-        stage's count divisible by v, the layers left split evenly over the stages left,
-        each of those counts divisible by v."""
-        first, last = self.decoder_first_pipeline_num_layers, self.decoder_last_pipeline_num_layers
-        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise StrategyError(f"{key} must be an integer >= 1 (0: an even split), got {value!r}")
-        if not self.uneven_pipeline_split:
-            return
-        p, v, layers = self.pipeline_model_parallel_size, self.virtual_pipeline_model_parallel_size, model.num_layers
-        if p < 2:
-            raise StrategyError("decoder_first/last_pipeline_num_layers need pipeline_model_parallel_size >= 2")
-        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
-            if value and value % v:
-                raise StrategyError(f"{key} {value} is not divisible by virtual_pipeline_model_parallel_size {v}")
-        middle_stages = p - (first > 0) - (last > 0)
-        middle_layers = layers - first - last
-        if middle_layers < 0 or bool(middle_layers) != bool(middle_stages):
-            raise StrategyError(
-                f"decoder_first/last_pipeline_num_layers {first}/{last} leave {middle_layers} of the {layers} layers "
-                f"for {middle_stages} middle pipeline stages")
-        if middle_stages and middle_layers % middle_stages:
-            raise StrategyError(f"the {middle_layers} layers between the first and last pipeline stage do not split "
-                                f"evenly over the {middle_stages} middle stages")
-        if middle_stages and (middle_layers // middle_stages) % v:
-            raise StrategyError(f"{middle_layers // middle_stages} layers per middle pipeline stage are not divisible "
-                                f"by virtual_pipeline_model_parallel_size {v}")
+    @property
+    def explicit_pipeline_split(self) -> bool:
+        """The run says how its layers split over the stages (first/last counts, the
+        embedding or loss counted as a layer, or a layout): nothing to choose."""
+        return bool(self.uneven_pipeline_split or self.account_for_embedding_in_pipeline_split
+                    or self.account_for_loss_in_pipeline_split or self.pipeline_model_parallel_layout)
+
+    def pipeline_split_slots(self, num_layers: int) -> int:
+        """The layers plus the embedding / loss where they count as layers."""
+        return pipeline_split_slots(self, num_layers)
+
+    def layers_per_virtual_stage(self, num_layers: int) -> list[int]:
+        """Transformer layers of each virtual stage (`paraplan.core.pipeline_split`)."""
+        return layers_per_virtual_stage(self, num_layers)
 
     def _check_recompute_modules(self, model: TransformerModel) -> None:
         modules = self.recompute_modules
@@ -321,12 +326,7 @@ class RunSettings:
                 f"tensor_model_parallel_size {t}"
             )
         self._check_context_parallel(model)
-        if p * v > model.num_layers:
-            raise StrategyError(
-                f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
-                f"the model has {model.num_layers}"
-            )
-        self._check_uneven_split(model)
+        check_pipeline_split(self, model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":
             raise StrategyError(
@@ -402,45 +402,3 @@ class RunSettings:
         if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                                 "(moe_shared_expert_intermediate_size 0)")
-
-
-def pipeline_layer_split(num_layers: int, stages: int, virtual: int = 1, first: int = 0, last: int = 0) -> list[int]:
-    """Transformer layers of each virtual stage (chunk c of pipeline rank r is virtual
-    stage c x stages + r). With `first`/`last` (Megatron-Core's
-    decoder_first/last_pipeline_num_layers) the first/last rank holds that many, the
-    other ranks share the rest evenly, and each rank's layers split evenly over its
-    `virtual` chunks (`RunSettings.check` enforces the divisibility). Without them the
-    layers split as evenly as possible over the stages x virtual chunks, the first
-    virtual stages taking one more."""
-    nv = stages * virtual
-    if not (first or last):
-        base, extra = divmod(num_layers, nv)
-        return [base + (1 if i < extra else 0) for i in range(nv)]
-    middle = stages - (first > 0) - (last > 0)
-    per_middle = (num_layers - first - last) // middle if middle else 0
-    per_rank = [per_middle] * stages
-    if first:
-        per_rank[0] = first
-    if last:
-        per_rank[-1] = last
-    return [per_rank[vs % stages] // virtual for vs in range(nv)]
-
-
-def interleaved_uneven_split(num_layers: int, stages: int, virtual: int) -> tuple[int, int] | None:
-    """(decoder_first, decoder_last) pipeline layers that let `virtual` chunks per rank
-    interleave when stages x virtual does not divide the layers: the middle ranks take
-    the smallest multiple of `virtual` that covers an even share, the first and last
-    rank what is left (each a positive multiple of `virtual`, at most a middle rank's
-    count; the last, which also runs the LM head, the smaller half). (0, 0) when the
-    even split already works; None when no such split exists (`virtual` must divide
-    the layers)."""
-    if num_layers % (stages * virtual) == 0:
-        return (0, 0)
-    if stages < 3 or num_layers % virtual:
-        return None
-    per_middle = virtual * -(-num_layers // (stages * virtual))
-    rest = num_layers - (stages - 2) * per_middle
-    if rest < 2 * virtual or rest > 2 * per_middle:
-        return None
-    last = virtual * ((rest // virtual) // 2)
-    return (rest - last, last)

@@ -53,7 +53,7 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, pipeline_layer_split
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
@@ -150,11 +150,10 @@ def expert_parallel_groups(settings: RunSettings, place: Placement) -> dict[str,
 
 
 def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
-    """Layers of each virtual stage (`paraplan.core.run_settings.pipeline_layer_split`):
-    Megatron's uneven first/last stages when set, else as even as possible."""
-    return np.array(pipeline_layer_split(
-        num_layers, settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size,
-        settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
+    """Layers of each virtual stage as the settings split them (`paraplan.core.pipeline_split`:
+    even, uneven first/last, embedding/loss counted as layers, or a layout); the embedding
+    stays on the first virtual stage, the output layer, loss and MTP layers on the last."""
+    return np.array(settings.layers_per_virtual_stage(num_layers), dtype=np.int64)
 
 
 PASSES: tuple[str, ...] = ("layer_fwd", "layer_recompute", "layer_bwd", "embedding_fwd", "embedding_bwd",
