@@ -19,7 +19,8 @@ from paraplan.predict.calibration import load_calibration
 from paraplan.predict.models import PRESETS
 from paraplan.predict.predictor import candidate_settings
 from paraplan.predict.runtable import read_run_table
-from paraplan.sim.engine import PipelineCosts, execute_flushed
+from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
+from paraplan.sim.schedules import cached_orders
 
 LLAMA405 = PRESETS["llama3-405b"]
 DSV3 = PRESETS["deepseek-v3"]
@@ -181,6 +182,30 @@ def test_hand_computed_bubble_of_two_splits():
     assert runs["layout"].bubble_fraction() == pytest.approx(1 / 3)
     assert runs["counted"].makespan_s == pytest.approx(30.0)
     assert runs["counted"].bubble_fraction() == pytest.approx(1 / 5)
+
+
+def test_hand_computed_interleaved_bubble():
+    """6 layers, 2 ranks x 2 chunks, 2 micro-batches, the embedding and loss counted:
+    8 slots, virtual stages [1, 2, 2, 1] (the layout 'Et|tt|tt|tL' says the same); a
+    layer's forward 1 s, backward 2 s. Megatron's interleaved order: rank 0 runs its 4
+    forwards then its 4 backwards, rank 1 two forwards, F B F B on chunk 1, then two
+    backwards. By hand: rank 0 forwards end at 1, 2, 5, 7 (waiting on rank 1's chunk 0
+    at 3 and 5); rank 1 ends F 3, 5, 6, B 8, F 9, B 11; rank 0's chunk-1 backwards end
+    at 12 and 16, rank 1's chunk-0 backwards at 16 and 20, rank 0's chunk-0 backwards at
+    18 and 22. Makespan 22 s; each rank busy 18 s: bubble 8 / 44 = 2 / 11."""
+    counted = RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                          global_batch_size=2, account_for_embedding_in_pipeline_split=True,
+                          account_for_loss_in_pipeline_split=True)
+    layout = replace(counted, account_for_embedding_in_pipeline_split=False,
+                     account_for_loss_in_pipeline_split=False, pipeline_model_parallel_layout="Et|tt|tt|tL")
+    for settings in (counted, layout):
+        settings.check(small(6))
+        layers = np.array(settings.layers_per_virtual_stage(6), dtype=float)
+        assert list(layers) == [1, 2, 2, 1]
+        run = execute(cached_orders("interleaved_1f1b", 2, 2, 1, 2),
+                      PipelineCosts(layers, 2 * layers, np.zeros(4), np.zeros(3), np.zeros(3)), 2)
+        assert run.makespan_s == pytest.approx(22.0)
+        assert run.bubble_fraction() == pytest.approx(2 / 11)
 
 
 def test_execution_model_places_the_bridge_layout():
