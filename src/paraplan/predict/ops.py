@@ -459,7 +459,9 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     Full recomputation keeps only the layer's input (e sbh, / t with SP). Selective
     recomputation drops what its modules recompute (`RunSettings.recompute_modules`):
     core_attn the scores, layernorm the norms' outputs (the QKV and first-MLP inputs),
-    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations."""
+    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations. In an
+    fp8 run the inputs of the QKV, output-projection, fc1 and fc2 GEMMs are kept in FP8
+    (1 byte; `paraplan.predict.fp8_ops`)."""
     x = _shape(model, settings, layer)
     granularity = settings.recompute_granularity
     if granularity == "full":
@@ -467,16 +469,18 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
-    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * x.e * split  # QKV/fc1 inputs
+    # fp8: Transformer Engine keeps the linear layers' inputs as their FP8 copies (`fp8_ops`)
+    lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e
+    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * lin * split  # QKV/fc1 inputs
     outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
     if model.multi_latent_attention:
         qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
     else:
         qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.heads * x.v_d
+    proj_in = lin * x.tokens * x.heads * x.v_d
     mlp_inner = 0.0
     if "mlp" not in recomputed:
-        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + lin * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
