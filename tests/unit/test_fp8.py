@@ -232,3 +232,12 @@ def test_the_fp8_test_set_converts_to_the_printed_tokens_per_gpu():
         assert tokens / float(r["measured_iteration_s"]) / int(r["num_gpus"]) == pytest.approx(
             float(r["published_value"]), rel=1e-5)
         assert r["dtype"] == "fp8" and r["fp8_recipe"] == "tensorwise"  # FP8-CS: current scaling
+
+
+def test_plan_refuses_a_recipe_without_fp8(tmp_path, capsys):
+    out = tmp_path / "plans.csv"
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size",
+                 "64", "--fp8-recipe", "tensorwise", "-o", str(out), "--no-track"]) != 0
+    assert ("config key '--fp8-recipe': applies to --dtype fp8 only, got --dtype bf16"
+            in capsys.readouterr().err)
+    assert not out.exists()
