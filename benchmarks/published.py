@@ -44,6 +44,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "megatron_bridge_h100_moe": ("dgx-h100", "Megatron-Bridge performance summaries, MoE on H100 (16-1,024)"),
     "automodel_h100_moe": ("dgx-h100", "NeMo AutoModel performance summary, MoE on H100, BF16 (8-1,024)"),
     "deepseek_v3_report": ("dgx-h100", "DeepSeek-V3 technical report, pre-training on 2,048 H800"),
+    "megatron_bridge_h100_llama3_fp8": ("dgx-h100",
+                                        "Megatron-Bridge performance summaries, Llama 3 FP8 on H100 (8-1,024)"),
 }
 MOE_TABLES: tuple[str, ...] = ("megatron_bridge_h100_moe", "automodel_h100_moe", "deepseek_v3_report")
 FLOPS_CONVENTIONS: tuple[str, ...] = ("sc21_with_recompute", "megatron_model", "palm")

@@ -24,7 +24,9 @@ async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
-moe_shared_expert_overlap (mixture-of-experts models), num_gpus,
+moe_shared_expert_overlap (mixture-of-experts models), fp8_recipe (with dtype fp8:
+delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
+default; docs/fp8.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
@@ -242,8 +244,17 @@ def run(args: argparse.Namespace) -> int:
     models = model_cache()  # a model file's warnings once, not once per pass
     header, rows = iter_run_table(args.runs, models)
     searched: set[str] = set()
+    default_fp8: list[str] = []
     for row in rows:
         searched |= searched_settings(row)
+        if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
+            default_fp8.append(str(row.line))
+    if default_fp8:
+        from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
+
+        print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(default_fp8[:10])}"
+              + (" ..." if len(default_fp8) > 10 else "") + f": dtype fp8 with an empty fp8_recipe runs Megatron-LM's "
+              f"default recipe, {DEFAULT_FP8_RECIPE} (docs/fp8.md)", file=sys.stderr)
     columns = output_columns(header, searched, args.explain)
     # the uneven-split columns appear only when some prediction chose such a split,
     # which only the prediction tells: with any row that may, the rows go to a scratch

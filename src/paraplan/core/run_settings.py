@@ -36,6 +36,11 @@ DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
+"""Megatron-LM's `--fp8-recipe` choices (`paraplan.predict.fp8_ops` prices each)."""
+DEFAULT_FP8_RECIPE = "delayed"
+"""Megatron-LM's default `--fp8-recipe`: what an fp8 run with an empty `fp8_recipe` uses."""
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 """Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
@@ -103,7 +108,13 @@ class RunSettings:
     blocks the backward. With sequence parallelism the reduce-scatter and re-gather
     run asynchronously either way (as in both code bases)."""
     dtype: Dtype = "bf16"
-    """Precision of weights, activations and GEMMs (fp8: GEMM inputs in 8 bits)."""
+    """Precision of weights, activations and GEMMs (fp8: the linear layers' GEMMs in 8
+    bits with Transformer Engine, the rest in bf16; `paraplan.predict.fp8_ops`)."""
+    fp8_recipe: Fp8Recipe | Literal[""] = ""
+    """With dtype fp8, Megatron-LM's `--fp8-recipe`: `delayed` (per-tensor scales from an
+    amax history), `tensorwise` (per-tensor current scaling), `blockwise` (1 x 128 / 128 x
+    128 blocks, DeepSeek-V3's), `mxfp8` (Blackwell's 1 x 32 blocks); empty: Megatron's
+    default, `DEFAULT_FP8_RECIPE`."""
     schedule: PipelineSchedule | Literal[""] = ""
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
@@ -326,7 +337,19 @@ class RunSettings:
                 f"tensor_model_parallel_size {t}"
             )
         self._check_context_parallel(model)
+<<<<<<< HEAD
         check_pipeline_split(self, model)
+=======
+        if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPES):
+            expected = f"one of {', '.join(FP8_RECIPES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
+            raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")
+        if p * v > model.num_layers:
+            raise StrategyError(
+                f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
+                f"the model has {model.num_layers}"
+            )
+        self._check_uneven_split(model)
+>>>>>>> r7-fp8
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":
             raise StrategyError(

@@ -64,6 +64,7 @@ from paraplan.predict.device_model import (
     kernel_times_s,
     memory_time_s,
 )
+from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
@@ -280,7 +281,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     c = settings.context_parallel_size
     d = settings.data_context_parallel_size  # the ranks that hold the same weights (d x c)
     v = settings.virtual_pipeline_model_parallel_size
-    speed = DeviceSpeed.of(cluster.device, settings.dtype)
+    speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
     place = placement(settings, cluster.devices_per_node)
     tp_group = Group(t, place.tp_nodes)
     dp_group = Group(d, place.dp_nodes)
@@ -296,6 +297,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     if moe is not None:
         works += [moe.forward, moe.recompute, moe.backward]
     groups = {**cp_groups, **expert_parallel_groups(settings, place)}
+    works = scaled_passes(works, (PASSES + MOE_PASSES)[:len(works)], settings)  # fp8: the scaling kernels
     passes = tuple(PassCost.of(w, comm, tp_group, groups) for w in works)
     layer_params = model.layer_params / t
     gather_s = scatter_s = 0.0
@@ -395,6 +397,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         if moe is not None:
             full_layer_bytes = max(full_layer_bytes, moe_layer_work(model, unrecomputed).activation_bytes)
     expert_shards = settings.expert_optimizer_shards
+    stage_moe = chunk_moe.sum(axis=0)
+    fp8_copies = stage_weight_copy_bytes(layer.forward, moe.forward if moe is not None else None, head.forward,
+                                         chunk_layers.sum(axis=0) - stage_moe, stage_moe, settings)
     memory = []
     for s in range(p):
         params = rank_params[s]
@@ -408,7 +413,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
             acts[v - 1] += head.activation_bytes
         working = full_layer_bytes + (2 * layer_params * prec.weight_bytes if zero3 else 0.0)
         memory.append(RankMemory(
-            weights_bytes=params * prec.weight_bytes / (d if zero3 else 1) + experts * prec.weight_bytes,
+            weights_bytes=(params * prec.weight_bytes / (d if zero3 else 1) + experts * prec.weight_bytes
+                           + fp8_copies[s]),
             gradients_bytes=(params * prec.grad_bytes / (d if settings.zero_stage >= 2 else 1)
                              + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
             optimizer_bytes=params * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,

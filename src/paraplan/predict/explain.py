@@ -35,7 +35,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
-from paraplan.predict.ops import ATTENTION, GEMM, MEMORY
+from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
 from paraplan.sim.execution import rank_ends
 
 PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
@@ -64,7 +64,7 @@ def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) ->
     factor = eff.layer_time_factors.factor(structure.layer_key)
     for j, (cost, k) in enumerate(zip(structure.passes, kernel_s, strict=True)):
         kind = cost.kernels.kind
-        out[j, :6] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
+        out[j, :6] = (k[(kind == GEMM) | (kind == FP8_GEMM)].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
                       cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"), cost.comm_s(k, eff, "ep"))
         if j in LAYER_PASSES + MOE_LAYER_PASSES:
             out[j] *= factor

@@ -159,7 +159,7 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
     T, k = m.routed_tokens, m.topk
-    w.gemm(T, x.h, m.experts)  # router logits
+    w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
     hide = (-1, -1)
     if shared and beside:
@@ -212,8 +212,8 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax / top-k backward
-    w.gemm(T, m.experts, x.h)
-    w.gemm(x.h, T, m.experts, weight_grad=True)
+    w.gemm(T, m.experts, x.h, high_precision=True)
+    w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
 
 

@@ -50,8 +50,9 @@ from paraplan.predict.cp_ops import (
 )
 from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
 
-GEMM, ATTENTION, MEMORY = 0, 1, 2
-KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
+GEMM, ATTENTION, MEMORY, FP8_GEMM = 0, 1, 2, 3
+KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory", "fp8_gemm")
+FP8_OPERAND_BYTES = DTYPE_BYTES["fp8"]
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
 KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
@@ -116,11 +117,18 @@ class _Builder:
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
 
-    def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False) -> int:
-        """(m x k) @ (k x n), `batch` times; returns its kernel index."""
+    def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False,
+             high_precision: bool = False) -> int:
+        """(m x k) @ (k x n), `batch` times; returns its kernel index. In an fp8 run (1-byte
+        operands) a linear layer's GEMM is an `FP8_GEMM` (FP8 inputs, BF16 output); one
+        that Transformer Engine keeps in 16 bits (`high_precision`: attention core, LM
+        head, router) has 2-byte operands (`paraplan.predict.fp8_ops`)."""
         flops = 2.0 * m * k * n * batch
-        nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
-        self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
+        kind, nbytes = GEMM, self.gemm_bytes * (m * k + k * n + m * n) * batch
+        if self.gemm_bytes == FP8_OPERAND_BYTES:
+            kind, nbytes = ((GEMM, 2 * (m * k + k * n + m * n) * batch) if high_precision
+                            else (FP8_GEMM, (m * k + k * n + 2 * m * n) * batch))
+        self.rows.append((kind, flops, nbytes, m, n, k, batch, weight_grad))
         index = len(self.rows) - 1
         if weight_grad and self.accumulate_bytes_per_param:
             self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
@@ -276,11 +284,11 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
         w.attention(flops, _qkvo_bytes(x), x.s, backward=False)
         return
     scores = batch * x.s * x.s  # the unfused path masks the full matrix (windows too)
-    w.gemm(x.s, x.qk_d, x.s, batch)  # Q K^T
+    w.gemm(x.s, x.qk_d, x.s, batch, high_precision=True)  # Q K^T
     _softmax_forward(w, x, scores, fused_softmax_available(model, x))
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
-    w.gemm(x.s, x.s, x.v_d, batch)  # probabilities @ V
+    w.gemm(x.s, x.s, x.v_d, batch, high_precision=True)  # probabilities @ V
 
 
 def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
@@ -293,13 +301,13 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
         w.attention(flops, 2 * _qkvo_bytes(x), x.s, backward=True)  # reads Q, K, V, O, dO; writes dQ, dK, dV
         return
     scores = batch * x.s * x.s
-    w.gemm(x.s, x.v_d, x.s, batch)  # d probs = dO V^T
-    w.gemm(x.s, x.s, x.v_d, batch)  # dV = probs^T dO
+    w.gemm(x.s, x.v_d, x.s, batch, high_precision=True)  # d probs = dO V^T
+    w.gemm(x.s, x.s, x.v_d, batch, high_precision=True)  # dV = probs^T dO
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
     _softmax_backward(w, x, scores, fused_softmax_available(model, x))
-    w.gemm(x.s, x.s, x.qk_d, batch)  # dQ = dS K
-    w.gemm(x.s, x.s, x.qk_d, batch)  # dK = dS^T Q
+    w.gemm(x.s, x.s, x.qk_d, batch, high_precision=True)  # dQ = dS K
+    w.gemm(x.s, x.s, x.qk_d, batch, high_precision=True)  # dK = dS^T Q
 
 
 def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -451,7 +459,9 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     Full recomputation keeps only the layer's input (e sbh, / t with SP). Selective
     recomputation drops what its modules recompute (`RunSettings.recompute_modules`):
     core_attn the scores, layernorm the norms' outputs (the QKV and first-MLP inputs),
-    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations."""
+    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations. In an
+    fp8 run the inputs of the QKV, output-projection, fc1 and fc2 GEMMs are kept in FP8
+    (1 byte; `paraplan.predict.fp8_ops`)."""
     x = _shape(model, settings, layer)
     granularity = settings.recompute_granularity
     if granularity == "full":
@@ -459,16 +469,18 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
-    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * x.e * split  # QKV/fc1 inputs
+    # fp8: Transformer Engine keeps the linear layers' inputs as their FP8 copies (`fp8_ops`)
+    lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e
+    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * lin * split  # QKV/fc1 inputs
     outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
     if model.multi_latent_attention:
         qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
     else:
         qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.heads * x.v_d
+    proj_in = lin * x.tokens * x.heads * x.v_d
     mlp_inner = 0.0
     if "mlp" not in recomputed:
-        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + lin * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
@@ -550,7 +562,7 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     w = _Builder(gemm_bytes)
     _norm_forward(w, x)
     _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
-    w.gemm(x.tokens, x.h, vocab)
+    w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
     w.memory((x.e + FP32_BYTES) * logits)  # cast to fp32
     w.memory(FP32_BYTES * logits)  # max
     w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
@@ -562,10 +574,10 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
-    dgrad = w.gemm(x.tokens, vocab, x.h)
+    dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
-    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
+    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True, high_precision=True)
     if x.t > 1:
         hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
         w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)

@@ -38,6 +38,7 @@ from paraplan.core.run_settings import (
     CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
+    FP8_RECIPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
     RECOMPUTE_MODULES,
@@ -67,7 +68,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap", "account_for_embedding_in_pipeline_split",
-    "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout",
+    "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -200,7 +201,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
-    "pipeline_model_parallel_layout": _layout,
+    "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
