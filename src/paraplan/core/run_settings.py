@@ -337,19 +337,10 @@ class RunSettings:
                 f"tensor_model_parallel_size {t}"
             )
         self._check_context_parallel(model)
-<<<<<<< HEAD
-        check_pipeline_split(self, model)
-=======
         if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPES):
             expected = f"one of {', '.join(FP8_RECIPES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
             raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")
-        if p * v > model.num_layers:
-            raise StrategyError(
-                f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
-                f"the model has {model.num_layers}"
-            )
-        self._check_uneven_split(model)
->>>>>>> r7-fp8
+        check_pipeline_split(self, model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":
             raise StrategyError(
