@@ -107,3 +107,16 @@ def check_sharding(settings: RunSettings, model: TransformerModel) -> None:
                             "(the expert weights' shard and replicate groups are not defined by these settings)")
     if dc % r:
         raise StrategyError(f"the replicate degree {r} does not divide the data x context parallel ranks {dc}")
+
+
+def stage_of_sharding_strategy(strategy: str, zero_stage: int | None) -> int:
+    """The ZeRO stage Megatron-FSDP's `data_parallel_sharding_strategy` names; a
+    `zero_stage` given beside it must be the same. Raises ValueError saying what was
+    expected."""
+    if strategy not in SHARDING_STRATEGY_STAGE:
+        raise ValueError(f"expected one of {', '.join(SHARDING_STRATEGY_STAGE)}, got '{strategy}'")
+    stage = SHARDING_STRATEGY_STAGE[strategy]
+    if zero_stage is not None and zero_stage != stage:
+        raise ValueError(f"data_parallel_sharding_strategy {strategy} is zero_stage {stage}, but zero_stage is "
+                         f"{zero_stage}")
+    return stage
