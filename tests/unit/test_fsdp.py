@@ -79,15 +79,22 @@ def test_zero3_reduce_scatters_one_bucket_per_layer_beside_the_backward():
     assert em.overlap_grad_reduce
 
 
-def test_zero3_memory_is_the_sharded_state_plus_two_gathered_layers_and_one_layer_gradient():
-    """Resharding: (2 + 4 + 12) P / 8 + 2 u w + u g; keeping the weights: P w + u g."""
+def test_zero3_memory_is_the_sharded_state_plus_the_gathered_units_and_the_largest_gradient():
+    """Resharding: (2 + 4 + 12) P / 8 sharded, plus the root unit (embedding, final norm:
+    r) and two layers (u) gathered and the largest unit's gradient, (r + 2 u) w +
+    max(u, r) g; keeping the weights: P w + max(u, r) g."""
     st, _, _ = priced(fsdp())
     params, unit = st.rank_params[0], GPT.layer_params
+    root = GPT.embedding_params() + GPT.norm_params
+    assert root > unit  # GPT-2's 50,257-token embedding outweighs a 1,024-wide layer
     mem = st.memory[0]
     assert mem.weight_state_bytes == pytest.approx(18 * params / 8)
-    assert mem.working_bytes == pytest.approx(unit * (2 * W + G))
+    assert mem.working_bytes == pytest.approx((root + 2 * unit) * W + root * G)
     kept, _, _ = priced(fsdp(fsdp_reshard_after_forward="never"))
-    assert kept.memory[0].working_bytes == pytest.approx(params * W + unit * G)
+    assert kept.memory[0].working_bytes == pytest.approx(params * W + root * G)
+    # a pipeline's middle stage holds no root unit: two layers and one layer's gradient
+    mid = run_structure(GPT, fsdp(pipeline_model_parallel_size=4, fsdp_reshard_after_forward="always"), A100, COMM)
+    assert mid.memory[1].working_bytes == pytest.approx(unit * (2 * W + G))
 
 
 def test_hybrid_sharding_shards_inside_a_node_and_all_reduces_each_shard_over_the_replicas():

@@ -126,15 +126,18 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, settings: RunSettings, dens
     return FsdpCosts(gather(dense_unit_params, shard), moe, roots, reshards_after_forward(settings))
 
 
-def fsdp_working_bytes(settings: RunSettings, unit_params: float, stage_params: float, weight_bytes: int,
-                       grad_bytes: int) -> float:
-    """Transient bytes of ZeRO-3 on top of the sharded state: resharding after the
-    forward, two units' gathered weights (the one computing and the one prefetched) and
-    one unit's full gradient before its reduce-scatter, 2 u w + u g; keeping the weights
-    to the backward, the whole stage's gathered weights and one unit's gradient,
-    P w + u g. Other stages: 0."""
+def fsdp_working_bytes(settings: RunSettings, unit_params: float, root_params: float, stage_params: float,
+                       weight_bytes: int, grad_bytes: int) -> float:
+    """Transient bytes of ZeRO-3 on top of the sharded state, for a stage whose largest
+    layer unit has u parameters and whose root unit (embedding / head, gathered for the
+    whole pass: torchtitan's root FSDP module) has r. Resharding after the forward: the
+    root and two layer units gathered (the one computing and the one prefetched) and the
+    largest unit's full gradient before its reduce-scatter, (r + 2 u) w + max(u, r) g;
+    keeping the weights to the backward: the whole stage's P gathered,
+    P w + max(u, r) g. Other stages: 0."""
     if settings.zero_stage != 3:
         return 0.0
+    gradient = max(unit_params, root_params) * grad_bytes
     if reshards_after_forward(settings):
-        return unit_params * (2 * weight_bytes + grad_bytes)
-    return stage_params * weight_bytes + unit_params * grad_bytes
+        return (root_params + 2 * unit_params) * weight_bytes + gradient
+    return stage_params * weight_bytes + gradient
