@@ -5,7 +5,7 @@ their authors ran them:
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
   (error = predicted / measured - 1), and every row measured vs predicted; rows paraplan
   cannot express yet are listed with their published time and the reason (most rows
-  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with FSDP2, DeepEP,
+  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with DeepEP,
   the all-to-all overlap or DualPipe);
 - the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
