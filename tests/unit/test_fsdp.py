@@ -95,6 +95,9 @@ def test_zero3_memory_is_the_sharded_state_plus_the_gathered_units_and_the_large
     # a pipeline's middle stage holds no root unit: two layers and one layer's gradient
     mid = run_structure(GPT, fsdp(pipeline_model_parallel_size=4, fsdp_reshard_after_forward="always"), A100, COMM)
     assert mid.memory[1].working_bytes == pytest.approx(unit * (2 * W + G))
+    # several micro-batches: the stage's unsharded gradients wait for the last one, P g
+    accumulating, _, _ = priced(fsdp(global_batch_size=32))
+    assert accumulating.memory[0].working_bytes == pytest.approx((root + 2 * unit) * W + params * G)
 
 
 def test_hybrid_sharding_shards_inside_a_node_and_all_reduces_each_shard_over_the_replicas():

@@ -522,8 +522,9 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     act_first = act_first + np.where(single, table.act_head[row], 0.0)
     working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
     root = vocab_params + positions + head_params  # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`)
-    working = working + np.where(zero3, (root + 2 * layer_params) * prec.weight_bytes
-                                 + np.maximum(layer_params, root) * prec.grad_bytes, 0.0)
+    unsharded = np.where(m > 1, first_params + first_experts, np.maximum(layer_params, root))  # gradients
+    working = working + np.where(zero3, (root + 2 * layer_params) * prec.weight_bytes + unsharded * prec.grad_bytes,
+                                 0.0)
     mem_first = first_params * state_b + first_experts * state_e + act_first + working
     head_held = np.where(sched == "gpipe", m, np.where(sched == "zb_h1", held[:, 1], 1.0))  # the last chunk only
     mem_last = (last_params * state_b + last_experts * state_e + held[:, 1] * n_last * table.act_layer[row]

@@ -128,16 +128,17 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, settings: RunSettings, dens
 
 def fsdp_working_bytes(settings: RunSettings, unit_params: float, root_params: float, stage_params: float,
                        weight_bytes: int, grad_bytes: int) -> float:
-    """Transient bytes of ZeRO-3 on top of the sharded state, for a stage whose largest
-    layer unit has u parameters and whose root unit (embedding / head, gathered for the
-    whole pass: torchtitan's root FSDP module) has r. Resharding after the forward: the
-    root and two layer units gathered (the one computing and the one prefetched) and the
-    largest unit's full gradient before its reduce-scatter, (r + 2 u) w + max(u, r) g;
-    keeping the weights to the backward: the whole stage's P gathered,
-    P w + max(u, r) g. Other stages: 0."""
+    """Transient bytes of ZeRO-3 on top of the sharded state, for a stage of P parameters
+    whose largest layer unit has u and whose root unit (embedding / head, gathered for
+    the whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
+    forward, the root and two layer units gathered (the one computing and the one
+    prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
+    Gradients: with one micro-batch each unit's full gradient lives until its
+    reduce-scatter, max(u, r) g; with several, the reduction waits for the last one
+    (`fsdp_ops` module doc), so the stage's unsharded gradients accumulate, P g.
+    Other stages: 0."""
     if settings.zero_stage != 3:
         return 0.0
-    gradient = max(unit_params, root_params) * grad_bytes
-    if reshards_after_forward(settings):
-        return (root_params + 2 * unit_params) * weight_bytes + gradient
-    return stage_params * weight_bytes + gradient
+    held = stage_params if settings.num_microbatches > 1 else max(unit_params, root_params)
+    weights = (root_params + 2 * unit_params) if reshards_after_forward(settings) else stage_params
+    return weights * weight_bytes + held * grad_bytes
