@@ -70,6 +70,7 @@ from paraplan.predict.fsdp_ops import (
     FsdpCosts,
     fsdp_costs,
     fsdp_working_bytes,
+    layer_device_s,
     reduce_bucket_s,
     shard_groups,
 )
@@ -355,18 +356,10 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     torch_ddp = settings.DDP_impl == "torch"
     reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
     bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
-    # ZeRO-3: the units' gathers; the per-unit buckets below (one per layer)
-    dense_unit = model.dense_layer_params / t if moe is not None else layer_params
-    moe_unit = moe_unit_experts = 0.0
-    if moe is not None:
-        moe_unit = (model.moe_layer_params - model.num_experts * model.expert_params) / t
-        moe_unit_experts = model.num_experts * model.expert_params / (settings.expert_model_parallel_size
-                                                                      * settings.expert_tensor_parallel)
-    root_params = np.zeros(nv)
+    root_params = np.zeros(nv)  # ZeRO-3: the units' gathers (`fsdp_ops`); the per-unit buckets below
     root_params[0] += vocab_params + positions
     root_params[nv - 1] += head_params
-    fsdp = fsdp_costs(comm, sharding, settings, dense_unit, moe_unit, moe_unit_experts, root_params,
-                      prec.weight_bytes)
+    fsdp = fsdp_costs(comm, sharding, model, settings, root_params, prec.weight_bytes)
     syncs = []
     for s in range(p):
         if d == 1 and (moe is None or edp == 1):
@@ -429,9 +422,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
             acts[0] += emb.activation_bytes
         if s == p - 1:
             acts[v - 1] += head.activation_bytes
-        unit = max(dense_unit, moe_unit + moe_unit_experts)
         root = float(root_params.reshape(v, p)[:, s].sum())  # the stage's embedding / head
-        working = full_layer_bytes + fsdp_working_bytes(settings, unit, root, params + experts, prec.weight_bytes,
+        working = full_layer_bytes + fsdp_working_bytes(fsdp, settings, root, params + experts, prec.weight_bytes,
                                                         prec.grad_bytes)
         memory.append(RankMemory(
             weights_bytes=(params * prec.weight_bytes / (shards if zero3 else 1)
@@ -457,14 +449,9 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
     times = pass_times(st, kernel_s, eff)
     dev, host = times.device_s, times.host_s
-    layer_fwd_dev, layer_bwd_dev = dev[0], dev[1] + dev[2]
-    moe_fwd_dev, moe_bwd_dev = (dev[7], dev[8] + dev[9]) if len(dev) > len(PASSES) else (0.0, 0.0)
-    if st.fsdp is not None:  # ZeRO-3: each layer beside the next one's gather (`fsdp_ops`)
-        kappa = eff.comm_overlap_contention
-        layer_fwd_dev = st.fsdp.forward_layer_s(layer_fwd_dev, kappa)
-        layer_bwd_dev = st.fsdp.backward_layer_s(layer_bwd_dev, kappa)
-        moe_fwd_dev = st.fsdp.forward_layer_s(moe_fwd_dev, kappa, moe=True)
-        moe_bwd_dev = st.fsdp.backward_layer_s(moe_bwd_dev, kappa, moe=True)
+    moe_dev = (dev[7], dev[8] + dev[9]) if len(dev) > len(PASSES) else (0.0, 0.0)
+    layer_fwd_dev, layer_bwd_dev, moe_fwd_dev, moe_bwd_dev = layer_device_s(  # ZeRO-3: beside the gathers
+        st.fsdp, (dev[0], dev[1] + dev[2]), moe_dev, eff.comm_overlap_contention)
     counts = st.layers_per_vstage.astype(float)
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
     # (a mixture-of-experts model: its dense layers here, its MoE layers added below)

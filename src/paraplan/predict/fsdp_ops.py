@@ -35,6 +35,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import replicate_degree, reshards_after_forward, sharding_group_size
+from paraplan.core.transformer import TransformerModel
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class FsdpCosts:
     moe_layer_gather_s: float  # a MoE layer's: its dense part over the sharding group, its experts over theirs
     root_gather_s: np.ndarray  # per virtual stage: the embedding / head weights it holds (torchtitan's root unit)
     reshard_after_forward: bool
+    unit_params: float = 0.0  # one rank's parameters of its largest layer unit (dense, or MoE with its experts)
 
     def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's forward beside the next layer's gather (`pair`)."""
@@ -109,36 +111,55 @@ class FsdpCosts:
         return forward, backward
 
 
-def fsdp_costs(comm: CommModel, groups: ShardGroups, settings: RunSettings, dense_unit_params: float,
-               moe_unit_params: float, moe_unit_expert_params: float, root_params: np.ndarray,
-               weight_bytes: int) -> FsdpCosts | None:
-    """The gathers of a zero_stage 3 run (None for the other stages): unit parameters are
-    one rank's (after tensor / expert parallelism), gathered in the weights' dtype."""
+def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, settings: RunSettings,
+               root_params: np.ndarray, weight_bytes: int) -> FsdpCosts | None:
+    """The gathers of a zero_stage 3 run (None for the other stages), of one rank's unit
+    parameters (after tensor / expert parallelism) in the weights' dtype: a dense layer,
+    a MoE layer's non-expert part over the sharding group and its experts over the
+    expert-data-parallel group, and the root unit's `root_params` per virtual stage."""
     if settings.zero_stage != 3:
         return None
+    t = settings.tensor_model_parallel_size
     shard, expert = groups.shard, groups.expert
 
     def gather(params: float, group: Group) -> float:
         return float(comm.time_s("all_gather", params * weight_bytes, group)) if group.size > 1 and params else 0.0
 
-    moe = gather(moe_unit_params, shard) + gather(moe_unit_expert_params, expert)
+    dense = (model.dense_layer_params if model.is_moe else model.layer_params) / t
+    moe_dense = moe_experts = 0.0
+    if model.num_moe_layers:
+        experts = model.num_experts * model.expert_params
+        moe_dense = (model.moe_layer_params - experts) / t
+        moe_experts = experts / (settings.expert_model_parallel_size * settings.expert_tensor_parallel)
     roots = np.array([gather(float(p), shard) for p in root_params])
-    return FsdpCosts(gather(dense_unit_params, shard), moe, roots, reshards_after_forward(settings))
+    return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
+                     reshards_after_forward(settings), max(dense, moe_dense + moe_experts))
 
 
-def fsdp_working_bytes(settings: RunSettings, unit_params: float, root_params: float, stage_params: float,
+def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],
+                   contention: float) -> tuple[float, float, float, float]:
+    """Device time of one dense and one MoE layer, forward and backward (recomputation
+    included), with ZeRO-3's gathers beside them (`FsdpCosts`); as given without."""
+    if fsdp is None:
+        return dense_s[0], dense_s[1], moe_s[0], moe_s[1]
+    return (fsdp.forward_layer_s(dense_s[0], contention), fsdp.backward_layer_s(dense_s[1], contention),
+            fsdp.forward_layer_s(moe_s[0], contention, moe=True), fsdp.backward_layer_s(moe_s[1], contention, moe=True))
+
+
+def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_params: float, stage_params: float,
                        weight_bytes: int, grad_bytes: int) -> float:
     """Transient bytes of ZeRO-3 on top of the sharded state, for a stage of P parameters
-    whose largest layer unit has u and whose root unit (embedding / head, gathered for
+    whose largest layer unit has u (`FsdpCosts.unit_params`) and whose root unit (embedding / head, gathered for
     the whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
     forward, the root and two layer units gathered (the one computing and the one
     prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
     Gradients: with one micro-batch each unit's full gradient lives until its
     reduce-scatter, max(u, r) g; with several, the reduction waits for the last one
     (`fsdp_ops` module doc), so the stage's unsharded gradients accumulate, P g.
-    Other stages: 0."""
-    if settings.zero_stage != 3:
+    Other stages (`fsdp` None): 0."""
+    if fsdp is None:
         return 0.0
+    unit_params = fsdp.unit_params
     held = stage_params if settings.num_microbatches > 1 else max(unit_params, root_params)
     weights = (root_params + 2 * unit_params) if reshards_after_forward(settings) else stage_params
     return weights * weight_bytes + held * grad_bytes
