@@ -144,6 +144,21 @@ def test_zero3_with_experts_shards_them_over_the_expert_data_parallel_group():
                                                        + COMM.time_s("all_gather", unit_experts * W, Group(4, 1)))
 
 
+def test_experts_on_one_expert_data_parallel_rank_are_neither_gathered_nor_held_unsharded():
+    """EP 8 over the 8 data-parallel ranks: every rank holds its own experts whole, so a
+    MoE unit gathers only its non-expert part and the accumulated unsharded gradients
+    of several micro-batches are the dense ones alone."""
+    model = PRESETS["mixtral-8x7b"]
+    s = fsdp(expert_model_parallel_size=8, global_batch_size=16)  # 2 micro-batches
+    st = run_structure(model, s, load_cluster("dgx-h100"), COMM)
+    assert st.fsdp is not None and st.fsdp.expert_ranks == 1
+    moe_dense = model.moe_layer_params - model.num_experts * model.expert_params
+    assert st.fsdp.unit_params == pytest.approx(moe_dense)
+    root = model.embedding_params() + model.output_params()  # embedding; final norm and LM head
+    dense = st.rank_params[0]
+    assert st.memory[0].working_bytes == pytest.approx((root + 2 * moe_dense) * W + dense * G)
+
+
 @pytest.mark.parametrize(("kw", "message"), [
     ({"data_parallel_shard_degree": 4, "data_parallel_replicate_degree": 4},
      "data_parallel_shard_degree x data_parallel_replicate_degree = 4 x 4 is not data_parallel_size 8"),

@@ -423,7 +423,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
         if s == p - 1:
             acts[v - 1] += head.activation_bytes
         root = float(root_params.reshape(v, p)[:, s].sum())  # the stage's embedding / head
-        working = full_layer_bytes + fsdp_working_bytes(fsdp, settings, root, params + experts, prec.weight_bytes,
+        working = full_layer_bytes + fsdp_working_bytes(fsdp, settings, root, params, experts, prec.weight_bytes,
                                                         prec.grad_bytes)
         memory.append(RankMemory(
             weights_bytes=(params * prec.weight_bytes / (shards if zero3 else 1)

@@ -87,7 +87,9 @@ class FsdpCosts:
     moe_layer_gather_s: float  # a MoE layer's: its dense part over the sharding group, its experts over theirs
     root_gather_s: np.ndarray  # per virtual stage: the embedding / head weights it holds (torchtitan's root unit)
     reshard_after_forward: bool
-    unit_params: float = 0.0  # one rank's parameters of its largest layer unit (dense, or MoE with its experts)
+    unit_params: float = 0.0  # one rank's sharded parameters of its largest layer unit (dense, or MoE with experts)
+    shard_ranks: int = 1  # the sharding group's size (1: the dense weights are whole on every rank)
+    expert_ranks: int = 1  # the expert-data-parallel group's size (1: the experts are whole on every rank)
 
     def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's forward beside the next layer's gather (`pair`)."""
@@ -132,8 +134,12 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, se
         moe_dense = (model.moe_layer_params - experts) / t
         moe_experts = experts / (settings.expert_model_parallel_size * settings.expert_tensor_parallel)
     roots = np.array([gather(float(p), shard) for p in root_params])
+    # what a unit gathers: only the parts sharded over more than one rank
+    on_shard, on_expert = float(shard.size > 1), float(expert.size > 1)
+    has_dense = model.num_layers > model.num_moe_layers
+    unit = max(dense * on_shard * has_dense, moe_dense * on_shard + moe_experts * on_expert)
     return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
-                     reshards_after_forward(settings), max(dense, moe_dense + moe_experts))
+                     reshards_after_forward(settings), unit, shard.size, expert.size)
 
 
 def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],
@@ -146,11 +152,13 @@ def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: 
             fsdp.forward_layer_s(moe_s[0], contention, moe=True), fsdp.backward_layer_s(moe_s[1], contention, moe=True))
 
 
-def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_params: float, stage_params: float,
-                       weight_bytes: int, grad_bytes: int) -> float:
-    """Transient bytes of ZeRO-3 on top of the sharded state, for a stage of P parameters
-    whose largest layer unit has u (`FsdpCosts.unit_params`) and whose root unit (embedding / head, gathered for
-    the whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
+def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_params: float, dense_params: float,
+                       expert_params: float, weight_bytes: int, grad_bytes: int) -> float:
+    """Transient bytes of ZeRO-3 on top of the sharded state, on a stage whose sharded
+    parameters are P (its dense ones if the sharding group has more than one rank, plus
+    its experts if theirs has), whose largest layer unit has u sharded parameters
+    (`FsdpCosts.unit_params`) and whose root unit (embedding / head, gathered for the
+    whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
     forward, the root and two layer units gathered (the one computing and the one
     prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
     Gradients: with one micro-batch each unit's full gradient lives until its
@@ -159,7 +167,9 @@ def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_param
     Other stages (`fsdp` None): 0."""
     if fsdp is None:
         return 0.0
-    unit_params = fsdp.unit_params
-    held = stage_params if settings.num_microbatches > 1 else max(unit_params, root_params)
-    weights = (root_params + 2 * unit_params) if reshards_after_forward(settings) else stage_params
+    unit = fsdp.unit_params
+    root = root_params if fsdp.shard_ranks > 1 else 0.0
+    stage = dense_params * (fsdp.shard_ranks > 1) + expert_params * (fsdp.expert_ranks > 1)
+    held = stage if settings.num_microbatches > 1 else max(unit, root)
+    weights = (root + 2 * unit) if reshards_after_forward(settings) else stage
     return weights * weight_bytes + held * grad_bytes
