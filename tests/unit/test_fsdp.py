@@ -212,3 +212,24 @@ def test_more_shards_hold_less_state_per_rank():
     per_rank = [run_structure(GPT, fsdp(data_parallel_size=16, global_batch_size=16, data_parallel_shard_degree=k),
                               A100, COMM).memory[0].weight_state_bytes for k in (2, 4, 8, 16)]
     assert np.all(np.diff(per_rank) < 0)
+
+
+def test_explain_puts_what_the_gathers_add_under_dp_comm_and_sums_to_the_iteration():
+    """With no host time the host part is 0: the exposed and overlapped gathers are all
+    `dp_comm`, and the parts still add up to the iteration."""
+    from paraplan.predict.explain import explain_run
+
+    s = fsdp(data_parallel_size=16, global_batch_size=16)  # FSDP over two nodes: the gathers show
+    breakdown = explain_run(GPT, s, A100, COMM, EFF)
+    assert breakdown.total_s == pytest.approx(breakdown.iteration_s, rel=1e-9)
+    assert breakdown.seconds["host"] == pytest.approx(0.0, abs=1e-12)
+    _, times, em = priced(s)
+    st = run_structure(GPT, s, A100, COMM)
+    assert st.fsdp is not None
+    a, root = st.fsdp.layer_gather_s, float(st.fsdp.root_gather_s[0])
+    g_f, g_b = times.device_s[0], times.device_s[1] + times.device_s[2]
+    n = GPT.num_layers
+    added = n * (paired_s(a, g_f, 0.25) - g_f + paired_s(a, g_b, 0.25) - g_b) + 2 * (a + root)
+    reduced = float(em.grad_sync[0].bucket_s.sum())  # beside the backward, past it where it outlasts it
+    assert breakdown.seconds["dp_comm"] >= added - 1e-12
+    assert breakdown.seconds["dp_comm"] <= added + reduced + 1e-12

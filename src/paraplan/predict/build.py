@@ -182,8 +182,6 @@ class RunStructure:
     settings: RunSettings
     speed: DeviceSpeed
     passes: tuple[PassCost, ...]  # in PASSES order, then MOE_PASSES for a mixture-of-experts model
-    zero3_gather_s: float
-    zero3_scatter_s: float
     layers_per_vstage: np.ndarray
     send_s: np.ndarray
     grad_sync: tuple[GradSync, ...]
@@ -434,8 +432,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
             activation_bytes_per_chunk=acts,
             working_bytes=working,
         ))
-    gather_s = fsdp.layer_gather_s if fsdp is not None else 0.0
-    return RunStructure(settings, speed, passes, gather_s, 0.0, counts, send, tuple(syncs),
+    return RunStructure(settings, speed, passes, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
                         attention_mix=attention_mix(model, settings, counts),
