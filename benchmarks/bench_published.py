@@ -5,11 +5,14 @@ their authors ran them:
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
   (error = predicted / measured - 1), and every row measured vs predicted; rows paraplan
   cannot express yet are listed with their published time and the reason (most rows
-  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with FSDP2, DeepEP,
+  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with DeepEP,
   the all-to-all overlap or DualPipe);
 - the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
   175B A100 range;
+- torchtitan's Llama 3.1 H100 benchmarks: tokens/s per GPU and peak memory per GPU,
+  published vs predicted, and for reference the AutoModel FSDP2 + EP rows
+  (`fsdp_published`);
 - Llama 3 405B, Meta's three configurations (8,192 and 16,384 H100 at 8K tokens; 16,384
   at 131,072 tokens with CP 16): predicted TFLOP/s per GPU, in the FLOP convention Meta
   published (PaLM's), beside the published 430 / 400 / 380;
@@ -44,6 +47,7 @@ from paraplan.predict.predictor import RunPrediction, predict_rows
 from paraplan.predict.runtable import RunRow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fsdp_published import TORCHTITAN_TABLE, automodel_reference, torchtitan_check
 from published import MOE_TABLES, TABLES, PublishedRow, load_table, palm_flops, table_paths
 
 PLAN_GPUS, PLAN_GLOBAL_BATCH = 1024, 1536
@@ -334,6 +338,9 @@ def main() -> int:
     llama_check(results)
     if FP8_TABLE in results:
         fp8_check(results, calibration_of(TABLES[FP8_TABLE][0]))
+    if TORCHTITAN_TABLE in results:  # FSDP2: torchtitan's tokens/s and memory, AutoModel's FSDP2 + EP rows
+        torchtitan_check([r.row for r in results[TORCHTITAN_TABLE]], [r.prediction for r in results[TORCHTITAN_TABLE]])
+        automodel_reference(calibration_of(TABLES[TORCHTITAN_TABLE][0]))
     if not args.no_plan:
         plan_check(calibration)  # (the A100 plan)
     if not args.no_layers:

@@ -26,7 +26,10 @@ expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
 moe_shared_expert_overlap (mixture-of-experts models), fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
-default; docs/fp8.md), num_gpus,
+default; docs/fp8.md), data_parallel_shard_degree,
+data_parallel_replicate_degree, num_distributed_optimizer_instances,
+fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
+(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.

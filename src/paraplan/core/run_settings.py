@@ -20,6 +20,7 @@ from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' 
     pipeline_layer_split,
     pipeline_split_slots,
 )
+from paraplan.core.sharding import ReshardAfterForward, check_sharding, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -89,7 +90,20 @@ class RunSettings:
     """Megatron's distributed optimizer: optimizer state and main weights sharded over
     the data-parallel ranks; gradients reduce-scattered, weights all-gathered."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO: 1 shards optimizer state, 2 also gradients, 3 also weights."""
+    """DeepSpeed ZeRO: 1 shards optimizer state, 2 also gradients, 3 also weights (3 is
+    PyTorch FSDP2 / Megatron-FSDP `optim_grads_params`: each layer's weights gathered
+    before its forward and backward, prefetched beside the previous layer's compute)."""
+    data_parallel_shard_degree: int = 0
+    """torchtitan's: data-parallel ranks the sharded state is split over (with the
+    context-parallel ranks, S x c); 0: all of them (`paraplan.core.sharding`)."""
+    data_parallel_replicate_degree: int = 0
+    """torchtitan's: copies of each shard (hybrid sharding, HSDP); 0: d / shard degree."""
+    num_distributed_optimizer_instances: int = 1
+    """Megatron-LM's: with the distributed optimizer, replicas of the sharded optimizer
+    (each shards over d c / instances ranks)."""
+    fsdp_reshard_after_forward: ReshardAfterForward = "default"
+    """torchtitan's: with zero_stage 3, free gathered weights after the forward
+    (`always`), keep them to the backward (`never`); `default`: never with pipelines."""
     overlap_grad_reduce: bool = False
     """Start gradient reduction in buckets during the last micro-batch's backward."""
     overlap_param_gather: bool = False
@@ -279,7 +293,7 @@ class RunSettings:
     def optimizer_shards(self) -> int:
         """Ranks the optimizer state is sharded over (1: not sharded)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
-        return self.data_context_parallel_size if sharded else 1
+        return sharding_group_size(self) if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
         """Raise `StrategyError` for settings that cannot run `model`."""
@@ -353,11 +367,13 @@ class RunSettings:
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
                 f"divisible by pipeline_model_parallel_size {p}"
             )
-        if self.zero_stage >= 2 and p > 1:
+        if self.zero_stage == 2 and p > 1:
             raise StrategyError(
                 f"zero_stage {self.zero_stage} shards gradients over data-parallel ranks, which pipeline "
-                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines)"
+                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines; zero_stage 3 "
+                "is modelled as PyTorch FSDP2, which does)"
             )
+        check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
         self._check_experts(model)
@@ -410,9 +426,6 @@ class RunSettings:
                 f"expert_model_parallel_size {ep} / expert_tensor_parallel_size {etp} with tensor_model_parallel_size "
                 f"{t} need sequence_parallel (Megatron-Core: 'when using expert parallelism and tensor parallelism, "
                 "sequence parallelism must be used'); without it only EP 1 with ETP = TP")
-        if self.zero_stage == 3:
-            raise StrategyError("zero_stage 3 with mixture-of-experts layers is not modelled (DeepSpeed runs MoE "
-                                "with ZeRO stages 0-2): use zero_stage 1/2 or use_distributed_optimizer")
         if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                                 "(moe_shared_expert_intermediate_size 0)")

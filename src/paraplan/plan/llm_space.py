@@ -68,6 +68,7 @@ from paraplan.predict.build import (
     pass_times,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.fsdp_ops import paired_s
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
@@ -415,8 +416,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         group = Group(int(dc[i]), int(dp_nodes[i]))
         zero3_gather[i] = comm.time_s("all_gather", layer_params[i] * prec.weight_bytes, group)
         zero3_scatter[i] = comm.time_s("reduce_scatter", layer_params[i] * prec.grad_bytes, group)
-    lf_dev = np.maximum(table.fwd_dev[row], zero3_gather)
-    lb_dev = np.maximum(table.bwd_dev[row], zero3_gather + zero3_scatter)
+    # ZeRO-3 (`paraplan.predict.fsdp_ops`): each layer beside the next one's gather, the
+    # reduce-scatter beside the backward too (the engine's per-layer buckets)
+    kappa = eff.comm_overlap_contention
+    lf_dev = paired_s(zero3_gather, table.fwd_dev[row], kappa)
+    lb_dev = paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa)
     lf_host, lb_host = table.fwd_host[row], table.bwd_host[row]
     ef, eb, hf, hb = table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row]
 
@@ -508,7 +512,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights_b = np.where(zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
     state_b = weights_b + grads_b + prec.optimizer_bytes / shards
-    state_e = (prec.weight_bytes + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
+    state_e = (np.where(zero3, prec.weight_bytes / edp, prec.weight_bytes)
+               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / expert_shards)
     held = inflight(sched, cand.p, np.round(m).astype(np.int64), cand.v)  # (candidates, 2): first, last stage
     act_chunk = n_chunk * table.act_layer[row]
@@ -516,7 +521,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(single, table.act_head[row], 0.0)
     working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    working = working + np.where(zero3, 2 * layer_params * prec.weight_bytes, 0.0)
+    root = vocab_params + positions + head_params  # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`)
+    unsharded = np.where(m > 1, first_params + first_experts, np.maximum(layer_params, root))  # gradients
+    working = working + np.where(zero3, (root + 2 * layer_params) * prec.weight_bytes + unsharded * prec.grad_bytes,
+                                 0.0)
     mem_first = first_params * state_b + first_experts * state_e + act_first + working
     head_held = np.where(sched == "gpipe", m, np.where(sched == "zb_h1", held[:, 1], 1.0))  # the last chunk only
     mem_last = (last_params * state_b + last_experts * state_e + held[:, 1] * n_last * table.act_layer[row]

@@ -25,8 +25,10 @@ What each piece costs:
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
   the last backward, overlapped with it under `overlap_grad_reduce`; with
   `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
-  dtype, always overlapped; ZeRO-3 gathers each layer's weights before its forward and its
-  backward and reduce-scatters its gradients, prefetched beside the compute;
+  dtype, always overlapped; ZeRO-3 (FSDP2) gathers each layer's weights before its forward
+  and its backward, prefetched beside the previous layer's compute, and reduce-scatters
+  its gradients layer by layer (`paraplan.predict.fsdp_ops`); with hybrid sharding the
+  state is sharded inside a group and each bucket all-reduced over its replicas;
 - after the reduction: the tied-embedding gradient exchange between the first and
   last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
   and, with a sharded optimizer, the weight all-gather unless `overlap_param_gather`;
@@ -65,6 +67,14 @@ from paraplan.predict.device_model import (
     memory_time_s,
 )
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
+from paraplan.predict.fsdp_ops import (
+    FsdpCosts,
+    fsdp_costs,
+    fsdp_working_bytes,
+    layer_device_s,
+    reduce_bucket_s,
+    shard_groups,
+)
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
@@ -172,8 +182,6 @@ class RunStructure:
     settings: RunSettings
     speed: DeviceSpeed
     passes: tuple[PassCost, ...]  # in PASSES order, then MOE_PASSES for a mixture-of-experts model
-    zero3_gather_s: float
-    zero3_scatter_s: float
     layers_per_vstage: np.ndarray
     send_s: np.ndarray
     grad_sync: tuple[GradSync, ...]
@@ -186,6 +194,7 @@ class RunStructure:
     attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
     moe_layers_per_vstage: np.ndarray | None = None  # of layers_per_vstage, the MoE layers (None: a dense model)
     expert_rank_params: np.ndarray | None = None  # per pipeline stage: expert weights on one rank
+    fsdp: FsdpCosts | None = None  # zero_stage 3's weight gathers (`fsdp_ops`)
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -300,10 +309,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     works = scaled_passes(works, (PASSES + MOE_PASSES)[:len(works)], settings)  # fp8: the scaling kernels
     passes = tuple(PassCost.of(w, comm, tp_group, groups) for w in works)
     layer_params = model.layer_params / t
-    gather_s = scatter_s = 0.0
-    if zero3 and d > 1:
-        gather_s = float(comm.time_s("all_gather", layer_params * prec.weight_bytes, dp_group))
-        scatter_s = float(comm.time_s("reduce_scatter", layer_params * prec.grad_bytes, dp_group))
+    edp = settings.expert_data_parallel_size
+    edp_group = Group(edp, place.edp_nodes)
+    sharding = shard_groups(settings, cluster.devices_per_node, edp_group)
 
     nv = p * v
     counts = layers_per_virtual_stage(model.num_layers, settings)
@@ -347,11 +355,13 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     torch_ddp = settings.DDP_impl == "torch"
     reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
     bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
-    edp = settings.expert_data_parallel_size
-    edp_group = Group(edp, place.edp_nodes)
+    root_params = np.zeros(nv)  # ZeRO-3: the units' gathers (`fsdp_ops`); the per-unit buckets below
+    root_params[0] += vocab_params + positions
+    root_params[nv - 1] += head_params
+    fsdp = fsdp_costs(comm, sharding, model, settings, root_params, prec.weight_bytes)
     syncs = []
     for s in range(p):
-        if (d == 1 and (moe is None or edp == 1)) or zero3:
+        if d == 1 and (moe is None or edp == 1):
             syncs.append(GradSync.none())
             continue
         chunks, fractions, bucket_s = [], [], []
@@ -368,7 +378,10 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                 if group.size == 1 or (expert and total == 0):
                     continue
                 n_buckets = max(1, math.ceil(total / bucket_params))
-                one = float(comm.time_s(grad_collective, total / n_buckets * reduced_bytes, group))
+                if zero3:  # one bucket per FSDP unit (layer) of the chunk
+                    n_buckets = max(1, int(chunk_moe[c, s] if expert else chunk_layers[c, s]))
+                over = replace(sharding, shard=edp_group, replicate=Group(1)) if expert else sharding
+                one = reduce_bucket_s(comm, grad_collective, total / n_buckets * reduced_bytes, over)
                 for k in range(n_buckets):
                     chunks.append(c)
                     bucket_s.append(one)
@@ -377,10 +390,10 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
 
     after_comm = np.zeros(p)
     exchange = 0.0
-    if sharded and not zero3 and d > 1 and not settings.overlap_param_gather:
-        after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, dp_group))
+    if sharded and not zero3 and sharding.shard.size > 1 and not settings.overlap_param_gather:
+        after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, sharding.shard))
                                 for n in rank_params])
-    if sharded and edp > 1 and moe is not None and not settings.overlap_param_gather:
+    if sharded and not zero3 and edp > 1 and moe is not None and not settings.overlap_param_gather:
         after_comm += np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, edp_group))
                                 for n in expert_rank_params])
     if not model.untie_embeddings_and_output_weights and p > 1:
@@ -411,22 +424,24 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
             acts[0] += emb.activation_bytes
         if s == p - 1:
             acts[v - 1] += head.activation_bytes
-        working = full_layer_bytes + (2 * layer_params * prec.weight_bytes if zero3 else 0.0)
+        root = float(root_params.reshape(v, p)[:, s].sum())  # the stage's embedding / head
+        working = full_layer_bytes + fsdp_working_bytes(fsdp, settings, root, params, experts, prec.weight_bytes,
+                                                        prec.grad_bytes)
         memory.append(RankMemory(
-            weights_bytes=(params * prec.weight_bytes / (d if zero3 else 1) + experts * prec.weight_bytes
-                           + fp8_copies[s]),
-            gradients_bytes=(params * prec.grad_bytes / (d if settings.zero_stage >= 2 else 1)
+            weights_bytes=(params * prec.weight_bytes / (shards if zero3 else 1)
+                           + experts * prec.weight_bytes / (edp if zero3 else 1) + fp8_copies[s]),
+            gradients_bytes=(params * prec.grad_bytes / (shards if settings.zero_stage >= 2 else 1)
                              + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
             optimizer_bytes=params * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,
             activation_bytes_per_chunk=acts,
             working_bytes=working,
         ))
-    return RunStructure(settings, speed, passes, gather_s, scatter_s, counts, send, tuple(syncs),
+    return RunStructure(settings, speed, passes, counts, send, tuple(syncs),
                         rank_params, prec, after_comm, tuple(memory),
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
                         attention_mix=attention_mix(model, settings, counts),
                         moe_layers_per_vstage=moe_counts,
-                        expert_rank_params=expert_rank_params if moe is not None else None)
+                        expert_rank_params=expert_rank_params if moe is not None else None, fsdp=fsdp)
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
@@ -435,8 +450,9 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
     times = pass_times(st, kernel_s, eff)
     dev, host = times.device_s, times.host_s
-    layer_fwd_dev = max(dev[0], st.zero3_gather_s)
-    layer_bwd_dev = max(dev[1] + dev[2], st.zero3_gather_s + st.zero3_scatter_s)
+    moe_dev = (dev[7], dev[8] + dev[9]) if len(dev) > len(PASSES) else (0.0, 0.0)
+    layer_fwd_dev, layer_bwd_dev, moe_fwd_dev, moe_bwd_dev = layer_device_s(  # ZeRO-3: beside the gathers
+        st.fsdp, (dev[0], dev[1] + dev[2]), moe_dev, eff.comm_overlap_contention)
     counts = st.layers_per_vstage.astype(float)
     # per virtual stage and micro-batch: device time and host time of its forward and backward op
     # (a mixture-of-experts model: its dense layers here, its MoE layers added below)
@@ -454,10 +470,14 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     fwd_host = counts * host[0] + eff.host_microbatch_s
     bwd_host = counts * (host[1] + host[2]) + eff.host_microbatch_s
     if moe:
-        fwd_dev += moe_counts * dev[7]
-        bwd_dev += moe_counts * (dev[8] + dev[9])
+        fwd_dev += moe_counts * moe_fwd_dev
+        bwd_dev += moe_counts * moe_bwd_dev
         fwd_host += moe_counts * host[7]
         bwd_host += moe_counts * (host[8] + host[9])
+    if st.fsdp is not None:
+        exposed_fwd, exposed_bwd = st.fsdp.exposed_s(counts, st.moe_counts)
+        fwd_dev += exposed_fwd
+        bwd_dev += exposed_bwd
     fwd_dev[0] += dev[3]
     bwd_dev[0] += dev[4]
     fwd_host[0] += host[3]
@@ -486,7 +506,8 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         microbatches=settings.num_microbatches,
         costs=costs,
         grad_sync=st.grad_sync,
-        overlap_grad_reduce=settings.overlap_grad_reduce or settings.zero_stage == 2 or settings.DDP_impl == "torch",
+        overlap_grad_reduce=(settings.overlap_grad_reduce or settings.zero_stage >= 2
+                             or settings.DDP_impl == "torch"),
         after_sync_s=after,
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,

@@ -44,6 +44,7 @@ from paraplan.core.run_settings import (
     RECOMPUTE_MODULES,
     RunSettings,
 )
+from paraplan.core.sharding import RESHARD_AFTER_FORWARD, SHARDING_STRATEGY_STAGE, stage_of_sharding_strategy
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
@@ -69,6 +70,9 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
+    # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
+    "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
+    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -202,6 +206,9 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
     "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
+    "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
+    "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
+    "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -260,6 +267,13 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     settings_args.setdefault("use_flash_attn", default_flash_attention(dtype))
     if "zero_stage" in settings_args:
         settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
+    strategy = settings_args.pop("data_parallel_sharding_strategy", None)
+    if strategy is not None:  # Megatron-FSDP's name for a ZeRO stage
+        try:
+            settings_args["zero_stage"] = stage_of_sharding_strategy(
+                str(strategy), settings_args.get("zero_stage"))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise InputFileError(path, str(exc), line=line, field="column 'data_parallel_sharding_strategy'") from None
     settings = RunSettings(
         tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[call-overload]
         pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[call-overload]
