@@ -49,6 +49,7 @@ a distributed optimizer or ZeRO.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from enum import IntEnum
 
 import numpy as np
 
@@ -67,7 +68,7 @@ from paraplan.predict.device_model import (
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
-from paraplan.predict.ops import Kernels, LayerWork, PassWork, embedding_work, layer_work
+from paraplan.predict.ops import embedding_work, layer_work
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.placement import (
     Placement,
@@ -87,12 +88,13 @@ from paraplan.predict.rank_state import (
     rank_memory,
     rank_parameters,
 )
+from paraplan.predict.work import Kernels, LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 __all__ = [  # also what other modules and the tests import from here
     "GRAD_BUCKET_PARAMS", "LAYER_PASSES", "MOE_LAYER_PASSES", "MOE_PASSES", "OPTIMIZER_KERNELS", "PASSES",
-    "TORCH_DDP_BUCKET_BYTES", "PassCost", "PassTimes", "Placement", "Precision", "RunStructure", "RunWork",
+    "TORCH_DDP_BUCKET_BYTES", "Pass", "PassCost", "PassTimes", "Placement", "Precision", "RunStructure", "RunWork",
     "build_execution", "context_parallel_groups", "expert_parallel_groups", "kernel_times_by_pass",
     "layers_per_virtual_stage", "moe_layers_per_virtual_stage", "mtp_expert_params", "pass_times", "placement",
     "price", "run_structure",
@@ -110,9 +112,24 @@ def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarr
         settings.decoder_first_pipeline_num_layers, settings.decoder_last_pipeline_num_layers), dtype=np.int64)
 
 
-PASSES: tuple[str, ...] = ("layer_fwd", "layer_recompute", "layer_bwd", "embedding_fwd", "embedding_bwd",
-                           "head_fwd", "head_bwd")
-MOE_PASSES: tuple[str, ...] = ("moe_layer_fwd", "moe_layer_recompute", "moe_layer_bwd")
+class Pass(IntEnum):
+    """A pass of a run's structure: its index in `RunStructure.passes` and `PassTimes`."""
+
+    LAYER_FWD = 0
+    LAYER_RECOMPUTE = 1
+    LAYER_BWD = 2
+    EMBEDDING_FWD = 3
+    EMBEDDING_BWD = 4
+    HEAD_FWD = 5
+    HEAD_BWD = 6
+    MOE_LAYER_FWD = 7
+    """The mixture-of-experts layer's passes: a MoE model's structure only."""
+    MOE_LAYER_RECOMPUTE = 8
+    MOE_LAYER_BWD = 9
+
+
+PASSES: tuple[str, ...] = tuple(p.name.lower() for p in Pass if p < Pass.MOE_LAYER_FWD)
+MOE_PASSES: tuple[str, ...] = tuple(p.name.lower() for p in Pass if p >= Pass.MOE_LAYER_FWD)
 """A mixture-of-experts model's structure has these three after `PASSES`."""
 
 
@@ -155,8 +172,8 @@ class RunStructure:
         return dense + self.expert_rank_params / self.settings.expert_optimizer_shards
 
 
-LAYER_PASSES = (0, 1, 2)  # indices into PASSES of the transformer layer's passes
-MOE_LAYER_PASSES = (7, 8, 9)  # the MoE layer's, in a mixture-of-experts model's structure
+LAYER_PASSES = (Pass.LAYER_FWD, Pass.LAYER_RECOMPUTE, Pass.LAYER_BWD)  # the transformer layer's passes
+MOE_LAYER_PASSES = (Pass.MOE_LAYER_FWD, Pass.MOE_LAYER_RECOMPUTE, Pass.MOE_LAYER_BWD)  # a MoE model's structure
 
 
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
@@ -195,9 +212,9 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
     host time alike, so the whole op) scaled by it."""
     dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
     host = [c.host_s(eff) for c in structure.passes]
-    layer_wgt = structure.passes[2].weight_grad_s(kernel_s[2])
+    layer_wgt = structure.passes[Pass.LAYER_BWD].weight_grad_s(kernel_s[Pass.LAYER_BWD])
     moe = len(structure.passes) > len(PASSES)
-    moe_wgt = structure.passes[9].weight_grad_s(kernel_s[9]) if moe else 0.0
+    moe_wgt = structure.passes[Pass.MOE_LAYER_BWD].weight_grad_s(kernel_s[Pass.MOE_LAYER_BWD]) if moe else 0.0
     factor = eff.layer_time_factors.factor(structure.layer_key)
     if factor != 1.0:
         for j in LAYER_PASSES + (MOE_LAYER_PASSES if moe else ()):
@@ -205,7 +222,8 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
             host[j] *= factor
         layer_wgt *= factor
         moe_wgt *= factor
-    return PassTimes(dev, host, layer_wgt, structure.passes[6].weight_grad_s(kernel_s[6]), moe_wgt)
+    head_wgt = structure.passes[Pass.HEAD_BWD].weight_grad_s(kernel_s[Pass.HEAD_BWD])
+    return PassTimes(dev, host, layer_wgt, head_wgt, moe_wgt)
 
 
 def moe_layers_per_virtual_stage(model: TransformerModel, counts: np.ndarray) -> np.ndarray:
@@ -330,35 +348,35 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     (its layers, each at least ZeRO-3's gathers beside it; what attention cores unlike
     layer 0's add; the embedding on the first, the head on the last)."""
     dev = times.device_s
-    fwd = layers.dense * max(dev[0], st.zero3_gather_s)
-    bwd = layers.dense * max(dev[1] + dev[2], st.zero3_gather_s + st.zero3_scatter_s)
+    fwd = layers.dense * max(dev[Pass.LAYER_FWD], st.zero3_gather_s)
+    bwd = layers.dense * max(dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD], st.zero3_gather_s + st.zero3_scatter_s)
     if st.attention_mix is not None:
         factor = eff.layer_time_factors.factor(st.layer_key)
         fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
         fwd += factor * fwd_added
         bwd += factor * bwd_added
     if layers.moe is not None:
-        fwd += layers.moe * dev[7]
-        bwd += layers.moe * (dev[8] + dev[9])
-    fwd[0] += dev[3]
-    bwd[0] += dev[4]
-    fwd[-1] += dev[5]
-    bwd[-1] += dev[6]
+        fwd += layers.moe * dev[Pass.MOE_LAYER_FWD]
+        bwd += layers.moe * (dev[Pass.MOE_LAYER_RECOMPUTE] + dev[Pass.MOE_LAYER_BWD])
+    fwd[0] += dev[Pass.EMBEDDING_FWD]
+    bwd[0] += dev[Pass.EMBEDDING_BWD]
+    fwd[-1] += dev[Pass.HEAD_FWD]
+    bwd[-1] += dev[Pass.HEAD_BWD]
     return fwd, bwd
 
 
 def op_host_s(times: PassTimes, layers: StageLayers, eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
     """Per virtual stage and micro-batch: the host time to issue its forward and backward op."""
     host = times.host_s
-    fwd = layers.dense * host[0] + eff.host_microbatch_s
-    bwd = layers.dense * (host[1] + host[2]) + eff.host_microbatch_s
+    fwd = layers.dense * host[Pass.LAYER_FWD] + eff.host_microbatch_s
+    bwd = layers.dense * (host[Pass.LAYER_RECOMPUTE] + host[Pass.LAYER_BWD]) + eff.host_microbatch_s
     if layers.moe is not None:
-        fwd += layers.moe * host[7]
-        bwd += layers.moe * (host[8] + host[9])
-    fwd[0] += host[3]
-    bwd[0] += host[4]
-    fwd[-1] += host[5]
-    bwd[-1] += host[6]
+        fwd += layers.moe * host[Pass.MOE_LAYER_FWD]
+        bwd += layers.moe * (host[Pass.MOE_LAYER_RECOMPUTE] + host[Pass.MOE_LAYER_BWD])
+    fwd[0] += host[Pass.EMBEDDING_FWD]
+    bwd[0] += host[Pass.EMBEDDING_BWD]
+    fwd[-1] += host[Pass.HEAD_FWD]
+    bwd[-1] += host[Pass.HEAD_BWD]
     return fwd, bwd
 
 

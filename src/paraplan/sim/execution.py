@@ -34,14 +34,12 @@ from typing import Any
 import numpy as np
 
 from paraplan.core.errors import StrategyError
-from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
+from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
+from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
 from paraplan.sim.p3 import p3_steady_state
-from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
+from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, cached_orders, get_schedule
-
-ALLREDUCE = KINDS.index("allreduce")
-OPTIMIZER = KINDS.index("optimizer")
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,9 +185,9 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _T
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
                                          model.overlap_grad_reduce)
-        events.extend((s, ALLREDUCE, a, b) for a, b in buckets)
+        events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
         if model.after_sync_s[s] > 0:
-            events.append((s, OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
+            events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
     return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
 
 
@@ -296,9 +294,9 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
         ev = np.array(comm_events, dtype=float)
         n = ev.shape[0]
         cols = concat_columns([cols, timeline_columns({
-            "device": ev[:, 0].astype(np.int32), "stream": np.full(n, COMM, dtype=np.int8),
+            "device": ev[:, 0].astype(np.int32), "stream": np.full(n, StreamCode.COMM, dtype=np.int8),
             "kind": ev[:, 1].astype(np.int8), "stage": ev[:, 0].astype(np.int32),
-            "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 2], "end_s": ev[:, 3],
+            "microbatch": np.full(n, NO_MICROBATCH, dtype=np.int32), "start_s": ev[:, 2], "end_s": ev[:, 3],
         })])
     if sched.flush and model.iterations > 1 and p3_cols is None:
         cols = repeat_iterations(cols, model.iterations, iteration, m)
@@ -327,5 +325,5 @@ def repeat_iterations(cols: Mapping[str, Any], iterations: int, step_s: float, m
     out["start_s"] = out["start_s"] + e * step_s
     out["end_s"] = out["end_s"] + e * step_s
     has_mb = out["microbatch"] >= 0
-    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
+    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, NO_MICROBATCH).astype(np.int32)
     return timeline_columns(out)
