@@ -61,7 +61,10 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
     OPTIMIZER_KERNELS,
+    Pass,
     Precision,
     kernel_times_by_pass,
     mtp_expert_params,
@@ -296,25 +299,27 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
-        out["fd"][i], out["fh"][i] = dev[0], host[0]
-        out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
+        fwd, rec, bwd = LAYER_PASSES
+        out["fd"][i], out["fh"][i] = dev[fwd], host[fwd]
+        out["bd"][i], out["bh"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
         out["w"][i] = times.layer_weight_grad_s
         if moe_share:
             def mean(dense: float, moe: float) -> float:
                 return (1.0 - moe_share) * dense + moe_share * moe
-            out["fd"][i], out["fh"][i] = mean(dev[0], dev[7]), mean(host[0], host[7])
-            out["bd"][i], out["bh"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
-                                                                                       host[8] + host[9])
+            mf, mr, mb = MOE_LAYER_PASSES
+            out["fd"][i], out["fh"][i] = mean(dev[fwd], dev[mf]), mean(host[fwd], host[mf])
+            out["bd"][i], out["bh"][i] = mean(dev[rec] + dev[bwd], dev[mr] + dev[mb]), mean(host[rec] + host[bwd],
+                                                                                             host[mr] + host[mb])
             out["w"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
         if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
             factor = eff.layer_time_factors.factor(st.layer_key)
             added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
             out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
             out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
-        pairs["ef"][i] = dev[3], host[3]
-        pairs["eb"][i] = dev[4], host[4]
-        pairs["hf"][i] = dev[5], host[5]
-        pairs["hb"][i] = dev[6], host[6]
+        pairs["ef"][i] = dev[Pass.EMBEDDING_FWD], host[Pass.EMBEDDING_FWD]
+        pairs["eb"][i] = dev[Pass.EMBEDDING_BWD], host[Pass.EMBEDDING_BWD]
+        pairs["hf"][i] = dev[Pass.HEAD_FWD], host[Pass.HEAD_FWD]
+        pairs["hb"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
         out["al"][i] = layer_activation_bytes(model, s)
         out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
         if moe_share:
