@@ -297,7 +297,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
-    prec = Precision.of(settings.dtype)
+    prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
     work = RunWork.of(model, settings)
     works = work.passes()
     works = scaled_passes(works, (PASSES + MOE_PASSES)[:len(works)], settings)  # fp8: the scaling kernels

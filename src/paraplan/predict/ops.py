@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, main_grad_bytes
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.predict.cp_ops import (
@@ -408,7 +408,7 @@ def accumulate_bytes_per_param(settings: RunSettings) -> float:
     output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
     if settings.gradient_accumulation_fusion:
         return 0.0
-    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * main_grad_bytes(settings)
 
 
 def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -> LayerWork:

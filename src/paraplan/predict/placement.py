@@ -27,9 +27,12 @@ class Precision:
     optimizer_step_bytes: int  # memory traffic of one optimizer step per parameter
 
     @staticmethod
-    def of(dtype: str) -> Precision:
+    def of(dtype: str, grad_reduce_in_bf16: bool = False) -> Precision:
         """bf16/fp8: 2-byte weights, fp32 gradients, 12 bytes of optimizer state (18 in
-        all); fp16: 2-byte gradients plus an fp32 copy in the optimizer (20); fp32: 16.
+        all); with `grad_reduce_in_bf16` 2-byte gradients and, as for fp16, the fp32 copy
+        of the optimizer's gradient shard (2 + 2 + 16 = 20; the copy is sharded with the
+        optimizer, so 4 + 16 / shards per parameter); fp16: 2-byte gradients plus an fp32
+        copy in the optimizer (20); fp32: 16.
         A step reads the gradient, reads and writes main weights and both moments,
         writes the model weights, and passes over the gradients for the norm and zeroing
         (fp16 also copies them to fp32 and checks for overflow)."""
@@ -37,6 +40,8 @@ class Precision:
             return Precision(4, 4, 8, 4 + 24 + 4 + 4)
         if dtype == "fp16":
             return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 4 + 2)
+        if grad_reduce_in_bf16:  # the fp16 path without its overflow check
+            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 2)
         return Precision(2, 4, 12, 4 + 24 + 2 + 4 + 4)
 
 
