@@ -1,0 +1,11 @@
+"""The parts every builder of the engine's input (`paraplan.sim.execution.ExecutionModel`)
+is made of, one file per part, each a pure function over frozen records:
+
+- `placement`: which devices each pipeline stage uses, and how many nodes a group spans
+  (a profile's device lists, or Megatron's rank order tp-cp-dp-pp);
+- `grad_buckets`: how a rank's gradients are cut into reductions and when each is ready;
+- `rank_memory`: a rank's weights, gradients, optimizer state and activations.
+
+The layer split they build on is `paraplan.core.layer_split` (core types split their
+layers with it). `paraplan.sim.strategy_sim.profile_execution` (a layer profile's step)
+is built from these parts."""
