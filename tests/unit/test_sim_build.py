@@ -30,9 +30,11 @@ def test_filled_buckets_close_at_the_cap_from_the_last_layer_down():
     two = filled_buckets(np.full(4, 10.0), bwd_s, 15.0)
     assert two.size_bytes.tolist() == [20.0, 20.0]
     assert two.ready_fraction.tolist() == [0.5, 1.0]  # when layers 2 and 0 finish their backward
+    assert two.lowest_layer.tolist() == [2, 0]
     rest = filled_buckets(np.full(4, 10.0), bwd_s, 25.0)
     assert rest.size_bytes.tolist() == [30.0, 10.0]
     assert rest.ready_fraction.tolist() == [0.75, 1.0]
+    assert rest.lowest_layer.tolist() == [1, 0]
     untimed = filled_buckets(np.full(2, 10.0), np.zeros(2), 10.0)
     assert untimed.ready_fraction.tolist() == [1.0, 1.0]
 

@@ -76,6 +76,7 @@ from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
+from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
 
@@ -491,19 +492,19 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     for i in np.flatnonzero((dc > 1) & ~zero3):
         group = Group(int(dc[i]), int(dp_nodes[i]))
         collective = "reduce_scatter" if sharded[i] else "all_reduce"
-        buckets = max(1, int(np.ceil(first_params[i] / GRAD_BUCKET_PARAMS)))
-        one = comm.time_s(collective, first_params[i] / buckets * prec.grad_bytes, group)
+        buckets = equal_buckets(first_params[i], GRAD_BUCKET_PARAMS)
+        one = comm.time_s(collective, buckets.each * prec.grad_bytes, group)
         window = whole[i] if single[i] else first[i]  # beside the first stage's last backward
-        sync[i] = max(one, buckets * one - 0.5 * window)
+        sync[i] = max(one, buckets.count * one - 0.5 * window)
     # the experts' gradients over the expert-data-parallel group (stride EP x ETP)
     edp_nodes = np.maximum(1, np.ceil(t * dc / np.maximum(gpn, ep * etp))).astype(np.int64)
     for i in np.flatnonzero((edp > 1) & (first_experts > 0)):
         group = Group(int(edp[i]), int(edp_nodes[i]))
         collective = "reduce_scatter" if sharded[i] else "all_reduce"
-        buckets = max(1, int(np.ceil(first_experts[i] / GRAD_BUCKET_PARAMS)))
-        one = comm.time_s(collective, first_experts[i] / buckets * prec.grad_bytes, group)
+        buckets = equal_buckets(first_experts[i], GRAD_BUCKET_PARAMS)
+        one = comm.time_s(collective, buckets.each * prec.grad_bytes, group)
         window = whole[i] if single[i] else first[i]
-        sync[i] += max(one, buckets * one - 0.5 * window)
+        sync[i] += max(one, buckets.count * one - 0.5 * window)
     speed = DeviceSpeed.of(cluster.device, base.dtype)
     opt = ((first_params / shards + first_experts / expert_shards) * prec.optimizer_step_bytes
            / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)

@@ -6,7 +6,6 @@ memory (`rank_memory`). `paraplan.predict.build` says what each piece costs.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,6 +15,8 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes, reduce_bucket_s
 from paraplan.predict.placement import Precision, RunGroups
+from paraplan.sim.builder import rank_memory as memory_parts
+from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.execution import GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
@@ -149,14 +150,12 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
             if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
                 continue
-            n_buckets = max(1, math.ceil(total / buckets.bucket_params))
-            if zero3:  # one bucket per FSDP unit (layer) of the chunk
-                n_buckets = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
-            one = reduce_bucket_s(comm, buckets.collective, total / n_buckets * buckets.reduced_bytes, over)
-            for k in range(n_buckets):
-                chunks.append(c)
-                bucket_s.append(one)
-                fractions.append((k + 1) / n_buckets)
+            units = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
+            split = equal_buckets(total, buckets.bucket_params, units if zero3 else 0)  # ZeRO-3: one per FSDP unit
+            one = reduce_bucket_s(comm, buckets.collective, split.each * buckets.reduced_bytes, over)
+            chunks += [c] * split.count
+            bucket_s += [one] * split.count
+            fractions += split.ready_fractions
     return GradSync(np.array(bucket_s), np.array(chunks, dtype=np.int64), np.array(fractions))
 
 
@@ -229,13 +228,9 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[v - 1] += acts.head
         working = acts.recomputed_layer + fsdp_working_bytes(
             extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
-        memory.append(RankMemory(
-            weights_bytes=(n * prec.weight_bytes / (shards if zero3 else 1)
-                           + experts * prec.weight_bytes / (edp if zero3 else 1) + extra.fp8_copy_bytes[s]),
-            gradients_bytes=(n * prec.grad_bytes / (shards if settings.zero_stage >= 2 else 1)
-                             + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
-            optimizer_bytes=n * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,
-            activation_bytes_per_chunk=chunk_acts,
-            working_bytes=working,
-        ))
+        state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
+        zero2 = settings.zero_stage >= 2
+        dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
+        expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
+        memory.append(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]))
     return tuple(memory)

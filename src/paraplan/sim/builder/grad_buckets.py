@@ -22,6 +22,7 @@ class FilledBuckets:
 
     size_bytes: np.ndarray
     ready_fraction: np.ndarray  # of the chunk's backward op (0: its start, 1: its end)
+    lowest_layer: np.ndarray  # the layer whose gradient completes the bucket (index into the layers given)
 
 
 def filled_buckets(layer_bytes: np.ndarray, layer_bwd_s: np.ndarray, bucket_bytes: float) -> FilledBuckets:
@@ -31,18 +32,22 @@ def filled_buckets(layer_bytes: np.ndarray, layer_bwd_s: np.ndarray, bucket_byte
     every layer is ready at the end."""
     b_l = np.asarray(layer_bwd_s, dtype=float)[::-1]
     frac = np.cumsum(b_l) / b_l.sum() if b_l.sum() > 0 else np.ones_like(b_l)
-    sizes, fractions = [], []
+    sizes, fractions, lowest = [], [], []
     acc = 0.0
-    for ready, nb in zip(frac, np.asarray(layer_bytes, dtype=float)[::-1], strict=True):
+    last = b_l.shape[0] - 1
+    for i, (ready, nb) in enumerate(zip(frac, np.asarray(layer_bytes, dtype=float)[::-1], strict=True)):
         acc += nb
         if acc >= bucket_bytes:
             sizes.append(acc)
             fractions.append(float(ready))
+            lowest.append(last - i)
             acc = 0.0
     if acc > 0:
         sizes.append(acc)
         fractions.append(float(frac[-1]) if frac.size else 1.0)
-    return FilledBuckets(np.array(sizes, dtype=float), np.array(fractions, dtype=float))
+        lowest.append(0)
+    return FilledBuckets(np.array(sizes, dtype=float), np.array(fractions, dtype=float),
+                         np.array(lowest, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ class EqualBuckets:
         return [(k + 1) / self.count for k in range(self.count)]
 
 
-def equal_buckets(total: float, cap: float) -> EqualBuckets:
-    """ceil(total / cap) equal buckets (at least one) of a chunk's `total` gradients."""
-    count = max(1, math.ceil(total / cap))
+def equal_buckets(total: float, cap: float, count: int = 0) -> EqualBuckets:
+    """ceil(total / cap) equal buckets (at least one) of a chunk's `total` gradients, or
+    `count` of them where the caller fixes the number (ZeRO-3: one per FSDP unit)."""
+    count = count or max(1, math.ceil(total / cap))
     return EqualBuckets(count, total / count)

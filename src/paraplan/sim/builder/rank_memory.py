@@ -44,16 +44,17 @@ class ParamState:
         return self.params * self.optimizer_bytes / self.optimizer_shards
 
 
-def rank_memory(states: Sequence[ParamState], activation_bytes_per_chunk: np.ndarray,
-                working_bytes: float = 0.0) -> RankMemory:
+def rank_memory(states: Sequence[ParamState], activation_bytes_per_chunk: np.ndarray, working_bytes: float = 0.0,
+                extra_weight_bytes: float = 0.0) -> RankMemory:
     """A rank's memory: the state of each group of its parameters (dense, experts)
-    summed in order, its chunks' activations per micro-batch and its transient working set."""
+    summed in order, weight bytes held beside them (e.g. FP8 copies), its chunks'
+    activations per micro-batch and its transient working set."""
     weights, grads, optimizer = states[0].weights_bytes, states[0].gradients_bytes, states[0].optimizer_state_bytes
     for state in states[1:]:
         weights += state.weights_bytes
         grads += state.gradients_bytes
         optimizer += state.optimizer_state_bytes
-    return RankMemory(weights, grads, optimizer, activation_bytes_per_chunk, working_bytes)
+    return RankMemory(weights + extra_weight_bytes, grads, optimizer, activation_bytes_per_chunk, working_bytes)
 
 
 def chunks_by_rank(per_virtual_stage: np.ndarray, pipeline_stages: int) -> np.ndarray:
