@@ -59,3 +59,21 @@ def test_rank_memory_is_megatron_bytes_per_parameter():
 def test_chunks_by_rank_reads_virtual_stages_chunk_major():
     # virtual stage c x p + r is chunk c of rank r
     assert chunks_by_rank(np.arange(6.0), 2).tolist() == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]
+
+
+def test_embedding_and_head_parameters_follow_megatron():
+    from paraplan.predict.models import PRESETS
+    from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
+
+    gpt3 = PRESETS["gpt3-175b"]  # vocabulary 50,257 padded to 51,200 (a multiple of 128 x 8), tied output
+    assert rank_vocab_params(gpt3, 8) == 51_200 * 12_288 / 8
+    assert position_params(gpt3) == 2048 * 12_288
+    # pipelined: the last stage holds its own copy of the output layer beside the final LayerNorm
+    assert rank_head_params(gpt3, 8, 16, rank_vocab_params(gpt3, 8), 0) == 24_576 + 51_200 * 12_288 / 8
+    assert rank_head_params(gpt3, 8, 1, rank_vocab_params(gpt3, 8), 0) == 24_576  # tied on one stage
+    llama = PRESETS["llama3-70b"]  # rotary positions, untied output
+    assert position_params(llama) == 0
+    t, p = np.array([4.0, 8.0]), np.array([1.0, 1.0])
+    vocab = rank_vocab_params(llama, t)
+    assert vocab.tolist() == [128_512 * 8192 / 4, 129_024 * 8192 / 8]  # multiples of 128 x t
+    assert rank_head_params(llama, t, p, vocab, 0).tolist() == (8192 + vocab).tolist()

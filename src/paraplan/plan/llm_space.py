@@ -77,6 +77,7 @@ from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
 from paraplan.sim.builder.grad_buckets import equal_buckets
+from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
 
@@ -393,12 +394,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         experts = model.num_moe_layers * model.num_experts * model.expert_params
         layer_params = (model.transformer_params - experts) / L / t
         expert_layer = experts / L / (ep * etp)
-    vocab_params = np.array([model.padded_vocab_size(int(x)) for x in cand.t]) * model.hidden_size / t
-    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    vocab_params = rank_vocab_params(model, t)
+    positions = position_params(model)
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
-    head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
     # multi-token-prediction layers on the last stage (a MoE one's experts over EP x ETP: below)
-    head_params = head_params + (model.mtp_parameters - mtp_expert_params(model)) / t
+    head_params = rank_head_params(model, t, p, vocab_params, mtp_expert_params(model))
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
     # take one more); interleaving splits each rank's layers evenly over its v chunks,

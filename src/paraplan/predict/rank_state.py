@@ -17,6 +17,7 @@ from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.sim.builder import rank_memory as memory_parts
 from paraplan.sim.builder.grad_buckets import equal_buckets
+from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.execution import GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
@@ -80,8 +81,8 @@ def rank_parameters(model: TransformerModel, settings: RunSettings, counts: np.n
     t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
     v = settings.virtual_pipeline_model_parallel_size
     layer_params = model.layer_params / t
-    vocab_params = model.padded_vocab_size(t) * model.hidden_size / t
-    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    vocab_params = rank_vocab_params(model, t)
+    positions = position_params(model)
     chunk_layers = counts.reshape(v, p)  # [chunk, rank]
     rank_params = chunk_layers.sum(axis=0) * layer_params
     chunk_moe = np.zeros((v, p)) if moe_counts is None else moe_counts.reshape(v, p).astype(float)
@@ -96,10 +97,9 @@ def rank_parameters(model: TransformerModel, settings: RunSettings, counts: np.n
         rank_params = chunk_dense_params.sum(axis=0)
     expert_rank_params = chunk_expert_params.sum(axis=0)
     rank_params[0] += vocab_params + positions
-    head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
     # the MTP layers (the few norm weights counted as split too); a MoE one's experts over EP x ETP
     mtp_experts = mtp_expert_params(model)
-    head_params += (model.mtp_parameters - mtp_experts) / t
+    head_params = rank_head_params(model, t, p, vocab_params, mtp_experts)
     rank_params[p - 1] += head_params
     if mtp_experts:
         chunk_expert_params[v - 1, p - 1] += mtp_experts / expert_split
