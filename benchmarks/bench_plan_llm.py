@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from paraplan.clusters import load_cluster
-from paraplan.plan.llm_output import describe
-from paraplan.plan.llm_search import PlanRequest, search
+from paraplan.plan.transformer.output import describe
+from paraplan.plan.transformer.search import PlanRequest, search
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.models import PRESETS
 

@@ -169,8 +169,8 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
 
 def plan_check(calibration: Calibration) -> None:
     """The GPT-3 175B plan of docs/stages/plan.md on 1,024 A100: predicted MFU vs the published range."""
-    from paraplan.plan.llm_output import describe
-    from paraplan.plan.llm_search import PlanRequest, search
+    from paraplan.plan.transformer.output import describe
+    from paraplan.plan.transformer.search import PlanRequest, search
     from paraplan.predict.models import PRESETS
 
     cluster = load_cluster("dgx-a100")

@@ -12,9 +12,9 @@ from paraplan.core import ConstantBandwidthModel, InputFileError, StrategyError
 from paraplan.core.comm import Group, ring_time_s
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_output import describe, plan_rows
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
+from paraplan.plan.transformer.output import describe, plan_rows
+from paraplan.plan.transformer.search import PlanRequest, search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import PassCost, placement, run_structure
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING

@@ -15,9 +15,9 @@ from paraplan.clusters import load_cluster
 from paraplan.core import InputFileError, StrategyError
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import iter_text_lines, read_text
-from paraplan.plan import llm_search
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer import search as llm_search
+from paraplan.plan.transformer.search import PlanRequest, search
+from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.predictor import iter_predictions, predict_rows
 from paraplan.predict.runtable import iter_run_table, read_run_table

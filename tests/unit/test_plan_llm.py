@@ -10,8 +10,8 @@ import pytest
 from paraplan.clusters import load_cluster
 from paraplan.core import StrategyError
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.search import PlanRequest, search
+from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.predictor import predict_settings, summarize
 
@@ -97,7 +97,7 @@ def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
 
 def test_plan_command_writes_ranked_plans_in_predict_columns(tmp_path, capsys):
     from paraplan.cli.main import main
-    from paraplan.plan.llm_output import PLAN_COLUMNS
+    from paraplan.plan.transformer.output import PLAN_COLUMNS
 
     model = tmp_path / "small.yaml"
     model.write_text("num_layers: 8\nhidden_size: 1024\nnum_attention_heads: 16\nseq_length: 1024\n"

@@ -12,8 +12,8 @@ from paraplan.clusters import load_cluster
 from paraplan.core import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
+from paraplan.plan.transformer.search import PlanRequest, search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import (
     kernel_times_by_pass,
     moe_layers_per_virtual_stage,
@@ -274,7 +274,7 @@ def test_dense_layer_factors_never_scale_a_moe_layer():
 
 
 def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
-    from paraplan.plan.llm_space import estimate
+    from paraplan.plan.transformer.space import estimate
     from paraplan.predict.predictor import predict_settings
 
     first_dense = replace(HALF_MOE, moe_layer_freq=(0, 0, 0, 0, 1, 1, 1, 1), num_experts=64)
@@ -314,7 +314,7 @@ def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
 
 
 def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures(monkeypatch):
-    import paraplan.plan.llm_space as space
+    import paraplan.plan.transformer.space as space
 
     model = replace(HALF_MOE, moe_layer_freq=1, mtp_num_layers=1)  # a MoE MTP layer in the head pass too
     request = PlanRequest(model, H100, 16, 32)

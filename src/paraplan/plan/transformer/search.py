@@ -3,9 +3,9 @@ search over TP, PP (even or balanced uneven layer splits), DP, micro-batch size,
 interleaving, schedule, recomputation, sequence parallelism and ZeRO stage, and for
 mixture-of-experts models expert parallelism (EP) and expert tensor parallelism (ETP).
 
-1. Enumerate every candidate that can run (`llm_space.enumerate_candidates`) and
+1. Enumerate every candidate that can run (`space.enumerate_candidates`) and
    estimate its iteration time and peak memory in closed form, vectorised
-   (`llm_space.estimate`).
+   (`space.estimate`).
 2. Keep the candidates whose estimated memory fits (with a small margin: the
    estimate is not exact); re-time the `retime` fastest by estimate of each
    schedule, and the data-parallel baselines, with the exact engine
@@ -34,7 +34,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_space import Candidates, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.space import Candidates, SearchSpace, enumerate_candidates, estimate
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, predict_settings, summarize

@@ -58,7 +58,7 @@ from paraplan.core.run_settings import (
     interleaved_uneven_split,
 )
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
+from paraplan.plan.transformer.experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
     OPTIMIZER_KERNELS,

@@ -1,4 +1,4 @@
-"""The mixture-of-experts parts of the LLM planner's space (`paraplan.plan.llm_space`):
+"""The mixture-of-experts parts of the LLM planner's space (`paraplan.plan.transformer.space`):
 which (EP, ETP) layouts a candidate may use, the layer-table probes' data-parallel
 size, and the first and last stage's parameters of a model with dense and MoE layers."""
 
@@ -29,7 +29,7 @@ from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.predictor import divisors
 
 if TYPE_CHECKING:
-    from paraplan.plan.llm_space import SearchSpace
+    from paraplan.plan.transformer.space import SearchSpace
 
 
 def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
