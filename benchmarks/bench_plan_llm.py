@@ -26,7 +26,8 @@ import pandas as pd
 
 from paraplan.clusters import load_cluster
 from paraplan.plan.transformer.output import describe
-from paraplan.plan.transformer.search import PlanRequest, search
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.models import PRESETS
 
@@ -48,7 +49,7 @@ def speed() -> None:
         best = np.inf
         for _ in range(3):
             started = time.perf_counter()
-            result = search(PlanRequest(model, cluster, gpus, batch), comm, calibration.efficiency)
+            result = search(TransformerPlanRequest(model, cluster, gpus, batch), comm, calibration.efficiency)
             best = min(best, time.perf_counter() - started)
         plan = result.plans[0]
         print(f"{name} on {gpus} x {cluster.device.name}: {best:.2f} s (best of 3; target < {target:.0f} s), "

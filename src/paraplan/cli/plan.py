@@ -247,7 +247,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.core import ConfigError
     from paraplan.files import atomic_open, check_outputs
     from paraplan.plan.transformer.output import PLAN_COLUMNS, describe, plan_rows
-    from paraplan.plan.transformer.search import PlanRequest, search
+    from paraplan.plan.transformer.request import TransformerPlanRequest
+    from paraplan.plan.transformer.search import search
     from paraplan.plan.transformer.space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
@@ -271,9 +272,10 @@ def _run_llm(args: argparse.Namespace) -> int:
     cluster = load_cluster(cluster_name)
     calibration = calibration_for(cluster, args.calibration,
                                   warn=lambda m: print(f"paraplan plan: warning: {m}", file=sys.stderr))
-    request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
-                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
-                                            context_parallel_sizes=cp_sizes))
+    request = TransformerPlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype,
+                                     top_k=args.top_k,
+                                     space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
+                                                       context_parallel_sizes=cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,

@@ -5,7 +5,7 @@ mixture-of-experts models expert parallelism (EP) and expert tensor parallelism 
 
 1. Enumerate every candidate that can run (`space.enumerate_candidates`) and
    estimate its iteration time and peak memory in closed form, vectorised
-   (`space.estimate`).
+   (`estimate.estimate`).
 2. Keep the candidates whose estimated memory fits (with a small margin: the
    estimate is not exact); re-time the `retime` fastest by estimate of each
    schedule, and the data-parallel baselines, with the exact engine
@@ -24,41 +24,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.errors import StrategyError
 from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.transformer.space import Candidates, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.space import Candidates, enumerate_candidates
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, predict_settings, summarize
-from paraplan.predict.runtable import default_flash_attention
 
 MEMORY_MARGIN = 1.05  # estimated peak may exceed the device by this factor and still be re-timed
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    model: TransformerModel
-    cluster: Cluster  # the kind of node; the run uses num_gpus of them
-    num_gpus: int
-    global_batch_size: int
-    dtype: str = "bf16"
-    use_flash_attn: bool | None = None  # None: the run table's default for the dtype
-    space: SearchSpace = field(default_factory=SearchSpace)
-    top_k: int = 5
-    retime: int = 32
-
-    def base_settings(self) -> RunSettings:
-        flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
-        return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype,  # type: ignore[arg-type]
-                           use_flash_attn=flash)
 
 
 @dataclass(frozen=True)
@@ -81,7 +63,7 @@ BASELINES: dict[str, dict[str, object]] = {
 }
 
 
-def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
+def baseline_settings(request: TransformerPlanRequest) -> dict[str, RunSettings | None]:
     """Pure data parallelism over every GPU, the micro-batch that fits best found by
     the search below: here micro-batch 1 with full recomputation (the smallest
     memory), so a baseline exists whenever data parallelism can run at all (None
@@ -123,7 +105,7 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e12:,.2f} TB" if nbytes >= 1e12 else f"{nbytes / 1e9:,.1f} GB"
 
 
-def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
+def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
            progress: Callable[[str], None] | None = None) -> PlanResult:
     """The best plans for `request` (see the module doc)."""
     started = time.perf_counter()
@@ -184,7 +166,7 @@ def pipeline_ops(cand: Candidates, global_batch_size: int) -> np.ndarray:
     return 3 * cand.p * microbatches * cand.v
 
 
-def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
+def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
                         efficiency: DeviceEfficiency, simulable: np.ndarray) -> None:
     """Re-time the simulable candidates of least estimated memory exactly and say how
     much the smallest needs."""
