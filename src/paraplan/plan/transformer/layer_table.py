@@ -60,12 +60,13 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
                       expert_tensor_parallel_size=etp)
               for t, b, sp, rc, c, ep, etp in keys]
     moe_share = model.num_moe_layers / model.num_layers
-    structures = probe_structures(model, probes, cluster, comm)
+    heads = [last_stage_work(model, s) for s in probes]
+    structures = probe_structures(model, probes, cluster, comm, heads)
     kernel_s = kernel_times_by_pass(structures, eff)
     n = len(keys)
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
     pairs = {k: np.zeros((n, 2)) for k in ("ef", "eb", "hf", "hb")}
-    for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
+    for i, (st, ks, s, head) in enumerate(zip(structures, kernel_s, probes, heads, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
         out["fd"][i], out["fh"][i] = dev[0], host[0]
@@ -93,7 +94,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
             out["al"][i] = (1.0 - moe_share) * out["al"][i] + moe_share * moe_activation_bytes(model, s)
             out["af"][i] = max(out["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
         out["ae"][i] = embedding_work(model, s).activation_bytes
-        out["ah"][i] = last_stage_work(model, s).activation_bytes
+        out["ah"][i] = head.activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 

@@ -9,7 +9,9 @@ mixture-of-experts models expert parallelism (EP) and expert tensor parallelism 
 2. Keep the candidates whose estimated memory fits (with a small margin: the
    estimate is not exact); re-time the `retime` fastest by estimate of each
    schedule, and the data-parallel baselines, with the exact engine
-   (`paraplan.predict`), which also checks memory exactly.
+   (`paraplan.predict`), which also checks memory exactly; a candidate whose lower
+   bound (its busiest rank's compute) already exceeds the `top_k`-th best re-timed
+   plan is skipped, since it cannot be answered (`retime.py`).
 3. Answer the fastest re-timed plans that fit, best first. The baselines (pure data
    parallelism with and without overlapped gradient reduction, and with ZeRO stages
    1-3) are candidates of the same search, so the answer is never slower than any
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,6 +37,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.estimate import estimate
 from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
@@ -52,6 +55,7 @@ class PlanResult:
     retimed: int
     search_s: float
     not_simulated: int = 0  # candidates that fit by estimate beyond `MAX_SIMULATED_OPS`: not re-timed
+    proven_slower: int = 0  # chosen for re-timing, skipped: a lower bound proves them slower than the plans answered
 
 
 BASELINES: dict[str, dict[str, object]] = {
@@ -136,15 +140,35 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     chosen = np.concatenate([order[cand.schedule[order] == k][: request.retime]
                              for k in np.unique(cand.schedule[order])]) if order.size else order
     settings = [cand.settings(int(i), base) for i in chosen]
+    predictions, base_pred = _retime(request, settings, est.iteration_s[chosen], comm, efficiency)
+    unique = _distinct_fastest(p for p in predictions if p is not None)
+    if not unique:
+        _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
+    retimed = sum(p is not None for p in predictions)
+    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), retimed,
+                      time.perf_counter() - started, int(beyond.sum()), len(predictions) - retimed)
+
+
+def _retime(request: TransformerPlanRequest, settings: list[RunSettings], estimate_s: np.ndarray, comm: CommModel,
+            efficiency: DeviceEfficiency) -> tuple[list[RunPrediction | None], dict[str, RunPrediction | None]]:
+    """The exact predictions of the chosen candidates (None: proven slower than the
+    `top_k` answered, `retime.retime`) and of the baselines that can run."""
+    model, cluster = request.model, request.cluster
     baselines = baseline_settings(request)
     runnable = {k: s for k, s in baselines.items()
                 if s is not None and 3 * s.num_microbatches <= MAX_SIMULATED_OPS}
     pool = settings + list(runnable.values())
-    results = predict_settings(model, pool, cluster, comm, efficiency) if pool else []
-    predictions = [summarize(model, s, r, cluster) for r, s in results]
+    order_s = np.concatenate([estimate_s, np.full(len(runnable), -np.inf)])  # the baselines: always
+    results = retime(model, pool, cluster, comm, efficiency, request.top_k, order_s) if pool else []
+    predictions = [None if rs is None else summarize(model, rs[1], rs[0], cluster) for rs in results]
     base_pred: dict[str, RunPrediction | None] = dict.fromkeys(baselines)
     for name, pred in zip(runnable, predictions[len(settings):], strict=True):
         base_pred[name] = pred
+    return predictions, base_pred
+
+
+def _distinct_fastest(predictions: Iterable[RunPrediction]) -> list[RunPrediction]:
+    """The predictions that fit, fastest first (ties: in their order), one per settings."""
     fitting = sorted((p for p in predictions if p.fits_memory), key=lambda p: p.iteration_s)
     unique: list[RunPrediction] = []
     seen = set()
@@ -153,10 +177,7 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
         if key not in seen:
             seen.add(key)
             unique.append(p)
-    if not unique:
-        _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
-    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), len(pool),
-                      time.perf_counter() - started, int(beyond.sum()))
+    return unique
 
 
 def pipeline_ops(cand: Candidates, global_batch_size: int) -> np.ndarray:
