@@ -267,11 +267,16 @@ def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: Stage
 
 
 def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, grad_bytes: float,
-                window_s: float) -> float:
+                window_s: float, memo: dict[tuple[str, float, Group], tuple[int, float]]) -> float:
     """A gradient reduction in `GRAD_BUCKET_PARAMS` buckets, overlapped with `window_s`
-    of backward: all but the last bucket hide up to half the window."""
-    buckets = max(1, int(np.ceil(params / GRAD_BUCKET_PARAMS)))
-    one = comm.time_s(collective, params / buckets * grad_bytes, group)
+    of backward: all but the last bucket hide up to half the window. `memo`: the bucket
+    count and one bucket's time per (collective, parameters, group), which many
+    candidates share (they differ in micro-batch, recomputation or schedule)."""
+    key = (collective, params, group)
+    if key not in memo:
+        buckets = max(1, int(np.ceil(params / GRAD_BUCKET_PARAMS)))
+        memo[key] = buckets, comm.time_s(collective, params / buckets * grad_bytes, group)
+    buckets, one = memo[key]
     return max(one, buckets * one - 0.5 * window_s)
 
 
@@ -282,14 +287,16 @@ def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTime
     group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
     window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
+    memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
     for i in np.flatnonzero((cols.dc > 1) & ~cols.zero3):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
-        sync[i] = _bucketed_s(comm, collective, params.first[i], group, prec.grad_bytes, window[i])
+        sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
     for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0)):
         group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
-        sync[i] += _bucketed_s(comm, collective, params.first_experts[i], group, prec.grad_bytes, window[i])
+        sync[i] += _bucketed_s(comm, collective, float(params.first_experts[i]), group, prec.grad_bytes, window[i],
+                               memo)
     return sync
 
 

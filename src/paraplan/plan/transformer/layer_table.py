@@ -66,6 +66,9 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     n = len(keys)
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
     pairs = {k: np.zeros((n, 2)) for k in ("ef", "eb", "hf", "hb")}
+    # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
+    # `layer_activation_bytes` and `embedding_work` read no expert setting
+    dense: dict[tuple[int, ...], tuple[float, float, float]] = {}
     for i, (st, ks, s, head) in enumerate(zip(structures, kernel_s, probes, heads, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
@@ -88,12 +91,15 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         pairs["eb"][i] = dev[4], host[4]
         pairs["hf"][i] = dev[5], host[5]
         pairs["hb"][i] = dev[6], host[6]
-        out["al"][i] = layer_activation_bytes(model, s)
-        out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
+        group = keys[i][:5]  # (t, b, sp, recompute, c): all the dense layer and embedding depend on
+        if group not in dense:
+            dense[group] = (layer_activation_bytes(model, s),
+                            layer_activation_bytes(model, replace(s, recompute_granularity="none")),
+                            embedding_work(model, s).activation_bytes)
+        out["al"][i], out["af"][i], out["ae"][i] = dense[group]
         if moe_share:
             out["al"][i] = (1.0 - moe_share) * out["al"][i] + moe_share * moe_activation_bytes(model, s)
             out["af"][i] = max(out["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
-        out["ae"][i] = embedding_work(model, s).activation_bytes
         out["ah"][i] = head.activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
