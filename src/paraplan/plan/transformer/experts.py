@@ -24,7 +24,7 @@ from paraplan.predict.build import (
 )
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
-from paraplan.predict.ops import LayerWork
+from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.predictor import divisors
 
@@ -50,17 +50,16 @@ def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: Se
     return out
 
 
-def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster: Cluster, comm: CommModel,
-                     heads: list[LayerWork]) -> list[RunStructure]:
+def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster: Cluster,
+                     comm: CommModel) -> list[RunStructure]:
     """The layer table's probe structures, for their passes alone. Probes that differ
     only in EP / ETP share their dense-layer, embedding and head passes (none depends on
     them, but a MoE multi-token-prediction layer in the head pass): the first builds a
     whole structure, the others only their MoE passes, a few times faster for a model
-    with many expert layouts (DeepSeek-V3: 9 EP x 2 ETP). `heads`: each probe's
-    `last_stage_work` (the layer table needs it too: built once)."""
+    with many expert layouts (DeepSeek-V3: 9 EP x 2 ETP)."""
     out: list[RunStructure] = []
     whole: dict[tuple[object, ...], RunStructure] = {}
-    for s, head in zip(probes, heads, strict=True):
+    for s in probes:
         key = (s.tensor_model_parallel_size, s.micro_batch_size, s.sequence_parallel, s.recompute_granularity,
                s.context_parallel_size)
         first = whole.get(key)
@@ -76,6 +75,7 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
         passes = first.passes[:7] + tuple(PassCost.of(w, comm, tp, groups)
                                           for w in (moe.forward, moe.recompute, moe.backward))
         if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
+            head = last_stage_work(model, s)
             passes = (*passes[:5], PassCost.of(head.forward, comm, tp, groups),
                       PassCost.of(head.backward, comm, tp, groups), *passes[7:])
         out.append(replace(first, settings=s, passes=passes,

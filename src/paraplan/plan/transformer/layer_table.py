@@ -60,8 +60,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
                       expert_tensor_parallel_size=etp)
               for t, b, sp, rc, c, ep, etp in keys]
     moe_share = model.num_moe_layers / model.num_layers
-    heads = [last_stage_work(model, s) for s in probes]
-    structures = probe_structures(model, probes, cluster, comm, heads)
+    structures = probe_structures(model, probes, cluster, comm)
     kernel_s = kernel_times_by_pass(structures, eff)
     n = len(keys)
     out = {k: np.zeros(n) for k in ("fd", "fh", "bd", "bh", "w", "al", "af", "ae", "ah")}
@@ -69,7 +68,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
     # `layer_activation_bytes` and `embedding_work` read no expert setting
     dense: dict[tuple[int, ...], tuple[float, float, float]] = {}
-    for i, (st, ks, s, head) in enumerate(zip(structures, kernel_s, probes, heads, strict=True)):
+    for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
         out["fd"][i], out["fh"][i] = dev[0], host[0]
@@ -100,7 +99,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
         if moe_share:
             out["al"][i] = (1.0 - moe_share) * out["al"][i] + moe_share * moe_activation_bytes(model, s)
             out["af"][i] = max(out["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
-        out["ah"][i] = head.activation_bytes
+        out["ah"][i] = last_stage_work(model, s).activation_bytes
     return LayerTable({k: i for i, k in enumerate(keys)}, out["fd"], out["fh"], out["bd"], out["bh"], out["w"],
                       pairs["ef"], pairs["eb"], pairs["hf"], pairs["hb"], out["al"], out["af"], out["ae"], out["ah"])
 
