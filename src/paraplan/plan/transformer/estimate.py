@@ -43,7 +43,7 @@ from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
-from paraplan.plan.transformer.layer_table import LayerTable, layer_table
+from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
@@ -84,21 +84,27 @@ class Estimates:
 
 
 def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
-             eff: DeviceEfficiency) -> Estimates:
-    """Closed-form iteration time and peak memory of every candidate (module doc)."""
-    table = layer_table(model, cand, base, cluster, comm, eff)
+             eff: DeviceEfficiency, fits_bytes: float | None = None) -> Estimates:
+    """Closed-form iteration time and peak memory of every candidate (module doc).
+    `fits_bytes`: time only the candidates whose estimated peak memory is at most this
+    (the others' iteration time is inf, their bubble NaN); each candidate's numbers do
+    not depend on which others are timed."""
+    table = activation_table(model, cand, base)
     cols = CandidateColumns.of(model, cand, base, cluster, table.index)
     prec = Precision.of(base.dtype)
     weights = _weights(model, cols)
     layers = StageLayers.of(cols)
-    times = _layer_times(cols, table, weights, comm, prec)
-    stages = _stage_times(cols, layers, times, table, eff)
-    pipe, busy = _pipeline_s(cols, layers, stages, _send_s(model, cols, base, comm))
     params = _stage_params(model, cols, layers, weights)
-    iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec)
-                 + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec))
+    peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
+    table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
+    times = _layer_times(cols, table, weights, comm, prec, timed)
+    stages = _stage_times(cols, layers, times, table, eff)
+    pipe, busy = _pipeline_s(cols, layers, stages, _send_s(model, cols, base, comm, timed))
+    iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
+                 + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
-    return Estimates(iteration, _peak_memory_bytes(cols, layers, table, weights, params, prec), bubble)
+    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan))
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,13 +169,13 @@ class _LayerTimes:
 
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
-                 prec: Precision) -> _LayerTimes:
+                 prec: Precision, timed: np.ndarray) -> _LayerTimes:
     """The table's layer times; with ZeRO-3 a layer is no faster than gathering its
     weights (forward) and reduce-scattering its gradients (backward)."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
-    for i in np.flatnonzero(cols.zero3 & (cols.dc > 1)):
+    for i in np.flatnonzero(cols.zero3 & (cols.dc > 1) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         zero3_gather[i] = comm.time_s("all_gather", weights.layer[i] * prec.weight_bytes, group)
         zero3_scatter[i] = comm.time_s("reduce_scatter", weights.layer[i] * prec.grad_bytes, group)
@@ -210,12 +216,13 @@ def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes
     )
 
 
-def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, comm: CommModel) -> np.ndarray:
+def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, comm: CommModel,
+            timed: np.ndarray) -> np.ndarray:
     """One activation (or its gradient) between neighbouring stages."""
     e = 2 if base.dtype == "fp8" else DTYPE_BYTES[base.dtype]
     boundary = cols.b * model.seq_length * model.hidden_size * e / (cols.t * cols.c)
     send = np.zeros(len(cols))
-    for i in np.flatnonzero(cols.p > 1):
+    for i in np.flatnonzero((cols.p > 1) & timed):
         send[i] = comm.time_s("send_recv", boundary[i], Group(2, 2 if cols.cross[i] else 1))
     return send
 
@@ -281,18 +288,18 @@ def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, g
 
 
 def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
-                     prec: Precision) -> np.ndarray:
+                     prec: Precision, timed: np.ndarray) -> np.ndarray:
     """Gradient reduction exposed past the first stage's last backward op (ZeRO-3
     reduces per layer: `_layer_times`); the experts' over the expert-data-parallel
     group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
     window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
     memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
-    for i in np.flatnonzero((cols.dc > 1) & ~cols.zero3):
+    for i in np.flatnonzero((cols.dc > 1) & ~cols.zero3 & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
         sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
-    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0)):
+    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
         group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
         sync[i] += _bucketed_s(comm, collective, float(params.first_experts[i]), group, prec.grad_bytes, window[i],
@@ -309,10 +316,11 @@ def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, 
             / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)
 
 
-def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel, prec: Precision) -> np.ndarray:
+def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel, prec: Precision,
+                     timed: np.ndarray) -> np.ndarray:
     """The all-reduce of a tied embedding's gradients between the first and last stage."""
     exchange = np.zeros(len(cols))
-    for i in np.flatnonzero(weights.tied_copy):
+    for i in np.flatnonzero(weights.tied_copy & timed):
         exchange[i] = comm.time_s("all_reduce", weights.vocab[i] * prec.grad_bytes,
                                   Group(2, 2 if cols.cross[i] else 1))
     return exchange

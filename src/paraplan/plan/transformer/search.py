@@ -119,8 +119,8 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
                                 request.space, base.use_flash_attn)
-    est = estimate(model, cand, base, cluster, comm, efficiency)
     capacity = cluster.device.memory_bytes
+    est = estimate(model, cand, base, cluster, comm, efficiency, fits_bytes=capacity * MEMORY_MARGIN)
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
     if progress:
         progress(f"{len(cand)} candidates estimated, {int(fits.sum())} fit in memory by estimate")
