@@ -47,6 +47,7 @@ from paraplan.plan.transformer.layer_table import LayerTable, activation_table, 
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.fsdp_ops import paired_s
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
 
@@ -98,7 +99,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
-    times = _layer_times(cols, table, weights, comm, prec, timed)
+    times = _layer_times(cols, table, weights, comm, prec, eff, timed)
     stages = _stage_times(cols, layers, times, table, eff)
     pipe, busy = _pipeline_s(cols, layers, stages, _send_s(model, cols, base, comm, timed))
     iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
@@ -169,9 +170,10 @@ class _LayerTimes:
 
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
-                 prec: Precision, timed: np.ndarray) -> _LayerTimes:
-    """The table's layer times; with ZeRO-3 a layer is no faster than gathering its
-    weights (forward) and reduce-scattering its gradients (backward)."""
+                 prec: Precision, eff: DeviceEfficiency, timed: np.ndarray) -> _LayerTimes:
+    """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
+    runs beside the next one's weight gather, the backward beside its gradients'
+    reduce-scatter too (the engine's per-layer buckets): max + contention x min."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
@@ -179,8 +181,9 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         zero3_gather[i] = comm.time_s("all_gather", weights.layer[i] * prec.weight_bytes, group)
         zero3_scatter[i] = comm.time_s("reduce_scatter", weights.layer[i] * prec.grad_bytes, group)
-    return _LayerTimes(np.maximum(table.fwd_dev[row], zero3_gather), table.fwd_host[row],
-                       np.maximum(table.bwd_dev[row], zero3_gather + zero3_scatter), table.bwd_host[row],
+    kappa = eff.comm_overlap_contention
+    return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
+                       paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
                        table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row])
 
 
@@ -330,13 +333,14 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
                        params: StageParams, prec: Precision) -> np.ndarray:
     """The larger of the first and the last stage's peak: model state as sharded,
     activations x the micro-batches (and chunks) their schedule holds in flight, and a
-    working set (full recomputation: one layer's activations; ZeRO-3: two gathered
-    layers)."""
+    working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
+    two gathered layers and the unsharded gradients)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
     weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
     state_b = weights_b + grads_b + prec.optimizer_bytes / cols.shards
-    state_e = (prec.weight_bytes + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
+    state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
+               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / cols.expert_shards)
     held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # (candidates, 2): first, last
     act_chunk = layers.n_chunk * table.act_layer[row]
@@ -344,7 +348,11 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
     working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    working = working + np.where(cols.zero3, 2 * weights.layer * prec.weight_bytes, 0.0)
+    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients
+    root = weights.vocab + weights.positions + weights.head
+    unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
+    working = working + np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes
+                                 + unsharded * prec.grad_bytes, 0.0)
     mem_first = params.first * state_b + params.first_experts * state_e + act_first + working
     # the head's activations: the last chunk only
     head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))

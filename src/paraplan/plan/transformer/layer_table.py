@@ -16,7 +16,15 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import probe_data_parallel, probe_structures
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
-from paraplan.predict.build import PassTimes, RunStructure, kernel_times_by_pass, pass_times
+from paraplan.predict.build import (
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
+    Pass,
+    PassTimes,
+    RunStructure,
+    kernel_times_by_pass,
+    pass_times,
+)
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
@@ -109,25 +117,27 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
     """Row i of the time columns from its probe's pass times."""
     moe_share = model.num_moe_layers / model.num_layers
     dev, host = times.device_s, times.host_s
-    out["fwd_dev"][i], out["fwd_host"][i] = dev[0], host[0]
-    out["bwd_dev"][i], out["bwd_host"][i] = dev[1] + dev[2], host[1] + host[2]
+    fwd, rec, bwd = LAYER_PASSES
+    out["fwd_dev"][i], out["fwd_host"][i] = dev[fwd], host[fwd]
+    out["bwd_dev"][i], out["bwd_host"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
     out["wgt_dev"][i] = times.layer_weight_grad_s
     if moe_share:
         def mean(dense: float, moe: float) -> float:
             return (1.0 - moe_share) * dense + moe_share * moe
-        out["fwd_dev"][i], out["fwd_host"][i] = mean(dev[0], dev[7]), mean(host[0], host[7])
-        out["bwd_dev"][i], out["bwd_host"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
-                                                                                             host[8] + host[9])
+        mf, mr, mb = MOE_LAYER_PASSES
+        out["fwd_dev"][i], out["fwd_host"][i] = mean(dev[fwd], dev[mf]), mean(host[fwd], host[mf])
+        out["bwd_dev"][i], out["bwd_host"][i] = (mean(dev[rec] + dev[bwd], dev[mr] + dev[mb]),
+                                                 mean(host[rec] + host[bwd], host[mr] + host[mb]))
         out["wgt_dev"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
     if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
         factor = eff.layer_time_factors.factor(st.layer_key)
         added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
         out["fwd_dev"][i] += factor * float(added_fwd.sum()) / model.num_layers
         out["bwd_dev"][i] += factor * float(added_bwd.sum()) / model.num_layers
-    out["emb_fwd"][i] = dev[3], host[3]
-    out["emb_bwd"][i] = dev[4], host[4]
-    out["head_fwd"][i] = dev[5], host[5]
-    out["head_bwd"][i] = dev[6], host[6]
+    out["emb_fwd"][i] = dev[Pass.EMBEDDING_FWD], host[Pass.EMBEDDING_FWD]
+    out["emb_bwd"][i] = dev[Pass.EMBEDDING_BWD], host[Pass.EMBEDDING_BWD]
+    out["head_fwd"][i] = dev[Pass.HEAD_FWD], host[Pass.HEAD_FWD]
+    out["head_bwd"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
 
 
 def table_keys(cand: Candidates) -> list[tuple[int, ...]]:

@@ -5,9 +5,10 @@ by the command line, the workflow's plan rules and the benchmarks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from paraplan.core.cluster import Cluster
-from paraplan.core.run_settings import Dtype, RunSettings
+from paraplan.core.run_settings import Dtype, Fp8Recipe, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.space import SearchSpace
 from paraplan.predict.runtable import default_flash_attention
@@ -28,6 +29,8 @@ class TransformerPlanRequest:
     """Sequences per iteration (of `model.seq_length` tokens each)."""
     dtype: Dtype = "bf16"
     """Training precision (weights, activations and the bytes of model state per parameter)."""
+    fp8_recipe: Fp8Recipe | Literal[""] = ""
+    """With dtype fp8 (`RunSettings.fp8_recipe`); empty: Megatron's default."""
     use_flash_attn: bool | None = None
     """Fused attention; None: the run table's default for the dtype."""
     space: SearchSpace = field(default_factory=SearchSpace)
@@ -40,4 +43,5 @@ class TransformerPlanRequest:
     def base_settings(self) -> RunSettings:
         """The settings every candidate shares: batch, precision, attention kernel."""
         flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
-        return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype, use_flash_attn=flash)
+        return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype, use_flash_attn=flash,
+                           fp8_recipe=self.fp8_recipe)
