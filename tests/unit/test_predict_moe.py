@@ -12,8 +12,9 @@ from paraplan.clusters import load_cluster
 from paraplan.core import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import (
     kernel_times_by_pass,
     moe_layers_per_virtual_stage,
@@ -193,7 +194,7 @@ def test_planner_searches_expert_parallelism():
 def test_planner_answer_equals_exhaustive_exact_evaluation_for_a_small_moe_model():
     from paraplan.predict.predictor import predict_settings, summarize
 
-    request = PlanRequest(replace(HALF_MOE, moe_layer_freq=1), H100, 8, 32)
+    request = TransformerPlanRequest(replace(HALF_MOE, moe_layer_freq=1), H100, 8, 32)
     comm = CAL.comm_model(H100)
     cand = enumerate_candidates(request.model, 8, 32, 8, request.space)
     base = request.base_settings()
@@ -225,7 +226,7 @@ def test_plan_mixtral_on_64_h100_end_to_end(tmp_path):
 
 def test_a_moe_model_that_fits_nowhere_says_so_with_its_expert_state():
     model = PRESETS["qwen3-235b-a22b"]
-    request = PlanRequest(replace(model, seq_length=4096), H100, 32, 256)
+    request = TransformerPlanRequest(replace(model, seq_length=4096), H100, 32, 256)
     with pytest.raises(StrategyError) as err:
         search(request, CAL.comm_model(H100), CAL.efficiency)
     text = str(err.value)
@@ -275,11 +276,11 @@ def test_dense_layer_factors_never_scale_a_moe_layer():
 
 
 def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
-    from paraplan.plan.llm_space import estimate
+    from paraplan.plan.transformer.estimate import estimate
     from paraplan.predict.predictor import predict_settings
 
     first_dense = replace(HALF_MOE, moe_layer_freq=(0, 0, 0, 0, 1, 1, 1, 1), num_experts=64)
-    request = PlanRequest(first_dense, H100, 8, 32)
+    request = TransformerPlanRequest(first_dense, H100, 8, 32)
     comm = CAL.comm_model(H100)
     base = request.base_settings()
     cand = enumerate_candidates(first_dense, 8, 32, 8, request.space)
@@ -295,8 +296,8 @@ def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1
     comm = CAL.comm_model(H100)
     with pytest.raises(StrategyError, match=r"deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB .* 192 GB per GPU even "
                                             r"sharded over all of them"):
-        search(PlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
-    best = search(PlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
+        search(TransformerPlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
+    best = search(TransformerPlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
     assert best.fits_memory and best.settings.expert_model_parallel_size > 1
 
 
@@ -315,10 +316,10 @@ def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
 
 
 def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures(monkeypatch):
-    import paraplan.plan.llm_space as space
+    import paraplan.plan.transformer.layer_table as space
 
     model = replace(HALF_MOE, moe_layer_freq=1, mtp_num_layers=1)  # a MoE MTP layer in the head pass too
-    request = PlanRequest(model, H100, 16, 32)
+    request = TransformerPlanRequest(model, H100, 16, 32)
     cand = enumerate_candidates(model, 16, 32, 8, request.space)
     comm = CAL.comm_model(H100)
     shared = space.layer_table(model, cand, request.base_settings(), H100, comm, CAL.efficiency)

@@ -11,5 +11,5 @@ is made of, one file per part, each a pure function over frozen records:
 The layer split they build on is `paraplan.core.layer_split` (core types split their
 layers with it). `paraplan.sim.strategy_sim.profile_execution` (a layer profile's step)
 is built from these parts; `paraplan.predict` (a transformer run: `placement`, `rank_state`) and the
-planner's estimate (`paraplan.plan.llm_space`) call them for node spans, buckets, memory
+planner's estimate (`paraplan.plan.transformer.estimate`) call them for node spans, buckets, memory
 and the embedding and head parameters."""

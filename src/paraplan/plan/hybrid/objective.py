@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.core import GradientSync, Strategy
-from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import HybridPlan, StageSlot
+from paraplan.plan.hybrid.problem import PlanProblem
+from paraplan.plan.hybrid.records import HybridPlan, StageSlot
 from paraplan.sim.builder.grad_buckets import filled_buckets
 from paraplan.sim.p3 import p3_done_s
 
