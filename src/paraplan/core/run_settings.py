@@ -27,8 +27,10 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp")
-"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`)."""
+MOE_RECOMPUTE_MODULES: tuple[str, ...] = ("moe_act", "moe", "shared_experts")
+"""Megatron-Core's `--recompute-modules` of a MoE layer's block (`paraplan.predict.moe_ops`)."""
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", *MOE_RECOMPUTE_MODULES)
+"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`, `moe_ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
 CPCommType = Literal["p2p", "all_gather", "a2a"]
@@ -223,6 +225,12 @@ class RunSettings:
                                 f"{self.recompute_granularity}")
         if "mla_up_proj" in modules and not model.multi_latent_attention:
             raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
+        moe_only = [m for m in modules if m in MOE_RECOMPUTE_MODULES]
+        if moe_only and not model.is_moe:
+            raise StrategyError(f"recompute_modules {moe_only[0]} needs a mixture-of-experts model; '{model.name}' has "
+                                "no experts")
+        if "shared_experts" in modules and not model.moe_shared_expert_intermediate_size:
+            raise StrategyError(f"recompute_modules shared_experts needs shared experts; '{model.name}' has none")
 
     def _check_context_parallel(self, model: TransformerModel) -> None:
         """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into

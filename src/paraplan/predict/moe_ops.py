@@ -22,8 +22,9 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   gets T k EP ETP / E tokens on average (ETP only when gathered), times the imbalance,
   priced by the device model's GEMM curve at that real m (small GEMMs run less
   efficiently than the dense MLP's);
-- combine all-to-all (the same volume) and unpermute (the probability-weighted sum of
-  each token's k outputs).
+- combine all-to-all (the same volume) and unpermute (the sum of each token's k
+  outputs; the routing probabilities are applied inside the experts' activation,
+  Megatron-Core's experts.py `bias_act_func`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -41,10 +42,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
+    FP8_OPERAND_BYTES,
     FP32_BYTES,
+    KERNEL_FIELDS_ORDER,
     LayerWork,
     PassWork,
     _attention_backward,
@@ -123,12 +126,14 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         gathered=gathered, a2a_bytes=dispatched * x.h * x.e)
 
 
-def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float) -> None:
-    w.memory(((2 if gated else 1) + 1) * e * tokens * width)
+def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
+    """The activation (the routed experts': times each token's fp32 routing probability)."""
+    w.memory(((2 if gated else 1) + 1) * e * tokens * width + (FP32_BYTES * tokens if probs else 0.0))
 
 
-def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float) -> None:
-    w.memory((2 * (2 if gated else 1) + 1) * e * tokens * width)
+def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
+    """Its backward (the routed experts': also the probabilities' gradient)."""
+    w.memory((2 * (2 if gated else 1) + 1) * e * tokens * width + (2 * FP32_BYTES * tokens if probs else 0.0))
 
 
 def _shared_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape, overlap: bool) -> tuple[int, int]:
@@ -152,10 +157,16 @@ def _shared_backward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShap
 
 
 def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+    _norm_forward(w, x)
+    _moe_block_forward(w, model, settings, x, m)
+    _residual_forward(w, model, x)
+
+
+def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+    """Megatron-Core's MoELayer forward: shared experts, router, dispatch, experts, combine."""
     overlap_tp = settings.tp_comm_overlap
     shared = m.shared_ffn > 0
     beside = settings.moe_shared_expert_overlap
-    _norm_forward(w, x)
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
     T, k = m.routed_tokens, m.topk
@@ -171,16 +182,15 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_in, batch)
-    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn)
+    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_ffn, x.h, batch)
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
-    w.memory((k + 1) * x.e * T * x.h + FP32_BYTES * T * k)  # unpermute: weighted sum of the k outputs
+    w.memory((k + 1) * x.e * T * x.h)  # unpermute: sum of the k outputs
     if m.etp > 1 and not m.gathered:  # tokens replicated over the tensor-parallel ranks
         w.comm("all_reduce", T * x.h * x.e, group="etp")
-    _residual_forward(w, model, x)
 
 
 def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
@@ -193,7 +203,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         hide = (-1, -1)
     T, k = m.routed_tokens, m.topk
     _residual_backward(w, model, x)
-    w.memory((2 * k + 1) * x.e * T * x.h + 2 * FP32_BYTES * T * k)  # unpermute backward (and the probs' grad)
+    w.memory((k + 1) * x.e * T * x.h)  # unpermute backward: each token's gradient copied to its k outputs
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
     if m.gathered:
@@ -201,7 +211,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
-    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn)
+    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
     if m.gathered:
@@ -221,23 +231,60 @@ def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> floa
     """Activations one MoE layer keeps per micro-batch until its backward, per rank:
     the attention half and the norm/router inputs as a dense layer
     (`ops.layer_activation_bytes` without its MLP), the router's fp32 probabilities
-    (T x E), the dispatched tokens (the experts' input, T k h with the ETP gather and
-    imbalance), the experts' inner activations (as the dense MLP's, on those tokens at
-    the expert width), their outputs for the weighted combine, and the shared experts'
-    inner activations. Full recomputation keeps only the layer's input; selective
-    recomputation's modules act on the attention half and the norms as in a dense layer
-    (Megatron-Core's `mlp` module skips MoE layers)."""
+    (T x E), and per dispatched token (T k with the ETP gather and imbalance) what
+    Megatron-Core's grouped experts save: fc1's input (the dispatched token, h), fc1's
+    output (the activation's input, 2 f with a gate) and fc2's input (the activation's
+    output, f). The routing probabilities are applied inside the activation
+    (experts.py `bias_act_func`), so the combine's unpermute is an unweighted sum that
+    saves nothing. The shared experts keep their fc1 output and fc2 input. In an fp8
+    run fc1's and fc2's inputs are their FP8 copies (1 byte), as the dense layer's.
+
+    Recomputation: full keeps only the layer's input; selective drops what its modules
+    recompute (`recompute_modules`): the dense layer's modules act on the attention half
+    and the norms (`mlp` skips MoE layers), `moe_act` drops fc2's input (the activation
+    is recomputed from fc1's output; in fp8 Megatron saves fc2's original input for
+    it, `set_save_original_input`, and discards it), `shared_experts` the shared
+    experts' inner activations, `moe` the whole block's (router, dispatched tokens,
+    experts, shared experts): only its input (the pre-MLP norm's output) is kept."""
     x = _shape(model, settings)
     whole = layer_activation_bytes(model, settings)
     if settings.recompute_granularity == "full":
         return whole
     recomputed = settings.recompute_modules if settings.recompute_granularity == "selective" else ()
-    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) + 1) * x.e * x.tokens * x.ffn
+    lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e  # a linear layer's saved input
+    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) * x.e + lin) * x.tokens * x.ffn
+    if "moe" in recomputed:
+        return float(whole - dense_inner)  # the block's input is the norm output `whole` already counts
     m = moe_shape(model, settings)
     router = FP32_BYTES * m.routed_tokens * m.experts
-    experts = x.e * m.expert_tokens * (x.h + m.expert_in + m.expert_ffn + x.h)
-    shared = x.e * x.tokens * (m.shared_in + m.shared_ffn)
+    fc2_input = 0.0 if "moe_act" in recomputed else lin * m.expert_ffn
+    experts = m.expert_tokens * (lin * x.h + x.e * m.expert_in + fc2_input)
+    shared = 0.0 if "shared_experts" in recomputed else x.tokens * (x.e * m.shared_in + lin * m.shared_ffn)
     return float(whole - dense_inner + router + experts + shared)
+
+
+def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape, flash: bool,
+                  gemm_bytes: int) -> PassWork:
+    """What the backward of a MoE layer recomputes with `recompute_granularity:
+    selective`: the dense modules on the attention half (Megatron-Core's `mlp` module
+    recomputes dense MLPs only), then `moe` the whole block's forward but its norm and
+    residual (router, permutation, both all-to-alls, experts, shared experts), else
+    `shared_experts` the shared experts' forward and `moe_act` the experts' activation
+    on their T k tokens (memory-bound)."""
+    modules = settings.recompute_modules
+    dense = tuple(name for name in modules if name not in ("mlp", *MOE_RECOMPUTE_MODULES))
+    base = _selective_recompute(model, x, flash, settings.tp_comm_overlap, gemm_bytes, dense)
+    w = _Builder(gemm_bytes)
+    w.rows.extend(zip(*(getattr(base.kernels, f).tolist() for f in KERNEL_FIELDS_ORDER), strict=True))
+    w.collectives.extend(base.collectives)
+    if "moe" in modules:
+        _moe_block_forward(w, model, settings, x, m)
+        return w.build()
+    if "shared_experts" in modules:
+        _shared_forward(w, model, x, m, settings.tp_comm_overlap)
+    if "moe_act" in modules:
+        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+    return w.build()
 
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
@@ -257,9 +304,8 @@ def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
-    elif granularity == "selective":  # Megatron-Core's `mlp` module recomputes dense MLPs only
-        modules = tuple(m for m in settings.recompute_modules if m != "mlp")
-        recompute = _selective_recompute(model, x, flash, settings.tp_comm_overlap, gemm_bytes, modules)
+    elif granularity == "selective":
+        recompute = moe_recompute(model, settings, x, m, flash, gemm_bytes)
     else:
         recompute = PassWork(_Builder(gemm_bytes).build().kernels)
     return LayerWork(forward, backward, recompute, moe_activation_bytes(model, settings))
