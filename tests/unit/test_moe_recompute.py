@@ -79,3 +79,38 @@ def test_moe_modules_need_a_model_that_has_them(model, module, message):
     with pytest.raises(StrategyError) as err:
         s.check(PRESETS[model])
     assert str(err.value) == message
+
+
+def test_a2a_overlap_pairs_four_all_to_alls_with_the_other_micro_batch_compute():
+    """Megatron-Core's combined 1F1B: combine-backward beside the forward attention,
+    dispatch beside the experts' input gradients, dispatch-backward beside their weight
+    gradients, combine beside the attention backward; all four carry T k h bytes."""
+    s = settings(overlap_moe_expert_parallel_comm=True)
+    s.check(QWEN)
+    work = moe_layer_work(QWEN, s)
+    plain = moe_layer_work(QWEN, settings())
+    T, k, h = 4096, 8, 2048
+    fwd = [c for c in work.forward.collectives if c.group == "ep"]
+    bwd = [c for c in work.backward.collectives if c.group == "ep"]
+    assert [c.nbytes for c in fwd + bwd] == [T * k * h * 2] * 4
+    fk, bk = work.forward.kernels, work.backward.kernels
+    assert fk.kind[fwd[0].hidden_by] == 1  # the fused attention forward
+    dgrad, wgrad, attention = (c.hidden_by for c in bwd)
+    assert (bk.m[dgrad], bk.k[dgrad], bk.n[dgrad]) == (T * k / 128 * 8, 2 * 768, h)  # fc1 input gradient
+    assert bk.weight_grad[wgrad] and (bk.m[wgrad], bk.n[wgrad]) == (h, 2 * 768)
+    assert bk.kind[attention] == 1
+    # the kernels themselves are unchanged; without the flag every all-to-all blocks
+    assert list(fk.flops) == list(plain.forward.kernels.flops)
+    assert all(c.hidden_by == -1 for c in plain.forward.collectives + plain.backward.collectives if c.group == "ep")
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"expert_model_parallel_size": 1}, "overlap_moe_expert_parallel_comm needs expert_model_parallel_size > 1"),
+    ({"recompute_granularity": "full"}, "overlap_moe_expert_parallel_comm needs no full recomputation"),
+    ({"recompute_granularity": "selective", "recompute_modules": ("moe",)},
+     "overlap_moe_expert_parallel_comm needs no moe in recompute_modules"),
+])
+def test_a2a_overlap_follows_megatron_rules(kw, message):
+    with pytest.raises(StrategyError) as err:
+        settings(overlap_moe_expert_parallel_comm=True, **kw).check(QWEN)
+    assert str(err.value) == f"{message} (Megatron-Core's rule)"

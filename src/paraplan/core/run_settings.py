@@ -183,6 +183,10 @@ class RunSettings:
     moe_shared_expert_overlap: bool = False
     """Megatron-Core's: the shared experts run after the router, beside the token
     dispatch and combine all-to-alls (else before the router, in series)."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """Megatron-Core's: the 1F1B schedule runs one micro-batch's forward and another's
+    backward layer by layer together, each one's dispatch and combine all-to-alls
+    beside the other's attention or experts (`paraplan.predict.moe_ops`)."""
 
     @property
     def pipeline_schedule(self) -> str:
@@ -408,9 +412,10 @@ class RunSettings:
             raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
         if not model.is_moe:
             if (ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap
-                    or capacity):
+                    or capacity or self.overlap_moe_expert_parallel_comm):
                 raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
+                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor / "
+                                    f"overlap_moe_expert_parallel_comm need a "
                                     f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
             return
         t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
@@ -437,3 +442,17 @@ class RunSettings:
         if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                                 "(moe_shared_expert_intermediate_size 0)")
+        if self.overlap_moe_expert_parallel_comm:
+            self._check_a2a_overlap()
+
+    def _check_a2a_overlap(self) -> None:
+        """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""
+        wrong = [why for bad, why in (
+            (self.expert_model_parallel_size < 2, "expert_model_parallel_size > 1"),
+            (self.recompute_granularity == "full", "no full recomputation"),
+            ("moe" in self.recompute_modules and self.recompute_granularity == "selective",
+             "no moe in recompute_modules"),
+            (self.moe_shared_expert_overlap, "no moe_shared_expert_overlap"),
+            (self.dtype == "fp32", "a bf16 or fp16 model")) if bad]
+        if wrong:
+            raise StrategyError(f"overlap_moe_expert_parallel_comm needs {wrong[0]} (Megatron-Core's rule)")

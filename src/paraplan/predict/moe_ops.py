@@ -48,6 +48,7 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
     FP8_OPERAND_BYTES,
     FP32_BYTES,
     KERNEL_FIELDS_ORDER,
+    Collective,
     LayerWork,
     PassWork,
     _attention_backward,
@@ -193,7 +194,9 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
         w.comm("all_reduce", T * x.h * x.e, group="etp")
 
 
-def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
+                  m: MoeShape) -> tuple[int, int]:
+    """The MoE half's backward; the indices of the experts' fc1 input- and weight-gradient GEMMs."""
     overlap_tp, async_reduce = settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce
     shared = m.shared_ffn > 0
     hide = (-1, -1)
@@ -212,8 +215,8 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
-    w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
-    w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    fc1_dgrad = w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
+    fc1_wgrad = w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
@@ -225,6 +228,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     w.gemm(T, m.experts, x.h, high_precision=True)
     w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
+    return fc1_dgrad, fc1_wgrad
 
 
 def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
@@ -287,6 +291,33 @@ def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: 
     return w.build()
 
 
+def _largest(w: _Builder, start: int) -> int:
+    """The index of the kernel with the most FLOPs among those from `start` on."""
+    flops = [row[1] for row in w.rows[start:]]
+    return start + flops.index(max(flops))
+
+
+def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, attention_fwd: int,
+                beside_bwd: tuple[int, int, int]) -> tuple[PassWork, PassWork]:
+    """`overlap_moe_expert_parallel_comm`: Megatron-Core's combined 1F1B
+    (models/common/model_chunk_schedule_plan.py) runs micro-batch i+1's forward and
+    micro-batch i's backward of a layer together, each all-to-all on the communication
+    stream beside the other's compute: i's combine backward beside i+1's attention
+    forward (up to the dispatch), i+1's dispatch beside i's experts' input gradients,
+    i's dispatch backward beside i's experts' weight gradients, i+1's combine beside
+    i's attention backward. The four all-to-alls carry the same bytes, so the pair of
+    passes is priced exactly by hiding one all-to-all in the forward beside its
+    attention and three in the backward beside the experts' fc1 input- and
+    weight-gradient GEMMs and its attention (each beside that part's largest kernel),
+    with the rule every overlapped collective follows (max + contention x min)."""
+    def others(work: PassWork) -> list[Collective]:
+        return [c for c in work.collectives if not (c.group == "ep" and c.collective == "all_to_all")]
+
+    fwd = [*others(forward), Collective("all_to_all", a2a_bytes, attention_fwd, "ep")]
+    bwd = [*others(backward), *(Collective("all_to_all", a2a_bytes, k, "ep") for k in beside_bwd)]
+    return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
+
+
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one mixture-of-experts layer (see the module doc)."""
     x = _shape(model, settings)
@@ -295,12 +326,17 @@ def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     gemm_bytes = DTYPE_BYTES[settings.dtype]
     w = _Builder(gemm_bytes)
     _attention_forward(w, model, x, flash, settings.tp_comm_overlap)
+    attention_fwd = _largest(w, 0)
     _moe_forward(w, model, settings, x, m)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    _moe_backward(w, model, settings, x, m)
+    fc1_dgrad, fc1_wgrad = _moe_backward(w, model, settings, x, m)
+    moe_end = len(w.rows)
     _attention_backward(w, model, x, flash, settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce)
     backward = w.build()
+    if settings.overlap_moe_expert_parallel_comm and m.ep > 1:
+        forward, backward = a2a_overlap(forward, backward, m.a2a_bytes, attention_fwd,
+                                        (fc1_dgrad, fc1_wgrad, _largest(w, moe_end)))
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
