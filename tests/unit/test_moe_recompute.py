@@ -52,7 +52,8 @@ def test_moe_recomputes_the_whole_block_with_its_all_to_alls():
     T = 4096
     dense_mlp = (2 * 2 + 2) * T * QWEN.ffn_size
     assert moe_activation_bytes(QWEN, s) == layer_activation_bytes(QWEN, s) - dense_mlp
-    assert [c.collective for c in work.recompute.collectives] == ["all_to_all", "all_to_all"]
+    assert [c.collective for c in work.recompute.collectives] == ["all_gather", "all_to_all", "all_to_all",
+                                                                 "all_to_all"]
     # router + 2 expert GEMMs forward; the forward has the attention's too
     assert sum(work.recompute.kernels.kind == GEMM) + sum(work.recompute.kernels.kind == 3) == 3
 
@@ -90,9 +91,12 @@ def test_a2a_overlap_pairs_four_all_to_alls_with_the_other_micro_batch_compute()
     work = moe_layer_work(QWEN, s)
     plain = moe_layer_work(QWEN, settings())
     T, k, h = 4096, 8, 2048
-    fwd = [c for c in work.forward.collectives if c.group == "ep"]
-    bwd = [c for c in work.backward.collectives if c.group == "ep"]
-    assert [c.nbytes for c in fwd + bwd] == [T * k * h * 2] * 4
+    fwd = [c for c in work.forward.collectives if c.group == "ep" and c.nbytes == T * k * h * 2]
+    bwd = [c for c in work.backward.collectives if c.group == "ep" and c.nbytes == T * k * h * 2]
+    assert (len(fwd), len(bwd)) == (1, 3)
+    # the token counts' gather and the probabilities' all-to-alls still block
+    assert [(c.collective, c.nbytes, c.hidden_by) for c in work.forward.collectives if c not in fwd] == [
+        ("all_gather", 8 * 128 * 8, -1), ("all_to_all", T * k * 4, -1)]
     fk, bk = work.forward.kernels, work.backward.kernels
     assert fk.kind[fwd[0].hidden_by] == 1  # the fused attention forward
     dgrad, wgrad, attention = (c.hidden_by for c in bwd)
@@ -114,3 +118,17 @@ def test_a2a_overlap_follows_megatron_rules(kw, message):
     with pytest.raises(StrategyError) as err:
         settings(overlap_moe_expert_parallel_comm=True, **kw).check(QWEN)
     assert str(err.value) == f"{message} (Megatron-Core's rule)"
+
+
+def test_dispatched_tokens_are_sorted_by_local_expert_and_back_in_each_pass():
+    """Megatron-Core's alltoall dispatcher: `sort_chunks_by_idxs` after the dispatch and
+    before the combine (more than one local expert), read and write of T k tokens of h
+    bf16 values and their fp32 probability; one local expert: none."""
+    T, k, h = 4096, 8, 2048
+    sort = 2 * T * k * (2 * h + 4)
+    for ep, local in ((8, 16), (128, 1)):
+        work = moe_layer_work(QWEN, settings(expert_model_parallel_size=ep, data_parallel_size=128))
+        for passwork in (work.forward, work.backward):
+            sorts = [b for b, kind in zip(passwork.kernels.bytes, passwork.kernels.kind, strict=True)
+                     if kind == MEMORY and b == sort]
+            assert len(sorts) == (2 if local > 1 else 0)

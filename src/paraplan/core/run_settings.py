@@ -412,11 +412,12 @@ class RunSettings:
             raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
         if not model.is_moe:
             if (ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap
-                    or capacity or self.overlap_moe_expert_parallel_comm):
+                    or capacity):
                 raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor / "
-                                    f"overlap_moe_expert_parallel_comm need a "
+                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
                                     f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
+            if self.overlap_moe_expert_parallel_comm:
+                self._check_a2a_overlap()
             return
         t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
         etp = self.expert_tensor_parallel

@@ -12,12 +12,19 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   `moe_shared_expert_overlap`);
 - the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
 - token permutation: each token copied to its k experts' order (memory-bound);
+- with EP > 1, each rank's token count per expert all-gathered over the EP group (the
+  all-to-all's split sizes; int64; the host's wait for them before the dispatch is
+  not priced, docs/moe.md);
 - dispatch all-to-all over the EP group: T k h bytes-per-element per rank, scaled by
   the busiest rank's share over the mean (all ranks wait for it): `moe_load_imbalance`
   with EP > 1, capped by `moe_expert_capacity_factor` (dropped tokens), or the
   capacity factor itself with `moe_pad_expert_input_to_capacity` (`load_factor`);
+  then a second all-to-all of the tokens' fp32 routing probabilities (T k x 4 bytes);
 - with ETP > 1 and tokens not already replicated over the ETP group: an all-gather of
   the dispatched tokens over it (and a reduce-scatter of the experts' output);
+- with more than one local expert, `sort_chunks_by_idxs`: the received tokens (and
+  probabilities) reordered from source-rank order to local-expert order, and back
+  before the combine (memory-bound: read and write T k (h e + 4) bytes each);
 - the local experts, E / EP of them, as one grouped GEMM per projection: each expert
   gets T k EP ETP / E tokens on average (ETP only when gathered), times the imbalance,
   priced by the device model's GEMM curve at that real m (small GEMMs run less
@@ -34,8 +41,10 @@ and the MoE output is all-reduced like the dense MLP's.
 Backward: every GEMM twice (input and weight gradient), the element-wise kernels'
 backward, the same all-to-alls in reverse, the ETP all-gather / reduce-scatter
 swapped. Full recomputation repeats the forward (all-to-alls included); selective
-recomputation repeats its `recompute_modules` as a dense layer does, but `mlp`, which
-Megatron-Core applies to dense MLPs only.
+recomputation repeats its `recompute_modules` (`moe_recompute`: the dense layer's on the
+attention half, `mlp` skipped as Megatron-Core applies it to dense MLPs only, and the MoE
+modules `moe_act`, `shared_experts`, `moe`). `overlap_moe_expert_parallel_comm` hides
+the token all-to-alls beside another micro-batch's compute (`a2a_overlap`).
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
 )
 
 ROUTER_PASSES = 3  # softmax and top-k: read the fp32 logits, write probabilities, select
+COUNT_BYTES = 8  # a token count per expert (int64)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,12 @@ class MoeShape:
     etp: int
     gathered: bool  # tokens all-gathered over the ETP group after the dispatch
     a2a_bytes: float  # dispatch (and combine) all-to-all, per rank (nccl-tests' per-rank total)
+    hidden_bytes: float = 1.0  # one token's bytes (h x e): a2a_bytes / hidden_bytes tokens are sent
+
+    @property
+    def probs_a2a_bytes(self) -> float:
+        """The routing probabilities' all-to-all beside the tokens': one fp32 per dispatched token."""
+        return self.a2a_bytes / (self.hidden_bytes) * FP32_BYTES
 
     @property
     def tokens_per_expert(self) -> float:
@@ -124,7 +140,15 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         routed_tokens=routed, topk=k, experts=model.num_experts, local_experts=model.num_experts / ep,
         expert_tokens=dispatched * (etp if gathered else 1), expert_ffn=model.moe_ffn_size / etp,
         expert_in=gate * model.moe_ffn_size / etp, shared_ffn=shared, shared_in=gate * shared, ep=ep, etp=etp,
-        gathered=gathered, a2a_bytes=dispatched * x.h * x.e)
+        gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e)
+
+
+def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
+    """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
+    (with more than one local expert): read and write every dispatched token (and its
+    fp32 probability)."""
+    if m.local_experts > 1:
+        w.memory(2 * m.expert_tokens * (x.e * x.h + FP32_BYTES))
 
 
 def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
@@ -176,15 +200,20 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     hide = (-1, -1)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
+    if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
+        w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
     w.memory((1 + k) * x.e * T * x.h)  # permute
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
+        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
     if m.gathered:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_in, batch)
     _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_ffn, x.h, batch)
+    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
@@ -211,16 +240,19 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
     if m.gathered:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     fc1_dgrad = w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     fc1_wgrad = w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    _sort_chunks(w, x, m)  # permutation 2's backward
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
+        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the probabilities' gradient
     w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
@@ -310,8 +342,9 @@ def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, attenti
     attention and three in the backward beside the experts' fc1 input- and
     weight-gradient GEMMs and its attention (each beside that part's largest kernel),
     with the rule every overlapped collective follows (max + contention x min)."""
-    def others(work: PassWork) -> list[Collective]:
-        return [c for c in work.collectives if not (c.group == "ep" and c.collective == "all_to_all")]
+    def others(work: PassWork) -> list[Collective]:  # all but the token all-to-alls
+        return [c for c in work.collectives
+                if not (c.group == "ep" and c.collective == "all_to_all" and c.nbytes == a2a_bytes)]
 
     fwd = [*others(forward), Collective("all_to_all", a2a_bytes, attention_fwd, "ep")]
     bwd = [*others(backward), *(Collective("all_to_all", a2a_bytes, k, "ep") for k in beside_bwd)]
