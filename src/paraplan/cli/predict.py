@@ -25,8 +25,8 @@ async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
 use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
-moe_shared_expert_overlap, overlap_moe_expert_parallel_comm
-(mixture-of-experts models), fp8_recipe (with dtype fp8:
+moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
+(alltoall|flex: DeepEP; mixture-of-experts models; docs/moe.md), fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
 default; docs/fp8.md), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,

@@ -33,6 +33,8 @@ RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "
 """Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`, `moe_ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+MoeDispatcher = Literal["alltoall", "flex"]
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "flex")
 CPCommType = Literal["p2p", "all_gather", "a2a"]
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
 DDPImpl = Literal["local", "torch"]
@@ -183,6 +185,10 @@ class RunSettings:
     moe_shared_expert_overlap: bool = False
     """Megatron-Core's: the shared experts run after the router, beside the token
     dispatch and combine all-to-alls (else before the router, in series)."""
+    moe_token_dispatcher_type: MoeDispatcher = "alltoall"
+    """Megatron-Core's: `alltoall` (NCCL all-to-alls) or `flex` with its default DeepEP
+    backend (`paraplan.predict.moe_deepep`); Megatron's own default, allgather, is not
+    modelled."""
     overlap_moe_expert_parallel_comm: bool = False
     """Megatron-Core's: the 1F1B schedule runs one micro-batch's forward and another's
     backward layer by layer together, each one's dispatch and combine all-to-alls
@@ -418,6 +424,9 @@ class RunSettings:
                                     f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
             if self.overlap_moe_expert_parallel_comm:
                 self._check_a2a_overlap()
+            if self.moe_token_dispatcher_type != "alltoall":
+                raise StrategyError(f"moe_token_dispatcher_type {self.moe_token_dispatcher_type} needs a "
+                                    f"mixture-of-experts model; '{model.name}' has no experts")
             return
         t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
         etp = self.expert_tensor_parallel
@@ -445,6 +454,9 @@ class RunSettings:
                                 "(moe_shared_expert_intermediate_size 0)")
         if self.overlap_moe_expert_parallel_comm:
             self._check_a2a_overlap()
+        if self.moe_token_dispatcher_type == "flex" and etp > 1:
+            raise StrategyError(f"moe_token_dispatcher_type flex with expert_tensor_parallel_size {etp} is not "
+                                "modelled (DeepEP priced for ETP 1)")
 
     def _check_a2a_overlap(self) -> None:
         """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""

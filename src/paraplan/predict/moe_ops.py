@@ -1,7 +1,9 @@
 """What one mixture-of-experts layer runs on one rank for one micro-batch: the
 attention half of `paraplan.predict.ops` followed by Megatron-Core's MoE block with
-the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`; the allgather
-and flex dispatchers are not modelled).
+the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`), or the flex
+dispatcher with DeepEP's kernels (`flex`: `paraplan.predict.moe_deepep`; each token sent
+once per destination rank, ordered by local expert there and its experts' outputs summed
+there before the combine); the allgather dispatcher is not modelled.
 
 Forward of the MoE block (T tokens routed by this rank, k = `moe_router_topk`, E
 experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
@@ -49,10 +51,11 @@ the token all-to-alls beside another micro-batch's compute (`a2a_overlap`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -100,6 +103,7 @@ class MoeShape:
     gathered: bool  # tokens all-gathered over the ETP group after the dispatch
     a2a_bytes: float  # dispatch (and combine) all-to-all, per rank (nccl-tests' per-rank total)
     hidden_bytes: float = 1.0  # one token's bytes (h x e): a2a_bytes / hidden_bytes tokens are sent
+    received_tokens: float = 0.0  # flex (DeepEP): distinct tokens a rank receives (one per token per rank)
 
     @property
     def probs_a2a_bytes(self) -> float:
@@ -140,7 +144,8 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         routed_tokens=routed, topk=k, experts=model.num_experts, local_experts=model.num_experts / ep,
         expert_tokens=dispatched * (etp if gathered else 1), expert_ffn=model.moe_ffn_size / etp,
         expert_in=gate * model.moe_ffn_size / etp, shared_ffn=shared, shared_in=gate * shared, ep=ep, etp=etp,
-        gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e)
+        gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e,
+        received_tokens=routed * load_factor(settings) * (ranks_hit(model.num_experts, k, ep) if ep > 1 else 1.0))
 
 
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
@@ -187,6 +192,36 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
     _residual_forward(w, model, x)
 
 
+def _alltoall_dispatch(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+    """The alltoall dispatcher from the routed tokens to the experts' input (module doc)."""
+    T, k = m.routed_tokens, m.topk
+    if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
+        w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
+    w.memory((1 + k) * x.e * T * x.h)  # permute
+    if m.ep > 1:
+        w.comm("all_to_all", m.a2a_bytes, hide, "ep")
+        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
+    if m.gathered:
+        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
+
+
+def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+    """The alltoall dispatcher from the experts' output back to the routed tokens."""
+    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
+    if m.gathered:
+        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
+    if m.ep > 1:
+        w.comm("all_to_all", m.a2a_bytes, hide, "ep")
+    w.memory((m.topk + 1) * x.e * m.routed_tokens * x.h)  # unpermute: sum of the k outputs
+
+
+def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
+    """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
+    if m.ep > 1:
+        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", m.experts, m.topk))
+
+
 def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
     """Megatron-Core's MoELayer forward: shared experts, router, dispatch, experts, combine."""
     overlap_tp = settings.tp_comm_overlap
@@ -194,31 +229,27 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     beside = settings.moe_shared_expert_overlap
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
-    T, k = m.routed_tokens, m.topk
+    T = m.routed_tokens
     w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
     hide = (-1, -1)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
-    if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
-        w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
-    w.memory((1 + k) * x.e * T * x.h)  # permute
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
-        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
-    if m.gathered:
-        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
-    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
+    flex = settings.moe_token_dispatcher_type == "flex"
+    if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
+        _deepep(w, m, DEEPEP_DISPATCH, hide[0])
+        w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
+    else:
+        _alltoall_dispatch(w, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_in, batch)
     _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_ffn, x.h, batch)
-    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
-    if m.gathered:
-        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
-    w.memory((k + 1) * x.e * T * x.h)  # unpermute: sum of the k outputs
+    if flex:  # each received token's local experts summed, then sent back
+        w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
+        _deepep(w, m, DEEPEP_COMBINE, hide[1])
+    else:
+        _alltoall_combine(w, x, m, hide[1])
     if m.etp > 1 and not m.gathered:  # tokens replicated over the tensor-parallel ranks
         w.comm("all_reduce", T * x.h * x.e, group="etp")
 
@@ -235,25 +266,34 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         hide = (-1, -1)
     T, k = m.routed_tokens, m.topk
     _residual_backward(w, model, x)
-    w.memory((k + 1) * x.e * T * x.h)  # unpermute backward: each token's gradient copied to its k outputs
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
-    if m.gathered:
-        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
-    _sort_chunks(w, x, m)  # unpermutation 2's backward
+    flex = settings.moe_token_dispatcher_type == "flex"
+    if flex:  # combine's backward: DeepEP's dispatch kernel, then each token's gradient to its local experts
+        _deepep(w, m, DEEPEP_DISPATCH, hide[1])
+        w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
+    else:
+        w.memory((k + 1) * x.e * T * x.h)  # unpermute backward: each token's gradient copied to its k outputs
+        if m.ep > 1:
+            w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
+        if m.gathered:
+            w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+        _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     fc1_dgrad = w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     fc1_wgrad = w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
-    _sort_chunks(w, x, m)  # permutation 2's backward
-    if m.gathered:
-        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
-        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the probabilities' gradient
-    w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
+    if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
+        w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
+        _deepep(w, m, DEEPEP_COMBINE, hide[0])
+    else:
+        _sort_chunks(w, x, m)  # permutation 2's backward
+        if m.gathered:
+            w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
+        if m.ep > 1:
+            w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
+            w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the probabilities' gradient
+        w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax / top-k backward
@@ -342,14 +382,18 @@ def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, attenti
     attention and three in the backward beside the experts' fc1 input- and
     weight-gradient GEMMs and its attention (each beside that part's largest kernel),
     with the rule every overlapped collective follows (max + contention x min)."""
-    def others(work: PassWork) -> list[Collective]:  # all but the token all-to-alls
-        return [c for c in work.collectives
-                if not (c.group == "ep" and c.collective == "all_to_all" and c.nbytes == a2a_bytes)]
+    def split(work: PassWork) -> tuple[list[Collective], list[Collective]]:  # (token transfers, the others)
+        tokens = [c for c in work.collectives if c.group == "ep" and (
+            isinstance(c, DeepEpTransfer) or (c.collective == "all_to_all" and c.nbytes == a2a_bytes))]
+        return tokens, [c for c in work.collectives if c not in tokens]
 
-    fwd = [*others(forward), Collective("all_to_all", a2a_bytes, attention_fwd, "ep")]
-    bwd = [*others(backward), *(Collective("all_to_all", a2a_bytes, k, "ep") for k in beside_bwd)]
+    (dispatch, combine), fwd_others = split(forward)
+    (combine_bwd, dispatch_bwd), bwd_others = split(backward)
+    dgrad, wgrad, attention_bwd = beside_bwd
+    fwd = [*fwd_others, replace(combine_bwd, hidden_by=attention_fwd)]
+    bwd = [*bwd_others, replace(dispatch, hidden_by=dgrad), replace(dispatch_bwd, hidden_by=wgrad),
+           replace(combine, hidden_by=attention_bwd)]
     return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
-
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one mixture-of-experts layer (see the module doc)."""
