@@ -20,7 +20,7 @@ by spaces: core_attn, mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts;
 core_attn), sequence_parallel,
 use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
-async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
+async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce_in_bf16, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
 use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,

@@ -47,6 +47,12 @@ FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
 DEFAULT_FP8_RECIPE = "delayed"
 """Megatron-LM's default `--fp8-recipe`: what an fp8 run with an empty `fp8_recipe` uses."""
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
+
+
+def main_grad_bytes(settings: RunSettings) -> int:
+    """Bytes of one main gradient (Megatron's `main_grad` buffer): `MAIN_GRAD_BYTES` of
+    the dtype, 2 with `grad_reduce_in_bf16`."""
+    return 2 if settings.grad_reduce_in_bf16 else MAIN_GRAD_BYTES[settings.dtype]
 """Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
 
@@ -142,6 +148,12 @@ class RunSettings:
     since February 2022, its default); False: every micro-batch's weight gradient is
     written, then added to the main gradient by a memory-bound kernel (reads both,
     writes the sum)."""
+    grad_reduce_in_bf16: bool = False
+    """Megatron-LM's `--grad-reduce-in-bf16` (Megatron-Core's `grad_reduce_in_fp32` false,
+    as NVIDIA's Megatron-Bridge performance recipes set it): the main-gradient buffer, its
+    accumulation and its data-parallel reduction in bf16 (2 bytes per parameter instead
+    of 4); the optimizer casts its shard to fp32 for the step (`main_grad_bytes`,
+    `paraplan.predict.placement.Precision`). Only with dtype bf16 or fp8."""
     decoder_first_pipeline_num_layers: int = 0
     """Transformer layers on the first pipeline stage (all its model chunks together);
     0: Megatron's default, an even split (`pipeline_layer_split`)."""
@@ -369,6 +381,9 @@ class RunSettings:
                 f"tensor_model_parallel_size {t}"
             )
         self._check_context_parallel(model)
+        if self.grad_reduce_in_bf16 and self.dtype not in ("bf16", "fp8"):
+            raise StrategyError(f"grad_reduce_in_bf16 with dtype {self.dtype}: expected dtype bf16 or fp8 "
+                                "(fp16 gradients are 16-bit already, fp32 ones stay fp32)")
         if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPES):
             expected = f"one of {', '.join(FP8_RECIPES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
             raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")

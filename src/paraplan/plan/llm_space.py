@@ -61,7 +61,10 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
     OPTIMIZER_KERNELS,
+    Pass,
     Precision,
     kernel_times_by_pass,
     mtp_expert_params,
@@ -73,6 +76,8 @@ from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 from paraplan.predict.predictor import divisors
+from paraplan.sim.builder.grad_buckets import equal_buckets
+from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
 
@@ -296,25 +301,27 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
-        out["fd"][i], out["fh"][i] = dev[0], host[0]
-        out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
+        fwd, rec, bwd = LAYER_PASSES
+        out["fd"][i], out["fh"][i] = dev[fwd], host[fwd]
+        out["bd"][i], out["bh"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
         out["w"][i] = times.layer_weight_grad_s
         if moe_share:
             def mean(dense: float, moe: float) -> float:
                 return (1.0 - moe_share) * dense + moe_share * moe
-            out["fd"][i], out["fh"][i] = mean(dev[0], dev[7]), mean(host[0], host[7])
-            out["bd"][i], out["bh"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
-                                                                                       host[8] + host[9])
+            mf, mr, mb = MOE_LAYER_PASSES
+            out["fd"][i], out["fh"][i] = mean(dev[fwd], dev[mf]), mean(host[fwd], host[mf])
+            out["bd"][i], out["bh"][i] = mean(dev[rec] + dev[bwd], dev[mr] + dev[mb]), mean(host[rec] + host[bwd],
+                                                                                             host[mr] + host[mb])
             out["w"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
         if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
             factor = eff.layer_time_factors.factor(st.layer_key)
             added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
             out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
             out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
-        pairs["ef"][i] = dev[3], host[3]
-        pairs["eb"][i] = dev[4], host[4]
-        pairs["hf"][i] = dev[5], host[5]
-        pairs["hb"][i] = dev[6], host[6]
+        pairs["ef"][i] = dev[Pass.EMBEDDING_FWD], host[Pass.EMBEDDING_FWD]
+        pairs["eb"][i] = dev[Pass.EMBEDDING_BWD], host[Pass.EMBEDDING_BWD]
+        pairs["hf"][i] = dev[Pass.HEAD_FWD], host[Pass.HEAD_FWD]
+        pairs["hb"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
         out["al"][i] = layer_activation_bytes(model, s)
         out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
         if moe_share:
@@ -387,12 +394,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         experts = model.num_moe_layers * model.num_experts * model.expert_params
         layer_params = (model.transformer_params - experts) / L / t
         expert_layer = experts / L / (ep * etp)
-    vocab_params = np.array([model.padded_vocab_size(int(x)) for x in cand.t]) * model.hidden_size / t
-    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    vocab_params = rank_vocab_params(model, t)
+    positions = position_params(model)
     tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (p > 1)
-    head_params = model.norm_params + np.where(model.untie_embeddings_and_output_weights | (p > 1), vocab_params, 0.0)
     # multi-token-prediction layers on the last stage (a MoE one's experts over EP x ETP: below)
-    head_params = head_params + (model.mtp_parameters - mtp_expert_params(model)) / t
+    head_params = rank_head_params(model, t, p, vocab_params, mtp_expert_params(model))
 
     # stages: v = 1 splits the layers as evenly as possible (the first L mod p stages
     # take one more); interleaving splits each rank's layers evenly over its v chunks,
@@ -486,19 +492,19 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     for i in np.flatnonzero((dc > 1) & ~zero3):
         group = Group(int(dc[i]), int(dp_nodes[i]))
         collective = "reduce_scatter" if sharded[i] else "all_reduce"
-        buckets = max(1, int(np.ceil(first_params[i] / GRAD_BUCKET_PARAMS)))
-        one = comm.time_s(collective, first_params[i] / buckets * prec.grad_bytes, group)
+        buckets = equal_buckets(first_params[i], GRAD_BUCKET_PARAMS)
+        one = comm.time_s(collective, buckets.each * prec.grad_bytes, group)
         window = whole[i] if single[i] else first[i]  # beside the first stage's last backward
-        sync[i] = max(one, buckets * one - 0.5 * window)
+        sync[i] = max(one, buckets.count * one - 0.5 * window)
     # the experts' gradients over the expert-data-parallel group (stride EP x ETP)
     edp_nodes = np.maximum(1, np.ceil(t * dc / np.maximum(gpn, ep * etp))).astype(np.int64)
     for i in np.flatnonzero((edp > 1) & (first_experts > 0)):
         group = Group(int(edp[i]), int(edp_nodes[i]))
         collective = "reduce_scatter" if sharded[i] else "all_reduce"
-        buckets = max(1, int(np.ceil(first_experts[i] / GRAD_BUCKET_PARAMS)))
-        one = comm.time_s(collective, first_experts[i] / buckets * prec.grad_bytes, group)
+        buckets = equal_buckets(first_experts[i], GRAD_BUCKET_PARAMS)
+        one = comm.time_s(collective, buckets.each * prec.grad_bytes, group)
         window = whole[i] if single[i] else first[i]
-        sync[i] += max(one, buckets * one - 0.5 * window)
+        sync[i] += max(one, buckets.count * one - 0.5 * window)
     speed = DeviceSpeed.of(cluster.device, base.dtype)
     opt = ((first_params / shards + first_experts / expert_shards) * prec.optimizer_step_bytes
            / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)

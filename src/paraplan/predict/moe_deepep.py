@@ -38,7 +38,7 @@ from math import comb
 
 from paraplan.core.comm import Group
 from paraplan.core.errors import StrategyError
-from paraplan.predict.ops import Collective
+from paraplan.predict.work import Collective
 
 DEEPEP_INTERNODE_GBps: dict[int, tuple[float, float]] = {16: (43.0, 43.0), 32: (58.0, 57.0), 64: (51.0, 50.0)}
 """EP size: (dispatch, combine) bottleneck bandwidth in GB/s over RDMA, DeepEP V1 normal

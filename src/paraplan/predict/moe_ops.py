@@ -80,6 +80,7 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
     accumulate_bytes_per_param,
     layer_activation_bytes,
 )
+from paraplan.predict.work import NOT_HIDDEN
 
 ROUTER_PASSES = 3  # softmax and top-k: read the fp32 logits, write probabilities, select
 COUNT_BYTES = 8  # a token count per expert (int64)
@@ -232,7 +233,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     T = m.routed_tokens
     w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
-    hide = (-1, -1)
+    hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
     flex = settings.moe_token_dispatcher_type == "flex"
@@ -259,11 +260,11 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     """The MoE half's backward; the indices of the experts' fc1 input- and weight-gradient GEMMs."""
     overlap_tp, async_reduce = settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce
     shared = m.shared_ffn > 0
-    hide = (-1, -1)
+    hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared:
         hide = _shared_backward(w, model, x, m, overlap_tp, async_reduce)
     if not settings.moe_shared_expert_overlap:
-        hide = (-1, -1)
+        hide = (NOT_HIDDEN, NOT_HIDDEN)
     T, k = m.routed_tokens, m.topk
     _residual_backward(w, model, x)
     flex = settings.moe_token_dispatcher_type == "flex"

@@ -15,7 +15,7 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_deepep import DeepEpTransfer
-from paraplan.predict.ops import Kernels, PassWork
+from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
 COMM_PARTS: tuple[str, ...] = ("tp", "cp", "ep")
 PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
@@ -49,7 +49,7 @@ class PassCost:
                 cost = c.time_s(g)
             else:
                 cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
-            if c.hidden_by >= 0:
+            if c.hidden_by != NOT_HIDDEN:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
                 hidden_part.append(part)

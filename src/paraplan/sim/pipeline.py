@@ -7,23 +7,21 @@ communication) and what the closed forms describe; `simulate` in `strategy_sim` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from paraplan.core.timeline import KINDS, STREAMS, Timeline, TimelineColumns, timeline_columns
+from paraplan.core.glossary import EventKindCode, StreamCode
+from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute
 from paraplan.sim.schedules import BWD, FWD, get_schedule
 
-COMPUTE = STREAMS.index("compute")
-COMM = STREAMS.index("comm")
-SEND = KINDS.index("send")
-
 
 def timeline_kinds(kind: np.ndarray, split_backward: bool) -> np.ndarray:
-    """Engine op kinds (FWD, BWD, WGT) as Timeline KINDS indices."""
-    bwd = "bwd_input" if split_backward else "bwd"
-    table = np.array([KINDS.index("fwd"), KINDS.index(bwd), KINDS.index("bwd_weight")], dtype=np.int8)
+    """Engine op kinds (FWD, BWD, WGT) as Timeline kinds."""
+    bwd = EventKindCode.BWD_INPUT if split_backward else EventKindCode.BWD
+    table = np.array([EventKindCode.FWD, bwd, EventKindCode.BWD_WEIGHT], dtype=np.int8)
     return table[kind]
 
 
@@ -38,8 +36,8 @@ def transfer_columns(run: PipelineRun, costs: PipelineCosts) -> dict[str, np.nda
     n = int(sends.sum())
     return {
         "device": run.device[sends],
-        "stream": np.full(n, COMM, dtype=np.int8),
-        "kind": np.full(n, SEND, dtype=np.int8),
+        "stream": np.full(n, StreamCode.COMM, dtype=np.int8),
+        "kind": np.full(n, EventKindCode.SEND, dtype=np.int8),
         "stage": run.vstage[sends],
         "microbatch": run.microbatch[sends],
         "start_s": run.end_s[sends],
@@ -51,7 +49,7 @@ def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]
     """The engine's compute ops as Timeline columns."""
     return {
         "device": run.device,
-        "stream": np.full(run.kind.shape[0], COMPUTE, dtype=np.int8),
+        "stream": np.full(run.kind.shape[0], StreamCode.COMPUTE, dtype=np.int8),
         "kind": timeline_kinds(run.kind, split_backward),
         "stage": run.vstage,
         "microbatch": run.microbatch,
@@ -68,23 +66,42 @@ def concat_columns(parts: Sequence[Mapping[str, Any]]) -> TimelineColumns:
     )
 
 
-def simulate_pipeline(
-    schedule: str,
-    num_stages: int,
-    num_microbatches: int,
-    fwd_s: float | np.ndarray = 1.0,
-    bwd_s: float | np.ndarray = 2.0,
-    *,
-    iterations: int = 1,
-    virtual_stages: int = 1,
-    send_s: float = 0.0,
-    weight_grad_fraction: float = 0.5,
-    micro_batch_size: int = 1,
-) -> Timeline:
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How a bare pipeline runs beyond its schedule and costs (the keyword arguments of
+    `simulate_pipeline`)."""
+
+    iterations: int = 1
+    """Iterations run back to back (the step is the makespan divided by them)."""
+    virtual_stages: int = 1
+    """Model chunks per device (interleaved 1F1B)."""
+    send_s: float = 0.0
+    """Each transfer between neighbouring virtual stages."""
+    weight_grad_fraction: float = 0.5
+    """Share of a backward that is the weight gradient (split-backward schedules)."""
+    micro_batch_size: int = 1
+    """Samples per micro-batch (the timeline's batch size is M of them)."""
+
+
+class PipelineOptionArgs(TypedDict, total=False):
+    """`PipelineOptions` as keyword arguments."""
+
+    iterations: int
+    virtual_stages: int
+    send_s: float
+    weight_grad_fraction: float
+    micro_batch_size: int
+
+
+def simulate_pipeline(schedule: str, num_stages: int, num_microbatches: int, fwd_s: float | np.ndarray = 1.0,
+                      bwd_s: float | np.ndarray = 2.0, **options: Unpack[PipelineOptionArgs]) -> Timeline:
     """Run `schedule` over `num_stages` devices with per-virtual-stage costs (scalars
     apply to every virtual stage; with v chunks per device, pass the cost of one
     chunk). With a split backward, B takes (1 - weight_grad_fraction) x bwd_s and W
     the rest. `step_time_s` is the makespan over `iterations`, divided by them."""
+    opts = PipelineOptions(**options)
+    iterations, virtual_stages = opts.iterations, opts.virtual_stages
+    send_s, weight_grad_fraction, micro_batch_size = opts.send_s, opts.weight_grad_fraction, opts.micro_batch_size
     sched = get_schedule(schedule)
     nv = num_stages * virtual_stages
     fwd = np.broadcast_to(np.asarray(fwd_s, dtype=float), (nv,)).copy()
