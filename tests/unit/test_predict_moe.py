@@ -45,9 +45,10 @@ def test_dispatch_and_combine_all_to_all_carry_tokens_x_topk_x_hidden_bytes():
     work = moe_layer_work(MIXTRAL, s)
     a2a = [c for c in work.forward.collectives if c.group == "ep"]
     tokens = 1 * 4096  # b s on one rank (TP 1)
-    assert [c.collective for c in a2a] == ["all_to_all", "all_to_all"]  # dispatch, combine
-    assert [c.nbytes for c in a2a] == [tokens * 2 * 4096 * 2] * 2  # T k h e, bf16
-    assert len([c for c in work.backward.collectives if c.group == "ep"]) == 2
+    # the token counts' all-gather (8 ranks x 8 experts, int64), dispatch, the probabilities (fp32), combine
+    assert [c.collective for c in a2a] == ["all_gather", "all_to_all", "all_to_all", "all_to_all"]
+    assert [c.nbytes for c in a2a] == [8 * 8 * 8, tokens * 2 * 4096 * 2, tokens * 2 * 4, tokens * 2 * 4096 * 2]
+    assert len([c for c in work.backward.collectives if c.group == "ep"]) == 3
     # sequence parallelism routes each TP rank's b s / t tokens; the imbalance scales the busiest rank's share
     sp = moe_shape(MIXTRAL, settings(tensor_model_parallel_size=2, data_parallel_size=4, sequence_parallel=True,
                                      expert_model_parallel_size=4, expert_tensor_parallel_size=1,
@@ -177,9 +178,10 @@ def test_shared_expert_overlap_hides_the_all_to_alls_beside_its_gemms():
     s = settings(expert_model_parallel_size=8)
     plain = moe_layer_work(qwen2_moe, s).forward
     beside = moe_layer_work(qwen2_moe, replace(s, moe_shared_expert_overlap=True)).forward
-    assert [c.hidden_by for c in plain.collectives if c.group == "ep"] == [-1, -1]
-    hidden = [c.hidden_by for c in beside.collectives if c.group == "ep"]
-    assert all(i >= 0 and beside.kernels.kind[i] == GEMM for i in hidden)
+    tokens = [c for c in plain.collectives if c.group == "ep" and c.nbytes == moe_shape(qwen2_moe, s).a2a_bytes]
+    assert [c.hidden_by for c in tokens] == [-1, -1]
+    hidden = [c.hidden_by for c in beside.collectives if c.group == "ep" and c.nbytes == tokens[0].nbytes]
+    assert len(hidden) == 2 and all(i >= 0 and beside.kernels.kind[i] == GEMM for i in hidden)
     assert plain.kernels.total_flops == beside.kernels.total_flops  # the same work, reordered
 
 
@@ -312,7 +314,7 @@ def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
     # 61 layers on 16 stages: the last holds layers 58-60 (MoE), then the MTP layer (MoE too)
     assert st.expert_rank_params[-1] == pytest.approx((3 + 1) * 256 * model.expert_params / 8, rel=1e-12)
     mtp = last_stage_work(model, s).forward.collectives
-    assert [c.collective for c in mtp if c.group == "ep"] == ["all_to_all", "all_to_all"]
+    assert [c.collective for c in mtp if c.group == "ep"] == ["all_gather", "all_to_all", "all_to_all", "all_to_all"]
 
 
 def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures(monkeypatch):
