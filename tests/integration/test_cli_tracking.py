@@ -1,7 +1,7 @@
-"""What a user sees of a command's MLflow run: opened when the job starts (its
-Duration is the job's), FAILED with the error when the job fails, MLflow's standard
-tags, a fast error when the server does not answer (the results kept), and no store
-at all untracked."""
+"""What a user sees of a command's MLflow run: it starts when the job starts (its
+Duration is the job's, though it is logged afterwards), FAILED with the error when the
+job fails, MLflow's standard tags, a fast error when the server does not answer (the
+results kept), and no store and no record at all untracked."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ import pytest
 
 from paraplan import track
 from paraplan.cli.main import main
+from paraplan.track_job import log_pending
+
+
+def _logged(tmp_path) -> None:
+    """Wait for the background logging process (or log in its place)."""
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors
 
 
 @pytest.fixture()
@@ -36,6 +42,7 @@ def _runs(uri: str, stage: str):
 
 def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
     assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"]) == 0
+    _logged(tmp_path)
     (run,) = _runs(store, "simulate")
     written_ms = (tmp_path / "sim/results.csv").stat().st_mtime * 1000
     # opened before the results were written, closed after the figures were
@@ -49,16 +56,18 @@ def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
     assert tags["invocation_id"] == "inv-cli"
 
 
-def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys):
+def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys, tmp_path):
     assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    _logged(tmp_path)
     (run,) = _runs(store, "simulate")
     assert run.info.status == "FAILED"
     assert "file not found; expected a simulation study" in run.data.tags["error"]
     assert "marked FAILED" in capsys.readouterr().err
 
 
-def test_failed_invocation_summary_is_failed(store):
+def test_failed_invocation_summary_is_failed(store, tmp_path):
     assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    _logged(tmp_path)
     summary_id = track.log_invocation_summary("inv-cli", uri=store, failed=True, error="job simulate failed",
                                               start_ms=int(time.time() * 1000) - 60_000)
     (summary,) = _runs(store, "invocation")
@@ -75,6 +84,7 @@ def test_untracked_creates_no_store(tmp_path, monkeypatch):
     assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"]) == 0
     assert (tmp_path / "sim/results.csv").is_file()
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+    assert not (tmp_path / ".paraplan").exists()
 
 
 def _silent_server() -> tuple[socket.socket, int]:

@@ -2,7 +2,9 @@
 import os
 import sys
 
-from paraplan.workflow_env import create_store, prepare_environment, summarise_invocation
+from snakemake.exceptions import WorkflowError
+
+from paraplan.workflow_env import check_store, log_invocation, prepare_environment
 
 # One invocation id for every job of this `snakemake` call, the config digest and the
 # tracking URI, passed to jobs through the environment (never through params:).
@@ -56,17 +58,18 @@ CALIBRATION_COMM_LOGS = {
 
 
 onstart:
-    # Create the MLflow store once, before parallel jobs touch it (concurrent first
-    # use of a fresh SQLite store fails in MLflow 3.x). Runs only when jobs run.
-    create_store()
+    # An unreachable tracking server stops the workflow now, before any job runs.
+    check_store()
 
 
 onsuccess:
-    # Runs only when jobs ran (Snakemake skips hooks when nothing is to be done).
-    summarise_invocation()
+    # Jobs write their runs as records (.paraplan/runs/); this one process logs them
+    # all, then the invocation's summary run. Runs only when jobs ran.
+    if not log_invocation():
+        raise WorkflowError("MLflow logging failed (results written; the next run logs them)")
 
 
 onerror:
-    # A failed invocation gets its run too, FAILED, listing the runs of its jobs
-    # (failed jobs have FAILED runs of their own).
-    summarise_invocation(failed=True, log=log)
+    # The same after a failed job: its run FAILED (KILLED if its process was killed),
+    # the summary run FAILED.
+    log_invocation(failed=True, log=log)
