@@ -13,10 +13,15 @@ the command). Target (issue 21): tracked `plan` within 0.5 s of untracked.
     paraplan plan --study dapple_resnet50
     paraplan simulate --study distir_fig4
 
-Then, unless --no-snakemake, the default workflow (`snakemake -c2`) in a temporary
-clone of this checkout's HEAD, tracked, timed once (target < 4 minutes on 2 cores).
+Then, unless --no-snakemake, the default workflow (`snakemake -c2`: on the 2-core
+machine what plain `snakemake` does, whose default profile says `cores: all`) in a
+temporary clone of this checkout's HEAD, tracked, timed once (target < 4 minutes on 2
+cores), with the machine's load average sampled every 10 s while it runs (other
+processes' load makes it slower: the figure is only comparable at a low load), and
+where the time went: each job's wall time (Snakemake's `benchmark:` files) summed per
+rule.
 
-    PYTHONPATH=src python benchmarks/bench_tracking.py [--repeats 3] [--no-snakemake]
+    PYTHONPATH=src python benchmarks/bench_tracking.py [--repeats 3] [--no-snakemake | --no-commands]
 
 Timings on a machine other jobs share are noisy: compare figures from one run.
 """
@@ -30,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -117,22 +123,38 @@ def workflow(cores: int) -> None:
         env = _env(None)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(clone / "src"), os.environ.get("PYTHONPATH")]))
         env.pop("MLFLOW_TRACKING_URI", None)
+        loads: list[float] = []
+        running = threading.Event()
+        running.set()
+
+        def sample() -> None:
+            while running.is_set():
+                loads.append(os.getloadavg()[0])
+                time.sleep(10)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         start = time.perf_counter()
         done = subprocess.run([exe, "-c", str(cores)], cwd=clone, env=env, capture_output=True, text=True)
         took = time.perf_counter() - start
+        running.clear()
         if done.returncode:
             print(done.stderr[-3000:])
             raise SystemExit(f"snakemake -c{cores} failed ({done.returncode})")
         jobs = sum(1 for line in done.stderr.splitlines() if line.startswith("Finished job") or
                    line.strip().startswith("Finished jobid"))
         print(f"default workflow, snakemake -c{cores}, tracked, fresh clone of HEAD: {took:.0f} s "
-              f"({took / 60:.1f} min; {jobs} jobs; target < 4 min on 2 cores)")
-        # where it went: each job's wall time (Snakemake's benchmark: files), summed per stage
+              f"({took / 60:.1f} min; {jobs} jobs; target < 4 min on 2 cores); load average while it ran: "
+              f"mean {statistics.mean(loads):.1f}, max {max(loads):.1f} (its own jobs included)")
+        logging = [line for line in done.stderr.splitlines() if "logged" in line and "MLflow run" in line]
+        print(f"  logging at the end: {logging[-1] if logging else 'no line'}")
+        # where it went: each job's wall time (Snakemake's benchmark: files), per job and summed per stage
         per_stage: dict[str, list[float]] = {}
         for tsv in sorted((clone / "results" / "benchmarks").rglob("*.tsv")):
-            stage = tsv.relative_to(clone / "results" / "benchmarks").parts[0]
+            name = str(tsv.relative_to(clone / "results" / "benchmarks").with_suffix(""))
             seconds = float(tsv.read_text().splitlines()[1].split("\t")[0])
-            per_stage.setdefault(stage, []).append(seconds)
+            per_stage.setdefault(name.split("/")[0], []).append(seconds)
+            print(f"    {name:<40} {seconds:6.1f} s")
         for stage, times in sorted(per_stage.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {stage:<10} {len(times):>3} jobs, {sum(times):7.1f} s of job time (longest {max(times):.1f} s)")
 
@@ -141,12 +163,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command and mode (median)")
     parser.add_argument("--no-snakemake", action="store_true", help="skip the default workflow (minutes)")
+    parser.add_argument("--no-commands", action="store_true", help="only the default workflow")
     parser.add_argument("--cores", type=int, default=2, help="snakemake -c")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start")
-    deltas = commands(args.repeats)
-    plan = [d for label, d in deltas.items() if label.startswith("plan")]
-    print(f"tracked plan - untracked: {', '.join(f'{d:+.2f} s' for d in plan)} (target <= +0.5 s)")
+    if not args.no_commands:
+        deltas = commands(args.repeats)
+        plan = [d for label, d in deltas.items() if label.startswith("plan")]
+        print(f"tracked plan - untracked: {', '.join(f'{d:+.2f} s' for d in plan)} (target <= +0.5 s)")
     if not args.no_snakemake:
         workflow(args.cores)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
