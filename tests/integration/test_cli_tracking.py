@@ -77,6 +77,40 @@ def test_failed_invocation_summary_is_failed(store, tmp_path):
     assert "FAILED" in summary.data.tags["mlflow.note.content"]
 
 
+def test_workflow_jobs_only_record_and_the_workflow_end_logs_them(store, tmp_path, monkeypatch, capsys):
+    """Under Snakemake (PARAPLAN_TRACKING_SPOOL set), a job writes its record and starts
+    no logging process; the `onerror` handler logs the jobs' runs (a failed job's
+    FAILED, a killed job's KILLED) and the invocation's FAILED summary."""
+    import json
+
+    from paraplan import workflow_env
+    from paraplan.track_spool import ENV_SPOOL, read_record, records
+
+    spool = tmp_path / "spool"
+    monkeypatch.setenv(ENV_SPOOL, str(spool))
+    monkeypatch.setenv(track.ENV_INVOCATION_START, str(int(time.time() * 1000) - 60_000))
+    assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"]) == 0
+    assert main(["simulate", "--study", "no_such_study", "-o", "sim2"]) == 2
+    killed = spool / "0-killed.json"  # a job SIGKILLed mid-way: its record still RUNNING, its pid gone
+    record = read_record(records(spool)[0])
+    killed.write_text(json.dumps({**record, "status": "RUNNING", "runs": [], "start_ms": 1,
+                                                "tags": {**record["tags"], "paraplan.pid": str(2 ** 22 + 7)}}))
+    time.sleep(1)
+    assert not _runs(store, "simulate") and len(records(spool)) == 3  # nothing logged by the jobs
+    assert not (tmp_path / ".paraplan").exists()
+    assert workflow_env.log_invocation(failed=True, log="snakemake.log") is True
+    by_status = {r.info.status: r for r in _runs(store, "simulate")}
+    assert set(by_status) == {"FINISHED", "FAILED", "KILLED"}
+    assert "file not found; expected a simulation study" in by_status["FAILED"].data.tags["error"]
+    assert by_status["FINISHED"].info.run_name == "schedules"
+    (summary,) = _runs(store, "invocation")
+    assert summary.info.status == "FAILED" and summary.data.metrics["runs_failed"] == 1.0
+    assert summary.info.end_time - summary.info.start_time >= 60_000
+    assert not records(spool)
+    err = capsys.readouterr().err
+    assert "logged KILLED" in err and "logged 3 MLflow run(s)" in err
+
+
 def test_untracked_creates_no_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
