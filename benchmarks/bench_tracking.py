@@ -146,8 +146,9 @@ def workflow(cores: int) -> None:
         print(f"default workflow, snakemake -c{cores}, tracked, fresh clone of HEAD: {took:.0f} s "
               f"({took / 60:.1f} min; {jobs} jobs; target < 4 min on 2 cores); load average while it ran: "
               f"mean {statistics.mean(loads):.1f}, max {max(loads):.1f} (its own jobs included)")
-        logging = [line for line in done.stderr.splitlines() if "logged" in line and "MLflow run" in line]
-        print(f"  logging at the end: {logging[-1] if logging else 'no line'}")
+        logging = [line for line in done.stderr.splitlines()
+                   if line.startswith("paraplan: ") and ("logged" in line or "took" in line)]
+        print("  logging at the end: " + (" | ".join(logging) if logging else "no line"))
         # where it went: each job's wall time (Snakemake's benchmark: files), per job and summed per stage
         per_stage: dict[str, list[float]] = {}
         for tsv in sorted((clone / "results" / "benchmarks").rglob("*.tsv")):

@@ -235,6 +235,7 @@ def log_invocation(failed: bool = False, log: str = "") -> bool:
         return True
     spool = Path(os.environ[ENV_SPOOL])
     invocation = os.environ[ENV_INVOCATION]
+    started = time.perf_counter()
     try:
         http_defaults()
         outcome = log_workflow_runs(invocation, spool)
@@ -243,6 +244,8 @@ def log_invocation(failed: bool = False, log: str = "") -> bool:
         return False
     for line in describe(outcome, spool):
         print(f"paraplan: {line}", file=sys.stderr)
+    print(f"paraplan: MLflow logging at the workflow's end took {time.perf_counter() - started:.1f} s",
+          file=sys.stderr)
     if outcome.errors:
         return False
     start = os.environ.get(ENV_INVOCATION_START, "")
