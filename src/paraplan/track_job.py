@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     except ParaplanError as exc:
         print(f"paraplan track: error: {exc}", file=sys.stderr)
         return 2
-    for line in describe(outcome, spool):
+    for line in describe(outcome, spool)[:-1]:  # errors and killed runs (its log file stays small)
         print(f"paraplan track: {line}", file=sys.stderr)
     sys.stderr.flush()
     # every write is committed: skip the interpreter's teardown of mlflow's modules
