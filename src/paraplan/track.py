@@ -8,20 +8,18 @@ table in the UI) whose metric columns are also logged as metrics with `step` = t
 row's index (the UI plots them against it). Everything of a run goes in a few
 `log_batch` calls. There are no child runs.
 
-A command's run is opened and filled by a logging process of its own
-(`paraplan.track_job`), which imports mlflow and opens the store while the command
-computes; the command itself never imports mlflow. The functions here are what that
-process calls; `log_run`, `ensure_store` and `log_invocation_summary` also serve
-tests and the Snakefile directly.
+A command does not log its run itself: it writes it as a record
+(`paraplan.track_spool`), and one logging process logs the records later
+(`paraplan.track_job`: the workflow's end, or a detached process after a standalone
+command). The functions here are what that process calls; `log_run`, `ensure_store`
+and `log_invocation_summary` also serve tests and the Snakefile directly.
 
 Store: `MLFLOW_TRACKING_URI`, else `sqlite:///mlflow.db` in the working directory
 (the repository root under Snakemake) with artifacts in `mlruns/`. A SQLite store's
 schema is created once, under a lock beside the database, and marked ready in that
-lock file: later jobs open it without the lock. Each HTTP request to a tracking server
+lock file: later loggers open it without the lock. Each HTTP request to a tracking server
 waits at most `PARAPLAN_MLFLOW_TIMEOUT_S` seconds (config `mlflow.timeout_s`, default
 5) with one retry, unless the user set MLflow's own `MLFLOW_HTTP_REQUEST_*` variables.
-A run still RUNNING whose process is gone is marked KILLED when the same rule (same
-experiment, `rule` and `wildcards` tags, same working directory) runs again.
 docs/tracking.md is the user's page for all of this.
 """
 
@@ -41,9 +39,6 @@ from paraplan.core import TrackingError
 from paraplan.track_tags import (
     ENV_CONFIG_DIGEST,
     ENV_INVOCATION,
-    TAG_HOST,
-    TAG_PID,
-    TAG_WORKDIR,
     config_digest,
     flatten,
     git_commit,
@@ -306,9 +301,10 @@ def _log_batches(client, run_id: str, params: list, metrics: list, tags: list) -
         client.log_batch(run_id, metrics=m, params=p, tags=t)
 
 
-def fill_run(client, run_id: str, run: RunLog, extra_tags: Mapping[str, str] = ()) -> None:  # type: ignore[assignment]
+def fill_run(client, run_id: str, run: RunLog, extra_tags: Mapping[str, str] = (),  # type: ignore[assignment]
+             end_ms: int | None = None, finish: bool = True) -> None:
     """Log a RunLog into an open run (params, metrics, series, table, artifacts, tags)
-    and mark it FINISHED."""
+    and, with `finish`, mark it FINISHED at `end_ms` (default: now)."""
     from mlflow.entities import Metric, Param, RunTag
 
     now_ms = _now_ms()
@@ -332,7 +328,8 @@ def fill_run(client, run_id: str, run: RunLog, extra_tags: Mapping[str, str] = (
             client.log_artifacts(run_id, str(path), artifact_path=path.name)
         elif path.is_file():
             client.log_artifact(run_id, str(path))
-    client.set_terminated(run_id, "FINISHED")
+    if finish:
+        client.set_terminated(run_id, "FINISHED", end_time=end_ms)
 
 
 def create_run(client, experiment_id: str, run_name: str, tags: Mapping[str, str], start_ms: int | None = None) -> str:
@@ -341,17 +338,18 @@ def create_run(client, experiment_id: str, run_name: str, tags: Mapping[str, str
     return created.info.run_id
 
 
-def end_run(client, run_id: str, status: str, error: str) -> None:
-    """Mark a run FAILED or KILLED with `error` as its `error` tag and its note."""
+def end_run(client, run_id: str, status: str, error: str, end_ms: int | None = None) -> None:
+    """Mark a run FAILED or KILLED (at `end_ms`, default now) with `error` as its
+    `error` tag and its note."""
     from mlflow.entities import RunTag
 
     label = "failed" if status == "FAILED" else "killed"
     client.log_batch(run_id, tags=[RunTag("error", error[:_TAG_MAX_CHARS]),
                                    RunTag("mlflow.note.content", f"**{label}**: {error}"[:_TAG_MAX_CHARS])])
-    client.set_terminated(run_id, status)
+    client.set_terminated(run_id, status, end_time=end_ms)
 
 
-def _process_gone(pid_text: str, started_ms: int) -> bool:
+def process_gone(pid_text: str, started_ms: int) -> bool:
     """True when process `pid` of this host has ended (or its pid now belongs to a
     process started after the run)."""
     try:
@@ -368,35 +366,6 @@ def _process_gone(pid_text: str, started_ms: int) -> bool:
         return (boot_s + ticks / os.sysconf("SC_CLK_TCK")) * 1000 > started_ms + 2000
     except (OSError, ValueError, IndexError, StopIteration):
         return False
-
-
-def mark_killed_runs(client, experiment_id: str, tags: Mapping[str, str], by: str = "") -> list[str]:
-    """Mark KILLED the runs of the same rule that are still RUNNING though their job
-    is gone: same experiment, `rule`, `wildcards` and working directory, and either
-    started on this host by a process that has ended, or started on another host by a
-    workflow job (Snakemake's lock on the working directory means no job of the same
-    rule and wildcards runs now). Returns their ids."""
-    rule = tags.get("rule", "")
-    if not rule or "'" in rule:
-        return []
-    found = client.search_runs([experiment_id], max_results=1000,
-                               filter_string=f"attributes.status = 'RUNNING' and tags.rule = '{rule}'")
-    killed = []
-    for old in found:
-        t = old.data.tags
-        if (t.get("wildcards", "") != tags.get("wildcards", "") or t.get(TAG_WORKDIR) != tags.get(TAG_WORKDIR)
-                or TAG_PID not in t):
-            continue
-        if t.get(TAG_HOST) == tags.get(TAG_HOST):
-            if t[TAG_PID] == tags.get(TAG_PID) or not _process_gone(t[TAG_PID], old.info.start_time or 0):
-                continue
-        elif t.get("invocation_id", "standalone").startswith("standalone"):
-            continue  # another host's standalone command: cannot tell whether it still runs
-        end_run(client, old.info.run_id, "KILLED",
-                f"the job's process ended without closing this run (killed?); found RUNNING when the same "
-                f"rule ran again{f' as run {by}' if by else ''}")
-        killed.append(old.info.run_id)
-    return killed
 
 
 class _tracking_errors:

@@ -1,279 +1,200 @@
-"""A command's MLflow run, logged by a process of its own.
+"""The logging process: logs the spool's records (`paraplan.track_spool`) to MLflow.
 
-`JobTracker` starts the logging process when the command starts: that process imports
-mlflow, opens the store (creating a SQLite schema at most once per store), marks the
-same rule's killed runs KILLED and opens the job's run (so its Duration is the job's),
-all while the command computes. The command hands it the `RunLog`s once its result
-files are written and waits for the answer; a store failure then fails the command
-with one line naming the store, its files kept. If the command dies without closing
-the run, the logging process marks it KILLED; if both die (a SIGKILL to the job's
-process group), the next run of the same rule does (`track.mark_killed_runs`).
+One process logs many records: the workflow's `onsuccess`/`onerror` handler logs
+every record of the folder once its jobs have ended (`log_workflow_runs`); after a
+standalone command, the detached process that command started (`main`); on demand,
+`paraplan track`. mlflow is imported and the store opened once per process.
 
-The two processes speak JSON lines: the command writes requests to the logging
-process's stdin (`open`, then `log` per RunLog, then `close` or `fail`) and reads one
-answer per request from its stdout (`{"ok": true, "run_id": ...}` or
-`{"ok": false, "error": ...}`). Nothing here imports mlflow in the command's process.
+Which records are logged: FINISHED and FAILED ones; a RUNNING one whose process is
+gone (same host: its pid has ended or belongs to a younger process) as KILLED; and,
+at the end of a workflow, a RUNNING one from another host when a workflow job wrote
+it (every job of this invocation has ended, and Snakemake's lock on the working
+directory means no job of an earlier one runs). A RUNNING record of another host's
+standalone command cannot be checked and is left as it is.
+
+Each record is claimed with an exclusive `flock` (two logging processes never log one
+record twice) and removed once its runs are FINISHED/FAILED/KILLED in the store. A
+store failure stops the logging into that store: the record keeps the error
+(`log_error`), the next command reports it and its logging process tries again.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
 import os
-import signal
-import subprocess
+import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from paraplan.core import TrackingError
-from paraplan.track import RunLog, Table, timeout_s, tracking_uri
+from paraplan.core import ParaplanError, TrackingError
+from paraplan.track_spool import message_runlog, read_record, records, spool_dir, write_record
+from paraplan.track_tags import TAG_HOST, TAG_PID, commit_tags, git_commit
 
-_WORKER = "from paraplan.track_job import serve; raise SystemExit(serve())"
-
-
-def _message(run: RunLog) -> dict[str, Any]:
-    """A RunLog as JSON (paths absolute, numbers plain)."""
-    from paraplan.track import _finite, _plain, flatten
-
-    table = None
-    if run.table is not None:
-        table = {"name": run.table.name, "metrics": list(run.table.metrics),
-                 "rows": [{str(k): _plain(v) for k, v in row.items()} for row in run.table.rows]}
-    return {
-        "stage": run.stage, "run_name": run.run_name, "params": flatten(run.params),
-        "metrics": {k: f for k, v in run.metrics.items() if (f := _finite(v)) is not None},
-        "step_metrics": {k: [[int(s), f] for s, v in series if (f := _finite(v)) is not None]
-                         for k, series in run.step_metrics.items()},
-        "artifacts": [str(Path(a).resolve()) for a in run.artifacts],
-        "tags": {str(k): str(v) for k, v in run.tags.items()},
-        "table": table,
-    }
+KILLED_ERROR = "the job's process ended without finishing its run (killed?)"
 
 
-def _runlog(message: dict[str, Any]) -> RunLog:
-    table = message.get("table")
-    return RunLog(
-        stage=message["stage"], run_name=message["run_name"], params=message["params"], metrics=message["metrics"],
-        step_metrics={k: [(int(s), float(v)) for s, v in series] for k, series in message["step_metrics"].items()},
-        artifacts=[Path(a) for a in message["artifacts"]], tags=message["tags"],
-        table=None if table is None else Table(rows=table["rows"], metrics=table["metrics"], name=table["name"]),
-    )
+@dataclass
+class LogOutcome:
+    """What one pass over the spool did."""
+
+    run_ids: list[str] = field(default_factory=list)
+    killed: list[str] = field(default_factory=list)  # run ids logged as KILLED
+    errors: dict[str, str] = field(default_factory=dict)  # store -> its first error
+    left: int = 0  # records left in the spool (still running, or not logged)
 
 
-def _worker_env() -> dict[str, str]:
-    """This process's environment, with the checkout paraplan was imported from first
-    on the path, so the logging process runs the same code."""
-    import paraplan
-
-    env = dict(os.environ)
-    root = str(Path(paraplan.__file__).resolve().parents[1])
-    if Path(root).name != "site-packages":
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-class JobTracker:
-    """The MLflow run of one command, opened by its logging process."""
-
-    def __init__(self, stage: str, run_name: str, rule: str, wildcards: str = "", command: str = "",
-                 uri: str | None = None):
-        self.uri = uri or tracking_uri()
-        timeout_s()  # a malformed PARAPLAN_MLFLOW_TIMEOUT_S fails now, before any work
-        self._error: str | None = None
-        self._proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, env=_worker_env(), text=True)
-        self._pending = 0
-        self._request({"op": "open", "uri": self.uri, "stage": stage, "run_name": run_name, "rule": rule,
-                       "wildcards": wildcards, "command": command, "pid": os.getpid(),
-                       "start_ms": _now_ms()})
-        self.run_ids: list[str] = []
-
-    def _request(self, message: dict[str, Any]) -> None:
-        assert self._proc.stdin is not None
+@contextmanager
+def _claimed(path: Path, wait: bool) -> Iterator[dict[str, Any] | None]:
+    """The record at `path` under an exclusive lock, or None when another logging
+    process holds it (without `wait`) or it is gone."""
+    try:
+        handle = open(path)  # noqa: SIM115 (held open for the lock, closed by the with below)
+    except OSError:
+        yield None
+        return
+    with handle:
         try:
-            self._proc.stdin.write(json.dumps(message) + "\n")
-            self._proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass  # the answer read below says why
-        self._pending += 1
-
-    def _answer(self) -> dict[str, Any]:
-        """Read the answers up to the last request's; the first failure is kept."""
-        assert self._proc.stdout is not None
-        answer: dict[str, Any] = {"ok": False, "error": "no answer"}
-        while self._pending:
-            line = self._proc.stdout.readline()
-            self._pending -= 1
-            if not line:
-                code = self._proc.wait()
-                answer = {"ok": False, "error": f"the logging process ended (exit status {code})"}
-                self._pending = 0
-            else:
-                answer = json.loads(line)
-            if not answer["ok"] and self._error is None:
-                self._error = answer["error"]
-        return answer
-
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise TrackingError(self.uri, self._error)
-
-    def wait_open(self) -> None:
-        """Wait until the run is open; a store failure is raised now, before any work."""
-        if self._pending:
-            self._answer()
-        self._raise_if_failed()
-
-    def log(self, run: RunLog) -> str:
-        """Log `run` (the job's run for the first RunLog of its stage); returns its id."""
-        self._raise_if_failed()
-        self._request({"op": "log", "run": _message(run)})
-        answer = self._answer()
-        self._raise_if_failed()
-        self.run_ids.append(answer["run_id"])
-        return answer["run_id"]
-
-    def fail(self, error: str) -> str | None:
-        """Mark the run FAILED with `error`; returns its id, or None when the store itself
-        failed (the caller reports the original error)."""
-        if self._error is None and self._proc.poll() is None:
-            self._request({"op": "fail", "error": error})
-            answer = self._answer()
-        else:
-            answer = {"ok": False}
-        self._finish()
-        return answer.get("run_id") if answer["ok"] else None
-
-    def close(self) -> None:
-        """End the job's run (FINISHED when it logged nothing) and the logging process."""
-        if self._error is None and self._proc.poll() is None:
-            self._request({"op": "close"})
-            self._answer()
-        self._finish()
-        self._raise_if_failed()
-
-    def _finish(self) -> None:
-        for stream in (self._proc.stdin, self._proc.stdout):
-            if stream is not None:
-                stream.close()
-        self._proc.wait()
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError:
+            yield None
+            return
+        try:
+            same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+        except OSError:
+            same = False  # logged and removed by the process that held the lock
+        yield read_record(path) if same else None
 
 
-def _now_ms() -> int:
-    import time
+def _status(record: dict[str, Any], workflow_end: str | None) -> str | None:
+    """The status to log a record with, or None to leave it (its job still runs)."""
+    from paraplan.track import process_gone
 
-    return int(time.time() * 1000)
-
-
-class _Worker:
-    """The logging process's state: the store, the job's open run, the first error."""
-
-    def __init__(self) -> None:
-        self.client = None
-        self.uri = ""
-        self.stage = ""
-        self.tags: dict[str, str] = {}
-        self.open_id: str | None = None
-        self.since_ms = 0
-        self.error: str | None = None
-
-    def open(self, m: dict[str, Any]) -> dict[str, Any]:
-        from paraplan import track
-        from paraplan.track_tags import job_tags
-
-        self.uri, self.stage, self.since_ms = m["uri"], m["stage"], m["start_ms"]
-        track.probe(self.uri)
-        self.tags = job_tags(m["rule"], m["wildcards"], command=m["command"], pid=m["pid"])
-        with track._tracking_errors(self.uri):
-            self.client = track._client(self.uri)
-            experiment_id = track._experiment_id(self.client, self.stage, self.uri)
-            self.open_id = track.create_run(self.client, experiment_id, m["run_name"], self.tags, self.since_ms)
-            killed = track.mark_killed_runs(self.client, experiment_id, self.tags, by=self.open_id)
-        for run_id in killed:
-            print(f"paraplan: MLflow run {run_id} of the same rule was left RUNNING by a killed job: marked KILLED",
-                  file=sys.stderr)
-        return {"ok": True, "run_id": self.open_id}
-
-    def log(self, m: dict[str, Any]) -> dict[str, Any]:
-        from paraplan import track
-
-        run = _runlog(m["run"])
-        with track._tracking_errors(self.uri):
-            if self.open_id is not None and run.stage == self.stage:
-                run_id, self.open_id = self.open_id, None
-                self.client.update_run(run_id, name=run.run_name)  # type: ignore[attr-defined]
-            else:
-                experiment_id = track._experiment_id(self.client, run.stage, self.uri)
-                run_id = track.create_run(self.client, experiment_id, run.run_name, self.tags, self.since_ms)
-            track.fill_run(self.client, run_id, run)
-        self.since_ms = _now_ms()
-        return {"ok": True, "run_id": run_id}
-
-    def end(self, status: str, error: str) -> dict[str, Any]:
-        """FAILED/KILLED: the open run, else a new one; FINISHED: the open run if any."""
-        from paraplan import track
-
-        run_id = self.open_id
-        with track._tracking_errors(self.uri):
-            if status == "FINISHED":
-                if run_id is not None:
-                    self.client.set_terminated(run_id, "FINISHED")  # type: ignore[attr-defined]
-            else:
-                if run_id is None:
-                    experiment_id = track._experiment_id(self.client, self.stage, self.uri)
-                    run_id = track.create_run(self.client, experiment_id, f"{self.stage} ({status.lower()})",
-                                              self.tags, self.since_ms)
-                track.end_run(self.client, run_id, status, error)
-        self.open_id = None
-        return {"ok": True, "run_id": run_id}
+    if record["status"] != "RUNNING":
+        return record["status"]
+    tags = record["tags"]
+    if tags.get(TAG_HOST) == socket.gethostname():
+        return "KILLED" if process_gone(tags.get(TAG_PID, ""), record["start_ms"]) else None
+    workflow_job = not str(tags.get("invocation_id", "standalone")).startswith("standalone")
+    return "KILLED" if workflow_end is not None and workflow_job else None
 
 
-def serve(requests: IO[str] | None = None, answers: IO[str] | None = None) -> int:
-    """The logging process: answer the command's requests until `close`, `fail` or the
-    end of its input (the command died: its open run is marked KILLED)."""
-    if answers is not None:  # tests pass streams
-        return _serve(requests or sys.stdin, answers)
-    # Ctrl-C and SIGTERM reach the whole process group: the command reports them as a
-    # failure, which this process must still be alive to log
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # answers go to the real stdout; anything printed (mlflow's notes) to stderr
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    code = _serve(requests or sys.stdin, answers)
-    sys.stderr.flush()
-    # every write is committed: skip the interpreter's teardown of mlflow's modules and
-    # exit hooks (2-3 s on a loaded 2-core machine, which the command would wait for)
-    os._exit(code)
+def log_record(client, record: dict[str, Any], status: str, commits: dict[str, str], created: list[str]) -> None:
+    """Log one record's runs, appending their ids to `created` as each is created. The
+    first run starts when the job started, each later one when the previous was
+    added; the last carries the job's status (FAILED/KILLED with its error), the
+    others are FINISHED."""
+    from paraplan import track
+
+    uri = record["uri"]
+    workdir = record["tags"].get("paraplan.workdir", "")
+    tags = dict(record["tags"])
+    if "git_commit" not in tags:
+        if workdir not in commits:
+            commits[workdir] = git_commit(Path(workdir) if workdir and Path(workdir).is_dir() else None)
+        tags.update(commit_tags(commits[workdir], record.get("command") or tags.get("rule", "")))
+    runs = record["runs"] or [None]
+    end_ms = record.get("end_ms") or record["start_ms"]
+    error = record.get("error") or (KILLED_ERROR if status == "KILLED" else "")
+    start_ms = record["start_ms"]
+    for i, message in enumerate(runs):
+        last = i == len(runs) - 1
+        stage = message["stage"] if message else record["stage"]
+        name = message["run_name"] if message else record["run_name"]
+        experiment_id = track._experiment_id(client, stage, uri)
+        run_id = track.create_run(client, experiment_id, name, tags, start_ms)
+        created.append(run_id)
+        at_ms = (message or {}).get("at_ms") or end_ms
+        if message is not None:
+            track.fill_run(client, run_id, message_runlog(message), finish=not (last and status != "FINISHED"),
+                           end_ms=end_ms if last else at_ms)
+        elif status == "FINISHED":
+            client.set_terminated(run_id, "FINISHED", end_time=end_ms)
+        if last and status != "FINISHED":
+            track.end_run(client, run_id, status, error, end_ms=end_ms)
+        start_ms = at_ms
 
 
-def _serve(requests: IO[str], answers: IO[str]) -> int:
-    from paraplan.core import ParaplanError
+def log_pending(spool: Path | None = None, wait: bool = False, workflow_end: str | None = None) -> LogOutcome:
+    """Log every record of `spool` that is ready (see the module doc). `wait`: wait for
+    records another logging process holds (`paraplan track`, the workflow's end).
+    `workflow_end`: the invocation id of a workflow whose jobs have all ended."""
+    from paraplan import track
 
-    worker = _Worker()
-    actions = {"open": worker.open, "log": worker.log,
-               "fail": lambda m: worker.end("FAILED", m["error"]), "close": lambda m: worker.end("FINISHED", "")}
-    for line in requests:
-        message = json.loads(line)
-        op = message["op"]
-        if worker.error is not None:
-            answer: dict[str, Any] = {"ok": False, "error": worker.error}
-        else:
+    spool = spool or spool_dir()
+    outcome = LogOutcome()
+    clients: dict[str, Any] = {}
+    commits: dict[str, str] = {}
+    for path in records(spool):
+        with _claimed(path, wait) as record:
+            if record is None:
+                continue
+            status = _status(record, workflow_end)
+            uri = record["uri"]
+            if status is None or uri in outcome.errors:
+                outcome.left += 1
+                continue
+            ids: list[str] = []
             try:
-                answer = actions[op](message)
-            except ParaplanError as exc:
-                worker.error = exc.detail if isinstance(exc, TrackingError) else str(exc)
-                answer = {"ok": False, "error": worker.error}
+                if uri not in clients:
+                    track.probe(uri)
+                    with track._tracking_errors(uri):
+                        clients[uri] = track._client(uri)
+                with track._tracking_errors(uri):
+                    for run_id in record.get("partial_run_ids", []):  # an interrupted try's
+                        clients[uri].delete_run(run_id)
+                    log_record(clients[uri], record, status, commits, ids)
+            except TrackingError as exc:
+                outcome.errors[uri] = exc.detail
             except ImportError as exc:
-                worker.error = f"cannot import mlflow ({exc}); install it (pip install mlflow) or run --no-track"
-                answer = {"ok": False, "error": worker.error}
-        answers.write(json.dumps(answer) + "\n")
-        answers.flush()
-        if op in ("close", "fail"):
-            return 0
-    if worker.error is None and worker.open_id is not None:
-        try:
-            worker.end("KILLED", "the command's process ended without closing its run (killed?)")
-        except ParaplanError:
-            return 1
-    return 0
+                outcome.errors[uri] = f"cannot import mlflow ({exc}); install it (pip install mlflow) or run --no-track"
+            if uri in outcome.errors:
+                record["log_error"] = outcome.errors[uri]
+                record["partial_run_ids"] = ids or record.get("partial_run_ids", [])
+                write_record(path, record)
+                outcome.left += 1
+                continue
+            path.unlink()
+            outcome.run_ids += ids
+            if status == "KILLED":
+                outcome.killed.append(ids[-1])
+    return outcome
+
+
+def log_workflow_runs(invocation_id: str, spool: Path | None = None) -> LogOutcome:
+    """The workflow's end: log every record of its spool (its jobs', and any an earlier
+    run left), waiting for records another logging process holds."""
+    return log_pending(spool, wait=True, workflow_end=invocation_id)
+
+
+def describe(outcome: LogOutcome, spool: Path) -> list[str]:
+    """What a pass did, as lines for the user (errors first)."""
+    lines = [f"error: MLflow tracking store '{uri}': {error} (results written, not logged; kept in {spool}: "
+             "the next command or `paraplan track` logs them)" for uri, error in outcome.errors.items()]
+    lines += [f"MLflow run {run_id}: its job ended without finishing it (killed?): logged KILLED"
+              for run_id in outcome.killed]
+    lines.append(f"logged {len(outcome.run_ids)} MLflow run(s)" + (f"; {outcome.left} record(s) left in {spool}"
+                                                                    if outcome.left else ""))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The detached logging process of a standalone command: `python -c ... SPOOL`."""
+    from paraplan.track import http_defaults
+
+    args = sys.argv[1:] if argv is None else argv
+    spool = Path(args[0]) if args else spool_dir()
+    http_defaults()
+    try:
+        outcome = log_pending(spool)
+    except ParaplanError as exc:
+        print(f"paraplan track: error: {exc}", file=sys.stderr)
+        return 2
+    for line in describe(outcome, spool)[:-1]:  # errors and killed runs (its log file stays small)
+        print(f"paraplan track: {line}", file=sys.stderr)
+    sys.stderr.flush()
+    # every write is committed: skip the interpreter's teardown of mlflow's modules
+    os._exit(1 if outcome.errors else 0)

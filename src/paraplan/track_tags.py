@@ -17,6 +17,7 @@ from pathlib import Path
 
 ENV_INVOCATION = "PARAPLAN_INVOCATION_ID"
 ENV_CONFIG_DIGEST = "PARAPLAN_CONFIG_DIGEST"
+ENV_GIT_COMMIT = "PARAPLAN_GIT_COMMIT"  # the workflow's commit, read once when snakemake starts
 
 # where a run's process lives: the killed-run rule (docs/tracking.md) reads them
 TAG_HOST = "paraplan.host"
@@ -60,10 +61,11 @@ def _git_commit_in(directory: Path | None) -> str:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
-def git_commit() -> str:
-    """The commit of the working directory's repository (the workflow's, under
-    Snakemake), else of the checkout paraplan runs from; `-dirty` with local changes."""
-    commit = _git_commit_in(None)
+def git_commit(directory: Path | None = None) -> str:
+    """The commit of the repository of `directory` (default: the working directory, the
+    workflow's under Snakemake), else of the checkout paraplan runs from; `-dirty` with
+    local changes."""
+    commit = _git_commit_in(directory)
     if commit == "unknown":
         commit = _git_commit_in(Path(__file__).resolve().parents[2])
     return commit
@@ -84,19 +86,28 @@ def standard_tags(source_name: str, commit: str) -> dict[str, str]:
     return tags
 
 
-def job_tags(rule: str, wildcards: str = "", command: str = "", pid: int | None = None) -> dict[str, str]:
+def commit_tags(commit: str, command: str) -> dict[str, str]:
+    """The tags that name the code a job ran: `git_commit` and MLflow's standard ones."""
+    return {"git_commit": commit, **standard_tags(f"paraplan {command}", commit)}
+
+
+def job_tags(rule: str, wildcards: str = "", command: str = "", pid: int | None = None,
+             commit: str | None = None) -> dict[str, str]:
     """The contract's tags (rule, wildcards, git_commit, config_digest, invocation_id),
     MLflow's standard ones, and where the job's process runs (host, pid, working
-    directory: `pid` is the job's, by default this process)."""
-    commit = git_commit()
-    return {
+    directory: `pid` is the job's, by default this process). `commit`: None reads it
+    from git now; "" leaves the commit tags out (the logging process adds them)."""
+    commit = git_commit() if commit is None else commit
+    tags = {
         "rule": rule,
         "wildcards": wildcards,
-        "git_commit": commit,
         "config_digest": os.environ.get(ENV_CONFIG_DIGEST, "none"),
         "invocation_id": os.environ.get(ENV_INVOCATION) or f"standalone-{uuid.uuid4().hex[:12]}",
         TAG_HOST: socket.gethostname(),
         TAG_PID: str(os.getpid() if pid is None else pid),
         TAG_WORKDIR: str(Path.cwd()),
-        **standard_tags(f"paraplan {command or rule}", commit),
+        "mlflow.source.name": f"paraplan {command or rule}",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": _user(),
     }
+    return {**tags, **(commit_tags(commit, command or rule) if commit else {})}

@@ -183,7 +183,14 @@ def prepare_environment(config: Mapping[str, object]) -> None:
     the whole `snakemake` call (kept when already set, e.g. in a SLURM job that
     inherited them), the config digest, the tracking URI from config unless the
     environment has one, `mlflow.enabled: false` as PARAPLAN_TRACKING=off and
-    `mlflow.timeout_s`."""
+    `mlflow.timeout_s`; and for deferred tracking, the spool folder every job writes its
+    run's record to (logged by `log_workflow_runs` at the end) and the commit, read once
+    (docs/tracking.md)."""
+    from pathlib import Path
+
+    from paraplan.track_spool import DEFAULT_SPOOL, ENV_SPOOL
+    from paraplan.track_tags import ENV_GIT_COMMIT, git_commit
+
     os.environ.setdefault(ENV_INVOCATION, uuid.uuid4().hex)
     os.environ.setdefault(ENV_INVOCATION_START, str(int(time.time() * 1000)))
     os.environ[ENV_CONFIG_DIGEST] = config_digest(config)
@@ -197,35 +204,59 @@ def prepare_environment(config: Mapping[str, object]) -> None:
         os.environ[ENV_TRACKING] = "off"
     if mlflow_config.get("timeout_s") is not None:
         os.environ.setdefault(ENV_TIMEOUT, str(mlflow_config["timeout_s"]))
+    os.environ.setdefault(ENV_SPOOL, str(Path.cwd() / DEFAULT_SPOOL))
+    os.environ.setdefault(ENV_GIT_COMMIT, git_commit())
 
 
-def create_store() -> None:
-    """Create the MLflow store before parallel jobs start; an unreachable server stops
-    Snakemake here, in seconds, before any job runs."""
-    from paraplan.track import ensure_store, tracking_enabled
+def check_store() -> None:
+    """Before any job: an unreachable tracking server stops Snakemake here, in seconds
+    (a local store is opened, and a SQLite schema created, when the runs are logged)."""
+    from paraplan.track import probe, tracking_enabled, tracking_uri
 
     if not tracking_enabled():
         print("paraplan: MLflow tracking is off (mlflow.enabled: false)", file=sys.stderr)
         return
-    ensure_store()
+    probe(tracking_uri())
 
 
-def summarise_invocation(failed: bool = False, log: str = "") -> None:
-    """Log the run that links this invocation's runs (FAILED from `onerror`); a
-    tracking failure is reported, not raised (every result is already on disk)."""
+def log_invocation(failed: bool = False, log: str = "") -> bool:
+    """The workflow's end (`onsuccess`, `onerror`): log every job's run from the spool
+    in this one process (a job killed mid-way as KILLED), then the run that links this
+    invocation's runs (FAILED from `onerror`). A tracking failure is one line naming the
+    store (returns False); the results are on disk and the records stay for the next run."""
+    from pathlib import Path
+
     from paraplan.core import TrackingError
-    from paraplan.track import log_invocation_summary, tracking_enabled
+    from paraplan.track import http_defaults, log_invocation_summary, tracking_enabled
+    from paraplan.track_job import describe, log_workflow_runs
+    from paraplan.track_spool import ENV_SPOOL
 
     if not tracking_enabled():
-        return
+        return True
+    spool = Path(os.environ[ENV_SPOOL])
+    invocation = os.environ[ENV_INVOCATION]
+    started = time.perf_counter()
+    try:
+        http_defaults()
+        outcome = log_workflow_runs(invocation, spool)
+    except TrackingError as exc:
+        print(f"paraplan: error: {exc}", file=sys.stderr)
+        return False
+    for line in describe(outcome, spool):
+        print(f"paraplan: {line}", file=sys.stderr)
+    print(f"paraplan: MLflow logging at the workflow's end took {time.perf_counter() - started:.1f} s",
+          file=sys.stderr)
+    if outcome.errors:
+        return False
     start = os.environ.get(ENV_INVOCATION_START, "")
     error = f"snakemake stopped on a failed job; its log: {log}" if failed else ""
     try:
-        run_id = log_invocation_summary(os.environ[ENV_INVOCATION], failed=failed, error=error,
+        run_id = log_invocation_summary(invocation, failed=failed, error=error,
                                         start_ms=int(start) if start.isdigit() else None)
     except TrackingError as exc:
         print(f"paraplan: could not log the invocation summary: {exc}", file=sys.stderr)
-        return
+        return False
     if run_id:
         print(f"paraplan: invocation summary logged as MLflow run {run_id}"
               + (" (FAILED)" if failed else ""), file=sys.stderr)
+    return True

@@ -1,7 +1,7 @@
-"""What a user sees of a command's MLflow run: opened when the job starts (its
-Duration is the job's), FAILED with the error when the job fails, MLflow's standard
-tags, a fast error when the server does not answer (the results kept), and no store
-at all untracked."""
+"""What a user sees of a command's MLflow run: it starts when the job starts (its
+Duration is the job's, though it is logged afterwards), FAILED with the error when the
+job fails, MLflow's standard tags, a fast error when the server does not answer (the
+results kept), and no store and no record at all untracked."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ import pytest
 
 from paraplan import track
 from paraplan.cli.main import main
+from paraplan.track_job import log_pending
+
+
+def _logged(tmp_path) -> None:
+    """Wait for the background logging process (or log in its place)."""
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors
 
 
 @pytest.fixture()
@@ -36,6 +42,7 @@ def _runs(uri: str, stage: str):
 
 def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
     assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1"]) == 0
+    _logged(tmp_path)
     (run,) = _runs(store, "simulate")
     written_ms = (tmp_path / "sim/results.csv").stat().st_mtime * 1000
     # opened before the results were written, closed after the figures were
@@ -49,16 +56,18 @@ def test_run_spans_the_job_and_carries_standard_tags(store, tmp_path):
     assert tags["invocation_id"] == "inv-cli"
 
 
-def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys):
+def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys, tmp_path):
     assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    _logged(tmp_path)
     (run,) = _runs(store, "simulate")
     assert run.info.status == "FAILED"
     assert "file not found; expected a simulation study" in run.data.tags["error"]
     assert "marked FAILED" in capsys.readouterr().err
 
 
-def test_failed_invocation_summary_is_failed(store):
+def test_failed_invocation_summary_is_failed(store, tmp_path):
     assert main(["simulate", "--study", "no_such_study", "-o", "sim"]) == 2
+    _logged(tmp_path)
     summary_id = track.log_invocation_summary("inv-cli", uri=store, failed=True, error="job simulate failed",
                                               start_ms=int(time.time() * 1000) - 60_000)
     (summary,) = _runs(store, "invocation")
@@ -68,6 +77,40 @@ def test_failed_invocation_summary_is_failed(store):
     assert "FAILED" in summary.data.tags["mlflow.note.content"]
 
 
+def test_workflow_jobs_only_record_and_the_workflow_end_logs_them(store, tmp_path, monkeypatch, capsys):
+    """Under Snakemake (PARAPLAN_TRACKING_SPOOL set), a job writes its record and starts
+    no logging process; the `onerror` handler logs the jobs' runs (a failed job's
+    FAILED, a killed job's KILLED) and the invocation's FAILED summary."""
+    import json
+
+    from paraplan import workflow_env
+    from paraplan.track_spool import ENV_SPOOL, read_record, records
+
+    spool = tmp_path / "spool"
+    monkeypatch.setenv(ENV_SPOOL, str(spool))
+    monkeypatch.setenv(track.ENV_INVOCATION_START, str(int(time.time() * 1000) - 60_000))
+    assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"]) == 0
+    assert main(["simulate", "--study", "no_such_study", "-o", "sim2"]) == 2
+    killed = spool / "0-killed.json"  # a job SIGKILLed mid-way: its record still RUNNING, its pid gone
+    record = read_record(records(spool)[0])
+    killed.write_text(json.dumps({**record, "status": "RUNNING", "runs": [], "start_ms": 1,
+                                                "tags": {**record["tags"], "paraplan.pid": str(2 ** 22 + 7)}}))
+    time.sleep(1)
+    assert not _runs(store, "simulate") and len(records(spool)) == 3  # nothing logged by the jobs
+    assert not (tmp_path / ".paraplan").exists()
+    assert workflow_env.log_invocation(failed=True, log="snakemake.log") is True
+    by_status = {r.info.status: r for r in _runs(store, "simulate")}
+    assert set(by_status) == {"FINISHED", "FAILED", "KILLED"}
+    assert "file not found; expected a simulation study" in by_status["FAILED"].data.tags["error"]
+    assert by_status["FINISHED"].info.run_name == "schedules"
+    (summary,) = _runs(store, "invocation")
+    assert summary.info.status == "FAILED" and summary.data.metrics["runs_failed"] == 1.0
+    assert summary.info.end_time - summary.info.start_time >= 60_000
+    assert not records(spool)
+    err = capsys.readouterr().err
+    assert "logged KILLED" in err and "logged 3 MLflow run(s)" in err
+
+
 def test_untracked_creates_no_store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -75,6 +118,7 @@ def test_untracked_creates_no_store(tmp_path, monkeypatch):
     assert main(["simulate", "--study", "schedules", "-o", "sim", "--repeats", "1", "--no-plots"]) == 0
     assert (tmp_path / "sim/results.csv").is_file()
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+    assert not (tmp_path / ".paraplan").exists()
 
 
 def _silent_server() -> tuple[socket.socket, int]:

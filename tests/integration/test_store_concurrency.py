@@ -1,6 +1,7 @@
 """Many `paraplan` commands started at once on a fresh SQLite store: each records its
-run (issue 15; without the lock beside the database, MLflow's concurrent schema
-creation broke the store and 0 of 16 runs were recorded)."""
+run, logged by the background logging processes they start, each run once (issue 15;
+without the lock beside the database, MLflow's concurrent schema creation broke the
+store and 0 of 16 runs were recorded)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def test_sixteen_commands_started_together_record_sixteen_runs(tmp_path):
     outputs = [p.communicate(timeout=540)[0] for p in processes]
     failed = [(i, out[-600:]) for i, (p, out) in enumerate(zip(processes, outputs, strict=True)) if p.returncode]
     assert not failed, failed
+    from paraplan.track_job import log_pending
+
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors  # waits for the background loggers
 
     from mlflow.tracking import MlflowClient
 

@@ -16,6 +16,7 @@ from paraplan.cli.main import main
 from paraplan.comm.log_common import rows_frame
 from paraplan.comm.nccl_tests import read_nccl_tests
 from paraplan.files import write_csv
+from paraplan.track_job import log_pending
 
 VENDOR_LOG = "04_gh200_alps_2node_1gpu_all_reduce"
 
@@ -26,6 +27,7 @@ def test_fit_logs_to_mlflow(data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert main(["fit", str(csv), "-o", str(tmp_path / "cm.json")]) == 0
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors  # the background logging, awaited
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -68,6 +70,7 @@ def test_simulate_logs_one_run_with_its_configurations_as_table_and_stepped_metr
     }))
     assert main(["simulate", "--study", str(exp), "-o", str(tmp_path / "out"),
                  "--rule", "simulate", "--wildcards", "study=tiny"]) == 0
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")

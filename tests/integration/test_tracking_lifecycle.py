@@ -1,8 +1,9 @@
 """A tracked command's run when things go wrong (docs/tracking.md): a job killed with
-SIGKILL leaves its run RUNNING only until the same rule runs again (KILLED then), a
-command killed alone has its run marked KILLED by its logging process at once, a
-server that freezes after answering fails the job within the documented bound with
-its results kept, and the command's own process never imports mlflow."""
+SIGKILL leaves its record RUNNING, and the next logging process (the next command's,
+the workflow's end, `paraplan track`) logs it KILLED; a server that freezes after
+answering fails the logging within the documented bound, the command's results and
+record kept, and the next command says so; the command's own process never imports
+mlflow and never waits for the store."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from paraplan import track
+from paraplan.track_job import log_pending
+from paraplan.track_spool import read_record, records
 
 pytestmark = pytest.mark.integration
 
@@ -57,47 +60,41 @@ def _wait_for(condition, what: str, timeout_s: float = 120):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _blocked_command(tmp_path: Path, uri: str, new_group: bool) -> subprocess.Popen:
-    """`paraplan predict` reading a FIFO nobody writes: it blocks mid-job, run open.
-    The store is created first (the test reads it while the job runs)."""
-    track.ensure_store(uri)
+def _blocked_command(tmp_path: Path, uri: str) -> subprocess.Popen:
+    """`paraplan predict` reading a FIFO nobody writes: it blocks mid-job, its record
+    RUNNING."""
     fifo = tmp_path / "runs.csv"
     os.mkfifo(fifo)
     return subprocess.Popen(_predict(fifo, tmp_path / "never.csv"), cwd=tmp_path, env=_env(uri),
                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "job.log").open("w"),
-                            start_new_session=new_group)
+                            start_new_session=True)
 
 
-def test_sigkilled_job_is_marked_killed_when_the_same_rule_runs_again(tmp_path):
+def _records(tmp_path: Path, status: str) -> list[dict]:
+    found = [read_record(p) for p in records(tmp_path / ".paraplan/runs")]
+    return [r for r in found if r is not None and r["status"] == status]
+
+
+def test_sigkilled_job_is_logged_killed_by_the_next_logging_process(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    job = _blocked_command(tmp_path, uri, new_group=True)
-    (running,) = _wait_for(lambda: _runs(uri, "RUNNING"), "the job's run")
-    os.killpg(job.pid, signal.SIGKILL)  # the command and its logging process
+    job = _blocked_command(tmp_path, uri)
+    (running,) = _wait_for(lambda: _records(tmp_path, "RUNNING"), "the job's record")
+    assert log_pending(tmp_path / ".paraplan/runs").left == 1  # its process runs: left alone
+    os.killpg(job.pid, signal.SIGKILL)
     job.wait()
-    time.sleep(0.5)
-    assert _runs(uri, "RUNNING")[0].info.run_id == running.info.run_id  # nobody was left to close it
+    assert not _runs(uri)  # nothing logged yet: nobody was left to
 
     again = subprocess.run(_predict(RUNS, tmp_path / "out.csv"), cwd=tmp_path, env=_env(uri),
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"MLflow run {running.info.run_id} of the same rule was left RUNNING" in again.stderr
-    by_id = {r.info.run_id: r for r in _runs(uri)}
-    killed = by_id.pop(running.info.run_id)
-    assert killed.info.status == "KILLED"
-    assert killed.data.tags["error"].startswith("the job's process ended without closing this run")
-    (finished,) = by_id.values()
-    assert finished.info.status == "FINISHED" and finished.data.tags["wildcards"] == "table=llm_a100"
-    assert finished.info.run_id in killed.data.tags["error"]
-
-
-def test_command_killed_alone_has_its_run_marked_killed_by_its_logging_process(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    job = _blocked_command(tmp_path, uri, new_group=False)
-    _wait_for(lambda: _runs(uri, "RUNNING"), "the job's run")
-    job.kill()  # SIGKILL to the command only: its logging process sees its input end
-    job.wait()
-    (run,) = _wait_for(lambda: _runs(uri, "KILLED"), "the run marked KILLED", timeout_s=60)
-    assert run.data.tags["error"] == "the command's process ended without closing its run (killed?)"
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors  # the next command's logging, awaited
+    by_status = {r.info.status: r for r in _runs(uri)}
+    assert set(by_status) == {"KILLED", "FINISHED"}
+    killed = by_status["KILLED"]
+    assert killed.data.tags["error"] == "the job's process ended without finishing its run (killed?)"
+    assert killed.info.start_time == running["start_ms"] and killed.data.tags["wildcards"] == "table=llm_a100"
+    assert by_status["FINISHED"].data.tags["wildcards"] == "table=llm_a100"
+    assert not records(tmp_path / ".paraplan/runs")  # every record logged and removed
 
 
 class _AnswersHealthThenFreezes(http.server.BaseHTTPRequestHandler):
@@ -117,23 +114,35 @@ class _AnswersHealthThenFreezes(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_server_frozen_after_the_probe_fails_the_job_within_the_bound_results_kept(tmp_path):
+def test_server_frozen_after_the_probe_fails_the_logging_within_the_bound_results_kept(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnswersHealthThenFreezes)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     uri = f"http://127.0.0.1:{server.server_address[1]}"
-    start = time.monotonic()
-    done = subprocess.run(_predict(RUNS, tmp_path / "out.csv"), cwd=tmp_path, timeout=300,
-                          env=_env(uri, **{track.ENV_TIMEOUT: "1"}), capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    server.shutdown()
-    assert done.returncode == 2
-    # each request waits 1 s, one retry after 1 s: ~3 s after the probe, not minutes
-    assert elapsed < 30, elapsed
-    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and errors[0].startswith(f"paraplan predict: error: MLflow tracking store '{uri}'")
-    assert "results written, not logged" in errors[0] and "Traceback" not in done.stderr
+    env = _env(uri, **{track.ENV_TIMEOUT: "1"})
+    done = subprocess.run(_predict(RUNS, tmp_path / "out.csv"), cwd=tmp_path, timeout=300, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]  # the command never waits for the store
     assert (tmp_path / "out.csv").stat().st_size > 0
+    # its background logging fails: each request waits 1 s, one retry after 1 s, not minutes
+    (failed,) = _wait_for(lambda: [r for r in _records(tmp_path, "FINISHED") if r.get("log_error")],
+                          "the logging error in the record", timeout_s=60)
+    assert failed["log_error"].startswith("ReadTimeout") or "timed out" in failed["log_error"]
+    start = time.monotonic()
+    by_hand = subprocess.run([sys.executable, "-m", "paraplan", "track"], cwd=tmp_path, timeout=300, env=env,
+                             capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    # the next command names the failure; `paraplan track` tries again and fails as fast
+    again = subprocess.run(_predict(RUNS, tmp_path / "again.csv"), cwd=tmp_path, timeout=300, env=env,
+                           capture_output=True, text=True)
+    server.shutdown()
+    assert by_hand.returncode == 2 and elapsed < 30, (elapsed, by_hand.stderr[-2000:])
+    (line,) = [x for x in by_hand.stderr.splitlines() if "error" in x.lower()]
+    assert line.startswith(f"paraplan track: error: MLflow tracking store '{uri}'")
+    assert "Traceback" not in by_hand.stderr
+    assert "results written, not logged" in line
+    assert again.returncode == 0
+    assert "the MLflow run of an earlier `paraplan predict`" in again.stderr and "was not logged" in again.stderr
 
 
 def test_command_process_never_imports_mlflow(tmp_path):
@@ -150,6 +159,7 @@ def test_command_process_never_imports_mlflow(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(uri), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert not log_pending(tmp_path / ".paraplan/runs", wait=True).errors
     assert done.stdout.split("\n")[:2] == ["untracked False", "tracked False"]
     assert len(_runs(uri, "FINISHED")) == 1
 

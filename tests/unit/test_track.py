@@ -48,12 +48,12 @@ def test_a_metric_is_a_summary_or_a_series_never_both():
         track.RunLog(stage="plan", run_name="x", step_metrics={"speedup": [(0, 1.0)]}, table=table)
 
 
-def test_runlog_crosses_to_the_logging_process_as_json(tmp_path):
+def test_runlog_crosses_to_the_logging_process_as_json_in_its_record(tmp_path):
     import json
 
     import numpy as np
 
-    from paraplan.track_job import _message, _runlog
+    from paraplan.track_spool import message_runlog, runlog_message
 
     run = track.RunLog(
         stage="simulate", run_name="fig4", params={"mode": {"bandwidth_gbps": 200}},
@@ -62,7 +62,7 @@ def test_runlog_crosses_to_the_logging_process_as_json(tmp_path):
         table=track.Table(rows=[{"D": np.int64(2), "speedup": np.float64(1.5), "schedule": "gpipe"},
                                 {"D": 4, "speedup": float("nan"), "schedule": None}], metrics=["speedup"]),
     )
-    back = _runlog(json.loads(json.dumps(_message(run))))
+    back = message_runlog(json.loads(json.dumps(runlog_message(run))))
     assert back.params == {"mode.bandwidth_gbps": "200"}
     assert back.metrics == {"simulate_s": 0.25}  # NaN dropped
     assert back.step_metrics == {"time_us": [(3, 10.0)]}
@@ -72,20 +72,20 @@ def test_runlog_crosses_to_the_logging_process_as_json(tmp_path):
                                      metrics=["speedup"], name="configurations")
 
 
-def test_process_gone_by_pid():
+def testprocess_gone_by_pid():
     import os
     import subprocess
     import sys
     import time
 
-    from paraplan.track import _process_gone
+    from paraplan.track import process_gone
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    assert _process_gone(done.stdout.strip(), 0)  # ended
+    assert process_gone(done.stdout.strip(), 0)  # ended
     now_ms = int(time.time() * 1000)
-    assert not _process_gone(str(os.getpid()), now_ms)  # this process, started before the run
-    assert _process_gone(str(os.getpid()), 0)  # a process younger than the run: its pid was reused
-    assert not _process_gone("not-a-pid", 0)
+    assert not process_gone(str(os.getpid()), now_ms)  # this process, started before the run
+    assert process_gone(str(os.getpid()), 0)  # a process younger than the run: its pid was reused
+    assert not process_gone("not-a-pid", 0)
 
 
 def test_http_defaults_bound_requests_unless_the_user_set_them(monkeypatch):
@@ -100,21 +100,50 @@ def test_http_defaults_bound_requests_unless_the_user_set_them(monkeypatch):
     assert os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] == "3"  # the user's
 
 
-def test_logging_process_answers_a_store_error_once_and_then_repeats_it(tmp_path, monkeypatch):
-    import io
-    import json
+def _record(spool, uri: str, status: str, pid: int, host: str | None = None, invocation: str = "standalone-x",
+            runs=()):
+    import socket
 
-    from paraplan.track_job import serve
+    from paraplan.track_spool import RECORD_VERSION, now_ms, write_record
 
-    monkeypatch.chdir(tmp_path)
+    path = spool / f"{len(list(spool.glob('*.json')))}-{pid}.json"
+    write_record(path, {"version": RECORD_VERSION, "status": status, "uri": uri, "stage": "plan", "run_name": "x",
+                        "command": "plan", "start_ms": now_ms(), "end_ms": now_ms(), "error": "", "runs": list(runs),
+                        "tags": {"rule": "plan", "invocation_id": invocation, "paraplan.pid": str(pid),
+                                 "paraplan.host": host or socket.gethostname(), "git_commit": "abc"}})
+    return path
+
+
+def test_a_store_error_is_kept_in_the_record_and_stops_that_store(tmp_path):
+    from paraplan.track_job import log_pending
+    from paraplan.track_spool import read_record
+
     (tmp_path / "file").write_text("")
     uri = f"sqlite:///{tmp_path}/file/sub/mlflow.db"  # cannot exist
-    requests = io.StringIO("".join(json.dumps(m) + "\n" for m in (
-        {"op": "open", "uri": uri, "stage": "plan", "run_name": "x", "rule": "plan", "wildcards": "",
-         "command": "plan", "pid": 1, "start_ms": 0},
-        {"op": "close"})))
-    answers = io.StringIO()
-    assert serve(requests, answers) == 0
-    first, second = (json.loads(line) for line in answers.getvalue().splitlines())
-    assert not first["ok"] and first["error"].startswith("NotADirectoryError: ") and "file/sub" in first["error"]
-    assert second == first
+    first, second = (_record(tmp_path / "runs", uri, "FINISHED", 1), _record(tmp_path / "runs", uri, "FAILED", 1))
+    outcome = log_pending(tmp_path / "runs")
+    assert list(outcome.errors) == [uri] and outcome.left == 2 and not outcome.run_ids
+    error = read_record(first)["log_error"]  # the next command reports it
+    assert error.startswith("NotADirectoryError: ") and "file/sub" in error
+    assert "log_error" not in read_record(second)  # not tried: the store already failed
+
+
+def test_which_running_records_are_killed(tmp_path):
+    """Same host: by pid. Another host: only a workflow job's, at the workflow's end."""
+    import os
+
+    from paraplan.track_job import _status
+    from paraplan.track_spool import read_record
+
+    spool = tmp_path / "runs"
+    uri = "sqlite:///unused.db"
+
+    def status(path, workflow_end=None):
+        return _status(read_record(path), workflow_end)
+
+    assert status(_record(spool, uri, "RUNNING", os.getpid())) is None  # this process: still running
+    assert status(_record(spool, uri, "RUNNING", 2 ** 22 + 7)) == "KILLED"  # no such pid
+    assert status(_record(spool, uri, "FAILED", os.getpid())) == "FAILED"
+    other = _record(spool, uri, "RUNNING", 1, host="elsewhere", invocation="inv-1")
+    assert status(other) is None and status(other, workflow_end="inv-2") == "KILLED"
+    assert status(_record(spool, uri, "RUNNING", 1, host="elsewhere"), workflow_end="inv-2") is None  # standalone

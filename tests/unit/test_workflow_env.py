@@ -8,12 +8,14 @@ import pytest
 
 from paraplan import workflow_env
 from paraplan.track import ENV_CONFIG_DIGEST, ENV_INVOCATION, config_digest
+from paraplan.track_spool import ENV_SPOOL
+from paraplan.track_tags import ENV_GIT_COMMIT
 
 
 @pytest.fixture(autouse=True)
 def _restore_environment(monkeypatch):
     """prepare_environment writes os.environ; monkeypatch restores these keys after each test."""
-    for key in (ENV_INVOCATION, ENV_CONFIG_DIGEST, "MLFLOW_TRACKING_URI"):
+    for key in (ENV_INVOCATION, ENV_CONFIG_DIGEST, "MLFLOW_TRACKING_URI", ENV_SPOOL, ENV_GIT_COMMIT):
         monkeypatch.setenv(key, "placeholder")
         monkeypatch.delenv(key)
 

@@ -22,7 +22,7 @@ ruleorder: fit_log > fit
 
 
 # The bench CSVs the cluster's fit reads (all_to_allv samples included).
-_FIT_INPUT_COLLECTIVES = [*FIT_BENCH_COLLECTIVES, *(["all_to_allv"] if FIT_A2AV else [])]
+FIT_INPUT_COLLECTIVES = [*FIT_BENCH_COLLECTIVES, *(["all_to_allv"] if FIT_A2AV else [])]
 
 
 # Each fit.logs entry's overrides as `paraplan ingest` options, one list item per
@@ -64,31 +64,27 @@ if FIT_A2AV:
 
 rule fit:
     input:
-        lambda wildcards: expand(
-            f"{RESULTS}/collectives/{wildcards.cluster}/{{collective}}_n{{world}}.csv",
-            collective=_FIT_INPUT_COLLECTIVES,
-            world=config["bench"]["world_sizes"],
-        ),
+        fit_bench_csvs,
     output:
         **_FIT_OUTPUTS,
     log:
         f"{LOGS}/fit/{{cluster}}.log",
     benchmark:
         f"{BENCHMARKS}/fit/{{cluster}}.tsv"
-    wildcard_constraints:
-        cluster=NAME_WILDCARD,
     params:
         a2av=lambda wildcards, output: ["--a2av-output", output.a2av] if FIT_A2AV else [],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit {input:q} -o {output.json:q} --plots {output.figures:q} {params.a2av:q}"
-        " --rule fit --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan fit {input:q} -o {output.json:q} --plots {output.figures:q} {params.a2av:q}",
+            "fit", "cluster",
+        )
 
 
 rule ingest:
     input:
-        lambda wildcards: FIT_LOGS[wildcards.log]["path"],
+        fit_log_file,
     output:
         f"{RESULTS}/collectives/{{log}}/ingested.csv",
     log:
@@ -102,8 +98,10 @@ rule ingest:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan ingest {input:q} {params.args:q} -o {output:q}"
-        " --rule ingest --wildcards log={wildcards.log:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan ingest {input:q} {params.args:q} -o {output:q}",
+            "ingest", "log",
+        )
 
 
 rule fit_log:
@@ -128,8 +126,10 @@ rule fit_log:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit {input:q} {params.args:q} -o {output.json:q} --plots {output.figures:q}"
-        " --rule fit_log --wildcards log={wildcards.log:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan fit {input:q} {params.args:q} -o {output.json:q} --plots {output.figures:q}",
+            "fit_log", "log",
+        )
 
 
 rule fit_all:

@@ -34,19 +34,17 @@ rule kernels_bench:
         f"{LOGS}/kernels/{{cluster}}_bench.log",
     benchmark:
         f"{BENCHMARKS}/kernels/{{cluster}}_bench.tsv"
-    wildcard_constraints:
-        cluster="[A-Za-z0-9_.-]+",
     params:
-        device=KERNELS_BENCH["device"],
+        device=lookup(dpath="kernels/bench/device", within=config),
         # the cluster file's device name: what kernels_fit looks the rows up by
         device_name=lambda wildcards: load_cluster(wildcards.cluster).device.name,
-        dtype=KERNELS_BENCH["dtype"],
+        dtype=lookup(dpath="kernels/bench/dtype", within=config),
         m=KERNELS_GRID["m"],
         n=KERNELS_GRID["n"],
         k=KERNELS_GRID["k"],
         gemm_batch=KERNELS_GRID["gemm_batch"],
-        warmup=KERNELS_BENCH["warmup"],
-        iters=KERNELS_BENCH["iters"],
+        warmup=lookup(dpath="kernels/bench/warmup", within=config),
+        iters=lookup(dpath="kernels/bench/iters", within=config),
         out_dir=lambda wildcards, output: os.path.dirname(output.csv),
     threads: workflow.cores
     resources:
@@ -55,11 +53,13 @@ rule kernels_bench:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan bench --kind gemm --device {params.device:q} --device-name {params.device_name:q}"
-        " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q}"
-        " --gemm-batch {params.gemm_batch:q}"
-        " --warmup {params.warmup:q} --iters {params.iters:q} -o {params.out_dir:q}"
-        " --rule kernels_bench --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan bench --kind gemm --device {params.device:q} --device-name {params.device_name:q}"
+            " --dtype {params.dtype:q} --m {params.m:q} --n {params.n:q} --k {params.k:q}"
+            " --gemm-batch {params.gemm_batch:q}"
+            " --warmup {params.warmup:q} --iters {params.iters:q} -o {params.out_dir:q}",
+            "kernels_bench", "cluster",
+        )
 
 
 rule kernels_fit:
@@ -71,22 +71,22 @@ rule kernels_fit:
         f"{LOGS}/kernels/{{cluster}}_fit.log",
     benchmark:
         f"{BENCHMARKS}/kernels/{{cluster}}_fit.tsv"
-    wildcard_constraints:
-        cluster="[A-Za-z0-9_.-]+",
     params:
-        dtype=KERNELS_BENCH["dtype"],
-        min_flops=KERNELS_BENCH["min_gemm_flops"],
+        dtype=lookup(dpath="kernels/bench/dtype", within=config),
+        min_flops=lookup(dpath="kernels/bench/min_gemm_flops", within=config),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit --kind kernels {input:q} --cluster {wildcards.cluster:q} --gemm-dtype {params.dtype:q}"
-        " --min-gemm-flops {params.min_flops:q} -o {output:q}"
-        " --rule kernels_fit --wildcards cluster={wildcards.cluster:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan fit --kind kernels {input:q} --cluster {wildcards.cluster:q} --gemm-dtype {params.dtype:q}"
+            " --min-gemm-flops {params.min_flops:q} -o {output:q}",
+            "kernels_fit", "cluster",
+        )
 
 
 rule kernels_published:
     input:
-        lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["inputs"],
+        published_kernel_tables,
     output:
         f"{RESULTS}/kernels/{{device}}.json",
     log:
@@ -96,12 +96,15 @@ rule kernels_published:
     wildcard_constraints:
         device="|".join(re.escape(d) for d in sorted(KERNELS_PUBLISHED)) or "(?!)",
     params:
-        cluster=lambda wildcards: KERNELS_PUBLISHED[wildcards.device]["cluster"],
+        cluster=lookup(dpath="kernels/published/{device}/cluster", within=config),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
-        " -o {output:q} --rule kernels_published --wildcards device={wildcards.device:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
+            " -o {output:q}",
+            "kernels_published", "device",
+        )
 
 
 rule kernels_all:

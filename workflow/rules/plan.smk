@@ -51,7 +51,6 @@ rule plan_measured:
     benchmark:
         f"{BENCHMARKS}/plan/{{model}}__{{cluster}}.tsv"
     wildcard_constraints:
-        model=NAME_WILDCARD,
         cluster=re.escape(CLUSTER),
     threads: 2
     params:
@@ -61,12 +60,13 @@ rule plan_measured:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
-        " --comm-model {input.comm:q} --global-batch-sizes {params.global_batch_sizes:q} {params.args:q}"
-        " --jobs {threads}"
-        " -o {output.csv:q} --plots {params.figures:q}"
-        " --rule plan_measured --wildcards model={wildcards.model:q},cluster={wildcards.cluster:q}"
-        " > {log:q} 2>&1"
+        tracked(
+            "paraplan plan --profile {input.profile:q} --cluster {wildcards.cluster:q}"
+            " --comm-model {input.comm:q} --global-batch-sizes {params.global_batch_sizes:q} {params.args:q}"
+            " --jobs {threads}"
+            " -o {output.csv:q} --plots {params.figures:q}",
+            "plan_measured", "model", "cluster",
+        )
 
 
 # A transformer on a GPU cluster (`paraplan plan --model`): the best plans over TP,
@@ -74,22 +74,22 @@ rule plan_measured:
 # calibration the predict stage uses.
 rule plan_llm:
     input:
-        calibration=lambda wildcards: CALIBRATION_FILES[PLAN_LLM[wildcards.name]["calibration"]],
+        calibration=plan_llm_calibration,
     output:
         csv=f"{RESULTS}/plans/llm/{{name}}.csv",
     log:
         f"{LOGS}/plan/llm_{{name}}.log",
     benchmark:
         f"{BENCHMARKS}/plan/llm_{{name}}.tsv"
-    wildcard_constraints:
-        name=NAME_WILDCARD,
     params:
         args=lambda wildcards: PLAN_LLM_ARGS[wildcards.name],
     conda:
         "../../environment.yml"
     shell:
-        "paraplan plan {params.args:q} --calibration {input.calibration:q} -o {output.csv:q}"
-        " --rule plan_llm --wildcards name={wildcards.name:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan plan {params.args:q} --calibration {input.calibration:q} -o {output.csv:q}",
+            "plan_llm", "name",
+        )
 
 
 rule plan_all:

@@ -9,34 +9,26 @@
 # A measured table in another tool's format becomes a run table (paraplan ingest).
 rule predict_ingest:
     input:
-        lambda wildcards: CALIBRATIONS[wildcards.name]["runs"],
+        measured_runs_source,
     output:
         f"{RESULTS}/predict/{{name}}/measured_runs.csv",
     log:
         f"{LOGS}/predict_ingest/{{name}}.log",
-    wildcard_constraints:
-        name=NAME_WILDCARD,
     params:
-        format=lambda wildcards: CALIBRATIONS[wildcards.name]["format"],
+        format=lookup(dpath="predict/calibrations/{name}/format", within=config),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan ingest {input:q} --format {params.format:q} -o {output:q}"
-        " --rule predict_ingest --wildcards name={wildcards.name:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan ingest {input:q} --format {params.format:q} -o {output:q}",
+            "predict_ingest", "name",
+        )
 
 
 rule calibrate:
     input:
-        runs=lambda wildcards: (
-            f"{RESULTS}/predict/{wildcards.name}/measured_runs.csv"
-            if CALIBRATIONS[wildcards.name]["format"] != "run-table"
-            else CALIBRATIONS[wildcards.name]["runs"]
-        ),
-        comm=lambda wildcards: (
-            [f"{RESULTS}/fits/{wildcards.name}-comm/comm_model.json"]
-            if f"{wildcards.name}-comm" in CALIBRATION_COMM_LOGS
-            else []
-        ),
+        runs=calibration_runs,
+        comm=calibration_comm_model,
     output:
         calibration=f"{RESULTS}/calibrations/{{name}}.json",
         predictions=f"{RESULTS}/predict/{{name}}/cross_validated.csv",
@@ -50,10 +42,8 @@ rule calibrate:
         f"{LOGS}/calibrate/{{name}}.log",
     benchmark:
         f"{BENCHMARKS}/calibrate/{{name}}.tsv"
-    wildcard_constraints:
-        name=NAME_WILDCARD,
     params:
-        cluster=lambda wildcards: CALIBRATIONS[wildcards.name]["cluster"],
+        cluster=lookup(dpath="predict/calibrations/{name}/cluster", within=config),
         comm=lambda wildcards, input: ["--comm-model", *input.comm] if input.comm else [],
         cv=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("cross_validate", True) else ["--no-cross-validation"],
         factors=lambda wildcards: [] if CALIBRATIONS[wildcards.name].get("layer_factors", False) else ["--no-layer-factors"],
@@ -65,16 +55,19 @@ rule calibrate:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q} {params.kernels:q}"
-        " {params.factors:q}"
-        " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
-        " --plots {output.figures:q} --rule calibrate --wildcards name={wildcards.name:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q} {params.kernels:q}"
+            " {params.factors:q}"
+            " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
+            " --plots {output.figures:q}",
+            "calibrate", "name",
+        )
 
 
 rule predict:
     input:
-        runs=lambda wildcards: PREDICT["tables"][wildcards.table]["runs"],
-        calibration=lambda wildcards: CALIBRATION_FILES[PREDICT["tables"][wildcards.table]["calibration"]],
+        runs=predict_runs,
+        calibration=predict_calibration,
     output:
         predicted=f"{RESULTS}/predict/{{table}}/predicted.csv",
         figures=report(
@@ -87,16 +80,16 @@ rule predict:
         f"{LOGS}/predict/{{table}}.log",
     benchmark:
         f"{BENCHMARKS}/predict/{{table}}.tsv"
-    wildcard_constraints:
-        table=NAME_WILDCARD,
     params:
-        cluster=lambda wildcards: PREDICT["tables"][wildcards.table]["cluster"],
+        cluster=lookup(dpath="predict/tables/{table}/cluster", within=config),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan predict {input.runs:q} --cluster {params.cluster:q}"
-        " --calibration {input.calibration:q} -o {output.predicted:q} --plots {output.figures:q}"
-        " --rule predict --wildcards table={wildcards.table:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan predict {input.runs:q} --cluster {params.cluster:q}"
+            " --calibration {input.calibration:q} -o {output.predicted:q} --plots {output.figures:q}",
+            "predict", "table",
+        )
 
 
 rule predict_all:

@@ -32,15 +32,13 @@ rule profile:
         f"{LOGS}/profile/{{model}}.log",
     benchmark:
         f"{BENCHMARKS}/profile/{{model}}.tsv"
-    wildcard_constraints:
-        model=NAME_WILDCARD,
     params:
         model_args=lambda wildcards: PROFILE_ARGS[wildcards.model],
-        threads=PROFILE["threads"],
-        repeats=PROFILE["repeats"],
-        warmup=PROFILE["warmup"],
-        device=PROFILE["device"],
-        dtype=PROFILE["dtype"],
+        threads=lookup(dpath="profile/threads", within=config),
+        repeats=lookup(dpath="profile/repeats", within=config),
+        warmup=lookup(dpath="profile/warmup", within=config),
+        device=lookup(dpath="profile/device", within=config),
+        dtype=lookup(dpath="profile/dtype", within=config),
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     # a measuring job has the machine to itself: it takes every core, so no other
     # job runs beside it (measure=1 keeps measuring jobs apart from each other)
@@ -51,11 +49,13 @@ rule profile:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan profile {params.model_args:q} --threads {params.threads:q}"
-        " --repeats {params.repeats:q} --warmup {params.warmup:q}"
-        " --device {params.device:q} --dtype {params.dtype:q}"
-        " -o {output.csv:q} --plots {params.figures:q}"
-        " --rule profile --wildcards model={wildcards.model:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan profile {params.model_args:q} --threads {params.threads:q}"
+            " --repeats {params.repeats:q} --warmup {params.warmup:q}"
+            " --device {params.device:q} --dtype {params.dtype:q}"
+            " -o {output.csv:q} --plots {params.figures:q}",
+            "profile", "model",
+        )
 
 
 rule profile_all:

@@ -4,8 +4,7 @@
 
 rule report:
     input:
-        # every stage's targets; a function, so it sees rules files included later
-        lambda wildcards: [target for target in ALL_TARGETS if target != SUMMARY],
+        summary_inputs,
     output:
         summary=report(SUMMARY, caption="../report/summary.rst", category="summary"),
     log:
@@ -15,7 +14,10 @@ rule report:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan report {input:q} -o {output.summary:q} --rule report > {log:q} 2>&1"
+        tracked(
+            "paraplan report {input:q} -o {output.summary:q}",
+            "report",
+        )
 
 
 ALL_TARGETS.append(rules.report.output.summary)

@@ -3,15 +3,12 @@
 # under results/figures/simulate/{study}/ (Gantt studies also write Chrome traces to
 # results/simulations/{study}/traces/).
 
-from paraplan.config_files import find_study
-
 SIMULATE = config["simulate"]
 
 
 rule simulate:
     input:
-        # config/studies/simulate/{study}.yaml (0.1's config/experiments/ too, with a warning)
-        study=lambda wildcards: str(find_study("simulate", wildcards.study)),
+        study=simulate_study_file,
     output:
         results=f"{RESULTS}/simulations/{{study}}/results.csv",
         timing=f"{RESULTS}/simulations/{{study}}/timing.json",
@@ -26,17 +23,17 @@ rule simulate:
         f"{LOGS}/simulate/{{study}}.log",
     benchmark:
         f"{BENCHMARKS}/simulate/{{study}}.tsv"
-    wildcard_constraints:
-        study=NAME_WILDCARD,
     params:
         outdir=lambda wildcards, output: os.path.dirname(output.results),
-        repeats=SIMULATE["repeats"],
+        repeats=lookup(dpath="simulate/repeats", within=config),
     conda:
         "../../environment.yml"
     shell:
-        "paraplan simulate --study {input.study:q} -o {params.outdir:q}"
-        " --plots {output.figures:q} --repeats {params.repeats:q}"
-        " --rule simulate --wildcards study={wildcards.study:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan simulate --study {input.study:q} -o {params.outdir:q}"
+            " --plots {output.figures:q} --repeats {params.repeats:q}",
+            "simulate", "study",
+        )
 
 
 rule simulate_all:

@@ -32,18 +32,16 @@ rule validate:
         f"{LOGS}/validate/{{model}}.log",
     benchmark:
         f"{BENCHMARKS}/validate/{{model}}.tsv"
-    wildcard_constraints:
-        model=NAME_WILDCARD,
     params:
-        model=lambda wildcards: config["profile"]["models"][wildcards.model]["model"],
-        global_batch_size=lambda wildcards: VALIDATE["models"][wildcards.model]["global_batch_size"],
-        num_microbatches=lambda wildcards: VALIDATE["models"][wildcards.model].get("num_microbatches", 4),
+        model=lookup(dpath="profile/models/{model}/model", within=config),
+        global_batch_size=lookup(dpath="validate/models/{model}/global_batch_size", within=config),
+        num_microbatches=lookup(dpath="validate/models/{model}/num_microbatches", within=config, default=4),
         strategies=",".join(VALIDATE["strategies"]),
-        steps=VALIDATE["steps"],
-        warmup=VALIDATE["warmup"],
-        threads=VALIDATE["threads"],
-        backend=VALIDATE["backend"],
-        timeout_s=VALIDATE["timeout_s"],
+        steps=lookup(dpath="validate/steps", within=config),
+        warmup=lookup(dpath="validate/warmup", within=config),
+        threads=lookup(dpath="validate/threads", within=config),
+        backend=lookup(dpath="validate/backend", within=config),
+        timeout_s=lookup(dpath="validate/timeout_s", within=config),
         cluster=CLUSTER,
         figures=lambda wildcards, output: os.path.dirname(output.figure),
     # a measuring job has the machine to itself: it takes every core, so no other
@@ -55,13 +53,15 @@ rule validate:
     conda:
         "../../environment.yml"
     shell:
-        "paraplan validate --profile {input.profile:q} --comm-model {input.comm:q}"
-        " --model {params.model:q} --cluster {params.cluster:q} --strategies {params.strategies:q}"
-        " --global-batch-size {params.global_batch_size:q} --num-microbatches {params.num_microbatches:q}"
-        " --steps {params.steps:q} --warmup {params.warmup:q} --threads {params.threads:q}"
-        " --backend {params.backend:q} --timeout-s {params.timeout_s:q}"
-        " -o {output.csv:q} --plots {params.figures:q}"
-        " --rule validate --wildcards model={wildcards.model:q} > {log:q} 2>&1"
+        tracked(
+            "paraplan validate --profile {input.profile:q} --comm-model {input.comm:q}"
+            " --model {params.model:q} --cluster {params.cluster:q} --strategies {params.strategies:q}"
+            " --global-batch-size {params.global_batch_size:q} --num-microbatches {params.num_microbatches:q}"
+            " --steps {params.steps:q} --warmup {params.warmup:q} --threads {params.threads:q}"
+            " --backend {params.backend:q} --timeout-s {params.timeout_s:q}"
+            " -o {output.csv:q} --plots {params.figures:q}",
+            "validate", "model",
+        )
 
 
 rule validate_all:

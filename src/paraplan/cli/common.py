@@ -93,11 +93,6 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--wildcards", default="", help="Snakemake wildcards, recorded as the run's 'wildcards' tag")
 
 
-# commands that time something on this machine: their logging process opens the run
-# before they start (after that it waits, idle, for the results)
-MEASURING_COMMANDS = ("bench", "profile", "validate")
-
-
 def tracking_wanted(args: argparse.Namespace) -> bool:
     from paraplan.track import tracking_enabled
 
@@ -105,22 +100,15 @@ def tracking_wanted(args: argparse.Namespace) -> bool:
 
 
 def open_tracking(args: argparse.Namespace):
-    """The command's `JobTracker` (None when untracked): its logging process starts now,
-    opening the run (its start is the job's) while the command computes."""
+    """The command's `PendingRun` (None when untracked): a record of its run in the
+    spool, logged to MLflow after the command (docs/tracking.md); the command itself
+    never imports mlflow and never waits for the store."""
     if not tracking_wanted(args):
         return None
-    from paraplan.track_job import JobTracker
+    from paraplan.track_spool import PendingRun
 
     name = args.wildcards.replace(",", "/") if args.wildcards else args.command
-    tracker = JobTracker(tracking_stage(args), name, args.rule or args.command, args.wildcards,
-                         command=args.command)
-    if args.command in MEASURING_COMMANDS:
-        try:
-            tracker.wait_open()  # its imports would share the cores with the measurement
-        except ParaplanError:
-            tracker.fail("")  # ends the logging process; the store's error is reported
-            raise
-    return tracker
+    return PendingRun(tracking_stage(args), name, args.rule or args.command, args.wildcards, command=args.command)
 
 
 KERNEL_KINDS = ("gemm", "attention", "kernels")
@@ -134,20 +122,16 @@ def tracking_stage(args: argparse.Namespace) -> str:
 
 
 def track(args: argparse.Namespace, run) -> str | None:
-    """Log a `paraplan.track.RunLog` into the command's run, once its result files are
-    written; returns the run id. A store failure is a `TrackingError` (the files stay)."""
-    from paraplan.core import TrackingError
-
+    """Add a `paraplan.track.RunLog` to the command's run, once its result files are
+    written; returns where it waits to be logged (None untracked)."""
     tracker = getattr(args, "_tracker", None)
     if tracker is None:
         return None
-    try:
-        run_id = tracker.log(run)
-    except TrackingError as exc:
-        raise TrackingError(exc.store, f"{exc.detail} (results written, not logged; "
-                            "a rerun logs them)") from None
-    print(f"paraplan {args.command}: logged MLflow run {run_id} ({tracker.uri})", file=sys.stderr)
-    return run_id
+    where = tracker.log(run)
+    print(f"paraplan {args.command}: MLflow run '{run.run_name}' recorded in {where} "
+          f"(logged to {tracker.uri} {'at the end of the workflow' if tracker.by_workflow else 'in the background'})",
+          file=sys.stderr)
+    return where
 
 
 def int_list(text: str, key: str) -> list[int]:

@@ -5,10 +5,10 @@ Every module in this package except `main` and `common` is a command: it defines
 `run(args) -> int`. Command modules import heavy packages (torch, mlflow,
 matplotlib) inside `run`, so `paraplan --help` stays fast.
 
-The dispatcher starts the command's MLflow logging process before the command runs
-(it opens the job's run while the command computes, so a run's Duration is the
-job's; `paraplan.track_job`), closes it when the command succeeds and marks the run
-FAILED with the error when the command fails. This process never imports mlflow.
+The dispatcher opens the command's run record before the command runs (its start is
+the job's), ends it when the command succeeds and marks it FAILED with the error when
+the command fails; the record is logged to MLflow later, by another process
+(`paraplan.track_spool`). This process never imports mlflow.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 def _failed(tracker, error: str) -> None:
     if tracker is None:
         return
-    run_id = tracker.fail(error)
-    if run_id:
-        print(f"paraplan: MLflow run {run_id} marked FAILED", file=sys.stderr)
+    where = tracker.fail(error)
+    if where:
+        print(f"paraplan: MLflow run marked FAILED (recorded in {where})", file=sys.stderr)
 
 
 if __name__ == "__main__":
