@@ -77,7 +77,7 @@ from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, P3Costs, RankMemory, run_iteration
-from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, get_schedule
+from paraplan.sim.schedules import get_schedule
 
 ALLREDUCE = KINDS.index("allreduce")
 
@@ -151,14 +151,6 @@ def _cross_node(cluster: Cluster, a: Sequence[int], b: Sequence[int], t: int) ->
             if cluster.node_of(a[(i % ra) * t + j]) != cluster.node_of(b[(i % rb) * t + j]):
                 return True
     return False
-
-
-def _activation_peak_bytes(order: OpOrder, chunk_act_bytes: np.ndarray, split_backward: bool) -> float:
-    """Peak activation bytes held on one device as its order runs."""
-    free_kind = WGT if split_backward else BWD
-    act = chunk_act_bytes[order.chunk]
-    delta = np.where(order.kind == FWD, act, np.where(order.kind == free_kind, -act, 0.0))
-    return float(np.cumsum(delta).max()) if delta.size else 0.0
 
 
 @dataclass(frozen=True)
