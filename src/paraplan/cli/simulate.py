@@ -80,16 +80,14 @@ def _time_unit(span_s: float) -> tuple[float, str]:
 def _run_tables(args: argparse.Namespace) -> int:
     """Timelines of a run table's iterations (--runs)."""
     from paraplan.clusters import load_cluster
-    from paraplan.core import ConfigError, InputFileError, StrategyError
+    from paraplan.core import ConfigError, InputFileError
     from paraplan.core.names import file_stems
     from paraplan.files import check_outputs, write_json
     from paraplan.plots.gantt import save_gantt
-    from paraplan.predict.build import build_execution
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import predict_rows
     from paraplan.predict.runtable import read_run_table
+    from paraplan.predict.timelines import run_timelines
     from paraplan.sim import to_chrome_trace
-    from paraplan.sim.execution import run_iteration
     from paraplan.track import RunLog
 
     if args.cluster is None:
@@ -102,26 +100,19 @@ def _run_tables(args: argparse.Namespace) -> int:
     stems, collision = file_stems(row.name for row in rows)
     if collision:
         raise InputFileError(args.runs, f"run names {collision} (traces/<name>.json)", field="column 'name'")
-    try:
-        predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
-    except StrategyError as exc:
-        raise StrategyError(f"{args.runs}: {exc}") from None
+    timelines = run_timelines(rows, cluster, comm, calibration.efficiency, str(args.runs))
     figures = args.plots if args.plots is not None else args.output / "figures"
     summary, artifacts = [], []
-    for row, pred, stem in zip(rows, predictions, stems, strict=True):
-        result = run_iteration(build_execution(row.model, pred.settings, cluster, comm, calibration.efficiency))
+    for run, stem in zip(timelines, stems, strict=True):
+        result = run.result
         assert result.timeline is not None
         trace = args.output / "traces" / f"{stem}.json"
         write_json(trace, to_chrome_trace(result.timeline))
-        s = pred.settings
-        title = (f"{row.name}: TP {s.tensor_model_parallel_size}, PP {s.pipeline_model_parallel_size}, DP "
-                 f"{s.data_parallel_size}, micro-batch {s.micro_batch_size}, v {s.virtual_pipeline_model_parallel_size}"
-                 f" ({result.iteration_s:.3g} s)")
         if not args.no_plots and result.timeline.num_events <= MAX_GANTT_EVENTS:
             unit_s, unit_name = _time_unit(result.iteration_s)
-            artifacts += save_gantt(result.timeline, figures / stem, title=title, time_unit_s=unit_s,
+            artifacts += save_gantt(result.timeline, figures / stem, title=run.title, time_unit_s=unit_s,
                                     unit_name=unit_name)
-        summary.append({"name": row.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
+        summary.append({"name": run.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
                         "events": result.timeline.num_events, "trace": str(trace)})
     write_json(args.output / "timelines.json", {"calibration": calibration.label, "cluster": cluster.name,
                                                 "runs": summary})
