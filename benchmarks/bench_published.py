@@ -5,14 +5,19 @@ their authors ran them:
 - per table: rows, mean signed error, MAPE and largest error of the iteration time
   (error = predicted / measured - 1), and every row measured vs predicted; rows paraplan
   cannot express yet are listed with their published time and the reason (most rows
-  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with FSDP2, DeepEP,
+  of the mixture-of-experts tables, `published.MOE_TABLES`: recipes with DeepEP,
   the all-to-all overlap or DualPipe);
 - the GPT-3 175B plan of docs/stages/plan.md on 1,024 A100 (`paraplan plan --model gpt3-175b --cluster
   dgx-a100 --gpus 1024 --global-batch-size 1536`): its predicted MFU beside the published
   175B A100 range;
+- torchtitan's Llama 3.1 H100 benchmarks: tokens/s per GPU and peak memory per GPU,
+  published vs predicted, and for reference the AutoModel FSDP2 + EP rows
+  (`fsdp_published`);
 - Llama 3 405B, Meta's three configurations (8,192 and 16,384 H100 at 8K tokens; 16,384
   at 131,072 tokens with CP 16): predicted TFLOP/s per GPU, in the FLOP convention Meta
   published (PaLM's), beside the published 430 / 400 / 380;
+- NVIDIA's FP8 H100 recipes (`FP8_TABLE`): each row predicted with every Hopper FP8
+  recipe and as its BF16 twin (iteration time and memory);
 - for reference, one transformer layer of Korthikanti et al. 2022's 22B model (Table 4,
   `data/published/korthikanti2022_table4.csv`): forward and backward device time per
   setting. That table is per-layer micro-benchmark data that may be fitted on; it is shown
@@ -42,12 +47,15 @@ from paraplan.predict.predictor import RunPrediction, predict_rows
 from paraplan.predict.runtable import RunRow
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fsdp_published import TORCHTITAN_TABLE, automodel_reference, torchtitan_check
 from published import MOE_TABLES, TABLES, PublishedRow, load_table, palm_flops, table_paths
 
 PLAN_GPUS, PLAN_GLOBAL_BATCH = 1024, 1536
 GPT3_PUBLISHED_MFU = (0.449, 0.514)  # SC21 175B on 1,024 A100 (140 TFLOP/s counting recompute) .. Korthikanti 175B
 GPT3_TARGET_MFU = 0.60  # issue 22: inside the published range, at most 60%
 LLAMA_TABLE = "llama3_405b_table4"
+FP8_TABLE = "megatron_bridge_h100_llama3_fp8"
+HOPPER_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")  # mxfp8 needs Blackwell
 LAYER_TABLE = Path(__file__).resolve().parents[1] / "data/published/korthikanti2022_table4.csv"
 CSV_COLUMNS = ("table", "name", "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size",
                "data_parallel_size", "micro_batch_size", "virtual_pipeline_model_parallel_size",
@@ -206,6 +214,31 @@ def llama_check(results: dict[str, list[RowResult]]) -> None:
               f"{pred.peak_memory_bytes / 1e9:.1f} GB per GPU{'' if pred.fits_memory else ' (does not fit)'}")
 
 
+def fp8_check(results: dict[str, list[RowResult]], calibration: Calibration) -> None:
+    """NVIDIA's FP8 H100 recipes (`FP8_TABLE`): each expressible row predicted with every
+    Hopper recipe and as its BF16 twin (the page prints no BF16 twin of these rows on
+    H100): the FP8 speedup and memory paraplan predicts (docs/fp8.md)."""
+    from dataclasses import replace
+
+    rows = [r for r in results.get(FP8_TABLE, []) if r.row.run is not None and r.prediction is not None]
+    if not rows:
+        return
+    cluster = load_cluster(TABLES[FP8_TABLE][0])
+    comm = calibration.comm_model(cluster)
+    print("\n== FP8 recipes and BF16 twins of the Megatron-Bridge H100 rows (predicted; measured: the row's recipe)")
+    print(f"   {'run':22s} {'measured s':>10s} " + " ".join(f"{n:>15s}" for n in (*HOPPER_RECIPES, "bf16 twin"))
+          + "  (s, GB)")
+    for r in rows:
+        run = r.row.run
+        assert run is not None
+        cells = []
+        for recipe in (*HOPPER_RECIPES, ""):
+            settings = replace(run.settings, dtype="fp8" if recipe else "bf16", fp8_recipe=recipe)
+            pred = predict_rows([replace(run, settings=settings)], cluster, comm, calibration.efficiency)[0]
+            cells.append(f"{pred.iteration_s:7.3g} {pred.peak_memory_bytes / 1e9:5.1f}GB")
+        print(f"   {r.row.name:22s} {run.measured_iteration_s or 0:10.4g} " + " ".join(f"{c:>15s}" for c in cells))
+
+
 def layer_check(calibration: Calibration) -> None:
     """Korthikanti 2022 Table 4: one layer of the 22B model (TP 8, micro-batch 4, s 2,048)
     on one DGX A100; the backward as published includes the recomputation."""
@@ -303,6 +336,11 @@ def main() -> int:
         print(f"   {stem + moe:40s} {summary.line() if summary else 'no predicted rows'}"
               + ("" if expressible == listed else f"; {listed - expressible} of {listed} rows not expressible"))
     llama_check(results)
+    if FP8_TABLE in results:
+        fp8_check(results, calibration_of(TABLES[FP8_TABLE][0]))
+    if TORCHTITAN_TABLE in results:  # FSDP2: torchtitan's tokens/s and memory, AutoModel's FSDP2 + EP rows
+        torchtitan_check([r.row for r in results[TORCHTITAN_TABLE]], [r.prediction for r in results[TORCHTITAN_TABLE]])
+        automodel_reference(calibration_of(TABLES[TORCHTITAN_TABLE][0]))
     if not args.no_plan:
         plan_check(calibration)  # (the A100 plan)
     if not args.no_layers:

@@ -10,7 +10,9 @@ columns) plus annotation columns that keep what was published and where:
 - `source`: paper or repository, table and row;
 - `note`: framework behaviour the run table cannot state yet (kept for the reader);
 - `not_expressible`: why paraplan cannot express the run as its authors ran it; such a
-  row is listed, never predicted, and counts in no error figure.
+  row is listed, never predicted, and counts in no error figure;
+- `published_peak_memory_GiB`: peak memory per GPU as printed, where the source prints it
+  (torchtitan: the maximum over all GPUs).
 
 Throughput in
 `tokens/s/GPU` converts as `measured_iteration_s` = global batch x sequence / (value x
@@ -33,7 +35,7 @@ from paraplan.predict.runtable import KNOWN, RunRow, read_run_table
 
 DATA = Path(__file__).resolve().parent / "data"
 ANNOTATIONS: tuple[str, ...] = ("published_value", "published_unit", "flops_convention", "source", "note",
-                                "not_expressible")
+                                "not_expressible", "published_peak_memory_GiB")
 TABLES: dict[str, tuple[str, str]] = {
     # file stem: (cluster, what it is)
     "megatron_sc21_table1": ("dgx-a100", "Megatron-LM SC21 Table 1, weak scaling, A100 (32-3,072 GPUs)"),
@@ -44,6 +46,9 @@ TABLES: dict[str, tuple[str, str]] = {
     "megatron_bridge_h100_moe": ("dgx-h100", "Megatron-Bridge performance summaries, MoE on H100 (16-1,024)"),
     "automodel_h100_moe": ("dgx-h100", "NeMo AutoModel performance summary, MoE on H100, BF16 (8-1,024)"),
     "deepseek_v3_report": ("dgx-h100", "DeepSeek-V3 technical report, pre-training on 2,048 H800"),
+    "megatron_bridge_h100_llama3_fp8": ("dgx-h100",
+                                        "Megatron-Bridge performance summaries, Llama 3 FP8 on H100 (8-1,024)"),
+    "torchtitan_llama31_h100": ("dgx-h100", "torchtitan Llama 3.1 8B/70B/405B, FSDP2 (+TP/PP/CP), H100 (8-512)"),
 }
 MOE_TABLES: tuple[str, ...] = ("megatron_bridge_h100_moe", "automodel_h100_moe", "deepseek_v3_report")
 

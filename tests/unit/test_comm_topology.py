@@ -224,3 +224,19 @@ def test_fit_cluster_reproduces_the_shipped_dgx_h100_rail_curve(tmp_path, capsys
     assert main(["fit", "--no-track", *csvs, "--cluster", "dgx1-v100", "-o", str(tmp_path / "x.json")]) == 2
     assert "cluster 'dgx1-v100' has no `network` section" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_fewer_nics_than_gpus_are_shared_by_the_gpus_behind_them():
+    # 8 GPUs, 4 NICs (vtrain-a100): two GPUs behind each NIC, both crossing nodes at once
+    # (the t data-parallel groups reduce together; the t ranks of a stage send together)
+    m = model(nics=4)
+    # one rank per node (TP8's data-parallel groups): a flat ring over half a NIC
+    assert m.time_s("all_reduce", GiB, Group(8, 8)) == pytest.approx(
+        ring_time_s("all_reduce", GiB, 8, A_S, NIC_Bps / 2), rel=1e-12)
+    # four ranks per node (TP2): two NICs' worth, 2 x 4 = 8 ranks would have all four
+    times = m.algorithm_times("all_reduce", GiB, Group(32, 8))
+    assert times["ring"] == pytest.approx(2 * 7 * A_S + 2 * 31 / 32 * GiB / (2 * NIC_Bps), rel=1e-12)
+    assert m.algorithm_times("all_reduce", GiB, Group(64, 8))["ring"] == pytest.approx(
+        2 * 7 * A_S + 2 * 63 / 64 * GiB / (4 * NIC_Bps), rel=1e-12)
+    # a pipeline transfer: half a NIC per rank
+    assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (NIC_Bps / 2), rel=1e-12)

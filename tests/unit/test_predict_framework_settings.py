@@ -110,3 +110,28 @@ def test_bad_framework_cells_name_the_column(tmp_path, extra, cells, message):
     with pytest.raises(InputFileError) as err:
         read_run_table(path)
     assert message in str(err.value)
+
+
+def test_grad_reduce_in_bf16_halves_gradient_memory_and_reduced_bytes():
+    """bf16 main gradients: 2 bytes per parameter held and reduced instead of 4; the
+    distributed optimizer's fp32 copy of its shard (4 bytes / shards) joins its state."""
+    s = RunSettings(data_parallel_size=4, micro_batch_size=1, global_batch_size=8, use_distributed_optimizer=True)
+    fp32 = run_structure(GPT, s, CLUSTER, COMM)
+    bf16 = run_structure(GPT, replace(s, grad_reduce_in_bf16=True), CLUSTER, COMM)
+    params = float(fp32.rank_params[0])
+    assert fp32.memory[0].gradients_bytes == pytest.approx(4 * params)
+    assert bf16.memory[0].gradients_bytes == pytest.approx(2 * params)
+    assert bf16.memory[0].optimizer_bytes - fp32.memory[0].optimizer_bytes == pytest.approx(4 * params / 4)
+    bucket = params / fp32.grad_sync[0].bucket_s.size
+    assert np.allclose(fp32.grad_sync[0].bucket_s, COMM.time_s("reduce_scatter", bucket * 4, _dp(4)))
+    assert np.allclose(bf16.grad_sync[0].bucket_s, COMM.time_s("reduce_scatter", bucket * 2, _dp(4)))
+    unfused = layer_work(GPT, replace(ONE, gradient_accumulation_fusion=False, grad_reduce_in_bf16=True))
+    fused = layer_work(GPT, ONE)
+    assert unfused.backward.kernels.bytes.sum() - fused.backward.kernels.bytes.sum() == \
+        pytest.approx(12 * 1024**2 * (2 + 2 * 2))  # read the GEMM output, read + write a bf16 main gradient
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_grad_reduce_in_bf16_needs_bf16_or_fp8(dtype):
+    with pytest.raises(StrategyError, match=f"grad_reduce_in_bf16 with dtype {dtype}: expected dtype bf16 or fp8"):
+        RunSettings(dtype=dtype, grad_reduce_in_bf16=True).check(GPT)

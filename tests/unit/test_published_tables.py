@@ -23,7 +23,8 @@ _spec.loader.exec_module(published)
 
 ROWS = {"megatron_sc21_table1": 10, "korthikanti2022_table5": 9, "megatron_core_h100_weak_scaling": 9,
         "megatron_deepspeed_vtrain_multinode": 109, "llama3_405b_table4": 3, "megatron_bridge_h100_moe": 8,
-        "automodel_h100_moe": 5, "deepseek_v3_report": 1}
+        "automodel_h100_moe": 5, "deepseek_v3_report": 1, "megatron_bridge_h100_llama3_fp8": 5,
+        "torchtitan_llama31_h100": 18}
 A100_PEAK_FLOPS = 312e12
 H100_PEAK_FLOPS = 989.4e12
 

@@ -9,6 +9,7 @@ import hashlib
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from paraplan.cli.common import track
 from paraplan.core import ConfigError, InputFileError
@@ -24,6 +25,33 @@ def _line(what: str, report) -> str:
     return (f"paraplan fit: {what}: {', '.join(f'{k}={v:.4g}' for k, v in report.params.items())}; "
             f"MAPE {report.mape:.2%}, held-out ({report.heldout_scheme}) {held}, {report.n_points} point(s)"
             + (f"; {report.note}" if report.note else ""))
+
+
+def _fp8_section(args: argparse.Namespace, rows, device: str, cluster, gemm) -> dict[str, Any] | None:
+    """The FP8 GEMM ceiling (the `fp8` section of the kernel file, docs/fp8.md) when the
+    inputs hold FP8 GEMM rows of the device: fitted like the BF16 GEMMs against the FP8
+    dense peak, with the BF16 fit's gemm_k_half and kernel latency as the values held
+    when the FP8 shapes are too few to fit them."""
+    from dataclasses import replace
+
+    from paraplan.kernels.fit import DEFAULTS, fit_gemm, is_fp8_dtype
+    from paraplan.predict.device_model import DeviceSpeed
+
+    dtypes = sorted({str(r["dtype"]) for _, _, r in rows.gemm
+                     if r["device"] == device and is_fp8_dtype(str(r["dtype"]))})
+    if not dtypes or is_fp8_dtype(args.gemm_dtype):
+        return None
+    if len(dtypes) > 1:
+        raise InputFileError(args.inputs[0], f"FP8 GEMM rows of {device!r} in {len(dtypes)} dtypes "
+                             f"({', '.join(dtypes)}); expected one")
+    speed = DeviceSpeed.of(cluster.device, "fp8")
+    base = replace(DEFAULTS, gemm_k_half=gemm.params["gemm_k_half"], kernel_latency_s=gemm.params["kernel_latency_s"])
+    fp8 = fit_gemm(rows.gemm_times(device, dtypes[0]), speed, base, min_flops=args.min_gemm_flops)
+    print(_line(f"{device} GEMM ({dtypes[0]}, FP8 ceiling)", fp8), file=sys.stderr)
+    used = {p for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]}
+    return {"dtype": dtypes[0], "peak_flops": speed.peak_flops,
+            "efficiency": {"gemm_efficiency": fp8.params["gemm_efficiency"], "gemm_k_half": fp8.params["gemm_k_half"]},
+            "data": _data(args.inputs, used), **fp8.as_dict()}
 
 
 def run_kernel_fit(args: argparse.Namespace) -> int:
@@ -82,13 +110,17 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     else:
         print(f"paraplan fit: no attention rows of {device} ({args.attention_kernel}): attention not fitted",
               file=sys.stderr)
-    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc).to_dict()
+    fp8_doc = _fp8_section(args, rows, device, cluster, gemm)
+    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc).to_dict()
     write_json(args.output, doc)
     print(f"paraplan fit: {device}: kernel ceilings -> {args.output}", file=sys.stderr)
     metrics = {"gemm_mape": gemm.mape, "gemm_points": float(gemm.n_points),
                **{f"param_{k}": float(v) for k, v in efficiency.items()}}
     if gemm.heldout_mape is not None:
         metrics["gemm_heldout_mape"] = gemm.heldout_mape
+    if fp8_doc is not None:
+        metrics["fp8_gemm_mape"] = float(fp8_doc["mape"])
+        metrics["fp8_gemm_efficiency"] = float(fp8_doc["efficiency"]["gemm_efficiency"])
     if attention_doc is not None:
         metrics["attention_mape"] = float(attention_doc["mape"])
         if attention_doc["heldout_mape"] is not None:

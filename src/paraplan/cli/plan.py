@@ -90,6 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
     llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
+    llm.add_argument("--fp8-recipe", default="", choices=("delayed", "tensorwise", "blockwise", "mxfp8"),
+                     help="with --dtype fp8: Megatron-LM's --fp8-recipe (default: its default, delayed; docs/fp8.md)")
     llm.add_argument("--calibration", default=None,
                      help="calibration name or file from `paraplan calibrate` (default: the shipped one made for the "
                              "cluster's device, else a100-vtrain with a warning)")
@@ -271,7 +273,15 @@ def _run_llm(args: argparse.Namespace) -> int:
     cluster = load_cluster(cluster_name)
     calibration = calibration_for(cluster, args.calibration,
                                   warn=lambda m: print(f"paraplan plan: warning: {m}", file=sys.stderr))
+    if args.fp8_recipe and args.dtype != "fp8":
+        raise ConfigError("--fp8-recipe", f"applies to --dtype fp8 only, got --dtype {args.dtype}")
+    if args.dtype == "fp8":
+        from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
+
+        print(f"paraplan plan: FP8 recipe {args.fp8_recipe or DEFAULT_FP8_RECIPE}"
+              + ("" if args.fp8_recipe else " (Megatron-LM's default; --fp8-recipe to choose)"), file=sys.stderr)
     request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
+                          fp8_recipe=args.fp8_recipe,
                           space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
                                             context_parallel_sizes=cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "

@@ -19,12 +19,17 @@ micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 by spaces: core_attn, mla_up_proj, layernorm, mlp; default core_attn), sequence_parallel,
 use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
-async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, DDP_impl
+async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce_in_bf16, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
 use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
-moe_shared_expert_overlap (mixture-of-experts models), num_gpus,
+moe_shared_expert_overlap (mixture-of-experts models), fp8_recipe (with dtype fp8:
+delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
+default; docs/fp8.md), data_parallel_shard_degree,
+data_parallel_replicate_degree, num_distributed_optimizer_instances,
+fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
+(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.
@@ -95,7 +100,7 @@ def searched_settings(row) -> set[str]:
     out = {"micro_batch_size"} if row.search_micro_batch_size else set()
     if row.search_virtual_stages:
         out.add("virtual_pipeline_model_parallel_size")
-        if not row.settings.uneven_pipeline_split:
+        if not row.settings.explicit_pipeline_split:
             out.update(UNEVEN_SPLIT_COLUMNS)
     return out
 
@@ -242,8 +247,17 @@ def run(args: argparse.Namespace) -> int:
     models = model_cache()  # a model file's warnings once, not once per pass
     header, rows = iter_run_table(args.runs, models)
     searched: set[str] = set()
+    default_fp8: list[str] = []
     for row in rows:
         searched |= searched_settings(row)
+        if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
+            default_fp8.append(str(row.line))
+    if default_fp8:
+        from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
+
+        print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(default_fp8[:10])}"
+              + (" ..." if len(default_fp8) > 10 else "") + f": dtype fp8 with an empty fp8_recipe runs Megatron-LM's "
+              f"default recipe, {DEFAULT_FP8_RECIPE} (docs/fp8.md)", file=sys.stderr)
     columns = output_columns(header, searched, args.explain)
     # the uneven-split columns appear only when some prediction chose such a split,
     # which only the prediction tells: with any row that may, the rows go to a scratch

@@ -12,10 +12,13 @@ d devices per node; one NIC moves m bytes in a + m / b (the rail curve: a fitted
 `intra(c, m)` is the intra-domain model's time of collective c on r ranks.
 
 Assumptions, each a formula's premise:
-- NICs: a rank drives max(1, k // d) NICs (the ones on its PCIe switch); the group's
-  ranks in one domain together drive B = b x min(k x nodes per domain, r x max(1, k // d)),
-  i.e. the group has those NICs to itself (concurrent groups, e.g. the data-parallel
-  groups of the 8 tensor-parallel ranks, each sit on their own rails).
+- NICs: a rank drives k // d NICs (the ones on its PCIe switch) when k >= d; with fewer
+  NICs than GPUs (k < d: d / k GPUs behind each NIC's PCIe switch) it gets k / d of one,
+  since every GPU of a node runs its cross-node collective at the same time (the data-
+  parallel groups of the t tensor-parallel ranks reduce the same buckets together; the t
+  ranks of a stage send their pipeline transfers together). The group's ranks in one
+  domain together drive B = b x min(k x nodes per domain, r x that share): on a
+  rail-optimised node (k = d) each concurrent group sits on its own rails.
 - Channels spread over all NICs evenly and the NVLink and NIC stages pipeline, so a
   multi-stage algorithm costs its slowest stage plus the other stages' latencies.
 
@@ -41,7 +44,7 @@ broadcast / reduce: a pipelined ring, t = (N-1) a + S / B against intra(c, S).
 all_to_all (expert parallelism): each rank sends S / n to every rank; (n - r) / n of the
 data crosses domains over the rank's share of the NICs, the rest goes over NVLink:
 t = max((N-1) a + r (n-r)/n x S / B, intra(all_to_all, S x r / n)).
-send_recv across domains (pipeline stages): one rank's NICs, t = a + S / (b x max(1, k // d)).
+send_recv across domains (pipeline stages): one rank's share of the NICs, t = a + S / (b x share).
 """
 
 from __future__ import annotations
@@ -118,9 +121,13 @@ class TopologyCommModel:
     def _domain_bandwidth_Bps(self, group: Group, ranks_per_domain: int, rail: Rail) -> float:
         net = self.network
         nodes_per_domain = max(1, min(group.nodes, net.nvlink_domain_size // self.devices_per_node))
-        per_rank = max(1, net.nics_per_node // self.devices_per_node)
-        nics = min(net.nics_per_node * nodes_per_domain, ranks_per_domain * per_rank)
+        nics = min(net.nics_per_node * nodes_per_domain, ranks_per_domain * self._rank_nics())
         return rail.bandwidth_Bps * nics
+
+    def _rank_nics(self) -> float:
+        """NICs one rank drives while every GPU of its node crosses nodes (module doc)."""
+        k, d = self.network.nics_per_node, self.devices_per_node
+        return float(k // d) if k >= d else k / d
 
     def _intra(self, collective: str, nbytes: float, ranks: int) -> float:
         if ranks <= 1:
@@ -177,6 +184,5 @@ class TopologyCommModel:
             inter = (domains - 1) * a + r * (n - r) / n * s / bw
             return {"pairwise": max(inter, intra("all_to_all", s * r / n))}
         if collective == "send_recv":
-            per_rank = max(1, self.network.nics_per_node // self.devices_per_node)
-            return {"p2p": a + s / (rail.bandwidth_Bps * per_rank)}
+            return {"p2p": a + s / (rail.bandwidth_Bps * self._rank_nics())}
         raise ValueError(f"unknown collective '{collective}'")

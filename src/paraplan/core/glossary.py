@@ -57,6 +57,40 @@ Stream = Literal["compute", "comm"]
 """Which stream of a device an event runs on."""
 STREAMS: tuple[Stream, ...] = get_args(Stream)
 
+
+class EventKindCode(IntEnum):
+    """An `EventKind` as `Timeline.kind` stores it (int8): its index in EVENT_KINDS."""
+
+    FWD = 0
+    BWD = 1
+    BWD_INPUT = 2
+    BWD_WEIGHT = 3
+    ALLREDUCE = 4
+    ALLGATHER = 5
+    SEND = 6
+    RECV = 7
+    OPTIMIZER = 8
+    OTHER = 9
+
+    @property
+    def label(self) -> EventKind:
+        return EVENT_KINDS[self.value]
+
+
+class StreamCode(IntEnum):
+    """A `Stream` as `Timeline.stream` stores it (int8): its index in STREAMS."""
+
+    COMPUTE = 0
+    COMM = 1
+
+    @property
+    def label(self) -> Stream:
+        return STREAMS[self.value]
+
+
+NO_MICROBATCH = -1
+"""`Timeline.microbatch` of an event that belongs to no micro-batch (a gradient all-reduce)."""
+
 RECOMPUTE_GRANULARITIES: tuple[RecomputeGranularity, ...] = get_args(RecomputeGranularity)
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 

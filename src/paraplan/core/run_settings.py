@@ -12,6 +12,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' former home)
+    check_pipeline_split,
+    embedding_loss_split,
+    interleaved_uneven_split,
+    layers_per_virtual_stage,
+    pipeline_layer_split,
+    pipeline_split_slots,
+)
+from paraplan.core.sharding import ReshardAfterForward, check_sharding, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -28,7 +37,18 @@ DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
+"""Megatron-LM's `--fp8-recipe` choices (`paraplan.predict.fp8_ops` prices each)."""
+DEFAULT_FP8_RECIPE = "delayed"
+"""Megatron-LM's default `--fp8-recipe`: what an fp8 run with an empty `fp8_recipe` uses."""
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
+
+
+def main_grad_bytes(settings: RunSettings) -> int:
+    """Bytes of one main gradient (Megatron's `main_grad` buffer): `MAIN_GRAD_BYTES` of
+    the dtype, 2 with `grad_reduce_in_bf16`."""
+    return 2 if settings.grad_reduce_in_bf16 else MAIN_GRAD_BYTES[settings.dtype]
 """Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
 
@@ -76,7 +96,20 @@ class RunSettings:
     """Megatron's distributed optimizer: optimizer state and main weights sharded over
     the data-parallel ranks; gradients reduce-scattered, weights all-gathered."""
     zero_stage: int = 0
-    """DeepSpeed ZeRO: 1 shards optimizer state, 2 also gradients, 3 also weights."""
+    """DeepSpeed ZeRO: 1 shards optimizer state, 2 also gradients, 3 also weights (3 is
+    PyTorch FSDP2 / Megatron-FSDP `optim_grads_params`: each layer's weights gathered
+    before its forward and backward, prefetched beside the previous layer's compute)."""
+    data_parallel_shard_degree: int = 0
+    """torchtitan's: data-parallel ranks the sharded state is split over (with the
+    context-parallel ranks, S x c); 0: all of them (`paraplan.core.sharding`)."""
+    data_parallel_replicate_degree: int = 0
+    """torchtitan's: copies of each shard (hybrid sharding, HSDP); 0: d / shard degree."""
+    num_distributed_optimizer_instances: int = 1
+    """Megatron-LM's: with the distributed optimizer, replicas of the sharded optimizer
+    (each shards over d c / instances ranks)."""
+    fsdp_reshard_after_forward: ReshardAfterForward = "default"
+    """torchtitan's: with zero_stage 3, free gathered weights after the forward
+    (`always`), keep them to the backward (`never`); `default`: never with pipelines."""
     overlap_grad_reduce: bool = False
     """Start gradient reduction in buckets during the last micro-batch's backward."""
     overlap_param_gather: bool = False
@@ -95,7 +128,13 @@ class RunSettings:
     blocks the backward. With sequence parallelism the reduce-scatter and re-gather
     run asynchronously either way (as in both code bases)."""
     dtype: Dtype = "bf16"
-    """Precision of weights, activations and GEMMs (fp8: GEMM inputs in 8 bits)."""
+    """Precision of weights, activations and GEMMs (fp8: the linear layers' GEMMs in 8
+    bits with Transformer Engine, the rest in bf16; `paraplan.predict.fp8_ops`)."""
+    fp8_recipe: Fp8Recipe | Literal[""] = ""
+    """With dtype fp8, Megatron-LM's `--fp8-recipe`: `delayed` (per-tensor scales from an
+    amax history), `tensorwise` (per-tensor current scaling), `blockwise` (1 x 128 / 128 x
+    128 blocks, DeepSeek-V3's), `mxfp8` (Blackwell's 1 x 32 blocks); empty: Megatron's
+    default, `DEFAULT_FP8_RECIPE`."""
     schedule: PipelineSchedule | Literal[""] = ""
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
@@ -105,11 +144,28 @@ class RunSettings:
     since February 2022, its default); False: every micro-batch's weight gradient is
     written, then added to the main gradient by a memory-bound kernel (reads both,
     writes the sum)."""
+    grad_reduce_in_bf16: bool = False
+    """Megatron-LM's `--grad-reduce-in-bf16` (Megatron-Core's `grad_reduce_in_fp32` false,
+    as NVIDIA's Megatron-Bridge performance recipes set it): the main-gradient buffer, its
+    accumulation and its data-parallel reduction in bf16 (2 bytes per parameter instead
+    of 4); the optimizer casts its shard to fp32 for the step (`main_grad_bytes`,
+    `paraplan.predict.placement.Precision`). Only with dtype bf16 or fp8."""
     decoder_first_pipeline_num_layers: int = 0
     """Transformer layers on the first pipeline stage (all its model chunks together);
     0: Megatron's default, an even split (`pipeline_layer_split`)."""
     decoder_last_pipeline_num_layers: int = 0
     """Transformer layers on the last pipeline stage; 0: an even split."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Megatron-Core's: the embedding counts as one layer when the layers are split over
+    the virtual stages, so the first virtual stage holds one transformer layer fewer
+    (`embedding_loss_split`)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Megatron-Core's: the output layer and loss count as one layer, so the last virtual
+    stage holds one transformer layer fewer."""
+    pipeline_model_parallel_layout: str = ""
+    """Megatron-Core's explicit layout, e.g. `Et|(tt|)*30mL` (`paraplan.core.pipeline_layout`):
+    the layers of every virtual stage; v is its number of stages / p. Empty: the split
+    the other settings give."""
     DDP_impl: DDPImpl = "local"
     """Data-parallel wrapper (Megatron-LM / Megatron-DeepSpeed `--DDP-impl`): `local`,
     Megatron's own DDP, reduces the gradient buffer after the backward unless
@@ -148,34 +204,20 @@ class RunSettings:
     def uneven_pipeline_split(self) -> bool:
         return bool(self.decoder_first_pipeline_num_layers or self.decoder_last_pipeline_num_layers)
 
-    def _check_uneven_split(self, model: TransformerModel) -> None:
-        """Megatron-Core's rules for `decoder_first/last_pipeline_num_layers`: each set
-        stage's count divisible by v, the layers left split evenly over the stages left,
-        each of those counts divisible by v."""
-        first, last = self.decoder_first_pipeline_num_layers, self.decoder_last_pipeline_num_layers
-        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise StrategyError(f"{key} must be an integer >= 1 (0: an even split), got {value!r}")
-        if not self.uneven_pipeline_split:
-            return
-        p, v, layers = self.pipeline_model_parallel_size, self.virtual_pipeline_model_parallel_size, model.num_layers
-        if p < 2:
-            raise StrategyError("decoder_first/last_pipeline_num_layers need pipeline_model_parallel_size >= 2")
-        for key, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
-            if value and value % v:
-                raise StrategyError(f"{key} {value} is not divisible by virtual_pipeline_model_parallel_size {v}")
-        middle_stages = p - (first > 0) - (last > 0)
-        middle_layers = layers - first - last
-        if middle_layers < 0 or bool(middle_layers) != bool(middle_stages):
-            raise StrategyError(
-                f"decoder_first/last_pipeline_num_layers {first}/{last} leave {middle_layers} of the {layers} layers "
-                f"for {middle_stages} middle pipeline stages")
-        if middle_stages and middle_layers % middle_stages:
-            raise StrategyError(f"the {middle_layers} layers between the first and last pipeline stage do not split "
-                                f"evenly over the {middle_stages} middle stages")
-        if middle_stages and (middle_layers // middle_stages) % v:
-            raise StrategyError(f"{middle_layers // middle_stages} layers per middle pipeline stage are not divisible "
-                                f"by virtual_pipeline_model_parallel_size {v}")
+    @property
+    def explicit_pipeline_split(self) -> bool:
+        """The run says how its layers split over the stages (first/last counts, the
+        embedding or loss counted as a layer, or a layout): nothing to choose."""
+        return bool(self.uneven_pipeline_split or self.account_for_embedding_in_pipeline_split
+                    or self.account_for_loss_in_pipeline_split or self.pipeline_model_parallel_layout)
+
+    def pipeline_split_slots(self, num_layers: int) -> int:
+        """The layers plus the embedding / loss where they count as layers."""
+        return pipeline_split_slots(self, num_layers)
+
+    def layers_per_virtual_stage(self, num_layers: int) -> list[int]:
+        """Transformer layers of each virtual stage (`paraplan.core.pipeline_split`)."""
+        return layers_per_virtual_stage(self, num_layers)
 
     def _check_recompute_modules(self, model: TransformerModel) -> None:
         modules = self.recompute_modules
@@ -263,7 +305,7 @@ class RunSettings:
     def optimizer_shards(self) -> int:
         """Ranks the optimizer state is sharded over (1: not sharded)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
-        return self.data_context_parallel_size if sharded else 1
+        return sharding_group_size(self) if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
         """Raise `StrategyError` for settings that cannot run `model`."""
@@ -321,12 +363,13 @@ class RunSettings:
                 f"tensor_model_parallel_size {t}"
             )
         self._check_context_parallel(model)
-        if p * v > model.num_layers:
-            raise StrategyError(
-                f"{p} pipeline stages x {v} virtual stages need at least {p * v} layers, "
-                f"the model has {model.num_layers}"
-            )
-        self._check_uneven_split(model)
+        if self.grad_reduce_in_bf16 and self.dtype not in ("bf16", "fp8"):
+            raise StrategyError(f"grad_reduce_in_bf16 with dtype {self.dtype}: expected dtype bf16 or fp8 "
+                                "(fp16 gradients are 16-bit already, fp32 ones stay fp32)")
+        if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPES):
+            expected = f"one of {', '.join(FP8_RECIPES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
+            raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")
+        check_pipeline_split(self, model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":
             raise StrategyError(
@@ -339,11 +382,13 @@ class RunSettings:
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
                 f"divisible by pipeline_model_parallel_size {p}"
             )
-        if self.zero_stage >= 2 and p > 1:
+        if self.zero_stage == 2 and p > 1:
             raise StrategyError(
                 f"zero_stage {self.zero_stage} shards gradients over data-parallel ranks, which pipeline "
-                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines)"
+                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines; zero_stage 3 "
+                "is modelled as PyTorch FSDP2, which does)"
             )
+        check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
         self._check_experts(model)
@@ -396,51 +441,6 @@ class RunSettings:
                 f"expert_model_parallel_size {ep} / expert_tensor_parallel_size {etp} with tensor_model_parallel_size "
                 f"{t} need sequence_parallel (Megatron-Core: 'when using expert parallelism and tensor parallelism, "
                 "sequence parallelism must be used'); without it only EP 1 with ETP = TP")
-        if self.zero_stage == 3:
-            raise StrategyError("zero_stage 3 with mixture-of-experts layers is not modelled (DeepSpeed runs MoE "
-                                "with ZeRO stages 0-2): use zero_stage 1/2 or use_distributed_optimizer")
         if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                                 "(moe_shared_expert_intermediate_size 0)")
-
-
-def pipeline_layer_split(num_layers: int, stages: int, virtual: int = 1, first: int = 0, last: int = 0) -> list[int]:
-    """Transformer layers of each virtual stage (chunk c of pipeline rank r is virtual
-    stage c x stages + r). With `first`/`last` (Megatron-Core's
-    decoder_first/last_pipeline_num_layers) the first/last rank holds that many, the
-    other ranks share the rest evenly, and each rank's layers split evenly over its
-    `virtual` chunks (`RunSettings.check` enforces the divisibility). Without them the
-    layers split as evenly as possible over the stages x virtual chunks, the first
-    virtual stages taking one more."""
-    nv = stages * virtual
-    if not (first or last):
-        base, extra = divmod(num_layers, nv)
-        return [base + (1 if i < extra else 0) for i in range(nv)]
-    middle = stages - (first > 0) - (last > 0)
-    per_middle = (num_layers - first - last) // middle if middle else 0
-    per_rank = [per_middle] * stages
-    if first:
-        per_rank[0] = first
-    if last:
-        per_rank[-1] = last
-    return [per_rank[vs % stages] // virtual for vs in range(nv)]
-
-
-def interleaved_uneven_split(num_layers: int, stages: int, virtual: int) -> tuple[int, int] | None:
-    """(decoder_first, decoder_last) pipeline layers that let `virtual` chunks per rank
-    interleave when stages x virtual does not divide the layers: the middle ranks take
-    the smallest multiple of `virtual` that covers an even share, the first and last
-    rank what is left (each a positive multiple of `virtual`, at most a middle rank's
-    count; the last, which also runs the LM head, the smaller half). (0, 0) when the
-    even split already works; None when no such split exists (`virtual` must divide
-    the layers)."""
-    if num_layers % (stages * virtual) == 0:
-        return (0, 0)
-    if stages < 3 or num_layers % virtual:
-        return None
-    per_middle = virtual * -(-num_layers // (stages * virtual))
-    rest = num_layers - (stages - 2) * per_middle
-    if rest < 2 * virtual or rest > 2 * per_middle:
-        return None
-    last = virtual * ((rest // virtual) // 2)
-    return (rest - last, last)

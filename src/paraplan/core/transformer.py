@@ -311,6 +311,17 @@ class TransformerModel:
         moe = self.num_moe_layers
         return moe * self.moe_layer_params + (self.num_layers - moe) * self.dense_layer_params
 
+    def embedding_params(self, tensor_model_parallel_size: int = 1) -> int:
+        """Word embedding (padded vocabulary) plus learned positions."""
+        h = self.hidden_size
+        positions = self.seq_length * h if self.position_embedding_type == "learned_absolute" else 0
+        return self.padded_vocab_size(tensor_model_parallel_size) * h + positions
+
+    def output_params(self, tensor_model_parallel_size: int = 1) -> int:
+        """Final normalisation plus the LM head when it is not tied to the embedding."""
+        head = self.padded_vocab_size(tensor_model_parallel_size) * self.hidden_size
+        return self.norm_params + (head if self.untie_embeddings_and_output_weights else 0)
+
     def _outside_layers_params(self) -> int:
         h = self.hidden_size
         positions = self.seq_length * h if self.position_embedding_type == "learned_absolute" else 0

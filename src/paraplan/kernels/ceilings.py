@@ -6,7 +6,14 @@ small versioned JSON file, `config/kernels/<device>.json`:
      "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ..., "kernel_latency_s": ...,
                     "attention_fwd_efficiency": ...,
                     "attention_bwd_efficiency": ..., "attention_seq_half": ...},
-     "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null}
+     "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null,
+     "fp8": {"dtype": "float8_e4m3fn", "peak_flops": ...,
+             "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ...}, ...fit report...}}
+
+`fp8` (present only for a device whose FP8 GEMMs were measured) is the FP8 GEMM
+ceiling dtype fp8 runs are priced with (`paraplan.predict.fp8_ops`, docs/fp8.md): its
+`gemm_efficiency` is fitted on the FP8 rows; `gemm_k_half` is fitted too with enough
+shapes, else held at the BF16 fit's value (the same tile machinery).
 
 `efficiency` holds the parameters the kernel data determined, which `paraplan
 calibrate --kernel-ceilings` keeps at these values (`held_parameters`): the GEMM
@@ -24,6 +31,7 @@ from pathlib import Path
 from paraplan.core.errors import InputFileError
 from paraplan.inputs import check_number, read_json_object
 from paraplan.predict.calibration import EFFICIENCY_RULES
+from paraplan.predict.device_model import Fp8GemmCeiling
 
 SCHEMA_VERSION = 1
 HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half", "kernel_latency_s", "attention_fwd_efficiency",
@@ -38,11 +46,15 @@ class KernelCeilings:
     cluster: str = ""
     gemm: Mapping = field(default_factory=dict)
     attention: Mapping | None = None
+    fp8: Mapping | None = None
 
     def to_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "device": self.device, "cluster": self.cluster,
-                "efficiency": dict(self.efficiency), "gemm": dict(self.gemm),
-                "attention": None if self.attention is None else dict(self.attention)}
+        out = {"schema_version": SCHEMA_VERSION, "device": self.device, "cluster": self.cluster,
+               "efficiency": dict(self.efficiency), "gemm": dict(self.gemm),
+               "attention": None if self.attention is None else dict(self.attention)}
+        if self.fp8 is not None:
+            out["fp8"] = dict(self.fp8)
+        return out
 
     @staticmethod
     def from_dict(data: object, source: str) -> KernelCeilings:
@@ -66,11 +78,29 @@ class KernelCeilings:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"efficiency.{key}")
             values[key] = float(check_number(source, None, f"efficiency.{key}", value, rule))
-        for key in ("gemm", "attention"):
+        for key in ("gemm", "attention", "fp8"):
             if data.get(key) is not None and not isinstance(data[key], dict):
                 raise InputFileError(source, f"expected a JSON object, got {data[key]!r}", field=key)
+        fp8 = data.get("fp8")
+        if fp8 is not None:
+            _check_fp8(fp8, source)
         return KernelCeilings(device, values, str(data.get("cluster", "")), data.get("gemm") or {},
-                              data.get("attention"))
+                              data.get("attention"), fp8)
+
+
+FP8_HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half")
+"""The parameters of a kernel file's `fp8` section (its FP8 GEMM ceiling)."""
+
+
+def _check_fp8(section: dict, source: str) -> None:
+    eff = section.get("efficiency")
+    if not isinstance(eff, dict) or set(eff) != set(FP8_HELD):
+        raise InputFileError(source, f"expected {{{', '.join(FP8_HELD)}}}, got {eff!r}", field="fp8.efficiency")
+    for key, value in eff.items():
+        rule = EFFICIENCY_RULES[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"fp8.efficiency.{key}")
+        check_number(source, None, f"fp8.efficiency.{key}", value, rule)
 
 
 def load_kernel_ceilings(name_or_path: str | Path) -> KernelCeilings:
@@ -95,3 +125,22 @@ def held_parameters(device: str) -> dict[str, float]:
     if ceilings.device != device:
         raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
     return dict(ceilings.efficiency)
+
+
+def fp8_ceiling(device: str) -> Fp8GemmCeiling | None:
+    """The FP8 GEMM ceiling of `config/kernels/<device>.json` (its `fp8` section; the
+    peak is the file's, which `paraplan.predict.fp8_ops` replaces by the cluster
+    file's); None when no file or no such section ships for the device."""
+    from paraplan import config_files
+
+    path = config_files.find("kernels", device)
+    if not path.is_file():
+        return None
+    ceilings = load_kernel_ceilings(path)
+    if ceilings.device != device:
+        raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
+    if ceilings.fp8 is None:
+        return None
+    eff = ceilings.fp8["efficiency"]
+    return Fp8GemmCeiling(float(ceilings.fp8.get("peak_flops", 0.0)), float(eff["gemm_efficiency"]),
+                          float(eff["gemm_k_half"]))

@@ -15,6 +15,7 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
+    Pass,
     RunStructure,
     context_parallel_groups,
     expert_parallel_groups,
@@ -71,12 +72,12 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
         groups = {**context_parallel_groups(s, place), **expert_parallel_groups(s, place)}
         tp = Group(s.tensor_model_parallel_size, place.tp_nodes)
         moe = moe_layer_work(model, s)
-        passes = first.passes[:7] + tuple(PassCost.of(w, comm, tp, groups)
-                                          for w in (moe.forward, moe.recompute, moe.backward))
+        passes = first.passes[:Pass.MOE_LAYER_FWD] + tuple(PassCost.of(w, comm, tp, groups)
+                                                           for w in (moe.forward, moe.recompute, moe.backward))
         if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
             head = last_stage_work(model, s)
-            passes = (*passes[:5], PassCost.of(head.forward, comm, tp, groups),
-                      PassCost.of(head.backward, comm, tp, groups), *passes[7:])
+            passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups),
+                      PassCost.of(head.backward, comm, tp, groups), *passes[Pass.MOE_LAYER_FWD:])
         out.append(replace(first, settings=s, passes=passes,
                            layer_key=layer_shape_key(model, s, cluster.device.name, place.tp_nodes)))
     return out

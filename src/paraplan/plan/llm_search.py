@@ -50,6 +50,7 @@ class PlanRequest:
     num_gpus: int
     global_batch_size: int
     dtype: str = "bf16"
+    fp8_recipe: str = ""  # with dtype fp8 (`RunSettings.fp8_recipe`); empty: Megatron's default
     use_flash_attn: bool | None = None  # None: the run table's default for the dtype
     space: SearchSpace = field(default_factory=SearchSpace)
     top_k: int = 5
@@ -58,7 +59,7 @@ class PlanRequest:
     def base_settings(self) -> RunSettings:
         flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
         return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype,  # type: ignore[arg-type]
-                           use_flash_attn=flash)
+                           use_flash_attn=flash, fp8_recipe=self.fp8_recipe)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -61,13 +61,17 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.llm_experts import expert_layouts, mixed_stage_params, probe_data_parallel, probe_structures
 from paraplan.predict.build import (
     GRAD_BUCKET_PARAMS,
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
     OPTIMIZER_KERNELS,
+    Pass,
     Precision,
     kernel_times_by_pass,
     mtp_expert_params,
     pass_times,
 )
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.fsdp_ops import paired_s
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
@@ -295,25 +299,27 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
     for i, (st, ks, s) in enumerate(zip(structures, kernel_s, probes, strict=True)):
         times = pass_times(st, ks, eff)
         dev, host = times.device_s, times.host_s
-        out["fd"][i], out["fh"][i] = dev[0], host[0]
-        out["bd"][i], out["bh"][i] = dev[1] + dev[2], host[1] + host[2]
+        fwd, rec, bwd = LAYER_PASSES
+        out["fd"][i], out["fh"][i] = dev[fwd], host[fwd]
+        out["bd"][i], out["bh"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
         out["w"][i] = times.layer_weight_grad_s
         if moe_share:
             def mean(dense: float, moe: float) -> float:
                 return (1.0 - moe_share) * dense + moe_share * moe
-            out["fd"][i], out["fh"][i] = mean(dev[0], dev[7]), mean(host[0], host[7])
-            out["bd"][i], out["bh"][i] = mean(dev[1] + dev[2], dev[8] + dev[9]), mean(host[1] + host[2],
-                                                                                       host[8] + host[9])
+            mf, mr, mb = MOE_LAYER_PASSES
+            out["fd"][i], out["fh"][i] = mean(dev[fwd], dev[mf]), mean(host[fwd], host[mf])
+            out["bd"][i], out["bh"][i] = mean(dev[rec] + dev[bwd], dev[mr] + dev[mb]), mean(host[rec] + host[bwd],
+                                                                                             host[mr] + host[mb])
             out["w"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
         if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
             factor = eff.layer_time_factors.factor(st.layer_key)
             added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
             out["fd"][i] += factor * float(added_fwd.sum()) / model.num_layers
             out["bd"][i] += factor * float(added_bwd.sum()) / model.num_layers
-        pairs["ef"][i] = dev[3], host[3]
-        pairs["eb"][i] = dev[4], host[4]
-        pairs["hf"][i] = dev[5], host[5]
-        pairs["hb"][i] = dev[6], host[6]
+        pairs["ef"][i] = dev[Pass.EMBEDDING_FWD], host[Pass.EMBEDDING_FWD]
+        pairs["eb"][i] = dev[Pass.EMBEDDING_BWD], host[Pass.EMBEDDING_BWD]
+        pairs["hf"][i] = dev[Pass.HEAD_FWD], host[Pass.HEAD_FWD]
+        pairs["hb"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
         out["al"][i] = layer_activation_bytes(model, s)
         out["af"][i] = layer_activation_bytes(model, replace(s, recompute_granularity="none"))
         if moe_share:
@@ -415,8 +421,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
         group = Group(int(dc[i]), int(dp_nodes[i]))
         zero3_gather[i] = comm.time_s("all_gather", layer_params[i] * prec.weight_bytes, group)
         zero3_scatter[i] = comm.time_s("reduce_scatter", layer_params[i] * prec.grad_bytes, group)
-    lf_dev = np.maximum(table.fwd_dev[row], zero3_gather)
-    lb_dev = np.maximum(table.bwd_dev[row], zero3_gather + zero3_scatter)
+    # ZeRO-3 (`paraplan.predict.fsdp_ops`): each layer beside the next one's gather, the
+    # reduce-scatter beside the backward too (the engine's per-layer buckets)
+    kappa = eff.comm_overlap_contention
+    lf_dev = paired_s(zero3_gather, table.fwd_dev[row], kappa)
+    lb_dev = paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa)
     lf_host, lb_host = table.fwd_host[row], table.bwd_host[row]
     ef, eb, hf, hb = table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row]
 
@@ -508,7 +517,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights_b = np.where(zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
     state_b = weights_b + grads_b + prec.optimizer_bytes / shards
-    state_e = (prec.weight_bytes + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
+    state_e = (np.where(zero3, prec.weight_bytes / edp, prec.weight_bytes)
+               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / expert_shards)
     held = inflight(sched, cand.p, np.round(m).astype(np.int64), cand.v)  # (candidates, 2): first, last stage
     act_chunk = n_chunk * table.act_layer[row]
@@ -516,7 +526,10 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(single, table.act_head[row], 0.0)
     working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    working = working + np.where(zero3, 2 * layer_params * prec.weight_bytes, 0.0)
+    root = vocab_params + positions + head_params  # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`)
+    unsharded = np.where(m > 1, first_params + first_experts, np.maximum(layer_params, root))  # gradients
+    working = working + np.where(zero3, (root + 2 * layer_params) * prec.weight_bytes + unsharded * prec.grad_bytes,
+                                 0.0)
     mem_first = first_params * state_b + first_experts * state_e + act_first + working
     head_held = np.where(sched == "gpipe", m, np.where(sched == "zb_h1", held[:, 1], 1.0))  # the last chunk only
     mem_last = (last_params * state_b + last_experts * state_e + held[:, 1] * n_last * table.act_layer[row]

@@ -11,7 +11,8 @@ import numpy as np
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Rectangle
 
-from paraplan.core.timeline import KINDS, STREAMS, Timeline
+from paraplan.core.glossary import StreamCode
+from paraplan.core.timeline import KINDS, Timeline
 from paraplan.plots.style import new_figure, save_figure
 
 # kind -> (face colour, label colour); odd model chunks (interleaved) use the second row
@@ -45,7 +46,7 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     """Draw the compute stream of `devices` (default: all) with times in units of
     `time_unit_s` (1.0: the reference charts' unit steps), the axis labelled `unit_name` when
     given (e.g. "ms"). Returns the matplotlib figure."""
-    compute = timeline.stream == STREAMS.index("compute")
+    compute = timeline.stream == StreamCode.COMPUTE
     rows = sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)
     row_of = {d: i for i, d in enumerate(rows)}
     sel = compute & np.isin(timeline.device, rows)

@@ -43,6 +43,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from paraplan.predict.work import NOT_HIDDEN
+
 FLASH_BACKWARD_FLOPS = 2.5  # flash attention's backward runs 5 products to the forward's 2
 FP32_BYTES = 4
 CP_GROUP = "cp"  # the context-parallel group (a2a)
@@ -56,7 +58,7 @@ class PassSink(Protocol):
 
     def memory(self, nbytes: float) -> int: ...
 
-    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None: ...
+    def comm(self, collective: str, nbytes: float, hidden_by: int = NOT_HIDDEN, group: str = "tp") -> None: ...
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ bandwidths come from the cluster file (vendor datasheets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
-from paraplan.predict.ops import ATTENTION, GEMM, Kernels
+from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, Kernels
 from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
@@ -153,12 +153,24 @@ LEGACY_ATTENTION = "attention_efficiency"
 
 
 @dataclass(frozen=True)
+class Fp8GemmCeiling:
+    """A device's FP8 GEMMs: the datasheet's FP8 dense peak and the ceiling measured by
+    FP8 GEMM micro-benchmarks (`config/kernels/<device>.json`, section `fp8`); an FP8
+    GEMM is priced as a GEMM at these instead of the calibration's (`paraplan.predict.fp8_ops`)."""
+
+    peak_flops: float
+    gemm_efficiency: float
+    gemm_k_half: float
+
+
+@dataclass(frozen=True)
 class DeviceSpeed:
     """The datasheet numbers the model needs for one dtype."""
 
     peak_flops: float
     mem_bandwidth_Bps: float
     compute_units: int = 0  # 0: not stated, no wave quantisation
+    fp8_gemm: Fp8GemmCeiling | None = None  # an fp8 run's FP8 GEMMs (`fp8_ops.device_speed`)
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
@@ -208,7 +220,17 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
     if is_attention.any():
         efficiency[is_attention] = attention_efficiency(kernels.m[is_attention], kernels.n[is_attention] > 0,
                                                        eff)
-    compute = kernels.flops / (speed.peak_flops * np.maximum(efficiency, 1e-9))
+    peak = np.full(len(kernels), speed.peak_flops)
+    is_fp8 = kernels.kind == FP8_GEMM
+    if is_fp8.any():
+        fp8 = speed.fp8_gemm
+        if fp8 is None:
+            raise StrategyError("FP8 GEMMs need the device's measured FP8 GEMM ceiling (paraplan.predict.fp8_ops)")
+        ceiling = replace(eff, gemm_efficiency=fp8.gemm_efficiency, gemm_k_half=fp8.gemm_k_half)
+        efficiency[is_fp8] = gemm_efficiency(kernels.m[is_fp8], kernels.n[is_fp8], kernels.k[is_fp8],
+                                             kernels.batch[is_fp8], speed, ceiling)
+        peak[is_fp8] = fp8.peak_flops
+    compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9))
     memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
     return np.maximum(compute, memory) + eff.kernel_latency_s
 

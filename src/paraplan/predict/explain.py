@@ -10,8 +10,8 @@ rank's time is split into parts that sum to the iteration time exactly:
   where they outlast their kernel plus their contention, `PassCost.comm_s`), the
   context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls), the
   expert-parallel ones (`ep_comm`: the MoE token all-to-alls and the
-  expert-tensor-parallel gathers) and ZeRO-3
-  gathers that outlast the layer (`dp_comm`); `host` is what the host's issue time
+  expert-tensor-parallel gathers) and what ZeRO-3's weight gathers add beside the layers
+  and before each chunk's first one (`dp_comm`, `fsdp_ops`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
   a layer-time factor scales its layer's parts alike;
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
@@ -35,7 +35,8 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
-from paraplan.predict.ops import ATTENTION, GEMM, MEMORY
+from paraplan.predict.fsdp_ops import layer_device_s
+from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
 from paraplan.sim.execution import rank_ends
 
 PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
@@ -64,7 +65,7 @@ def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) ->
     factor = eff.layer_time_factors.factor(structure.layer_key)
     for j, (cost, k) in enumerate(zip(structure.passes, kernel_s, strict=True)):
         kind = cost.kernels.kind
-        out[j, :6] = (k[kind == GEMM].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
+        out[j, :6] = (k[(kind == GEMM) | (kind == FP8_GEMM)].sum(), k[kind == ATTENTION].sum(), k[kind == MEMORY].sum(),
                       cost.comm_s(k, eff, "tp"), cost.comm_s(k, eff, "cp"), cost.comm_s(k, eff, "ep"))
         if j in LAYER_PASSES + MOE_LAYER_PASSES:
             out[j] *= factor
@@ -82,14 +83,24 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         settings.num_microbatches
 
     layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
-    layer_fwd[_DP] += max(structure.zero3_gather_s - layer_fwd.sum(), 0.0)
-    layer_bwd[_DP] += max(structure.zero3_gather_s + structure.zero3_scatter_s - layer_bwd.sum(), 0.0)
+    moe_fwd, moe_bwd = (parts[7].copy(), parts[8] + parts[9]) if len(parts) > 7 else (np.zeros(_DEVICE),) * 2
+    fsdp = structure.fsdp
+    if fsdp is not None:  # ZeRO-3: what the gathers beside each layer add (`fsdp_ops`)
+        layers = (layer_fwd, layer_bwd, moe_fwd, moe_bwd)
+        sums = [float(part.sum()) for part in layers]
+        priced = layer_device_s(fsdp, (sums[0], sums[1]), (sums[2], sums[3]), eff.comm_overlap_contention)
+        for part, total, own in zip(layers, priced, sums, strict=True):
+            part[_DP] += total - own
     moe = structure.moe_counts[:, None]
     counts = structure.layers_per_vstage.astype(float)[:, None] - moe
     fwd, bwd = counts * layer_fwd, counts * layer_bwd  # (virtual stages, parts)
     if len(parts) > 7:  # a mixture-of-experts model's MoE layers
-        fwd += moe * parts[7]
-        bwd += moe * (parts[8] + parts[9])
+        fwd += moe * moe_fwd
+        bwd += moe * moe_bwd
+    if fsdp is not None:  # the first gathers of each chunk, which no compute hides
+        exposed_fwd, exposed_bwd = fsdp.exposed_s(counts[:, 0], structure.moe_counts)
+        fwd[:, _DP] += exposed_fwd
+        bwd[:, _DP] += exposed_bwd
     if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
         factor = eff.layer_time_factors.factor(structure.layer_key)
         added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)

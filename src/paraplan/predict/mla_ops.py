@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from paraplan.predict.work import NOT_HIDDEN
+
 if TYPE_CHECKING:
     from paraplan.core.transformer import TransformerModel
     from paraplan.predict.ops import _Builder, _Shape
@@ -54,11 +56,11 @@ def _mla(model: TransformerModel, x: _Shape) -> _Mla:
     )
 
 
-def _gather(w: _Builder, x: _Shape, width: float, overlap: bool, next_gemm: int = -1) -> None:
+def _gather(w: _Builder, x: _Shape, width: float, overlap: bool, next_gemm: int = NOT_HIDDEN) -> None:
     """With sequence parallelism: all-gather a b s / t x width tensor before a
     column-parallel projection."""
     if x.sp:
-        w.comm("all_gather", x.tokens * width * x.e, next_gemm if overlap else -1)
+        w.comm("all_gather", x.tokens * width * x.e, next_gemm if overlap else NOT_HIDDEN)
 
 
 def mla_forward(w: _Builder, model: TransformerModel, x: _Shape, overlap: bool) -> None:
@@ -83,7 +85,7 @@ def _column_backward(w: _Builder, x: _Shape, tokens_in: float, k_in: float, n_ou
         w.comm("all_gather", x.tokens * width * x.e, dgrad)
     wgrad = w.gemm(k_in, tokens_in, n_out, weight_grad=True)
     if x.t > 1:
-        hidden = wgrad if (x.sp or async_reduce) else -1
+        hidden = wgrad if (x.sp or async_reduce) else NOT_HIDDEN
         w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * width * x.e, hidden)
 
 

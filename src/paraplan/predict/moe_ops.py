@@ -64,6 +64,7 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
     accumulate_bytes_per_param,
     layer_activation_bytes,
 )
+from paraplan.predict.work import NOT_HIDDEN
 
 ROUTER_PASSES = 3  # softmax and top-k: read the fp32 logits, write probabilities, select
 
@@ -159,9 +160,9 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
     T, k = m.routed_tokens, m.topk
-    w.gemm(T, x.h, m.experts)  # router logits
+    w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
-    hide = (-1, -1)
+    hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
     w.memory((1 + k) * x.e * T * x.h)  # permute
@@ -186,11 +187,11 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
 def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
     overlap_tp, async_reduce = settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce
     shared = m.shared_ffn > 0
-    hide = (-1, -1)
+    hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared:
         hide = _shared_backward(w, model, x, m, overlap_tp, async_reduce)
     if not settings.moe_shared_expert_overlap:
-        hide = (-1, -1)
+        hide = (NOT_HIDDEN, NOT_HIDDEN)
     T, k = m.routed_tokens, m.topk
     _residual_backward(w, model, x)
     w.memory((2 * k + 1) * x.e * T * x.h + 2 * FP32_BYTES * T * k)  # unpermute backward (and the probs' grad)
@@ -212,8 +213,8 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax / top-k backward
-    w.gemm(T, m.experts, x.h)
-    w.gemm(x.h, T, m.experts, weight_grad=True)
+    w.gemm(T, m.experts, x.h, high_precision=True)
+    w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
 
 

@@ -34,6 +34,7 @@ from paraplan.predict.ops import (
     head_work,
     layer_work,
 )
+from paraplan.predict.work import NOT_HIDDEN
 
 
 def concat(*works: PassWork) -> PassWork:
@@ -45,7 +46,7 @@ def concat(*works: PassWork) -> PassWork:
     collectives: list[Collective] = []
     offset = 0
     for p in works:
-        collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else -1)
+        collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else NOT_HIDDEN)
                         for c in p.collectives]
         offset += len(p.kernels)
     return PassWork(kernels, tuple(collectives))
@@ -68,7 +69,8 @@ def _mtp_inputs(model: TransformerModel, settings: RunSettings) -> tuple[PassWor
     w.gemm(x.tokens, x.h / x.t, 2 * x.h)
     wgrad = w.gemm(2 * x.h, x.tokens, x.h / x.t, weight_grad=True)
     if x.t > 1:
-        w.comm("all_reduce", x.tokens * 2 * x.h * x.e, wgrad if settings.async_tensor_model_parallel_allreduce else -1)
+        hidden = wgrad if settings.async_tensor_model_parallel_allreduce else NOT_HIDDEN
+        w.comm("all_reduce", x.tokens * 2 * x.h * x.e, hidden)
     _norm_backward(w, x)
     _norm_backward(w, x)
     w.memory(3 * x.e * x.tokens * x.h)  # scatter-add into the embedding's gradient

@@ -35,11 +35,11 @@ the masked half of the score matrix); the closed-form model FLOPs of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.core.run_settings import DTYPE_BYTES, MAIN_GRAD_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, main_grad_bytes
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.predict.cp_ops import (
@@ -49,106 +49,29 @@ from paraplan.predict.cp_ops import (
     cp_attention_forward,
 )
 from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
+from paraplan.predict.work import (
+    ATTENTION,
+    FP8_GEMM,
+    FP8_OPERAND_BYTES,
+    GEMM,
+    KERNEL_FIELDS_ORDER,
+    MEMORY,
+    NOT_HIDDEN,
+    Collective,
+    Kernels,
+    LayerWork,
+    PassWork,
+    _Builder,
+)
 
-GEMM, ATTENTION, MEMORY = 0, 1, 2
-KERNEL_KINDS: tuple[str, ...] = ("gemm", "attention", "memory")
+__all__ = [  # with the pass vocabulary of `paraplan.predict.work`, which this module's users import from here too
+    "ATTENTION", "FP8_GEMM", "FP8_OPERAND_BYTES", "FP32_BYTES", "GEMM", "KERNEL_FIELDS_ORDER", "MASK_BYTES", "MEMORY",
+    "NOT_HIDDEN", "Collective", "Kernels", "LayerWork", "PassWork", "accumulate_bytes_per_param", "causal_scores",
+    "embedding_work", "fused_softmax_available", "head_work", "layer_activation_bytes", "layer_work",
+]
+
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
-KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
-
-
-@dataclass(frozen=True, eq=False)
-class Kernels:
-    """Aligned columns, one entry per kernel. A GEMM is `batch` independent
-    (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
-    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
-
-    kind: np.ndarray
-    flops: np.ndarray
-    bytes: np.ndarray  # read + written
-    m: np.ndarray
-    n: np.ndarray
-    k: np.ndarray
-    batch: np.ndarray
-    weight_grad: np.ndarray  # bool: computes a weight gradient (deferrable in split-backward schedules)
-
-    def __len__(self) -> int:
-        return int(self.kind.shape[0])
-
-    @property
-    def total_flops(self) -> float:
-        return float(self.flops.sum())
-
-
-@dataclass(frozen=True)
-class Collective:
-    """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
-    output; reduce_scatter: the input; all_to_all: the per-rank total). `hidden_by` is
-    the index of the kernel of the same pass it runs beside (-1: the compute stream
-    waits for it). `group`: `tp`, the tensor-parallel group; `cp` / `cp_ring`, the
-    context-parallel group / one of its ring hops (`paraplan.predict.cp_ops`); `ep` /
-    `etp`, the expert-parallel / expert-tensor-parallel group (`paraplan.predict.moe_ops`)."""
-
-    collective: str
-    nbytes: float
-    hidden_by: int = -1
-    group: str = "tp"
-
-
-@dataclass(frozen=True)
-class PassWork:
-    """The kernels and collectives of one pass."""
-
-    kernels: Kernels
-    collectives: tuple[Collective, ...] = ()
-
-
-@dataclass
-class _Builder:
-    """Accumulates kernels and collectives of one pass."""
-
-    gemm_bytes: int  # bytes per GEMM operand element
-    accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
-    rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
-    collectives: list[Collective] = field(default_factory=list)
-
-    def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False) -> int:
-        """(m x k) @ (k x n), `batch` times; returns its kernel index."""
-        flops = 2.0 * m * k * n * batch
-        nbytes = self.gemm_bytes * (m * k + k * n + m * n) * batch
-        self.rows.append((GEMM, flops, nbytes, m, n, k, batch, weight_grad))
-        index = len(self.rows) - 1
-        if weight_grad and self.accumulate_bytes_per_param:
-            self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
-                              True))
-        return index
-
-    def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
-        return len(self.rows) - 1
-
-    def memory(self, nbytes: float) -> int:
-        self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
-        return len(self.rows) - 1
-
-    def comm(self, collective: str, nbytes: float, hidden_by: int = -1, group: str = "tp") -> None:
-        self.collectives.append(Collective(collective, float(nbytes), hidden_by, group))
-
-    def build(self) -> PassWork:
-        cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
-        kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
-                          cols[7].astype(bool))
-        return PassWork(kernels, tuple(self.collectives))
-
-
-@dataclass(frozen=True)
-class LayerWork:
-    """One transformer layer, one micro-batch, one tensor-parallel rank."""
-
-    forward: PassWork
-    backward: PassWork  # input and weight gradients
-    recompute: PassWork  # forward work redone during backward (empty without recomputation)
-    activation_bytes: float  # held from the forward until the backward, per micro-batch
 
 
 @dataclass(frozen=True)
@@ -207,16 +130,16 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
     )
 
 
-def _enter_tp(w: _Builder, x: _Shape, overlap: bool, next_gemm: int = -1) -> None:
+def _enter_tp(w: _Builder, x: _Shape, overlap: bool, next_gemm: int = NOT_HIDDEN) -> None:
     """Before a column-parallel projection: all-gather the sequence-parallel input."""
     if x.sp:
-        w.comm("all_gather", x.tokens * x.h * x.e, next_gemm if overlap else -1)
+        w.comm("all_gather", x.tokens * x.h * x.e, next_gemm if overlap else NOT_HIDDEN)
 
 
 def _leave_tp(w: _Builder, x: _Shape, gemm: int, overlap: bool) -> None:
     """After a row-parallel projection: sum the partial outputs over the group."""
     if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, gemm if overlap else -1)
+        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, gemm if overlap else NOT_HIDDEN)
 
 
 def fused_softmax_available(model: TransformerModel, x: _Shape) -> bool:
@@ -272,11 +195,11 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
         w.attention(flops, _qkvo_bytes(x), x.s, backward=False)
         return
     scores = batch * x.s * x.s  # the unfused path masks the full matrix (windows too)
-    w.gemm(x.s, x.qk_d, x.s, batch)  # Q K^T
+    w.gemm(x.s, x.qk_d, x.s, batch, high_precision=True)  # Q K^T
     _softmax_forward(w, x, scores, fused_softmax_available(model, x))
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
-    w.gemm(x.s, x.s, x.v_d, batch)  # probabilities @ V
+    w.gemm(x.s, x.s, x.v_d, batch, high_precision=True)  # probabilities @ V
 
 
 def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: bool) -> None:
@@ -289,13 +212,13 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
         w.attention(flops, 2 * _qkvo_bytes(x), x.s, backward=True)  # reads Q, K, V, O, dO; writes dQ, dK, dV
         return
     scores = batch * x.s * x.s
-    w.gemm(x.s, x.v_d, x.s, batch)  # d probs = dO V^T
-    w.gemm(x.s, x.s, x.v_d, batch)  # dV = probs^T dO
+    w.gemm(x.s, x.v_d, x.s, batch, high_precision=True)  # d probs = dO V^T
+    w.gemm(x.s, x.s, x.v_d, batch, high_precision=True)  # dV = probs^T dO
     if model.attention_dropout > 0:
         w.memory((2 * x.e + MASK_BYTES) * scores)
     _softmax_backward(w, x, scores, fused_softmax_available(model, x))
-    w.gemm(x.s, x.s, x.qk_d, batch)  # dQ = dS K
-    w.gemm(x.s, x.s, x.qk_d, batch)  # dK = dS^T Q
+    w.gemm(x.s, x.s, x.qk_d, batch, high_precision=True)  # dQ = dS K
+    w.gemm(x.s, x.s, x.qk_d, batch, high_precision=True)  # dK = dS^T Q
 
 
 def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -374,7 +297,7 @@ def _column_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, async_re
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
     wgrad = w.gemm(k_in, x.tokens, n_out, weight_grad=True)
     if x.t > 1:
-        hidden = wgrad if (x.sp or async_reduce) else -1
+        hidden = wgrad if (x.sp or async_reduce) else NOT_HIDDEN
         w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
 
 
@@ -383,7 +306,7 @@ def _row_backward(w: _Builder, x: _Shape, k_in: float, n_out: float, overlap: bo
     gradient is first all-gathered (the backward of the reduce-scatter)."""
     dgrad_index = len(w.rows)
     if x.sp:
-        w.comm("all_gather", x.tokens * x.h * x.e, dgrad_index if overlap else -1)
+        w.comm("all_gather", x.tokens * x.h * x.e, dgrad_index if overlap else NOT_HIDDEN)
     w.gemm(x.tokens, n_out, k_in)
     w.gemm(k_in, x.tokens, n_out, weight_grad=True)
 
@@ -447,7 +370,9 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     Full recomputation keeps only the layer's input (e sbh, / t with SP). Selective
     recomputation drops what its modules recompute (`RunSettings.recompute_modules`):
     core_attn the scores, layernorm the norms' outputs (the QKV and first-MLP inputs),
-    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations."""
+    mla_up_proj the attention core's Q, K, V, mlp the MLP's inner activations. In an
+    fp8 run the inputs of the QKV, output-projection, fc1 and fc2 GEMMs are kept in FP8
+    (1 byte; `paraplan.predict.fp8_ops`)."""
     x = _shape(model, settings, layer)
     granularity = settings.recompute_granularity
     if granularity == "full":
@@ -455,16 +380,18 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
-    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * x.e * split  # QKV/fc1 inputs
+    # fp8: Transformer Engine keeps the linear layers' inputs as their FP8 copies (`fp8_ops`)
+    lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e
+    norm_outputs = 0.0 if "layernorm" in recomputed else 2 * lin * split  # QKV/fc1 inputs
     outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
     if model.multi_latent_attention:
         qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
     else:
         qkv = x.e * x.tokens * (x.heads + 2 * x.groups) * x.d
-    proj_in = x.e * x.tokens * x.heads * x.v_d
+    proj_in = lin * x.tokens * x.heads * x.v_d
     mlp_inner = 0.0
     if "mlp" not in recomputed:
-        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + x.e * x.tokens * x.ffn
+        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + lin * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:
@@ -481,7 +408,7 @@ def accumulate_bytes_per_param(settings: RunSettings) -> float:
     output, read and write the main gradient. Fused: none (the GEMM accumulates)."""
     if settings.gradient_accumulation_fusion:
         return 0.0
-    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * MAIN_GRAD_BYTES[settings.dtype]
+    return float(DTYPE_BYTES[settings.dtype] if settings.dtype != "fp8" else 2) + 2 * main_grad_bytes(settings)
 
 
 def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -> LayerWork:
@@ -546,7 +473,7 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     w = _Builder(gemm_bytes)
     _norm_forward(w, x)
     _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
-    w.gemm(x.tokens, x.h, vocab)
+    w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
     w.memory((x.e + FP32_BYTES) * logits)  # cast to fp32
     w.memory(FP32_BYTES * logits)  # max
     w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
@@ -558,12 +485,12 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
     w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
-    dgrad = w.gemm(x.tokens, vocab, x.h)
+    dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
-    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True)
+    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True, high_precision=True)
     if x.t > 1:
-        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else -1
+        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else NOT_HIDDEN
         w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
     _norm_backward(w, x)
     backward = w.build()

@@ -69,8 +69,8 @@ def candidate_settings(model: TransformerModel, settings: RunSettings, search_mi
     splits: list[tuple[int, int, int]] = []  # (v, first, last)
     if search_virtual_stages:
         splits.append((1, first, last))
-        for v in range(2, model.num_layers // p + 1) if p > 1 else ():
-            split = (first, last) if settings.uneven_pipeline_split else interleaved_uneven_split(
+        for v in range(2, settings.pipeline_split_slots(model.num_layers) // p + 1) if p > 1 else ():
+            split = (first, last) if settings.explicit_pipeline_split else interleaved_uneven_split(
                 model.num_layers, p, v)
             if split is not None:
                 splits.append((v, *split))

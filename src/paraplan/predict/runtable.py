@@ -10,8 +10,10 @@ takes the default; an empty `micro_batch_size` or
 `virtual_pipeline_model_parallel_size` means "the fastest that fits" (a missing
 `micro_batch_size` column too; a missing virtual-pipeline column means 1; a searched
 v that does not divide the layers over the stages gets Megatron's uneven first/last
-stages, `paraplan.core.run_settings.interleaved_uneven_split`, unless the row sets
-them). An empty
+stages, `paraplan.core.pipeline_split.interleaved_uneven_split`, unless the row sets
+them or counts the embedding / loss as layers, `account_for_embedding_in_pipeline_split`
+/ `account_for_loss_in_pipeline_split`; a `pipeline_model_parallel_layout` fixes v to
+its virtual stages / p). An empty
 `use_flash_attn` means flash attention for bf16 and fp8 runs (Megatron Core with
 Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
 Megatron-LM and Megatron-DeepSpeed ran before flash attention).
@@ -31,15 +33,18 @@ from pathlib import Path
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
+from paraplan.core.pipeline_layout import LayoutError, parse_layout
 from paraplan.core.run_settings import (
     CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
+    FP8_RECIPES,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
     RECOMPUTE_MODULES,
     RunSettings,
 )
+from paraplan.core.sharding import RESHARD_AFTER_FORWARD, SHARDING_STRATEGY_STAGE, stage_of_sharding_strategy
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
@@ -60,10 +65,14 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
-    "gradient_accumulation_fusion", "DDP_impl", "decoder_first_pipeline_num_layers",
+    "gradient_accumulation_fusion", "grad_reduce_in_bf16", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
-    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
+    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap", "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
+    # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
+    "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
+    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -155,6 +164,12 @@ def _modules(text: str) -> tuple[str, ...]:
     return names
 
 
+def _layout(text: str) -> str:
+    """Megatron-Core's `--pipeline-model-parallel-layout` (`paraplan.core.pipeline_layout`):
+    its syntax is checked here, its fit to the model and pipeline by `RunSettings.check`."""
+    return parse_layout(text).text
+
+
 def _size(text: str) -> int:
     return int(SIZE_RULE.parse(text))
 
@@ -182,6 +197,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
+    "grad_reduce_in_bf16": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
     "decoder_last_pipeline_num_layers": _integer, "context_parallel_size": _integer,
     "cp_comm_type": _choice(CP_COMM_TYPES),
@@ -189,6 +205,11 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)),
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
+    "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
+    "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
+    "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
+    "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
+    "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -198,7 +219,8 @@ def _cell(path: Path, line: int, column: str, text: str) -> object:
     try:
         return _PARSERS[column](text)
     except ValueError as exc:
-        message = str(exc) if str(exc).startswith("expected ") else f"expected {exc}, got {shown(text)}"
+        message = (str(exc) if str(exc).startswith("expected ") or isinstance(exc, LayoutError)
+                   else f"expected {exc}, got {shown(text)}")
         raise InputFileError(path, message, line=line, field=f"column '{column}'") from None
 
 
@@ -235,12 +257,24 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
         raise InputFileError(path, problem, line=line, field="column 'name'")
     dtype = str(values.get("dtype", "bf16"))
     search_mbs = "micro_batch_size" not in values
+    layout = values.get("pipeline_model_parallel_layout")
+    if layout and "virtual_pipeline_model_parallel_size" not in values:
+        # the layout fixes v (its stages / p; `RunSettings.check` refuses a remainder)
+        values["virtual_pipeline_model_parallel_size"] = max(
+            len(parse_layout(str(layout)).stages) // int(values["pipeline_model_parallel_size"]), 1)  # type: ignore[call-overload]
     search_v = ("virtual_pipeline_model_parallel_size" in has_columns
                 and "virtual_pipeline_model_parallel_size" not in values)
     settings_args = {k: values[k] for k in SETTINGS_COLUMNS if k in values}
     settings_args.setdefault("use_flash_attn", default_flash_attention(dtype))
     if "zero_stage" in settings_args:
         settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
+    strategy = settings_args.pop("data_parallel_sharding_strategy", None)
+    if strategy is not None:  # Megatron-FSDP's name for a ZeRO stage
+        try:
+            settings_args["zero_stage"] = stage_of_sharding_strategy(
+                str(strategy), settings_args.get("zero_stage"))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise InputFileError(path, str(exc), line=line, field="column 'data_parallel_sharding_strategy'") from None
     settings = RunSettings(
         tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[call-overload]
         pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[call-overload]

@@ -24,8 +24,9 @@ from typing import Literal, get_args
 import numpy as np
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.strategy import Strategy
-from paraplan.core.timeline import KINDS, STREAMS, Timeline, TimelineColumns
+from paraplan.core.timeline import Timeline, TimelineColumns
 from paraplan.sim.schedules import distir_greedy_rounds
 
 TP_FLOPS = 1e14  # DistIR's device throughput, FLOP/s
@@ -36,9 +37,6 @@ ELEMENTWISE_FLOPS_PER_ELEMENT = 4  # Relu, ReluGrad, Loss, LossGrad, Add
 
 SendFilter = Literal["none", "fig3_dp", "fig3_pp"]
 SEND_FILTERS: tuple[SendFilter, ...] = get_args(SendFilter)
-_K_FWD, _K_BWD = KINDS.index("fwd"), KINDS.index("bwd")
-_K_SEND, _K_AR = KINDS.index("send"), KINDS.index("allreduce")
-_S_COMPUTE, _S_COMM = STREAMS.index("compute"), STREAMS.index("comm")
 Phase2 = Literal["v0.1", "csv"]
 PHASE2_MODES: tuple[Phase2, ...] = get_args(Phase2)
 
@@ -141,7 +139,7 @@ def _plan(num_stages: int, num_microbatches: int) -> _Plan:
     return _Plan(
         rounds, sends,
         np.array([u[0] for u in units], dtype=np.int32),
-        np.array([_K_FWD if u[1] else _K_BWD for u in units], dtype=np.int8),
+        np.array([EventKindCode.FWD if u[1] else EventKindCode.BWD for u in units], dtype=np.int8),
         np.array([u[2] for u in units], dtype=np.int32),
         np.array([u[0] for u in send_units], dtype=np.int32),
         np.array([u[2] for u in send_units], dtype=np.int32),
@@ -372,13 +370,13 @@ def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float
                                stage=empty_i, microbatch=empty_i, start_s=empty_f, end_s=empty_f)
     n_units, n_sends = plan.unit_stage.shape[0], plan.send_stage.shape[0]
     extra_stage = [0] if input_s > 0 else []
-    extra_kind = [_K_SEND] if input_s > 0 else []
+    extra_kind = [EventKindCode.SEND] if input_s > 0 else []
     extra_start = [0.0] if input_s > 0 else []
     extra_end = [input_s] if input_s > 0 else []
     for s, (t0, dt) in enumerate(zip(phase2_start, phase2_s, strict=True)):
         if dt > 0:
             extra_stage.append(s)
-            extra_kind.append(_K_AR)
+            extra_kind.append(EventKindCode.ALLREDUCE)
             extra_start.append(t0)
             extra_end.append(t0 + dt)
     n_extra = len(extra_stage)
@@ -386,12 +384,12 @@ def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float
     send_end = np.array(send_ends, dtype=float)
     return TimelineColumns(
         device=stage,
-        stream=np.concatenate([np.full(n_units, _S_COMPUTE, dtype=np.int8),
-                               np.full(n_sends + n_extra, _S_COMM, dtype=np.int8)]),
-        kind=np.concatenate([plan.unit_kind, np.full(n_sends, _K_SEND, dtype=np.int8),
+        stream=np.concatenate([np.full(n_units, StreamCode.COMPUTE, dtype=np.int8),
+                               np.full(n_sends + n_extra, StreamCode.COMM, dtype=np.int8)]),
+        kind=np.concatenate([plan.unit_kind, np.full(n_sends, EventKindCode.SEND, dtype=np.int8),
                              np.array(extra_kind, dtype=np.int8)]),
         stage=stage.copy(),
-        microbatch=np.concatenate([plan.unit_mb, plan.send_mb, np.full(n_extra, -1, dtype=np.int32)]),
+        microbatch=np.concatenate([plan.unit_mb, plan.send_mb, np.full(n_extra, NO_MICROBATCH, dtype=np.int32)]),
         start_s=np.concatenate([np.array(starts, dtype=float), send_end - send_s, np.array(extra_start)]),
         end_s=np.concatenate([np.array(ends, dtype=float), send_end, np.array(extra_end)]),
     )

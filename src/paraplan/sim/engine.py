@@ -132,18 +132,42 @@ def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: i
     if p < 1 or nv % p != 0:
         raise StrategyError(f"{nv} virtual stages cannot be spread over {p} pipeline devices")
     n = num_microbatches
-    kinds, mbs, vss = _prepare_cached(orders, n, nv) if isinstance(orders, tuple) else _prepare(orders, n, nv)
-    dur = (costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist())
-    sendf = [*costs.send_fwd_s.tolist(), 0.0]
-    sendb = [0.0, *costs.send_bwd_s.tolist()]  # sendb[vs]: transfer vs -> vs - 1
-    unset = -1.0
-    done = ([unset] * (nv * n), [unset] * (nv * n), [unset] * (nv * n))
-    done_f, done_b = done[0], done[1]
+    prepared = _prepare_cached(orders, n, nv) if isinstance(orders, tuple) else _prepare(orders, n, nv)
+    starts, ran = _run_as_soon_as_possible(prepared, _OpTimes.of(costs), n)
+    _raise_if_stuck(prepared, ran)
+    return _run_from_starts(orders, costs, starts)
 
+
+NOT_DONE = -1.0
+"""An op's end time before it has run (real end times are >= 0)."""
+
+
+@dataclass(frozen=True)
+class _OpTimes:
+    """The costs as the event loop reads them: plain lists, indexed by op kind and
+    virtual stage; `send_fwd[vs]` moves vs -> vs + 1, `send_bwd[vs]` vs -> vs - 1."""
+
+    duration: tuple[list[float], list[float], list[float]]  # FWD, BWD, WGT
+    send_fwd: list[float]
+    send_bwd: list[float]
+
+    @staticmethod
+    def of(costs: PipelineCosts) -> _OpTimes:
+        return _OpTimes((costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist()),
+                        [*costs.send_fwd_s.tolist(), 0.0], [0.0, *costs.send_bwd_s.tolist()])
+
+
+def _run_as_soon_as_possible(prepared: Prepared, times: _OpTimes, n: int) -> tuple[list[list[float]], list[int]]:
+    """Each op's start time, device by device, and how many ops of each device ran (all
+    of them unless the orders deadlock). A device runs its ops in order until one
+    waits on an input not yet produced; the op that produces it wakes the device."""
+    kinds, mbs, vss = prepared
+    p, nv = len(kinds), len(times.duration[0])
+    dur, sendf, sendb = times.duration, times.send_fwd, times.send_bwd
+    done = ([NOT_DONE] * (nv * n), [NOT_DONE] * (nv * n), [NOT_DONE] * (nv * n))
+    done_f, done_b = done[0], done[1]
     starts: list[list[float]] = [[0.0] * len(k) for k in kinds]
-    ptr = [0] * p
-    clock = [0.0] * p
-    waiting = [False] * p
+    ptr, clock, waiting = [0] * p, [0.0] * p, [False] * p
     last_v = nv - 1
     work = list(range(p - 1, -1, -1))
     while work:
@@ -185,34 +209,30 @@ def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: i
             st[i] = t
             t += dur[k][vs]
             done[k][idx] = t
-            # wake the neighbour that may wait on this op
-            if k == FWD:
-                if vs < last_v:
-                    nb = (vs + 1) % p
-                    if waiting[nb]:
-                        waiting[nb] = False
-                        work.append(nb)
-            elif k == BWD and vs > 0:
-                nb = (vs - 1) % p
-                if waiting[nb]:
-                    waiting[nb] = False
-                    work.append(nb)
+            # wake the neighbour that may wait on this op: F feeds vs + 1, B feeds vs - 1
+            nb = (vs + 1) % p if k == FWD and vs < last_v else (vs - 1) % p if k == BWD and vs > 0 else -1
+            if nb >= 0 and waiting[nb]:
+                waiting[nb] = False
+                work.append(nb)
             i += 1
         ptr[d], clock[d] = i, t
         if i < end:
             waiting[d] = True
+    return starts, ptr
 
-    stuck = [d for d in range(p) if ptr[d] < len(kinds[d])]
+
+def _raise_if_stuck(prepared: Prepared, ran: list[int]) -> None:
+    """`StrategyError` naming the first device whose order could not complete."""
+    kinds, mbs, vss = prepared
+    stuck = [d for d in range(len(kinds)) if ran[d] < len(kinds[d])]
     if stuck:
         d = stuck[0]
-        i = ptr[d]
+        i = ran[d]
         op = f"{OP_LETTERS[kinds[d][i]]}(stage {vss[d][i]}, micro-batch {mbs[d][i]})"
         raise StrategyError(
             f"pipeline order deadlocks: device {d} waits forever at op {i}, {op}; "
             "its inputs come after it in some device's order"
         )
-
-    return _run_from_starts(orders, costs, starts)
 
 
 def _run_from_starts(orders: Sequence[OpOrder], costs: PipelineCosts, starts: list[list[float]]) -> PipelineRun:

@@ -34,14 +34,12 @@ from typing import Any
 import numpy as np
 
 from paraplan.core.errors import StrategyError
-from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
-from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
+from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
+from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
+from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
 from paraplan.sim.p3 import p3_steady_state
-from paraplan.sim.pipeline import COMM, concat_columns, run_columns, transfer_columns
-from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, cached_orders, get_schedule
-
-ALLREDUCE = KINDS.index("allreduce")
-OPTIMIZER = KINDS.index("optimizer")
+from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
+from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, Schedule, cached_orders, get_schedule
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,9 +185,9 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _T
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
                                          model.overlap_grad_reduce)
-        events.extend((s, ALLREDUCE, a, b) for a, b in buckets)
+        events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
         if model.after_sync_s[s] > 0:
-            events.append((s, OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
+            events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
     return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
 
 
@@ -246,14 +244,38 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction hidden
     behind the next iteration except where it is longer. With `p3`, the single rank
     runs P3's per-layer synchronisation (`paraplan.sim.p3`)."""
-    p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
     sched = get_schedule(model.schedule)
+    timing = _iteration_timing(model, sched)
+    memory = _memory_peaks(model, sched)
+    exposed = timing.tail.sync_end_s - timing.tail.compute_end_s
+    events = _iteration_timeline(model, sched, timing, memory.peak_bytes) if timeline else None
+    return IterationResult(timing.iteration_s, timing.bubble_fraction, memory.peak_bytes, memory.activation_bytes,
+                           memory.inflight_microbatches, exposed, events)
+
+
+@dataclass(frozen=True, eq=False)
+class _Timing:
+    """What the engine's run of an iteration gives: the run, its tail, the iteration
+    time and bubble, and the comm-stream events (P3's own columns instead, with `p3`)."""
+
+    run: PipelineRun
+    tail: _Tail
+    iterations_run: int
+    iteration_s: float
+    bubble_fraction: float
+    comm_events: tuple[tuple[int, int, float, float], ...]  # (rank, kind, start, end)
+    p3_columns: TimelineColumns | None
+
+
+def _iteration_timing(model: ExecutionModel, sched: Schedule) -> _Timing:
+    """Run the iteration (a no-flush schedule: as many as its period needs, see
+    `run_iteration`) and time it."""
+    p, m = model.pipeline_stages, model.microbatches
     grad_kind = WGT if sched.split_backward else BWD
     iters = 1 if sched.flush else max(2, model.iterations)
     run = _execute(model, iters)
     tail = _tail(model, run, grad_kind, iters)
-    exposed = tail.sync_end_s - tail.compute_end_s
-    comm_events = list(tail.events)
+    comm_events = tail.events
     busy = run.busy_s()
     if sched.flush:
         iteration = float(tail.end_s.max())
@@ -271,9 +293,24 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
                                              max(2, model.iterations))
         busy_one = m * float(c.layer_fwd_s.sum() + c.layer_bwd_s.sum())
         bubble = float(1.0 - busy_one / iteration) if iteration > 0 else 0.0
-        comm_events = []
+        comm_events = ()
+    return _Timing(run, tail, iters, iteration, bubble, comm_events, p3_cols)
 
-    orders = cached_orders(model.schedule, p, m, 1, v)
+
+@dataclass(frozen=True, eq=False)
+class _MemoryPeaks:
+    """Per pipeline rank: the activation peak, the micro-batches it holds, the total peak."""
+
+    activation_bytes: np.ndarray
+    inflight_microbatches: np.ndarray
+    peak_bytes: np.ndarray
+
+
+def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
+    """Each rank's peak memory: weight state, the activations its schedule's order holds
+    at most, and its working set."""
+    p = model.pipeline_stages
+    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
     free_kind = WGT if sched.split_backward else BWD
     act_peak = np.zeros(p)
     inflight = np.zeros(p, dtype=np.int64)
@@ -283,39 +320,44 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
         act_peak[s], inflight[s] = _activation_peak(orders[s], np.asarray(mem.activation_bytes_per_chunk, float),
                                                     free_kind)
         peak[s] = mem.weight_state_bytes + act_peak[s] + mem.working_bytes
+    return _MemoryPeaks(act_peak, inflight, peak)
 
-    if not timeline:
-        return IterationResult(iteration, bubble, peak, act_peak, inflight, exposed, None)
-    if p3_cols is not None:
-        cols = p3_cols
+
+def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing, peak: np.ndarray) -> Timeline:
+    """The iteration's events: compute ops and transfers (or P3's columns), the
+    gradient buckets and after-sync steps on the comm stream, repeated over
+    `model.iterations` for a flushed schedule."""
+    p, m = model.pipeline_stages, model.microbatches
+    if timing.p3_columns is not None:
+        cols = timing.p3_columns
         shown = max(2, model.iterations)
     else:
-        cols = concat_columns([run_columns(run, sched.split_backward), transfer_columns(run, model.costs)])
-        shown = iters
-    if comm_events:
-        ev = np.array(comm_events, dtype=float)
+        cols = concat_columns([run_columns(timing.run, sched.split_backward),
+                               transfer_columns(timing.run, model.costs)])
+        shown = timing.iterations_run
+    if timing.comm_events:
+        ev = np.array(timing.comm_events, dtype=float)
         n = ev.shape[0]
         cols = concat_columns([cols, timeline_columns({
-            "device": ev[:, 0].astype(np.int32), "stream": np.full(n, COMM, dtype=np.int8),
+            "device": ev[:, 0].astype(np.int32), "stream": np.full(n, StreamCode.COMM, dtype=np.int8),
             "kind": ev[:, 1].astype(np.int8), "stage": ev[:, 0].astype(np.int32),
-            "microbatch": np.full(n, -1, dtype=np.int32), "start_s": ev[:, 2], "end_s": ev[:, 3],
+            "microbatch": np.full(n, NO_MICROBATCH, dtype=np.int32), "start_s": ev[:, 2], "end_s": ev[:, 3],
         })])
-    if sched.flush and model.iterations > 1 and p3_cols is None:
-        cols = repeat_iterations(cols, model.iterations, iteration, m)
+    if sched.flush and model.iterations > 1 and timing.p3_columns is None:
+        cols = repeat_iterations(cols, model.iterations, timing.iteration_s, m)
         shown = model.iterations
-    events = Timeline(
+    return Timeline(
         **cols,
-        step_time_s=iteration,
+        step_time_s=timing.iteration_s,
         batch_size=model.samples_per_iteration,
         num_devices=model.num_devices,
         speedup=float("nan"),
-        bubble_fraction=bubble,
+        bubble_fraction=timing.bubble_fraction,
         peak_mem_bytes=tuple(float(x) for x in peak),
         schedule=model.schedule if p > 1 else "",
         microbatches=m,
         iterations=shown,
     )
-    return IterationResult(iteration, bubble, peak, act_peak, inflight, exposed, events)
 
 
 def repeat_iterations(cols: Mapping[str, Any], iterations: int, step_s: float, microbatches: int) -> TimelineColumns:
@@ -327,5 +369,5 @@ def repeat_iterations(cols: Mapping[str, Any], iterations: int, step_s: float, m
     out["start_s"] = out["start_s"] + e * step_s
     out["end_s"] = out["end_s"] + e * step_s
     has_mb = out["microbatch"] >= 0
-    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, -1).astype(np.int32)
+    out["microbatch"] = np.where(has_mb, out["microbatch"] + e * microbatches, NO_MICROBATCH).astype(np.int32)
     return timeline_columns(out)

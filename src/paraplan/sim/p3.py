@@ -8,10 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.core.errors import StrategyError
-from paraplan.core.timeline import KINDS, TimelineColumns
-from paraplan.sim.pipeline import COMM, COMPUTE
-
-ALLREDUCE = KINDS.index("allreduce")
+from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
+from paraplan.core.timeline import TimelineColumns
 
 
 def p3_comm_segments(release_s: np.ndarray, work_s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -82,7 +80,7 @@ def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarra
     f_cum = np.cumsum(f)
     f_before = f_cum - f
     b_from = np.cumsum(b[::-1])[::-1]  # backward from the last layer down to layer l
-    fk, bk, ck = KINDS.index("fwd"), KINDS.index("bwd"), ALLREDUCE
+    fk, bk = EventKindCode.FWD, EventKindCode.BWD
     # the ops between an iteration's first forward and its last backward:
     # B0, F1, B1, ..., F(k-1); then B(k-1)
     mid_dur = np.tile([b_tot, f_tot], k - 1)
@@ -97,18 +95,18 @@ def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarra
                       start, np.atleast_1d(np.asarray(end, dtype=float))))
 
     fwd0_end = f_tot  # iteration 0: nothing to wait for
-    add(COMPUTE, fk, 0, 0.0, f_tot)
+    add(StreamCode.COMPUTE, fk, 0, 0.0, f_tot)
     last_bwd = np.zeros(iterations)
     for e in range(iterations):
         base = e * k
         mid_start = fwd0_end + np.cumsum(mid_dur) - mid_dur
-        add(COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
+        add(StreamCode.COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
         s = fwd0_end + (k - 1) * (f_tot + b_tot)
         last_bwd[e] = s
-        add(COMPUTE, bk, base + k - 1, s, s + b_tot)
+        add(StreamCode.COMPUTE, bk, base + k - 1, s, s + b_tot)
         release = s + b_from
         layer, seg_start, seg_end = p3_comm_segments(release, allreduce_s)
-        add(COMM, ck, -1, seg_start, seg_end)
+        add(StreamCode.COMM, EventKindCode.ALLREDUCE, NO_MICROBATCH, seg_start, seg_end)
         if e == iterations - 1:
             break
         synced = release.copy()
@@ -118,7 +116,7 @@ def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarra
         # rises where it waits: one op per stretch without waiting
         first = np.flatnonzero(np.concatenate(([True], gate[1:] > gate[:-1])))
         last = np.append(first[1:] - 1, f.shape[0] - 1)
-        add(COMPUTE, fk, base + k, gate[first] + f_before[first], gate[last] + f_cum[last])
+        add(StreamCode.COMPUTE, fk, base + k, gate[first] + f_before[first], gate[last] + f_cum[last])
         fwd0_end = float(gate[-1] + f_cum[-1])
     stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*parts, strict=True))
     n = start.shape[0]

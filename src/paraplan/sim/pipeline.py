@@ -11,19 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.core.timeline import KINDS, STREAMS, Timeline, TimelineColumns, timeline_columns
+from paraplan.core.glossary import EventKindCode, StreamCode
+from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute
 from paraplan.sim.schedules import BWD, FWD, get_schedule
 
-COMPUTE = STREAMS.index("compute")
-COMM = STREAMS.index("comm")
-SEND = KINDS.index("send")
-
 
 def timeline_kinds(kind: np.ndarray, split_backward: bool) -> np.ndarray:
-    """Engine op kinds (FWD, BWD, WGT) as Timeline KINDS indices."""
-    bwd = "bwd_input" if split_backward else "bwd"
-    table = np.array([KINDS.index("fwd"), KINDS.index(bwd), KINDS.index("bwd_weight")], dtype=np.int8)
+    """Engine op kinds (FWD, BWD, WGT) as Timeline kinds."""
+    bwd = EventKindCode.BWD_INPUT if split_backward else EventKindCode.BWD
+    table = np.array([EventKindCode.FWD, bwd, EventKindCode.BWD_WEIGHT], dtype=np.int8)
     return table[kind]
 
 
@@ -38,8 +35,8 @@ def transfer_columns(run: PipelineRun, costs: PipelineCosts) -> dict[str, np.nda
     n = int(sends.sum())
     return {
         "device": run.device[sends],
-        "stream": np.full(n, COMM, dtype=np.int8),
-        "kind": np.full(n, SEND, dtype=np.int8),
+        "stream": np.full(n, StreamCode.COMM, dtype=np.int8),
+        "kind": np.full(n, EventKindCode.SEND, dtype=np.int8),
         "stage": run.vstage[sends],
         "microbatch": run.microbatch[sends],
         "start_s": run.end_s[sends],
@@ -51,7 +48,7 @@ def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]
     """The engine's compute ops as Timeline columns."""
     return {
         "device": run.device,
-        "stream": np.full(run.kind.shape[0], COMPUTE, dtype=np.int8),
+        "stream": np.full(run.kind.shape[0], StreamCode.COMPUTE, dtype=np.int8),
         "kind": timeline_kinds(run.kind, split_backward),
         "stage": run.vstage,
         "microbatch": run.microbatch,

@@ -74,12 +74,10 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.core.errors import StrategyError
 from paraplan.core.profile import ModelProfile
 from paraplan.core.strategy import Strategy
-from paraplan.core.timeline import KINDS, Timeline, TimelineColumns, timeline_columns
+from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, P3Costs, RankMemory, run_iteration
 from paraplan.sim.schedules import get_schedule
-
-ALLREDUCE = KINDS.index("allreduce")
 
 
 @dataclass(frozen=True)

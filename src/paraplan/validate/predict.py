@@ -140,9 +140,9 @@ CONTENTION_ITERATIONS = 4
 def both_busy_fraction(timeline) -> float:
     """Share of the ranks' compute time (mean over ranks) during which every rank's
     compute stream is busy at once."""
-    from paraplan.core.timeline import STREAMS
+    from paraplan.core.glossary import StreamCode
 
-    compute = timeline.stream == STREAMS.index("compute")
+    compute = timeline.stream == StreamCode.COMPUTE
     devices = np.unique(timeline.device[compute])
     if devices.size < 2:
         return 0.0

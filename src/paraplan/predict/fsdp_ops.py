@@ -1,0 +1,175 @@
+"""Sharded data parallelism in the execution model: the groups the sharded state is
+split and replicated over (`paraplan.core.sharding`), ZeRO-3 / FSDP2's per-unit
+weight all-gathers with prefetch, the gradient reduction of a sharded run, and the
+bytes one rank holds.
+
+ZeRO-3 as PyTorch FSDP2 runs it: every transformer layer is one FSDP unit (torchtitan
+wraps each block), its weights sharded over the sharding group. Before a unit's
+forward its weights are all-gathered; FSDP2 issues the next unit's all-gather while
+the current unit computes (implicit prefetch), so a layer of forward compute g beside
+the next layer's gather of time a takes
+
+    pair(a, g) = max(a, g) + contention x min(a, g)
+
+(the contention share of `DeviceEfficiency.comm_overlap_contention`, the same rule
+`PassCost.comm_s` applies to an overlapped tensor-parallel collective), and the
+first unit's gather of each model chunk has nothing to hide behind (`exposed`). The
+backward gathers each unit again unless the weights were kept after the forward
+(`fsdp_reshard_after_forward`), likewise prefetched. Gradients are reduce-scattered
+unit by unit as the last micro-batch's backward produces them (one bucket per unit,
+overlapped with the backward by the engine's gradient-reduction stream, as
+`overlap_grad_reduce`), in the reduce dtype (fp32 gradients), and with hybrid
+sharding all-reduced over the R replicas of each shard after.
+
+A mixture-of-experts layer's routed experts are sharded over the expert-data-parallel
+group (the ranks that hold the same experts): their gather, reduce-scatter and
+sharded state use that group; its other weights the sharding group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.sharding import replicate_degree, reshards_after_forward, sharding_group_size
+from paraplan.core.transformer import TransformerModel
+
+
+@dataclass(frozen=True)
+class ShardGroups:
+    """The groups of one rank's sharded state: `shard` splits it, `replicate` holds the
+    copies of one shard (size 1 without hybrid sharding), `expert` splits the routed
+    experts' state (the expert-data-parallel group)."""
+
+    shard: Group
+    replicate: Group
+    expert: Group
+
+
+def shard_groups(settings: RunSettings, devices_per_node: int, expert_group: Group) -> ShardGroups:
+    """In Megatron-Core's rank order tp-cp-dp-pp the d x c ranks holding the same weights
+    are every t-th rank; the sharding group is d c / R consecutive ones of them (as
+    torchtitan's mesh puts dp_shard inside dp_replicate and Megatron its optimizer
+    instances), the R replicas of a shard are d c / R of them apart."""
+    t, g = settings.tensor_model_parallel_size, devices_per_node
+    size, r = sharding_group_size(settings), replicate_degree(settings)
+    shard_nodes = len({(t * j) // g for j in range(size)})
+    replicate_nodes = len({(t * size * j) // g for j in range(r)})
+    return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert_group)
+
+
+def reduce_bucket_s(comm: CommModel, collective: str, nbytes: float, groups: ShardGroups) -> float:
+    """One gradient bucket of `nbytes`: `collective` over the sharding group (all-reduce
+    without sharded state, reduce-scatter with it), then with hybrid sharding the
+    all-reduce of this rank's 1 / shard of it over the replicas."""
+    shard, replicate = groups.shard, groups.replicate
+    seconds = float(comm.time_s(collective, nbytes, shard)) if shard.size > 1 else 0.0
+    if replicate.size > 1:
+        part = nbytes / shard.size if collective == "reduce_scatter" else nbytes
+        seconds += float(comm.time_s("all_reduce", part, replicate))
+    return seconds
+
+
+def paired_s(comm_s: float | np.ndarray, compute_s: float | np.ndarray, contention: float) -> np.ndarray:
+    """A collective of `comm_s` beside compute of `compute_s`: max + contention x min."""
+    c, g = np.asarray(comm_s, dtype=float), np.asarray(compute_s, dtype=float)
+    return np.maximum(c, g) + contention * np.minimum(c, g)
+
+
+@dataclass(frozen=True)
+class FsdpCosts:
+    """ZeRO-3's weight gathers per FSDP unit (one transformer layer), on one rank."""
+
+    layer_gather_s: float  # a dense layer's weights over the sharding group
+    moe_layer_gather_s: float  # a MoE layer's: its dense part over the sharding group, its experts over theirs
+    root_gather_s: np.ndarray  # per virtual stage: the embedding / head weights it holds (torchtitan's root unit)
+    reshard_after_forward: bool
+    unit_params: float = 0.0  # one rank's sharded parameters of its largest layer unit (dense, or MoE with experts)
+    shard_ranks: int = 1  # the sharding group's size (1: the dense weights are whole on every rank)
+    expert_ranks: int = 1  # the expert-data-parallel group's size (1: the experts are whole on every rank)
+
+    def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
+        """One layer's forward beside the next layer's gather (`pair`)."""
+        return float(paired_s(self.moe_layer_gather_s if moe else self.layer_gather_s, compute_s, contention))
+
+    def backward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
+        """One layer's backward (recomputation included) beside the next layer's gather
+        when the weights were resharded after the forward; else the compute alone."""
+        if not self.reshard_after_forward:
+            return compute_s
+        return float(paired_s(self.moe_layer_gather_s if moe else self.layer_gather_s, compute_s, contention))
+
+    def exposed_s(self, dense_layers: np.ndarray, moe_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per virtual stage, what no compute hides in its forward and its backward: the
+        first unit's gather (and the root unit's, where the stage holds the embedding
+        or the head). A chunk starting with a MoE layer waits for that layer's gather."""
+        first = np.where(dense_layers > 0, self.layer_gather_s, 0.0)
+        first = np.where((dense_layers == 0) & (moe_layers > 0), self.moe_layer_gather_s, first)
+        forward = first + self.root_gather_s
+        backward = forward if self.reshard_after_forward else np.zeros_like(forward)
+        return forward, backward
+
+
+def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, settings: RunSettings,
+               root_params: np.ndarray, weight_bytes: int) -> FsdpCosts | None:
+    """The gathers of a zero_stage 3 run (None for the other stages), of one rank's unit
+    parameters (after tensor / expert parallelism) in the weights' dtype: a dense layer,
+    a MoE layer's non-expert part over the sharding group and its experts over the
+    expert-data-parallel group, and the root unit's `root_params` per virtual stage."""
+    if settings.zero_stage != 3:
+        return None
+    t = settings.tensor_model_parallel_size
+    shard, expert = groups.shard, groups.expert
+
+    def gather(params: float, group: Group) -> float:
+        return float(comm.time_s("all_gather", params * weight_bytes, group)) if group.size > 1 and params else 0.0
+
+    dense = (model.dense_layer_params if model.is_moe else model.layer_params) / t
+    moe_dense = moe_experts = 0.0
+    if model.num_moe_layers:
+        experts = model.num_experts * model.expert_params
+        moe_dense = (model.moe_layer_params - experts) / t
+        moe_experts = experts / (settings.expert_model_parallel_size * settings.expert_tensor_parallel)
+    roots = np.array([gather(float(p), shard) for p in root_params])
+    # what a unit gathers: only the parts sharded over more than one rank
+    on_shard, on_expert = float(shard.size > 1), float(expert.size > 1)
+    has_dense = model.num_layers > model.num_moe_layers
+    unit = max(dense * on_shard * has_dense, moe_dense * on_shard + moe_experts * on_expert)
+    return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
+                     reshards_after_forward(settings), unit, shard.size, expert.size)
+
+
+def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],
+                   contention: float) -> tuple[float, float, float, float]:
+    """Device time of one dense and one MoE layer, forward and backward (recomputation
+    included), with ZeRO-3's gathers beside them (`FsdpCosts`); as given without."""
+    if fsdp is None:
+        return dense_s[0], dense_s[1], moe_s[0], moe_s[1]
+    return (fsdp.forward_layer_s(dense_s[0], contention), fsdp.backward_layer_s(dense_s[1], contention),
+            fsdp.forward_layer_s(moe_s[0], contention, moe=True), fsdp.backward_layer_s(moe_s[1], contention, moe=True))
+
+
+def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_params: float, dense_params: float,
+                       expert_params: float, weight_bytes: int, grad_bytes: int) -> float:
+    """Transient bytes of ZeRO-3 on top of the sharded state, on a stage whose sharded
+    parameters are P (its dense ones if the sharding group has more than one rank, plus
+    its experts if theirs has), whose largest layer unit has u sharded parameters
+    (`FsdpCosts.unit_params`) and whose root unit (embedding / head, gathered for the
+    whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
+    forward, the root and two layer units gathered (the one computing and the one
+    prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
+    Gradients: with one micro-batch each unit's full gradient lives until its
+    reduce-scatter, max(u, r) g; with several, the reduction waits for the last one
+    (`fsdp_ops` module doc), so the stage's unsharded gradients accumulate, P g.
+    Other stages (`fsdp` None): 0."""
+    if fsdp is None:
+        return 0.0
+    unit = fsdp.unit_params
+    root = root_params if fsdp.shard_ranks > 1 else 0.0
+    stage = dense_params * (fsdp.shard_ranks > 1) + expert_params * (fsdp.expert_ranks > 1)
+    held = stage if settings.num_microbatches > 1 else max(unit, root)
+    weights = (root + 2 * unit) if reshards_after_forward(settings) else stage
+    return weights * weight_bytes + held * grad_bytes

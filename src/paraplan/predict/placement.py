@@ -1,0 +1,116 @@
+"""Where a transformer run's ranks sit and what they hold per parameter: the node spans
+of the groups one rank belongs to (`placement`), the groups its collectives run over
+(`RunGroups`) and the bytes per parameter of each kind of state (`Precision`).
+
+Placement follows Megatron-Core's rank order tp-cp-dp-pp (tensor-parallel ranks
+adjacent, then context-parallel, then data-parallel, then pipeline): rank = tp + t (cp
++ c (dp + d pp)), node = rank // devices_per_node. Each group's node span decides the
+link tier its collectives use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.core.comm import Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.cp_ops import CP_GROUP, CP_RING
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per parameter of each kind of state (Megatron-LM's mixed precision)."""
+
+    weight_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int  # main weights, main gradients (fp16), Adam moments
+    optimizer_step_bytes: int  # memory traffic of one optimizer step per parameter
+
+    @staticmethod
+    def of(dtype: str, grad_reduce_in_bf16: bool = False) -> Precision:
+        """bf16/fp8: 2-byte weights, fp32 gradients, 12 bytes of optimizer state (18 in
+        all); with `grad_reduce_in_bf16` 2-byte gradients and, as for fp16, the fp32 copy
+        of the optimizer's gradient shard (2 + 2 + 16 = 20; the copy is sharded with the
+        optimizer, so 4 + 16 / shards per parameter); fp16: 2-byte gradients plus an fp32
+        copy in the optimizer (20); fp32: 16.
+        A step reads the gradient, reads and writes main weights and both moments,
+        writes the model weights, and passes over the gradients for the norm and zeroing
+        (fp16 also copies them to fp32 and checks for overflow)."""
+        if dtype == "fp32":
+            return Precision(4, 4, 8, 4 + 24 + 4 + 4)
+        if dtype == "fp16":
+            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 4 + 2)
+        if grad_reduce_in_bf16:  # the fp16 path without its overflow check
+            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 2)
+        return Precision(2, 4, 12, 4 + 24 + 2 + 4 + 4)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Node spans of the groups one rank belongs to."""
+
+    tp_nodes: int
+    dp_nodes: int  # the gradient-reduction group: data x context parallel (Megatron's dp-cp)
+    pp_cross_node: bool
+    embedding_cross_node: bool
+    cp_nodes: int = 1
+    etp_nodes: int = 1
+    ep_nodes: int = 1
+    edp_nodes: int = 1  # the expert-data-parallel group
+
+
+def placement(settings: RunSettings, devices_per_node: int) -> Placement:
+    """Spans in the rank order tp-cp-dp-pp: the CP group and the dp-cp group are every
+    t-th rank (c and d x c of them), a pipeline neighbour t c d ranks away."""
+    t, d, p = (settings.tensor_model_parallel_size, settings.data_parallel_size,
+               settings.pipeline_model_parallel_size)
+    c = settings.context_parallel_size
+    g = devices_per_node
+    tp_nodes = len({r // g for r in range(t)})
+    cp_nodes = len({(t * j) // g for j in range(c)})
+    dp_nodes = len({(t * j) // g for j in range(d * c)})
+    pp_cross = p > 1 and (t * c * d) // g != 0
+    emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
+    # the expert grid over the same ranks: expert-tensor rank fastest, then EP, then expert-DP
+    etp, ep = settings.expert_tensor_parallel, settings.expert_model_parallel_size
+    etp_nodes = len({r // g for r in range(etp)})
+    ep_nodes = len({(etp * j) // g for j in range(ep)})
+    edp_nodes = len({(etp * ep * j) // g for j in range(settings.expert_data_parallel_size)})
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes)
+
+
+def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a pass's context-parallel collectives run over (`cp_ops`): the CP
+    group, and one hop of its ring (across nodes when the group spans several)."""
+    c = settings.context_parallel_size
+    return {CP_GROUP: Group(c, place.cp_nodes), CP_RING: Group(2 if c > 1 else 1, 2 if place.cp_nodes > 1 else 1)}
+
+
+def expert_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
+    """The groups a MoE layer's collectives run over (`moe_ops`): expert-parallel
+    (the token all-to-alls) and expert-tensor-parallel."""
+    return {"ep": Group(settings.expert_model_parallel_size, place.ep_nodes),
+            "etp": Group(settings.expert_tensor_parallel, place.etp_nodes)}
+
+
+@dataclass(frozen=True)
+class RunGroups:
+    """The groups one rank's collectives run over, with their node spans."""
+
+    tp: Group
+    dp: Group  # the ranks that hold the same weights: data x context parallel (Megatron's dp-cp)
+    edp: Group  # expert-data-parallel: the ranks that hold the same experts
+    pipeline_hop: Group  # a pipeline neighbour (point to point)
+    embedding_pair: Group  # the first and last pipeline stage (the tied embedding)
+    by_name: dict[str, Group]  # the context- and expert-parallel ones, by `Collective.group`
+
+    @staticmethod
+    def of(settings: RunSettings, place: Placement) -> RunGroups:
+        return RunGroups(
+            tp=Group(settings.tensor_model_parallel_size, place.tp_nodes),
+            dp=Group(settings.data_context_parallel_size, place.dp_nodes),
+            edp=Group(settings.expert_data_parallel_size, place.edp_nodes),
+            pipeline_hop=Group(2, 2 if place.pp_cross_node else 1),
+            embedding_pair=Group(2, 2 if place.embedding_cross_node else 1),
+            by_name={**context_parallel_groups(settings, place), **expert_parallel_groups(settings, place)},
+        )

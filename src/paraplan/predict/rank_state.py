@@ -1,0 +1,241 @@
+"""What one rank of a transformer run holds and reduces, per pipeline stage: its
+parameters per model chunk (`RankParams`), its data-parallel gradient buckets
+(`gradient_syncs`), the communication after the reduction (`after_sync_comm_s`) and its
+memory (`rank_memory`). `paraplan.predict.build` says what each piece costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes, reduce_bucket_s
+from paraplan.predict.placement import Precision, RunGroups
+from paraplan.sim.execution import GradSync, RankMemory
+
+GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's bucket_cap_mb = 25
+
+
+def mtp_expert_params(model: TransformerModel) -> int:
+    """Routed-expert weights of the multi-token-prediction layers (each like the main
+    model's last layer: a MoE layer's experts in DeepSeek-V3)."""
+    if not (model.mtp_num_layers and model.moe_layers[-1]):
+        return 0
+    return model.mtp_num_layers * model.num_experts * model.expert_params
+
+
+@dataclass(frozen=True, eq=False)
+class RankParams:
+    """Parameters on one rank: per model chunk and pipeline stage ([chunk, stage]
+    arrays), and per pipeline stage."""
+
+    layer_params: float  # one transformer layer's, split over t
+    chunk_layers: np.ndarray  # transformer layers
+    chunk_moe: np.ndarray  # of them, mixture-of-experts layers (zeros for a dense model)
+    chunk_dense_params: np.ndarray | None  # a MoE model's non-expert weights (split over t); None: dense
+    chunk_expert_params: np.ndarray  # routed-expert weights (split over EP x ETP), with the MTP layers'
+    rank_params: np.ndarray  # per stage: all but the routed experts
+    expert_rank_params: np.ndarray  # per stage: the routed experts
+    vocab_params: float  # the (padded) embedding table's share of one rank
+    embedding_params: float  # on the first stage: the vocabulary and learned positions
+    head_params: float  # on the last stage: final norm, output layer (untied or p > 1), MTP layers
+
+    @property
+    def moe(self) -> bool:
+        return self.chunk_dense_params is not None
+
+    def root_unit_params(self) -> np.ndarray:
+        """Per virtual stage: the weights outside the transformer layers (ZeRO-3's root
+        unit, `fsdp_ops`): the embedding on the first, the head on the last."""
+        v, p = self.chunk_layers.shape
+        root = np.zeros(v * p)
+        root[0] += self.embedding_params
+        root[v * p - 1] += self.head_params
+        return root
+
+    def chunk_params(self, chunk: int, stage: int) -> float:
+        """Weights of one chunk of one stage whose gradients the data-parallel group
+        reduces: all but the routed experts."""
+        v, p = self.chunk_layers.shape
+        params = (int(self.chunk_layers[chunk, stage]) * self.layer_params if self.chunk_dense_params is None
+                  else float(self.chunk_dense_params[chunk, stage]))
+        if chunk == 0 and stage == 0:
+            params += self.embedding_params
+        if chunk == v - 1 and stage == p - 1:
+            params += self.head_params
+        return params
+
+
+def rank_parameters(model: TransformerModel, settings: RunSettings, counts: np.ndarray,
+                    moe_counts: np.ndarray | None) -> RankParams:
+    """Parameters of each chunk and stage from its layers (`counts`, `moe_counts`: per
+    virtual stage); a mixture-of-experts model's routed experts apart (split over EP x ETP)."""
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    v = settings.virtual_pipeline_model_parallel_size
+    layer_params = model.layer_params / t
+    vocab_params = model.padded_vocab_size(t) * model.hidden_size / t
+    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    chunk_layers = counts.reshape(v, p)  # [chunk, rank]
+    rank_params = chunk_layers.sum(axis=0) * layer_params
+    chunk_moe = np.zeros((v, p)) if moe_counts is None else moe_counts.reshape(v, p).astype(float)
+    chunk_expert_params = np.zeros((v, p))
+    chunk_dense_params = None
+    expert_split = settings.expert_model_parallel_size * settings.expert_tensor_parallel
+    if moe_counts is not None:
+        experts = model.num_experts * model.expert_params
+        chunk_dense_params = ((chunk_layers - chunk_moe) * model.dense_layer_params
+                              + chunk_moe * (model.moe_layer_params - experts)) / t
+        chunk_expert_params = chunk_moe * experts / expert_split
+        rank_params = chunk_dense_params.sum(axis=0)
+    expert_rank_params = chunk_expert_params.sum(axis=0)
+    rank_params[0] += vocab_params + positions
+    head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
+    # the MTP layers (the few norm weights counted as split too); a MoE one's experts over EP x ETP
+    mtp_experts = mtp_expert_params(model)
+    head_params += (model.mtp_parameters - mtp_experts) / t
+    rank_params[p - 1] += head_params
+    if mtp_experts:
+        chunk_expert_params[v - 1, p - 1] += mtp_experts / expert_split
+        expert_rank_params = chunk_expert_params.sum(axis=0)
+    return RankParams(layer_params, chunk_layers, chunk_moe, chunk_dense_params, chunk_expert_params, rank_params,
+                      expert_rank_params, vocab_params, vocab_params + positions, head_params)
+
+
+@dataclass(frozen=True)
+class GradBuckets:
+    """How gradients are reduced: the collective, the bytes per reduced gradient and the
+    parameters per bucket (Megatron's `GRAD_BUCKET_PARAMS`, or torch DDP's bytes)."""
+
+    collective: str
+    reduced_bytes: int
+    bucket_params: float
+
+    @staticmethod
+    def of(settings: RunSettings, prec: Precision) -> GradBuckets:
+        sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
+        torch_ddp = settings.DDP_impl == "torch"
+        reduced_bytes = prec.weight_bytes if torch_ddp else prec.grad_bytes  # torch reduces param.grad
+        bucket_params = TORCH_DDP_BUCKET_BYTES / reduced_bytes if torch_ddp else GRAD_BUCKET_PARAMS
+        return GradBuckets("reduce_scatter" if sharded else "all_reduce", reduced_bytes, bucket_params)
+
+
+def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, params: RankParams,
+                   prec: Precision, sharding: ShardGroups) -> tuple[GradSync, ...]:
+    """Each pipeline stage's gradient reduction (ZeRO-3: one bucket per layer, FSDP's
+    units; with hybrid sharding each bucket also all-reduced over its replicas)."""
+    buckets = GradBuckets.of(settings, prec)
+    idle = groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)
+    zero3 = settings.zero_stage == 3
+    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3)
+                 for s in range(settings.pipeline_model_parallel_size))
+
+
+def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: GradBuckets,
+                     sharding: ShardGroups, zero3: bool) -> GradSync:
+    """One stage's buckets, later chunks first (they finish their backward first): the
+    dense gradients over the data-parallel (sharding) group, the experts' over theirs."""
+    chunks: list[int] = []
+    fractions: list[float] = []
+    bucket_s: list[float] = []
+    for c in range(params.chunk_layers.shape[0] - 1, -1, -1):
+        expert_groups = replace(sharding, shard=sharding.expert, replicate=Group(1))
+        for total, over, expert in ((params.chunk_params(c, stage), sharding, False),
+                                    (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
+            if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
+                continue
+            n_buckets = max(1, math.ceil(total / buckets.bucket_params))
+            if zero3:  # one bucket per FSDP unit (layer) of the chunk
+                n_buckets = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
+            one = reduce_bucket_s(comm, buckets.collective, total / n_buckets * buckets.reduced_bytes, over)
+            for k in range(n_buckets):
+                chunks.append(c)
+                bucket_s.append(one)
+                fractions.append((k + 1) / n_buckets)
+    return GradSync(np.array(bucket_s), np.array(chunks, dtype=np.int64), np.array(fractions))
+
+
+def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: CommModel, groups: RunGroups,
+                      params: RankParams, prec: Precision, sharding: ShardGroups) -> tuple[np.ndarray, float]:
+    """Per pipeline stage: the communication after the gradient reduction (the sharded
+    optimizer's weight all-gather unless overlapped, the tied-embedding gradient
+    exchange), and that exchange alone."""
+    p = settings.pipeline_model_parallel_size
+    sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
+    after_comm = np.zeros(p)
+    exchange = 0.0
+    zero3 = settings.zero_stage == 3
+    if sharded and not zero3 and sharding.shard.size > 1 and not settings.overlap_param_gather:
+        after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
+    if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
+        after_comm += _all_gather_s(comm, params.expert_rank_params, prec, groups.edp)
+    if not model.untie_embeddings_and_output_weights and p > 1:
+        exchange = float(comm.time_s("all_reduce", params.vocab_params * prec.grad_bytes, groups.embedding_pair))
+        after_comm[0] += exchange
+        after_comm[p - 1] += exchange
+    return after_comm, exchange
+
+
+def _all_gather_s(comm: CommModel, stage_params: np.ndarray, prec: Precision, group: Group) -> np.ndarray:
+    return np.array([float(comm.time_s("all_gather", n * prec.weight_bytes, group)) for n in stage_params])
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Activation bytes per micro-batch (`ops.layer_activation_bytes`, `moe_ops`)."""
+
+    layer: float  # a (dense) transformer layer's
+    moe_layer: float | None  # a mixture-of-experts layer's (None: a dense model)
+    embedding: float
+    head: float  # the last stage's (final norm, head, loss, MTP layers)
+    recomputed_layer: float = 0.0  # full recomputation: the layer being rebuilt (the largest kind)
+
+
+@dataclass(frozen=True, eq=False)
+class ShardedState:
+    """What ZeRO-3 and FP8 add to a stage's memory: the FSDP gathers (None without
+    ZeRO-3, `fsdp_ops`) and, per pipeline stage, the FP8 weight copies (`fp8_ops`)."""
+
+    fsdp: FsdpCosts | None
+    fp8_copy_bytes: np.ndarray
+
+
+def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes,
+                prec: Precision, extra: ShardedState) -> tuple[RankMemory, ...]:
+    """Each pipeline stage's bytes: Megatron-LM's bytes per parameter for weights,
+    gradients and optimizer state (sharded as the settings say: ZeRO-3's weights over
+    the sharding group, the experts' over theirs), the FP8 weight copies, ZeRO-3's
+    transient gathers and the activations."""
+    p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
+    edp = settings.expert_data_parallel_size
+    root_units = params.root_unit_params().reshape(v, p)
+    zero3 = settings.zero_stage == 3
+    shards, expert_shards = settings.optimizer_shards, settings.expert_optimizer_shards
+    memory = []
+    for s in range(p):
+        n = params.rank_params[s]
+        chunk_acts = (params.chunk_layers[:, s] * acts.layer).astype(float)
+        if acts.moe_layer is not None:
+            chunk_acts += params.chunk_moe[:, s] * (acts.moe_layer - acts.layer)
+        experts = params.expert_rank_params[s]
+        if s == 0:
+            chunk_acts[0] += acts.embedding
+        if s == p - 1:
+            chunk_acts[v - 1] += acts.head
+        working = acts.recomputed_layer + fsdp_working_bytes(
+            extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
+        memory.append(RankMemory(
+            weights_bytes=(n * prec.weight_bytes / (shards if zero3 else 1)
+                           + experts * prec.weight_bytes / (edp if zero3 else 1) + extra.fp8_copy_bytes[s]),
+            gradients_bytes=(n * prec.grad_bytes / (shards if settings.zero_stage >= 2 else 1)
+                             + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
+            optimizer_bytes=n * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,
+            activation_bytes_per_chunk=chunk_acts,
+            working_bytes=working,
+        ))
+    return tuple(memory)
