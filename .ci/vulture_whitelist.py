@@ -24,12 +24,9 @@ _._handles
 # record fields: part of the result a caller reads, whether or not paraplan does
 estimated_fitting  # plan/llm_search.py PlanResult
 memory_capacity_bytes  # predict/predictor.py RunPrediction
-inflight_microbatches  # sim/execution.py IterationResult
 # enum members: an IntEnum names every code its table stores (core/glossary.py EventKindCode)
 ALLGATHER
 RECV
-# the order of a mixture-of-experts model's passes, which the comments of predict/build.py refer to
-MOE_PASSES
 # http.server's request handler hooks (tests/integration/test_tracking_lifecycle.py)
 do_POST
 _.log_message
