@@ -33,12 +33,12 @@ import numpy as np
 
 from paraplan.clusters import load_cluster
 from paraplan.core import LayerProfile, ModelProfile
-from paraplan.plan.baselines import BASELINES
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.problem import MemorySettings, PlanProblem
-from paraplan.plan.request import GlobalBatchSizes
-from paraplan.plan.search import NoFeasiblePlanError, plan_hybrid
-from paraplan.plan.verify import simulate_data_parallel, simulate_plan
+from paraplan.plan.hybrid.baselines import BASELINES
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem
+from paraplan.plan.hybrid.request import GlobalBatchSizes
+from paraplan.plan.hybrid.search import NoFeasiblePlanError, plan_hybrid
+from paraplan.plan.hybrid.verify import simulate_data_parallel, simulate_plan
 from paraplan.profile.pipedream import read_pipedream
 
 REPO = Path(__file__).resolve().parents[1]

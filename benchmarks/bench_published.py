@@ -177,12 +177,13 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
 
 def plan_check(calibration: Calibration) -> None:
     """The GPT-3 175B plan of docs/stages/plan.md on 1,024 A100: predicted MFU vs the published range."""
-    from paraplan.plan.llm_output import describe
-    from paraplan.plan.llm_search import PlanRequest, search
+    from paraplan.plan.transformer.output import describe
+    from paraplan.plan.transformer.request import TransformerPlanRequest
+    from paraplan.plan.transformer.search import search
     from paraplan.predict.models import PRESETS
 
     cluster = load_cluster("dgx-a100")
-    request = PlanRequest(PRESETS["gpt3-175b"], cluster, PLAN_GPUS, PLAN_GLOBAL_BATCH)
+    request = TransformerPlanRequest(PRESETS["gpt3-175b"], cluster, PLAN_GPUS, PLAN_GLOBAL_BATCH)
     started = time.perf_counter()
     result = search(request, calibration.comm_model(cluster), calibration.efficiency)
     wall = time.perf_counter() - started

@@ -45,7 +45,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "llama3_405b_table4": ("dgx-h100", "Llama 3 405B, Dubey et al. 2024 Table 4, H100 (8,192-16,384)"),
     "megatron_bridge_h100_moe": ("dgx-h100", "Megatron-Bridge performance summaries, MoE on H100 (16-1,024)"),
     "automodel_h100_moe": ("dgx-h100", "NeMo AutoModel performance summary, MoE on H100, BF16 (8-1,024)"),
-    "deepseek_v3_report": ("dgx-h100", "DeepSeek-V3 technical report, pre-training on 2,048 H800"),
+    "deepseek_v3_report": ("dgx-h800", "DeepSeek-V3 technical report, pre-training on 2,048 H800"),
     "megatron_bridge_h100_llama3_fp8": ("dgx-h100",
                                         "Megatron-Bridge performance summaries, Llama 3 FP8 on H100 (8-1,024)"),
     "torchtitan_llama31_h100": ("dgx-h100", "torchtitan Llama 3.1 8B/70B/405B, FSDP2 (+TP/PP/CP), H100 (8-512)"),

@@ -7,7 +7,7 @@ import sys
 
 import pandas as pd
 
-from paraplan.plan.sweep import COLUMNS
+from paraplan.plan.hybrid.sweep import COLUMNS
 
 
 def test_plan_command(data_dir, tmp_path):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from paraplan.clusters import cluster_from_dict, load_cluster
+from paraplan.comm.fit_a2a_nic import nic_efficiency, read_alltoall_rows
 from paraplan.comm.fit_rail import MeasuredSweep, fit_rail, rail_fits
 from paraplan.comm.topology import (
+    A2A_NIC_EFFICIENCY,
     DEFAULT_RAIL_EFFICIENCY,
     DEFAULT_RAIL_LATENCY_S,
     Rail,
@@ -34,6 +37,7 @@ A_S = 10e-6
 
 
 RAIL = Rail(A_S, NIC_Bps)
+ALLTOALL_CSV = Path(__file__).resolve().parents[2] / "data/published/alltoall/nccl_tests_alltoall_multinode.csv"
 
 
 def model(intra_Bps: float = 900e9, nics: int = 8) -> TopologyCommModel:
@@ -81,8 +85,46 @@ def test_tree_wins_small_messages_across_more_than_two_nodes():
 
 def test_all_to_all_sends_the_crossing_share_over_the_nics():
     m = model()
-    # 16 ranks on 2 nodes: each rank sends 8/16 of its S to the other node over its NIC
-    assert m.time_s("all_to_all", GiB, Group(16, 2)) == pytest.approx(A_S + 0.5 * GiB / NIC_Bps, rel=1e-12)
+    # 16 ranks on 2 nodes: each rank sends 8/16 of its S to the other node over its own NIC,
+    # point-to-point at the all-to-all NIC efficiency (not the all-reduce rail curve)
+    expected = A_S + 0.5 * GiB / (A2A_NIC_EFFICIENCY * NIC_Bps)
+    assert m.time_s("all_to_all", GiB, Group(16, 2)) == pytest.approx(expected, rel=1e-12)
+    # 32 ranks on 4 nodes, 8 per node: 3/4 of S leaves, latency once per remote node
+    expected4 = 3 * A_S + 0.75 * GiB / (A2A_NIC_EFFICIENCY * NIC_Bps)
+    assert m.time_s("all_to_all", GiB, Group(32, 4)) == pytest.approx(expected4, rel=1e-12)
+
+
+def test_all_to_all_with_half_the_nics_shares_them_and_pxn_loads_nvlink():
+    # 4 NICs for 8 GPUs: each GPU drives half a NIC (2 x 8 ranks: S/2 over 0.5 NIC)
+    m = model(nics=4)
+    expected = A_S + 0.5 * GiB / (0.5 * A2A_NIC_EFFICIENCY * NIC_Bps)
+    assert m.time_s("all_to_all", GiB, Group(16, 2)) == pytest.approx(expected, rel=1e-12)
+    # a slow NVLink: PXN forwards the crossing share too, so each rank moves what an 8-rank
+    # all_to_all of the whole S moves, 7/8 S at 10 GB/s
+    slow = model(intra_Bps=10e9)
+    assert slow.time_s("all_to_all", GiB, Group(16, 2)) == pytest.approx(7 / 8 * GiB / 10e9, rel=1e-9)
+
+
+def test_a2a_nic_efficiency_is_the_fit_on_the_published_alltoall_row():
+    rows = read_alltoall_rows(ALLTOALL_CSV)
+    fitted = [r for r in rows if r.source == "NVIDIA/nccl#1138"]
+    assert len(fitted) == 1
+    # busbw 19.83 GB/s, 16 ranks on 2 nodes, 4 x 25 GB/s NICs for 8 GPUs:
+    # e = 19.83 x 16/15 x 1/2 / (0.5 x 25) = 0.84608
+    assert nic_efficiency(fitted[0]) == pytest.approx(19.83 * 16 / 15 * 0.5 / 12.5, rel=1e-12)
+    assert abs(A2A_NIC_EFFICIENCY - nic_efficiency(fitted[0])) < 5e-4
+    held_out = next(r for r in rows if r.source == "NVIDIA/nccl#1531")
+    assert (held_out.ranks, held_out.size_bytes, held_out.time_s) == (64, 8388608.0, pytest.approx(337.8e-6))
+    with pytest.raises(ValueError, match="NICs per node and their rate are needed"):
+        nic_efficiency(held_out)
+
+
+def test_alltoall_csv_errors_name_the_line(tmp_path):
+    bad = tmp_path / "a2a.csv"
+    bad.write_text("source,gpu,nodes,gpus_per_node,nics_per_node,nic_Gbps,nccl_version,size_bytes,time_us,busbw_GBps\n"
+                   "x,A100,two,8,4,200,,4096,,1.0\n")
+    with pytest.raises(InputFileError, match=r"a2a\.csv:2"):
+        read_alltoall_rows(bad)
 
 
 def test_p2p_across_nodes_uses_one_nic_per_rank_and_nvlink_inside():

@@ -12,9 +12,10 @@ from paraplan.core import ConstantBandwidthModel, InputFileError, StrategyError
 from paraplan.core.comm import Group, ring_time_s
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_output import describe, plan_rows
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
+from paraplan.plan.transformer.output import describe, plan_rows
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import PassCost, placement, run_structure
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
@@ -187,7 +188,7 @@ def test_planner_finds_cp_for_llama3_70b_at_128k_tokens_where_nothing_without_it
     model = load_model("llama3-70b", seq_length=131072)
     cluster = load_cluster("dgx-a100-40gb")
     comm = CAL.comm_model(cluster)
-    without = PlanRequest(model, cluster, 64, 32, space=SearchSpace(context_parallel_sizes=(1,)))
+    without = TransformerPlanRequest(model, cluster, 64, 32, space=SearchSpace(context_parallel_sizes=(1,)))
     with pytest.raises(StrategyError, match="fits nowhere on 64 x A100-SXM4-40GB"):
         search(without, comm, CAL.efficiency)
     result = search(replace(without, space=SearchSpace()), comm, CAL.efficiency)
@@ -207,7 +208,7 @@ def test_search_with_cp_equals_exhaustive_exact_evaluation(memory_gb):
                              vocab_size=32000)
     cluster = load_cluster("dgx-a100")
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9))
-    request = PlanRequest(model, cluster, 8, 8, space=SearchSpace(schedules=("1f1b",)), retime=10_000)
+    request = TransformerPlanRequest(model, cluster, 8, 8, space=SearchSpace(schedules=("1f1b",)), retime=10_000)
     comm = CAL.comm_model(cluster)
     base = request.base_settings()
     cand = enumerate_candidates(model, 8, 8, 8, request.space)

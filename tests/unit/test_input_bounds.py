@@ -24,10 +24,10 @@ from paraplan.core import (
     StrategyError,
 )
 from paraplan.core.limits import MAX_NUM_MICROBATCHES
-from paraplan.plan import verify
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.problem import MemorySettings, PlanProblem, divisors
-from paraplan.plan.request import PlanRequest
+from paraplan.plan.hybrid import verify
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem, divisors
+from paraplan.plan.hybrid.request import PlanRequest
 from paraplan.studies.simulate import load_study
 from paraplan.typed import Source, load
 
@@ -196,7 +196,7 @@ def test_plan_of_a_billion_samples_ends_in_seconds(data_dir, tmp_path, capsys):
 def test_a_huge_batch_with_no_plan_names_the_micro_batch_bound():
     # the model state (2 x 4 x 3 GB) fits no single device (no data parallelism), and at
     # 10^9 samples every micro-batch the search takes (<= 16,384 per copy) is too large
-    from paraplan.plan.sweep import PlanSettings, plan_batch
+    from paraplan.plan.hybrid.sweep import PlanSettings, plan_batch
 
     profile = ModelProfile("p", 8, tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 8e7, 3e9) for i in range(4)))
     comm = DappleConstantsModel(CLUSTER.intra.bandwidth_Bps, CLUSTER.inter.bandwidth_Bps)

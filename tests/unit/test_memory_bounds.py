@@ -15,9 +15,11 @@ from paraplan.clusters import load_cluster
 from paraplan.core import InputFileError, StrategyError
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import iter_text_lines, read_text
-from paraplan.plan import llm_search
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer import search as llm_search
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.predictor import iter_predictions, predict_rows
 from paraplan.predict.runtable import iter_run_table, read_run_table
@@ -164,7 +166,7 @@ def test_the_estimate_of_a_deep_pipeline_needs_megabytes_not_gigabytes():
     Building every stage's op order for the in-flight count took 1.7 GB here."""
     deep = TransformerModel("deep", num_layers=4096, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                             vocab_size=32000)
-    request = PlanRequest(deep, A100, 1024, 1024)
+    request = TransformerPlanRequest(deep, A100, 1024, 1024)
     cand = enumerate_candidates(deep, 1024, 1024, A100.devices_per_node, request.space)
     tracemalloc.start()
     try:
@@ -179,7 +181,7 @@ def test_the_estimate_of_a_deep_pipeline_needs_megabytes_not_gigabytes():
 def test_candidates_beyond_the_simulated_operations_are_not_retimed(monkeypatch):
     model = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                              vocab_size=32000)
-    request = PlanRequest(model, A100, 8, 64, space=SearchSpace(schedules=SCHEDULES))
+    request = TransformerPlanRequest(model, A100, 8, 64, space=SearchSpace(schedules=SCHEDULES))
     bound = 3 * 2 * 16  # two stages of 16 micro-batches, one chunk
     monkeypatch.setattr(llm_search, "MAX_SIMULATED_OPS", bound)
     notes: list[str] = []
@@ -220,7 +222,7 @@ def test_a_plan_with_every_candidate_beyond_the_bound_is_an_error(monkeypatch):
                              vocab_size=32000)
     monkeypatch.setattr(llm_search, "MAX_SIMULATED_OPS", 2)
     with pytest.raises(StrategyError) as caught:
-        search(PlanRequest(model, A100, 8, 64), CAL.comm_model(A100), CAL.efficiency)
+        search(TransformerPlanRequest(model, A100, 8, 64), CAL.comm_model(A100), CAL.efficiency)
     assert str(caught.value) == (
         "small on 8 GPUs at global batch 64: every candidate has more than 2 pipeline operations (3 x stages x "
         "micro-batches x model chunks), more than paraplan simulates exactly; a smaller global batch would do")

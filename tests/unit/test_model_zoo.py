@@ -156,7 +156,7 @@ def test_every_architecture_of_the_zoo_is_priced():
 
 
 def test_a_model_whose_state_cannot_fit_is_infeasible_with_its_numbers():
-    from paraplan.plan.llm_search import check_model_state_fits
+    from paraplan.plan.transformer.search import check_model_state_fits
 
     with pytest.raises(StrategyError) as err:
         check_model_state_fits(PRESETS["deepseek-v3"], 64, "bf16", 80e9)

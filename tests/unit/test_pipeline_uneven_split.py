@@ -11,7 +11,8 @@ from paraplan.clusters import load_cluster
 from paraplan.core import InputFileError, StrategyError
 from paraplan.core.run_settings import RunSettings, interleaved_uneven_split, pipeline_layer_split
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.build import run_structure
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.models import PRESETS

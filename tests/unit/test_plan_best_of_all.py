@@ -10,11 +10,11 @@ import random
 import pytest
 
 from paraplan.core import Cluster, ConfigError, Device, LayerProfile, Link, ModelProfile
-from paraplan.plan.baselines import BASELINES, accumulation_steps, baseline_plans
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.problem import MemorySettings, PlanProblem
-from paraplan.plan.search import enumerate_hybrid, plan_hybrid
-from paraplan.plan.sweep import PlanSettings, plan_batch
+from paraplan.plan.hybrid.baselines import BASELINES, accumulation_steps, baseline_plans
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem
+from paraplan.plan.hybrid.search import enumerate_hybrid, plan_hybrid
+from paraplan.plan.hybrid.sweep import PlanSettings, plan_batch
 
 
 def _profile(rng: random.Random, layers: int, pbs: int = 8, params: float = 3e8) -> ModelProfile:

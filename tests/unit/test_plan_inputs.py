@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from paraplan.core import ConfigError, InputFileError, LayerProfile, ModelProfile
-from paraplan.plan.baselines import accumulation_steps, data_parallel_estimates
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.problem import MemorySettings, PlanProblem
-from paraplan.plan.records import PlannedStage, format_stages
-from paraplan.plan.request import ClusterShape, GlobalBatchSizes, PlanRequest
+from paraplan.plan.hybrid.baselines import accumulation_steps, data_parallel_estimates
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem
+from paraplan.plan.hybrid.records import PlannedStage, format_stages
+from paraplan.plan.hybrid.request import ClusterShape, GlobalBatchSizes, PlanRequest
 from paraplan.studies.plan import load_plan_study
 from paraplan.typed import Source, load
 
@@ -137,7 +137,7 @@ def test_a_plan_slower_than_one_device_says_why():
     fraction of one device without a word."""
     import math
 
-    from paraplan.plan.sweep import PlanRow, slower_than_one_device
+    from paraplan.plan.hybrid.sweep import PlanRow, slower_than_one_device
 
     def row(gbs, best):
         return PlanRow(gbs=gbs, dp_no_overlap=best, dp_p3=best, dp_overlap=best, best_hybrid=best,

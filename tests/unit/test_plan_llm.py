@@ -10,8 +10,10 @@ import pytest
 from paraplan.clusters import load_cluster
 from paraplan.core import StrategyError
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SCHEDULES, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.predictor import predict_settings, summarize
 
@@ -37,7 +39,7 @@ def exhaustive_best(request):
 def test_search_equals_exhaustive_exact_evaluation(gpus, batch, memory_gb):
     cluster = load_cluster("dgx-a100")
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9))
-    request = PlanRequest(SMALL, cluster, gpus, batch)
+    request = TransformerPlanRequest(SMALL, cluster, gpus, batch)
     best, count = exhaustive_best(request)
     result = search(request, CAL.comm_model(cluster), CAL.efficiency)
     assert result.candidates == count
@@ -61,7 +63,7 @@ def test_every_dimension_is_searched():
 
 def test_estimates_are_close_to_the_engine_for_memory():
     cluster = load_cluster("dgx-a100")
-    request = PlanRequest(SMALL, cluster, 8, 32)
+    request = TransformerPlanRequest(SMALL, cluster, 8, 32)
     base = request.base_settings()
     cand = enumerate_candidates(SMALL, 8, 32, 8, SearchSpace())
     est = estimate(SMALL, cand, base, cluster, CAL.comm_model(cluster), CAL.efficiency)
@@ -74,7 +76,7 @@ def test_estimates_are_close_to_the_engine_for_memory():
 
 def test_plans_fit_and_no_baseline_is_faster():
     cluster = load_cluster("dgx-a100")
-    request = PlanRequest(SMALL, cluster, 8, 64, top_k=4)
+    request = TransformerPlanRequest(SMALL, cluster, 8, 64, top_k=4)
     result = search(request, CAL.comm_model(cluster), CAL.efficiency)
     assert 1 <= len(result.plans) <= 4
     times = [p.iteration_s for p in result.plans]
@@ -92,12 +94,12 @@ def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=0.2e9))
     with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0 GB each\).*"
                                             r"the smallest plan needs [0-9.]+ GB per device"):
-        search(PlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
+        search(TransformerPlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
 
 
 def test_plan_command_writes_ranked_plans_in_predict_columns(tmp_path, capsys):
     from paraplan.cli.main import main
-    from paraplan.plan.llm_output import PLAN_COLUMNS
+    from paraplan.plan.transformer.output import PLAN_COLUMNS
 
     model = tmp_path / "small.yaml"
     model.write_text("num_layers: 8\nhidden_size: 1024\nnum_attention_heads: 16\nseq_length: 1024\n"

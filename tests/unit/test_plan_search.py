@@ -8,11 +8,11 @@ import random
 import pytest
 
 from paraplan.core import Cluster, Device, Group, LayerProfile, Link, ModelProfile
-from paraplan.plan import search
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.objective import evaluate_layout, hpgo_latency_s, layout_slots
-from paraplan.plan.problem import MemorySettings, PlanProblem
-from paraplan.plan.search import NoFeasiblePlanError, enumerate_hybrid, plan_hybrid
+from paraplan.plan.hybrid import search
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.objective import evaluate_layout, hpgo_latency_s, layout_slots
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem
+from paraplan.plan.hybrid.search import NoFeasiblePlanError, enumerate_hybrid, plan_hybrid
 
 
 def _profile(rng: random.Random, layers: int, pbs: int = 8) -> ModelProfile:
@@ -118,7 +118,7 @@ def test_dapple_constants():
 
 
 def test_paper_form_closed_forms():
-    from paraplan.plan.objective import paper_latency_s
+    from paraplan.plan.hybrid.objective import paper_latency_s
 
     # uniform stages, no all-reduce: 1F1B takes (M + S - 1)(F + B)
     assert paper_latency_s([1.0] * 3, [2.0] * 3, 4, [0.0] * 3) == pytest.approx((4 + 3 - 1) * 3.0)

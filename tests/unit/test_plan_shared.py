@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from paraplan.clusters import load_cluster
-from paraplan.plan.comm_constants import DappleConstantsModel
-from paraplan.plan.problem import MemorySettings
-from paraplan.plan.search import plan_hybrid
-from paraplan.plan.sweep import PlanSettings, plan_batch
-from paraplan.plan.verify import simulate_plan
+from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
+from paraplan.plan.hybrid.problem import MemorySettings
+from paraplan.plan.hybrid.search import plan_hybrid
+from paraplan.plan.hybrid.sweep import PlanSettings, plan_batch
+from paraplan.plan.hybrid.verify import simulate_plan
 
 DAPPLE_SPACE = ("end",)  # DAPPLE's planner: pipelines and data parallelism, no gradient overlap
 

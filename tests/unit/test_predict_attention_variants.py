@@ -170,8 +170,11 @@ def test_recompute_modules_are_checked():
     with pytest.raises(StrategyError, match="recompute_modules core_attn mlp needs recompute_granularity selective, "
                        "got none"):
         replace(_selective("core_attn", "mlp"), recompute_granularity="none").check(LLAMA)
-    with pytest.raises(StrategyError, match="recompute_modules: 'moe_act' is not one of core_attn, mla_up_proj, "
-                       "layernorm, mlp"):
+    with pytest.raises(StrategyError, match="recompute_modules: 'mhc' is not one of core_attn, mla_up_proj, "
+                       "layernorm, mlp, moe_act, moe, shared_experts"):
+        _selective("mhc").check(LLAMA)
+    with pytest.raises(StrategyError, match="recompute_modules moe_act needs a mixture-of-experts model; 'small' has "
+                       "no experts"):
         _selective("moe_act").check(LLAMA)
 
 

@@ -12,8 +12,9 @@ from paraplan.clusters import load_cluster
 from paraplan.core import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import PlanRequest, search
-from paraplan.plan.llm_space import SearchSpace, enumerate_candidates
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import (
     kernel_times_by_pass,
     moe_layers_per_virtual_stage,
@@ -44,9 +45,10 @@ def test_dispatch_and_combine_all_to_all_carry_tokens_x_topk_x_hidden_bytes():
     work = moe_layer_work(MIXTRAL, s)
     a2a = [c for c in work.forward.collectives if c.group == "ep"]
     tokens = 1 * 4096  # b s on one rank (TP 1)
-    assert [c.collective for c in a2a] == ["all_to_all", "all_to_all"]  # dispatch, combine
-    assert [c.nbytes for c in a2a] == [tokens * 2 * 4096 * 2] * 2  # T k h e, bf16
-    assert len([c for c in work.backward.collectives if c.group == "ep"]) == 2
+    # the token counts' all-gather (8 ranks x 8 experts, int64), dispatch, the probabilities (fp32), combine
+    assert [c.collective for c in a2a] == ["all_gather", "all_to_all", "all_to_all", "all_to_all"]
+    assert [c.nbytes for c in a2a] == [8 * 8 * 8, tokens * 2 * 4096 * 2, tokens * 2 * 4, tokens * 2 * 4096 * 2]
+    assert len([c for c in work.backward.collectives if c.group == "ep"]) == 3
     # sequence parallelism routes each TP rank's b s / t tokens; the imbalance scales the busiest rank's share
     sp = moe_shape(MIXTRAL, settings(tensor_model_parallel_size=2, data_parallel_size=4, sequence_parallel=True,
                                      expert_model_parallel_size=4, expert_tensor_parallel_size=1,
@@ -176,9 +178,10 @@ def test_shared_expert_overlap_hides_the_all_to_alls_beside_its_gemms():
     s = settings(expert_model_parallel_size=8)
     plain = moe_layer_work(qwen2_moe, s).forward
     beside = moe_layer_work(qwen2_moe, replace(s, moe_shared_expert_overlap=True)).forward
-    assert [c.hidden_by for c in plain.collectives if c.group == "ep"] == [-1, -1]
-    hidden = [c.hidden_by for c in beside.collectives if c.group == "ep"]
-    assert all(i >= 0 and beside.kernels.kind[i] == GEMM for i in hidden)
+    tokens = [c for c in plain.collectives if c.group == "ep" and c.nbytes == moe_shape(qwen2_moe, s).a2a_bytes]
+    assert [c.hidden_by for c in tokens] == [-1, -1]
+    hidden = [c.hidden_by for c in beside.collectives if c.group == "ep" and c.nbytes == tokens[0].nbytes]
+    assert len(hidden) == 2 and all(i >= 0 and beside.kernels.kind[i] == GEMM for i in hidden)
     assert plain.kernels.total_flops == beside.kernels.total_flops  # the same work, reordered
 
 
@@ -193,7 +196,7 @@ def test_planner_searches_expert_parallelism():
 def test_planner_answer_equals_exhaustive_exact_evaluation_for_a_small_moe_model():
     from paraplan.predict.predictor import predict_settings, summarize
 
-    request = PlanRequest(replace(HALF_MOE, moe_layer_freq=1), H100, 8, 32)
+    request = TransformerPlanRequest(replace(HALF_MOE, moe_layer_freq=1), H100, 8, 32)
     comm = CAL.comm_model(H100)
     cand = enumerate_candidates(request.model, 8, 32, 8, request.space)
     base = request.base_settings()
@@ -225,7 +228,7 @@ def test_plan_mixtral_on_64_h100_end_to_end(tmp_path):
 
 def test_a_moe_model_that_fits_nowhere_says_so_with_its_expert_state():
     model = PRESETS["qwen3-235b-a22b"]
-    request = PlanRequest(replace(model, seq_length=4096), H100, 32, 256)
+    request = TransformerPlanRequest(replace(model, seq_length=4096), H100, 32, 256)
     with pytest.raises(StrategyError) as err:
         search(request, CAL.comm_model(H100), CAL.efficiency)
     text = str(err.value)
@@ -275,11 +278,11 @@ def test_dense_layer_factors_never_scale_a_moe_layer():
 
 
 def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
-    from paraplan.plan.llm_space import estimate
+    from paraplan.plan.transformer.estimate import estimate
     from paraplan.predict.predictor import predict_settings
 
     first_dense = replace(HALF_MOE, moe_layer_freq=(0, 0, 0, 0, 1, 1, 1, 1), num_experts=64)
-    request = PlanRequest(first_dense, H100, 8, 32)
+    request = TransformerPlanRequest(first_dense, H100, 8, 32)
     comm = CAL.comm_model(H100)
     base = request.base_settings()
     cand = enumerate_candidates(first_dense, 8, 32, 8, request.space)
@@ -295,8 +298,8 @@ def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1
     comm = CAL.comm_model(H100)
     with pytest.raises(StrategyError, match=r"deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB .* 192 GB per GPU even "
                                             r"sharded over all of them"):
-        search(PlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
-    best = search(PlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
+        search(TransformerPlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
+    best = search(TransformerPlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
     assert best.fits_memory and best.settings.expert_model_parallel_size > 1
 
 
@@ -311,14 +314,14 @@ def test_deepseek_v3_mtp_layer_is_a_moe_layer_whose_experts_shard_over_ep():
     # 61 layers on 16 stages: the last holds layers 58-60 (MoE), then the MTP layer (MoE too)
     assert st.expert_rank_params[-1] == pytest.approx((3 + 1) * 256 * model.expert_params / 8, rel=1e-12)
     mtp = last_stage_work(model, s).forward.collectives
-    assert [c.collective for c in mtp if c.group == "ep"] == ["all_to_all", "all_to_all"]
+    assert [c.collective for c in mtp if c.group == "ep"] == ["all_gather", "all_to_all", "all_to_all", "all_to_all"]
 
 
 def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures(monkeypatch):
-    import paraplan.plan.llm_space as space
+    import paraplan.plan.transformer.layer_table as space
 
     model = replace(HALF_MOE, moe_layer_freq=1, mtp_num_layers=1)  # a MoE MTP layer in the head pass too
-    request = PlanRequest(model, H100, 16, 32)
+    request = TransformerPlanRequest(model, H100, 16, 32)
     cand = enumerate_candidates(model, 16, 32, 8, request.space)
     comm = CAL.comm_model(H100)
     shared = space.layer_table(model, cand, request.base_settings(), H100, comm, CAL.efficiency)

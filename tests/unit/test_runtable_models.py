@@ -92,5 +92,6 @@ def test_recompute_modules_column(tmp_path):
     _, (row,) = read_run_table(table(tmp_path / "runs.csv", header, "llama3-8b,4096,1,1,8,8,selective,core_attn mlp"))
     assert row.settings.recompute_modules == ("core_attn", "mlp")
     with pytest.raises(InputFileError, match=r"runs.csv:2: column 'recompute_modules': expected module names among "
-                       r"core_attn, mla_up_proj, layernorm, mlp separated by spaces, got 'moe_act'"):
-        read_run_table(table(tmp_path / "runs.csv", header, "llama3-8b,4096,1,1,8,8,selective,core_attn moe_act"))
+                       r"core_attn, mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts separated by spaces, "
+                       r"got 'mhc'"):
+        read_run_table(table(tmp_path / "runs.csv", header, "llama3-8b,4096,1,1,8,8,selective,core_attn mhc"))

@@ -165,11 +165,16 @@ def test_corrected_dp_without_overlap_is_close_to_distir_83d7fc3():
 
 
 def test_tensor_shards_read_a_t_th_of_each_weight():
+    from paraplan.sim import profile_execution
+
     profile = st.mlp_profile(8, 1024, 512)
-    sharded = st.tensor_sharded_profile(profile, 4)
-    la, sh = profile.layers[3], sharded.layers[3]
-    # what the engine computes per shard: fixed + (t - fixed) / T
-    per_shard = sh.fwd_fixed_s + (sh.fwd_s - sh.fwd_fixed_s) / 4
-    assert per_shard == pytest.approx(la.fwd_s / 4, rel=1e-12)
-    assert sh.bwd_fixed_s == pytest.approx(la.bwd_fixed_s / 4)
-    assert st.tensor_sharded_profile(profile, 1) is profile
+    cluster, comm = st.physical_cluster(4, CorrectedMode(bandwidth_Gbit_per_s=4800))
+
+    def fwd_s(t: int, **options) -> float:
+        strategy = Strategy(tensor_model_parallel_size=t)
+        built = profile_execution(profile, cluster, comm, strategy, 512, tp_allreduces=[0] * 8, **options)
+        return float(built.model.costs.fwd_s[0])
+
+    # each shard reads 1/T of the weight (the fixed time) and computes 1/T of the rest
+    assert fwd_s(4, conditions=st.SHARDED_WEIGHT_READS) == pytest.approx(profile.fwd_s.sum() / 4, rel=1e-12)
+    assert fwd_s(1, conditions=st.SHARDED_WEIGHT_READS) == fwd_s(1)

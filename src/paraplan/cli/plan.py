@@ -60,7 +60,7 @@ _GROUPS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from paraplan.plan.request import PlanRequest
+    from paraplan.plan.hybrid.request import PlanRequest
     from paraplan.typed import add_options, field_docs
 
     groups = {title: parser.add_argument_group(title) for title in _GROUPS}
@@ -138,7 +138,7 @@ def _comm(comm_path: Path | None, cluster):
         from paraplan.comm.model import FittedCommModel
 
         return FittedCommModel.from_json(comm_path)
-    from paraplan.plan.comm_constants import DappleConstantsModel
+    from paraplan.plan.hybrid.comm_constants import DappleConstantsModel
 
     return DappleConstantsModel(cluster.intra.bandwidth_Bps, cluster.inter.bandwidth_Bps)
 
@@ -146,7 +146,7 @@ def _comm(comm_path: Path | None, cluster):
 def _request(args: argparse.Namespace):
     """The plan request: the study's settings (if any) with the options given here on top."""
     from paraplan.config_files import find_study
-    from paraplan.plan.request import PlanRequest
+    from paraplan.plan.hybrid.request import PlanRequest
     from paraplan.studies.plan import PlanStudy
     from paraplan.typed import Source, given, load, read_yaml, upgrade_keys
 
@@ -173,7 +173,7 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
     import pandas as pd
 
     from paraplan.files import write_csv
-    from paraplan.plan.sweep import COLUMNS, plan_sweep, slower_than_one_device
+    from paraplan.plan.hybrid.sweep import COLUMNS, plan_sweep, slower_than_one_device
     from paraplan.progress import bar
 
     start = time.perf_counter()
@@ -181,7 +181,7 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
         rows = plan_sweep(settings, sizes, args.jobs, on_done=progress.update)
     wall = time.perf_counter() - start
     if all(r.infeasible for r in rows):
-        from paraplan.plan.search import NoFeasiblePlanError
+        from paraplan.plan.hybrid.search import NoFeasiblePlanError
 
         raise NoFeasiblePlanError(rows[0].infeasible + " (at every batch size asked for)")
     for r in rows:
@@ -212,7 +212,7 @@ def _run_one(args, settings, sizes, csv_path: Path, plots: Path | None, title: s
 def _runlog(args, rows, wall, csv_path, figures, params):
     """One run per planned layout: the batch sizes' plans (the CSV's rows) as a table
     whose numeric columns are logged with step = the row's index."""
-    from paraplan.plan.sweep import COLUMNS
+    from paraplan.plan.hybrid.sweep import COLUMNS
     from paraplan.track import RunLog, Table
 
     numeric = [c for c in COLUMNS if c != "stages"]
@@ -248,9 +248,10 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
     from paraplan.files import atomic_open, check_outputs
-    from paraplan.plan.llm_output import PLAN_COLUMNS, describe, plan_rows
-    from paraplan.plan.llm_search import PlanRequest, search
-    from paraplan.plan.llm_space import SearchSpace
+    from paraplan.plan.transformer.output import PLAN_COLUMNS, describe, plan_rows
+    from paraplan.plan.transformer.request import TransformerPlanRequest
+    from paraplan.plan.transformer.search import search
+    from paraplan.plan.transformer.space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
     from paraplan.track import RunLog, Table
@@ -280,10 +281,10 @@ def _run_llm(args: argparse.Namespace) -> int:
 
         print(f"paraplan plan: FP8 recipe {args.fp8_recipe or DEFAULT_FP8_RECIPE}"
               + ("" if args.fp8_recipe else " (Megatron-LM's default; --fp8-recipe to choose)"), file=sys.stderr)
-    request = PlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype, top_k=args.top_k,
-                          fp8_recipe=args.fp8_recipe,
-                          space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
-                                            context_parallel_sizes=cp_sizes))
+    request = TransformerPlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype,
+                                     top_k=args.top_k, fp8_recipe=args.fp8_recipe,
+                                     space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
+                                                       context_parallel_sizes=cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,

@@ -16,7 +16,8 @@ multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_
 v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
 (none|selective|full), recompute_modules (with selective, Megatron-Core's modules separated
-by spaces: core_attn, mla_up_proj, layernorm, mlp; default core_attn), sequence_parallel,
+by spaces: core_attn, mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts; default
+core_attn), sequence_parallel,
 use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce_in_bf16, DDP_impl
@@ -24,7 +25,8 @@ async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce
 use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
-moe_shared_expert_overlap (mixture-of-experts models), fp8_recipe (with dtype fp8:
+moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
+(alltoall|flex: DeepEP; mixture-of-experts models; docs/moe.md), fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
 default; docs/fp8.md), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,

@@ -41,9 +41,16 @@ all_reduce, the fastest of:
 all_gather / reduce_scatter: ring only (NCCL's tuner has no tree for them across
 nodes): t = (N-1) a + (n-1)/n x S / B against intra(c, S x (n-1)/n x r/(r-1)).
 broadcast / reduce: a pipelined ring, t = (N-1) a + S / B against intra(c, S).
-all_to_all (expert parallelism): each rank sends S / n to every rank; (n - r) / n of the
-data crosses domains over the rank's share of the NICs, the rest goes over NVLink:
-t = max((N-1) a + r (n-r)/n x S / B, intra(all_to_all, S x r / n)).
+all_to_all (expert parallelism; NCCL runs it as point-to-point sends to every peer, no
+ring or tree): each rank sends S / n to every rank; (n - r) / n of its S crosses domains
+over its own share of the NICs. PXN (NCCL >= 2.12, rail-optimised nodes) first moves a
+message over NVLink to the GPU on the destination's rail, so NVLink carries the
+intra-domain share plus (r-1)/r of the crossing share: per rank as much as an r-rank
+all_to_all of the whole S. The NICs run these sends at `A2A_NIC_EFFICIENCY` of line rate
+(fitted on a published alltoall_perf, not on the all-reduce curve: ring/tree overheads
+that the all-reduce curve absorbs are not in a send), with the rail curve's latency once
+per remote domain: t = max((N-1) a + r (n-r)/n x S / B_a2a, intra(all_to_all, S)),
+B_a2a = line rate x A2A_NIC_EFFICIENCY x the domain's NICs as for B.
 send_recv across domains (pipeline stages): one rank's share of the NICs, t = a + S / (b x share).
 """
 
@@ -67,6 +74,14 @@ DEFAULT_RAIL_LATENCY_S = 45.9e-6
 several times NCCL's own per-step network latency (14 us for the Simple protocol): it
 also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
 sizes under 1 MiB across nodes come out too slow (the benchmark prints by how much)."""
+A2A_NIC_EFFICIENCY = 0.846
+"""Effective / line-rate bandwidth of a NIC under all_to_all's point-to-point sends:
+`paraplan.comm.fit_a2a_nic.nic_efficiency` of the one published multi-node
+`alltoall_perf` row with its NICs stated and a bandwidth-bound size
+(data/published/alltoall/, row 1: 2 x 8 A100, 4 x 200 Gb/s RoCE, 4 GiB, busbw 19.83 GB/s;
+`benchmarks/bench_alltoall.py` prints it and the held-out H800 row). NVIDIA's NCCL
+maintainers quote 46-49 GB/s per 400 Gb/s NIC for all-to-all (0.92-0.98; nccl-tests issues
+#267, #290); the all_reduce rail curves sit at 0.57-0.71."""
 _MEMO_LIMIT = 1 << 18
 
 
@@ -181,8 +196,9 @@ class TopologyCommModel:
         if collective in ("broadcast", "reduce"):
             return {"ring": max((domains - 1) * a + s / bw, intra(collective, s))}
         if collective in ("all_to_all", "all_to_allv"):
-            inter = (domains - 1) * a + r * (n - r) / n * s / bw
-            return {"pairwise": max(inter, intra("all_to_all", s * r / n))}
+            a2a_bw = self._domain_bandwidth_Bps(group, r, Rail(a, self.network.nic_bandwidth_Bps * A2A_NIC_EFFICIENCY))
+            inter = (domains - 1) * a + r * (n - r) / n * s / a2a_bw
+            return {"pairwise": max(inter, intra("all_to_all", s))}  # PXN: NVLink also forwards
         if collective == "send_recv":
             return {"p2p": a + s / (rail.bandwidth_Bps * self._rank_nics())}
         raise ValueError(f"unknown collective '{collective}'")

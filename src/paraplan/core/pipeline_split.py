@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.layer_split import even_layer_counts
 from paraplan.core.pipeline_layout import COLUMN as LAYOUT_COLUMN
 from paraplan.core.pipeline_layout import LayoutError, check_layout, parse_layout
 from paraplan.core.transformer import TransformerModel
@@ -148,8 +149,7 @@ def pipeline_layer_split(num_layers: int, stages: int, virtual: int = 1, first: 
     virtual stages taking one more."""
     nv = stages * virtual
     if not (first or last):
-        base, extra = divmod(num_layers, nv)
-        return [base + (1 if i < extra else 0) for i in range(nv)]
+        return even_layer_counts(num_layers, nv)
     middle = stages - (first > 0) - (last > 0)
     per_middle = (num_layers - first - last) // middle if middle else 0
     per_rank = [per_middle] * stages

@@ -27,10 +27,14 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp")
-"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`)."""
+MOE_RECOMPUTE_MODULES: tuple[str, ...] = ("moe_act", "moe", "shared_experts")
+"""Megatron-Core's `--recompute-modules` of a MoE layer's block (`paraplan.predict.moe_ops`)."""
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", *MOE_RECOMPUTE_MODULES)
+"""Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`, `moe_ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+MoeDispatcher = Literal["alltoall", "flex"]
+MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "flex")
 CPCommType = Literal["p2p", "all_gather", "a2a"]
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
 DDPImpl = Literal["local", "torch"]
@@ -193,6 +197,14 @@ class RunSettings:
     moe_shared_expert_overlap: bool = False
     """Megatron-Core's: the shared experts run after the router, beside the token
     dispatch and combine all-to-alls (else before the router, in series)."""
+    moe_token_dispatcher_type: MoeDispatcher = "alltoall"
+    """Megatron-Core's: `alltoall` (NCCL all-to-alls) or `flex` with its default DeepEP
+    backend (`paraplan.predict.moe_deepep`); Megatron's own default, allgather, is not
+    modelled."""
+    overlap_moe_expert_parallel_comm: bool = False
+    """Megatron-Core's: the 1F1B schedule runs one micro-batch's forward and another's
+    backward layer by layer together, each one's dispatch and combine all-to-alls
+    beside the other's attention or experts (`paraplan.predict.moe_ops`)."""
 
     @property
     def pipeline_schedule(self) -> str:
@@ -235,6 +247,12 @@ class RunSettings:
                                 f"{self.recompute_granularity}")
         if "mla_up_proj" in modules and not model.multi_latent_attention:
             raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
+        moe_only = [m for m in modules if m in MOE_RECOMPUTE_MODULES]
+        if moe_only and not model.is_moe:
+            raise StrategyError(f"recompute_modules {moe_only[0]} needs a mixture-of-experts model; '{model.name}' has "
+                                "no experts")
+        if "shared_experts" in modules and not model.moe_shared_expert_intermediate_size:
+            raise StrategyError(f"recompute_modules shared_experts needs shared experts; '{model.name}' has none")
 
     def _check_context_parallel(self, model: TransformerModel) -> None:
         """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
@@ -419,6 +437,11 @@ class RunSettings:
                 raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
                                     f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
                                     f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
+            if self.overlap_moe_expert_parallel_comm:
+                self._check_a2a_overlap()
+            if self.moe_token_dispatcher_type != "alltoall":
+                raise StrategyError(f"moe_token_dispatcher_type {self.moe_token_dispatcher_type} needs a "
+                                    f"mixture-of-experts model; '{model.name}' has no experts")
             return
         t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
         etp = self.expert_tensor_parallel
@@ -444,3 +467,20 @@ class RunSettings:
         if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                                 "(moe_shared_expert_intermediate_size 0)")
+        if self.overlap_moe_expert_parallel_comm:
+            self._check_a2a_overlap()
+        if self.moe_token_dispatcher_type == "flex" and etp > 1:
+            raise StrategyError(f"moe_token_dispatcher_type flex with expert_tensor_parallel_size {etp} is not "
+                                "modelled (DeepEP priced for ETP 1)")
+
+    def _check_a2a_overlap(self) -> None:
+        """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""
+        wrong = [why for bad, why in (
+            (self.expert_model_parallel_size < 2, "expert_model_parallel_size > 1"),
+            (self.recompute_granularity == "full", "no full recomputation"),
+            ("moe" in self.recompute_modules and self.recompute_granularity == "selective",
+             "no moe in recompute_modules"),
+            (self.moe_shared_expert_overlap, "no moe_shared_expert_overlap"),
+            (self.dtype == "fp32", "a bf16 or fp16 model")) if bad]
+        if wrong:
+            raise StrategyError(f"overlap_moe_expert_parallel_comm needs {wrong[0]} (Megatron-Core's rule)")

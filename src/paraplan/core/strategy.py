@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.glossary import GRADIENT_SYNCS, SCHEDULES, GradientSync, ScheduleName
+from paraplan.core.layer_split import even_layer_ranges
 
 __all__ = ["GRADIENT_SYNCS", "SCHEDULES", "Strategy"]
 
@@ -101,14 +102,9 @@ class Strategy:
         p = self.pipeline_model_parallel_size
         if p > num_layers:
             raise StrategyError(f"{p} pipeline stages need at least {p} layers, the model has {num_layers}")
-        if self.stage_boundaries:
-            starts = [0, *self.stage_boundaries]
-            if starts[-1] >= num_layers:
-                raise StrategyError(
-                    f"stage boundary {starts[-1]} is past the last layer ({num_layers - 1})"
-                )
-        else:
-            base, extra = divmod(num_layers, p)
-            starts = [s * base + min(s, extra) for s in range(p)]
-        stops = [*starts[1:], num_layers]
-        return list(zip(starts, stops, strict=True))
+        if not self.stage_boundaries:
+            return even_layer_ranges(num_layers, p)
+        starts = [0, *self.stage_boundaries]
+        if starts[-1] >= num_layers:
+            raise StrategyError(f"stage boundary {starts[-1]} is past the last layer ({num_layers - 1})")
+        return list(zip(starts, [*starts[1:], num_layers], strict=True))

@@ -72,15 +72,9 @@ def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) ->
     return out
 
 
-def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
-                eff: DeviceEfficiency) -> TimeBreakdown:
-    """The breakdown of one run's predicted iteration (module doc)."""
-    structure = run_structure(model, settings, cluster, comm)
-    kernel_s = kernel_times_by_pass([structure], eff)[0]
-    execution = price(structure, kernel_s, eff)
-    parts = _pass_parts(structure, kernel_s, eff)
-    p, v, m = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size, \
-        settings.num_microbatches
+def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
+    """(virtual stages, parts): one micro-batch's forward and backward device time of each
+    virtual stage by part, as `price` sums them (ZeRO-3's gathers under `_DP`)."""
 
     layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
     moe_fwd, moe_bwd = (parts[7].copy(), parts[8] + parts[9]) if len(parts) > 7 else (np.zeros(_DEVICE),) * 2
@@ -110,6 +104,19 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     bwd[0] += parts[4]
     fwd[-1] += parts[5]
     bwd[-1] += parts[6]
+    return fwd, bwd
+
+
+def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
+                eff: DeviceEfficiency) -> TimeBreakdown:
+    """The breakdown of one run's predicted iteration (module doc)."""
+    structure = run_structure(model, settings, cluster, comm)
+    kernel_s = kernel_times_by_pass([structure], eff)[0]
+    execution = price(structure, kernel_s, eff)
+    parts = _pass_parts(structure, kernel_s, eff)
+    p, v, m = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size, \
+        settings.num_microbatches
+    fwd, bwd = _stage_parts(structure, parts, eff)
     costs = execution.costs
     op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
     host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1)

@@ -1,7 +1,9 @@
 """What one mixture-of-experts layer runs on one rank for one micro-batch: the
 attention half of `paraplan.predict.ops` followed by Megatron-Core's MoE block with
-the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`; the allgather
-and flex dispatchers are not modelled).
+the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`), or the flex
+dispatcher with DeepEP's kernels (`flex`: `paraplan.predict.moe_deepep`; each token sent
+once per destination rank, ordered by local expert there and its experts' outputs summed
+there before the combine); the allgather dispatcher is not modelled.
 
 Forward of the MoE block (T tokens routed by this rank, k = `moe_router_topk`, E
 experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
@@ -12,18 +14,26 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   `moe_shared_expert_overlap`);
 - the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
 - token permutation: each token copied to its k experts' order (memory-bound);
+- with EP > 1, each rank's token count per expert all-gathered over the EP group (the
+  all-to-all's split sizes; int64; the host's wait for them before the dispatch is
+  not priced, docs/moe.md);
 - dispatch all-to-all over the EP group: T k h bytes-per-element per rank, scaled by
   the busiest rank's share over the mean (all ranks wait for it): `moe_load_imbalance`
   with EP > 1, capped by `moe_expert_capacity_factor` (dropped tokens), or the
   capacity factor itself with `moe_pad_expert_input_to_capacity` (`load_factor`);
+  then a second all-to-all of the tokens' fp32 routing probabilities (T k x 4 bytes);
 - with ETP > 1 and tokens not already replicated over the ETP group: an all-gather of
   the dispatched tokens over it (and a reduce-scatter of the experts' output);
+- with more than one local expert, `sort_chunks_by_idxs`: the received tokens (and
+  probabilities) reordered from source-rank order to local-expert order, and back
+  before the combine (memory-bound: read and write T k (h e + 4) bytes each);
 - the local experts, E / EP of them, as one grouped GEMM per projection: each expert
   gets T k EP ETP / E tokens on average (ETP only when gathered), times the imbalance,
   priced by the device model's GEMM curve at that real m (small GEMMs run less
   efficiently than the dense MLP's);
-- combine all-to-all (the same volume) and unpermute (the probability-weighted sum of
-  each token's k outputs).
+- combine all-to-all (the same volume) and unpermute (the sum of each token's k
+  outputs; the routing probabilities are applied inside the experts' activation,
+  Megatron-Core's experts.py `bias_act_func`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -33,18 +43,24 @@ and the MoE output is all-reduced like the dense MLP's.
 Backward: every GEMM twice (input and weight gradient), the element-wise kernels'
 backward, the same all-to-alls in reverse, the ETP all-gather / reduce-scatter
 swapped. Full recomputation repeats the forward (all-to-alls included); selective
-recomputation repeats its `recompute_modules` as a dense layer does, but `mlp`, which
-Megatron-Core applies to dense MLPs only.
+recomputation repeats its `recompute_modules` (`moe_recompute`: the dense layer's on the
+attention half, `mlp` skipped as Megatron-Core applies it to dense MLPs only, and the MoE
+modules `moe_act`, `shared_experts`, `moe`). `overlap_moe_expert_parallel_comm` hides
+the token all-to-alls beside another micro-batch's compute (`a2a_overlap`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
+    FP8_OPERAND_BYTES,
     FP32_BYTES,
+    KERNEL_FIELDS_ORDER,
+    Collective,
     LayerWork,
     PassWork,
     _attention_backward,
@@ -67,6 +83,7 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
 from paraplan.predict.work import NOT_HIDDEN
 
 ROUTER_PASSES = 3  # softmax and top-k: read the fp32 logits, write probabilities, select
+COUNT_BYTES = 8  # a token count per expert (int64)
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,13 @@ class MoeShape:
     etp: int
     gathered: bool  # tokens all-gathered over the ETP group after the dispatch
     a2a_bytes: float  # dispatch (and combine) all-to-all, per rank (nccl-tests' per-rank total)
+    hidden_bytes: float = 1.0  # one token's bytes (h x e): a2a_bytes / hidden_bytes tokens are sent
+    received_tokens: float = 0.0  # flex (DeepEP): distinct tokens a rank receives (one per token per rank)
+
+    @property
+    def probs_a2a_bytes(self) -> float:
+        """The routing probabilities' all-to-all beside the tokens': one fp32 per dispatched token."""
+        return self.a2a_bytes / (self.hidden_bytes) * FP32_BYTES
 
     @property
     def tokens_per_expert(self) -> float:
@@ -121,15 +145,26 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         routed_tokens=routed, topk=k, experts=model.num_experts, local_experts=model.num_experts / ep,
         expert_tokens=dispatched * (etp if gathered else 1), expert_ffn=model.moe_ffn_size / etp,
         expert_in=gate * model.moe_ffn_size / etp, shared_ffn=shared, shared_in=gate * shared, ep=ep, etp=etp,
-        gathered=gathered, a2a_bytes=dispatched * x.h * x.e)
+        gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e,
+        received_tokens=routed * load_factor(settings) * (ranks_hit(model.num_experts, k, ep) if ep > 1 else 1.0))
 
 
-def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float) -> None:
-    w.memory(((2 if gated else 1) + 1) * e * tokens * width)
+def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
+    """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
+    (with more than one local expert): read and write every dispatched token (and its
+    fp32 probability)."""
+    if m.local_experts > 1:
+        w.memory(2 * m.expert_tokens * (x.e * x.h + FP32_BYTES))
 
 
-def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float) -> None:
-    w.memory((2 * (2 if gated else 1) + 1) * e * tokens * width)
+def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
+    """The activation (the routed experts': times each token's fp32 routing probability)."""
+    w.memory(((2 if gated else 1) + 1) * e * tokens * width + (FP32_BYTES * tokens if probs else 0.0))
+
+
+def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
+    """Its backward (the routed experts': also the probabilities' gradient)."""
+    w.memory((2 * (2 if gated else 1) + 1) * e * tokens * width + (2 * FP32_BYTES * tokens if probs else 0.0))
 
 
 def _shared_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape, overlap: bool) -> tuple[int, int]:
@@ -153,38 +188,76 @@ def _shared_backward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShap
 
 
 def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+    _norm_forward(w, x)
+    _moe_block_forward(w, model, settings, x, m)
+    _residual_forward(w, model, x)
+
+
+def _alltoall_dispatch(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+    """The alltoall dispatcher from the routed tokens to the experts' input (module doc)."""
+    T, k = m.routed_tokens, m.topk
+    if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
+        w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
+    w.memory((1 + k) * x.e * T * x.h)  # permute
+    if m.ep > 1:
+        w.comm("all_to_all", m.a2a_bytes, hide, "ep")
+        w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
+    if m.gathered:
+        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
+
+
+def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+    """The alltoall dispatcher from the experts' output back to the routed tokens."""
+    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
+    if m.gathered:
+        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
+    if m.ep > 1:
+        w.comm("all_to_all", m.a2a_bytes, hide, "ep")
+    w.memory((m.topk + 1) * x.e * m.routed_tokens * x.h)  # unpermute: sum of the k outputs
+
+
+def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
+    """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
+    if m.ep > 1:
+        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", m.experts, m.topk))
+
+
+def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+    """Megatron-Core's MoELayer forward: shared experts, router, dispatch, experts, combine."""
     overlap_tp = settings.tp_comm_overlap
     shared = m.shared_ffn > 0
     beside = settings.moe_shared_expert_overlap
-    _norm_forward(w, x)
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
-    T, k = m.routed_tokens, m.topk
+    T = m.routed_tokens
     w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
     hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
-    w.memory((1 + k) * x.e * T * x.h)  # permute
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
-    if m.gathered:
-        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    flex = settings.moe_token_dispatcher_type == "flex"
+    if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
+        _deepep(w, m, DEEPEP_DISPATCH, hide[0])
+        w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
+    else:
+        _alltoall_dispatch(w, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_in, batch)
-    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn)
+    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_ffn, x.h, batch)
-    if m.gathered:
-        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
-    w.memory((k + 1) * x.e * T * x.h + FP32_BYTES * T * k)  # unpermute: weighted sum of the k outputs
+    if flex:  # each received token's local experts summed, then sent back
+        w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
+        _deepep(w, m, DEEPEP_COMBINE, hide[1])
+    else:
+        _alltoall_combine(w, x, m, hide[1])
     if m.etp > 1 and not m.gathered:  # tokens replicated over the tensor-parallel ranks
         w.comm("all_reduce", T * x.h * x.e, group="etp")
-    _residual_forward(w, model, x)
 
 
-def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
+                  m: MoeShape) -> tuple[int, int]:
+    """The MoE half's backward; the indices of the experts' fc1 input- and weight-gradient GEMMs."""
     overlap_tp, async_reduce = settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce
     shared = m.shared_ffn > 0
     hide = (NOT_HIDDEN, NOT_HIDDEN)
@@ -194,52 +267,134 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         hide = (NOT_HIDDEN, NOT_HIDDEN)
     T, k = m.routed_tokens, m.topk
     _residual_backward(w, model, x)
-    w.memory((2 * k + 1) * x.e * T * x.h + 2 * FP32_BYTES * T * k)  # unpermute backward (and the probs' grad)
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
-    if m.gathered:
-        w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+    flex = settings.moe_token_dispatcher_type == "flex"
+    if flex:  # combine's backward: DeepEP's dispatch kernel, then each token's gradient to its local experts
+        _deepep(w, m, DEEPEP_DISPATCH, hide[1])
+        w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
+    else:
+        w.memory((k + 1) * x.e * T * x.h)  # unpermute backward: each token's gradient copied to its k outputs
+        if m.ep > 1:
+            w.comm("all_to_all", m.a2a_bytes, hide[1], "ep")
+        if m.gathered:
+            w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
+        _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
-    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn)
-    w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
-    w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
-    if m.gathered:
-        w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
-    if m.ep > 1:
-        w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
-    w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
+    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+    fc1_dgrad = w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
+    fc1_wgrad = w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
+        w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
+        _deepep(w, m, DEEPEP_COMBINE, hide[0])
+    else:
+        _sort_chunks(w, x, m)  # permutation 2's backward
+        if m.gathered:
+            w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
+        if m.ep > 1:
+            w.comm("all_to_all", m.a2a_bytes, hide[0], "ep")
+            w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the probabilities' gradient
+        w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
     w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax / top-k backward
     w.gemm(T, m.experts, x.h, high_precision=True)
     w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
+    return fc1_dgrad, fc1_wgrad
 
 
 def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
     """Activations one MoE layer keeps per micro-batch until its backward, per rank:
     the attention half and the norm/router inputs as a dense layer
     (`ops.layer_activation_bytes` without its MLP), the router's fp32 probabilities
-    (T x E), the dispatched tokens (the experts' input, T k h with the ETP gather and
-    imbalance), the experts' inner activations (as the dense MLP's, on those tokens at
-    the expert width), their outputs for the weighted combine, and the shared experts'
-    inner activations. Full recomputation keeps only the layer's input; selective
-    recomputation's modules act on the attention half and the norms as in a dense layer
-    (Megatron-Core's `mlp` module skips MoE layers)."""
+    (T x E), and per dispatched token (T k with the ETP gather and imbalance) what
+    Megatron-Core's grouped experts save: fc1's input (the dispatched token, h), fc1's
+    output (the activation's input, 2 f with a gate) and fc2's input (the activation's
+    output, f). The routing probabilities are applied inside the activation
+    (experts.py `bias_act_func`), so the combine's unpermute is an unweighted sum that
+    saves nothing. The shared experts keep their fc1 output and fc2 input. In an fp8
+    run fc1's and fc2's inputs are their FP8 copies (1 byte), as the dense layer's.
+
+    Recomputation: full keeps only the layer's input; selective drops what its modules
+    recompute (`recompute_modules`): the dense layer's modules act on the attention half
+    and the norms (`mlp` skips MoE layers), `moe_act` drops fc2's input (the activation
+    is recomputed from fc1's output; in fp8 Megatron saves fc2's original input for
+    it, `set_save_original_input`, and discards it), `shared_experts` the shared
+    experts' inner activations, `moe` the whole block's (router, dispatched tokens,
+    experts, shared experts): only its input (the pre-MLP norm's output) is kept."""
     x = _shape(model, settings)
     whole = layer_activation_bytes(model, settings)
     if settings.recompute_granularity == "full":
         return whole
     recomputed = settings.recompute_modules if settings.recompute_granularity == "selective" else ()
-    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) + 1) * x.e * x.tokens * x.ffn
+    lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e  # a linear layer's saved input
+    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) * x.e + lin) * x.tokens * x.ffn
+    if "moe" in recomputed:
+        return float(whole - dense_inner)  # the block's input is the norm output `whole` already counts
     m = moe_shape(model, settings)
     router = FP32_BYTES * m.routed_tokens * m.experts
-    experts = x.e * m.expert_tokens * (x.h + m.expert_in + m.expert_ffn + x.h)
-    shared = x.e * x.tokens * (m.shared_in + m.shared_ffn)
+    fc2_input = 0.0 if "moe_act" in recomputed else lin * m.expert_ffn
+    experts = m.expert_tokens * (lin * x.h + x.e * m.expert_in + fc2_input)
+    shared = 0.0 if "shared_experts" in recomputed else x.tokens * (x.e * m.shared_in + lin * m.shared_ffn)
     return float(whole - dense_inner + router + experts + shared)
 
+
+def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape, flash: bool,
+                  gemm_bytes: int) -> PassWork:
+    """What the backward of a MoE layer recomputes with `recompute_granularity:
+    selective`: the dense modules on the attention half (Megatron-Core's `mlp` module
+    recomputes dense MLPs only), then `moe` the whole block's forward but its norm and
+    residual (router, permutation, both all-to-alls, experts, shared experts), else
+    `shared_experts` the shared experts' forward and `moe_act` the experts' activation
+    on their T k tokens (memory-bound)."""
+    modules = settings.recompute_modules
+    dense = tuple(name for name in modules if name not in ("mlp", *MOE_RECOMPUTE_MODULES))
+    base = _selective_recompute(model, x, flash, settings.tp_comm_overlap, gemm_bytes, dense)
+    w = _Builder(gemm_bytes)
+    w.rows.extend(zip(*(getattr(base.kernels, f).tolist() for f in KERNEL_FIELDS_ORDER), strict=True))
+    w.collectives.extend(base.collectives)
+    if "moe" in modules:
+        _moe_block_forward(w, model, settings, x, m)
+        return w.build()
+    if "shared_experts" in modules:
+        _shared_forward(w, model, x, m, settings.tp_comm_overlap)
+    if "moe_act" in modules:
+        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+    return w.build()
+
+
+def _largest(w: _Builder, start: int) -> int:
+    """The index of the kernel with the most FLOPs among those from `start` on."""
+    flops = [row[1] for row in w.rows[start:]]
+    return start + flops.index(max(flops))
+
+
+def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, attention_fwd: int,
+                beside_bwd: tuple[int, int, int]) -> tuple[PassWork, PassWork]:
+    """`overlap_moe_expert_parallel_comm`: Megatron-Core's combined 1F1B
+    (models/common/model_chunk_schedule_plan.py) runs micro-batch i+1's forward and
+    micro-batch i's backward of a layer together, each all-to-all on the communication
+    stream beside the other's compute: i's combine backward beside i+1's attention
+    forward (up to the dispatch), i+1's dispatch beside i's experts' input gradients,
+    i's dispatch backward beside i's experts' weight gradients, i+1's combine beside
+    i's attention backward. The four all-to-alls carry the same bytes, so the pair of
+    passes is priced exactly by hiding one all-to-all in the forward beside its
+    attention and three in the backward beside the experts' fc1 input- and
+    weight-gradient GEMMs and its attention (each beside that part's largest kernel),
+    with the rule every overlapped collective follows (max + contention x min)."""
+    def split(work: PassWork) -> tuple[list[Collective], list[Collective]]:  # (token transfers, the others)
+        tokens = [c for c in work.collectives if c.group == "ep" and (
+            isinstance(c, DeepEpTransfer) or (c.collective == "all_to_all" and c.nbytes == a2a_bytes))]
+        return tokens, [c for c in work.collectives if c not in tokens]
+
+    (dispatch, combine), fwd_others = split(forward)
+    (combine_bwd, dispatch_bwd), bwd_others = split(backward)
+    dgrad, wgrad, attention_bwd = beside_bwd
+    fwd = [*fwd_others, replace(combine_bwd, hidden_by=attention_fwd)]
+    bwd = [*bwd_others, replace(dispatch, hidden_by=dgrad), replace(dispatch_bwd, hidden_by=wgrad),
+           replace(combine, hidden_by=attention_bwd)]
+    return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one mixture-of-experts layer (see the module doc)."""
@@ -249,18 +404,22 @@ def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     gemm_bytes = DTYPE_BYTES[settings.dtype]
     w = _Builder(gemm_bytes)
     _attention_forward(w, model, x, flash, settings.tp_comm_overlap)
+    attention_fwd = _largest(w, 0)
     _moe_forward(w, model, settings, x, m)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    _moe_backward(w, model, settings, x, m)
+    fc1_dgrad, fc1_wgrad = _moe_backward(w, model, settings, x, m)
+    moe_end = len(w.rows)
     _attention_backward(w, model, x, flash, settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce)
     backward = w.build()
+    if settings.overlap_moe_expert_parallel_comm and m.ep > 1:
+        forward, backward = a2a_overlap(forward, backward, m.a2a_bytes, attention_fwd,
+                                        (fc1_dgrad, fc1_wgrad, _largest(w, moe_end)))
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
-    elif granularity == "selective":  # Megatron-Core's `mlp` module recomputes dense MLPs only
-        modules = tuple(m for m in settings.recompute_modules if m != "mlp")
-        recompute = _selective_recompute(model, x, flash, settings.tp_comm_overlap, gemm_bytes, modules)
+    elif granularity == "selective":
+        recompute = moe_recompute(model, settings, x, m, flash, gemm_bytes)
     else:
         recompute = PassWork(_Builder(gemm_bytes).build().kernels)
     return LayerWork(forward, backward, recompute, moe_activation_bytes(model, settings))

@@ -14,6 +14,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.moe_deepep import DeepEpTransfer
 from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
 PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
@@ -43,7 +44,10 @@ class PassCost:
         for c in work.collectives:
             g = group if c.group == "tp" else (others or {})[c.group]
             part = PART_OF_GROUP[c.group]
-            cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
+            if isinstance(c, DeepEpTransfer):  # DeepEP's kernels, at their published bandwidths
+                cost = c.time_s(g)
+            else:
+                cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by != NOT_HIDDEN:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
+from paraplan.sim.builder.placement import strided_group_nodes
 
 
 @dataclass(frozen=True)
@@ -66,16 +67,16 @@ def placement(settings: RunSettings, devices_per_node: int) -> Placement:
                settings.pipeline_model_parallel_size)
     c = settings.context_parallel_size
     g = devices_per_node
-    tp_nodes = len({r // g for r in range(t)})
-    cp_nodes = len({(t * j) // g for j in range(c)})
-    dp_nodes = len({(t * j) // g for j in range(d * c)})
+    tp_nodes = strided_group_nodes(t, 1, g)
+    cp_nodes = strided_group_nodes(c, t, g)
+    dp_nodes = strided_group_nodes(d * c, t, g)
     pp_cross = p > 1 and (t * c * d) // g != 0
     emb_cross = p > 1 and (t * c * d * (p - 1)) // g != 0
     # the expert grid over the same ranks: expert-tensor rank fastest, then EP, then expert-DP
     etp, ep = settings.expert_tensor_parallel, settings.expert_model_parallel_size
-    etp_nodes = len({r // g for r in range(etp)})
-    ep_nodes = len({(etp * j) // g for j in range(ep)})
-    edp_nodes = len({(etp * ep * j) // g for j in range(settings.expert_data_parallel_size)})
+    etp_nodes = strided_group_nodes(etp, 1, g)
+    ep_nodes = strided_group_nodes(ep, etp, g)
+    edp_nodes = strided_group_nodes(settings.expert_data_parallel_size, etp * ep, g)
     return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes)
 
 

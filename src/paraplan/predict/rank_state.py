@@ -6,7 +6,6 @@ memory (`rank_memory`). `paraplan.predict.build` says what each piece costs.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,6 +15,9 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes, reduce_bucket_s
 from paraplan.predict.placement import Precision, RunGroups
+from paraplan.sim.builder import rank_memory as memory_parts
+from paraplan.sim.builder.grad_buckets import equal_buckets
+from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.execution import GradSync, RankMemory
 
 GRAD_BUCKET_PARAMS = 40_000_000  # Megatron-LM's default DDP bucket
@@ -79,8 +81,8 @@ def rank_parameters(model: TransformerModel, settings: RunSettings, counts: np.n
     t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
     v = settings.virtual_pipeline_model_parallel_size
     layer_params = model.layer_params / t
-    vocab_params = model.padded_vocab_size(t) * model.hidden_size / t
-    positions = model.seq_length * model.hidden_size if model.position_embedding_type == "learned_absolute" else 0
+    vocab_params = rank_vocab_params(model, t)
+    positions = position_params(model)
     chunk_layers = counts.reshape(v, p)  # [chunk, rank]
     rank_params = chunk_layers.sum(axis=0) * layer_params
     chunk_moe = np.zeros((v, p)) if moe_counts is None else moe_counts.reshape(v, p).astype(float)
@@ -95,10 +97,9 @@ def rank_parameters(model: TransformerModel, settings: RunSettings, counts: np.n
         rank_params = chunk_dense_params.sum(axis=0)
     expert_rank_params = chunk_expert_params.sum(axis=0)
     rank_params[0] += vocab_params + positions
-    head_params = model.norm_params + (vocab_params if (model.untie_embeddings_and_output_weights or p > 1) else 0)
     # the MTP layers (the few norm weights counted as split too); a MoE one's experts over EP x ETP
     mtp_experts = mtp_expert_params(model)
-    head_params += (model.mtp_parameters - mtp_experts) / t
+    head_params = rank_head_params(model, t, p, vocab_params, mtp_experts)
     rank_params[p - 1] += head_params
     if mtp_experts:
         chunk_expert_params[v - 1, p - 1] += mtp_experts / expert_split
@@ -149,14 +150,12 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
             if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
                 continue
-            n_buckets = max(1, math.ceil(total / buckets.bucket_params))
-            if zero3:  # one bucket per FSDP unit (layer) of the chunk
-                n_buckets = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
-            one = reduce_bucket_s(comm, buckets.collective, total / n_buckets * buckets.reduced_bytes, over)
-            for k in range(n_buckets):
-                chunks.append(c)
-                bucket_s.append(one)
-                fractions.append((k + 1) / n_buckets)
+            units = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
+            split = equal_buckets(total, buckets.bucket_params, units if zero3 else 0)  # ZeRO-3: one per FSDP unit
+            one = reduce_bucket_s(comm, buckets.collective, split.each * buckets.reduced_bytes, over)
+            chunks += [c] * split.count
+            bucket_s += [one] * split.count
+            fractions += split.ready_fractions
     return GradSync(np.array(bucket_s), np.array(chunks, dtype=np.int64), np.array(fractions))
 
 
@@ -229,13 +228,9 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[v - 1] += acts.head
         working = acts.recomputed_layer + fsdp_working_bytes(
             extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
-        memory.append(RankMemory(
-            weights_bytes=(n * prec.weight_bytes / (shards if zero3 else 1)
-                           + experts * prec.weight_bytes / (edp if zero3 else 1) + extra.fp8_copy_bytes[s]),
-            gradients_bytes=(n * prec.grad_bytes / (shards if settings.zero_stage >= 2 else 1)
-                             + experts * prec.grad_bytes / (edp if settings.zero_stage >= 2 else 1)),
-            optimizer_bytes=n * prec.optimizer_bytes / shards + experts * prec.optimizer_bytes / expert_shards,
-            activation_bytes_per_chunk=chunk_acts,
-            working_bytes=working,
-        ))
+        state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
+        zero2 = settings.zero_stage >= 2
+        dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
+        expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
+        memory.append(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]))
     return tuple(memory)

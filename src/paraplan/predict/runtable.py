@@ -27,7 +27,7 @@ or `@` (predict writes it back into a CSV, where a spreadsheet would run it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
@@ -39,6 +39,7 @@ from paraplan.core.run_settings import (
     DDP_IMPLS,
     DTYPES,
     FP8_RECIPES,
+    MOE_DISPATCHERS,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
     RECOMPUTE_MODULES,
@@ -68,7 +69,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "gradient_accumulation_fusion", "grad_reduce_in_bf16", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
-    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap", "account_for_embedding_in_pipeline_split",
+    "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
+    "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
@@ -205,6 +207,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_load_imbalance": lambda text: float(_IMBALANCE.parse(text)),
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
+    "overlap_moe_expert_parallel_comm": _boolean, "moe_token_dispatcher_type": _choice(MOE_DISPATCHERS),
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
     "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
     "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
@@ -237,25 +240,13 @@ def _load_model(spec: str, seq_length: int | None) -> TransformerModel:
 
 def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str],
               models: ModelCache | None = None) -> RunRow:
-    values: dict[str, object] = {}
-    for column, text in cells.items():
-        text = text.strip()
-        if column in _PARSERS and text:
-            values[column] = _cell(path, line, column, text)
-    for column in REQUIRED_SETTINGS:
-        if column not in values:
-            raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
-                                 field=f"column '{column}'")
+    """One run-table row: its cells parsed, its model and settings built and checked."""
+    values = _row_values(path, line, cells)
     explicit = cells.get("name", "").strip()
     model = row_model(path, line, explicit or f"run{line - 1}", values, MODEL_COLUMNS,
                       models or ModelCache(_load_model), COUNT_RULE.expected)
     name = explicit or (model.name if values.get("model") else f"run{line - 1}")
-    problem = formula_problem(name) or (
-        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
-        if len(name) > MAX_NAME_CHARS else None)
-    if problem:
-        raise InputFileError(path, problem, line=line, field="column 'name'")
-    dtype = str(values.get("dtype", "bf16"))
+    _check_name(path, line, name)
     search_mbs = "micro_batch_size" not in values
     layout = values.get("pipeline_model_parallel_layout")
     if layout and "virtual_pipeline_model_parallel_size" not in values:
@@ -264,39 +255,11 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
             len(parse_layout(str(layout)).stages) // int(values["pipeline_model_parallel_size"]), 1)  # type: ignore[call-overload]
     search_v = ("virtual_pipeline_model_parallel_size" in has_columns
                 and "virtual_pipeline_model_parallel_size" not in values)
-    settings_args = {k: values[k] for k in SETTINGS_COLUMNS if k in values}
-    settings_args.setdefault("use_flash_attn", default_flash_attention(dtype))
-    if "zero_stage" in settings_args:
-        settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
-    strategy = settings_args.pop("data_parallel_sharding_strategy", None)
-    if strategy is not None:  # Megatron-FSDP's name for a ZeRO stage
-        try:
-            settings_args["zero_stage"] = stage_of_sharding_strategy(
-                str(strategy), settings_args.get("zero_stage"))  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise InputFileError(path, str(exc), line=line, field="column 'data_parallel_sharding_strategy'") from None
-    settings = RunSettings(
-        tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[call-overload]
-        pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[call-overload]
-        data_parallel_size=int(values["data_parallel_size"]),  # type: ignore[call-overload]
-        global_batch_size=int(values["global_batch_size"]),  # type: ignore[call-overload]
-        **settings_args,  # type: ignore[arg-type]
-    )
-    gpus = values.get("num_gpus")
-    if gpus is not None and gpus != settings.num_gpus:
-        cp = settings.context_parallel_size
-        names, sizes = (("tensor x context x pipeline x data", (settings.tensor_model_parallel_size, cp))
-                        if cp > 1 else ("tensor x pipeline x data", (settings.tensor_model_parallel_size,)))
-        factors = " x ".join(str(n) for n in (*sizes, settings.pipeline_model_parallel_size,
-                                               settings.data_parallel_size))
-        raise InputFileError(
-            path, f"column 'num_gpus': {gpus} is not {names} parallel size = {factors} = {settings.num_gpus}",
-            line=line)
+    settings = _row_settings(path, line, values)
+    _check_num_gpus(path, line, values.get("num_gpus"), settings)
     try:
         probe = settings
         if search_mbs or search_v:
-            from dataclasses import replace
-
             probe = replace(settings, micro_batch_size=1 if search_mbs else settings.micro_batch_size,
                             virtual_pipeline_model_parallel_size=1 if search_v
                             else settings.virtual_pipeline_model_parallel_size,
@@ -307,6 +270,65 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     measured = values.get("measured_iteration_s")
     return RunRow(line, name, model, settings, search_mbs, search_v,
                   float(measured) if measured is not None else None, dict(cells))  # type: ignore[arg-type]
+
+
+def _row_values(path: Path, line: int, cells: dict[str, str]) -> dict[str, object]:
+    """The non-empty cells of known columns, parsed; the required settings present."""
+    values: dict[str, object] = {}
+    for column, text in cells.items():
+        text = text.strip()
+        if column in _PARSERS and text:
+            values[column] = _cell(path, line, column, text)
+    for column in REQUIRED_SETTINGS:
+        if column not in values:
+            raise InputFileError(path, f"expected {_EXPECTED[column]}, got an empty cell", line=line,
+                                 field=f"column '{column}'")
+    return values
+
+
+def _check_name(path: Path, line: int, name: str) -> None:
+    problem = formula_problem(name) or (
+        f"{len(name)} characters; expected at most {MAX_NAME_CHARS} (a name becomes a file name)"
+        if len(name) > MAX_NAME_CHARS else None)
+    if problem:
+        raise InputFileError(path, problem, line=line, field="column 'name'")
+
+
+def _row_settings(path: Path, line: int, values: dict[str, object]) -> RunSettings:
+    """The row's `RunSettings` (unchecked): its settings columns, flash attention by
+    default where the dtype has it, Megatron-FSDP's sharding strategy as a ZeRO stage."""
+    settings_args = {k: values[k] for k in SETTINGS_COLUMNS if k in values}
+    settings_args.setdefault("use_flash_attn", default_flash_attention(str(values.get("dtype", "bf16"))))
+    if "zero_stage" in settings_args:
+        settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
+    strategy = settings_args.pop("data_parallel_sharding_strategy", None)
+    if strategy is not None:  # Megatron-FSDP's name for a ZeRO stage
+        try:
+            settings_args["zero_stage"] = stage_of_sharding_strategy(
+                str(strategy), settings_args.get("zero_stage"))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise InputFileError(path, str(exc), line=line, field="column 'data_parallel_sharding_strategy'") from None
+    return RunSettings(
+        tensor_model_parallel_size=int(values["tensor_model_parallel_size"]),  # type: ignore[call-overload]
+        pipeline_model_parallel_size=int(values["pipeline_model_parallel_size"]),  # type: ignore[call-overload]
+        data_parallel_size=int(values["data_parallel_size"]),  # type: ignore[call-overload]
+        global_batch_size=int(values["global_batch_size"]),  # type: ignore[call-overload]
+        **settings_args,  # type: ignore[arg-type]
+    )
+
+
+def _check_num_gpus(path: Path, line: int, gpus: object, settings: RunSettings) -> None:
+    """A `num_gpus` cell must equal the product of the parallel sizes."""
+    if gpus is None or gpus == settings.num_gpus:
+        return
+    cp = settings.context_parallel_size
+    names, sizes = (("tensor x context x pipeline x data", (settings.tensor_model_parallel_size, cp))
+                    if cp > 1 else ("tensor x pipeline x data", (settings.tensor_model_parallel_size,)))
+    factors = " x ".join(str(n) for n in (*sizes, settings.pipeline_model_parallel_size,
+                                           settings.data_parallel_size))
+    raise InputFileError(
+        path, f"column 'num_gpus': {gpus} is not {names} parallel size = {factors} = {settings.num_gpus}",
+        line=line)
 
 
 def read_run_table(path: str | Path) -> tuple[list[str], list[RunRow]]:

@@ -11,12 +11,13 @@ step of any D x T x P strategy as a `Timeline` (plus its Chrome-trace export).
 - `to_chrome_trace(timeline)`: Perfetto / chrome://tracing JSON.
 """
 
+from paraplan.sim.builder.placement import layout
 from paraplan.sim.chrome_trace import to_chrome_trace
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, inflight_peak
 from paraplan.sim.execution import ExecutionModel, IterationResult, run_iteration
 from paraplan.sim.pipeline import simulate_pipeline
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, Schedule, get_schedule
-from paraplan.sim.strategy_sim import RunConditions, default_tp_allreduces, layout, profile_execution, simulate
+from paraplan.sim.strategy_sim import RunConditions, default_tp_allreduces, profile_execution, simulate
 
 __all__ = [
     "BWD",

@@ -231,6 +231,105 @@ def microbatch_counts(global_batch_size: int, data_parallel_size: int, pipeline_
     return [2**k for k in range(1, k_max + 1)]
 
 
+def _check_distir(program: MlpProgram, strategy: Strategy, sends: str, phase2: str) -> None:
+    """What DistIR's MLP transform takes: D, H, P and M only, even stages of an even
+    number of layers, batch and width divisible by the degrees."""
+    D, H, P, M = (strategy.data_parallel_size, strategy.tensor_model_parallel_size,
+                  strategy.pipeline_model_parallel_size, strategy.num_microbatches)
+    if P > 1 and strategy.schedule != "distir_greedy":
+        raise StrategyError(f"DistIR pipelines run schedule 'distir_greedy', got '{strategy.schedule}'")
+    if strategy.virtual_pipeline_model_parallel_size > 1 or strategy.gradient_sync != "end" \
+            or strategy.stage_boundaries or strategy.stage_replicas or strategy.placement:
+        raise StrategyError("DistIR's MLP transform takes D, H, P and M only (even stages, gradients at the end)")
+    if sends not in SEND_FILTERS:
+        raise StrategyError(f"unknown DistIR send filter '{sends}'; known: {', '.join(SEND_FILTERS)}")
+    if phase2 not in PHASE2_MODES:
+        raise StrategyError(f"unknown DistIR phase-2 variant '{phase2}'; known: {', '.join(PHASE2_MODES)}")
+    if P == 1 and M != 1:
+        raise StrategyError(f"DistIR uses one micro-batch without pipelining, got P=1 M={M}")
+    if program.num_layers % P or (program.num_layers // P) % 2:
+        raise StrategyError(
+            f"DistIR's transform needs an even number of layers per stage: {program.num_layers} layers, P={P}"
+        )
+    if program.batch_size % (D * M) or program.dim % H:
+        raise StrategyError(
+            f"batch {program.batch_size} must divide by D*M={D * M} and dim {program.dim} by H={H}"
+        )
+
+
+def _input_s(program: MlpProgram, data_parallel_size: int, bandwidth_Gbit_per_s: float, cost_model: DistirCostModel,
+             sends: SendFilter) -> float:
+    """Phase 0: Sends of the inputs from d0 to replica 0's root (x and z, and with
+    `sends` none every weight); cost-0 Scatters/Broadcasts when D > 1."""
+    if data_parallel_size > 1 or sends == "fig3_dp":
+        return 0.0
+    n_weight = program.num_layers if sends == "none" else 0
+    d = program.dim
+    return (2 * _send_s(program.batch_size * d, bandwidth_Gbit_per_s, cost_model)
+            + n_weight * _send_s(d * d, bandwidth_Gbit_per_s, cost_model))
+
+
+@dataclass(frozen=True)
+class _UnitCosts:
+    """What the greedy rounds charge: the stage costs and the Sends' times."""
+
+    stage: _StageCosts
+    act_send_s: float  # activation, dy and z micro-batch
+    weight_send_s: float
+    lazy_sends: bool  # each weight Sent from stage 0 just before its first MatMul
+    stages: int
+
+
+def _forward_end(uc: _UnitCosts, clock: list[float], s: int, m: int, start: float) -> float:
+    """When stage s's forward of micro-batch m ends (moving stage 0's clock for the
+    weight Sends and the z Send it makes on the way)."""
+    costs = uc.stage
+    if uc.lazy_sends and m == 0 and s > 0:
+        c0, cs = clock[0], start
+        for layer_s in costs.fwd_layers_s:
+            t = (c0 if c0 > cs else cs) + uc.weight_send_s
+            c0, cs = t, t + layer_s
+        clock[0] = c0
+        end = cs
+    else:
+        end = start + costs.fwd_s
+    if s == uc.stages - 1:
+        if uc.stages > 1:  # the z micro-batch comes from stage 0 right before Loss
+            c0 = clock[0]
+            t = (c0 if c0 > end else end) + uc.act_send_s
+            clock[0] = t
+            end = t + costs.loss_s
+        else:
+            end += costs.loss_s
+    return end
+
+
+def _run_rounds(plan: _Plan, uc: _UnitCosts, clock: list[float],
+                record_events: bool) -> tuple[list[float], list[float], list[float]]:
+    """Phase 1: the greedy rounds in program order on each stage's clock; the unit
+    starts and ends and the Sends' ends (when recorded)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    send_ends: list[float] = []
+    start_at, end_at, send_at = starts.append, ends.append, send_ends.append
+    bwd_s, bwd_first_s, act_send_s = uc.stage.bwd_s, uc.stage.bwd_first_s, uc.act_send_s
+    for units, round_sends in zip(plan.rounds, plan.sends, strict=True):
+        for s, is_f, m in units:
+            start = clock[s]
+            end = _forward_end(uc, clock, s, m, start) if is_f else start + (bwd_s if m else bwd_first_s)
+            clock[s] = end
+            if record_events:
+                start_at(start)
+                end_at(end)
+        for s, peer in round_sends:
+            a, c = clock[s], clock[peer]
+            t = (a if a > c else c) + act_send_s
+            clock[s] = clock[peer] = t
+            if record_events:
+                send_at(t)
+    return starts, ends, send_ends
+
+
 def simulate_distir(
     program: MlpProgram,
     strategy: Strategy,
@@ -254,87 +353,20 @@ def simulate_distir(
     Only replica 0, shard 0 is recorded (devices 0..P-1, by stage); the others are
     identical. Peak memory is not modelled.
     """
+    _check_distir(program, strategy, sends, phase2)
     D, H, P, M = (strategy.data_parallel_size, strategy.tensor_model_parallel_size,
                   strategy.pipeline_model_parallel_size, strategy.num_microbatches)
-    if P > 1 and strategy.schedule != "distir_greedy":
-        raise StrategyError(f"DistIR pipelines run schedule 'distir_greedy', got '{strategy.schedule}'")
-    if strategy.virtual_pipeline_model_parallel_size > 1 or strategy.gradient_sync != "end" \
-            or strategy.stage_boundaries or strategy.stage_replicas or strategy.placement:
-        raise StrategyError("DistIR's MLP transform takes D, H, P and M only (even stages, gradients at the end)")
-    if sends not in SEND_FILTERS:
-        raise StrategyError(f"unknown DistIR send filter '{sends}'; known: {', '.join(SEND_FILTERS)}")
-    if phase2 not in PHASE2_MODES:
-        raise StrategyError(f"unknown DistIR phase-2 variant '{phase2}'; known: {', '.join(PHASE2_MODES)}")
-    if P == 1 and M != 1:
-        raise StrategyError(f"DistIR uses one micro-batch without pipelining, got P=1 M={M}")
-    if program.num_layers % P or (program.num_layers // P) % 2:
-        raise StrategyError(
-            f"DistIR's transform needs an even number of layers per stage: {program.num_layers} layers, P={P}"
-        )
-    if program.batch_size % (D * M) or program.dim % H:
-        raise StrategyError(
-            f"batch {program.batch_size} must divide by D*M={D * M} and dim {program.dim} by H={H}"
-        )
-    b = program.batch_size // (D * M)
-    d = program.dim
+    b, d = program.batch_size // (D * M), program.dim
     costs = _stage_costs(program, D, H, P, M, float(bandwidth_Gbit_per_s), cost_model, phase2)
     plan = _plan(P, M)
-    act_send_s = _send_s(b * d, bandwidth_Gbit_per_s, cost_model)  # activation, dy and z micro-batch
-    weight_send_s = _send_s(d * d / H, bandwidth_Gbit_per_s, cost_model)
-    lazy_sends = sends == "none"
-
+    uc = _UnitCosts(costs, _send_s(b * d, bandwidth_Gbit_per_s, cost_model),
+                    _send_s(d * d / H, bandwidth_Gbit_per_s, cost_model), sends == "none", P)
+    input_s = _input_s(program, D, bandwidth_Gbit_per_s, cost_model, sends)
     clock = [0.0] * P
-    host = 0.0
-    # Phase 0: inputs from d0 to replica 0's root (cost-0 Scatters/Broadcasts when D > 1).
-    input_s = 0.0
-    if D == 1 and sends != "fig3_dp":
-        n_weight = program.num_layers if sends == "none" else 0
-        input_s = (2 * _send_s(program.batch_size * d, bandwidth_Gbit_per_s, cost_model)
-                   + n_weight * _send_s(d * d, bandwidth_Gbit_per_s, cost_model))
-        host = clock[0] = input_s
+    host = clock[0] = input_s
     if P > 1:
         clock[0] += 2 * SPLIT_S  # Split x and z into M parts on each HP root
-
-    last = P - 1
-    loss_s, fwd_s, bwd_s, bwd_first_s = costs.loss_s, costs.fwd_s, costs.bwd_s, costs.bwd_first_s
-    starts: list[float] = []
-    ends: list[float] = []
-    send_ends: list[float] = []
-    start_at, end_at, send_at = starts.append, ends.append, send_ends.append
-    for units, round_sends in zip(plan.rounds, plan.sends, strict=True):
-        for s, is_f, m in units:
-            start = clock[s]
-            if not is_f:
-                clock[s] = end = start + (bwd_s if m else bwd_first_s)
-            else:
-                if lazy_sends and m == 0 and s > 0:
-                    # each weight is Sent from stage 0 just before its first MatMul
-                    c0, cs = clock[0], start
-                    for layer_s in costs.fwd_layers_s:
-                        t = (c0 if c0 > cs else cs) + weight_send_s
-                        c0, cs = t, t + layer_s
-                    clock[0] = c0
-                    end = cs
-                else:
-                    end = start + fwd_s
-                if s == last:
-                    if P > 1:  # the z micro-batch comes from stage 0 right before Loss
-                        c0 = clock[0]
-                        t = (c0 if c0 > end else end) + act_send_s
-                        clock[0] = t
-                        end = t + loss_s
-                    else:
-                        end += loss_s
-                clock[s] = end
-            if record_events:
-                start_at(start)
-                end_at(end)
-        for s, peer in round_sends:
-            a, c = clock[s], clock[peer]
-            t = (a if a > c else c) + act_send_s
-            clock[s] = clock[peer] = t
-            if record_events:
-                send_at(t)
+    starts, ends, send_ends = _run_rounds(plan, uc, clock, record_events)
 
     # Phase 2: per-device additions (the barriers span identical replicas).
     phase2_s = [costs.phase2_mid_s] * P
@@ -342,22 +374,14 @@ def simulate_distir(
     phase2_start = list(clock)
     clock = [c + x for c, x in zip(clock, phase2_s, strict=True)]
     step_s = max(max(clock), host)
-
-    compute = P * costs.compute_s + M * loss_s
-    bubble = 1.0 - compute / (P * step_s)
+    bubble = 1.0 - (P * costs.compute_s + M * costs.loss_s) / (P * step_s)
     baseline = sequential_time_s(program, cost_model) if baseline_s is None else baseline_s
     if record_events:
-        columns = _columns(plan, starts, ends, send_ends, act_send_s, input_s, phase2_start, phase2_s)
+        columns = _columns(plan, starts, ends, send_ends, uc.act_send_s, input_s, phase2_start, phase2_s)
     else:
         columns = _columns(plan, None, None, None, 0.0, 0.0, [], [])
-    return Timeline(
-        **columns,
-        step_time_s=step_s,
-        batch_size=program.batch_size,
-        num_devices=D * H * P,
-        speedup=baseline / step_s,
-        bubble_fraction=bubble,
-    )
+    return Timeline(**columns, step_time_s=step_s, batch_size=program.batch_size, num_devices=D * H * P,
+                    speedup=baseline / step_s, bubble_fraction=bubble)
 
 
 def _columns(plan: _Plan, starts, ends, send_ends, send_s: float, input_s: float,

@@ -61,6 +61,42 @@ def p3_done_s(release_s: np.ndarray, work_s: np.ndarray) -> np.ndarray:
     return done
 
 
+class _Events:
+    """Timeline events collected part by part (device 0, stage 0)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, stream: int, kind, mb, start, end) -> None:
+        start = np.atleast_1d(np.asarray(start, dtype=float))
+        n = start.shape[0]
+        self.parts.append((np.full(n, stream), np.broadcast_to(kind, (n,)), np.broadcast_to(mb, (n,)),
+                           start, np.atleast_1d(np.asarray(end, dtype=float))))
+
+    def columns(self) -> TimelineColumns:
+        stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*self.parts, strict=True))
+        n = start.shape[0]
+        return TimelineColumns(device=np.zeros(n, dtype=np.int32), stream=stream.astype(np.int8),
+                               kind=kind.astype(np.int8), stage=np.zeros(n, dtype=np.int32),
+                               microbatch=mb.astype(np.int32), start_s=start, end_s=end)
+
+
+def _gated_forward(events: _Events, f: np.ndarray, synced_s: np.ndarray, bwd_end_s: float, microbatch: int) -> float:
+    """The next iteration's first forward, layer l starting only once layers 0..l are
+    synchronised (`synced_s`) and the last backward has ended; one op per stretch
+    without waiting. Returns when it ends."""
+    f_cum = np.cumsum(f)
+    f_before = f_cum - f
+    gate = np.maximum.accumulate(np.maximum(bwd_end_s, np.maximum.accumulate(synced_s) - f_before))
+    # layer l of the next forward runs in [gate_l + f_before_l, gate_l + f_cum_l]; gate
+    # rises where it waits
+    first = np.flatnonzero(np.concatenate(([True], gate[1:] > gate[:-1])))
+    last = np.append(first[1:] - 1, f.shape[0] - 1)
+    events.add(StreamCode.COMPUTE, EventKindCode.FWD, microbatch, gate[first] + f_before[first],
+               gate[last] + f_cum[last])
+    return float(gate[-1] + f_cum[-1])
+
+
 def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarray, microbatches: int,
                     iterations: int = 2) -> tuple[TimelineColumns, float]:
     """Data parallelism with P3 gradient synchronisation on one (pipeline) device.
@@ -77,50 +113,29 @@ def p3_steady_state(fwd_s: np.ndarray, bwd_s: np.ndarray, allreduce_s: np.ndarra
     b = np.asarray(bwd_s, dtype=float)
     k = int(microbatches)
     f_tot, b_tot = float(f.sum()), float(b.sum())
-    f_cum = np.cumsum(f)
-    f_before = f_cum - f
     b_from = np.cumsum(b[::-1])[::-1]  # backward from the last layer down to layer l
-    fk, bk = EventKindCode.FWD, EventKindCode.BWD
     # the ops between an iteration's first forward and its last backward:
     # B0, F1, B1, ..., F(k-1); then B(k-1)
     mid_dur = np.tile([b_tot, f_tot], k - 1)
-    mid_kind = np.tile([bk, fk], k - 1)
+    mid_kind = np.tile([EventKindCode.BWD, EventKindCode.FWD], k - 1)
     mid_mb = np.repeat(np.arange(k - 1), 2) + np.tile([0, 1], k - 1)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def add(stream: int, kind, mb, start, end) -> None:
-        start = np.atleast_1d(np.asarray(start, dtype=float))
-        n = start.shape[0]
-        parts.append((np.full(n, stream), np.broadcast_to(kind, (n,)), np.broadcast_to(mb, (n,)),
-                      start, np.atleast_1d(np.asarray(end, dtype=float))))
-
+    events = _Events()
     fwd0_end = f_tot  # iteration 0: nothing to wait for
-    add(StreamCode.COMPUTE, fk, 0, 0.0, f_tot)
+    events.add(StreamCode.COMPUTE, EventKindCode.FWD, 0, 0.0, f_tot)
     last_bwd = np.zeros(iterations)
     for e in range(iterations):
         base = e * k
         mid_start = fwd0_end + np.cumsum(mid_dur) - mid_dur
-        add(StreamCode.COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
+        events.add(StreamCode.COMPUTE, mid_kind, base + mid_mb, mid_start, mid_start + mid_dur)
         s = fwd0_end + (k - 1) * (f_tot + b_tot)
         last_bwd[e] = s
-        add(StreamCode.COMPUTE, bk, base + k - 1, s, s + b_tot)
+        events.add(StreamCode.COMPUTE, EventKindCode.BWD, base + k - 1, s, s + b_tot)
         release = s + b_from
         layer, seg_start, seg_end = p3_comm_segments(release, allreduce_s)
-        add(StreamCode.COMM, EventKindCode.ALLREDUCE, NO_MICROBATCH, seg_start, seg_end)
+        events.add(StreamCode.COMM, EventKindCode.ALLREDUCE, NO_MICROBATCH, seg_start, seg_end)
         if e == iterations - 1:
             break
         synced = release.copy()
         np.maximum.at(synced, layer, seg_end)
-        gate = np.maximum.accumulate(np.maximum(s + b_tot, np.maximum.accumulate(synced) - f_before))
-        # layer l of the next forward runs in [gate_l + f_before_l, gate_l + f_cum_l]; gate
-        # rises where it waits: one op per stretch without waiting
-        first = np.flatnonzero(np.concatenate(([True], gate[1:] > gate[:-1])))
-        last = np.append(first[1:] - 1, f.shape[0] - 1)
-        add(StreamCode.COMPUTE, fk, base + k, gate[first] + f_before[first], gate[last] + f_cum[last])
-        fwd0_end = float(gate[-1] + f_cum[-1])
-    stream, kind, mb, start, end = (np.concatenate(c) for c in zip(*parts, strict=True))
-    n = start.shape[0]
-    cols = TimelineColumns(device=np.zeros(n, dtype=np.int32), stream=stream.astype(np.int8),
-                           kind=kind.astype(np.int8), stage=np.zeros(n, dtype=np.int32),
-                           microbatch=mb.astype(np.int32), start_s=start, end_s=end)
-    return cols, float(last_bwd[-1] - last_bwd[-2])
+        fwd0_end = _gated_forward(events, f, synced, s + b_tot, base + k)
+    return events.columns(), float(last_bwd[-1] - last_bwd[-2])

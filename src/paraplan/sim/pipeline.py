@@ -7,7 +7,8 @@ communication) and what the closed forms describe; `simulate` in `strategy_sim` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -65,23 +66,42 @@ def concat_columns(parts: Sequence[Mapping[str, Any]]) -> TimelineColumns:
     )
 
 
-def simulate_pipeline(
-    schedule: str,
-    num_stages: int,
-    num_microbatches: int,
-    fwd_s: float | np.ndarray = 1.0,
-    bwd_s: float | np.ndarray = 2.0,
-    *,
-    iterations: int = 1,
-    virtual_stages: int = 1,
-    send_s: float = 0.0,
-    weight_grad_fraction: float = 0.5,
-    micro_batch_size: int = 1,
-) -> Timeline:
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How a bare pipeline runs beyond its schedule and costs (the keyword arguments of
+    `simulate_pipeline`)."""
+
+    iterations: int = 1
+    """Iterations run back to back (the step is the makespan divided by them)."""
+    virtual_stages: int = 1
+    """Model chunks per device (interleaved 1F1B)."""
+    send_s: float = 0.0
+    """Each transfer between neighbouring virtual stages."""
+    weight_grad_fraction: float = 0.5
+    """Share of a backward that is the weight gradient (split-backward schedules)."""
+    micro_batch_size: int = 1
+    """Samples per micro-batch (the timeline's batch size is M of them)."""
+
+
+class PipelineOptionArgs(TypedDict, total=False):
+    """`PipelineOptions` as keyword arguments."""
+
+    iterations: int
+    virtual_stages: int
+    send_s: float
+    weight_grad_fraction: float
+    micro_batch_size: int
+
+
+def simulate_pipeline(schedule: str, num_stages: int, num_microbatches: int, fwd_s: float | np.ndarray = 1.0,
+                      bwd_s: float | np.ndarray = 2.0, **options: Unpack[PipelineOptionArgs]) -> Timeline:
     """Run `schedule` over `num_stages` devices with per-virtual-stage costs (scalars
     apply to every virtual stage; with v chunks per device, pass the cost of one
     chunk). With a split backward, B takes (1 - weight_grad_fraction) x bwd_s and W
     the rest. `step_time_s` is the makespan over `iterations`, divided by them."""
+    opts = PipelineOptions(**options)
+    iterations, virtual_stages = opts.iterations, opts.virtual_stages
+    send_s, weight_grad_fraction, micro_batch_size = opts.send_s, opts.weight_grad_fraction, opts.micro_batch_size
     sched = get_schedule(schedule)
     nv = num_stages * virtual_stages
     fwd = np.broadcast_to(np.asarray(fwd_s, dtype=float), (nv,)).copy()

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -75,60 +75,23 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.profile import ModelProfile
 from paraplan.core.strategy import Strategy
 from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
+from paraplan.sim.builder.grad_buckets import filled_buckets
+from paraplan.sim.builder.placement import (
+    StageLayout,
+    layout,
+    replica_group,
+    stages_cross_node,
+    tensor_group,
+)
+from paraplan.sim.builder.rank_memory import ParamState, chunks_by_rank, rank_memory
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, P3Costs, RankMemory, run_iteration
-from paraplan.sim.schedules import get_schedule
-
-
-@dataclass(frozen=True)
-class StageLayout:
-    """Where each pipeline device's replicas live and which layers it owns."""
-
-    devices: tuple[tuple[int, ...], ...]  # per pipeline stage: r_s x T ids, replica-major
-    layer_ranges: tuple[tuple[int, int], ...]  # per virtual stage: [start, stop)
+from paraplan.sim.schedules import Schedule, get_schedule
 
 
 def default_tp_allreduces(num_layers: int) -> np.ndarray:
     """One all-reduce after every second layer (Megatron's column/row MLP pair)."""
     return (np.arange(num_layers) % 2 == 1).astype(float)
-
-
-def layout(strategy: Strategy, cluster: Cluster, num_layers: int) -> StageLayout:
-    """Stage placement (given, or node-major packing stage by stage) and layer ranges."""
-    p, t = strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size
-    v = strategy.virtual_pipeline_model_parallel_size
-    reps = strategy.replicas_per_stage
-    need = sum(reps) * t
-    if need > cluster.num_devices:
-        raise StrategyError(
-            f"strategy needs {need} devices (replicas {list(reps)} x T={t}), "
-            f"cluster '{cluster.name}' has {cluster.num_devices}"
-        )
-    if strategy.placement:
-        devices = tuple(tuple(int(d) for d in ids) for ids in strategy.placement)
-        for s, ids in enumerate(devices):
-            if len(ids) != reps[s] * t:
-                raise StrategyError(f"placement of stage {s} lists {len(ids)} devices, needs {reps[s] * t}")
-        flat = [d for ids in devices for d in ids]
-        if len(set(flat)) != len(flat) or min(flat) < 0 or max(flat) >= cluster.num_devices:
-            raise StrategyError(
-                f"placement must use distinct device ids in 0..{cluster.num_devices - 1}, got {devices}"
-            )
-    else:
-        offsets = np.cumsum([0, *[r * t for r in reps]])
-        devices = tuple(tuple(range(int(offsets[s]), int(offsets[s + 1]))) for s in range(p))
-    if v == 1:
-        ranges = strategy.stage_layer_ranges(num_layers)
-    else:
-        if strategy.stage_boundaries:
-            raise StrategyError("interleaved stages split the layers evenly; drop stage_boundaries")
-        nv = p * v
-        if nv > num_layers:
-            raise StrategyError(f"{p} stages x {v} chunks need at least {nv} layers, the model has {num_layers}")
-        base, extra = divmod(num_layers, nv)
-        starts = [i * base + min(i, extra) for i in range(nv)]
-        ranges = list(zip(starts, [*starts[1:], num_layers], strict=True))
-    return StageLayout(devices, tuple(ranges))
 
 
 def _p2p_s(comm: CommModel, cluster: Cluster, nbytes: float, cross_node: bool) -> float:
@@ -139,16 +102,6 @@ def _p2p_s(comm: CommModel, cluster: Cluster, nbytes: float, cross_node: bool) -
     except (ValueError, KeyError, NotImplementedError):
         link = cluster.inter if cross_node else cluster.intra
         return link.transfer_s(nbytes)
-
-
-def _cross_node(cluster: Cluster, a: Sequence[int], b: Sequence[int], t: int) -> bool:
-    """Whether any replica of stage a talks to its partner in stage b across nodes."""
-    ra, rb = len(a) // t, len(b) // t
-    for i in range(max(ra, rb)):
-        for j in range(t):
-            if cluster.node_of(a[(i % ra) * t + j]) != cluster.node_of(b[(i % rb) * t + j]):
-                return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -187,6 +140,33 @@ class RunConditions:
             raise StrategyError(f"accumulation_Bps must be finite and >= 0, got {self.accumulation_Bps}")
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """What a layer profile does not say about how its step trains (the keyword
+    arguments of `simulate` and `profile_execution`)."""
+
+    optimizer_state_factor: float = 2.0
+    """Optimizer state in parameter bytes (momentum: 1; Adam: 2)."""
+    grad_bucket_bytes: float = 25e6
+    """Gradient bucket of the `overlap` sync (PyTorch DDP's bucket_cap_mb = 25)."""
+    weight_grad_fraction: float = 0.5
+    """Share of a backward that is the weight gradient (split-backward schedules)."""
+    tp_allreduces: Sequence[float] | None = None
+    """Tensor-parallel all-reduces per layer (None: the profile's meta, else every second layer)."""
+    conditions: RunConditions = RunConditions()
+    """Facts of the real run (`RunConditions`)."""
+
+
+class StepOptionArgs(TypedDict, total=False):
+    """`StepOptions` as keyword arguments."""
+
+    optimizer_state_factor: float
+    grad_bucket_bytes: float
+    weight_grad_fraction: float
+    tp_allreduces: Sequence[float] | None
+    conditions: RunConditions
+
+
 @dataclass(frozen=True, eq=False)
 class ProfileExecution:
     """A profile's step as the engine runs it, and where its pipeline ranks live."""
@@ -194,6 +174,92 @@ class ProfileExecution:
     model: ExecutionModel
     layout: StageLayout
     single_device_s: float  # the same global batch on one device, no communication
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileStep:
+    """One step's inputs, checked and resolved: what every build phase reads."""
+
+    profile: ModelProfile
+    cluster: Cluster
+    comm: CommModel
+    strategy: Strategy
+    global_batch_size: int
+    options: StepOptions
+    layout: StageLayout
+    samples: np.ndarray  # per pipeline device: samples per replica per micro-batch
+    tp_fwd: np.ndarray  # per layer: tensor-parallel all-reduces of its forward
+    tp_bwd: np.ndarray  # ... and of its backward
+    accumulation_s: np.ndarray  # per layer: gradient accumulation added to its backward
+
+    @property
+    def dev_of_vstage(self) -> np.ndarray:
+        p = self.strategy.pipeline_model_parallel_size
+        return np.arange(p * self.strategy.virtual_pipeline_model_parallel_size) % p
+
+
+@dataclass(frozen=True, eq=False)
+class StageCompute:
+    """Per virtual stage and per layer: one micro-batch's compute on one tensor rank
+    (tensor-parallel all-reduces folded in) and the activations it holds and sends."""
+
+    fwd_s: np.ndarray  # per virtual stage
+    bwd_s: np.ndarray
+    layer_fwd_s: np.ndarray  # per layer, on its device (P3 needs layers)
+    layer_bwd_s: np.ndarray
+    activation_bytes: np.ndarray  # per virtual stage: held per micro-batch (all its layers, / T)
+    boundary_bytes: np.ndarray  # per virtual stage: its output activation per replica
+
+
+def _tp_allreduce_counts(profile: ModelProfile, options: StepOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer: tensor-parallel all-reduces of its forward and of its backward."""
+    nl = profile.num_layers
+    counts: object = options.tp_allreduces
+    if counts is None:
+        meta_counts = profile.meta.get("tp_allreduces") if profile.meta else None
+        counts = meta_counts if meta_counts is not None else default_tp_allreduces(nl)
+    tp_fwd = np.asarray(counts, dtype=float)
+    if tp_fwd.shape != (nl,):
+        raise StrategyError(f"tp_allreduces needs one count per layer ({nl}), got {tp_fwd.shape}")
+    backward = options.conditions.tp_backward_allreduces
+    tp_bwd = np.asarray(backward, dtype=float) if backward else tp_fwd
+    if tp_bwd.shape != (nl,):
+        raise StrategyError(f"tp_backward_allreduces needs one count per layer ({nl}), got {tp_bwd.shape}")
+    return tp_fwd, tp_bwd
+
+
+def _micro_batch_samples(strategy: Strategy, global_batch_size: int) -> np.ndarray:
+    """Per pipeline device: samples per replica per micro-batch (at least one)."""
+    m = strategy.num_microbatches
+    reps = np.array(strategy.replicas_per_stage, dtype=float)
+    samples = global_batch_size / (m * reps)
+    if samples.min() < 1:
+        s = int(samples.argmin())
+        raise StrategyError(
+            f"global batch {global_batch_size} gives {samples[s]:.3g} samples per micro-batch per replica at stage {s} "
+            f"({m} micro-batches x {int(reps[s])} replicas); need >= 1"
+        )
+    return samples
+
+
+def profile_step(profile: ModelProfile, cluster: Cluster, comm: CommModel, strategy: Strategy,
+                 global_batch_size: int, options: StepOptions) -> ProfileStep:
+    """Check the step's inputs and resolve what the build phases share."""
+    get_schedule(strategy.schedule).check(strategy.pipeline_model_parallel_size, strategy.num_microbatches,
+                                          strategy.virtual_pipeline_model_parallel_size)
+    nl = profile.num_layers
+    lay = layout(strategy, cluster, nl)
+    samples = _micro_batch_samples(strategy, global_batch_size)
+    conditions = options.conditions
+    if conditions.tp_split and len(conditions.tp_split) != nl:
+        raise StrategyError(f"tp_split needs one entry per layer ({nl}), got {len(conditions.tp_split)}")
+    tp_fwd, tp_bwd = _tp_allreduce_counts(profile, options)
+    m = strategy.num_microbatches
+    accumulation = np.zeros(nl)
+    if conditions.accumulation_Bps > 0 and m > 1:
+        accumulation = (m - 1) / m * 3.0 * profile.param_bytes / conditions.accumulation_Bps
+    return ProfileStep(profile, cluster, comm, strategy, global_batch_size, options, lay, samples, tp_fwd, tp_bwd,
+                       accumulation)
 
 
 def _layer_times(profile: ModelProfile, batch: float, t: int, lo: int, hi: int,
@@ -209,178 +275,154 @@ def _layer_times(profile: ModelProfile, batch: float, t: int, lo: int, hi: int,
     return f_fix * fixed_share + f_var * share, b_fix * fixed_share + b_var * share
 
 
-def profile_execution(
-    profile: ModelProfile,
-    cluster: Cluster,
-    comm: CommModel,
-    strategy: Strategy,
-    global_batch_size: int,
-    *,
-    optimizer_state_factor: float = 2.0,
-    grad_bucket_bytes: float = 25e6,
-    weight_grad_fraction: float = 0.5,
-    tp_allreduces: Sequence[float] | None = None,
-    conditions: RunConditions = RunConditions(),
-) -> ProfileExecution:
-    """The execution model of one training step of `strategy` on a layer profile (see
-    the module doc for how each kind of parallelism is costed)."""
-    p, t, v, m = (strategy.pipeline_model_parallel_size, strategy.tensor_model_parallel_size,
-                  strategy.virtual_pipeline_model_parallel_size, strategy.num_microbatches)
-    sched = get_schedule(strategy.schedule)
-    sched.check(p, m, v)
-    nl = profile.num_layers
-    lay = layout(strategy, cluster, nl)
-    reps = np.array(strategy.replicas_per_stage, dtype=float)
-    nv = p * v
-    dev_of_v = np.arange(nv) % p
-    samples = global_batch_size / (m * reps)  # per replica per micro-batch, by pipeline device
-    if samples.min() < 1:
-        s = int(samples.argmin())
-        raise StrategyError(
-            f"global batch {global_batch_size} gives {samples[s]:.3g} samples per micro-batch per replica at stage {s} "
-            f"({m} micro-batches x {int(reps[s])} replicas); need >= 1"
-        )
-    if conditions.tp_split and len(conditions.tp_split) != nl:
-        raise StrategyError(f"tp_split needs one entry per layer ({nl}), got {len(conditions.tp_split)}")
-
-    counts: object = tp_allreduces
-    if counts is None:
-        meta_counts = profile.meta.get("tp_allreduces") if profile.meta else None
-        counts = meta_counts if meta_counts is not None else default_tp_allreduces(nl)
-    tp_counts = np.asarray(counts, dtype=float)
-    if tp_counts.shape != (nl,):
-        raise StrategyError(f"tp_allreduces needs one count per layer ({nl}), got {tp_counts.shape}")
-    tp_back = np.asarray(conditions.tp_backward_allreduces, dtype=float) if conditions.tp_backward_allreduces \
-        else tp_counts
-    if tp_back.shape != (nl,):
-        raise StrategyError(f"tp_backward_allreduces needs one count per layer ({nl}), got {tp_back.shape}")
-    accumulation = np.zeros(nl)
-    if conditions.accumulation_Bps > 0 and m > 1:
-        accumulation = (m - 1) / m * 3.0 * profile.param_bytes / conditions.accumulation_Bps
-
-    slow = conditions.compute_slowdown
-    fwd = np.zeros(nv)
-    bwd = np.zeros(nv)
-    layer_fwd = np.zeros(nl)  # per layer per micro-batch on its device (P3 needs layers)
-    layer_bwd = np.zeros(nl)
-    act_mb = np.zeros(nv)  # activations held per micro-batch (all layers of the stage), per device
-    out_act = np.zeros(nv)  # boundary activation per micro-batch per replica
-    for vs, (lo, hi) in enumerate(lay.layer_ranges):
-        s = int(dev_of_v[vs])
-        b = float(samples[s])
+def stage_compute(step: ProfileStep) -> StageCompute:
+    """Phase 1: each virtual stage's forward and backward of one micro-batch (its
+    layers' compute at the stage's samples, slowed and with gradient accumulation as
+    the conditions say, plus the tensor-parallel all-reduces of their activations)."""
+    profile, t = step.profile, step.strategy.tensor_model_parallel_size
+    conditions, nl = step.options.conditions, profile.num_layers
+    nv = len(step.layout.layer_ranges)
+    out = StageCompute(np.zeros(nv), np.zeros(nv), np.zeros(nl), np.zeros(nl), np.zeros(nv), np.zeros(nv))
+    for vs, (lo, hi) in enumerate(step.layout.layer_ranges):
+        s = int(step.dev_of_vstage[vs])
+        b = float(step.samples[s])
         f_l, b_l = _layer_times(profile, b, t, lo, hi, conditions)
-        f_l, b_l = f_l * slow, (b_l + accumulation[lo:hi]) * slow
+        f_l = f_l * conditions.compute_slowdown
+        b_l = (b_l + step.accumulation_s[lo:hi]) * conditions.compute_slowdown
         acts = profile.activation_bytes_at(b)[lo:hi]
         if t > 1:
-            group = Group(t, cluster.nodes_spanned(lay.devices[s][:t]))
-            ar = np.array([comm.time_s("all_reduce", a, group) if max(cf, cb) > 0 else 0.0
-                           for a, cf, cb in zip(acts, tp_counts[lo:hi], tp_back[lo:hi], strict=True)])
-            f_l = f_l + tp_counts[lo:hi] * ar
-            b_l = b_l + tp_back[lo:hi] * ar
-        fwd[vs], bwd[vs] = f_l.sum(), b_l.sum()
-        layer_fwd[lo:hi], layer_bwd[lo:hi] = f_l, b_l
-        act_mb[vs] = acts.sum() / t
-        out_act[vs] = acts[-1]
+            group = tensor_group(step.cluster, step.layout.devices[s], t)
+            ar = np.array([step.comm.time_s("all_reduce", a, group) if max(cf, cb) > 0 else 0.0
+                           for a, cf, cb in zip(acts, step.tp_fwd[lo:hi], step.tp_bwd[lo:hi], strict=True)])
+            f_l = f_l + step.tp_fwd[lo:hi] * ar
+            b_l = b_l + step.tp_bwd[lo:hi] * ar
+        out.fwd_s[vs], out.bwd_s[vs] = f_l.sum(), b_l.sum()
+        out.layer_fwd_s[lo:hi], out.layer_bwd_s[lo:hi] = f_l, b_l
+        out.activation_bytes[vs] = acts.sum() / t
+        out.boundary_bytes[vs] = acts[-1]
+    return out
 
+
+def pipeline_costs(step: ProfileStep, compute: StageCompute, schedule: Schedule) -> PipelineCosts:
+    """Phase 2: the engine's op costs: compute per virtual stage (the backward split
+    into input and weight gradients for a split-backward schedule) and the transfers
+    between neighbouring stages (the larger share per link when replica counts differ;
+    chunks on one device hand over in memory)."""
+    nv = compute.fwd_s.shape[0]
+    t, reps = step.strategy.tensor_model_parallel_size, step.strategy.replicas_per_stage
+    devices, dev_of_v = step.layout.devices, step.dev_of_vstage
     send = np.zeros(max(nv - 1, 0))
     for vs in range(nv - 1):
         a, b = int(dev_of_v[vs]), int(dev_of_v[vs + 1])
-        if a == b:  # chunks on one device (interleaving with P = 1) hand over in memory
+        if a == b:
             continue
-        # bytes per link: the larger share when replica counts differ
-        nbytes = out_act[vs] * reps[a] / min(reps[a], reps[b])
-        send[vs] = _p2p_s(comm, cluster, nbytes, _cross_node(cluster, lay.devices[a], lay.devices[b], t))
-    if sched.split_backward:
-        wgt = bwd * weight_grad_fraction
-        bwd_in = bwd - wgt
-    else:
-        wgt = np.zeros(nv)
-        bwd_in = bwd
-    costs = PipelineCosts(fwd, bwd_in, wgt, send, send.copy())
+        nbytes = compute.boundary_bytes[vs] * float(reps[a]) / min(float(reps[a]), float(reps[b]))
+        send[vs] = _p2p_s(step.comm, step.cluster, nbytes, stages_cross_node(step.cluster, devices[a], devices[b], t))
+    wgt = compute.bwd_s * step.options.weight_grad_fraction if schedule.split_backward else np.zeros(nv)
+    bwd_in = compute.bwd_s - wgt if schedule.split_backward else compute.bwd_s
+    return PipelineCosts(compute.fwd_s, bwd_in, wgt, send, send.copy())
 
+
+def stage_param_bytes(step: ProfileStep) -> np.ndarray:
+    """Per pipeline device: parameter bytes one tensor rank holds (its chunks' layers / T)."""
+    p, t = step.strategy.pipeline_model_parallel_size, step.strategy.tensor_model_parallel_size
     param_dev = np.zeros(p)
-    for vs, (lo, hi) in enumerate(lay.layer_ranges):
-        param_dev[dev_of_v[vs]] += profile.param_bytes[lo:hi].sum() / t
-    mode = strategy.gradient_sync
+    for vs, (lo, hi) in enumerate(step.layout.layer_ranges):
+        param_dev[step.dev_of_vstage[vs]] += step.profile.param_bytes[lo:hi].sum() / t
+    return param_dev
+
+
+def _bucketed_sync(step: ProfileStep, s: int, group: Group) -> GradSync:
+    """A device's gradients in DDP buckets, later chunks first (they finish their backward first)."""
+    p, t = step.strategy.pipeline_model_parallel_size, step.strategy.tensor_model_parallel_size
+    sizes: list[float] = []
+    chunks: list[int] = []
+    fractions: list[float] = []
+    for c in range(step.strategy.virtual_pipeline_model_parallel_size - 1, -1, -1):
+        lo, hi = step.layout.layer_ranges[c * p + s]
+        buckets = filled_buckets(step.profile.param_bytes[lo:hi] / t,
+                                 step.profile.bwd_s_at(float(step.samples[s]))[lo:hi],
+                                 step.options.grad_bucket_bytes)
+        sizes.extend(buckets.size_bytes)
+        chunks.extend([c] * buckets.size_bytes.shape[0])
+        fractions.extend(buckets.ready_fraction)
+    return GradSync(np.array([float(step.comm.time_s("all_reduce", nb, group)) for nb in sizes]),
+                    np.array(chunks, dtype=np.int64), np.array(fractions))
+
+
+def grad_syncs(step: ProfileStep, param_dev: np.ndarray) -> tuple[GradSync, ...]:
+    """Phase 3: each pipeline device's gradient all-reduce over its replicas: one after
+    the last backward (`end`), buckets during it (`overlap`), none here under P3."""
+    t, mode = step.strategy.tensor_model_parallel_size, step.strategy.gradient_sync
     syncs = []
-    for s in range(p):
-        r = int(reps[s])
+    for s, r in enumerate(step.strategy.replicas_per_stage):
         if r <= 1 or param_dev[s] <= 0 or mode == "p3":
             syncs.append(GradSync.none())
             continue
-        group = Group(r, cluster.nodes_spanned(lay.devices[s][0::t]))
+        group = replica_group(step.cluster, step.layout.devices[s], t)
         if mode == "end":
-            syncs.append(GradSync(np.array([float(comm.time_s("all_reduce", param_dev[s], group))]),
+            syncs.append(GradSync(np.array([float(step.comm.time_s("all_reduce", param_dev[s], group))]),
                                   np.zeros(1, dtype=np.int64), np.ones(1)))
-            continue
-        sizes, chunks, fractions = [], [], []
-        for c in range(v - 1, -1, -1):  # later chunks finish their backward first
-            vs = c * p + s
-            lo, hi = lay.layer_ranges[vs]
-            b_l = profile.bwd_s_at(float(samples[s]))[lo:hi][::-1]
-            frac = np.cumsum(b_l) / b_l.sum() if b_l.sum() > 0 else np.ones_like(b_l)
-            acc = 0.0
-            for ready, nb in zip(frac, profile.param_bytes[lo:hi][::-1] / t, strict=True):
-                acc += nb
-                if acc >= grad_bucket_bytes:
-                    sizes.append(acc)
-                    chunks.append(c)
-                    fractions.append(float(ready))
-                    acc = 0.0
-            if acc > 0:
-                sizes.append(acc)
-                chunks.append(c)
-                fractions.append(float(frac[-1]) if frac.size else 1.0)
-        syncs.append(GradSync(np.array([float(comm.time_s("all_reduce", nb, group)) for nb in sizes]),
-                              np.array(chunks, dtype=np.int64), np.array(fractions)))
+        else:
+            syncs.append(_bucketed_sync(step, s, group))
+    return tuple(syncs)
 
-    p3 = None
-    if mode == "p3":
-        layer_ar = np.zeros(nl)
-        if int(reps[0]) > 1:
-            group = Group(int(reps[0]), cluster.nodes_spanned(lay.devices[0][0::t]))
-            layer_ar = np.array([float(comm.time_s("all_reduce", nb, group)) if nb > 0 else 0.0
-                                 for nb in profile.param_bytes / t])
-        p3 = P3Costs(layer_fwd, layer_bwd, layer_ar)
 
-    chunk_act = np.zeros((p, v))
-    for vs in range(nv):
-        chunk_act[vs % p, vs // p] = act_mb[vs]
-    memory = tuple(RankMemory(param_dev[s] * sched.weight_versions, param_dev[s],
-                              param_dev[s] * optimizer_state_factor, chunk_act[s]) for s in range(p))
+def p3_costs(step: ProfileStep, compute: StageCompute) -> P3Costs | None:
+    """Phase 3 under P3: every layer's gradient all-reduced on its own."""
+    if step.strategy.gradient_sync != "p3":
+        return None
+    t = step.strategy.tensor_model_parallel_size
+    layer_ar = np.zeros(step.profile.num_layers)
+    if step.strategy.replicas_per_stage[0] > 1:
+        group = replica_group(step.cluster, step.layout.devices[0], t)
+        layer_ar = np.array([float(step.comm.time_s("all_reduce", nb, group)) if nb > 0 else 0.0
+                             for nb in step.profile.param_bytes / t])
+    return P3Costs(compute.layer_fwd_s, compute.layer_bwd_s, layer_ar)
+
+
+def rank_memories(step: ProfileStep, compute: StageCompute, param_dev: np.ndarray,
+                  weight_versions: int) -> tuple[RankMemory, ...]:
+    """Phase 4: per pipeline device, parameter bytes x the weight versions the schedule
+    keeps, gradients as large, optimizer state `optimizer_state_factor` x them, and
+    its chunks' activations per micro-batch."""
+    acts = chunks_by_rank(compute.activation_bytes, step.strategy.pipeline_model_parallel_size)
+    factor = step.options.optimizer_state_factor
+    return tuple(rank_memory([ParamState(float(param_dev[s]), weight_versions, 1.0, factor)], acts[s])
+                 for s in range(param_dev.shape[0]))
+
+
+def profile_execution(profile: ModelProfile, cluster: Cluster, comm: CommModel, strategy: Strategy,
+                      global_batch_size: int, **options: Unpack[StepOptionArgs]) -> ProfileExecution:
+    """The execution model of one training step of `strategy` on a layer profile (see
+    the module doc for how each kind of parallelism is costed), built phase by phase."""
+    step = profile_step(profile, cluster, comm, strategy, global_batch_size, StepOptions(**options))
+    sched = get_schedule(strategy.schedule)
+    compute = stage_compute(step)
+    param_dev = stage_param_bytes(step)
+    p = strategy.pipeline_model_parallel_size
     model = ExecutionModel(
-        schedule=strategy.schedule, pipeline_stages=p, virtual_stages=v, microbatches=m, costs=costs,
-        grad_sync=tuple(syncs), overlap_grad_reduce=mode == "overlap" and not conditions.comm_shares_compute,
-        after_sync_s=np.zeros(p), memory=memory, samples_per_iteration=global_batch_size,
-        num_devices=strategy.num_devices, iterations=strategy.iterations, p3=p3,
+        schedule=strategy.schedule, pipeline_stages=p, virtual_stages=strategy.virtual_pipeline_model_parallel_size,
+        microbatches=strategy.num_microbatches, costs=pipeline_costs(step, compute, sched),
+        grad_sync=grad_syncs(step, param_dev),
+        overlap_grad_reduce=strategy.gradient_sync == "overlap" and not step.options.conditions.comm_shares_compute,
+        after_sync_s=np.zeros(p), memory=rank_memories(step, compute, param_dev, sched.weight_versions),
+        samples_per_iteration=global_batch_size, num_devices=strategy.num_devices, iterations=strategy.iterations,
+        p3=p3_costs(step, compute),
     )
     single = float(profile.fwd_s_at(global_batch_size).sum() + profile.bwd_s_at(global_batch_size).sum())
-    return ProfileExecution(model, lay, single)
+    return ProfileExecution(model, step.layout, single)
 
 
-def simulate(
-    profile: ModelProfile,
-    cluster: Cluster,
-    comm: CommModel,
-    strategy: Strategy,
-    global_batch_size: int,
-    *,
-    optimizer_state_factor: float = 2.0,
-    grad_bucket_bytes: float = 25e6,
-    weight_grad_fraction: float = 0.5,
-    tp_allreduces: Sequence[float] | None = None,
-    conditions: RunConditions = RunConditions(),
-) -> Timeline:
+def simulate(profile: ModelProfile, cluster: Cluster, comm: CommModel, strategy: Strategy, global_batch_size: int,
+             **options: Unpack[StepOptionArgs]) -> Timeline:
     """One training step of `strategy` at `global_batch_size` samples: its execution
     model (`profile_execution`) run by `paraplan.sim.execution.run_iteration`, the
     events copied to every device of each stage; see the module doc.
 
     Raises `StrategyError` for strategies that cannot run (too few devices, too small
     a batch for M x replicas, schedule limits such as 2BW with p > M)."""
-    built = profile_execution(profile, cluster, comm, strategy, global_batch_size,
-                              optimizer_state_factor=optimizer_state_factor, grad_bucket_bytes=grad_bucket_bytes,
-                              weight_grad_fraction=weight_grad_fraction, tp_allreduces=tp_allreduces,
-                              conditions=conditions)
+    built = profile_execution(profile, cluster, comm, strategy, global_batch_size, **options)
     result = run_iteration(built.model)
     assert result.timeline is not None
     tl = result.timeline

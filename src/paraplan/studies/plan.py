@@ -1,6 +1,6 @@
 """Planning studies (`config/studies/plan/<name>.yaml`): a named `PlanRequest`, e.g.
 DAPPLE's ResNet-50 sweep on 2x8 and 16x1 V100s. Every key is a field of
-`paraplan.plan.request.PlanRequest` (the options of `paraplan plan`, in file form) or
+`paraplan.plan.hybrid.request.PlanRequest` (the options of `paraplan plan`, in file form) or
 one of the three below; the profile path is relative to the working directory."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from paraplan.core.names import name_problem
-from paraplan.plan.request import PlanRequest
+from paraplan.plan.hybrid.request import PlanRequest
 from paraplan.typed import load_yaml
 
 

@@ -39,6 +39,7 @@ from paraplan.core.limits import (
     MICROBATCHES_WHY,
 )
 from paraplan.sim import distir_compat as dc
+from paraplan.sim.strategy_sim import RunConditions
 from paraplan.studies.simulate_study import (
     CompatMode,
     CorrectedMode,
@@ -282,9 +283,27 @@ def _run_compat(study: SimulateStudy, mode: CompatMode, points: ModeConfiguratio
     return out
 
 
+SHARDED_WEIGHT_READS = RunConditions(tp_splits_fixed_time=True)
+"""How the corrected mode runs DistIR's MLP under tensor parallelism: in `mlp_profile`
+a layer's fixed time is reading its weight matrix, and a tensor-parallel shard reads
+only 1/T of it, so the fixed time splits over T like the rest."""
+
+
+def _unit_pipeline(study: SimulateStudy, strategy: Strategy) -> Timeline:
+    """The reference charts: unit costs per stage (split over the virtual stages), free transfers."""
+    from paraplan.sim import simulate_pipeline
+
+    v = strategy.virtual_pipeline_model_parallel_size
+    return simulate_pipeline(
+        strategy.schedule, strategy.pipeline_model_parallel_size, strategy.num_microbatches,
+        study.model.fwd_s / v, study.model.bwd_s / v, iterations=strategy.iterations,
+        virtual_stages=v, micro_batch_size=study.model.micro_batch_size,
+    )
+
+
 def _run_corrected(study: SimulateStudy, mode: CorrectedMode, points: ModeConfigurations,
                    on_point: Progress = None) -> list[SimulatedConfiguration]:
-    from paraplan.sim import simulate, simulate_pipeline
+    from paraplan.sim import simulate
 
     profiles: dict[int, ModelProfile] = {}
     out = []
@@ -294,49 +313,18 @@ def _run_corrected(study: SimulateStudy, mode: CorrectedMode, points: ModeConfig
                            gradient_sync=series.gradient_sync or mode.gradient_sync)
         batch = conf.global_batch_size
         if study.model.kind == "unit":
-            # reference charts: unit costs per stage (split over the virtual stages), free transfers
-            v = strategy.virtual_pipeline_model_parallel_size
-            tl = simulate_pipeline(
-                strategy.schedule, strategy.pipeline_model_parallel_size, strategy.num_microbatches,
-                study.model.fwd_s / v, study.model.bwd_s / v, iterations=strategy.iterations,
-                virtual_stages=v, micro_batch_size=study.model.micro_batch_size,
-            )
+            tl = _unit_pipeline(study, strategy)
         else:
             if s.pipeline_model_parallel_size == 1:
                 strategy = replace(strategy, schedule="1f1b")
             if batch not in profiles:
                 profiles[batch] = mlp_profile(study.model.num_layers, study.model.hidden_dim, batch)
             cluster, comm = physical_cluster(strategy.num_devices, mode)
-            profile = profiles[batch]
-            t = strategy.tensor_model_parallel_size
-            tl = simulate(tensor_sharded_profile(profile, t), cluster, comm, strategy, batch)
-            if t > 1:  # speedup over one device running the unsharded model
-                single_s = float(profile.fwd_s_at(batch).sum() + profile.bwd_s_at(batch).sum())
-                tl = replace(tl, speedup=single_s / tl.step_time_s)
+            tl = simulate(profiles[batch], cluster, comm, strategy, batch, conditions=SHARDED_WEIGHT_READS)
         out.append(SimulatedConfiguration("corrected", replace(conf, strategy=strategy), tl))
         if on_point is not None:
             on_point(1)
     return out
-
-
-def tensor_sharded_profile(profile: ModelProfile, tensor_model_parallel_size: int) -> ModelProfile:
-    """The MLP profile as the engine's tensor-parallel model should see it.
-
-    The engine divides a layer's batch-proportional time by T and keeps its fixed time
-    (a per-call cost). In `mlp_profile` the fixed time is reading the weight matrix,
-    and a tensor-parallel shard reads only 1/T of it; so the fixed part becomes
-    fixed / T and the total is lowered to match: the engine then computes exactly
-    fixed / T + (t - fixed) / T per shard.
-    """
-    t = tensor_model_parallel_size
-    if t == 1:
-        return profile
-    layers = tuple(
-        replace(la, fwd_s=la.fwd_s - la.fwd_fixed_s * (1 - 1 / t), fwd_fixed_s=la.fwd_fixed_s / t,
-                bwd_s=la.bwd_s - la.bwd_fixed_s * (1 - 1 / t), bwd_fixed_s=la.bwd_fixed_s / t)
-        for la in profile.layers
-    )
-    return replace(profile, layers=layers)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 
 from paraplan.core import Cluster, CommModel, ModelProfile, Strategy
 from paraplan.core.limits import MAX_NUM_MICROBATCHES
-from paraplan.plan.baselines import BASELINES, baseline_plans, data_parallel_estimates
-from paraplan.plan.problem import MemorySettings, PlanProblem
-from paraplan.plan.records import HybridPlan
-from paraplan.plan.search import NoFeasiblePlanError, plan_hybrid
-from paraplan.plan.verify import simulate_data_parallel, simulate_plan
+from paraplan.plan.hybrid.baselines import BASELINES, baseline_plans, data_parallel_estimates
+from paraplan.plan.hybrid.problem import MemorySettings, PlanProblem
+from paraplan.plan.hybrid.records import HybridPlan
+from paraplan.plan.hybrid.search import NoFeasiblePlanError, plan_hybrid
+from paraplan.plan.hybrid.verify import simulate_data_parallel, simulate_plan
 
 COLUMNS: tuple[str, ...] = (
     "gbs", "dp_no_overlap", "dp_p3", "dp_overlap", "best_hybrid", "stages", "planning_time_s",

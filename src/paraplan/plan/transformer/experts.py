@@ -1,4 +1,4 @@
-"""The mixture-of-experts parts of the LLM planner's space (`paraplan.plan.llm_space`):
+"""The mixture-of-experts parts of the transformer planner (`space.py`, `estimate.py`):
 which (EP, ETP) layouts a candidate may use, the layer-table probes' data-parallel
 size, and the first and last stage's parameters of a model with dense and MoE layers."""
 
@@ -30,7 +30,8 @@ from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.predictor import divisors
 
 if TYPE_CHECKING:
-    from paraplan.plan.llm_space import SearchSpace
+    from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
+    from paraplan.plan.transformer.space import SearchSpace
 
 
 def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
@@ -88,28 +89,29 @@ def probe_data_parallel(tc: int, ep_etp: int) -> int:
     return ep_etp // math.gcd(tc, ep_etp) if ep_etp else 1
 
 
-def mixed_stage_params(model: TransformerModel, t: np.ndarray, v: np.ndarray, ep_etp: np.ndarray,
-                       n_big: np.ndarray, n_chunk: np.ndarray, n_last: np.ndarray, single: np.ndarray,
-                       embedding: np.ndarray, head: np.ndarray,
-                       mean: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+def mixed_stage_params(model: TransformerModel, cols: CandidateColumns, layers: StageLayers,
+                       embedding: np.ndarray, head: np.ndarray, mean: StageParams) -> StageParams:
     """A model with dense and MoE layers (DeepSeek-V3's first three dense): the first
     and the last stage's non-expert and expert parameters on one rank from their own
     layers (v = 1: consecutive layers; interleaved: the model's share of MoE layers);
-    `mean` (first, last, first experts, last experts) stays for a single stage."""
+    `mean` (each stage's layers at the mean layer) stays for a single stage.
+    `embedding` and `head`: the first and last stage's parameters besides layers."""
     L, moe_total = model.num_layers, model.num_moe_layers
+    t, v, single = cols.t, cols.v, cols.single
     prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
     share = moe_total / L
-    n_first = np.where(v > 1, n_chunk * v, n_big)
-    n_end = n_last * np.where(v > 1, v, 1)
+    n_first = np.where(v > 1, layers.n_chunk * v, layers.n_big)
+    n_end = layers.n_last * np.where(v > 1, v, 1)
     moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
     moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])
     experts = model.num_experts * model.expert_params
     non_expert = model.moe_layer_params - experts
+    ep_etp = cols.ep * cols.etp
 
     def dense_part(n: np.ndarray, moe: np.ndarray) -> np.ndarray:
         return ((n - moe) * model.dense_layer_params + moe * non_expert) / t
 
-    first = np.where(single, mean[0], dense_part(n_first, moe_first) + embedding)
-    last = np.where(single, mean[1], dense_part(n_end, moe_last) + head)
-    return (first, last, np.where(single, mean[2], moe_first * experts / ep_etp),
-            np.where(single, mean[3], moe_last * experts / ep_etp))
+    return replace(mean, first=np.where(single, mean.first, dense_part(n_first, moe_first) + embedding),
+                   last=np.where(single, mean.last, dense_part(n_end, moe_last) + head),
+                   first_experts=np.where(single, mean.first_experts, moe_first * experts / ep_etp),
+                   last_experts=np.where(single, mean.last_experts, moe_last * experts / ep_etp))

@@ -48,8 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.core import GradientSync, Strategy
-from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import HybridPlan, StageSlot
+from paraplan.plan.hybrid.problem import PlanProblem
+from paraplan.plan.hybrid.records import HybridPlan, StageSlot
+from paraplan.sim.builder.grad_buckets import filled_buckets
 from paraplan.sim.p3 import p3_done_s
 
 
@@ -86,19 +87,10 @@ def group_allreduce(problem: PlanProblem, replicas: int, nodes: int) -> GroupAll
         none = np.zeros(0)
         return GroupAllReduce(np.zeros_like(params), none.astype(np.int64), none, total)
     times = np.atleast_1d(np.asarray(problem.allreduce_s(params, replicas, nodes), dtype=float))
-    lowest, sizes, acc = [], [], 0.0
-    for layer in range(params.shape[0] - 1, -1, -1):
-        acc += float(params[layer])
-        if acc >= DDP_BUCKET_BYTES:
-            lowest.append(layer)
-            sizes.append(acc)
-            acc = 0.0
-    if acc > 0:
-        lowest.append(0)
-        sizes.append(acc)
-    buckets = np.asarray(problem.allreduce_s(np.array(sizes), replicas, nodes), dtype=float) if sizes else np.zeros(0)
-    return GroupAllReduce(np.where(params > 0, times, 0.0), np.array(lowest, dtype=np.int64),
-                          np.atleast_1d(buckets), total)
+    filled = filled_buckets(params, np.zeros_like(params), DDP_BUCKET_BYTES)
+    sizes = filled.size_bytes
+    buckets = np.asarray(problem.allreduce_s(sizes, replicas, nodes), dtype=float) if sizes.size else np.zeros(0)
+    return GroupAllReduce(np.where(params > 0, times, 0.0), filled.lowest_layer, np.atleast_1d(buckets), total)
 
 
 def data_parallel_latency_s(problem: PlanProblem, replicas: int, nodes: int, microbatches: int, samples: float,

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from paraplan.core import Strategy, StrategyError
 from paraplan.core.glossary import GradientSync
 from paraplan.core.limits import MAX_NUM_MICROBATCHES
-from paraplan.plan.baselines import accumulation_steps
-from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import HybridPlan
+from paraplan.plan.hybrid.baselines import accumulation_steps
+from paraplan.plan.hybrid.problem import PlanProblem
+from paraplan.plan.hybrid.records import HybridPlan
 
 WEIGHTS_AND_GRADIENTS = 2.0  # parameter copies of model state besides the optimizer's
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 
 from paraplan.core import GradientSync
-from paraplan.plan.objective import data_parallel_latency_s, group_allreduce, make_plan
-from paraplan.plan.problem import PlanProblem
-from paraplan.plan.records import DataParallelEstimate, HybridPlan, StageSlot
+from paraplan.plan.hybrid.objective import data_parallel_latency_s, group_allreduce, make_plan
+from paraplan.plan.hybrid.problem import PlanProblem
+from paraplan.plan.hybrid.records import DataParallelEstimate, HybridPlan, StageSlot
 
 BASELINES: tuple[tuple[str, GradientSync], ...] = (
     ("dp_no_overlap", "end"), ("dp_overlap", "overlap"), ("dp_p3", "p3"))

@@ -12,8 +12,8 @@ from typing import Annotated, Any, ClassVar
 
 from paraplan.core import Cluster, CommModel, ModelProfile
 from paraplan.core import limits as lim
-from paraplan.plan.problem import MemorySettings
-from paraplan.plan.sweep import PlanSettings
+from paraplan.plan.hybrid.problem import MemorySettings
+from paraplan.plan.hybrid.sweep import PlanSettings
 from paraplan.typed import AtLeast, AtMost, Count
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")

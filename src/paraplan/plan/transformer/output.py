@@ -4,7 +4,7 @@ kept, best first, with the data-parallel baselines' iteration times beside it.""
 from __future__ import annotations
 
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_search import BASELINES, PlanResult
+from paraplan.plan.transformer.search import BASELINES, PlanResult
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, plausibility
 

@@ -3,13 +3,15 @@ search over TP, PP (even or balanced uneven layer splits), DP, micro-batch size,
 interleaving, schedule, recomputation, sequence parallelism and ZeRO stage, and for
 mixture-of-experts models expert parallelism (EP) and expert tensor parallelism (ETP).
 
-1. Enumerate every candidate that can run (`llm_space.enumerate_candidates`) and
+1. Enumerate every candidate that can run (`space.enumerate_candidates`) and
    estimate its iteration time and peak memory in closed form, vectorised
-   (`llm_space.estimate`).
+   (`estimate.estimate`).
 2. Keep the candidates whose estimated memory fits (with a small margin: the
    estimate is not exact); re-time the `retime` fastest by estimate of each
    schedule, and the data-parallel baselines, with the exact engine
-   (`paraplan.predict`), which also checks memory exactly.
+   (`paraplan.predict`), which also checks memory exactly; a candidate whose lower
+   bound (its busiest rank's compute) already exceeds the `top_k`-th best re-timed
+   plan is skipped, since it cannot be answered (`retime.py`).
 3. Answer the fastest re-timed plans that fit, best first. The baselines (pure data
    parallelism with and without overlapped gradient reduction, and with ZeRO stages
    1-3) are candidates of the same search, so the answer is never slower than any
@@ -23,43 +25,25 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.errors import StrategyError
 from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.llm_space import Candidates, SearchSpace, enumerate_candidates, estimate
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.retime import retime
+from paraplan.plan.transformer.space import Candidates, enumerate_candidates
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.predictor import RunPrediction, predict_settings, summarize
-from paraplan.predict.runtable import default_flash_attention
 
 MEMORY_MARGIN = 1.05  # estimated peak may exceed the device by this factor and still be re-timed
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    model: TransformerModel
-    cluster: Cluster  # the kind of node; the run uses num_gpus of them
-    num_gpus: int
-    global_batch_size: int
-    dtype: str = "bf16"
-    fp8_recipe: str = ""  # with dtype fp8 (`RunSettings.fp8_recipe`); empty: Megatron's default
-    use_flash_attn: bool | None = None  # None: the run table's default for the dtype
-    space: SearchSpace = field(default_factory=SearchSpace)
-    top_k: int = 5
-    retime: int = 32
-
-    def base_settings(self) -> RunSettings:
-        flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
-        return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype,  # type: ignore[arg-type]
-                           use_flash_attn=flash, fp8_recipe=self.fp8_recipe)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -71,6 +55,7 @@ class PlanResult:
     retimed: int
     search_s: float
     not_simulated: int = 0  # candidates that fit by estimate beyond `MAX_SIMULATED_OPS`: not re-timed
+    proven_slower: int = 0  # chosen for re-timing, skipped: a lower bound proves them slower than the plans answered
 
 
 BASELINES: dict[str, dict[str, object]] = {
@@ -82,7 +67,7 @@ BASELINES: dict[str, dict[str, object]] = {
 }
 
 
-def baseline_settings(request: PlanRequest) -> dict[str, RunSettings | None]:
+def baseline_settings(request: TransformerPlanRequest) -> dict[str, RunSettings | None]:
     """Pure data parallelism over every GPU, the micro-batch that fits best found by
     the search below: here micro-batch 1 with full recomputation (the smallest
     memory), so a baseline exists whenever data parallelism can run at all (None
@@ -124,7 +109,7 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e12:,.2f} TB" if nbytes >= 1e12 else f"{nbytes / 1e9:,.1f} GB"
 
 
-def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
+def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
            progress: Callable[[str], None] | None = None) -> PlanResult:
     """The best plans for `request` (see the module doc)."""
     started = time.perf_counter()
@@ -134,8 +119,8 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
                                 request.space, base.use_flash_attn)
-    est = estimate(model, cand, base, cluster, comm, efficiency)
     capacity = cluster.device.memory_bytes
+    est = estimate(model, cand, base, cluster, comm, efficiency, fits_bytes=capacity * MEMORY_MARGIN)
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
     if progress:
         progress(f"{len(cand)} candidates estimated, {int(fits.sum())} fit in memory by estimate")
@@ -155,15 +140,35 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
     chosen = np.concatenate([order[cand.schedule[order] == k][: request.retime]
                              for k in np.unique(cand.schedule[order])]) if order.size else order
     settings = [cand.settings(int(i), base) for i in chosen]
+    predictions, base_pred = _retime(request, settings, est.iteration_s[chosen], comm, efficiency)
+    unique = _distinct_fastest(p for p in predictions if p is not None)
+    if not unique:
+        _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
+    retimed = sum(p is not None for p in predictions)
+    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), retimed,
+                      time.perf_counter() - started, int(beyond.sum()), len(predictions) - retimed)
+
+
+def _retime(request: TransformerPlanRequest, settings: list[RunSettings], estimate_s: np.ndarray, comm: CommModel,
+            efficiency: DeviceEfficiency) -> tuple[list[RunPrediction | None], dict[str, RunPrediction | None]]:
+    """The exact predictions of the chosen candidates (None: proven slower than the
+    `top_k` answered, `retime.retime`) and of the baselines that can run."""
+    model, cluster = request.model, request.cluster
     baselines = baseline_settings(request)
     runnable = {k: s for k, s in baselines.items()
                 if s is not None and 3 * s.num_microbatches <= MAX_SIMULATED_OPS}
     pool = settings + list(runnable.values())
-    results = predict_settings(model, pool, cluster, comm, efficiency) if pool else []
-    predictions = [summarize(model, s, r, cluster) for r, s in results]
+    order_s = np.concatenate([estimate_s, np.full(len(runnable), -np.inf)])  # the baselines: always
+    results = retime(model, pool, cluster, comm, efficiency, request.top_k, order_s) if pool else []
+    predictions = [None if rs is None else summarize(model, rs[1], rs[0], cluster) for rs in results]
     base_pred: dict[str, RunPrediction | None] = dict.fromkeys(baselines)
     for name, pred in zip(runnable, predictions[len(settings):], strict=True):
         base_pred[name] = pred
+    return predictions, base_pred
+
+
+def _distinct_fastest(predictions: Iterable[RunPrediction]) -> list[RunPrediction]:
+    """The predictions that fit, fastest first (ties: in their order), one per settings."""
     fitting = sorted((p for p in predictions if p.fits_memory), key=lambda p: p.iteration_s)
     unique: list[RunPrediction] = []
     seen = set()
@@ -172,10 +177,7 @@ def search(request: PlanRequest, comm: CommModel, efficiency: DeviceEfficiency,
         if key not in seen:
             seen.add(key)
             unique.append(p)
-    if not unique:
-        _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
-    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), len(pool),
-                      time.perf_counter() - started, int(beyond.sum()))
+    return unique
 
 
 def pipeline_ops(cand: Candidates, global_batch_size: int) -> np.ndarray:
@@ -185,7 +187,7 @@ def pipeline_ops(cand: Candidates, global_batch_size: int) -> np.ndarray:
     return 3 * cand.p * microbatches * cand.v
 
 
-def _raise_fits_nowhere(request: PlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
+def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, base: RunSettings, comm: CommModel,
                         efficiency: DeviceEfficiency, simulable: np.ndarray) -> None:
     """Re-time the simulable candidates of least estimated memory exactly and say how
     much the smallest needs."""

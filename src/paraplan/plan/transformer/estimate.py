@@ -1,0 +1,361 @@
+"""The transformer planner's closed-form estimate of every candidate's iteration time
+and peak memory, vectorised with numpy over the candidate arrays (`space.Candidates`),
+one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
+
+- the layer: its device and host time and activations per (t, b, sp, recompute, c,
+  EP, ETP), priced once with the exact device model (`layer_table.py`); a ZeRO-3
+  layer is no faster than its weight all-gather and gradient reduce-scatter;
+- stage op times: layers per stage x the layer's device and host time (smooth
+  maximum, as the exact model), the embedding on the first stage, the head on the last;
+- pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
+  (exact for uniform stages); interleaved M x the busiest rank's (F + B) over its v
+  chunks + (p - 1) x one middle chunk's (with an even split: (M v + p - 1) x one
+  chunk's plus the first or last device's extra per micro-batch); a v that does not
+  divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
+  1F1B less (p - 1) W (the weight gradients leave the fill and drain); plus the
+  fill/drain transfers;
+- the gradient reduction over the d x c ranks that hold the same weights, exposed past
+  the last backward, the optimizer step and a sharded optimizer's weight all-gather
+  (none with overlap_param_gather);
+- memory of the first and the last stage: weights, gradients and optimizer state as
+  sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
+  first stage; GPipe: M; interleaved: Megatron's warm-up count).
+
+A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
+layers at the model's mean layer (the share of MoE layers times the MoE layer, the
+rest dense): exact for uniform models (Mixtral, Qwen3-MoE), an average for mixed ones
+(the exact re-timing counts each stage's own layers). Expert weights are split over
+EP x ETP and their state sharded over the expert-data-parallel group, which also
+reduces their gradients. The estimate ranks; the planner re-times its best
+candidates with the exact engine.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
+from paraplan.plan.transformer.experts import mixed_stage_params
+from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
+from paraplan.plan.transformer.space import RECOMPUTE, Candidates
+from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
+from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
+from paraplan.predict.fsdp_ops import paired_s
+from paraplan.sim.builder.grad_buckets import equal_buckets
+from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
+from paraplan.sim.engine import inflight_peak
+from paraplan.sim.schedules import get_schedule
+
+
+@functools.lru_cache(maxsize=4096)
+def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
+    """(micro-batch, chunk) pairs the first and the last stage hold at their peak, from
+    the schedule's own op orders; the count stops growing after a few p micro-batches,
+    so long runs are counted on a shorter one."""
+    if p == 1:
+        return (1, 1)
+    if schedule == "gpipe":
+        return (m, m)
+    if schedule == "1f1b":
+        return (min(p, m), 1)
+    step = p if v > 1 else 1
+    short = min(m, max(4 * p, step))
+    short -= short % step
+    sched = get_schedule(schedule)
+    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1)]  # not all p stages
+    peaks = inflight_peak(ends, sched.split_backward)
+    return (int(peaks[0]), int(peaks[-1]))
+
+
+def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    keys = list(zip(schedules.tolist(), p.tolist(), m.tolist(), v.tolist(), strict=True))
+    return np.array([_held(str(sc), int(pp), int(mm), int(vv)) for sc, pp, mm, vv in keys], dtype=float)
+
+
+@dataclass(frozen=True, eq=False)
+class Estimates:
+    iteration_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    bubble_fraction: np.ndarray
+
+
+def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
+             eff: DeviceEfficiency, fits_bytes: float | None = None) -> Estimates:
+    """Closed-form iteration time and peak memory of every candidate (module doc).
+    `fits_bytes`: time only the candidates whose estimated peak memory is at most this
+    (the others' iteration time is inf, their bubble NaN); each candidate's numbers do
+    not depend on which others are timed."""
+    table = activation_table(model, cand, base)
+    cols = CandidateColumns.of(model, cand, base, cluster, table.index)
+    prec = Precision.of(base.dtype)
+    weights = _weights(model, cols)
+    layers = StageLayers.of(cols)
+    params = _stage_params(model, cols, layers, weights)
+    peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
+    table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
+    times = _layer_times(cols, table, weights, comm, prec, eff, timed)
+    stages = _stage_times(cols, layers, times, table, eff)
+    pipe, busy = _pipeline_s(cols, layers, stages, _send_s(model, cols, base, comm, timed))
+    iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
+                 + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
+    bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
+    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan))
+
+
+@dataclass(frozen=True, eq=False)
+class _Weights:
+    """Parameters per rank: one (mean) layer's non-expert and expert weights, the
+    embedding, learned positions, the head (final norm, output layer where not tied
+    away, multi-token-prediction layers' non-expert weights)."""
+
+    layer: np.ndarray
+    expert_layer: np.ndarray
+    vocab: np.ndarray
+    positions: float
+    head: np.ndarray
+    tied_copy: np.ndarray  # the last stage holds a copy of the tied embedding (p > 1)
+
+
+def _weights(model: TransformerModel, cols: CandidateColumns) -> _Weights:
+    # a mixture-of-experts model: per mean layer, the non-expert weights over t and the
+    # routed experts' over EP x ETP, their state sharded over the expert-data-parallel group
+    t, L = cols.t, cols.num_layers
+    layer_params = model.layer_params / t
+    expert_layer = np.zeros(len(cols))
+    if model.is_moe:
+        experts = model.num_moe_layers * model.num_experts * model.expert_params
+        layer_params = (model.transformer_params - experts) / L / t
+        expert_layer = experts / L / (cols.ep * cols.etp)
+    vocab_params = rank_vocab_params(model, cols.cand.t)
+    positions = position_params(model)
+    tied_copy = (~np.asarray(model.untie_embeddings_and_output_weights, bool)) & (cols.p > 1)
+    # multi-token-prediction layers on the last stage (a MoE one's experts over EP x ETP: `_stage_params`)
+    head_params = rank_head_params(model, t, cols.p, vocab_params, mtp_expert_params(model))
+    return _Weights(layer_params, expert_layer, vocab_params, positions, head_params, tied_copy)
+
+
+@dataclass(frozen=True, eq=False)
+class _LayerTimes:
+    """Device and host time of one layer's forward and backward on each candidate, and
+    of the embedding and head passes ((device, host) columns)."""
+
+    fwd_dev: np.ndarray
+    fwd_host: np.ndarray
+    bwd_dev: np.ndarray
+    bwd_host: np.ndarray
+    emb_fwd: np.ndarray
+    emb_bwd: np.ndarray
+    head_fwd: np.ndarray
+    head_bwd: np.ndarray
+
+    def op_s(self, n_layers, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
+        """One micro-batch's forward (or backward) of `n_layers` layers plus `extra`."""
+        layer_dev, layer_host = (self.bwd_dev, self.bwd_host) if backward else (self.fwd_dev, self.fwd_host)
+        dev, host = n_layers * layer_dev, n_layers * layer_host + eff.host_microbatch_s
+        if extra is not None:
+            dev, host = dev + extra[:, 0], host + extra[:, 1]
+        return host_bound_s(dev, host, eff)
+
+    def fb_s(self, n_layers, eff: DeviceEfficiency, fwd_extra=None, bwd_extra=None) -> np.ndarray:
+        """Forward + backward of one micro-batch."""
+        return self.op_s(n_layers, eff, False, fwd_extra) + self.op_s(n_layers, eff, True, bwd_extra)
+
+
+def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
+                 prec: Precision, eff: DeviceEfficiency, timed: np.ndarray) -> _LayerTimes:
+    """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
+    runs beside the next one's weight gather, the backward beside its gradients'
+    reduce-scatter too (the engine's per-layer buckets): max + contention x min."""
+    row = cols.row
+    zero3_gather = np.zeros(len(cols))
+    zero3_scatter = np.zeros(len(cols))
+    for i in np.flatnonzero(cols.zero3 & (cols.dc > 1) & timed):
+        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
+        zero3_gather[i] = comm.time_s("all_gather", weights.layer[i] * prec.weight_bytes, group)
+        zero3_scatter[i] = comm.time_s("reduce_scatter", weights.layer[i] * prec.grad_bytes, group)
+    kappa = eff.comm_overlap_contention
+    return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
+                       paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
+                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row])
+
+
+@dataclass(frozen=True, eq=False)
+class _StageTimes:
+    """Forward + backward of one micro-batch on a stage (s): a middle (virtual) stage,
+    a v = 1 stage of the smaller layer count, the first and last stage (their first
+    and last chunk when interleaved), the whole model on one stage; the first chunk's
+    weight-gradient part, and a whole chunk of the first and last rank."""
+
+    mid: np.ndarray
+    mid_small: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    whole: np.ndarray
+    weight_grad_first: np.ndarray
+    chunk_first: np.ndarray
+    chunk_last: np.ndarray
+
+
+def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes, table: LayerTable,
+                 eff: DeviceEfficiency) -> _StageTimes:
+    L = cols.num_layers
+    return _StageTimes(
+        mid=times.fb_s(layers.n_mid, eff),
+        mid_small=times.fb_s(layers.n_small, eff),
+        first=times.fb_s(layers.n_chunk, eff, times.emb_fwd, times.emb_bwd),
+        last=times.fb_s(layers.n_last, eff, times.head_fwd, times.head_bwd),
+        whole=times.fb_s(L, eff, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd),
+        weight_grad_first=layers.n_chunk * table.wgt_dev[cols.row],
+        chunk_first=times.fb_s(layers.n_chunk, eff),
+        chunk_last=times.fb_s(layers.n_last, eff),
+    )
+
+
+def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, comm: CommModel,
+            timed: np.ndarray) -> np.ndarray:
+    """One activation (or its gradient) between neighbouring stages."""
+    e = 2 if base.dtype == "fp8" else DTYPE_BYTES[base.dtype]
+    boundary = cols.b * model.seq_length * model.hidden_size * e / (cols.t * cols.c)
+    send = np.zeros(len(cols))
+    for i in np.flatnonzero((cols.p > 1) & timed):
+        send[i] = comm.time_s("send_recv", boundary[i], Group(2, 2 if cols.cross[i] else 1))
+    return send
+
+
+def _pipeline_s(cols: CandidateColumns, layers: StageLayers, st: _StageTimes,
+                send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pipeline's time per iteration by schedule, and the busy time of an average
+    rank (for the bubble)."""
+    p, m, v = cols.p, cols.m, cols.v
+    count_big = layers.count_big
+    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
+    stages_sum = (st.first + st.last + np.maximum(count_big - 2, 0) * st.mid
+                  + np.maximum(p - count_big - (count_big < p), 0) * st.mid_small)
+    slowest = np.maximum(np.maximum(st.first, st.last), st.mid)
+    flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
+    # interleaved: M x the busiest rank's work per micro-batch (its v chunks, the
+    # embedding or the head on the first / last) + the fill and drain of one chunk
+    rank_first = (v - 1) * st.chunk_first + st.first
+    rank_last = (v - 1) * st.chunk_last + st.last
+    busiest = np.maximum(np.maximum(rank_first, rank_last), v * st.mid)
+    interleaved = m * busiest + (p - 1) * st.mid + 2 * (p - 1) * send
+    zb = flushed - (p - 1) * st.weight_grad_first  # each stage's weight gradients leave the fill/drain path
+    sched = cols.schedule
+    pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
+    pipe = np.where(cols.single, m * st.whole, pipe)
+    busy = m * np.where(cols.single, st.whole,
+                        (st.first + st.last + (p - 2) * np.where(v > 1, v * st.mid, st.mid)) / np.maximum(p, 1))
+    return pipe, busy
+
+
+def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: StageLayers,
+                  weights: _Weights) -> StageParams:
+    """Parameters on the first and the last stage's ranks."""
+    single, L = cols.single, cols.num_layers
+    first_layers = np.where(single, L, layers.first_rank(cols))
+    first_params = first_layers * weights.layer + weights.vocab + weights.positions
+    first_params = first_params + np.where(single, weights.head, 0.0)
+    last_params = np.where(single, first_params, layers.last_rank(cols) * weights.layer + weights.head)
+    first_experts = first_layers * weights.expert_layer
+    last_experts = np.where(single, first_experts, layers.last_rank(cols) * weights.expert_layer)
+    params = StageParams(first_params, last_params, first_experts, last_experts)
+    if model.is_moe and model.num_moe_layers < L:  # mixed kinds: the first and last stage's own MoE layers
+        params = mixed_stage_params(model, cols, layers, weights.vocab + weights.positions, weights.head, params)
+    if mtp_expert_params(model):  # a MoE multi-token-prediction layer's experts, on the last stage
+        extra = mtp_expert_params(model) / (cols.ep * cols.etp)
+        params = StageParams(params.first, params.last, params.first_experts + np.where(single, extra, 0.0),
+                             params.last_experts + extra)
+    return params
+
+
+def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, grad_bytes: float,
+                window_s: float, memo: dict[tuple[str, float, Group], tuple[int, float]]) -> float:
+    """A gradient reduction in `GRAD_BUCKET_PARAMS` buckets, overlapped with `window_s`
+    of backward: all but the last bucket hide up to half the window. `memo`: the bucket
+    count and one bucket's time per (collective, parameters, group), which many
+    candidates share (they differ in micro-batch, recomputation or schedule)."""
+    key = (collective, params, group)
+    if key not in memo:
+        split = equal_buckets(params, GRAD_BUCKET_PARAMS)
+        memo[key] = split.count, comm.time_s(collective, split.each * grad_bytes, group)
+    count, one = memo[key]
+    return max(one, count * one - 0.5 * window_s)
+
+
+def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
+                     prec: Precision, timed: np.ndarray) -> np.ndarray:
+    """Gradient reduction exposed past the first stage's last backward op (ZeRO-3
+    reduces per layer: `_layer_times`); the experts' over the expert-data-parallel
+    group (stride EP x ETP)."""
+    sync = np.zeros(len(cols))
+    window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
+    memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
+    for i in np.flatnonzero((cols.dc > 1) & ~cols.zero3 & timed):
+        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
+        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
+        sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
+    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
+        group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
+        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
+        sync[i] += _bucketed_s(comm, collective, float(params.first_experts[i]), group, prec.grad_bytes, window[i],
+                               memo)
+    return sync
+
+
+def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, base: RunSettings,
+                 eff: DeviceEfficiency) -> np.ndarray:
+    """The optimizer step of the first stage's (sharded) state: memory-bound."""
+    prec = Precision.of(base.dtype)
+    speed = DeviceSpeed.of(cluster.device, base.dtype)
+    return ((params.first / cols.shards + params.first_experts / cols.expert_shards) * prec.optimizer_step_bytes
+            / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)
+
+
+def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel, prec: Precision,
+                     timed: np.ndarray) -> np.ndarray:
+    """The all-reduce of a tied embedding's gradients between the first and last stage."""
+    exchange = np.zeros(len(cols))
+    for i in np.flatnonzero(weights.tied_copy & timed):
+        exchange[i] = comm.time_s("all_reduce", weights.vocab[i] * prec.grad_bytes,
+                                  Group(2, 2 if cols.cross[i] else 1))
+    return exchange
+
+
+def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: LayerTable, weights: _Weights,
+                       params: StageParams, prec: Precision) -> np.ndarray:
+    """The larger of the first and the last stage's peak: model state as sharded,
+    activations x the micro-batches (and chunks) their schedule holds in flight, and a
+    working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
+    two gathered layers and the unsharded gradients)."""
+    cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
+    weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
+    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
+    state_b = weights_b + grads_b + prec.optimizer_bytes / cols.shards
+    state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
+               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
+               + prec.optimizer_bytes / cols.expert_shards)
+    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # (candidates, 2): first, last
+    act_chunk = layers.n_chunk * table.act_layer[row]
+    act_first = held[:, 0] * np.where(v > 1, act_chunk, layers.n_big * table.act_layer[row])
+    act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
+    act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
+    working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients
+    root = weights.vocab + weights.positions + weights.head
+    unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
+    working = working + np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes
+                                 + unsharded * prec.grad_bytes, 0.0)
+    mem_first = params.first * state_b + params.first_experts * state_e + act_first + working
+    # the head's activations: the last chunk only
+    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
+    mem_last = (params.last * state_b + params.last_experts * state_e
+                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row] + working)
+    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))

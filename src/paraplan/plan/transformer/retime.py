@@ -1,0 +1,67 @@
+"""Re-timing the transformer planner's best candidates with the exact engine
+(`paraplan.predict`), skipping those a lower bound proves slower than every plan the
+answer can hold.
+
+Every pipeline rank runs its ops one after another and its iteration ends no earlier
+than its last op (the gradient reduction and the optimizer step only add to it), so
+the iteration is at least the busiest rank's compute: M x the sum of its chunks'
+forward and backward (and weight-gradient) op times (`busy_lower_bound_s`). Priced
+execution models are cheap next to running them; a candidate whose bound exceeds the
+`keep`-th best iteration time (distinct settings that fit) re-timed so far cannot be
+among the `keep` plans answered, which therefore stay exactly those of re-timing
+every candidate. Candidates go in order of their estimate, so the best come first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from paraplan.core.cluster import Cluster
+from paraplan.core.comm import CommModel
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import kernel_times_by_pass, price, run_structure
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.sim.execution import ExecutionModel, IterationResult, run_iteration
+from paraplan.sim.schedules import get_schedule
+
+_TOL = 1 + 1e-9  # relative slack of the bound (the engine sums op times in another order)
+
+
+def busy_lower_bound_s(model: ExecutionModel) -> float:
+    """The busiest pipeline rank's compute per iteration, s: rank r runs virtual stages
+    r, r + p, ... (chunk c is virtual stage c p + r), each micro-batch once."""
+    p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
+    costs = model.costs
+    per_stage = costs.fwd_s + costs.bwd_s
+    if get_schedule(model.schedule).split_backward:
+        per_stage = per_stage + costs.wgt_s
+    return float(m * per_stage.reshape(v, p).sum(axis=0).max())
+
+
+def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cluster, comm: CommModel,
+           efficiency: DeviceEfficiency, keep: int,
+           estimate_s: np.ndarray) -> list[tuple[IterationResult, RunSettings] | None]:
+    """The exact iteration of each of `settings`, in their order; None where the bound
+    proves it slower than the `keep` best that fit. `estimate_s`: the order to time
+    them in; -inf for settings that must be timed whatever their bound (the baselines,
+    which the answer reports)."""
+    structures = [run_structure(model, s, cluster, comm) for s in settings]
+    kernel_s = kernel_times_by_pass(structures, efficiency)
+    capacity = float(cluster.device.memory_bytes)
+    out: list[tuple[IterationResult, RunSettings] | None] = [None] * len(settings)
+    best: dict[RunSettings, float] = {}  # distinct settings that fit: their iteration, s
+    kept: list[float] = []  # the `keep` least of `best`, sorted
+    for i in np.argsort(estimate_s, kind="stable").tolist():
+        execution = price(structures[i], kernel_s[i], efficiency)
+        if (estimate_s[i] != -np.inf and len(kept) >= keep
+                and busy_lower_bound_s(execution) > kept[keep - 1] * _TOL):
+            continue
+        result = run_iteration(execution, timeline=False)
+        out[i] = (result, settings[i])
+        if float(result.peak_memory_bytes.max()) <= capacity:
+            seconds = min(result.iteration_s, best.get(settings[i], np.inf))
+            best[settings[i]] = seconds
+            kept = sorted(best.values())[:keep]
+    return out

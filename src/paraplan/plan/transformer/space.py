@@ -1,0 +1,210 @@
+"""The space of parallel strategies the transformer planner searches: every candidate
+that can run, as aligned integer columns (`Candidates`); `estimate.py` prices them.
+
+A candidate is (TP t, CP c, PP p, DP d, micro-batch b, virtual stages v, schedule,
+recomputation, sequence parallelism, ZeRO stage) with t x c x p x d = the GPUs. Context
+parallelism (ring attention, `cp_comm_type` p2p) is searched only for sequences of
+`MIN_CP_SEQ_LENGTH` tokens and more, over the powers of two that divide the GPUs and
+meet Megatron's rules. Interleaving v that does not divide the layers over the stages
+uses Megatron's uneven first/last stages (`interleaved_uneven_split`).
+
+Mixture-of-experts models add expert parallelism (EP) and expert tensor parallelism
+(ETP) to the candidate: EP over the divisors of `num_experts` with EP x ETP dividing
+t x d, ETP 1 or t (Megatron-Core's default) unless the space names others
+(`experts.expert_layouts`).
+
+Dominated settings are not enumerated (each is never faster and never smaller in
+the model): gradient reduction and weight all-gather are always overlapped when they
+can be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings import (
+    PipelineSchedule,
+    RecomputeGranularity,
+    RunSettings,
+    interleaved_uneven_split,
+)
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.transformer.experts import expert_layouts
+from paraplan.predict.predictor import divisors
+
+SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
+RECOMPUTE: tuple[RecomputeGranularity, ...] = ("none", "selective", "full")
+ZERO: tuple[int, ...] = (0, 1, 2, 3)  # 1: Megatron's distributed optimizer (ZeRO-1)
+MIN_CP_SEQ_LENGTH = 16384
+"""Shortest sequence for which context parallelism is searched (when the search space
+does not list CP sizes): below it the attention is a small share of a layer and
+splitting the sequence only adds transfers, so the search stays as small as it was."""
+MIN_CP_CHUNK_TOKENS = 1024
+"""Fewest tokens in each of a CP rank's two sequence chunks for a searched CP degree
+(s / 2c >= this; 128K tokens: c <= 64): shorter blocks leave each ring step too little
+attention to hide its transfer behind, and the bound keeps the search small."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose from."""
+
+    tensor_sizes: tuple[int, ...] = ()
+    """TP degrees; empty: every divisor of the node's GPU count that the model allows."""
+    allow_cross_node_tensor: bool = False
+    """Let TP groups span nodes (degrees above the node's GPU count)."""
+    schedules: tuple[str, ...] = SCHEDULES
+    recompute: tuple[str, ...] = RECOMPUTE
+    zero_stages: tuple[int, ...] = ZERO
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_micro_batch_size: int = 64
+    max_virtual_stages: int = 32
+    context_parallel_sizes: tuple[int, ...] = ()
+    """CP degrees; empty: 1, and for sequences of `MIN_CP_SEQ_LENGTH` tokens or more
+    every power of two that divides the GPUs (`context_degrees`). (1,): no CP."""
+    expert_model_sizes: tuple[int, ...] = ()
+    """EP degrees for a mixture-of-experts model; empty: every divisor of num_experts."""
+    expert_tensor_sizes: tuple[int, ...] = ()
+    """ETP degrees; empty: 1 and the candidate's TP (Megatron-Core's default)."""
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.schedules if s not in SCHEDULES]
+        if bad:
+            raise StrategyError(f"unknown schedule '{bad[0]}' in the search space; known: {', '.join(SCHEDULES)}")
+        bad_rc = [r for r in self.recompute if r not in RECOMPUTE]
+        if bad_rc:
+            raise StrategyError(f"unknown recompute_granularity '{bad_rc[0]}'; known: {', '.join(RECOMPUTE)}")
+        bad_z = [z for z in self.zero_stages if z not in ZERO]
+        if bad_z:
+            raise StrategyError(f"unknown zero_stage {bad_z[0]}; known: 0, 1, 2, 3")
+        bad_cp = [c for c in self.context_parallel_sizes if isinstance(c, bool) or not isinstance(c, int) or c < 1]
+        if bad_cp:
+            raise StrategyError(f"context_parallel_size {bad_cp[0]!r} in the search space; expected an integer >= 1")
+        if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel):
+            raise StrategyError("every dimension of the search space needs at least one value")
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Aligned integer columns, one entry per candidate."""
+
+    t: np.ndarray
+    p: np.ndarray
+    d: np.ndarray
+    b: np.ndarray
+    v: np.ndarray
+    schedule: np.ndarray  # index into SCHEDULES
+    recompute: np.ndarray  # index into RECOMPUTE
+    sp: np.ndarray  # 0/1
+    zero: np.ndarray  # 0..3
+    first: np.ndarray  # decoder_first_pipeline_num_layers (0: even split)
+    last: np.ndarray  # decoder_last_pipeline_num_layers (0: even split)
+    cp: np.ndarray  # context_parallel_size
+    ep: np.ndarray  # expert_model_parallel_size (1 for a dense model)
+    etp: np.ndarray  # expert_tensor_parallel_size (0 for a dense model: Megatron's default)
+
+    def __len__(self) -> int:
+        return int(self.t.shape[0])
+
+    def take(self, idx: np.ndarray) -> Candidates:
+        return Candidates(*(getattr(self, f)[idx] for f in _FIELDS))
+
+    def settings(self, i: int, base: RunSettings) -> RunSettings:
+        """Candidate i as run settings (the base gives batch, dtype and attention kernel)."""
+        zero = int(self.zero[i])
+        replicas = int(self.d[i]) * int(self.cp[i])  # the ranks a gradient is reduced over
+        return replace(
+            base,
+            tensor_model_parallel_size=int(self.t[i]), pipeline_model_parallel_size=int(self.p[i]),
+            data_parallel_size=int(self.d[i]), micro_batch_size=int(self.b[i]),
+            virtual_pipeline_model_parallel_size=int(self.v[i]), schedule=SCHEDULES[int(self.schedule[i])],
+            recompute_granularity=RECOMPUTE[int(self.recompute[i])], sequence_parallel=bool(self.sp[i]),
+            use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
+            overlap_grad_reduce=replicas > 1, overlap_param_gather=zero in (1, 2) and replicas > 1,
+            decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
+            context_parallel_size=int(self.cp[i]), cp_comm_type="p2p",
+            expert_model_parallel_size=int(self.ep[i]), expert_tensor_parallel_size=int(self.etp[i]),
+        )
+
+
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp", "ep", "etp")
+
+
+def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
+    """CP degrees to search: the space's, else 1 and, for sequences of at least
+    `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
+    the GPUs and leave chunks of `MIN_CP_CHUNK_TOKENS` or more; each must divide the GPUs
+    and split the sequence into 2c chunks."""
+    if space.context_parallel_sizes:
+        options = space.context_parallel_sizes
+    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash:
+        options = tuple(1 << k for k in range(num_gpus.bit_length())
+                        if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
+    else:
+        options = (1,)
+    return [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
+
+
+def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
+    limit = num_gpus if space.allow_cross_node_tensor else devices_per_node
+    options = space.tensor_sizes or tuple(divisors(limit))
+    return [t for t in options if num_gpus % t == 0 and t <= limit and model.num_attention_heads % t == 0
+            and model.query_groups % t == 0 and model.ffn_size % t == 0]
+
+
+def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
+                         space: SearchSpace, flash: bool = True) -> Candidates:
+    """Every candidate that can run (divisibility, schedule rules); memory is checked later.
+    `flash`: the run's attention is fused (context parallelism needs it)."""
+    rows: list[tuple[int, ...]] = []
+    sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
+    rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
+    layouts = [(c, t) for c in context_degrees(model, num_gpus, space, flash)
+               for t in tensor_degrees(model, devices_per_node, num_gpus // c, space)]
+    for c, t in layouts:
+        sps = sorted({bool(x) and t > 1 and model.seq_length % (t * c) == 0 for x in space.sequence_parallel})
+        for p in divisors(num_gpus // (t * c)):
+            if p > model.num_layers:
+                break
+            d = num_gpus // (t * c * p)
+            if global_batch_size % d:
+                continue
+            splits: dict[int, tuple[int, int] | None] = {}
+            experts = {sp: expert_layouts(model, t, c * d, sp, space) for sp in sps}
+            per_replica = global_batch_size // d
+            for b in divisors(per_replica):
+                if b > space.max_micro_batch_size:
+                    break
+                m = per_replica // b
+                pipes: list[tuple[int, int, int, int]] = []  # schedule, v, first and last stage's layers
+                for schedule in space.schedules:
+                    if schedule == "interleaved_1f1b":
+                        if p < 2 or m % p:
+                            continue
+                        for v in range(2, space.max_virtual_stages + 1):
+                            if v not in splits:
+                                splits[v] = interleaved_uneven_split(model.num_layers, p, v)
+                            split = splits[v]
+                            if split is not None:
+                                pipes.append((sched_idx[schedule], v, *split))
+                    elif schedule in ("gpipe", "zb_h1") and p < 2:
+                        continue
+                    else:
+                        pipes.append((sched_idx[schedule], 1, 0, 0))
+                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d * c == 1)
+                         and not (z == 3 and model.is_moe)]
+                for s_i, v, first, last in pipes:
+                    for rc in rc_idx:
+                        for sp in sps:
+                            for z in zeros:
+                                for ep, etp in experts[sp]:
+                                    rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp))
+    if not rows:
+        raise StrategyError(
+            f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
+            f"{global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)")
+    cols = np.array(rows, dtype=np.int64).T
+    return Candidates(*cols)

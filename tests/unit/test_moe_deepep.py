@@ -1,0 +1,100 @@
+"""The flex token dispatcher with DeepEP: nodes a token reaches, the published kernel
+bandwidths (equal to the transcribed CSV), the layer's transfers and exact errors."""
+
+import csv
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from paraplan.core import StrategyError
+from paraplan.core.comm import Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.models import PRESETS
+from paraplan.predict.moe_deepep import (
+    DEEPEP_COMBINE,
+    DEEPEP_DISPATCH,
+    DEEPEP_INTERNODE_GBps,
+    DeepEpTransfer,
+    nodes_hit,
+)
+from paraplan.predict.moe_ops import moe_layer_work, moe_shape
+from paraplan.predict.ops import MEMORY
+
+QWEN = PRESETS["qwen3-30b-a3b"]  # h 2048, 128 experts, top-8, s 4096
+TABLE = Path(__file__).resolve().parents[2] / "data/published/deepep/deepep_v1_normal_h800.csv"
+
+
+def flex(**kw) -> RunSettings:
+    base = dict(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, data_parallel_size=16,
+                global_batch_size=16, micro_batch_size=1, expert_model_parallel_size=16,
+                moe_token_dispatcher_type="flex")
+    return RunSettings(**{**base, **kw})
+
+
+def test_the_bandwidths_are_the_published_internode_rows():
+    with TABLE.open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["type"] == "internode"]
+    assert {int(r["ep"]): (float(r["dispatch_GBps"]), float(r["combine_GBps"])) for r in rows} == \
+        DEEPEP_INTERNODE_GBps
+
+
+def test_a_token_reaches_the_nodes_of_its_distinct_experts():
+    # 128 experts on 2 nodes, top-8: a node is missed only when all 8 fall on the other
+    assert nodes_hit(128, 8, 2) == pytest.approx(2 * (1 - comb(64, 8) / comb(128, 8)), rel=1e-15)
+    assert nodes_hit(128, 8, 2) == pytest.approx(1.99381, abs=1e-5)  # C(64,8)/C(128,8) = 0.0030959
+    assert nodes_hit(8, 2, 8) == pytest.approx(2.0)  # one expert per node: k nodes
+    assert nodes_hit(64, 8, 1) == 1.0
+
+
+def test_dispatch_time_is_bytes_times_nodes_over_the_published_bandwidth():
+    t = DeepEpTransfer(DEEPEP_DISPATCH, 4096 * 2048 * 2, -1, "ep", 128, 8)
+    assert t.time_s(Group(16, 2)) == pytest.approx(4096 * 2048 * 2 * nodes_hit(128, 8, 2) / 43e9, rel=1e-12)
+    combine = DeepEpTransfer(DEEPEP_COMBINE, 1e6, -1, "ep", 128, 8)
+    assert combine.time_s(Group(32, 4)) == pytest.approx(1e6 * nodes_hit(128, 8, 4) / 57e9, rel=1e-12)
+    assert t.time_s(Group(1, 1)) == 0.0
+
+
+@pytest.mark.parametrize(("group", "message"), [
+    (Group(8, 1), "moe_token_dispatcher_type flex (DeepEP) with an expert-parallel group of 8 ranks inside one node: "
+                  "DeepEP's intranode kernels are published for H800's NVLink only, not priced here"),
+    (Group(128, 16), "moe_token_dispatcher_type flex (DeepEP) with expert_model_parallel_size 128: DeepEP's "
+                     "internode bandwidth is published for EP 16, 32, 64 only"),
+])
+def test_unpublished_groups_are_errors(group, message):
+    with pytest.raises(StrategyError) as err:
+        DeepEpTransfer(DEEPEP_DISPATCH, 1.0, -1, "ep", 128, 8).time_s(group)
+    assert str(err.value) == message
+
+
+def test_a_flex_layer_sends_each_token_once_and_orders_it_on_the_receiving_rank():
+    s = flex()
+    work = moe_layer_work(QWEN, s)
+    m = moe_shape(QWEN, s)
+    T, h = 4096, 2048
+    ep = [c for c in work.forward.collectives if c.group == "ep"]
+    assert [(c.collective, c.nbytes) for c in ep] == [(DEEPEP_DISPATCH, T * h * 2), (DEEPEP_COMBINE, T * h * 2)]
+    assert [c.collective for c in work.backward.collectives if c.group == "ep"] == [DEEPEP_DISPATCH, DEEPEP_COMBINE]
+    # each rank receives T x (distinct ranks per token) tokens: 8 experts per rank of 16
+    assert m.received_tokens == pytest.approx(T * 16 * (1 - comb(120, 8) / comb(128, 8)), rel=1e-12)
+    local = (m.received_tokens + T * 8) * 2 * h
+    assert sum(1 for b, k in zip(work.forward.kernels.bytes, work.forward.kernels.kind, strict=True)
+               if k == MEMORY and b == pytest.approx(local)) == 2
+
+
+def test_flex_with_the_a2a_overlap_keeps_each_kernel_kind():
+    work = moe_layer_work(QWEN, flex(overlap_moe_expert_parallel_comm=True))
+    fwd = [c.collective for c in work.forward.collectives if c.group == "ep"]
+    bwd = [c.collective for c in work.backward.collectives if c.group == "ep"]
+    assert fwd == [DEEPEP_DISPATCH]  # the combine's backward is a dispatch kernel
+    assert bwd == [DEEPEP_DISPATCH, DEEPEP_COMBINE, DEEPEP_COMBINE]
+    assert all(c.hidden_by >= 0 for c in work.forward.collectives + work.backward.collectives if c.group == "ep")
+
+
+def test_flex_with_expert_tensor_parallelism_is_an_error():
+    s = flex(tensor_model_parallel_size=2, data_parallel_size=8, sequence_parallel=True, expert_model_parallel_size=8,
+             expert_tensor_parallel_size=2)
+    with pytest.raises(StrategyError) as err:
+        s.check(QWEN)
+    assert str(err.value) == ("moe_token_dispatcher_type flex with expert_tensor_parallel_size 2 is not modelled "
+                              "(DeepEP priced for ETP 1)")
