@@ -6,7 +6,7 @@ columns) plus annotation columns that keep what was published and where:
 
 - `published_value`, `published_unit`: the number as printed (`s`, `ms`, `TFLOP/s/GPU`);
 - `flops_convention`: for a throughput, the FLOP count the authors divided by time
-  (`FLOPS_CONVENTIONS`), so `measured_iteration_s` = FLOPs per iteration / (value x GPUs);
+  (`sc21_with_recompute`, `megatron_model` or `palm`), so `measured_iteration_s` = FLOPs per iteration / (value x GPUs);
 - `source`: paper or repository, table and row;
 - `note`: framework behaviour the run table cannot state yet (kept for the reader);
 - `not_expressible`: why paraplan cannot express the run as its authors ran it; such a
@@ -51,7 +51,6 @@ TABLES: dict[str, tuple[str, str]] = {
     "torchtitan_llama31_h100": ("dgx-h100", "torchtitan Llama 3.1 8B/70B/405B, FSDP2 (+TP/PP/CP), H100 (8-512)"),
 }
 MOE_TABLES: tuple[str, ...] = ("megatron_bridge_h100_moe", "automodel_h100_moe", "deepseek_v3_report")
-FLOPS_CONVENTIONS: tuple[str, ...] = ("sc21_with_recompute", "megatron_model", "palm")
 
 
 @dataclass(frozen=True)

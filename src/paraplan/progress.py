@@ -6,7 +6,6 @@ so logs keep only the stages' own output.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from tqdm import tqdm
 
@@ -15,9 +14,3 @@ def bar(total: int | None, desc: str, unit: str) -> tqdm:
     """A progress bar on stderr; disabled (every call a no-op) off a terminal."""
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None, leave=False,
                 dynamic_ncols=True, mininterval=0.5)
-
-
-def ticker(total: int | None, desc: str, unit: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    """`(advance, close)` for code that reports progress through a callback."""
-    progress = bar(total, desc, unit)
-    return progress.update, progress.close

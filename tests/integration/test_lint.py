@@ -1,4 +1,4 @@
-"""The code and the workflow are lint-clean (ruff, `snakemake --lint`)."""
+"""The code and the workflow are lint-clean (ruff, vulture, `snakemake --lint`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ def _tool(name: str) -> str:
 def test_ruff_is_clean(repo_root):
     out = subprocess.run([_tool("ruff"), "check", "src", "tests", "benchmarks"], cwd=repo_root,
                          capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_vulture_finds_no_unused_code(repo_root):
+    """pyproject.toml's [tool.vulture]: paths, confidence and .ci/vulture_whitelist.py."""
+    out = subprocess.run([_tool("vulture")], cwd=repo_root, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 

@@ -23,13 +23,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.cli.common import (
     add_output_argument,
     add_tracking_arguments,
     deprecated,
     name_list,
+    track,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from paraplan.studies.simulate_study import SimulateStudy
 
 NAME = "simulate"
 HELP = "simulate strategies of a named study (DistIR figures, pipeline schedules)"
@@ -73,16 +80,14 @@ def _time_unit(span_s: float) -> tuple[float, str]:
 def _run_tables(args: argparse.Namespace) -> int:
     """Timelines of a run table's iterations (--runs)."""
     from paraplan.clusters import load_cluster
-    from paraplan.core import ConfigError, InputFileError, StrategyError
+    from paraplan.core import ConfigError, InputFileError
     from paraplan.core.names import file_stems
     from paraplan.files import check_outputs, write_json
     from paraplan.plots.gantt import save_gantt
-    from paraplan.predict.build import build_execution
     from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
-    from paraplan.predict.predictor import predict_rows
     from paraplan.predict.runtable import read_run_table
+    from paraplan.predict.timelines import run_timelines
     from paraplan.sim import to_chrome_trace
-    from paraplan.sim.execution import run_iteration
     from paraplan.track import RunLog
 
     if args.cluster is None:
@@ -95,33 +100,24 @@ def _run_tables(args: argparse.Namespace) -> int:
     stems, collision = file_stems(row.name for row in rows)
     if collision:
         raise InputFileError(args.runs, f"run names {collision} (traces/<name>.json)", field="column 'name'")
-    try:
-        predictions = predict_rows(rows, cluster, comm, calibration.efficiency)
-    except StrategyError as exc:
-        raise StrategyError(f"{args.runs}: {exc}") from None
+    timelines = run_timelines(rows, cluster, comm, calibration.efficiency, str(args.runs))
     figures = args.plots if args.plots is not None else args.output / "figures"
     summary, artifacts = [], []
-    for row, pred, stem in zip(rows, predictions, stems, strict=True):
-        result = run_iteration(build_execution(row.model, pred.settings, cluster, comm, calibration.efficiency))
+    for run, stem in zip(timelines, stems, strict=True):
+        result = run.result
         assert result.timeline is not None
         trace = args.output / "traces" / f"{stem}.json"
         write_json(trace, to_chrome_trace(result.timeline))
-        s = pred.settings
-        title = (f"{row.name}: TP {s.tensor_model_parallel_size}, PP {s.pipeline_model_parallel_size}, DP "
-                 f"{s.data_parallel_size}, micro-batch {s.micro_batch_size}, v {s.virtual_pipeline_model_parallel_size}"
-                 f" ({result.iteration_s:.3g} s)")
         if not args.no_plots and result.timeline.num_events <= MAX_GANTT_EVENTS:
             unit_s, unit_name = _time_unit(result.iteration_s)
-            artifacts += save_gantt(result.timeline, figures / stem, title=title, time_unit_s=unit_s,
+            artifacts += save_gantt(result.timeline, figures / stem, title=run.title, time_unit_s=unit_s,
                                     unit_name=unit_name)
-        summary.append({"name": row.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
+        summary.append({"name": run.name, "iteration_s": result.iteration_s, "bubble_fraction": result.bubble_fraction,
                         "events": result.timeline.num_events, "trace": str(trace)})
     write_json(args.output / "timelines.json", {"calibration": calibration.label, "cluster": cluster.name,
                                                 "runs": summary})
     print(f"paraplan simulate: {len(rows)} run(s) of {args.runs} with {calibration.label} -> {args.output}",
           file=sys.stderr)
-    from paraplan.cli.common import track
-
     track(args, RunLog(stage="simulate", run_name=args.runs.stem,
                        params={"runs": str(args.runs), "cluster": cluster.name, "calibration": calibration.label},
                        metrics={"runs": float(len(rows))},
@@ -130,14 +126,12 @@ def _run_tables(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from paraplan.config_files import find_study
     from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
     from paraplan.progress import bar
-    from paraplan.studies import published as pb
     from paraplan.studies import simulate as st
+    from paraplan.studies.simulate_report import simulate
     from paraplan.studies.simulate_study import MODES
 
     if (args.study is None) == (args.runs is None):
@@ -146,64 +140,44 @@ def run(args: argparse.Namespace) -> int:
         return _run_tables(args)
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    study = st.load_study(find_study("simulate", args.study))
+    study_file = find_study("simulate", args.study)
+    study = st.load_study(study_file)
     modes = tuple(name_list(args.modes, "--modes", MODES)) if args.modes.strip() else ()
     chosen = [m for m in (modes or study.modes.names) if m in study.modes.names]
+    published, note = _published(study, study_file)
     total = sum(len(st.mode_configurations(study, m)) for m in chosen)
     with bar(total, f"simulate {study.name}", "config") as progress:
-        result = st.run_study(study, modes, repeats=args.repeats, on_point=progress.update)  # type: ignore[arg-type]
+        report = simulate(study, modes, args.repeats, published, note, on_point=progress.update)  # type: ignore[arg-type]
     out: Path = args.output
-    rows = pd.DataFrame(st.result_rows(result), columns=list(st.RESULT_COLUMNS))
-    study_file = find_study("simulate", args.study)
-
-    published = None
-    comparison = None
-    published_note = ""
-    if study.published is not None:
-        source = _published_source(Path(study.published.file), study_file)
-        if source.is_file():
-            published = pb.load_published(source, study.published.format)
-            comparison = pb.compare(rows, published)
-        else:
-            published_note = f"not compared: {study.published.file} not found"
-            print(f"paraplan simulate: published numbers {source} not found; no comparison",
-                  file=sys.stderr)
-
-    write_csv(out / "results.csv", rows)
-    timing = {
-        "experiment": study.name,
-        "simulate_s": result.simulate_s,
-        "simulate_s_by_mode": dict(result.simulate_s_by_mode),
-        "repeats": result.repeats,
-        "configurations": len(rows),
-        **({"published": published_note} if published_note else {}),
-    }
-    write_json(out / "timing.json", timing)
+    write_csv(out / "results.csv", report.rows)
+    write_json(out / "timing.json", report.timing)
     artifacts = [out / "results.csv", out / "timing.json"]
-    summary: dict[str, float] = {"simulate_s": result.simulate_s, "configurations": float(len(rows))}
-    for mode, seconds in result.simulate_s_by_mode.items():
-        summary[f"simulate_s__{mode}"] = seconds
-    if comparison is not None:
-        write_csv(out / "published_comparison.csv", comparison)
+    if report.comparison is not None:
+        write_csv(out / "published_comparison.csv", report.comparison)
         artifacts.append(out / "published_comparison.csv")
-        for mode, part in comparison.groupby("mode"):
-            err = part["rel_diff"].abs()
-            summary[f"max_abs_rel_diff__{mode}"] = float(err.max())
-            summary[f"median_abs_rel_diff__{mode}"] = float(err.median())
-            print(f"paraplan simulate: {study.name} {mode} vs {part['reference'].iloc[0]}: "
-                  f"max |rel diff| {err.max():.3%}, median {err.median():.3%} over {len(part)} points",
-                  file=sys.stderr)
-
+    for line in report.comparison_lines():
+        print(f"paraplan simulate: {line}", file=sys.stderr)
     if not args.no_plots:
         figures = args.plots if args.plots is not None else out / "figures"
-        artifacts.extend(_figures(study, result, rows, published, figures, out / "traces"))
-
-    print(f"paraplan simulate: {study.name}: {len(rows)} configurations, "
-          f"simulate_s {result.simulate_s:.4f} (best of {result.repeats}) -> {out}", file=sys.stderr)
-    from paraplan.cli.common import track
-
-    track(args, _runlog(study, study_file, result, rows, summary, artifacts))
+        artifacts.extend(_figures(study, report.result, report.rows, published, figures, out / "traces"))
+    print(f"paraplan simulate: {study.name}: {len(report.rows)} configurations, "
+          f"simulate_s {report.result.simulate_s:.4f} (best of {report.result.repeats}) -> {out}", file=sys.stderr)
+    track(args, _runlog(study, study_file, report.result, report.rows, report.summary, artifacts))
     return 0
+
+
+def _published(study: SimulateStudy, study_file: Path) -> tuple[pd.DataFrame | None, str]:
+    """The study's published numbers (None: it names none, or their file is missing:
+    then a note for timing.json, and a warning)."""
+    from paraplan.studies import published as pb
+
+    if study.published is None:
+        return None, ""
+    source = _published_source(Path(study.published.file), study_file)
+    if not source.is_file():
+        print(f"paraplan simulate: published numbers {source} not found; no comparison", file=sys.stderr)
+        return None, f"not compared: {study.published.file} not found"
+    return pb.load_published(source, study.published.format), ""
 
 
 def _published_source(path: Path, study_file: Path) -> Path:

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.cli.common import (
     add_output_argument,
@@ -39,8 +39,15 @@ from paraplan.cli.common import (
     deprecated,
     name_list,
     require_torch,
+    track,
 )
 from paraplan.core import ConfigError, InputFileError
+
+if TYPE_CHECKING:
+    from paraplan.core import ModelProfile
+    from paraplan.track import RunLog
+    from paraplan.validate.report import ValidationOptions, ValidationReport
+    from paraplan.validate.workload import WorkloadSpec
 
 NAME = "validate"
 HELP = "measure real 2-rank training steps and compare them with the simulator's prediction"
@@ -106,20 +113,14 @@ def _check_positive(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_torch("validation (real distributed training)")
-    from dataclasses import replace
-
     from paraplan.clusters import load_cluster
     from paraplan.comm.model import FittedCommModel
-    from paraplan.core import Group
-    from paraplan.profile.consistency import profile_inconsistency
     from paraplan.profile.io import read_profile
+    from paraplan.progress import bar
     from paraplan.validate import STRATEGIES
     from paraplan.validate.load import LoadCheck, read_load_1m
-    from paraplan.validate.pipeline import balanced_boundary
-    from paraplan.validate.predict import PredictionSetup, predict_step_times
-    from paraplan.validate.runner import RunConfig, run_strategies
-    from paraplan.validate.tensor_parallel import tp_allreduce_counts, tp_split_layers
-    from paraplan.validate.workload import WorkloadSpec
+    from paraplan.validate.report import plan_validation, validation_report
+    from paraplan.validate.runner import run_strategies
 
     _check_positive(args)
     strategies = tuple(name_list(args.strategies, "--strategies", STRATEGIES))
@@ -129,149 +130,101 @@ def run(args: argparse.Namespace) -> int:
     model, settings = _model_settings(args)
     comm = FittedCommModel.from_json(args.comm_model)
     cluster = load_cluster(args.cluster)
-    batch = args.batch or profile.batch_size
+    options = _options(args, strategies, profile)
+    spec, layers = _workload(args, profile, model, settings)
+    plan = plan_validation(profile, spec, layers, options, cluster, comm, os.cpu_count() or 1)
+    print(f"paraplan validate: {profile.name} ({model}), batch {options.global_batch_size}, "
+          f"{len(options.strategies)} strategies, {args.warmup} + {args.steps} steps, {options.threads_per_rank} "
+          f"thread(s) per rank, pipeline cut before layer {plan.run.pipeline_boundary}, {args.backend}",
+          file=sys.stderr)
+    problem = _profile_problem(profile)
+    load_before = read_load_1m()
+    with bar(args.warmup + args.steps, f"validate {profile.name}", "round") as progress:
+        result = run_strategies(plan.run, on_round=progress.update)
+    load = LoadCheck(load_before, read_load_1m(), plan.cores, 2 * options.threads_per_rank)
+    report = validation_report(profile, cluster, comm, plan, result, load)
+    print("\n".join(report.notes))
+    artifacts = _write(args, report, profile.name)
+    for line in (w for w in (load.warning(), f"warning: profile {profile.name}: {problem}" if problem else None) if w):
+        print(f"paraplan validate: {line}", file=sys.stderr)  # last, where a reader of the table looks
+    track(args, _runlog(args, profile.name, model, settings, report, options.threads_per_rank, artifacts))
+    return 0
+
+
+def _options(args: argparse.Namespace, strategies: tuple[str, ...], profile: ModelProfile) -> ValidationOptions:
+    """The run's options, the defaults filled in (a warning when the profile was taken
+    with other threads than the ranks use)."""
+    from paraplan.validate.report import ValidationOptions
+
     threads = args.threads or max(1, (os.cpu_count() or 2) // 2)
     profile_threads = profile.meta.get("threads")
     if args.backend == "gloo" and profile_threads not in (None, threads):
         print(f"paraplan validate: warning: the profile was taken with {profile_threads} threads, "
               f"the ranks use {threads}", file=sys.stderr)
+    return ValidationOptions(strategies, args.batch or profile.batch_size, args.microbatches, args.steps, args.warmup,
+                             threads, args.backend, args.timeout_s)
 
-    spec = WorkloadSpec("paraplan.validate.workload:profile_model_workload",
-                        {"model": model, "settings": settings})
+
+def _workload(args: argparse.Namespace, profile: ModelProfile, model: str, settings: dict) -> tuple[WorkloadSpec, list]:
+    """The model the ranks train, checked against the profile."""
+    from paraplan.validate.workload import WorkloadSpec
+
+    spec = WorkloadSpec("paraplan.validate.workload:profile_model_workload", {"model": model, "settings": settings})
     layers = spec.build().layers
     if len(layers) != profile.num_layers:
         raise InputFileError(args.profile, f"{profile.num_layers} layers, but the model '{model}' with the "
                              f"meta's settings has {len(layers)}")
-    micro = batch / args.microbatches
-    cut = balanced_boundary(list(profile.fwd_s_at(micro) + profile.bwd_s_at(micro)))
-    cores = os.cpu_count() or 1
-    saturated = args.backend == "gloo" and threads * 2 >= cores
-    tp_counts = tp_allreduce_counts(layers)
-    acts = profile.activation_bytes_at(batch)
-    probe_bytes = tuple(sorted({round(float(a)) for a, c in zip(acts, tp_counts, strict=True) if c > 0})) \
-        if "tp2" in strategies else ()
-    cfg = RunConfig(spec, strategies, global_batch_size=batch, num_microbatches=args.microbatches, steps=args.steps,
-                    warmup=args.warmup, threads_per_rank=threads, pipeline_boundary=cut,
-                    backend=args.backend, timeout_s=args.timeout_s, allreduce_probe_bytes=probe_bytes)
-    setup = PredictionSetup(batch, args.microbatches, cut, tuple(tp_counts),
-                            comm_uses_compute_cores=saturated, tp_split=tuple(tp_split_layers(layers)),
-                            tp_splits_fixed_time=args.backend == "gloo", pipeline_accumulation=True)
-    plain = PredictionSetup(batch, args.microbatches, cut, setup.tp_allreduces)
-    uncorrected = predict_step_times(profile, cluster, comm, strategies, plain)  # fails early on bad input
-    print(f"paraplan validate: {profile.name} ({model}), batch {batch}, {len(strategies)} strategies, "
-          f"{args.warmup} + {args.steps} steps, {threads} thread(s) per rank, pipeline cut before layer "
-          f"{cut}, {args.backend}", file=sys.stderr)
+    return spec, list(layers)
+
+
+def _profile_problem(profile: ModelProfile) -> str | None:
+    """Why the profile's own numbers disagree (warned now, and again after the table)."""
+    from paraplan.profile.consistency import profile_inconsistency
+
     problem = profile_inconsistency(profile.meta)
     if problem:
         print(f"paraplan validate: warning: profile {profile.name}: {problem}", file=sys.stderr)
-    from paraplan.progress import bar
-
-    load_before = read_load_1m()
-    with bar(args.warmup + args.steps, f"validate {profile.name}", "round") as progress:
-        result = run_strategies(cfg, on_round=progress.update)
-    load = LoadCheck(load_before, read_load_1m(), cores, 2 * threads)
-    extra: dict = {}
-    if result.allreduce_s:
-        setup = replace(setup, tp_allreduce_s=tuple(
-            (float(nb), statistics.fmean(times)) for nb, times in sorted(result.allreduce_s.items())))
-        for nb, times in sorted(result.allreduce_s.items()):
-            fit = float(comm.time_s("all_reduce", nb, Group(2, 1)))
-            print(f"all_reduce of {nb} B (tp2's activations), {len(times)} calls: mean "
-                  f"{statistics.fmean(times) * 1e3:.2f} ms, median {statistics.median(times) * 1e3:.2f} ms "
-                  f"(the fit says {fit * 1e3:.2f} ms): tp2 charged the mean")
-            extra[f"allreduce_mean_s__{nb}"] = statistics.fmean(times)
-            extra[f"allreduce_median_s__{nb}"] = statistics.median(times)
-    predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
-    if saturated:
-        print(f"gloo ranks fill all {cores} cores: dp_overlap predicted without overlap")
-    half = batch / 2
-    profiled_s = float(profile.fwd_s_at(half).sum() + profile.bwd_s_at(half).sum())
-    drift = statistics.median(result.alone_s) / profiled_s
-    print(f"contention: whole-model forward+backward at batch {half:g} alone {_ms(result.alone_s)} ms, "
-          f"all ranks at once {_ms(result.together_s)} ms: compute x {result.contention_factor:.3f} "
-          f"(the profile says {profiled_s * 1e3:.2f} ms alone: drift x {drift:.3f}, not corrected)")
-    extra |= {"load_before_1m": load.load_before_1m, "load_after_1m": load.load_after_1m,
-              "other_load_per_core": load.other_load_per_core, "machine_busy": float(load.busy)}
-    sum_vs_whole = profile.meta.get("sum_vs_whole_rel_err")
-    if isinstance(sum_vs_whole, int | float):
-        extra["profile_sum_vs_whole_rel_err"] = float(sum_vs_whole)
-    extra |= {"contention_factor": result.contention_factor, "profile_drift": drift,
-             "calibration_alone_s": statistics.median(result.alone_s),
-             "calibration_together_s": statistics.median(result.together_s)}
-    # diagnostic only: the profile rescaled to the run's own compute speed, which
-    # separates a stale profile (machine load when it was taken) from the model's error
-    rescaled = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor,
-                                  profile_drift=drift)
-    for strategy, value in rescaled.items():
-        extra[f"predicted_rescaled_s__{strategy}"] = value
-        extra[f"rel_err_rescaled__{strategy}"] = value / result.measured[strategy].median_s - 1
-    print("profile rescaled by the drift (diagnostic): "
-          + ", ".join(f"{k} {v * 1e3:.2f} ms ({extra[f'rel_err_rescaled__{k}']:+.1%})" for k, v in rescaled.items()))
-    warnings = [w for w in (load.warning(), f"warning: profile {profile.name}: {problem}" if problem else None) if w]
-    return _finish(args, profile.name, model, settings, setup, threads, result, predicted, uncorrected, extra,
-                   load, warnings)
+    return problem
 
 
-def _ms(values) -> str:
-    return "/".join(f"{v * 1e3:.2f}" for v in values)
-
-
-def _finish(args, name, model, settings, setup, threads, result, predicted, uncorrected, extra, load,
-            warnings) -> int:
-    from paraplan.cli.common import track
+def _write(args: argparse.Namespace, report: ValidationReport, name: str) -> list[Path]:
+    """The validation CSV (and the table printed) and with --plots the figure; the files written."""
     from paraplan.files import write_csv
-    from paraplan.track import RunLog, Table
-    from paraplan.validate import strategy_metrics, validation_metrics, validation_table
 
-    measured = result.measured
-    table = validation_table(measured, predicted, load.other_load_per_core)
-    write_csv(args.output, table)
-    print(f"{'strategy':<12}{'measured ms':>12}{'p10':>9}{'p90':>9}{'predicted ms':>14}{'rel_err':>9}"
-          f"{'uncorrected ms':>16}{'rel_err':>9}")
-    for row in table.itertuples(index=False):
-        raw = uncorrected[row.strategy]
-        print(f"{row.strategy:<12}{row.measured_s * 1e3:12.2f}{row.measured_p10_s * 1e3:9.2f}"
-              f"{row.measured_p90_s * 1e3:9.2f}{row.predicted_s * 1e3:14.2f}{row.rel_err:+9.1%}"
-              f"{raw * 1e3:16.2f}{raw / row.measured_s - 1:+9.1%}")
-    abs_err = table["rel_err"].abs()
+    write_csv(args.output, report.table)
+    print("\n".join(report.table_lines()))
+    abs_err = report.table["rel_err"].abs()
     print(f"wrote {args.output}: |rel_err| median {abs_err.median():.1%}, max {abs_err.max():.1%}; "
-          f"{load.describe()}")
-    for line in warnings:  # last, where a reader of the table looks
-        print(f"paraplan validate: {line}", file=sys.stderr)
+          f"{report.load.describe()}")
+    if args.plots is None:
+        return [args.output]
+    from paraplan.plots.validate import plot_validation
 
-    artifacts = [args.output]
-    if args.plots is not None:
-        from paraplan.plots.validate import plot_validation
+    return [args.output, *plot_validation(report.table, args.plots / name, title=f"{name}: predicted vs measured",
+                                          uncorrected_s=report.uncorrected)]
 
-        artifacts += plot_validation(table, args.plots / name, title=f"{name}: predicted vs measured",
-                                     uncorrected_s=uncorrected)
-    # one row per strategy with the same metric names (logged with step = the row's
-    # index, so the UI compares them); each strategy's measured step times as a series
-    # of its own; the run keeps what belongs to the whole validation
-    per_strategy = strategy_metrics(table)
-    for strategy, raw in uncorrected.items():
-        per_strategy[strategy]["predicted_uncorrected_s"] = raw
-        per_strategy[strategy]["rel_err_uncorrected"] = raw / measured[strategy].median_s - 1
-    metrics = validation_metrics(table)
-    for key, value in extra.items():
-        base, _, strategy = key.rpartition("__")
-        if strategy in per_strategy:
-            per_strategy[strategy][base] = value
-        else:
-            metrics[key] = value
+
+def _runlog(args: argparse.Namespace, name: str, model: str, settings: dict, report: ValidationReport,
+            threads: int, artifacts: list[Path]) -> RunLog:
+    """One row per strategy with the same metric names (logged with step = the row's
+    index, so the UI compares them); each strategy's measured step times as a series
+    of its own; the run keeps what belongs to the whole validation."""
+    from paraplan.track import RunLog, Table
+
+    metrics, per_strategy = report.metrics()
     rows = [{"strategy": strategy, **values} for strategy, values in per_strategy.items()]
-    strategies = Table(rows=rows, metrics=list(dict.fromkeys(k for v in per_strategy.values() for k in v)),
-                       name="strategies")
-    step_times = {f"step_time_s__{strategy}": list(enumerate(measured[strategy].step_times_s))
+    table = Table(rows=rows, metrics=list(dict.fromkeys(k for v in per_strategy.values() for k in v)),
+                  name="strategies")
+    step_times = {f"step_time_s__{strategy}": list(enumerate(report.measured[strategy].step_times_s))
                   for strategy in per_strategy}
+    setup = report.setup
     params = {
         "profile": str(args.profile), "comm_model": str(args.comm_model), "cluster": args.cluster,
-        "model": model, "model_settings": settings, "strategies": list(measured),
+        "model": model, "model_settings": settings, "strategies": list(report.measured),
         "global_batch_size": setup.global_batch_size, "num_microbatches": setup.num_microbatches,
         "pipeline_boundary": setup.pipeline_boundary, "steps": args.steps, "warmup": args.warmup,
         "threads_per_rank": threads, "backend": args.backend,
         "comm_uses_compute_cores": setup.comm_uses_compute_cores,
     }
-    track(args, RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
-                       step_metrics=step_times, artifacts=artifacts, table=strategies))
-    return 0
+    return RunLog(stage="validate", run_name=name, params=params, metrics=metrics,
+                  step_metrics=step_times, artifacts=artifacts, table=table)

@@ -218,17 +218,3 @@ def table_footer(frame: pd.DataFrame) -> str:
         f"# Avg bus bandwidth    : {frame['busbw_GBps'].mean():.4f} GB/s\n"
         f"# Peak bus bandwidth   : {frame['busbw_GBps'].max():.4f} GB/s"
     )
-
-
-def format_table(frame: pd.DataFrame, host: str = "") -> str:
-    """A whole collective's table (header, rows, footer)."""
-    first = frame.iloc[0]
-    lines = [
-        table_header(
-            str(first["collective"]), str(first["backend"]), int(first["world_size"]),
-            int(first["nodes"]), host or str(first["host"]),
-        )
-    ]
-    lines.extend(table_row(row) for row in frame.to_dict("records"))
-    lines.append(table_footer(frame))
-    return "\n".join(lines)

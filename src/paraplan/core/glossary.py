@@ -200,7 +200,3 @@ def old_names(name: str) -> tuple[str, ...]:
     """The 0.1 names of the concept called `name` (empty when it kept its name)."""
     term = TERMS_BY_NAME.get(name)
     return term.old_names if term else ()
-
-
-def deprecation_message(old: str, new: str) -> str:
-    return f"'{old}' is deprecated, use '{new}' (the old name goes away after paraplan {DEPRECATED_UNTIL})"

@@ -91,16 +91,3 @@ class Timeline:
                 float(self.start_s[i]),
                 float(self.end_s[i]),
             )
-
-    @staticmethod
-    def columns_from_events(events: list[Event]) -> TimelineColumns:
-        """Column arrays for `Timeline(**columns, ...)` from a list of rows."""
-        return TimelineColumns(
-            device=np.array([e.device for e in events], dtype=np.int32),
-            stream=np.array([STREAMS.index(e.stream) for e in events], dtype=np.int8),
-            kind=np.array([KINDS.index(e.kind) for e in events], dtype=np.int8),
-            stage=np.array([e.stage for e in events], dtype=np.int32),
-            microbatch=np.array([e.microbatch for e in events], dtype=np.int32),
-            start_s=np.array([e.start_s for e in events], dtype=float),
-            end_s=np.array([e.end_s for e in events], dtype=float),
-        )

@@ -4,7 +4,7 @@ measure how well the fit predicts runs it has not seen.
 The fit minimises the squared log ratio of predicted to measured iteration time
 over all runs (relative errors, so a 50 ms and a 2 s run count alike) with
 scipy's bounded trust-region least squares. Each parameter stays inside a
-physical range (`FIT_BOUNDS`): no GEMM beats 95% of the datasheet peak, no
+physical range (its declaration's fit range, `FIT_BOUNDS`): no GEMM beats 95% of the datasheet peak, no
 kernel streams memory faster than 95% of the datasheet bandwidth, a kernel's fixed
 cost is 1-10 us. A parameter that ends on a bound is reported as such.
 
@@ -35,22 +35,18 @@ import numpy as np
 
 from paraplan.core.errors import ParaplanError
 from paraplan.predict.build import RunStructure, kernel_times_by_pass, price
-from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
 from paraplan.sim.execution import iteration_time_s
 
-# name: (lower, upper, unit scale of the optimiser's variable)
 FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
-    "gemm_efficiency": (0.30, 0.95, 1.0),
-    "gemm_k_half": (0.0, 1024.0, 100.0),
-    "memory_efficiency": (0.30, 0.95, 1.0),
-    "kernel_latency_s": (1e-6, 10e-6, 1e-6),
-    "host_kernel_s": (0.0, 200e-6, 1e-6),
-    "host_collective_s": (0.0, 500e-6, 1e-6),
-    "host_microbatch_s": (0.0, 20e-3, 1e-3),
-    "host_overlap_exponent": (1.0, 20.0, 1.0),
-}
+    name: (declared.fit.low, declared.fit.high, declared.fit.scale)
+    for name, declared in PARAMETERS.items() if declared.fit is not None}
+"""name: (lower, upper, unit scale of the optimiser's variable): the fit range of each
+fittable parameter's declaration (`DeviceEfficiency`), in field order."""
 DEFAULT_FIT: tuple[str, ...] = tuple(FIT_BOUNDS)
+PROFILE_FIT: tuple[str, ...] = tuple(name for name, declared in PARAMETERS.items() if declared.from_profile)
+"""What a layer profile determines: its default parameters to fit."""
 START = DeviceEfficiency(host_kernel_s=30e-6, host_collective_s=30e-6)
 
 

@@ -30,29 +30,19 @@ from pathlib import Path
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommModel
 from paraplan.core.errors import InputFileError
-from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.inputs import NumberRule, check_number, read_json_object
-from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, DeviceEfficiency
+from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 
 SCHEMA_VERSION = 1
 DEFAULT_CALIBRATION = "a100-vtrain"
 _EFFICIENCY_KEYS = {*EFFICIENCY_PARAMETERS, LEGACY_ATTENTION}
-_FRACTION = NumberRule("a fraction of the peak", 0, 1, low_inclusive=False)
-_ISSUE_S = NumberRule("seconds", 0, 1.0, why="more than a second to run or issue one kernel or collective; wrong "
-                      "unit? (seconds)")
 EFFICIENCY_RULES: dict[str, NumberRule] = {
-    "gemm_efficiency": _FRACTION, "attention_efficiency": _FRACTION, "memory_efficiency": _FRACTION,
-    "attention_fwd_efficiency": _FRACTION, "attention_bwd_efficiency": _FRACTION,
-    "attention_seq_half": NumberRule("a sequence length in tokens", 0, MAX_WIDTH, why=WIDTH_WHY),
-    "gemm_k_half": NumberRule("a GEMM depth in elements", 0, MAX_WIDTH, why=WIDTH_WHY),
-    "kernel_latency_s": _ISSUE_S, "host_kernel_s": _ISSUE_S, "host_collective_s": _ISSUE_S,
-    "host_microbatch_s": NumberRule("seconds", 0, 10.0, why="more than 10 s of host work per pipeline op; wrong "
-                                    "unit? (seconds)"),
-    "host_overlap_exponent": NumberRule("an exponent", 1, 1000),
-    "comm_overlap_contention": NumberRule("a share of the overlapped time", 0, 1),
+    **{name: declared.valid for name, declared in PARAMETERS.items()},
+    LEGACY_ATTENTION: PARAMETERS["attention_fwd_efficiency"].valid,
 }
-"""What each fitted parameter may hold (`paraplan calibrate` fits well inside these)."""
+"""What each parameter in a calibration or kernel file may hold: the valid range of its declaration
+(`DeviceEfficiency`; `paraplan calibrate` searches well inside it)."""
 
 
 @dataclass(frozen=True)

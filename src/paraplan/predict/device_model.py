@@ -34,14 +34,16 @@ bandwidths come from the cluster file (vendor datasheets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
+from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, Kernels
+from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
 COMM_OVERLAP_CONTENTION = 0.884
@@ -54,34 +56,57 @@ since the GEMM and attention ceilings come from kernel micro-benchmarks)."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
+_ISSUE_WHY = "more than a second to run or issue one kernel or collective; wrong unit? (seconds)"
+
+
+def _fraction(fit: FitRange | None = None, from_profile: bool = False) -> Parameter:
+    return Parameter("a fraction of the peak", 0, 1, low_inclusive=False, fit=fit, from_profile=from_profile)
+
+
+def _width(what: str, fit: FitRange | None = None, from_profile: bool = False) -> Parameter:
+    return Parameter(what, 0, plausible_high=MAX_WIDTH, why=WIDTH_WHY, fit=fit, from_profile=from_profile)
+
+
+def _issue_s(fit: FitRange, from_profile: bool = False) -> Parameter:
+    return Parameter("seconds", 0, plausible_high=1.0, why=_ISSUE_WHY, fit=fit, from_profile=from_profile)
+
+
 @dataclass(frozen=True)
 class DeviceEfficiency:
-    """The calibrated part of the device model (see the module doc)."""
+    """The calibrated part of the device model (see the module doc). Each parameter is
+    declared here once: its type, default and docstring, and (`paraplan.predict.parameters`)
+    its unit, the range a calibration file may hold, the range `paraplan calibrate`
+    searches and whether a layer profile fits it by default."""
 
-    gemm_efficiency: float = 0.80
+    gemm_efficiency: float = parameter(0.80, _fraction(FitRange(0.30, 0.95), from_profile=True))
     """Fraction of the dtype's dense peak that large GEMMs reach."""
-    gemm_k_half: float = 64.0
+    gemm_k_half: float = parameter(64.0, _width("a GEMM depth in elements", FitRange(0.0, 1024.0, 100.0),
+                                                from_profile=True))
     """Inner dimension at which a GEMM tile's main loop runs at half speed."""
-    attention_fwd_efficiency: float = 0.55
+    attention_fwd_efficiency: float = parameter(0.55, _fraction())
     """Fraction of the peak that fused (flash) attention's forward reaches (long sequences)."""
-    attention_bwd_efficiency: float = 0.55
+    attention_bwd_efficiency: float = parameter(0.55, _fraction())
     """Fraction of the peak that fused (flash) attention's backward reaches (long sequences)."""
-    attention_seq_half: float = 0.0
+    attention_seq_half: float = parameter(0.0, _width("a sequence length in tokens"))
     """Sequence length at which attention runs at half its long-sequence efficiency (0: none)."""
-    memory_efficiency: float = 0.80
+    memory_efficiency: float = parameter(0.80, _fraction(FitRange(0.30, 0.95), from_profile=True))
     """Fraction of the memory bandwidth that memory-bound kernels reach."""
-    kernel_latency_s: float = 4e-6
+    kernel_latency_s: float = parameter(4e-6, _issue_s(FitRange(1e-6, 10e-6, 1e-6), from_profile=True))
     """Fixed device time per kernel (launch, ramp-up, tail)."""
-    host_kernel_s: float = 0.0
+    host_kernel_s: float = parameter(0.0, _issue_s(FitRange(0.0, 200e-6, 1e-6), from_profile=True))
     """Host time to issue one kernel (framework dispatch)."""
-    host_collective_s: float = 0.0
+    host_collective_s: float = parameter(0.0, _issue_s(FitRange(0.0, 500e-6, 1e-6)))
     """Host time to issue one collective."""
-    host_microbatch_s: float = 0.0
+    host_microbatch_s: float = parameter(0.0, Parameter(
+        "seconds", 0, plausible_high=10.0, why="more than 10 s of host work per pipeline op; wrong unit? (seconds)",
+        fit=FitRange(0.0, 20e-3, 1e-3)))
     """Host time per pipeline op (one micro-batch's forward or backward on a stage):
     the framework's schedule step, point-to-point setup, loss and bookkeeping."""
-    host_overlap_exponent: float = 4.0
+    host_overlap_exponent: float = parameter(4.0, Parameter("an exponent", 1, plausible_high=1000,
+                                                            fit=FitRange(1.0, 20.0)))
     """q of the smooth maximum of device and host time (large q: plain maximum)."""
-    comm_overlap_contention: float = COMM_OVERLAP_CONTENTION
+    comm_overlap_contention: float = parameter(COMM_OVERLAP_CONTENTION,
+                                               Parameter("a share of the overlapped time", 0, 1))
     """Share of an overlapped collective's time that the kernel beside it loses (NCCL's
     kernels take SMs and memory bandwidth from it): a collective of time c beside a GEMM
     of time g takes max(c, g) + share x min(c, g); 0: free overlap, 1: none. Fitted
@@ -95,14 +120,10 @@ class DeviceEfficiency:
             value = getattr(self, name)
             if not np.isfinite(value) or value < 0:
                 raise ValueError(f"DeviceEfficiency.{name} must be a finite number >= 0, got {value!r}")
-        if self.comm_overlap_contention > 1:
-            raise ValueError(f"DeviceEfficiency.comm_overlap_contention must be in [0, 1], "
-                             f"got {self.comm_overlap_contention!r}")
-        for key in ("gemm_efficiency", "attention_fwd_efficiency", "attention_bwd_efficiency", "memory_efficiency"):
-            if not 0 < getattr(self, key) <= 1:
-                raise ValueError(f"DeviceEfficiency.{key} must be in (0, 1], got {getattr(self, key)!r}")
-        if self.host_overlap_exponent < 1:
-            raise ValueError("DeviceEfficiency.host_overlap_exponent must be >= 1")
+        for name, declared in PARAMETERS.items():
+            value = getattr(self, name)
+            if declared.outside_domain(value):
+                raise ValueError(f"DeviceEfficiency.{name} must be {declared.domain}, got {value!r}")
 
     def as_dict(self) -> dict[str, float]:
         """The numeric parameters (`EFFICIENCY_PARAMETERS`), without the factor table.
@@ -122,8 +143,9 @@ class DeviceEfficiency:
         return values
 
 
-EFFICIENCY_PARAMETERS: tuple[str, ...] = tuple(f.name for f in fields(DeviceEfficiency)
-                                               if f.name != "layer_time_factors")
+PARAMETERS: dict[str, Parameter] = declared_parameters(DeviceEfficiency)
+"""The declarations of `DeviceEfficiency`'s calibrated parameters, in field order."""
+EFFICIENCY_PARAMETERS: tuple[str, ...] = tuple(PARAMETERS)
 """The numeric parameters of `DeviceEfficiency`."""
 ATTENTION_PARAMETERS: tuple[str, ...] = ("attention_fwd_efficiency", "attention_bwd_efficiency", "attention_seq_half")
 LEGACY_ATTENTION = "attention_efficiency"

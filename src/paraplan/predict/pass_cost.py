@@ -17,7 +17,6 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_deepep import DeepEpTransfer
 from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
-COMM_PARTS: tuple[str, ...] = ("tp", "cp", "ep")
 PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
 """Which part of a pass's communication (`PassCost.comm_s`) each group's collectives are."""
 
@@ -32,7 +31,7 @@ class PassCost:
     hidden_comm_s: np.ndarray
     hidden_by: np.ndarray
     num_collectives: int
-    other_blocking_s: tuple[tuple[str, float], ...] = ()  # per `COMM_PARTS` but tp: its share of blocking_comm_s
+    other_blocking_s: tuple[tuple[str, float], ...] = ()  # per part but tp (cp, ep): its share of blocking_comm_s
     hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
 
     @staticmethod

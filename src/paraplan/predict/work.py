@@ -75,10 +75,6 @@ class PassWork:
     kernels: Kernels
     collectives: tuple[Collective, ...] = ()
 
-    @property
-    def num_kernels(self) -> int:
-        return len(self.kernels)
-
 
 @dataclass
 class _Builder:

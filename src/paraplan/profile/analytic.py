@@ -52,10 +52,6 @@ class LayerOps:
     def fwd_flops(self) -> float:
         return sum(op.flops for op in self.fwd)
 
-    @property
-    def bwd_flops(self) -> float:
-        return sum(op.flops for op in self.bwd)
-
 
 def matmul(m: float, k: float, n: float, e: int) -> Op:
     """(m x k) @ (k x n)."""

@@ -63,10 +63,6 @@ class HybridPlan:
         return self.strategy.pipeline_model_parallel_size
 
     @property
-    def devices_used(self) -> int:
-        return self.strategy.num_devices
-
-    @property
     def gradient_sync(self) -> str:
         return self.strategy.gradient_sync
 
