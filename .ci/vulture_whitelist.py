@@ -9,8 +9,8 @@ _ = object()
 # profiles' `config.yaml` (not Python files vulture reads)
 stop_on_missing_configfiles
 check_config_keys
-create_store
-summarise_invocation
+check_store
+log_invocation
 # a WorkloadSpec names its builder as "module:function" (cli/validate.py, tests)
 profile_model_workload
 # mkdocs' hook (mkdocs.yml: hooks: docs/gen_pages.py)
@@ -22,7 +22,7 @@ _.formatter_class
 # a hook's handle is kept with the bucket that registered it (validate/data_parallel.py)
 _._handles
 # record fields: part of the result a caller reads, whether or not paraplan does
-estimated_fitting  # plan/llm_search.py PlanResult
+estimated_fitting  # plan/transformer/search.py PlanResult
 memory_capacity_bytes  # predict/predictor.py RunPrediction
 # enum members: an IntEnum names every code its table stores (core/glossary.py EventKindCode)
 ALLGATHER

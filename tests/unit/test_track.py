@@ -72,7 +72,7 @@ def test_runlog_crosses_to_the_logging_process_as_json_in_its_record(tmp_path):
                                      metrics=["speedup"], name="configurations")
 
 
-def testprocess_gone_by_pid():
+def test_process_gone_by_pid():
     import os
     import subprocess
     import sys
