@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def even_layer_counts(num_layers: int, parts: int) -> list[int]:
     """Layers of each of `parts` consecutive parts, as even as possible: the first
     `num_layers mod parts` parts take one more (Megatron's default split)."""
-    base, extra = divmod(num_layers, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    big, small, count_big = (int(x) for x in even_split_sizes(np.asarray(num_layers), np.asarray(parts)))
+    return [big if i < count_big else small for i in range(parts)]
+
+
+def even_split_sizes(num_layers: np.ndarray, parts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The even split as arrays (the planner prices many splits at once): the larger
+    part's layers ceil(L / p), the smaller's floor(L / p), and how many parts take the
+    larger (L mod p, or all p when the layers divide)."""
+    big = -(-num_layers // parts)
+    small = num_layers // parts
+    remainder = num_layers % parts
+    return big, small, np.where(remainder == 0, parts, remainder)
 
 
 def layer_ranges(counts: Sequence[int]) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.core.cluster import Cluster
+from paraplan.core.layer_split import even_split_sizes
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.layer_table import table_keys
@@ -92,9 +93,8 @@ class StageLayers:
     @classmethod
     def of(cls, cols: CandidateColumns) -> StageLayers:
         L, p, v = cols.num_layers, cols.p, cols.v
-        n_big = np.ceil(L / p)
-        n_small = np.floor(L / p)
-        count_big = np.where(np.mod(L, p) == 0, p, np.mod(L, p))
+        big, small, count_big = even_split_sizes(np.asarray(L), np.asarray(p))  # the one even-split rule
+        n_big, n_small = big.astype(float), small.astype(float)
         set_first, set_last = cols.cand.first.astype(float), cols.cand.last.astype(float)
         uneven = (set_first > 0) | (set_last > 0)
         per_middle = np.where(uneven,
