@@ -300,6 +300,27 @@ def write_csv(path: Path, results: dict[str, list[RowResult]]) -> None:
                 writer.writerow(cells)
 
 
+SUMMARY_MD = "benchmarks/results/published-summary.md"
+"""The committed summary the published-benchmarks docs page shows (`docs/gen_pages.py`
+inserts it); `--markdown benchmarks/results/published-summary.md` rewrites it and a test
+checks it is current."""
+
+
+def summary_markdown(results: dict[str, list[RowResult]], summaries: dict[str, Summary | None]) -> str:
+    """The per-table summary (iteration time) as a Markdown table."""
+    lines = [f"<!-- Written by `python benchmarks/bench_published.py --markdown {SUMMARY_MD}`; do not edit. -->",
+             "",
+             "| table | predicted / listed rows | mean signed error | MAPE | largest error |",
+             "|---|---|---|---|---|"]
+    for stem, summary in summaries.items():
+        listed = len(results[stem])
+        predicted = summary.rows if summary else 0
+        cells = ([f"{summary.mean_signed:+.1%}", f"{summary.mape:.1%}", f"{summary.max_error:+.1%}"] if summary
+                 else ["-", "-", "-"])
+        lines.append(f"| `{stem}` ({TABLES[stem][1]}) | {predicted} / {listed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calibration", default=None,
@@ -309,6 +330,8 @@ def main() -> int:
     parser.add_argument("--tables", default=",".join(TABLES), help="comma-separated table stems (default: all)")
     parser.add_argument("--no-plan", action="store_true", help="skip the GPT-3 175B plan search")
     parser.add_argument("--no-layers", action="store_true", help="skip the per-layer Korthikanti Table 4 lines")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help=f"write the per-table summary as a Markdown table here (the docs show {SUMMARY_MD})")
     args = parser.parse_args()
     def calibration_of(cluster_name: str) -> Calibration:
         return calibration_for(load_cluster(cluster_name), args.calibration,
@@ -346,6 +369,9 @@ def main() -> int:
         plan_check(calibration)  # (the A100 plan)
     if not args.no_layers:
         layer_check(calibration)
+    if args.markdown:
+        args.markdown.write_text(summary_markdown(results, summaries))
+        print(f"\nsummary table -> {args.markdown}")
     if args.csv:
         write_csv(args.csv, results)
         print(f"\nper-row results -> {args.csv}")

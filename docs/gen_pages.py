@@ -6,6 +6,9 @@
 - `config-keys.md`: every key of the workflow config, read from
   `workflow/schemas/config.schema.yaml` (and the schemas it references).
 
+A hand-written page shows a file a benchmark script writes with a marker
+`<!-- include: PATH -->` (`on_page_markdown`): the figures are the script's, never copied.
+
 mkdocs runs this file as a hook (`hooks:` in mkdocs.yml): the three pages are made
 in memory at every `mkdocs build` or `mkdocs serve`, so they cannot go stale. The
 same key table is also committed as `config/README.md`, for readers of the folder:
@@ -238,6 +241,16 @@ PAGES: dict[str, Callable[[], str]] = {
     "vocabulary.md": vocabulary_page,
     "config-keys.md": config_keys_page,
 }
+
+
+INCLUDE = re.compile(r"<!-- include: ([\w./-]+) -->")
+"""A marker a hand-written page uses to show a file a benchmark script writes (path from
+the repository root), e.g. `benchmarks/results/published-summary.md`."""
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """mkdocs hook: replace each include marker with the file it names."""
+    return INCLUDE.sub(lambda m: (REPO_ROOT / m.group(1)).read_text(), markdown)
 
 
 def on_files(files: Any, config: Any) -> Any:

@@ -171,3 +171,21 @@ def test_moe_throughputs_convert_to_the_published_tokens_per_gpu(tables):
     assert 512 * 4096 / float(c["measured_iteration_s"]) / 256 == pytest.approx(1002, abs=1)
     (report,) = tables["deepseek_v3_report"]
     assert 15360 * 4096 / float(report.cells["measured_iteration_s"]) / 2048 == pytest.approx(1543.2, abs=0.1)
+
+
+def test_the_docs_summary_is_what_the_benchmark_writes(tmp_path):
+    """docs/published-benchmarks.md shows benchmarks/results/published-summary.md: it must be
+    the benchmark's own output for the code as it is, never a hand-edited copy."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "summary.md"
+    subprocess.run([sys.executable, str(root / "benchmarks" / "bench_published.py"), "--no-plan", "--no-layers",
+                    "--markdown", str(out)], check=True, capture_output=True, cwd=root)
+    committed = (root / "benchmarks" / "results" / "published-summary.md").read_text()
+    assert out.read_text() == committed, ("benchmarks/results/published-summary.md is stale: rerun "
+                                          "python benchmarks/bench_published.py --markdown "
+                                          "benchmarks/results/published-summary.md")
+    assert "<!-- include: benchmarks/results/published-summary.md -->" in (
+        root / "docs" / "published-benchmarks.md").read_text()
