@@ -12,7 +12,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.attention_mix import attention_core_kernels
 from paraplan.predict.build import build_execution, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
-from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.mtp_ops import last_stage_activation_bytes, last_stage_work
 from paraplan.predict.ops import ATTENTION, causal_scores, head_work, layer_activation_bytes, layer_work
 
 H, A, S = 1024, 16, 512
@@ -186,3 +186,16 @@ def test_context_parallelism_with_mla_or_windows_is_refused_by_name():
         cp.check(MLA)
     with pytest.raises(StrategyError, match="context_parallel_size 2 with sliding-window attention is not modelled"):
         cp.check(replace(LLAMA, window_size=1024, window_attn_skip_freq=4))
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "llama3-8b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("change", [{}, {"recompute_granularity": "full"}, {"tensor_model_parallel_size": 2,
+                                                                         "sequence_parallel": True}])
+def test_last_stage_activation_bytes_equal_the_built_work(preset, change):
+    """The planner's kernel-free count (MTP layers included) is the built work's."""
+    from paraplan.predict.models import PRESETS
+
+    model = replace(PRESETS[preset], seq_length=4096)
+    s = replace(RunSettings(micro_batch_size=1, global_batch_size=1), **change)
+    assert last_stage_activation_bytes(model, s) == pytest.approx(last_stage_work(model, s).activation_bytes,
+                                                                  rel=1e-12)

@@ -19,7 +19,7 @@ import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.moe_ops import moe_activation_bytes, moe_layer_work
 from paraplan.predict.ops import (
     KERNEL_FIELDS_ORDER,
     Collective,
@@ -29,9 +29,11 @@ from paraplan.predict.ops import (
     _Builder,
     _norm_backward,
     _norm_forward,
+    _Shape,
     _shape,
     accumulate_bytes_per_param,
     head_work,
+    layer_activation_bytes,
     layer_work,
 )
 from paraplan.predict.work import NOT_HIDDEN
@@ -74,8 +76,26 @@ def _mtp_inputs(model: TransformerModel, settings: RunSettings) -> tuple[PassWor
     _norm_backward(w, x)
     _norm_backward(w, x)
     w.memory(3 * x.e * x.tokens * x.h)  # scatter-add into the embedding's gradient
-    held = 2 * x.e * x.sp_tokens * x.h + x.e * x.tokens * 2 * x.h  # norm inputs, projection input
-    return forward, w.build(), held
+    return forward, w.build(), _mtp_inputs_held(x)
+
+
+def _mtp_inputs_held(x: _Shape) -> float:
+    """What an MTP layer's inputs keep for the backward: the two norms' inputs and the
+    projection's [h; h] input."""
+    return float(2 * x.e * x.sp_tokens * x.h + x.e * x.tokens * 2 * x.h)
+
+
+def last_stage_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
+    """`last_stage_work(model, settings).activation_bytes` without building its kernels
+    (the planner asks it for thousands of settings)."""
+    head = head_work(model, settings).activation_bytes
+    if not model.mtp_num_layers:
+        return head
+    last = model.num_layers - 1
+    layer = (moe_activation_bytes(model, settings) if model.moe_layers[last]
+             else layer_activation_bytes(model, settings, last))
+    held = _mtp_inputs_held(_shape(model, settings))
+    return head + model.mtp_num_layers * (held + layer + head)
 
 
 def last_stage_work(model: TransformerModel, settings: RunSettings) -> LayerWork:

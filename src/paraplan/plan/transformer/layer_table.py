@@ -27,7 +27,7 @@ from paraplan.predict.build import (
 )
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_ops import moe_activation_bytes
-from paraplan.predict.mtp_ops import last_stage_work
+from paraplan.predict.mtp_ops import last_stage_activation_bytes
 from paraplan.predict.ops import embedding_work, layer_activation_bytes
 
 
@@ -92,7 +92,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
         if moe_share:
             act["al"][i] = (1.0 - moe_share) * act["al"][i] + moe_share * moe_activation_bytes(model, s)
             act["af"][i] = max(act["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
-        act["ah"][i] = last_stage_work(model, s).activation_bytes
+        act["ah"][i] = last_stage_activation_bytes(model, s)
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
                       act["al"], act["af"], act["ae"], act["ah"], probes)
