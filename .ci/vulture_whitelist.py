@@ -15,6 +15,7 @@ log_invocation
 profile_model_workload
 # mkdocs' hook (mkdocs.yml: hooks: docs/gen_pages.py)
 on_files
+on_page_markdown
 # signal handlers take (signum, frame)
 signum
 # argparse reads the parser's formatter_class
