@@ -78,7 +78,9 @@ def test_a_layer_profile_calibrates_the_device_it_was_taken_on():
 
     cluster = load_cluster("local-cpu")
     comm = Calibration("x", "none", DeviceEfficiency()).comm_model(cluster)
-    settings = {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024}
+    from paraplan.profile.specs import make_spec, spec_settings
+
+    settings = spec_settings(make_spec("gpt", {"num_layers": 2}))  # what `paraplan profile --model gpt` writes
     truth = replace(TRUE, host_kernel_s=5e-6)
     skeleton = ModelProfile("gpt", 8, tuple(LayerProfile(f"block{i}", 1.0, 1.0, 1.0, 1.0) for i in range(2)),
                             meta={"model": "gpt", "model_settings": settings, "dtype": "float32", "batches": [2, 8]})
@@ -96,3 +98,25 @@ def test_a_layer_profile_calibrates_the_device_it_was_taken_on():
     fit = fit_efficiency(data, data.measured_s, ("gemm_efficiency", "memory_efficiency"), start)
     assert fit.efficiency.gemm_efficiency == pytest.approx(0.7, rel=1e-3)
     assert fit.efficiency.memory_efficiency == pytest.approx(0.6, rel=1e-3)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"num_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "seq_length": 128},
+     "meta model_settings: missing 'vocab_size'; expected the gpt profile's settings (num_layers, hidden_size, "
+     "num_attention_heads, seq_length, vocab_size)"),
+    ({"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1024}, None),  # an older profile's names
+])
+def test_profile_model_settings(settings, message):
+    from paraplan.core import InputFileError, LayerProfile, ModelProfile
+    from paraplan.predict.profile_fit import profiled_model
+
+    profile = ModelProfile("gpt", 8, (LayerProfile("block0", 1.0, 1.0, 1.0, 1.0),),
+                           meta={"model": "gpt", "model_settings": settings, "dtype": "float32"})
+    if message is None:
+        model, dtype = profiled_model(profile, "p.json")
+        assert (model.num_layers, model.hidden_size, model.num_attention_heads, model.seq_length, model.vocab_size,
+                dtype) == (2, 256, 4, 128, 1024, "fp32")
+        return
+    with pytest.raises(InputFileError, match=r"p\.json") as err:
+        profiled_model(profile, "p.json")
+    assert message in str(err.value)

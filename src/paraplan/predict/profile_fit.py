@@ -32,6 +32,11 @@ from paraplan.predict.build import PassCost, kernel_times_by_pass, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, host_bound_s
 
 PROFILE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+GPT_SETTINGS = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+"""What `paraplan profile --model gpt` writes into meta model_settings (Megatron-LM's names)."""
+LEGACY_SETTINGS = {"layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                   "seq_len": "seq_length", "vocab": "vocab_size"}
+"""The names profiles written before the profile stage took Megatron-LM's names used."""
 
 
 def profiled_model(profile: ModelProfile, source: str) -> tuple[TransformerModel, str]:
@@ -44,13 +49,17 @@ def profiled_model(profile: ModelProfile, source: str) -> tuple[TransformerModel
     dtype = PROFILE_DTYPES.get(str(meta.get("dtype")))
     if dtype is None:
         raise InputFileError(source, f"meta dtype '{meta.get('dtype')}': expected one of {', '.join(PROFILE_DTYPES)}")
+    settings = {LEGACY_SETTINGS.get(k, k): v for k, v in settings.items()}
     try:
         model = TransformerModel(
-            name=profile.name, num_layers=int(settings["layers"]), hidden_size=int(settings["hidden"]),
-            num_attention_heads=int(settings["heads"]), seq_length=int(settings["seq_len"]),
-            vocab_size=int(settings["vocab"]), untie_embeddings_and_output_weights=True, hidden_dropout=0.0,
+            name=profile.name, num_layers=int(settings["num_layers"]), hidden_size=int(settings["hidden_size"]),
+            num_attention_heads=int(settings["num_attention_heads"]), seq_length=int(settings["seq_length"]),
+            vocab_size=int(settings["vocab_size"]), untie_embeddings_and_output_weights=True, hidden_dropout=0.0,
             attention_dropout=0.0, make_vocab_size_divisible_by=1)
-    except (KeyError, TypeError, ValueError) as exc:
+    except KeyError as exc:
+        raise InputFileError(source, f"meta model_settings: missing {exc}; expected the gpt profile's settings "
+                             f"({', '.join(GPT_SETTINGS)})") from None
+    except (TypeError, ValueError) as exc:
         raise InputFileError(source, f"meta model_settings: {exc}") from None
     return model, dtype
 
