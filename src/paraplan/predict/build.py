@@ -50,6 +50,7 @@ a distributed optimizer or ZeRO.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from enum import IntEnum
 
@@ -99,7 +100,8 @@ from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 __all__ = [  # also what other modules and the tests import from here
     "GRAD_BUCKET_PARAMS", "LAYER_PASSES", "MOE_LAYER_PASSES", "MOE_PASSES", "OPTIMIZER_KERNELS", "PASSES",
-    "TORCH_DDP_BUCKET_BYTES", "Pass", "PassCost", "PassTimes", "Placement", "Precision", "RunStructure", "RunWork",
+    "TORCH_DDP_BUCKET_BYTES", "KernelBatch", "Pass", "PassCost", "PassTimes", "Placement", "Precision",
+    "RunStructure", "RunWork",
     "build_execution", "context_parallel_groups", "expert_parallel_groups", "kernel_times_by_pass",
     "layers_per_virtual_stage", "moe_layers_per_virtual_stage", "mtp_expert_params", "pass_times", "placement",
     "price", "run_structure",
@@ -179,22 +181,46 @@ LAYER_PASSES = (Pass.LAYER_FWD, Pass.LAYER_RECOMPUTE, Pass.LAYER_BWD)  # the tra
 MOE_LAYER_PASSES = (Pass.MOE_LAYER_FWD, Pass.MOE_LAYER_RECOMPUTE, Pass.MOE_LAYER_BWD)  # a MoE model's structure
 
 
+@dataclass(frozen=True, eq=False)
+class KernelBatch:
+    """The kernels of every pass of some structures, merged once per device speed: the
+    part of `kernel_times_by_pass` that does not depend on the calibration (a fit prices
+    the same runs hundreds of times)."""
+
+    shapes: tuple[int, ...]  # passes per structure
+    groups: tuple[tuple[DeviceSpeed, Kernels, tuple[tuple[int, int, int, int], ...]], ...]
+    # per speed: the merged kernels and, per member pass, (structure, pass, first, stop) rows
+
+    @staticmethod
+    def of(structures: Sequence[RunStructure]) -> KernelBatch:
+        by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
+        for i, st in enumerate(structures):
+            for j in range(len(st.passes)):
+                by_speed.setdefault(st.speed, []).append((i, j))
+        groups = []
+        for speed, members in by_speed.items():
+            parts = [structures[i].passes[j].kernels for i, j in members]
+            merged = Kernels(*(np.concatenate([getattr(k, f) for k in parts]) for f in KERNEL_FIELDS))
+            bounds = np.cumsum([0, *[len(k) for k in parts]])
+            rows = tuple((i, j, int(lo), int(hi)) for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:],
+                                                                             strict=True))
+            groups.append((speed, merged, rows))
+        return KernelBatch(tuple(len(st.passes) for st in structures), tuple(groups))
+
+    def times(self, eff: DeviceEfficiency) -> list[list[np.ndarray]]:
+        """Kernel device times of every pass of every structure, one vectorised call per speed."""
+        out: list[list[np.ndarray]] = [[np.zeros(0)] * n for n in self.shapes]
+        for speed, merged, rows in self.groups:
+            times = kernel_times_s(merged, speed, eff)
+            for i, j, lo, hi in rows:
+                out[i][j] = times[lo:hi]
+        return out
+
+
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
-    call per device speed."""
-    out: list[list[np.ndarray]] = [[np.zeros(0)] * len(st.passes) for st in structures]
-    by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
-    for i, st in enumerate(structures):
-        for j in range(len(st.passes)):
-            by_speed.setdefault(st.speed, []).append((i, j))
-    for speed, members in by_speed.items():
-        parts = [structures[i].passes[j].kernels for i, j in members]
-        merged = Kernels(*(np.concatenate([getattr(k, f) for k in parts]) for f in KERNEL_FIELDS))
-        times = kernel_times_s(merged, speed, eff)
-        bounds = np.cumsum([0, *[len(k) for k in parts]])
-        for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:], strict=True):
-            out[i][j] = times[lo:hi]
-    return out
+    call per device speed (`KernelBatch`)."""
+    return KernelBatch.of(structures).times(eff)
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from paraplan.core.errors import ParaplanError
-from paraplan.predict.build import RunStructure, kernel_times_by_pass, price
+from paraplan.predict.build import KernelBatch, RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
 from paraplan.sim.execution import iteration_time_s
@@ -73,12 +73,19 @@ class IterationTimes:
     """Measured iteration times of whole runs (a run table)."""
 
     structures: tuple[RunStructure, ...]
+    batches: dict[bytes, KernelBatch] = field(default_factory=dict, repr=False)
+    """The merged kernels of each subset predicted so far (a fit asks the same subsets
+    at every evaluation; `KernelBatch`)."""
 
     def __len__(self) -> int:
         return len(self.structures)
 
     def predict(self, eff: DeviceEfficiency, idx: np.ndarray) -> np.ndarray:
-        return predict_iteration_s([self.structures[int(i)] for i in idx], eff)
+        runs = [self.structures[int(i)] for i in idx]
+        key = np.asarray(idx, dtype=np.int64).tobytes()
+        if key not in self.batches:
+            self.batches[key] = KernelBatch.of(runs)
+        return predict_iteration_s(runs, eff, self.batches[key].times(eff))
 
     def layer_keys(self) -> tuple[str, ...]:
         return tuple(st.layer_key for st in self.structures)
