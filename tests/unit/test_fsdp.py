@@ -171,8 +171,10 @@ def test_experts_on_one_expert_data_parallel_rank_are_neither_gathered_nor_held_
      "instance per replica)"),
     ({"zero_stage": 1, "fsdp_reshard_after_forward": "never"},
      "fsdp_reshard_after_forward never needs zero_stage 3 (sharded weights), got zero_stage 1"),
-    ({"zero_stage": 2, "pipeline_model_parallel_size": 2},
-     "zero_stage 2 shards gradients over data-parallel ranks, which pipeline parallelism cannot combine with"),
+    ({"zero_stage": 1, "sharded_grad_reduce": "last_microbatch"},
+     "sharded_grad_reduce last_microbatch needs sharded gradients (zero_stage 2 or 3), got zero_stage 1"),
+    ({"zero_stage": 2, "data_parallel_replicate_degree": 2},
+     "sharded_grad_reduce every_microbatch with hybrid sharding or mixture-of-experts layers is not modelled"),
 ])
 def test_sharding_settings_are_checked(kw, message):
     with pytest.raises(StrategyError) as err:

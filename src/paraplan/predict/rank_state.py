@@ -12,8 +12,15 @@ import numpy as np
 
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
+from paraplan.core.sharding import reduces_every_microbatch, sharding_group_size
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes, reduce_bucket_s
+from paraplan.predict.fsdp_ops import (
+    FsdpCosts,
+    ShardGroups,
+    fsdp_working_bytes,
+    reduce_bucket_s,
+    unsharded_grad_params,
+)
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.sim.builder import rank_memory as memory_parts
 from paraplan.sim.builder.grad_buckets import equal_buckets
@@ -129,9 +136,11 @@ class GradBuckets:
 def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, params: RankParams,
                    prec: Precision, sharding: ShardGroups) -> tuple[GradSync, ...]:
     """Each pipeline stage's gradient reduction (ZeRO-3: one bucket per layer, FSDP's
-    units; with hybrid sharding each bucket also all-reduced over its replicas)."""
+    units; with hybrid sharding each bucket also all-reduced over its replicas); none
+    after the last micro-batch where every micro-batch reduce-scatters its own
+    (`fsdp_ops`)."""
     buckets = GradBuckets.of(settings, prec)
-    idle = groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)
+    idle = (groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)) or reduces_every_microbatch(settings)
     zero3 = settings.zero_stage == 3
     return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3)
                  for s in range(settings.pipeline_model_parallel_size))
@@ -228,6 +237,10 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[v - 1] += acts.head
         working = acts.recomputed_layer + fsdp_working_bytes(
             extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
+        if extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
+            # ZeRO-2 reduced after the last micro-batch: the unsharded gradients accumulate beside the shard
+            working += unsharded_grad_params(settings, params.layer_params, float(root_units[:, s].sum()),
+                                             n) * prec.grad_bytes
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)

@@ -1,0 +1,83 @@
+"""Sharded gradients (ZeRO-2 and 3) with pipeline parallelism: reduce-scattered after
+every micro-batch (Megatron-FSDP `optim_grads`) or accumulated unsharded and
+reduce-scattered once after the last (FSDP2 under PyTorch's pipeline schedules, Meta's
+Llama 3 405B), against hand-derived closed forms (docs/fsdp.md)."""
+
+import numpy as np
+import pytest
+
+from paraplan.clusters import load_cluster
+from paraplan.core import ConstantBandwidthModel
+from paraplan.core.comm import Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.sharding import reduces_every_microbatch
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import kernel_times_by_pass, pass_times, price, run_structure
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.fsdp_ops import paired_s
+
+GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                       vocab_size=50257)
+A100 = load_cluster("dgx-a100")  # 8 GPUs per node
+COMM = ConstantBandwidthModel(100e9, 20e9)
+EFF = DeviceEfficiency(comm_overlap_contention=0.25)
+G = 4  # fp32 gradients, bytes per parameter
+
+
+def zero2(**kw) -> RunSettings:
+    base = dict(data_parallel_size=8, pipeline_model_parallel_size=2, micro_batch_size=1, global_batch_size=32,
+                zero_stage=2, overlap_grad_reduce=True)
+    return RunSettings(**{**base, **kw})
+
+
+def priced(settings):
+    st = run_structure(GPT, settings, A100, COMM)
+    kernels = kernel_times_by_pass([st], EFF)[0]
+    return st, pass_times(st, kernels, EFF), price(st, kernels, EFF)
+
+
+def test_the_default_moment_is_every_micro_batch_for_zero2_and_the_last_for_zero3():
+    assert reduces_every_microbatch(zero2())
+    assert not reduces_every_microbatch(zero2(zero_stage=3))
+    assert not reduces_every_microbatch(zero2(sharded_grad_reduce="last_microbatch"))
+    assert reduces_every_microbatch(zero2(zero_stage=3, sharded_grad_reduce="every_microbatch"))
+    assert not reduces_every_microbatch(zero2(zero_stage=1, use_distributed_optimizer=True))
+
+
+def test_every_micro_batch_pairs_each_layers_backward_with_its_reduce_scatter():
+    """A chunk of n layers: n pair(s, g_b) + s (its last layer's reduce-scatter) + the
+    root unit's; the forward unchanged; nothing left to reduce after the last backward."""
+    s = zero2()
+    s.check(GPT)
+    st, times, em = priced(s)
+    _, _, once = priced(zero2(sharded_grad_reduce="last_microbatch"))
+    group = Group(8, 1)
+    scatter = COMM.time_s("reduce_scatter", GPT.layer_params * G, group)
+    assert st.fsdp is not None and not st.fsdp.gathers and st.fsdp.layer_scatter_s == pytest.approx(scatter)
+    g_b = times.device_s[1] + times.device_s[2]
+    n = GPT.num_layers // 2
+    root_first = COMM.time_s("reduce_scatter", GPT.embedding_params() * G, group)
+    added = n * (paired_s(scatter, g_b, 0.25) - g_b) + scatter + root_first
+    assert em.costs.bwd_s[0] - once.costs.bwd_s[0] == pytest.approx(added, rel=1e-9)
+    np.testing.assert_allclose(em.costs.fwd_s, once.costs.fwd_s)
+    assert all(sync.bucket_s.size == 0 for sync in em.grad_sync)
+    assert all(sync.bucket_s.size > 0 for sync in once.grad_sync)
+
+
+def test_every_micro_batch_holds_the_fp32_shard_and_two_units_unsharded():
+    st, _, _ = priced(zero2())
+    stage0 = st.rank_params[0]
+    assert st.memory[0].gradients_bytes == pytest.approx(stage0 * G / 8)
+    assert st.memory[0].working_bytes == pytest.approx(2 * GPT.embedding_params() * G)  # the root unit is larger
+    assert st.memory[1].working_bytes == pytest.approx(2 * max(GPT.layer_params, st.rank_params[1]
+                                                               - 4 * GPT.layer_params) * G)
+
+
+def test_reducing_after_the_last_micro_batch_holds_the_stage_unsharded_beside_the_shard():
+    """FSDP2 under pipelines: the micro-batches accumulate the whole stage's gradient in
+    fp32 (P g) beside the fp32 shard (P g / N): no peak saving over ZeRO-1."""
+    st, _, _ = priced(zero2(sharded_grad_reduce="last_microbatch"))
+    for s in range(2):
+        n = st.rank_params[s]
+        assert st.memory[s].gradients_bytes == pytest.approx(n * G / 8)
+        assert st.memory[s].working_bytes == pytest.approx(n * G)
