@@ -81,3 +81,25 @@ def test_reducing_after_the_last_micro_batch_holds_the_stage_unsharded_beside_th
         n = st.rank_params[s]
         assert st.memory[s].gradients_bytes == pytest.approx(n * G / 8)
         assert st.memory[s].working_bytes == pytest.approx(n * G)
+
+
+def test_zero3_under_pipelines_keeping_the_weights_gathers_each_stage_once_per_iteration():
+    """PyTorch's pipeline stages keep the gathered weights to the last backward: no
+    gather beside any micro-batch's layers; the stage's weights gathered once, after the
+    step, like the distributed optimizer's parameter all-gather (hidden with
+    overlap_param_gather)."""
+    kept = zero2(zero_stage=3)
+    st, _, em = priced(kept)
+    _, _, dist_opt = priced(zero2(zero_stage=1, use_distributed_optimizer=True, sharded_grad_reduce="default"))
+    assert st.fsdp is not None and st.fsdp.layer_gather_s == 0.0 and not st.fsdp.reshard_after_forward
+    np.testing.assert_allclose(em.costs.fwd_s, dist_opt.costs.fwd_s)
+    np.testing.assert_allclose(em.costs.bwd_s, dist_opt.costs.bwd_s)
+    gather = [COMM.time_s("all_gather", n * 2, Group(8, 1)) for n in st.rank_params]
+    exchange = st.embedding_exchange_s  # the tied embedding's gradient all-reduce, first and last stage
+    assert exchange > 0
+    np.testing.assert_allclose(st.after_sync_comm_s, np.array(gather) + exchange)
+    hidden, _, _ = priced(zero2(zero_stage=3, overlap_param_gather=True))
+    np.testing.assert_allclose(hidden.after_sync_comm_s, exchange)
+    # every micro-batch reduced: the stage reshards after each backward and gathers again
+    again, _, _ = priced(zero2(zero_stage=3, sharded_grad_reduce="every_microbatch"))
+    assert again.fsdp is not None and again.fsdp.layer_gather_s > 0.0

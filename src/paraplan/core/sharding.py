@@ -88,6 +88,17 @@ def reduces_every_microbatch(settings: RunSettings) -> bool:
     return choice == "every_microbatch"
 
 
+def gathers_once_per_iteration(settings: RunSettings) -> bool:
+    """Whether ZeRO-3 gathers each model chunk's weights once per iteration rather than
+    per micro-batch: under pipeline parallelism, keeping the weights after the forward,
+    PyTorch's pipeline stages also keep them after every backward but the last
+    (`set_reshard_after_backward(False)` beside `set_requires_gradient_sync(False)`), so
+    the first micro-batch's gather serves them all. Reducing every micro-batch's
+    gradients (the stage resharding after each backward) gathers every micro-batch."""
+    return (settings.zero_stage == 3 and settings.pipeline_model_parallel_size > 1
+            and not reshards_after_forward(settings) and not reduces_every_microbatch(settings))
+
+
 def _count(key: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         zero = " (0: not set)" if low == 0 else ""

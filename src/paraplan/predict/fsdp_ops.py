@@ -15,7 +15,11 @@ the next layer's gather of time a takes
 `PassCost.comm_s` applies to an overlapped tensor-parallel collective), and the
 first unit's gather of each model chunk has nothing to hide behind (`exposed`). The
 backward gathers each unit again unless the weights were kept after the forward
-(`fsdp_reshard_after_forward`), likewise prefetched.
+(`fsdp_reshard_after_forward`), likewise prefetched. Under pipeline parallelism with
+the weights kept, PyTorch's pipeline stages keep them from the first micro-batch's
+forward to the last one's backward (`paraplan.core.sharding.gathers_once_per_iteration`):
+the stage's weights are gathered once per iteration, priced as the distributed
+optimizer's parameter all-gather (after the step, hidden with `overlap_param_gather`).
 
 Sharded gradients (ZeRO-2 and 3) are reduce-scattered in the reduce dtype (fp32
 gradients) at one of two moments (`paraplan.core.sharding.reduces_every_microbatch`):
@@ -42,6 +46,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import (
+    gathers_once_per_iteration,
     reduces_every_microbatch,
     replicate_degree,
     reshards_after_forward,
@@ -168,6 +173,8 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, se
     if settings.zero_stage != 3:  # ZeRO-2: whole weights, only the reduce-scatters (a dense model: check_sharding)
         zeros = np.zeros(len(root_params))
         return FsdpCosts(0.0, 0.0, zeros, False, unit, shard.size, expert.size, scatter(dense), root_scatter, False)
+    if gathers_once_per_iteration(settings):  # gathered before the first forward (`rank_state.after_sync_comm_s`)
+        return FsdpCosts(0.0, 0.0, np.zeros(len(root_params)), False, unit, shard.size, expert.size)
     roots = np.array([gather(float(p), shard) for p in root_params])
     return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
                      reshards_after_forward(settings), unit, shard.size, expert.size,

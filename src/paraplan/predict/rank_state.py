@@ -12,7 +12,7 @@ import numpy as np
 
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
-from paraplan.core.sharding import reduces_every_microbatch, sharding_group_size
+from paraplan.core.sharding import gathers_once_per_iteration, reduces_every_microbatch, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.fsdp_ops import (
     FsdpCosts,
@@ -171,13 +171,13 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
 def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: CommModel, groups: RunGroups,
                       params: RankParams, prec: Precision, sharding: ShardGroups) -> tuple[np.ndarray, float]:
     """Per pipeline stage: the communication after the gradient reduction (the sharded
-    optimizer's weight all-gather unless overlapped, the tied-embedding gradient
-    exchange), and that exchange alone."""
+    optimizer's weight all-gather unless overlapped, also ZeRO-3's when it gathers once
+    per iteration, the tied-embedding gradient exchange), and that exchange alone."""
     p = settings.pipeline_model_parallel_size
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     after_comm = np.zeros(p)
     exchange = 0.0
-    zero3 = settings.zero_stage == 3
+    zero3 = settings.zero_stage == 3 and not gathers_once_per_iteration(settings)
     if sharded and not zero3 and sharding.shard.size > 1 and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
     if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
