@@ -73,14 +73,31 @@ def test_every_micro_batch_holds_the_fp32_shard_and_two_units_unsharded():
                                                                - 4 * GPT.layer_params) * G)
 
 
-def test_reducing_after_the_last_micro_batch_holds_the_stage_unsharded_beside_the_shard():
+def test_reducing_after_the_last_micro_batch_holds_the_stage_unsharded_from_its_first_backward():
     """FSDP2 under pipelines: the micro-batches accumulate the whole stage's gradient in
-    fp32 (P g) beside the fp32 shard (P g / N): no peak saving over ZeRO-1."""
+    fp32 (P g) beside the fp32 shard (P g / N), allocated by each chunk's first backward."""
     st, _, _ = priced(zero2(sharded_grad_reduce="last_microbatch"))
     for s in range(2):
         n = st.rank_params[s]
         assert st.memory[s].gradients_bytes == pytest.approx(n * G / 8)
-        assert st.memory[s].working_bytes == pytest.approx(n * G)
+        assert st.memory[s].working_bytes == 0.0
+        assert st.memory[s].lazy_gradient_bytes_per_chunk == pytest.approx([n * G])
+
+
+def test_lazy_gradients_join_the_activations_after_the_first_backward():
+    """1F1B, 2 stages, 4 micro-batches of activation a, gradients G allocated by the
+    first backward: stage 0 holds 2a at its first backward, then a + G after it and
+    2a + G at the next forward; stage 1 (warmup 0) a, then G, then a + G. All-forward-
+    first (GPipe) holds 4a before any gradient, then 3a + G."""
+    from paraplan.sim.execution import _peak_with_lazy_gradients
+    from paraplan.sim.schedules import BWD, cached_orders
+    a, g = 1.0, 10.0
+    orders = cached_orders("1f1b", 2, 4, 1, 1)
+    peaks = [_peak_with_lazy_gradients(o, np.array([a]), np.array([g]), BWD) for o in orders]
+    assert peaks == [2 * a + g, a + g]
+    gpipe = cached_orders("gpipe", 2, 4, 1, 1)
+    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([g]), BWD) == 3 * a + g
+    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([0.5]), BWD) == 4 * a
 
 
 def test_zero3_under_pipelines_keeping_the_weights_gathers_each_stage_once_per_iteration():

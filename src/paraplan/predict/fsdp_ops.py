@@ -200,16 +200,26 @@ def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_param
     whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
     forward, the root and two layer units gathered (the one computing and the one
     prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
-    Gradients (`unsharded_grad_params`). A ZeRO-2 run gathers no weights. Other runs
-    (`fsdp` None): 0."""
+    Gradients (`unsharded_grad_params`), unless they accumulate over the micro-batches
+    (`accumulates_unsharded`: held per chunk from its first backward instead). A ZeRO-2
+    run gathers no weights. Other runs (`fsdp` None): 0."""
     if fsdp is None:
         return 0.0
     unit = fsdp.unit_params
     root = root_params if fsdp.shard_ranks > 1 else 0.0
     stage = dense_params * (fsdp.shard_ranks > 1) + expert_params * (fsdp.expert_ranks > 1)
-    held = unsharded_grad_params(settings, unit, root, stage)
+    held = 0.0 if accumulates_unsharded(settings) else unsharded_grad_params(settings, unit, root, stage)
     weights = ((root + 2 * unit) if reshards_after_forward(settings) else stage) if fsdp.gathers else 0.0
     return weights * weight_bytes + held * grad_bytes
+
+
+def accumulates_unsharded(settings: RunSettings) -> bool:
+    """Whether a ZeRO-2/3 rank accumulates its stage's unsharded gradients over several
+    micro-batches (reduced after the last). Autograd allocates them (FSDP's unsharded
+    gradients, not a persistent buffer like Megatron's `main_grad`) when each model
+    chunk's first backward produces them, so they join the activations only from then
+    on (`RankMemory.lazy_gradient_bytes_per_chunk`)."""
+    return settings.zero_stage >= 2 and settings.num_microbatches > 1 and not reduces_every_microbatch(settings)
 
 
 def unsharded_grad_params(settings: RunSettings, unit: float, root: float, stage: float) -> float:

@@ -17,6 +17,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.fsdp_ops import (
     FsdpCosts,
     ShardGroups,
+    accumulates_unsharded,
     fsdp_working_bytes,
     reduce_bucket_s,
     unsharded_grad_params,
@@ -237,13 +238,19 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[v - 1] += acts.head
         working = acts.recomputed_layer + fsdp_working_bytes(
             extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
-        if extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
-            # ZeRO-2 reduced after the last micro-batch: the unsharded gradients accumulate beside the shard
+        lazy = None
+        if accumulates_unsharded(settings):  # unsharded gradients, from each chunk's first backward on
+            lazy = prec.grad_bytes * np.array(
+                [params.chunk_params(c, s) * (sharding_group_size(settings) > 1)
+                 + params.chunk_expert_params[c, s] * (edp > 1) for c in range(v)])
+        elif extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
+            # ZeRO-2 reduced after the only micro-batch: each unit's gradient until its reduce-scatter
             working += unsharded_grad_params(settings, params.layer_params, float(root_units[:, s].sum()),
                                              n) * prec.grad_bytes
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
-        memory.append(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]))
+        memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]),
+                              lazy_gradient_bytes_per_chunk=lazy))
     return tuple(memory)
