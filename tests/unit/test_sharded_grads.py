@@ -64,13 +64,16 @@ def test_every_micro_batch_pairs_each_layers_backward_with_its_reduce_scatter():
     assert all(sync.bucket_s.size > 0 for sync in once.grad_sync)
 
 
-def test_every_micro_batch_holds_the_fp32_shard_and_two_units_unsharded():
+def test_every_micro_batch_holds_the_fp32_shard_and_the_unit_reducing_beside_a_layer():
+    """max(u, r) + u unsharded: the root unit (larger than a layer here) or a layer being
+    reduce-scattered, and the layer the backward produces beside it."""
     st, _, _ = priced(zero2())
-    stage0 = st.rank_params[0]
+    stage0, u = st.rank_params[0], GPT.layer_params
+    assert GPT.embedding_params() > u
     assert st.memory[0].gradients_bytes == pytest.approx(stage0 * G / 8)
-    assert st.memory[0].working_bytes == pytest.approx(2 * GPT.embedding_params() * G)  # the root unit is larger
-    assert st.memory[1].working_bytes == pytest.approx(2 * max(GPT.layer_params, st.rank_params[1]
-                                                               - 4 * GPT.layer_params) * G)
+    assert st.memory[0].working_bytes == pytest.approx((GPT.embedding_params() + u) * G)
+    head = st.rank_params[1] - 4 * u  # final norm (the tied output layer is the embedding's)
+    assert st.memory[1].working_bytes == pytest.approx((max(u, head) + u) * G)
 
 
 def test_reducing_after_the_last_micro_batch_holds_the_stage_unsharded_from_its_first_backward():

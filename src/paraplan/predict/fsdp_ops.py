@@ -227,11 +227,12 @@ def unsharded_grad_params(settings: RunSettings, unit: float, root: float, stage
     a stage of `stage` sharded parameters whose largest unit has `unit` and root unit
     `root`: with one micro-batch, each unit's until its reduce-scatter, max(u, r); with
     several reduced once after the last, the whole stage's accumulating, P; reduced
-    after every micro-batch, the unit being reduce-scattered and the one the backward
-    produces beside it, 2 max(u, r) (Megatron-FSDP allocates each bucket's unsharded
-    gradient for its reduce-scatter and frees it after)."""
+    after every micro-batch, the unit being reduce-scattered (at most the larger of u and
+    r) and the layer the backward produces beside it, max(u, r) + u (Megatron-FSDP
+    allocates each bucket's unsharded gradient for its reduce-scatter and frees it
+    after)."""
     if settings.num_microbatches == 1:
         return max(unit, root)
     if reduces_every_microbatch(settings):
-        return 2 * max(unit, root)
+        return max(unit, root) + unit
     return stage

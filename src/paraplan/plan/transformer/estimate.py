@@ -355,12 +355,13 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
     working = working + np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes
                                  + unsharded * prec.grad_bytes, 0.0)
-    # ZeRO-2, reduced after every micro-batch: two units' gradients unsharded, the stage's root unit
-    # among them (`unsharded_grad_params`)
-    units = np.where((cand.zero == 2) & (cols.dc > 1), np.where(cols.m > 1, 2.0, 1.0) * prec.grad_bytes, 0.0)
+    # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
+    # or a layer) and the layer produced beside it (`unsharded_grad_params`)
+    zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
+    beside = np.where(cols.m > 1, weights.layer, 0.0)
     root_first = weights.vocab + weights.positions + np.where(cols.single, weights.head, 0.0)
-    zero2_first = units * np.maximum(weights.layer, root_first)
-    zero2_last = units * np.maximum(weights.layer, weights.head)
+    zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
+    zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
     mem_first = params.first * state_b + params.first_experts * state_e + act_first + working + zero2_first
     # the head's activations: the last chunk only
     head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
