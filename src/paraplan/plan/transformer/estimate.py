@@ -178,11 +178,19 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
+    memo: dict[tuple[str, float, int, int], float] = {}  # many candidates share a layer and a group
+
+    def time_s(collective: str, nbytes: float, size: int, nodes: int) -> float:
+        key = (collective, nbytes, size, nodes)
+        if key not in memo:
+            memo[key] = float(comm.time_s(collective, nbytes, Group(size, nodes)))
+        return memo[key]
+
     for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & timed):
-        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
+        size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
         if cols.zero3[i]:
-            zero3_gather[i] = comm.time_s("all_gather", weights.layer[i] * prec.weight_bytes, group)
-        zero3_scatter[i] = comm.time_s("reduce_scatter", weights.layer[i] * prec.grad_bytes, group)
+            zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
+        zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = eff.comm_overlap_contention
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
