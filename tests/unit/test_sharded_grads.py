@@ -123,3 +123,22 @@ def test_zero3_under_pipelines_keeping_the_weights_gathers_each_stage_once_per_i
     # every micro-batch reduced: the stage reshards after each backward and gathers again
     again, _, _ = priced(zero2(zero_stage=3, sharded_grad_reduce="every_microbatch"))
     assert again.fsdp is not None and again.fsdp.layer_gather_s > 0.0
+
+
+def test_run_table_reads_megatron_fsdp_optim_grads_with_pipelines_and_the_reduce_moment(tmp_path):
+    from paraplan.core.errors import InputFileError
+    from paraplan.predict.runtable import read_run_table
+    path = tmp_path / "runs.csv"
+    header = ("num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"
+              "pipeline_model_parallel_size,data_parallel_size,global_batch_size,data_parallel_sharding_strategy,"
+              "sharded_grad_reduce\n")
+    path.write_text(header + "8,1024,16,1024,50257,1,2,8,32,optim_grads,last_microbatch\n", encoding="utf-8")
+    _, rows = read_run_table(path)
+    s = rows[0].settings
+    assert (s.zero_stage, s.pipeline_model_parallel_size, s.sharded_grad_reduce) == (2, 2, "last_microbatch")
+    s.check(rows[0].model)
+    path.write_text(header + "8,1024,16,1024,50257,1,2,8,32,optim_grads,sometimes\n", encoding="utf-8")
+    with pytest.raises(InputFileError) as err:
+        read_run_table(path)
+    assert str(err.value) == (f"{path}:2: column 'sharded_grad_reduce': expected one of default, every_microbatch, "
+                              "last_microbatch, got 'sometimes'")
