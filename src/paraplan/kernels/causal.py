@@ -11,7 +11,8 @@ costs the forward at the same sequence length and head dimension:
 FlashAttention-2 at head dim 128 on H100, whose causal forward+backward is published too
 (`data/published/attention/flash2_fwd_bwd.csv`): the derived rows price its causal
 forward+backward 3-12% slow (the backward loses less to the mask than the forward), so a
-ceiling fitted on them is conservative. Measured causal backward rows, where present, are always used instead.
+ceiling fitted on them is conservative. Where a causal backward or forward+backward is measured at that sequence
+length and head dimension, nothing is derived.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from paraplan.kernels.results import AttentionTimes, attention_flops
 
 def with_causal_backward(times: AttentionTimes) -> tuple[AttentionTimes, int]:
     """`times` plus a derived causal backward row for every (head_dim, seq_length) that
-    has a non-causal backward and both forward rows but no causal backward (see the
-    module doc); returns the rows and how many were derived."""
+    has a non-causal backward and both forward rows but no causal backward or
+    forward+backward (see the module doc); returns the rows and how many were derived."""
     tflops = times.flops / times.time_s
 
     def rate(attention_pass: str, causal: bool, head_dim: float, seq: float) -> float | None:
@@ -36,7 +37,8 @@ def with_causal_backward(times: AttentionTimes) -> tuple[AttentionTimes, int]:
     for i in np.flatnonzero((times.attention_pass == "bwd") & ~times.causal.astype(bool)):
         d, s = float(times.head_dim[i]), float(times.seq_length[i])
         fwd_causal, fwd_full = rate("fwd", True, d, s), rate("fwd", False, d, s)
-        if rate("bwd", True, d, s) is not None or fwd_causal is None or fwd_full is None:
+        measured = rate("bwd", True, d, s) is not None or rate("fwd_bwd", True, d, s) is not None
+        if measured or fwd_causal is None or fwd_full is None:
             continue
         b, h = float(times.batch[i]), float(times.heads[i])
         derived_rate = float(tflops[i]) * fwd_causal / fwd_full
