@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from paraplan.cli.main import main
 from paraplan.kernels.causal import with_causal_backward
 from paraplan.kernels.results import AttentionTimes, attention_flops, read_kernel_csvs
 
@@ -64,3 +65,18 @@ def test_the_rule_prices_flashattention2s_published_causal_pass_within_thirteen_
             return float(src.time_s[hit[-1]] / src.batch[hit[-1]])  # per sequence: the batches differ
         errors.append((one("fwd") + one("bwd")) / one("fwd_bwd") - 1)
     assert all(0.02 < e < 0.13 for e in errors), errors
+
+
+def test_bench_attention_names_the_sdpa_backend_in_its_source(tmp_path, capsys):
+    pytest.importorskip("torch")  # timing kernels is the measure extra's
+    assert main(["bench", "--kind", "attention", "--device", "cpu", "--device-name", "cpu-core", "--seq-lengths",
+                 "64,128", "--head-dims", "32", "--heads", "2", "--tokens", "128", "--sdpa-backend", "math",
+                 "--warmup", "1", "--iters", "2", "--no-track", "-o", str(tmp_path)]) == 0
+    times = read_kernel_csvs([tmp_path / "attention.csv"]).attention_times("cpu-core", source=":math")
+    assert sorted(times.attention_pass.tolist()) == ["bwd", "bwd", "fwd", "fwd"] and times.causal.all()
+    # cuDNN's kernel does not run on a CPU: one line naming the setting, no file written
+    assert main(["bench", "--kind", "attention", "--device", "cpu", "--seq-lengths", "64", "--head-dims", "32",
+                 "--sdpa-backend", "cudnn", "--iters", "1", "--no-track", "-o", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err
+    assert "config key 'sdpa_backend': cudnn: torch cannot run it on cpu for seq_length 64, head_dim 32" in err
+    assert not (tmp_path / "no" / "attention.csv").exists()
