@@ -41,7 +41,7 @@ def _table(tmp_path, columns: str, cells: str) -> Path:
 
 def test_the_h100_file_carries_cudnn_first_and_flash_attention_2():
     ceilings = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
-    assert list(ceilings) == ["cudnn", "flash-attention-2"]
+    assert list(ceilings) == ["cudnn", "flash-attention-2", "flash-attention-3"]
     # FA2 on H100, causal, head dim 128 (FA3 paper's forward, FA2 repo's forward+backward)
     assert ceilings["flash-attention-2"]["attention_fwd_efficiency"] == pytest.approx(0.364, abs=5e-4)
     assert ceilings["flash-attention-2"]["attention_bwd_efficiency"] == pytest.approx(0.315, abs=5e-4)
@@ -66,9 +66,13 @@ def test_an_attention_kernel_prices_its_passes_at_its_own_ceilings():
     assert kernel_times_s(kernels, speed, eff) == pytest.approx(cal, rel=1e-12)
 
 
-@pytest.mark.parametrize(("backend", "kernel"), [("auto", None), ("fused", None), ("flash", "flash-attention-2")])
-def test_each_backend_runs_its_kernel_on_h100(backend, kernel):
-    speed = run_structure(GPT, replace(RUN, attention_backend=backend), H100, COMM).speed
+@pytest.mark.parametrize(("backend", "version", "kernel"), [
+    ("auto", 0, None), ("fused", 0, None), ("flash", 0, "flash-attention-2"), ("flash", 3, "flash-attention-3"),
+    ("auto", 3, None),  # Transformer Engine prefers cuDNN on Hopper whatever FlashAttention is pinned
+])
+def test_each_backend_runs_its_kernel_on_h100(backend, version, kernel):
+    settings = replace(RUN, attention_backend=backend, flash_attention_version=version)
+    speed = run_structure(GPT, settings, H100, COMM).speed
     if kernel is None:  # cuDNN: the calibration's attention parameters price it
         assert speed.attention is None
     else:
@@ -95,6 +99,9 @@ def test_a_kernel_the_device_file_lacks_is_an_error_naming_the_device_and_its_ke
         "attention_backend fused runs cudnn, whose ceilings device A100-SXM4-80GB has not measured "
         "(config/kernels/A100-SXM4-80GB.json has attention kernels: flash-attention-2); fit them with "
         "`paraplan fit --kind kernels --attention-kernel` (docs/kernels.md) or use attention_backend auto")
+    with pytest.raises(StrategyError, match=r"^attention_backend auto \(flash_attention_version 3\) runs "
+                                            r"flash-attention-3, whose ceilings device A100-SXM4-80GB"):
+        run_structure(GPT, replace(RUN, flash_attention_version=3), A100, COMM)
     with pytest.raises(StrategyError, match=r"device V100-SXM2-16GB has not measured \(no kernel file "):
         run_structure(GPT, replace(RUN, attention_backend="flash", dtype="fp16"), load_cluster("dgx1-v100"), COMM)
 
@@ -104,12 +111,17 @@ def test_a_kernel_the_device_file_lacks_is_an_error_naming_the_device_and_its_ke
                      "unfused path); set use_flash_attn true, or attention_backend unfused"),
     ("local", True, "attention_backend local runs the unfused attention path but use_flash_attn is true; set "
                     "use_flash_attn false, or attention_backend flash, fused or auto"),
+    ("fused,3", True, "flash_attention_version 3 pins FlashAttention's generation, but attention_backend fused "
+                      "runs cuDNN's fused attention; expected attention_backend flash or auto"),
 ])
 def test_an_inconsistent_pair_with_use_flash_attn_is_one_line(tmp_path, backend, flash, message):
+    backend, _, version = backend.partition(",")
+    settings = replace(RUN, attention_backend=backend, use_flash_attn=flash, flash_attention_version=int(version or 0))
     with pytest.raises(StrategyError) as err:
-        replace(RUN, attention_backend=backend, use_flash_attn=flash).check(GPT)
+        settings.check(GPT)
     assert str(err.value) == message
-    path = _table(tmp_path, "attention_backend,use_flash_attn", f"{backend},{str(flash).lower()}")
+    path = _table(tmp_path, "attention_backend,use_flash_attn,flash_attention_version",
+                  f"{backend},{str(flash).lower()},{version}")
     with pytest.raises(InputFileError) as err2:
         read_run_table(path)
     assert str(err2.value) == f"{path}:2: impossible run: {message}"
@@ -147,7 +159,7 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
         "attention/flash2_fwd_bwd.csv", "attention/flash3_paper_h100_fwd.csv",
         "attention/fa3_paper_h100_bwd_and_cudnn_fwd.csv")]
     assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-h100",
-                 "--attention-kernel", "cudnn,flash-attention-2", "-o", str(out)]) == 0
+                 "--attention-kernel", "cudnn,flash-attention-2,flash-attention-3", "-o", str(out)]) == 0
     fitted = KernelCeilings.from_dict(json.loads(out.read_text()), str(out)).attention_ceilings()
     shipped = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
     for kernel, params in shipped.items():

@@ -50,6 +50,8 @@ AttentionBackend = Literal["flash", "fused", "unfused", "local", "auto"]
 ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "fused", "unfused", "local", "auto")
 """Megatron-LM's `--attention-backend` choices (`paraplan.kernels.attention_backends`
 says which kernel each runs on which device)."""
+FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (0, 2, 3, 4)
+"""Megatron-LM's `--flash-attention-version` pins (0: none)."""
 FUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "fused")
 UNFUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("unfused", "local")
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
@@ -150,13 +152,14 @@ class RunSettings:
     use_flash_attn: bool = True
     """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
     attention_backend: AttentionBackend = "auto"
-    """Megatron-LM's `--attention-backend`: the attention kernel Transformer Engine runs.
-    `flash`: FlashAttention-2; `fused`: cuDNN's fused attention; `unfused` (Transformer
-    Engine's) and `local` (Megatron's own): the unfused path, as `use_flash_attn` false;
-    `auto` (Megatron's default): with `use_flash_attn`, the kernel Transformer Engine picks
-    on the device (the device kernel file's first attention kernel: cuDNN on Hopper,
-    FlashAttention-2 on Ampere), else the unfused path. `flash`/`fused` need
-    `use_flash_attn`, `unfused`/`local` need it false (`check`)."""
+    """Megatron-LM's `--attention-backend`: `flash` (FlashAttention-2), `fused` (cuDNN),
+    `unfused`/`local` (the unfused path: `use_flash_attn` false), `auto` (Megatron's
+    default: Transformer Engine's pick on the device, or the unfused path without
+    `use_flash_attn`); which kernel on which device: `paraplan.kernels.attention_backends`."""
+    flash_attention_version: int = 0
+    """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
+    a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package
+    Transformer Engine installs with (FlashAttention-3 is a separate Hopper build)."""
     gradient_accumulation_fusion: bool = True
     """Weight-gradient GEMMs accumulate straight into the fp32 main gradients (Megatron
     since February 2022, its default); False: every micro-batch's weight gradient is
@@ -279,6 +282,13 @@ class RunSettings:
         if backend in UNFUSED_ATTENTION_BACKENDS and self.use_flash_attn:
             raise StrategyError(f"attention_backend {backend} runs the unfused attention path but use_flash_attn is "
                                 "true; set use_flash_attn false, or attention_backend flash, fused or auto")
+        version = self.flash_attention_version
+        if version not in FLASH_ATTENTION_VERSIONS:
+            raise StrategyError(f"flash_attention_version must be 2, 3 or 4 (empty: not pinned), got {version!r}")
+        if version and (backend not in ("flash", "auto") or not self.use_flash_attn):
+            runs = "the unfused path" if not self.use_flash_attn else "cuDNN's fused attention"
+            raise StrategyError(f"flash_attention_version {version} pins FlashAttention's generation, but "
+                                f"attention_backend {backend} runs {runs}; expected attention_backend flash or auto")
 
     def _check_context_parallel(self, model: TransformerModel) -> None:
         """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into

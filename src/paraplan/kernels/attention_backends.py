@@ -13,13 +13,16 @@ above it turns FlashAttention off "to give FusedAttention preference on Hopper+"
 
 So, in paraplan's kernel names (the end of a kernel CSV's `source` column):
 
-- `flash`: `flash-attention-2` (Dao's package; Transformer Engine runs
-  FlashAttention-3 instead only where its separate Hopper package is installed, which
-  paraplan does not price);
+- `flash`: `flash-attention-2` (Dao's package, what Transformer Engine installs with),
+  or the generation `flash_attention_version` pins (Megatron-LM's
+  `--flash-attention-version`, which turns the other generations off through
+  NVTE_FLASH_ATTN_V2/V3/V4): `flash-attention-3` with 3 (Transformer Engine runs it on
+  compute capability 9.0 only);
 - `fused`: `cudnn` (cuDNN's fused attention);
 - `auto`: the device kernel file's first attention kernel, which
   `kernels.published.<device>.attention_kernel` lists first as Transformer Engine's pick
-  there: `cudnn` on H100, `flash-attention-2` on A100;
+  there: `cudnn` on H100, `flash-attention-2` on A100 (where a pinned
+  `flash_attention_version` picks the generation);
 - `unfused`, `local`: the unfused path (`use_flash_attn` false), priced from its
   GEMMs and memory-bound kernels, no kernel ceiling.
 
@@ -41,7 +44,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.predict.device_model import AttentionCeiling, DeviceSpeed
 
 BACKEND_KERNELS: dict[str, str] = {"flash": "flash-attention-2", "fused": "cudnn"}
-"""The kernel each named fused backend runs (module doc)."""
+"""The kernel each named fused backend runs (module doc; `flash` unless a generation is pinned)."""
 
 
 @lru_cache(maxsize=16)
@@ -61,21 +64,39 @@ def device_attention_kernels(device: str) -> tuple[tuple[str, AttentionCeiling],
     return tuple((name, AttentionCeiling(name, **params)) for name, params in ceilings.attention_ceilings().items())
 
 
+def run_attention_kernel(settings: RunSettings, first: str | None) -> str | None:
+    """The kernel a fused-attention run runs, given its device file's first kernel
+    (`first`; None without a file); None where that is the first kernel by `auto`,
+    whose ceilings the calibration holds (module doc)."""
+    flash = f"flash-attention-{settings.flash_attention_version or 2}"
+    if settings.attention_backend == "flash":
+        return flash
+    if settings.attention_backend == "fused":
+        return BACKEND_KERNELS["fused"]
+    if settings.flash_attention_version and first is not None and first.startswith("flash-attention-"):
+        return flash  # auto runs FlashAttention there, at the pinned generation
+    return None
+
+
 def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings) -> DeviceSpeed:
     """`speed` with the ceilings of the run's attention kernel where it is not the
     device's first kernel (whose ceilings the calibration holds); unchanged otherwise."""
-    if not settings.use_flash_attn or settings.attention_backend not in BACKEND_KERNELS:
+    if not settings.use_flash_attn:
         return speed
-    wanted = BACKEND_KERNELS[settings.attention_backend]
     kernels = device_attention_kernels(device)
+    wanted = run_attention_kernel(settings, kernels[0][0] if kernels else None)
+    if wanted is None:
+        return speed
     have = dict(kernels or ())
     if wanted not in have:
         names = ", ".join(have) or "none"
         where = (f"config/kernels/{device}.json has attention kernels: {names}" if kernels is not None
                  else f"no kernel file config/kernels/{device}.json")
-        raise StrategyError(f"attention_backend {settings.attention_backend} runs {wanted}, whose ceilings device "
-                            f"{device} has not measured ({where}); fit them with `paraplan fit --kind kernels "
-                            f"--attention-kernel` (docs/kernels.md) or use attention_backend auto")
+        pinned = (f" (flash_attention_version {settings.flash_attention_version})"
+                  if settings.flash_attention_version else "")
+        raise StrategyError(f"attention_backend {settings.attention_backend}{pinned} runs {wanted}, whose ceilings "
+                            f"device {device} has not measured ({where}); fit them with `paraplan fit --kind "
+                            "kernels --attention-kernel` (docs/kernels.md) or use attention_backend auto")
     if kernels is not None and wanted == kernels[0][0]:
         return speed
     return replace(speed, attention=have[wanted])

@@ -16,7 +16,9 @@ latency:
   (backward) of the peak, same roofline, times s / (s + attention_seq_half) for a
   sequence of s tokens (short sequences leave the kernel's pipeline part empty; 0: no
   such factor). The values come from published or measured attention kernels
-  (`paraplan fit --kind kernels`, `config/kernels/<device>.json`).
+  (`paraplan fit --kind kernels`, `config/kernels/<device>.json`); a run whose
+  `attention_backend` runs another kernel than the calibration's is priced at that
+  kernel's (`DeviceSpeed.attention`, `paraplan.kernels.attention_backends`).
 - Memory-bound kernels (norms, softmax, dropout, activations, optimizer): bytes at
   memory_efficiency of the bandwidth.
 
