@@ -19,12 +19,21 @@ micro-benchmarks (never from the test set, which is only predicted here).
    type of `vtrain-a100` (data/published/allreduce/a100_hdr4_published.csv), against the
    bus bandwidth the topology model gives that shape.
 
-    python benchmarks/bench_vtrain_by_tp.py
+    python benchmarks/bench_vtrain_by_tp.py [--write-comm-model PATH]
+
+`--write-comm-model` also writes the shipped intra-node fits with vTrain's 2-7-rank fits added
+(a comm_model.json) for refitting the calibration on them (docs/accuracy-at-scale.md):
+`paraplan ingest --format vtrain data/published/vtrain_a100_single_node_measured.csv -o runs.csv`,
+then `paraplan calibrate runs.csv --cluster dgx-a100 --comm-model PATH --kernel-ceilings device
+--no-layer-factors --no-cross-validation -o cal.json` and
+`python benchmarks/bench_published.py --calibration cal.json`.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import json
 import math
 import sys
 from dataclasses import replace
@@ -34,9 +43,9 @@ import numpy as np
 
 from paraplan.clusters import load_cluster
 from paraplan.comm.fit_sweep import fit_sweep
-from paraplan.comm.topology import DEFAULT_RAIL_LATENCY_S, Rail
+from paraplan.comm.topology import DEFAULT_RAIL_LATENCY_S, Rail, TopologyCommModel
 from paraplan.comm.vtrain_lut import read_vtrain_lut
-from paraplan.core import Group
+from paraplan.core import CommModel, Group
 from paraplan.predict.calibration import Calibration, load_calibration
 from paraplan.predict.predictor import predict_rows
 from paraplan.sim.builder.placement import strided_group_nodes
@@ -104,10 +113,10 @@ def intra_check(calibration: Calibration) -> None:
               f"{min(values):.2f}-{max(values):.2f}")
 
 
-def table_errors(calibration: Calibration) -> dict[int, list[float]]:
+def table_errors(calibration: Calibration, comm: CommModel | None = None) -> dict[int, list[float]]:
     cluster = load_cluster("vtrain-a100")
     rows = [r.run for r in load_table(table_paths()[TABLE]) if r.run is not None]
-    preds = predict_rows(rows, cluster, calibration.comm_model(cluster), calibration.efficiency)
+    preds = predict_rows(rows, cluster, comm or calibration.comm_model(cluster), calibration.efficiency)
     by_tp: dict[int, list[float]] = {}
     for run, pred in zip(rows, preds, strict=True):
         assert run.measured_iteration_s is not None
@@ -122,12 +131,15 @@ def _line(by_tp: dict[int, list[float]]) -> str:
     return f"MAPE {np.mean(np.abs(every)):.2%}; mean signed " + ", ".join(parts)
 
 
-def swap_check(calibration: Calibration) -> None:
+def swap_check(calibration: Calibration, write_comm_model: Path | None) -> None:
     print("\n== 2. vTrain's tables fitted per world size, then the vTrain table predicted with them")
     fits = lut_fits()
     shipped = calibration.intra_node_comm or {"schema_version": 1, "fits": []}
     swapped = replace(calibration, intra_node_comm={
         **shipped, "fits": [*shipped["fits"], *(f for f in fits if f["world_size"] < 8)]})
+    if write_comm_model is not None:
+        write_comm_model.write_text(json.dumps(swapped.intra_node_comm, indent=1) + "\n")
+        print(f"   (the shipped fits with the 2-7-rank ones -> {write_comm_model})")
     print(f"   shipped a100-vtrain:                   {_line(table_errors(calibration))}")
     print(f"   with the 2-7-rank fits (not refitted): {_line(table_errors(swapped))}")
     every = replace(calibration, intra_node_comm={"schema_version": 1, "fits": fits})
@@ -174,8 +186,9 @@ def nic_check() -> None:
     assert cluster.network is not None
     shipped = load_calibration().comm_model(cluster)
     line_rate = cluster.network.nic_bandwidth_Bps
-    models = (("shipped (default rail efficiency)", shipped),
-              ("line rate x 0.96", replace(shipped, rail=Rail(DEFAULT_RAIL_LATENCY_S, line_rate * 0.96))))
+    assert isinstance(shipped, TopologyCommModel)
+    ring = replace(shipped, rail=Rail(DEFAULT_RAIL_LATENCY_S, line_rate * 0.96), all_reduce_algorithms=("ring",))
+    models = (("shipped (default rail efficiency)", shipped), ("ring only, line rate x 0.96", ring))
     for label, comm in models:
         for r in published:
             world, nodes = int(r["world_size"]), int(r["nodes"])
@@ -185,12 +198,18 @@ def nic_check() -> None:
             shown = f"{size / MIB:7.1f} MiB" if r["size_bytes"] else "size not stated (model at 1 GiB)"
             print(f"   {label:34s} {nodes} x {world // nodes} ranks, {shown}: model busbw {busbw:6.1f} GB/s, "
                   f"published {float(r['busbw_GBps']):6.1f} ({r['source']})")
+    calibration = load_calibration()
+    print(f"   the vTrain table, shipped:                     {_line(table_errors(calibration))}")
+    print(f"   the vTrain table, ring only at 0.96 line rate: {_line(table_errors(calibration, ring))}")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write-comm-model", type=Path, default=None, metavar="PATH")
+    args = parser.parse_args()
     calibration = load_calibration()
     intra_check(calibration)
-    swap_check(calibration)
+    swap_check(calibration, args.write_comm_model)
     dp_check(calibration)
     nic_check()
 
