@@ -105,6 +105,7 @@ class MoeShape:
     a2a_bytes: float  # dispatch (and combine) all-to-all, per rank (nccl-tests' per-rank total)
     hidden_bytes: float = 1.0  # one token's bytes (h x e): a2a_bytes / hidden_bytes tokens are sent
     received_tokens: float = 0.0  # flex (DeepEP): distinct tokens a rank receives (one per token per rank)
+    router_groups: tuple[int, int] = (1, 1)  # group-limited routing: (groups, groups per token)
 
     @property
     def probs_a2a_bytes(self) -> float:
@@ -146,7 +147,9 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         expert_tokens=dispatched * (etp if gathered else 1), expert_ffn=model.moe_ffn_size / etp,
         expert_in=gate * model.moe_ffn_size / etp, shared_ffn=shared, shared_in=gate * shared, ep=ep, etp=etp,
         gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e,
-        received_tokens=routed * load_factor(settings) * (ranks_hit(model.num_experts, k, ep) if ep > 1 else 1.0))
+        received_tokens=routed * load_factor(settings) * (
+            ranks_hit(model.num_experts, k, ep, *model.router_groups) if ep > 1 else 1.0),
+        router_groups=model.router_groups)
 
 
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
@@ -220,7 +223,8 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
 def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
     """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
     if m.ep > 1:
-        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", m.experts, m.topk))
+        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", m.experts, m.topk,
+                                            *m.router_groups))
 
 
 def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
