@@ -84,7 +84,7 @@ def nodes_hit(experts: int, topk: int, nodes: int, groups: int = 1, group_topk: 
     return hit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeepEpTransfer(Collective):
     """A DeepEP dispatch or combine: `nbytes` = the tokens' bytes once (T x load x h x e);
     the routing (`experts`, `topk`, and the group limit `groups`, `group_topk`) sets how
