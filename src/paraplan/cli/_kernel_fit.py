@@ -59,6 +59,7 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
 
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
+    from paraplan.kernels.causal import with_causal_backward
     from paraplan.kernels.ceilings import KernelCeilings
     from paraplan.kernels.fit import fit_attention, fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
@@ -91,7 +92,11 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
                 "min_flops": args.min_gemm_flops, "data": _data(args.inputs, {p for p, _ in gemm_rows}),
                 **gemm.as_dict()}
     attention_doc = None
-    times = rows.attention_times(device, source=args.attention_kernel)
+    times, derived = with_causal_backward(rows.attention_times(device, source=args.attention_kernel))
+    if derived:
+        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({args.attention_kernel}) derived from its "
+              "non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
+              file=sys.stderr)
     if len(times):
         keep = times.causal & (times.head_dim == args.attention_head_dim)
         if not keep.any():
@@ -104,9 +109,12 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
         print(_line(f"{device} attention ({args.attention_kernel}, causal, head_dim {args.attention_head_dim})",
                     attention), file=sys.stderr)
         efficiency.update(attention.params)
-        used = {p for p, _, r in rows.attention if r["device"] == device}
+        used = {p for p, _, r in rows.attention
+                if r["device"] == device and str(r["source"]).endswith(args.attention_kernel)}
         attention_doc = {"kernel": args.attention_kernel, "causal": True, "head_dim": args.attention_head_dim,
                          "dtype": str(dtypes[0]), "data": _data(args.inputs, used), **attention.as_dict()}
+        if derived:
+            attention_doc["derived_causal_backward"] = derived
     else:
         print(f"paraplan fit: no attention rows of {device} ({args.attention_kernel}): attention not fitted",
               file=sys.stderr)
