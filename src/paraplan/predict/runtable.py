@@ -197,6 +197,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "hidden_dropout": _fraction, "attention_dropout": _fraction,
     **{k: _size for k in ("kv_channels", "window_size", "window_attn_skip_freq", "num_experts", "moe_router_topk",
                           "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                          "moe_router_num_groups", "moe_router_group_topk",
                           "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "mtp_num_layers", "make_vocab_size_divisible_by")},
     **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")},
