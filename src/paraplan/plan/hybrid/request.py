@@ -152,7 +152,7 @@ class PlanRequest:
     def settings(self, profile: ModelProfile, cluster: Cluster, comm: CommModel) -> PlanSettings:
         """The planner's settings for `profile` on `cluster` (one of its shapes)."""
         memory = MemorySettings(
-            memory_bytes=self.memory_GB * 1e9 if self.memory_GB is not None else cluster.device.memory_bytes,
+            memory_bytes=self.memory_GB * 1e9 if self.memory_GB is not None else cluster.device.usable_memory_bytes,
             model_state_factor=self.model_state_factor,
             peak_activation_bytes_per_sample=self.peak_activation_bytes_per_sample,
         )
