@@ -137,7 +137,8 @@ class PlanRequest:
     min_micro_batch_size: Count | None = None
     """Smallest micro-batch of one pipeline copy (default: the profile's batch size)."""
     memory_GB: Memory_GB | None = None
-    """Device memory in GB (default: the cluster file's)."""
+    """Memory a plan may fill per device in GB (1e9 bytes; default: the cluster file's usable memory, its total
+    less its reserve: docs/clusters.md#device-memory)."""
     model_state_factor: Annotated[float, AtLeast(1), AtMost(1000, "wrong unit? (parameter bytes per parameter "
                                                                   "byte: DAPPLE 2, Adam 4)")] = 2.0
     """Weights + gradients + optimizer state in parameter bytes (DAPPLE: 2; Adam: 4)."""
