@@ -206,6 +206,17 @@ class RunSettings:
     backward layer by layer together, each one's dispatch and combine all-to-alls
     beside the other's attention or experts (`paraplan.predict.moe_ops`)."""
 
+    overlap_p2p_comm: bool = True
+    """Megatron-LM's (`--no-overlap-p2p-communication` turns it off; opt-in from May 2023,
+    default since October 2023, absent before): the interleaved schedule's pipeline
+    transfers run beside the next chunk's compute. Megatron sets it false for every other
+    schedule, whose transfers block both ranks (`p2p_overlapped`, docs/pipeline-schedules.md)."""
+
+    @property
+    def p2p_overlapped(self) -> bool:
+        """Pipeline transfers overlap compute: `overlap_p2p_comm` with model chunks (v > 1)."""
+        return self.overlap_p2p_comm and self.virtual_pipeline_model_parallel_size > 1
+
     @property
     def pipeline_schedule(self) -> str:
         if self.schedule:

@@ -19,7 +19,8 @@ What each piece costs:
 - embedding on the first virtual stage, final norm + LM head + loss on the last (with
   the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
-  scatters it over the tensor-parallel ranks), point to point;
+  scatters it over the tensor-parallel ranks), point to point; blocking (on the ops
+  that wait for them) unless overlapped, `paraplan.predict.pipeline_p2p`;
 - context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
   neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
 - data-parallel gradient reduction over the d x c ranks that hold the same weights
@@ -75,6 +76,7 @@ from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_work
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pipeline_p2p import p2p_charges
 from paraplan.predict.placement import (
     Placement,
     Precision,
@@ -428,7 +430,8 @@ def weight_grad_s(settings: RunSettings, times: PassTimes, layers: StageLayers) 
 
 def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) -> PipelineCosts:
     """Each virtual stage's op times, each bounded below by the host's issue time; the
-    backward without what ZB-H1 splits off."""
+    backward without what ZB-H1 splits off; blocking pipeline transfers on the ops that
+    wait for them (`pipeline_p2p`)."""
     layers = StageLayers.of(st)
     fwd_dev, bwd_dev = op_device_s(st, times, layers, eff)
     fwd_host, bwd_host = op_host_s(times, layers, eff)
@@ -437,7 +440,8 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     wgt = weight_grad_s(st.settings, times, layers)
     if st.settings.pipeline_schedule == "zb_h1":
         bwd = bwd - wgt
-    return PipelineCosts(fwd, bwd, wgt, st.send_s, st.send_s.copy())
+    p2p = p2p_charges(st.settings, st.send_s)
+    return PipelineCosts(fwd + p2p.fwd_s, bwd + p2p.bwd_s, wgt, p2p.send_fwd_s, p2p.send_bwd_s)
 
 
 def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:

@@ -1,0 +1,89 @@
+"""Pipeline transfers as Megatron runs them (`paraplan.predict.pipeline_p2p`): blocking
+without `overlap_p2p_comm`, beside the compute with it (interleaved only)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from paraplan.clusters import load_cluster
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.build import build_execution, run_structure
+from paraplan.predict.calibration import load_calibration
+from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s, p2p_charges
+from paraplan.predict.runtable import read_run_table
+from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
+from paraplan.sim.execution import iteration_time_s
+from paraplan.sim.schedules import get_schedule
+
+T = 0.25
+SEND = np.full(3, T)  # four virtual stages
+
+
+def test_megatron_overlaps_p2p_by_default_with_model_chunks_only():
+    assert RunSettings().overlap_p2p_comm is True
+    assert RunSettings(pipeline_model_parallel_size=4).p2p_overlapped is False  # 1F1B: Megatron turns it off
+    assert RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2).p2p_overlapped
+    assert not RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                           overlap_p2p_comm=False).p2p_overlapped
+
+
+def test_one_chunk_sends_block_the_sending_op():
+    c = p2p_charges(RunSettings(pipeline_model_parallel_size=4), SEND)
+    assert c.fwd_s.tolist() == [T, T, T, 0.0]  # the last stage sends no activation
+    assert c.bwd_s.tolist() == [0.0, T, T, T]  # the first sends no gradient
+    assert not c.send_fwd_s.any() and not c.send_bwd_s.any()
+
+
+def test_interleaved_without_overlap_pays_one_exchange_per_backward():
+    s = RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=False)
+    c = p2p_charges(s, SEND)
+    assert c.bwd_s.tolist() == [T] * 4 and not c.fwd_s.any()
+    assert c.send_fwd_s.tolist() == [T] * 3 and not c.send_bwd_s.any()
+    overlapped = p2p_charges(replace(s, overlap_p2p_comm=True), SEND)
+    assert not overlapped.blocking and overlapped.send_fwd_s.tolist() == overlapped.send_bwd_s.tolist() == [T] * 3
+
+
+@pytest.mark.parametrize("m", [2, 4, 7])
+def test_two_stage_1f1b_with_blocking_sends_takes_m_plus_1_times_f_b_t(m):
+    """With two stages each pays one transfer per micro-batch (stage 0 after its forward,
+    stage 1 after its backward, the two halves of one exchange): (M + 1)(F + B + T)."""
+    f, b = 1.0, 2.0
+    c = p2p_charges(RunSettings(pipeline_model_parallel_size=2), np.array([T]))
+    costs = PipelineCosts(np.full(2, f) + c.fwd_s, np.full(2, b) + c.bwd_s, np.zeros(2), c.send_fwd_s, c.send_bwd_s)
+    orders = get_schedule("1f1b").orders(2, m, 1, 1)
+    assert execute(orders, costs, m).makespan_s == pytest.approx((m + 1) * (f + b + T))
+    assert execute_flushed(2, m, costs).makespan_s == pytest.approx((m + 1) * (f + b + T))
+
+
+def test_blocking_transfers_slow_a_predicted_pipeline_by_at_most_their_time():
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    cluster, cal = load_cluster("dgx-a100"), load_calibration()
+    comm = cal.comm_model(cluster)
+    s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
+    send = run_structure(model, s, cluster, comm).send_s[0]
+    overlapped = iteration_time_s(build_execution(model, s, cluster, comm, cal.efficiency))
+    blocking = iteration_time_s(build_execution(model, replace(s, overlap_p2p_comm=False), cluster, comm,
+                                                cal.efficiency))
+    assert send > 0
+    # one exchange per forward/backward pair: M v of them on a rank, at most
+    assert 0 < blocking - overlapped <= 8 * 2 * send + 1e-12
+
+
+def test_planner_closed_form_counts_the_blocking_exchanges():
+    got = blocking_per_microbatch_s(np.array([1, 3, 3]), np.array([False, False, True]), np.full(3, T))
+    assert got.tolist() == [2 * T, 3 * T, 0.0]
+
+
+def test_run_table_reads_overlap_p2p_comm(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                    "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size,"
+                    "virtual_pipeline_model_parallel_size,overlap_p2p_comm\n"
+                    "a,8,1024,16,1024,50257,1,2,1,8,2,false\nb,8,1024,16,1024,50257,1,2,1,8,2,\n")
+    _, rows = read_run_table(path)
+    assert [r.settings.overlap_p2p_comm for r in rows] == [False, True]
