@@ -13,8 +13,8 @@ from paraplan.comm.fit_rail import MeasuredSweep, fit_rail, rail_fits
 from paraplan.comm.topology import (
     A2A_NIC_EFFICIENCY,
     DEFAULT_RAIL_EFFICIENCY,
-    P2P_NIC_EFFICIENCY,
     DEFAULT_RAIL_LATENCY_S,
+    P2P_NIC_EFFICIENCY,
     Rail,
     TopologyCommModel,
 )
