@@ -13,6 +13,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import build_execution, run_structure
 from paraplan.predict.calibration import load_calibration
+from paraplan.predict.explain import explain_run
 from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s, p2p_charges
 from paraplan.predict.runtable import read_run_table
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
@@ -87,3 +88,20 @@ def test_run_table_reads_overlap_p2p_comm(tmp_path):
                     "a,8,1024,16,1024,50257,1,2,1,8,2,false\nb,8,1024,16,1024,50257,1,2,1,8,2,\n")
     _, rows = read_run_table(path)
     assert [r.settings.overlap_p2p_comm for r in rows] == [False, True]
+
+
+def test_explain_puts_blocking_exchanges_under_pp_comm():
+    """Interleaved without overlap: the last rank's M v exchanges (one per backward) are
+    pipeline communication, not host time, and the parts still sum to the iteration."""
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    cluster, cal = load_cluster("dgx-a100"), load_calibration()
+    comm = cal.comm_model(cluster)
+    s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8,
+                    overlap_p2p_comm=False)
+    send = run_structure(model, s, cluster, comm).send_s[0]
+    blocking = explain_run(model, s, cluster, comm, cal.efficiency)
+    overlapped = explain_run(model, replace(s, overlap_p2p_comm=True), cluster, comm, cal.efficiency)
+    assert blocking.total_s == pytest.approx(blocking.iteration_s)
+    assert blocking.seconds["pp_comm"] >= 8 * 2 * send
+    assert blocking.seconds["host"] == pytest.approx(overlapped.seconds["host"])
