@@ -9,12 +9,19 @@ import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
+from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import build_execution, run_structure
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.explain import explain_run
-from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s, p2p_charges
+from paraplan.predict.pipeline_p2p import (
+    blocking_per_microbatch_s,
+    boundary_crosses_nodes,
+    exchange_s,
+    p2p_charges,
+    pipeline_send_s,
+)
 from paraplan.predict.runtable import read_run_table
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
 from paraplan.sim.execution import iteration_time_s
@@ -105,3 +112,34 @@ def test_explain_puts_blocking_exchanges_under_pp_comm():
     assert blocking.total_s == pytest.approx(blocking.iteration_s)
     assert blocking.seconds["pp_comm"] >= 8 * 2 * send
     assert blocking.seconds["host"] == pytest.approx(overlapped.seconds["host"])
+
+
+def test_only_the_boundaries_between_nodes_cross_them():
+    # t c d = 2 ranks per stage on 8-GPU nodes: stages 0-3 on node 0, 4-7 on node 1
+    s = RunSettings(pipeline_model_parallel_size=8, data_parallel_size=2, global_batch_size=16)
+    assert np.flatnonzero(boundary_crosses_nodes(s, 8)).tolist() == [3]
+    # with two chunks the wrap from rank 7 back to rank 0 crosses too
+    s2 = replace(s, virtual_pipeline_model_parallel_size=2)
+    assert np.flatnonzero(boundary_crosses_nodes(s2, 8)).tolist() == [3, 7, 11]
+    # 3 ranks per stage: stage 1 (ranks 3-5) to stage 2 (6-8) has a pair across nodes
+    s3 = RunSettings(pipeline_model_parallel_size=4, data_parallel_size=3, global_batch_size=12)
+    assert boundary_crosses_nodes(s3, 8).tolist() == [False, True, True]
+    # a stage of a whole node or more: every boundary
+    assert boundary_crosses_nodes(replace(s, tensor_model_parallel_size=4), 8).all()
+
+
+def test_a_pipeline_priced_per_boundary():
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    comm = load_calibration().comm_model(load_cluster("dgx-a100"))
+    s = RunSettings(pipeline_model_parallel_size=8, data_parallel_size=2, global_batch_size=16)
+    send = pipeline_send_s(model, s, comm, 8)
+    nbytes = 1024 * 1024 * 2  # b s h x 2 bytes (bf16), t = c = 1
+    inside, across = comm.time_s("send_recv", nbytes, Group(2, 1)), comm.time_s("send_recv", nbytes, Group(2, 2))
+    assert across > inside
+    assert send.tolist() == pytest.approx([inside] * 3 + [across] + [inside] * 3)
+
+
+def test_an_exchange_takes_the_slower_of_a_ranks_two_neighbours():
+    send = np.array([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0])  # p 4, v 2: rank j -> j + 1 costs 1, 2, 3, 4
+    assert exchange_s(send, 4).tolist() == [4.0, 2.0, 3.0, 4.0] * 2

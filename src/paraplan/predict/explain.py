@@ -132,7 +132,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
     busy = float(device.sum()) + host_s + blocked
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
-    transfers = min(idle, float(2 * (p - 1) * structure.send_s[0])) if p > 1 else 0.0
+    transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
     after_comm = float(structure.after_sync_comm_s[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm

@@ -1,4 +1,10 @@
-"""Pipeline transfers as Megatron-LM runs them: blocking, or beside the compute.
+"""Pipeline transfers as Megatron-LM runs them: what each costs, and whether it blocks.
+
+Each virtual-stage boundary moves one micro-batch's activation b s h / (t c) per rank
+(Megatron scatters it over the tensor-parallel ranks), point to point, across nodes
+where the two pipeline ranks sit on different nodes (Megatron's rank order tp-cp-dp-pp
+puts pipeline neighbours t c d ranks apart: with t c d below a node's GPUs only some
+boundaries cross; `pipeline_send_s`).
 
 Without `overlap_p2p_comm` (Megatron-LM before May 2023, and every non-interleaved
 schedule since: Megatron turns it off there) each exchange between neighbouring
@@ -32,7 +38,47 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.transformer import TransformerModel
+
+
+def boundary_crosses_nodes(settings: RunSettings, devices_per_node: int) -> np.ndarray:
+    """Per virtual-stage boundary vs -> vs + 1: whether any of its t c d rank pairs
+    (pipeline ranks vs % p and (vs + 1) % p, t c d ranks apart) spans two nodes."""
+    p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
+    stride = settings.tensor_model_parallel_size * settings.context_parallel_size * settings.data_parallel_size
+    src = np.arange(max(p * v - 1, 0)) % p
+    dst = (src + 1) % p
+    if stride >= devices_per_node:
+        return np.ones(src.shape[0], dtype=bool)
+    offsets = np.arange(stride)[:, None]
+    return ((src * stride + offsets) // devices_per_node != (dst * stride + offsets) // devices_per_node).any(axis=0)
+
+
+def pipeline_send_s(model: TransformerModel, settings: RunSettings, comm: CommModel,
+                    devices_per_node: int) -> np.ndarray:
+    """Each virtual-stage boundary's transfer (module doc), inside a node or across two."""
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    c, v = settings.context_parallel_size, settings.virtual_pipeline_model_parallel_size
+    e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
+    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
+    send = np.zeros(max(p * v - 1, 0))
+    if p > 1:
+        cross = boundary_crosses_nodes(settings, devices_per_node)
+        inside, across = (float(comm.time_s("send_recv", boundary_bytes, Group(2, n))) for n in (1, 2))
+        send[:] = np.where(cross, across, inside)
+    return send
+
+
+def exchange_s(send_s: np.ndarray, p: int) -> np.ndarray:
+    """Per virtual stage: one exchange of a pipeline rank with both its neighbours at once,
+    the slower of its sends to the next rank and to the previous one."""
+    nv = send_s.shape[0] + 1
+    to_next = np.zeros(p)
+    to_next[:min(p, nv - 1)] = send_s[:p]  # boundary j joins ranks j and j + 1 (mod p) for j < p
+    rank = np.maximum(to_next, np.roll(to_next, 1))
+    return rank[np.arange(nv) % p]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,8 +104,8 @@ def p2p_charges(settings: RunSettings, send_s: np.ndarray) -> P2PCharges:
     zeros = np.zeros(nv)
     if nv == 1 or settings.p2p_overlapped:
         return P2PCharges(zeros, zeros.copy(), send_s.copy(), send_s.copy())
-    if settings.virtual_pipeline_model_parallel_size > 1:
-        exchange = np.full(nv, float(send_s.max()))  # both directions at once after each backward
+    if settings.virtual_pipeline_model_parallel_size > 1:  # both directions at once after each backward
+        exchange = exchange_s(send_s, settings.pipeline_model_parallel_size)
         return P2PCharges(zeros, exchange, send_s.copy(), np.zeros_like(send_s))
     fwd, bwd = zeros.copy(), zeros.copy()
     fwd[:-1] = send_s  # the activation on to vs + 1
