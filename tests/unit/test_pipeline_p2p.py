@@ -10,6 +10,7 @@ import pytest
 
 from paraplan.clusters import load_cluster
 from paraplan.core.comm import Group
+from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import build_execution, run_structure
@@ -92,7 +93,7 @@ def test_run_table_reads_overlap_p2p_comm(tmp_path):
     path.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
                     "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size,"
                     "virtual_pipeline_model_parallel_size,overlap_p2p_comm\n"
-                    "a,8,1024,16,1024,50257,1,2,1,8,2,false\nb,8,1024,16,1024,50257,1,2,1,8,2,\n")
+                    "a,8,1024,16,1024,50257,1,4,1,8,2,false\nb,8,1024,16,1024,50257,1,4,1,8,2,\n")
     _, rows = read_run_table(path)
     assert [r.settings.overlap_p2p_comm for r in rows] == [False, True]
 
@@ -143,3 +144,13 @@ def test_a_pipeline_priced_per_boundary():
 def test_an_exchange_takes_the_slower_of_a_ranks_two_neighbours():
     send = np.array([1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0])  # p 4, v 2: rank j -> j + 1 costs 1, 2, 3, 4
     assert exchange_s(send, 4).tolist() == [4.0, 2.0, 3.0, 4.0] * 2
+
+
+def test_megatron_refuses_interleaving_two_ranks_without_overlap():
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    s = RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
+    s.check(model)  # with overlap (Megatron's default) two ranks are enough
+    with pytest.raises(StrategyError, match=r"^virtual_pipeline_model_parallel_size > 1 needs "
+                                            r"pipeline_model_parallel_size >= 3 without overlap_p2p_comm$"):
+        replace(s, overlap_p2p_comm=False).check(model)

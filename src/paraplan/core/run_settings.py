@@ -404,8 +404,9 @@ class RunSettings:
             raise StrategyError(
                 f"virtual_pipeline_model_parallel_size {v} needs schedule interleaved_1f1b, got {schedule}"
             )
-        if v > 1 and p < 2:
-            raise StrategyError("virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size >= 2")
+        if v > 1 and p < (2 if self.overlap_p2p_comm else 3):  # Megatron: two ranks exchange twice per batch
+            raise StrategyError(f"virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size >= "
+                                f"{2 if self.overlap_p2p_comm else '3 without overlap_p2p_comm'}")
         if schedule == "interleaved_1f1b" and v > 1 and self.num_microbatches % p:
             raise StrategyError(
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
