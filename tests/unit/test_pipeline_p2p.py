@@ -11,6 +11,7 @@ import pytest
 from paraplan.clusters import load_cluster
 from paraplan.core.comm import Group
 from paraplan.core.errors import StrategyError
+from paraplan.core.glossary import EventKindCode, StreamCode
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import build_execution, run_structure
@@ -25,7 +26,7 @@ from paraplan.predict.pipeline_p2p import (
 )
 from paraplan.predict.runtable import read_run_table
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
-from paraplan.sim.execution import iteration_time_s
+from paraplan.sim.execution import iteration_time_s, run_iteration
 from paraplan.sim.schedules import get_schedule
 
 T = 0.25
@@ -154,3 +155,21 @@ def test_megatron_refuses_interleaving_two_ranks_without_overlap():
     with pytest.raises(StrategyError, match=r"^virtual_pipeline_model_parallel_size > 1 needs "
                                             r"pipeline_model_parallel_size >= 3 without overlap_p2p_comm$"):
         replace(s, overlap_p2p_comm=False).check(model)
+
+
+def test_the_timeline_draws_blocking_sends_after_the_compute_they_follow():
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    cluster, cal = load_cluster("dgx-a100"), load_calibration()
+    comm = cal.comm_model(cluster)
+    s = RunSettings(pipeline_model_parallel_size=4, global_batch_size=8)  # 1F1B: blocking
+    execution = build_execution(model, s, cluster, comm, cal.efficiency)
+    tl = run_iteration(execution).timeline
+    assert tl is not None
+    send = run_structure(model, s, cluster, comm).send_s[0]
+    sends = (tl.kind == EventKindCode.SEND) & (tl.stream == StreamCode.COMM)
+    # 8 micro-batches: 3 stages send each activation on, 3 each gradient back
+    assert int(sends.sum()) == 2 * 3 * 8
+    assert (tl.end_s[sends] - tl.start_s[sends]) == pytest.approx(np.full(48, send))
+    fwd = (tl.kind == EventKindCode.FWD) & (tl.device == 0)
+    assert (tl.end_s[fwd] - tl.start_s[fwd]) == pytest.approx(np.full(8, execution.costs.fwd_s[0] - send))

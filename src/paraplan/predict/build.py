@@ -429,7 +429,8 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     if st.settings.pipeline_schedule == "zb_h1":
         bwd = bwd - wgt
     p2p = p2p_charges(st.settings, st.send_s)
-    return PipelineCosts(fwd + p2p.fwd_s, bwd + p2p.bwd_s, wgt, p2p.send_fwd_s, p2p.send_bwd_s)
+    return PipelineCosts(fwd + p2p.fwd_s, bwd + p2p.bwd_s, wgt, p2p.send_fwd_s, p2p.send_bwd_s,
+                         p2p.fwd_s if p2p.blocking else None, p2p.bwd_s if p2p.blocking else None)
 
 
 def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
