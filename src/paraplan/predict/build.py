@@ -62,6 +62,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -311,6 +312,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     does not limit the run (its nodes are the run's kind of node)."""
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
+    speed = with_attention_kernel(speed, cluster.device.name, settings)  # attention_backend's kernel
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
     prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
