@@ -32,7 +32,8 @@ delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, 
 default; docs/fp8.md), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,
 fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
-(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), num_gpus,
+(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), sharded_grad_reduce
+(default|every_microbatch|last_microbatch; docs/fsdp.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.

@@ -20,7 +20,7 @@ from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' 
     pipeline_layer_split,
     pipeline_split_slots,
 )
-from paraplan.core.sharding import ReshardAfterForward, check_sharding, sharding_group_size
+from paraplan.core.sharding import GradReduce, ReshardAfterForward, check_sharding, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -122,6 +122,10 @@ class RunSettings:
     fsdp_reshard_after_forward: ReshardAfterForward = "default"
     """torchtitan's: with zero_stage 3, free gathered weights after the forward
     (`always`), keep them to the backward (`never`); `default`: never with pipelines."""
+    sharded_grad_reduce: GradReduce = "default"
+    """With zero_stage 2 or 3: reduce-scatter the gradients after every micro-batch
+    (`every_microbatch`, Megatron-FSDP) or once after the last (`last_microbatch`,
+    FSDP2 under pipelines); `default`: every with 2, last with 3 (`paraplan.core.sharding`)."""
     overlap_grad_reduce: bool = False
     """Start gradient reduction in buckets during the last micro-batch's backward."""
     overlap_param_gather: bool = False
@@ -448,12 +452,6 @@ class RunSettings:
             raise StrategyError(
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
                 f"divisible by pipeline_model_parallel_size {p}"
-            )
-        if self.zero_stage == 2 and p > 1:
-            raise StrategyError(
-                f"zero_stage {self.zero_stage} shards gradients over data-parallel ranks, which pipeline "
-                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines; zero_stage 3 "
-                "is modelled as PyTorch FSDP2, which does)"
             )
         check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:

@@ -325,7 +325,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)
     params = rank_parameters(model, settings, counts, moe_counts)
     sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
-    fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes)
+    fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
+                      prec.grad_bytes)
     syncs = gradient_syncs(settings, comm, groups, params, prec, sharding)
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
     stage_moe = params.chunk_moe.sum(axis=0)

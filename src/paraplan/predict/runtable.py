@@ -53,7 +53,12 @@ from paraplan.core.run_settings import (
     UNFUSED_ATTENTION_BACKENDS,
     RunSettings,
 )
-from paraplan.core.sharding import RESHARD_AFTER_FORWARD, SHARDING_STRATEGY_STAGE, stage_of_sharding_strategy
+from paraplan.core.sharding import (
+    GRAD_REDUCE,
+    RESHARD_AFTER_FORWARD,
+    SHARDING_STRATEGY_STAGE,
+    stage_of_sharding_strategy,
+)
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
@@ -84,7 +89,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
-    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy",
+    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy", "sharded_grad_reduce",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -226,6 +231,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
     "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
     "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),
+    "sharded_grad_reduce": _choice(GRAD_REDUCE),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
