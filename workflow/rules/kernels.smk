@@ -100,12 +100,16 @@ rule kernels_published:
         attention_kernel=lambda wildcards: KERNELS["published"][wildcards.device].get(
             "attention_kernel", "flash-attention-2"
         ),
+        attention_head_dim=lambda wildcards: str(KERNELS["published"][wildcards.device].get(
+            "attention_head_dim", "128"
+        )),
     conda:
         "../../environment.yml"
     shell:
         tracked(
             "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
-            " --attention-kernel {params.attention_kernel:q} -o {output:q}",
+            " --attention-kernel {params.attention_kernel:q} --attention-head-dim {params.attention_head_dim:q}"
+            " -o {output:q}",
             "kernels_published", "device",
         )
 

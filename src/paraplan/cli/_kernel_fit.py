@@ -54,38 +54,52 @@ def _fp8_section(args: argparse.Namespace, rows, device: str, cluster, gemm) -> 
             "data": _data(args.inputs, used), **fp8.as_dict()}
 
 
-def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str) -> dict[str, Any] | None:
-    """The fit of one attention kernel's causal rows of the device at the head
-    dimension asked (its causal backward derived where only the non-causal one is
+def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str,
+                   head_dim: int) -> dict[str, Any] | None:
+    """The fit of one attention kernel's causal rows of the device at head dimension
+    `head_dim` (its causal backward derived where only the non-causal one is
     published, `paraplan.kernels.causal`); None when the inputs hold no rows of it."""
     from paraplan.kernels.causal import with_causal_backward
     from paraplan.kernels.fit import fit_attention
     from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 
-    times, derived = with_causal_backward(rows.attention_times(device, source=kernel))
-    if derived:
-        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({kernel}) derived from its "
-              "non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
-              file=sys.stderr)
+    times = rows.attention_times(device, source=kernel)
     if not len(times):
         print(f"paraplan fit: no attention rows of {device} ({kernel}): attention not fitted", file=sys.stderr)
         return None
-    keep = times.causal & (times.head_dim == args.attention_head_dim)
+    times, derived = with_causal_backward(times.subset(times.head_dim == head_dim))
+    if derived:
+        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({kernel}, head_dim {head_dim}) derived "
+              "from its non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
+              file=sys.stderr)
+    keep = times.causal
     if not keep.any():
         raise InputFileError(args.inputs[0], f"no causal attention rows of {device!r} ({kernel}) "
-                             f"with head_dim {args.attention_head_dim}")
+                             f"with head_dim {head_dim}")
     times = times.subset(keep)
     dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
     base = replace(DeviceEfficiency(), kernel_latency_s=gemm.params["kernel_latency_s"])
     attention = fit_attention(times, DeviceSpeed.of(cluster.device, str(dtypes[0])), base)
-    print(_line(f"{device} attention ({kernel}, causal, head_dim {args.attention_head_dim})", attention),
+    print(_line(f"{device} attention ({kernel}, causal, head_dim {head_dim})", attention),
           file=sys.stderr)
-    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)}
-    doc = {"kernel": kernel, "causal": True, "head_dim": args.attention_head_dim, "dtype": str(dtypes[0]),
+    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)
+            and int(r["head_dim"]) == head_dim}
+    doc = {"kernel": kernel, "causal": True, "head_dim": head_dim, "dtype": str(dtypes[0]),
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:
         doc["derived_causal_backward"] = derived
     return doc
+
+
+def _head_dims(text: str) -> list[int]:
+    """`--attention-head-dim`: head dimensions, comma-separated, distinct, the first the main fit's."""
+    try:
+        dims = [int(d) for d in str(text).split(",") if d.strip()]
+    except ValueError:
+        dims = []
+    if not dims or len(set(dims)) != len(dims) or min(dims) < 1:
+        raise ConfigError("--attention-head-dim", f"expected distinct positive integers, comma-separated; got {text!r}")
+    return dims
 
 
 def run_kernel_fit(args: argparse.Namespace) -> int:
@@ -93,7 +107,7 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
 
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
-    from paraplan.kernels.ceilings import KernelCeilings
+    from paraplan.kernels.ceilings import KernelCeilings, head_dim_kernel
     from paraplan.kernels.fit import fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
     from paraplan.predict.device_model import DeviceSpeed
@@ -128,7 +142,8 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if len(set(kernels)) != len(kernels) or not kernels:
         raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
                                                 f"{args.attention_kernel!r}")
-    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k) for k in kernels}
+    head_dims = _head_dims(args.attention_head_dim)
+    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0]) for k in kernels}
     attention_doc = docs[kernels[0]]
     if attention_doc is not None:
         efficiency.update(attention_doc["params"])
@@ -136,6 +151,10 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if missing:
         raise InputFileError(args.inputs[0], f"no attention rows of {device!r} ({missing[0]}) to fit")
     more = {k: doc for k in kernels[1:] if (doc := docs[k]) is not None}
+    if attention_doc is not None:  # each kernel again at every further head dimension asked
+        for d in head_dims[1:]:
+            more.update({head_dim_kernel(k, d): doc for k in kernels
+                         if (doc := _attention_doc(args, rows, device, cluster, gemm, k, d)) is not None})
     fp8_doc = _fp8_section(args, rows, device, cluster, gemm)
     doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more).to_dict()
     write_json(args.output, doc)

@@ -79,8 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels: the attention rows' kernels (the end of their source column), "
                              "comma-separated; the first is the one calibrations hold (attention_backend auto), "
                              "the others are priced for runs whose attention_backend runs them")
-    parser.add_argument("--attention-head-dim", type=int, default=128,
-                        help="kernels: the head dimension of the attention rows to fit (causal rows only)")
+    parser.add_argument("--attention-head-dim", default="128",
+                        help="kernels: the head dimensions of the attention rows to fit (causal rows only), "
+                             "comma-separated; the first is the main fit, each further one d adds every "
+                             "kernel again as attention_kernels['<kernel>@hdim<d>'] (docs/kernels.md)")
     add_tracking_arguments(parser)
 
 

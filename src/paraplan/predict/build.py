@@ -62,6 +62,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
@@ -312,7 +313,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     does not limit the run (its nodes are the run's kind of node)."""
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
-    speed = with_attention_kernel(speed, cluster.device.name, settings)  # attention_backend's kernel
+    speed = with_attention_kernel(speed, cluster.device.name, settings,  # attention_backend's kernel
+                                  attention_head_widths(model)[0])  # at the model's head width
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
     prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
