@@ -16,6 +16,7 @@ from paraplan.core import ConstantBandwidthModel
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.kernels.ceilings import KernelCeilings, load_kernel_ceilings
 from paraplan.predict.build import run_structure
 from paraplan.predict.calibration import load_calibration
@@ -41,7 +42,8 @@ def _table(tmp_path, columns: str, cells: str) -> Path:
 
 def test_the_h100_file_carries_cudnn_first_and_flash_attention_2():
     ceilings = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
-    assert list(ceilings) == ["cudnn", "flash-attention-2", "flash-attention-3"]
+    assert list(ceilings) == ["cudnn", "flash-attention-2", "flash-attention-3",
+                              "cudnn@hdim64", "flash-attention-2@hdim64", "flash-attention-3@hdim64"]
     # FA2 on H100, causal, head dim 128 (FA3 paper's forward, FA2 repo's forward+backward)
     assert ceilings["flash-attention-2"]["attention_fwd_efficiency"] == pytest.approx(0.364, abs=5e-4)
     assert ceilings["flash-attention-2"]["attention_bwd_efficiency"] == pytest.approx(0.315, abs=5e-4)
@@ -157,9 +159,10 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
     inputs = [REPO / "data/published" / name for name in (
         "gemm/xla_h100_sm90_bf16.csv", "gemm/mamf_best_shapes_bf16.csv", "gemm/mamf_best_shapes_fp8.csv",
         "attention/flash2_fwd_bwd.csv", "attention/flash3_paper_h100_fwd.csv",
-        "attention/fa3_paper_h100_bwd_and_cudnn_fwd.csv")]
+        "attention/fa3_paper_h100_bwd_and_cudnn_fwd.csv", "attention/fa3_paper_h100_hdim64_bwd_and_cudnn_fwd.csv")]
     assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-h100",
-                 "--attention-kernel", "cudnn,flash-attention-2,flash-attention-3", "-o", str(out)]) == 0
+                 "--attention-kernel", "cudnn,flash-attention-2,flash-attention-3", "--attention-head-dim", "128,64",
+                 "-o", str(out)]) == 0
     fitted = KernelCeilings.from_dict(json.loads(out.read_text()), str(out)).attention_ceilings()
     shipped = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
     for kernel, params in shipped.items():
@@ -168,3 +171,45 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
                  "--attention-kernel", "flash-attention-2,cudnn", "-o", str(tmp_path / "a100.json")]) != 0
     assert f"{inputs[0]}: no attention rows of 'A100-SXM4-80GB' (cudnn) to fit" in capsys.readouterr().err
     assert not (tmp_path / "a100.json").exists()
+
+
+# ---- head dimension 64 (GPT-OSS): each kernel's ceilings fitted at that width --------
+
+def test_the_h100_file_carries_each_kernel_at_head_dim_64_from_the_fa3_paper():
+    ceilings = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
+    # cuDNN, head dim 64: forward 225-388 TFLOP/s causal (FA3 paper's forward figure, panel b),
+    # non-causal backward 266-433 (its backward figure, head dim 64), causal backward derived
+    assert ceilings["cudnn@hdim64"]["attention_fwd_efficiency"] == pytest.approx(0.4268, abs=5e-4)
+    assert ceilings["cudnn@hdim64"]["attention_bwd_efficiency"] == pytest.approx(0.4118, abs=5e-4)
+    assert ceilings["cudnn@hdim64"]["attention_seq_half"] == pytest.approx(514.3, abs=0.1)
+    # narrower heads run further from the peak than the head-dim-128 fits, every kernel
+    for kernel in ("cudnn", "flash-attention-2", "flash-attention-3"):
+        for p in ("attention_fwd_efficiency", "attention_bwd_efficiency"):
+            assert ceilings[f"{kernel}@hdim64"][p] < ceilings[kernel][p], (kernel, p)
+
+
+@pytest.mark.parametrize(("backend", "head_dim", "kernel"), [
+    ("auto", 64, "cudnn@hdim64"), ("fused", 64, "cudnn@hdim64"), ("flash", 64, "flash-attention-2@hdim64"),
+    ("auto", 128, None), ("flash", 128, "flash-attention-2"), ("auto", 96, None),  # 96: no fit, the main one's
+])
+def test_a_run_is_priced_at_its_kernels_ceilings_for_its_head_width(backend, head_dim, kernel):
+    speed = with_attention_kernel(DeviceSpeed.of(H100.device, "bf16"), H100.device.name,
+                                  RunSettings(attention_backend=backend), head_dim)
+    assert (speed.attention.kernel if speed.attention else None) == kernel
+    if kernel is not None:
+        assert speed.attention.attention_fwd_efficiency == pytest.approx(
+            load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()[kernel]["attention_fwd_efficiency"])
+
+
+def test_gpt_oss_attention_is_priced_at_the_head_dim_64_ceilings():
+    model = replace(GPT, kv_channels=64, num_attention_heads=32)
+    assert run_structure(model, RUN, H100, COMM).speed.attention.kernel == "cudnn@hdim64"
+    assert run_structure(GPT, RUN, H100, COMM).speed.attention is None  # head dim 128: the calibration's
+
+
+def test_a_head_dim_list_must_be_distinct_integers(tmp_path, capsys):
+    inputs = [str(REPO / "data/published/gemm/mamf_best_shapes_bf16.csv")]
+    assert main(["fit", "--kind", "kernels", "--no-track", *inputs, "--cluster", "dgx-h100",
+                 "--attention-head-dim", "128,128", "-o", str(tmp_path / "k.json")]) != 0
+    assert "--attention-head-dim" in capsys.readouterr().err
+    assert not (tmp_path / "k.json").exists()

@@ -15,6 +15,7 @@ from paraplan.comm.topology import (
     A2A_NIC_EFFICIENCY,
     DEFAULT_RAIL_EFFICIENCY,
     DEFAULT_RAIL_LATENCY_S,
+    P2P_NIC_EFFICIENCY,
     Rail,
     TopologyCommModel,
 )
@@ -130,10 +131,21 @@ def test_alltoall_csv_errors_name_the_line(tmp_path):
 
 def test_p2p_across_nodes_uses_one_nic_per_rank_and_nvlink_inside():
     m = model()
-    assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / NIC_Bps, rel=1e-12)
+    p2p_Bps = NIC_Bps * P2P_NIC_EFFICIENCY
+    assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / p2p_Bps, rel=1e-12)
     assert m.time_s("send_recv", GiB, Group(2, 1)) == pytest.approx(GiB / 900e9, rel=1e-12)
     # two NICs per GPU (16 NICs, 8 GPUs): a rank drives both
-    assert model(nics=16).time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (2 * NIC_Bps))
+    assert model(nics=16).time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (2 * p2p_Bps))
+
+
+def test_p2p_is_priced_at_the_point_to_point_nic_rate_not_the_all_reduce_rail():
+    # a rail curve fitted on all_reduce at 64% of line rate leaves a send at the
+    # point-to-point rate (the all_to_all sends' 0.846); only its latency is shared
+    slow_rail = TopologyCommModel(ConstantBandwidthModel(900e9, 900e9), Network(8, NIC_Bps, 8), 8,
+                                  Rail(A_S, 0.642 * NIC_Bps))
+    assert P2P_NIC_EFFICIENCY == A2A_NIC_EFFICIENCY == pytest.approx(0.846)
+    assert slow_rail.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (0.846 * NIC_Bps),
+                                                                             rel=1e-3)
 
 
 def test_groups_inside_one_nvlink_domain_are_the_intra_model():
@@ -282,7 +294,8 @@ def test_fewer_nics_than_gpus_are_shared_by_the_gpus_behind_them():
     assert m.algorithm_times("all_reduce", GiB, Group(64, 8))["ring"] == pytest.approx(
         2 * 7 * A_S + 2 * 63 / 64 * GiB / (4 * NIC_Bps), rel=1e-12)
     # a pipeline transfer: half a NIC per rank
-    assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (NIC_Bps / 2), rel=1e-12)
+    assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(
+        A_S + GiB / (P2P_NIC_EFFICIENCY * NIC_Bps / 2), rel=1e-12)
 
 
 def test_all_reduce_restricted_to_rings_is_the_ring_formula():

@@ -157,7 +157,10 @@ def test_h100_fp8_ceiling_is_the_mamf_row_fitted():
     latency = kernels.fp8["params"]["kernel_latency_s"]
     time_s = 192.915e-6  # the data file's time_us: 2 m n k / 1402.6e12, rounded to the nanosecond
     expected = 2 * m * n * k / (time_s - latency) / (1978.9e12 * wave * k / (k + ceiling.gemm_k_half))
-    assert ceiling.gemm_efficiency == pytest.approx(expected, rel=1e-6)
+    assert kernels.fp8["params"]["gemm_efficiency"] == pytest.approx(expected, rel=1e-6)
+    # held at the 700 W limit: the H200's (same GH100) FP8 MSMF / MAMF, 1288.7 / 1491.9
+    assert kernels.fp8["sustained"]["factor"] == pytest.approx(1288.7 / 1491.9, rel=1e-12)
+    assert ceiling.gemm_efficiency == pytest.approx(expected * 1288.7 / 1491.9, rel=1e-6)
 
 
 def test_fp8_prediction_uses_the_bf16_peak_outside_the_fp8_gemms():

@@ -13,7 +13,14 @@ from paraplan.predict.attention_mix import attention_core_kernels
 from paraplan.predict.build import build_execution, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
 from paraplan.predict.mtp_ops import last_stage_activation_bytes, last_stage_work
-from paraplan.predict.ops import ATTENTION, causal_scores, head_work, layer_activation_bytes, layer_work
+from paraplan.predict.ops import (
+    ATTENTION,
+    causal_scores,
+    head_work,
+    kernel_seq_length,
+    layer_activation_bytes,
+    layer_work,
+)
 
 H, A, S = 1024, 16, 512
 MLA = TransformerModel("mla", num_layers=4, hidden_size=H, num_attention_heads=A, seq_length=S, vocab_size=32000,
@@ -69,6 +76,13 @@ def test_causal_window_counts_keys_per_query():
     assert causal_scores(4096) == 4096**2 / 2
     assert causal_scores(4096, 1024) == 4096 * 1024 - 1024**2 / 2
     assert causal_scores(512, 1024) == 512**2 / 2  # a window longer than the sequence changes nothing
+
+
+def test_a_windowed_kernel_is_priced_at_the_causal_efficiency_of_twice_its_window():
+    # a causal row of length s sees s / 2 keys on average; a window-128 row sees 128, as at s = 256
+    assert kernel_seq_length(4096, 128) == 256
+    assert kernel_seq_length(4096) == 4096
+    assert kernel_seq_length(4096, 4096) == 4096  # a window as long as the sequence: the full kernel's
 
 
 # ---- sliding windows and multi-token prediction in the step ----------------------

@@ -5,6 +5,7 @@
 # GEMM/attention tables of each config["kernels"]["published"] device, the recipe of
 # config/kernels/<device>.json. Config values reach the shell only quoted.
 import re
+import shlex
 
 from paraplan.clusters import load_cluster
 
@@ -100,12 +101,22 @@ rule kernels_published:
         attention_kernel=lambda wildcards: KERNELS["published"][wildcards.device].get(
             "attention_kernel", "flash-attention-2"
         ),
+        attention_head_dim=lambda wildcards: str(KERNELS["published"][wildcards.device].get(
+            "attention_head_dim", "128"
+        )),
+        # sustained-GEMM rows of another device of the same die and power limit (or none)
+        sustained_from=lambda wildcards: (
+            f"--sustained-from {shlex.quote(KERNELS['published'][wildcards.device]['sustained_from'])}"
+            if KERNELS["published"][wildcards.device].get("sustained_from")
+            else ""
+        ),
     conda:
         "../../environment.yml"
     shell:
         tracked(
             "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
-            " --attention-kernel {params.attention_kernel:q} -o {output:q}",
+            " --attention-kernel {params.attention_kernel:q} --attention-head-dim {params.attention_head_dim:q}"
+            " {params.sustained_from} -o {output:q}",
             "kernels_published", "device",
         )
 

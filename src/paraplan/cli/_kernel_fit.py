@@ -27,11 +27,13 @@ def _line(what: str, report) -> str:
             + (f"; {report.note}" if report.note else ""))
 
 
-def _fp8_section(args: argparse.Namespace, rows, device: str, cluster, gemm) -> dict[str, Any] | None:
+def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cluster,
+                 gemm) -> dict[str, Any] | None:
     """The FP8 GEMM ceiling (the `fp8` section of the kernel file, docs/fp8.md) when the
     inputs hold FP8 GEMM rows of the device: fitted like the BF16 GEMMs against the FP8
     dense peak, with the BF16 fit's gemm_k_half and kernel latency as the values held
-    when the FP8 shapes are too few to fit them."""
+    when the FP8 shapes are too few to fit them; its `gemm_efficiency` times the FP8
+    sustained factor where the inputs hold one."""
     from dataclasses import replace
 
     from paraplan.kernels.fit import DEFAULTS, fit_gemm, is_fp8_dtype
@@ -49,43 +51,82 @@ def _fp8_section(args: argparse.Namespace, rows, device: str, cluster, gemm) -> 
     fp8 = fit_gemm(rows.gemm_times(device, dtypes[0]), speed, base, min_flops=args.min_gemm_flops)
     print(_line(f"{device} GEMM ({dtypes[0]}, FP8 ceiling)", fp8), file=sys.stderr)
     used = {p for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]}
-    return {"dtype": dtypes[0], "peak_flops": speed.peak_flops,
-            "efficiency": {"gemm_efficiency": fp8.params["gemm_efficiency"], "gemm_k_half": fp8.params["gemm_k_half"]},
-            "data": _data(args.inputs, used), **fp8.as_dict()}
+    sustained = _sustained(args, sustained_rows, device, dtypes[0])
+    factor = 1.0 if sustained is None else float(sustained["factor"])
+    doc = {"dtype": dtypes[0], "peak_flops": speed.peak_flops,
+           "efficiency": {"gemm_efficiency": fp8.params["gemm_efficiency"] * factor,
+                          "gemm_k_half": fp8.params["gemm_k_half"]},
+           "data": _data(args.inputs, used), **fp8.as_dict()}
+    if sustained is not None:
+        doc["sustained"] = sustained
+    return doc
 
 
-def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str) -> dict[str, Any] | None:
-    """The fit of one attention kernel's causal rows of the device at the head
-    dimension asked (its causal backward derived where only the non-causal one is
+def _sustained(args: argparse.Namespace, sustained_rows, device: str, dtype: str) -> dict[str, Any] | None:
+    """The sustained factor (paraplan.kernels.sustained) of the device's GEMMs in
+    `dtype`, from the rows of --sustained-from (default: the device's own), as the kernel
+    file's `sustained` section; None, said on stderr, when the inputs hold no such rows."""
+    from paraplan.kernels.sustained import sustained_factor
+
+    source = args.sustained_from or device
+    found = sustained_factor(sustained_rows, source, dtype)
+    if found is None:
+        if sustained_rows:
+            print(f"paraplan fit: no sustained-GEMM rows of {source} in {dtype}: its {dtype} GEMM ceiling is the "
+                  "burst fit's", file=sys.stderr)
+        return None
+    print(f"paraplan fit: {device} {dtype} GEMMs sustained at {found.factor:.4f} of the burst fit "
+          f"({len(found.rows)} row(s) of {source} at {found.rows[0].power_limit_w:g} W, sustained/burst "
+          f"{min(r.ratio for r in found.rows):.4f}-{max(r.ratio for r in found.rows):.4f})", file=sys.stderr)
+    return found.as_dict(_data(args.inputs, {r.path for r in found.rows}))
+
+
+def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str,
+                   head_dim: int) -> dict[str, Any] | None:
+    """The fit of one attention kernel's causal rows of the device at head dimension
+    `head_dim` (its causal backward derived where only the non-causal one is
     published, `paraplan.kernels.causal`); None when the inputs hold no rows of it."""
     from paraplan.kernels.causal import with_causal_backward
     from paraplan.kernels.fit import fit_attention
     from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 
-    times, derived = with_causal_backward(rows.attention_times(device, source=kernel))
-    if derived:
-        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({kernel}) derived from its "
-              "non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
-              file=sys.stderr)
+    times = rows.attention_times(device, source=kernel)
     if not len(times):
         print(f"paraplan fit: no attention rows of {device} ({kernel}): attention not fitted", file=sys.stderr)
         return None
-    keep = times.causal & (times.head_dim == args.attention_head_dim)
+    times, derived = with_causal_backward(times.subset(times.head_dim == head_dim))
+    if derived:
+        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({kernel}, head_dim {head_dim}) derived "
+              "from its non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
+              file=sys.stderr)
+    keep = times.causal
     if not keep.any():
         raise InputFileError(args.inputs[0], f"no causal attention rows of {device!r} ({kernel}) "
-                             f"with head_dim {args.attention_head_dim}")
+                             f"with head_dim {head_dim}")
     times = times.subset(keep)
     dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
     base = replace(DeviceEfficiency(), kernel_latency_s=gemm.params["kernel_latency_s"])
     attention = fit_attention(times, DeviceSpeed.of(cluster.device, str(dtypes[0])), base)
-    print(_line(f"{device} attention ({kernel}, causal, head_dim {args.attention_head_dim})", attention),
+    print(_line(f"{device} attention ({kernel}, causal, head_dim {head_dim})", attention),
           file=sys.stderr)
-    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)}
-    doc = {"kernel": kernel, "causal": True, "head_dim": args.attention_head_dim, "dtype": str(dtypes[0]),
+    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)
+            and int(r["head_dim"]) == head_dim}
+    doc = {"kernel": kernel, "causal": True, "head_dim": head_dim, "dtype": str(dtypes[0]),
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:
         doc["derived_causal_backward"] = derived
     return doc
+
+
+def _head_dims(text: str) -> list[int]:
+    """`--attention-head-dim`: head dimensions, comma-separated, distinct, the first the main fit's."""
+    try:
+        dims = [int(d) for d in str(text).split(",") if d.strip()]
+    except ValueError:
+        dims = []
+    if not dims or len(set(dims)) != len(dims) or min(dims) < 1:
+        raise ConfigError("--attention-head-dim", f"expected distinct positive integers, comma-separated; got {text!r}")
+    return dims
 
 
 def run_kernel_fit(args: argparse.Namespace) -> int:
@@ -93,9 +134,10 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
 
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
-    from paraplan.kernels.ceilings import KernelCeilings
+    from paraplan.kernels.ceilings import KernelCeilings, head_dim_kernel
     from paraplan.kernels.fit import fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
+    from paraplan.kernels.sustained import is_sustained_csv, read_sustained_csvs
     from paraplan.predict.device_model import DeviceSpeed
     from paraplan.track import RunLog
 
@@ -107,7 +149,12 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     check_outputs(files=[args.output])
     cluster = load_cluster(args.cluster)
     device = args.device or cluster.device.name
-    rows = read_kernel_csvs(args.inputs)
+    sustained_paths = [p for p in args.inputs if is_sustained_csv(p)]
+    sustained_rows = read_sustained_csvs(sustained_paths)
+    rows = read_kernel_csvs([p for p in args.inputs if p not in sustained_paths])
+    if args.sustained_from is not None and not any(r.device == args.sustained_from for r in sustained_rows):
+        raise ConfigError("--sustained-from", f"no sustained-GEMM rows of {args.sustained_from!r} in the inputs "
+                          f"(devices: {', '.join(sorted({r.device for r in sustained_rows})) or 'none'})")
     gemm_rows = [(p, r) for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == args.gemm_dtype]
     if not gemm_rows:
         raise InputFileError(args.inputs[0], f"no GEMM rows of device {device!r} in {args.gemm_dtype} "
@@ -124,11 +171,18 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     gemm_doc = {"dtype": args.gemm_dtype, "peak_flops": speed.peak_flops, "compute_units": speed.compute_units,
                 "min_flops": args.min_gemm_flops, "data": _data(args.inputs, {p for p, _ in gemm_rows}),
                 **gemm.as_dict()}
+    # the burst fit's ceiling held at the power limit: `params` stay the burst fit's (its
+    # errors are against burst data), `efficiency` holds what a training step sustains
+    sustained = _sustained(args, sustained_rows, device, args.gemm_dtype)
+    if sustained is not None:
+        efficiency["gemm_efficiency"] = gemm.params["gemm_efficiency"] * float(sustained["factor"])
+        gemm_doc["sustained"] = sustained
     kernels = [k.strip() for k in args.attention_kernel.split(",") if k.strip()]
     if len(set(kernels)) != len(kernels) or not kernels:
         raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
                                                 f"{args.attention_kernel!r}")
-    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k) for k in kernels}
+    head_dims = _head_dims(args.attention_head_dim)
+    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0]) for k in kernels}
     attention_doc = docs[kernels[0]]
     if attention_doc is not None:
         efficiency.update(attention_doc["params"])
@@ -136,7 +190,11 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if missing:
         raise InputFileError(args.inputs[0], f"no attention rows of {device!r} ({missing[0]}) to fit")
     more = {k: doc for k in kernels[1:] if (doc := docs[k]) is not None}
-    fp8_doc = _fp8_section(args, rows, device, cluster, gemm)
+    if attention_doc is not None:  # each kernel again at every further head dimension asked
+        for d in head_dims[1:]:
+            more.update({head_dim_kernel(k, d): doc for k in kernels
+                         if (doc := _attention_doc(args, rows, device, cluster, gemm, k, d)) is not None})
+    fp8_doc = _fp8_section(args, rows, sustained_rows, device, cluster, gemm)
     doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more).to_dict()
     write_json(args.output, doc)
     print(f"paraplan fit: {device}: kernel ceilings -> {args.output}", file=sys.stderr)
@@ -144,6 +202,8 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
                **{f"param_{k}": float(v) for k, v in efficiency.items()}}
     if gemm.heldout_mape is not None:
         metrics["gemm_heldout_mape"] = gemm.heldout_mape
+    if sustained is not None:
+        metrics["gemm_sustained_factor"] = float(sustained["factor"])
     if fp8_doc is not None:
         metrics["fp8_gemm_mape"] = float(fp8_doc["mape"])
         metrics["fp8_gemm_efficiency"] = float(fp8_doc["efficiency"]["gemm_efficiency"])
@@ -158,7 +218,8 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
                        params={"kind": "kernels", "device": device, "cluster": cluster.name,
                                "inputs": [str(p) for p in args.inputs], "gemm_dtype": args.gemm_dtype,
                                "min_gemm_flops": args.min_gemm_flops, "attention_kernel": args.attention_kernel,
-                               "attention_head_dim": args.attention_head_dim},
+                               "attention_head_dim": args.attention_head_dim,
+                               "sustained_from": args.sustained_from or ""},
                        metrics={k: float(v) for k, v in metrics.items() if np.isfinite(v)},
                        artifacts=[args.output]))
     return 0

@@ -79,8 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kernels: the attention rows' kernels (the end of their source column), "
                              "comma-separated; the first is the one calibrations hold (attention_backend auto), "
                              "the others are priced for runs whose attention_backend runs them")
-    parser.add_argument("--attention-head-dim", type=int, default=128,
-                        help="kernels: the head dimension of the attention rows to fit (causal rows only)")
+    parser.add_argument("--attention-head-dim", default="128",
+                        help="kernels: the head dimensions of the attention rows to fit (causal rows only), "
+                             "comma-separated; the first is the main fit, each further one d adds every "
+                             "kernel again as attention_kernels['<kernel>@hdim<d>'] (docs/kernels.md)")
+    parser.add_argument("--sustained-from", default=None, metavar="DEVICE",
+                        help="kernels: the device whose sustained-GEMM rows (sustained/burst throughput at the "
+                             "power limit) scale the GEMM ceiling; default: the fitted device's own. Only a device "
+                             "of the same die at the same power limit (docs/kernels.md)")
     add_tracking_arguments(parser)
 
 
@@ -98,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         return run_kernel_fit(args)
     if args.device is not None:
         raise ConfigError("--device", "applies to --kind kernels only")
+    if args.sustained_from is not None:
+        raise ConfigError("--sustained-from", "applies to --kind kernels only")
     check_outputs(files=[args.output, args.a2av_output], folders=[args.plots])
     frame = read_sweeps(args.inputs)
     samples = sample_rows(frame)

@@ -51,7 +51,10 @@ all_to_all of the whole S. The NICs run these sends at `A2A_NIC_EFFICIENCY` of l
 that the all-reduce curve absorbs are not in a send), with the rail curve's latency once
 per remote domain: t = max((N-1) a + r (n-r)/n x S / B_a2a, intra(all_to_all, S)),
 B_a2a = line rate x A2A_NIC_EFFICIENCY x the domain's NICs as for B.
-send_recv across domains (pipeline stages): one rank's share of the NICs, t = a + S / (b x share).
+send_recv across domains (pipeline stages): one rank's share of the NICs at the point-to-point
+efficiency (`P2P_NIC_EFFICIENCY`, the NIC rate of all_to_all's sends: a pipeline transfer is
+one such send), not the all-reduce rail bandwidth b: t = a + S / (line rate x P2P_NIC_EFFICIENCY
+x share). Inside a domain it is the intra-domain model's send_recv (NVLink).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ A2A_NIC_EFFICIENCY = 0.846
 `benchmarks/bench_alltoall.py` prints it and the held-out H800 row). NVIDIA's NCCL
 maintainers quote 46-49 GB/s per 400 Gb/s NIC for all-to-all (0.92-0.98; nccl-tests issues
 #267, #290); the all_reduce rail curves sit at 0.57-0.71."""
+P2P_NIC_EFFICIENCY = A2A_NIC_EFFICIENCY
+"""Effective / line-rate bandwidth of a NIC under one point-to-point send (pipeline
+transfers): the all_to_all fit above, which measures the same NCCL sends to n - 1 peers;
+no published multi-node sendrecv_perf log is in data/ to fit it on its own."""
 ALL_REDUCE_ALGORITHMS = ("ring", "hierarchical", "tree")
 _MEMO_LIMIT = 1 << 18
 
@@ -212,6 +219,6 @@ class TopologyCommModel:
             a2a_bw = self._domain_bandwidth_Bps(group, r, Rail(a, self.network.nic_bandwidth_Bps * A2A_NIC_EFFICIENCY))
             inter = (domains - 1) * a + r * (n - r) / n * s / a2a_bw
             return {"pairwise": max(inter, intra("all_to_all", s))}  # PXN: NVLink also forwards
-        if collective == "send_recv":
-            return {"p2p": a + s / (rail.bandwidth_Bps * self._rank_nics())}
+        if collective == "send_recv":  # one peer's point-to-point send, not the all-reduce rail curve
+            return {"p2p": a + s / (self.network.nic_bandwidth_Bps * P2P_NIC_EFFICIENCY * self._rank_nics())}
         raise ValueError(f"unknown collective '{collective}'")

@@ -227,6 +227,17 @@ class RunSettings:
     backward layer by layer together, each one's dispatch and combine all-to-alls
     beside the other's attention or experts (`paraplan.predict.moe_ops`)."""
 
+    overlap_p2p_comm: bool = True
+    """Megatron-LM's (`--no-overlap-p2p-communication` turns it off; opt-in from May 2023,
+    default since October 2023, absent before): the interleaved schedule's pipeline
+    transfers run beside the next chunk's compute. Megatron sets it false for every other
+    schedule, whose transfers block both ranks (`p2p_overlapped`, docs/pipeline-schedules.md)."""
+
+    @property
+    def p2p_overlapped(self) -> bool:
+        """Pipeline transfers overlap compute: `overlap_p2p_comm` with model chunks (v > 1)."""
+        return self.overlap_p2p_comm and self.virtual_pipeline_model_parallel_size > 1
+
     @property
     def pipeline_schedule(self) -> str:
         if self.schedule:
@@ -434,8 +445,9 @@ class RunSettings:
             raise StrategyError(
                 f"virtual_pipeline_model_parallel_size {v} needs schedule interleaved_1f1b, got {schedule}"
             )
-        if v > 1 and p < 2:
-            raise StrategyError("virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size >= 2")
+        if v > 1 and p < (2 if self.overlap_p2p_comm else 3):  # Megatron: two ranks exchange twice per batch
+            raise StrategyError(f"virtual_pipeline_model_parallel_size > 1 needs pipeline_model_parallel_size >= "
+                                f"{2 if self.overlap_p2p_comm else '3 without overlap_p2p_comm'}")
         if schedule == "interleaved_1f1b" and v > 1 and self.num_microbatches % p:
             raise StrategyError(
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "

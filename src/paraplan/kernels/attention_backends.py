@@ -26,6 +26,11 @@ So, in paraplan's kernel names (the end of a kernel CSV's `source` column):
 - `unfused`, `local`: the unfused path (`use_flash_attn` false), priced from its
   GEMMs and memory-bound kernels, no kernel ceiling.
 
+Each kernel's ceilings are fitted at one head dimension (128); a device file may carry
+the same kernel fitted at another, `<kernel>@hdim<d>` (H100: 64, from the FA3 paper's
+head-dim-64 figures), which then prices the runs whose query/key head width is d
+(GPT-OSS: 64). A head width the file has no fit for is priced at the main fit's.
+
 The calibration's three attention parameters describe the device's first kernel (a
 calibration made with `--kernel-ceilings device` holds them at its values); a run
 whose kernel is another one the device file carries is priced with that kernel's
@@ -41,6 +46,7 @@ from functools import lru_cache
 
 from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import RunSettings
+from paraplan.kernels.ceilings import head_dim_kernel
 from paraplan.predict.device_model import AttentionCeiling, DeviceSpeed
 
 BACKEND_KERNELS: dict[str, str] = {"flash": "flash-attention-2", "fused": "cudnn"}
@@ -78,16 +84,24 @@ def run_attention_kernel(settings: RunSettings, first: str | None) -> str | None
     return None
 
 
-def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings) -> DeviceSpeed:
+def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings,
+                          head_dim: int | None = None) -> DeviceSpeed:
     """`speed` with the ceilings of the run's attention kernel where it is not the
-    device's first kernel (whose ceilings the calibration holds); unchanged otherwise."""
+    device's first kernel at its main head dimension (whose ceilings the calibration
+    holds); unchanged otherwise. With `head_dim` (the model's query/key head width),
+    the kernel's ceilings at that head dimension where the file has them
+    (`<kernel>@hdim<d>`, module doc)."""
     if not settings.use_flash_attn:
         return speed
     kernels = device_attention_kernels(device)
     wanted = run_attention_kernel(settings, kernels[0][0] if kernels else None)
+    have = dict(kernels or ())
+    if head_dim is not None and kernels is not None:
+        at_dim = head_dim_kernel(wanted or kernels[0][0], head_dim)
+        if at_dim in have:
+            return replace(speed, attention=have[at_dim])
     if wanted is None:
         return speed
-    have = dict(kernels or ())
     if wanted not in have:
         names = ", ".join(have) or "none"
         where = (f"config/kernels/{device}.json has attention kernels: {names}" if kernels is not None

@@ -16,7 +16,10 @@ Transformer Engine picks on the device (`attention_backend auto`), whose paramet
 `efficiency` holds. `attention_kernels` (present only when more kernels were fitted:
 `paraplan fit --kind kernels --attention-kernel cudnn,flash-attention-2`) holds the fit
 report of each further kernel by name; a run whose `attention_backend` runs one of them
-is priced with its `params` (`paraplan.kernels.attention_backends`).
+is priced with its `params` (`paraplan.kernels.attention_backends`). An entry named
+`<kernel>@hdim<d>` (`--attention-head-dim 128,64`) is that kernel fitted at head
+dimension d instead of the main fit's: it prices the runs of that kernel whose
+query/key head width is d.
 
 `fp8` (present only for a device whose FP8 GEMMs were measured) is the FP8 GEMM
 ceiling dtype fp8 runs are priced with (`paraplan.predict.fp8_ops`, docs/fp8.md): its
@@ -111,6 +114,12 @@ class KernelCeilings:
             _check_attention(attention, values, more, source)
         return KernelCeilings(device, values, str(data.get("cluster", "")), data.get("gemm") or {},
                               attention, fp8, more)
+
+
+def head_dim_kernel(kernel: str, head_dim: int) -> str:
+    """The `attention_kernels` name of `kernel`'s ceilings at another head dimension than
+    the file's main fit (`paraplan fit --kind kernels --attention-head-dim 128,64`)."""
+    return f"{kernel}@hdim{head_dim}"
 
 
 ATTENTION_HELD: tuple[str, ...] = HELD[3:]

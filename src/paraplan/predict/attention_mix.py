@@ -6,8 +6,9 @@ of each virtual stage; this module adds, per virtual stage, what its layers' att
 cores cost beyond layer 0's: for each layer, its core's device time minus layer 0's
 (negative where the stage holds fewer windowed layers than layer 0 is), forward,
 backward and, when the core is recomputed (selective or full recomputation), the
-recomputed forward. Only the flash kernel skips the keys outside the window; the
-unfused path masks the full score matrix, so its layers all cost the same. A window
+recomputed forward. Only the fused kernel skips the keys outside the window (priced at
+its ceilings' efficiency for rows of w keys, `ops.kernel_seq_length`); the unfused path
+masks the full score matrix, so its layers all cost the same. A window
 changes neither activations (flash keeps per-row statistics; the unfused path keeps
 the full scores) nor collectives.
 """

@@ -19,7 +19,9 @@ What each piece costs:
 - embedding on the first virtual stage, final norm + LM head + loss on the last (with
   the multi-token-prediction layers, `ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
-  scatters it over the tensor-parallel ranks), point to point;
+  scatters it over the tensor-parallel ranks), point to point, across nodes where the
+  neighbours sit on two; blocking (on the ops that wait for them) unless overlapped,
+  `paraplan.predict.pipeline_p2p`;
 - context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
   neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
 - data-parallel gradient reduction over the d x c ranks that hold the same weights
@@ -58,8 +60,9 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
-from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
+from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
@@ -76,6 +79,7 @@ from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_work
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_send_s
 from paraplan.predict.placement import (
     Placement,
     Precision,
@@ -302,19 +306,6 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
                            work.head.activation_bytes, recomputed)
 
 
-def pipeline_send_s(model: TransformerModel, settings: RunSettings, comm: CommModel, groups: RunGroups) -> np.ndarray:
-    """Each virtual-stage boundary's transfer: one micro-batch's activation b s h / (t c)
-    per rank, point to point."""
-    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
-    c, v = settings.context_parallel_size, settings.virtual_pipeline_model_parallel_size
-    e = 2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype]
-    boundary_bytes = settings.micro_batch_size * model.seq_length * model.hidden_size * e / (t * c)
-    send = np.zeros(max(p * v - 1, 0))
-    if p > 1:
-        send[:] = float(comm.time_s("send_recv", boundary_bytes, groups.pipeline_hop))
-    return send
-
-
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
                   comm: CommModel) -> RunStructure:
     """The calibration-independent part of a run's execution model (see the module
@@ -322,7 +313,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     does not limit the run (its nodes are the run's kind of node)."""
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
-    speed = with_attention_kernel(speed, cluster.device.name, settings)  # attention_backend's kernel
+    speed = with_attention_kernel(speed, cluster.device.name, settings,  # attention_backend's kernel
+                                  attention_head_widths(model)[0])  # at the model's head width
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
     prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
@@ -332,7 +324,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     passes = tuple(PassCost.of(w, comm, groups.tp, groups.by_name) for w in works)
     counts = layers_per_virtual_stage(model.num_layers, settings)
     moe_counts = moe_layers_per_virtual_stage(model, counts) if work.moe_layer is not None else None
-    send = pipeline_send_s(model, settings, comm, groups)
+    send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)
     params = rank_parameters(model, settings, counts, moe_counts)
     sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
     fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
@@ -431,7 +423,8 @@ def weight_grad_s(settings: RunSettings, times: PassTimes, layers: StageLayers) 
 
 def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) -> PipelineCosts:
     """Each virtual stage's op times, each bounded below by the host's issue time; the
-    backward without what ZB-H1 splits off."""
+    backward without what ZB-H1 splits off; blocking pipeline transfers on the ops that
+    wait for them (`pipeline_p2p`)."""
     layers = StageLayers.of(st)
     fwd_dev, bwd_dev = op_device_s(st, times, layers, eff)
     fwd_host, bwd_host = op_host_s(times, layers, eff)
@@ -440,7 +433,9 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     wgt = weight_grad_s(st.settings, times, layers)
     if st.settings.pipeline_schedule == "zb_h1":
         bwd = bwd - wgt
-    return PipelineCosts(fwd, bwd, wgt, st.send_s, st.send_s.copy())
+    p2p = p2p_charges(st.settings, st.send_s)
+    return PipelineCosts(fwd + p2p.fwd_s, bwd + p2p.bwd_s, wgt, p2p.send_fwd_s, p2p.send_bwd_s,
+                         p2p.fwd_s if p2p.blocking else None, p2p.bwd_s if p2p.blocking else None)
 
 
 def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:

@@ -14,6 +14,7 @@ rank's time is split into parts that sum to the iteration time exactly:
   and before each chunk's first one (`dp_comm`, `fsdp_ops`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
   a layer-time factor scales its layer's parts alike;
+- the blocking pipeline transfers its own ops wait for (`pp_comm`, `pipeline_p2p`);
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
   path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
   rest, the `bubble`;
@@ -37,6 +38,7 @@ from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
+from paraplan.predict.pipeline_p2p import p2p_charges
 from paraplan.sim.execution import rank_ends
 
 PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
@@ -118,17 +120,19 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         settings.num_microbatches
     fwd, bwd = _stage_parts(structure, parts, eff)
     costs = execution.costs
+    p2p = p2p_charges(settings, structure.send_s)  # blocking transfers inside the ops
     op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
-    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1)
+    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s
 
     ends = rank_ends(execution)
     rank = int(np.argmax(ends.end_s))
     mine = np.arange(v) * p + rank  # this rank's virtual stages
     device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
     host_s = m * float(host[mine].sum())
-    busy = float(device.sum()) + host_s
+    blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
+    busy = float(device.sum()) + host_s + blocked
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
-    transfers = min(idle, float(2 * (p - 1) * structure.send_s[0])) if p > 1 else 0.0
+    transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
     after_comm = float(structure.after_sync_comm_s[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
@@ -136,7 +140,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         "gemm": float(device[0]), "attention": float(device[1]), "memory": float(device[2]),
         "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
         "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
-        "pp_comm": transfers + exchange,
+        "pp_comm": transfers + blocked + exchange,
         "bubble": float(ends.compute_end_s[rank]) - busy - transfers,
         "optimizer": optimizer,
         "host": host_s,

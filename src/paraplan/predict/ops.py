@@ -67,7 +67,8 @@ from paraplan.predict.work import (
 __all__ = [  # with the pass vocabulary of `paraplan.predict.work`, which this module's users import from here too
     "ATTENTION", "FP8_GEMM", "FP8_OPERAND_BYTES", "FP32_BYTES", "GEMM", "KERNEL_FIELDS_ORDER", "MASK_BYTES", "MEMORY",
     "NOT_HIDDEN", "Collective", "Kernels", "LayerWork", "PassWork", "accumulate_bytes_per_param", "causal_scores",
-    "embedding_work", "fused_softmax_available", "head_work", "layer_activation_bytes", "layer_work",
+    "embedding_work", "fused_softmax_available", "head_work", "kernel_seq_length", "layer_activation_bytes",
+    "layer_work",
 ]
 
 MASK_BYTES = 1  # dropout masks are stored as bytes
@@ -90,6 +91,7 @@ class _Shape:
     qk_d: float  # query/key head width (d; MLA: qk_head_dim + qk_pos_emb_head_dim)
     v_d: float  # value head width (d; MLA: v_head_dim)
     causal_scores: float  # (query, key) pairs per sequence a causal kernel computes
+    kernel_seq: float  # the length the fused kernel's ceilings price it at (`kernel_seq_length`)
     qkv: float  # QKV output width per rank
     ffn: float  # f per rank
     mlp_in: float  # first MLP projection's output width per rank
@@ -111,6 +113,13 @@ def causal_scores(s: float, window: int = 0) -> float:
     return s * s / 2
 
 
+def kernel_seq_length(s: float, window: int = 0) -> float:
+    """The length whose causal kernel does a windowed row's work: the fused ceilings'
+    s / (s + attention_seq_half) prices each row's fixed work against the s / 2 keys a
+    causal row of length s sees; a window w < s row sees w keys, as at length 2w."""
+    return min(s, 2.0 * window) if window else s
+
+
 def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _Shape:
     t = settings.tensor_model_parallel_size
     b, s = float(settings.micro_batch_size), float(model.seq_length)
@@ -124,6 +133,7 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
         tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
         heads=model.num_attention_heads / t, groups=(model.num_attention_heads if mla else model.query_groups) / t,
         d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window),
+        kernel_seq=kernel_seq_length(s, window),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
         e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
         cp_comm_type=settings.cp_comm_type,
@@ -192,7 +202,7 @@ def _attention_core_forward(w: _Builder, model: TransformerModel, x: _Shape, fla
         # causal: the kernel skips the blocks above the diagonal (and, with a sliding
         # window, those left of it): Q K^T and P V over `causal_scores` pairs
         flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d)
-        w.attention(flops, _qkvo_bytes(x), x.s, backward=False)
+        w.attention(flops, _qkvo_bytes(x), x.kernel_seq, backward=False)
         return
     scores = batch * x.s * x.s  # the unfused path masks the full matrix (windows too)
     w.gemm(x.s, x.qk_d, x.s, batch, high_precision=True)  # Q K^T
@@ -209,7 +219,7 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
     batch = x.b * x.heads
     if flash:
         flops = 2.0 * batch * x.causal_scores * (x.qk_d + x.v_d) * FLASH_BACKWARD_FLOPS
-        w.attention(flops, 2 * _qkvo_bytes(x), x.s, backward=True)  # reads Q, K, V, O, dO; writes dQ, dK, dV
+        w.attention(flops, 2 * _qkvo_bytes(x), x.kernel_seq, backward=True)  # reads Q K V O dO; writes dQ dK dV
         return
     scores = batch * x.s * x.s
     w.gemm(x.s, x.v_d, x.s, batch, high_precision=True)  # d probs = dO V^T

@@ -101,7 +101,6 @@ class RunGroups:
     tp: Group
     dp: Group  # the ranks that hold the same weights: data x context parallel (Megatron's dp-cp)
     edp: Group  # expert-data-parallel: the ranks that hold the same experts
-    pipeline_hop: Group  # a pipeline neighbour (point to point)
     embedding_pair: Group  # the first and last pipeline stage (the tied embedding)
     by_name: dict[str, Group]  # the context- and expert-parallel ones, by `Collective.group`
 
@@ -111,7 +110,6 @@ class RunGroups:
             tp=Group(settings.tensor_model_parallel_size, place.tp_nodes),
             dp=Group(settings.data_context_parallel_size, place.dp_nodes),
             edp=Group(settings.expert_data_parallel_size, place.edp_nodes),
-            pipeline_hop=Group(2, 2 if place.pp_cross_node else 1),
             embedding_pair=Group(2, 2 if place.embedding_cross_node else 1),
             by_name={**context_parallel_groups(settings, place), **expert_parallel_groups(settings, place)},
         )

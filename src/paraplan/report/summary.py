@@ -258,8 +258,9 @@ def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
     for where, fit in sorted(kernels.items()):
         gemm, att = fit.get("gemm", {}), fit.get("attention") or {}
         eff = fit.get("efficiency", {})
+        sustained = (gemm.get("sustained") or {}).get("factor")
         rows.append([where, fit.get("device", ""), gemm.get("n_points", ""), _fmt(eff.get("gemm_efficiency")),
-                     _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
+                     _fmt(sustained), _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
                      _pct(gemm.get("heldout_mape")), _fmt(eff.get("attention_fwd_efficiency")),
                      _fmt(eff.get("attention_bwd_efficiency")), _pct(att.get("heldout_mape"))])
     if not rows:
@@ -267,9 +268,11 @@ def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
     return [
         "## kernels: GEMM and attention ceilings fitted to kernel measurements",
         "",
-        *_table(["fit", "device", "GEMMs", "gemm_efficiency", "gemm_k_half", "GEMM MAPE", "GEMM held-out",
+        *_table(["fit", "device", "GEMMs", "gemm_efficiency", "sustained", "gemm_k_half", "GEMM MAPE", "GEMM held-out",
                  "attention fwd", "attention bwd", "attention held-out"], rows),
         "",
+        "gemm_efficiency: what a training step holds, the burst fit's times `sustained` (sustained / burst "
+        "GEMM throughput at the power limit; empty: none measured). "
         "Held-out: GEMMs leave one shape out, attention one sequence length out (docs/kernels.md). Reproduce: "
         "`snakemake -R kernels_bench --until kernels_all`, or `paraplan fit --kind kernels CSV... --cluster NAME "
         "-o FIT.json`.",

@@ -35,7 +35,9 @@ class PipelineCosts:
     `fwd_s`, `bwd_s`, `wgt_s`: shape (V,). With a split backward, `bwd_s` is the input
     gradient (B) and `wgt_s` the weight gradient (W); otherwise `wgt_s` is unused.
     `send_fwd_s[i]` moves an activation from vs = i to i + 1, `send_bwd_s[i]` its
-    gradient from i + 1 back to i: shape (V - 1,).
+    gradient from i + 1 back to i: shape (V - 1,). `blocked_fwd_s` / `blocked_bwd_s`
+    (shape (V,), None: none): the tail of each forward / backward op that is a blocking
+    transfer the op waits for (already in `fwd_s` / `bwd_s`; timelines draw it as a send).
     """
 
     fwd_s: np.ndarray
@@ -43,6 +45,8 @@ class PipelineCosts:
     wgt_s: np.ndarray
     send_fwd_s: np.ndarray
     send_bwd_s: np.ndarray
+    blocked_fwd_s: np.ndarray | None = None
+    blocked_bwd_s: np.ndarray | None = None
 
     @staticmethod
     def uniform(

@@ -361,7 +361,7 @@ def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing,
         cols = timing.p3_columns
         shown = max(2, model.iterations)
     else:
-        cols = concat_columns([run_columns(timing.run, sched.split_backward),
+        cols = concat_columns([run_columns(timing.run, sched.split_backward, model.costs),
                                transfer_columns(timing.run, model.costs)])
         shown = timing.iterations_run
     if timing.comm_events:

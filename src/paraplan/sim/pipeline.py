@@ -25,28 +25,44 @@ def timeline_kinds(kind: np.ndarray, split_backward: bool) -> np.ndarray:
     return table[kind]
 
 
+def blocked_s(run: PipelineRun, costs: PipelineCosts | None) -> np.ndarray:
+    """Per op: the tail that is a blocking transfer (`PipelineCosts.blocked_fwd_s`)."""
+    out = np.zeros(run.kind.shape[0])
+    if costs is None:
+        return out
+    for kind, blocked in ((FWD, costs.blocked_fwd_s), (BWD, costs.blocked_bwd_s)):
+        if blocked is not None:
+            mask = run.kind == kind
+            out[mask] = blocked[run.vstage[mask]]
+    return out
+
+
 def transfer_columns(run: PipelineRun, costs: PipelineCosts) -> dict[str, np.ndarray]:
     """Send events on the sender's comm stream for every pipeline transfer with a cost:
-    F(vs) sends its activation to vs + 1, B(vs) its gradient to vs - 1."""
+    F(vs) sends its activation to vs + 1, B(vs) its gradient to vs - 1; a blocking one
+    as the tail of the op that waits for it."""
     nv = costs.num_virtual_stages
     fwd_cost = np.append(costs.send_fwd_s, 0.0)  # by sender vs
     bwd_cost = np.insert(costs.send_bwd_s, 0, 0.0)  # by sender vs: vs -> vs - 1
     cost = np.where(run.kind == FWD, fwd_cost[run.vstage], np.where(run.kind == BWD, bwd_cost[run.vstage], 0.0))
     sends = (cost > 0) & (((run.kind == FWD) & (run.vstage < nv - 1)) | ((run.kind == BWD) & (run.vstage > 0)))
-    n = int(sends.sum())
+    blocked = blocked_s(run, costs)
+    waits = blocked > 0
+    n = int(sends.sum() + waits.sum())
     return {
-        "device": run.device[sends],
+        "device": np.concatenate([run.device[sends], run.device[waits]]),
         "stream": np.full(n, StreamCode.COMM, dtype=np.int8),
         "kind": np.full(n, EventKindCode.SEND, dtype=np.int8),
-        "stage": run.vstage[sends],
-        "microbatch": run.microbatch[sends],
-        "start_s": run.end_s[sends],
-        "end_s": run.end_s[sends] + cost[sends],
+        "stage": np.concatenate([run.vstage[sends], run.vstage[waits]]),
+        "microbatch": np.concatenate([run.microbatch[sends], run.microbatch[waits]]),
+        "start_s": np.concatenate([run.end_s[sends], run.end_s[waits] - blocked[waits]]),
+        "end_s": np.concatenate([run.end_s[sends] + cost[sends], run.end_s[waits]]),
     }
 
 
-def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]:
-    """The engine's compute ops as Timeline columns."""
+def run_columns(run: PipelineRun, split_backward: bool, costs: PipelineCosts | None = None) -> dict[str, np.ndarray]:
+    """The engine's compute ops as Timeline columns (without the blocking transfers they
+    wait for, which `transfer_columns` draws)."""
     return {
         "device": run.device,
         "stream": np.full(run.kind.shape[0], StreamCode.COMPUTE, dtype=np.int8),
@@ -54,7 +70,7 @@ def run_columns(run: PipelineRun, split_backward: bool) -> dict[str, np.ndarray]
         "stage": run.vstage,
         "microbatch": run.microbatch,
         "start_s": run.start_s,
-        "end_s": run.end_s,
+        "end_s": run.end_s - blocked_s(run, costs),
     }
 
 

@@ -13,7 +13,8 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   chunk's plus the first or last device's extra per micro-batch); a v that does not
   divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
   1F1B less (p - 1) W (the weight gradients leave the fill and drain); plus the
-  fill/drain transfers;
+  fill/drain transfers, and M x what blocking transfers add per micro-batch
+  (`paraplan.predict.pipeline_p2p`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, the optimizer step and a sharded optimizer's weight all-gather
   (none with overlap_param_gather);
@@ -48,6 +49,7 @@ from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
+from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s
 from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
@@ -103,7 +105,9 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed)
     stages = _stage_times(cols, layers, times, table, eff)
-    pipe, busy = _pipeline_s(cols, layers, stages, _send_s(model, cols, base, comm, timed))
+    send = _send_s(model, cols, base, comm, timed)
+    pipe, busy = _pipeline_s(cols, layers, stages, send)
+    pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, (cols.v > 1) & base.overlap_p2p_comm, send)
     iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
