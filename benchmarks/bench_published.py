@@ -135,7 +135,8 @@ def _settings_text(result: RowResult) -> str:
            f"b{s.micro_batch_size}"
     if s.virtual_pipeline_model_parallel_size > 1:
         text += f" v{s.virtual_pipeline_model_parallel_size}"
-    return text + ("" if pred.fits_memory else " (does not fit)")
+    return text + ("" if pred.fits_memory else f" (does not fit: {pred.peak_memory_bytes / 1e9:.1f} GB > "
+                                                f"{pred.memory_capacity_bytes / 1e9:.1f} usable)")
 
 
 def print_table(stem: str, results: list[RowResult], calibration: Calibration) -> Summary | None:
@@ -212,7 +213,8 @@ def llama_check(results: dict[str, list[RowResult]]) -> None:
               f" PP{s.pipeline_model_parallel_size} DP{s.data_parallel_size} (Meta's configuration)")
         print(f"   predicted {tflops:.0f} TFLOP/s per GPU (PaLM's count, as published; {pred.tflops_per_gpu:.0f} in "
               f"Megatron's) vs published {published:.0f}: {tflops / published - 1:+.1%} (target within 10%); "
-              f"{pred.peak_memory_bytes / 1e9:.1f} GB per GPU{'' if pred.fits_memory else ' (does not fit)'}")
+              f"{pred.peak_memory_bytes / 1e9:.1f} GB per GPU"
+              f"{'' if pred.fits_memory else f' (does not fit in {pred.memory_capacity_bytes / 1e9:.1f} usable)'}")
 
 
 def fp8_check(results: dict[str, list[RowResult]], calibration: Calibration) -> None:

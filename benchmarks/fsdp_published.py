@@ -97,7 +97,9 @@ def torchtitan_check(rows: list[PublishedRow], predictions: list[RunPrediction |
         notes.add(row.annotations.get("note", ""))
         memory = (f"{tm.memory_published_gib:5.1f} {tm.memory_predicted_gib:6.1f} {tm.memory_error:+7.1%}"
                   if tm.memory_error is not None else f"{'-':>5s} {tm.memory_predicted_gib:6.1f} {'-':>7s}")
-        fits = "" if pred.fits_memory else " (over the 80 GB of dgx-h100; torchtitan's H100s have 96 GB)"
+        usable_gib = pred.memory_capacity_bytes / GIB
+        fits = "" if pred.fits_memory else (f" (over the {usable_gib:.1f} GiB usable of a dgx-h100 GPU; "
+                                            "torchtitan's H100s have 96 GB)")
         print(f"   {tm.name[:34]:34s} {tm.tokens_published:9.0f} {tm.tokens_predicted:7.0f} {tm.tokens_error:+7.1%}  "
               f"{memory}  {tm.settings_text}{fits}")
     print(f"   throughput: {_mape([t.tokens_error for t in done])}")
@@ -142,6 +144,7 @@ def automodel_reference(calibration: Calibration) -> None:
             print(f"   {record['name'][:34]:34s} failed: {exc}")
             continue
         measured = run.measured_iteration_s or float("nan")
+        over = f" (over the {pred.memory_capacity_bytes / GIB:.1f} GiB usable of dgx-h100)"
         print(f"   {record['name'][:34]:34s} {run.settings.num_gpus:5d} {measured:10.4g} {pred.iteration_s:11.4g} "
               f"{pred.iteration_s / measured - 1:+7.1%}  {pred.peak_memory_bytes / GIB:.0f}"
-              f"{'' if pred.fits_memory else ' (over the 80 GB of dgx-h100)'}")
+              f"{'' if pred.fits_memory else over}")

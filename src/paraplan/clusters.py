@@ -14,12 +14,14 @@ from paraplan.core.names import name_problem
 from paraplan.typed import AtLeast, AtMost, Source, load, read_yaml
 
 DEFAULT_CLUSTER_DIR = Path("config/clusters")
-_TERA, _GIGA, _MICRO = 1e12, 1e9, 1e-6
+_TERA, _GIGA, _MICRO, _MEBI = 1e12, 1e9, 1e-6, 2.0**20
 
 _SMALLEST = AtLeast(lim.MIN_POSITIVE, lim.TINY_WHY)
 Tflops = Annotated[float, _SMALLEST, AtMost(lim.MAX_PEAK_TFLOPS, lim.PEAK_WHY)]
 GBps = Annotated[float, _SMALLEST, AtMost(lim.MAX_BANDWIDTH_GBPS, lim.BANDWIDTH_WHY)]
 GB = Annotated[float, _SMALLEST, AtMost(lim.MAX_MEMORY_GB, lim.MEMORY_WHY)]
+MiB = Annotated[float, _SMALLEST, AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)]
+ReservedMiB = Annotated[float, AtLeast(0), AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)]
 Microseconds = Annotated[float, AtLeast(0), AtMost(lim.MAX_LATENCY_US, lim.LATENCY_WHY)]
 Devices = Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
 
@@ -80,6 +82,22 @@ class NetworkFile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReservedFile:
+    """What a training process holds on the device before its first tensor, in MiB (2**20
+    bytes); each term from a published source (docs/clusters.md), absent where none is."""
+
+    cuda_context_MiB: ReservedMiB = 0.0
+    """The CUDA (or ROCm) context with its lazily loaded kernels."""
+    blas_workspace_MiB: ReservedMiB = 0.0
+    """The BLAS library workspaces the framework allocates for its compute stream (PyTorch's cuBLAS /
+    cuBLASLt workspace, Transformer Engine's)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.cuda_context_MiB + self.blas_workspace_MiB) * _MEBI
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeviceFile:
     """One accelerator (or one CPU rank)."""
 
@@ -89,8 +107,16 @@ class DeviceFile:
     """Peak TFLOP/s at the profile dtype (dense)."""
     mem_bandwidth_GBps: GBps
     """Memory bandwidth in GB/s."""
-    memory_GB: GB
-    """Memory capacity in GB (1e9 bytes)."""
+    memory_MiB: MiB | None = None
+    """The device's memory as the runtime reports its total to a process (deviceQuery's "Total amount of
+    global memory", torch.cuda.mem_get_info's total, hipDeviceProp totalGlobalMem), in MiB (2**20 bytes).
+    Give this or memory_GB."""
+    memory_GB: GB | None = None
+    """The device's memory in GB, exactly 1e9 bytes each (not GiB: an "80 GB" A100 reports 81,251 MiB =
+    85.2e9 bytes); for devices without a published runtime total. Give this or memory_MiB."""
+    reserved: ReservedFile = field(default_factory=ReservedFile)
+    """What the framework holds before the first tensor (CUDA context, BLAS workspaces), subtracted from
+    the memory a plan may fill; none when absent."""
     launch_overhead_us: Microseconds = 0.0
     """Fixed time per kernel launch in microseconds."""
     compute_units: Annotated[int, AtLeast(0), AtMost(1_000_000)] = 0
@@ -98,15 +124,28 @@ class DeviceFile:
     peak_tflops_by_dtype: dict[str, Tflops] = field(default_factory=dict)
     """Peak TFLOP/s per dtype (float32, tf32, bfloat16, float16, ...) from the datasheet."""
 
+    def __post_init__(self) -> None:
+        if (self.memory_MiB is None) == (self.memory_GB is None):
+            raise ValueError("give exactly one of memory_MiB (the runtime's total, 2**20 bytes each) and memory_GB "
+                             f"(1e9 bytes each), got {'both' if self.memory_MiB is not None else 'neither'}")
+        if self.reserved.total_bytes >= self.memory_bytes:
+            raise ValueError(f"reserved ({self.reserved.total_bytes / _MEBI:g} MiB) leaves nothing of the device's "
+                             f"{self.memory_bytes / _MEBI:g} MiB")
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_MiB * _MEBI if self.memory_MiB is not None else float(self.memory_GB or 0) * _GIGA
+
     def to_device(self) -> Device:
         return Device(
             name=self.name,
             peak_flops=self.peak_tflops * _TERA,
             mem_bandwidth_Bps=self.mem_bandwidth_GBps * _GIGA,
-            memory_bytes=self.memory_GB * _GIGA,
+            memory_bytes=self.memory_bytes,
             launch_overhead_s=self.launch_overhead_us * _MICRO,
             compute_units=self.compute_units,
             peak_flops_by_dtype=tuple(sorted((k, v * _TERA) for k, v in self.peak_tflops_by_dtype.items())),
+            reserved_bytes=self.reserved.total_bytes,
         )
 
 

@@ -207,7 +207,7 @@ def test_search_with_cp_equals_exhaustive_exact_evaluation(memory_gb):
     model = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=32768,
                              vocab_size=32000)
     cluster = load_cluster("dgx-a100")
-    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9))
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gb * 1e9, reserved_bytes=0.0))
     request = TransformerPlanRequest(model, cluster, 8, 8, space=SearchSpace(schedules=("1f1b",)), retime=10_000)
     comm = CAL.comm_model(cluster)
     base = request.base_settings()

@@ -179,7 +179,7 @@ def test_a_model_whose_state_cannot_fit_is_infeasible_with_its_numbers():
         check_model_state_fits(PRESETS["deepseek-v3"], 64, "bf16", 80e9)
     assert str(err.value) == (
         "model 'deepseek-v3' does not fit on 64 GPUs: 682.6B parameters x 18 bytes of weights, gradients and "
-        "optimizer state (bf16) = 12.29 TB, 192 GB per GPU even sharded over all of them; each has 80 GB "
+        "optimizer state (bf16) = 12.29 TB, 192 GB per GPU even sharded over all of them; each has 80.0 GB usable "
         "(at least 154 GPUs, before activations)")
     check_model_state_fits(PRESETS["deepseek-v3"], 1024, "bf16", 80e9)
 

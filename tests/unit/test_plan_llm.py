@@ -93,8 +93,8 @@ def test_plans_fit_and_no_baseline_is_faster():
 
 def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
     cluster = load_cluster("dgx-a100")
-    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=0.2e9))
-    with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0 GB each\).*"
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=0.2e9, reserved_bytes=0.0))
+    with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0.2 GB each\).*"
                                             r"the smallest plan needs [0-9.]+ GB per device"):
         search(TransformerPlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
 
@@ -138,7 +138,8 @@ def test_plan_command_errors(tmp_path, capsys):
     assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8",
                  "--global-batch-size", "8", "-o", str(out), "--no-track"]) == 2
     err = capsys.readouterr().err
-    assert "gpt3-175b fits nowhere on 8 x A100-SXM4-80GB (80 GB each)" in err and "GB per device" in err
+    assert "gpt3-175b fits nowhere on 8 x A100-SXM4-80GB (84.7 GB usable of 85.1 GB each)" in err
+    assert "GB per device" in err
     assert not out.exists() and "Traceback" not in err
     assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 2
     assert "--gpus" in capsys.readouterr().err

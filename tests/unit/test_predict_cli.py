@@ -58,7 +58,7 @@ def test_predict_reports_runs_that_do_not_fit(tmp_path, capsys):
     assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
     (row,) = read(out)
     assert row["fits_memory"] == "false" and float(row["predicted_peak_memory_bytes"]) > 80e9
-    assert "1 do not fit in 80 GB" in capsys.readouterr().err
+    assert "1 do not fit in 84.7 GB usable of 85.1 GB" in capsys.readouterr().err
 
 
 def test_calibrate_writes_a_cross_validated_calibration(tmp_path):

@@ -312,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     unfit = written.unfit
     print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
-          + (f"; {unfit} do not fit in {cluster.device.memory_bytes / 1e9:.0f} GB" if unfit else ""),
+          + (f"; {unfit} do not fit in {cluster.device.capacity_text()}" if unfit else ""),
           file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}

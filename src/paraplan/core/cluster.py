@@ -26,11 +26,14 @@ class Device:
     name: str
     peak_flops: float  # FLOP/s at the profile dtype
     mem_bandwidth_Bps: float
-    memory_bytes: float
+    memory_bytes: float  # what the runtime reports as the device's total (cudaMemGetInfo), docs/clusters.md
     launch_overhead_s: float = 0.0
     compute_units: int = 0  # streaming multiprocessors / compute units (0: not stated)
     # optional per-dtype peaks, e.g. (("float32", 19.5e12), ("bfloat16", 312e12))
     peak_flops_by_dtype: tuple[tuple[str, float], ...] = ()
+    # what a training process holds before its first tensor (CUDA context, BLAS workspaces):
+    # never available to weights, gradients, optimizer state or activations
+    reserved_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"device '{self.name}'"
@@ -38,10 +41,26 @@ class Device:
         _positive(where, "mem_bandwidth_Bps", self.mem_bandwidth_Bps)
         _finite_at_least_zero(where, "memory_bytes", self.memory_bytes)
         _finite_at_least_zero(where, "launch_overhead_s", self.launch_overhead_s)
+        _finite_at_least_zero(where, "reserved_bytes", self.reserved_bytes)
+        if self.memory_bytes and self.reserved_bytes >= self.memory_bytes:
+            raise ValueError(f"{where}: reserved_bytes {self.reserved_bytes:.0f} leaves nothing of memory_bytes "
+                             f"{self.memory_bytes:.0f}")
         if isinstance(self.compute_units, bool) or not isinstance(self.compute_units, int) or self.compute_units < 0:
             raise ValueError(f"{where}: compute_units must be an integer >= 0, got {self.compute_units!r}")
         for dtype, peak in self.peak_flops_by_dtype:
             _positive(where, f"peak_flops_by_dtype[{dtype}]", peak)
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """Bytes a training process can hold in tensors: the device's total less what the
+        framework reserves (`reserved_bytes`); what a plan must fit in."""
+        return self.memory_bytes - self.reserved_bytes
+
+    def capacity_text(self) -> str:
+        """The memory a plan may fill, for messages: "76.2 GB usable of 85.2 GB" (1e9 bytes)."""
+        if not self.reserved_bytes:
+            return f"{self.memory_bytes / 1e9:,.1f} GB"
+        return f"{self.usable_memory_bytes / 1e9:,.1f} GB usable of {self.memory_bytes / 1e9:,.1f} GB"
 
     def peak_flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype` (e.g. "float32", "bfloat16"); `peak_flops` when the

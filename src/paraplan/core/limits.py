@@ -54,6 +54,8 @@ MAX_BANDWIDTH_GBPS = 1e6
 BANDWIDTH_WHY = "above 1 PB/s; wrong unit? (GB/s, 1e9 bytes per second)"
 MAX_MEMORY_GB = 1e6
 MEMORY_WHY = "above 1 PB per device; wrong unit? (GB, 1e9 bytes)"
+MAX_MEMORY_MIB = 1e9
+MEMORY_MIB_WHY = "above 1 PiB per device; wrong unit? (MiB, 2**20 bytes)"
 MIN_POSITIVE = 1e-6
 """Smallest peak (TFLOP/s), bandwidth (GB/s) or memory (GB) taken: a MFLOP/s, a KB/s, a KB."""
 TINY_WHY = "below 1e-6 (1 MFLOP/s, 1 KB/s or 1 KB); wrong unit?"

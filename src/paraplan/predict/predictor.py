@@ -99,7 +99,7 @@ def summarize(model: TransformerModel, settings: RunSettings, result: IterationR
     peak = DeviceSpeed.of(cluster.device, settings.dtype).peak_flops
     mfu_flops = model.mfu_flops_per_iteration(settings.global_batch_size)
     memory = float(result.peak_memory_bytes.max())
-    capacity = float(cluster.device.memory_bytes)
+    capacity = float(cluster.device.usable_memory_bytes)
     return RunPrediction(
         iteration_s=seconds,
         tflops_per_gpu=flops / seconds / gpus / 1e12,
@@ -126,7 +126,7 @@ def predict_settings(model: TransformerModel, settings: Sequence[RunSettings], c
 
 def _pick(model: TransformerModel, results: list[tuple[IterationResult, RunSettings]], cluster: Cluster,
           chosen: tuple[str, ...]) -> RunPrediction:
-    capacity = cluster.device.memory_bytes
+    capacity = cluster.device.usable_memory_bytes
     fitting = [(r, s) for r, s in results if r.peak_memory_bytes.max() <= capacity]
     if fitting:
         best = min(fitting, key=lambda rs: rs[0].iteration_s)

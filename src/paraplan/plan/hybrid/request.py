@@ -137,7 +137,8 @@ class PlanRequest:
     min_micro_batch_size: Count | None = None
     """Smallest micro-batch of one pipeline copy (default: the profile's batch size)."""
     memory_GB: Memory_GB | None = None
-    """Device memory in GB (default: the cluster file's)."""
+    """Memory a plan may fill per device in GB (1e9 bytes; default: the cluster file's usable memory, its total
+    less its reserve: docs/clusters.md#device-memory)."""
     model_state_factor: Annotated[float, AtLeast(1), AtMost(1000, "wrong unit? (parameter bytes per parameter "
                                                                   "byte: DAPPLE 2, Adam 4)")] = 2.0
     """Weights + gradients + optimizer state in parameter bytes (DAPPLE: 2; Adam: 4)."""
@@ -152,7 +153,7 @@ class PlanRequest:
     def settings(self, profile: ModelProfile, cluster: Cluster, comm: CommModel) -> PlanSettings:
         """The planner's settings for `profile` on `cluster` (one of its shapes)."""
         memory = MemorySettings(
-            memory_bytes=self.memory_GB * 1e9 if self.memory_GB is not None else cluster.device.memory_bytes,
+            memory_bytes=self.memory_GB * 1e9 if self.memory_GB is not None else cluster.device.usable_memory_bytes,
             model_state_factor=self.model_state_factor,
             peak_activation_bytes_per_sample=self.peak_activation_bytes_per_sample,
         )

@@ -49,7 +49,7 @@ def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cl
     which the answer reports)."""
     structures = [run_structure(model, s, cluster, comm) for s in settings]
     kernel_s = kernel_times_by_pass(structures, efficiency)
-    capacity = float(cluster.device.memory_bytes)
+    capacity = float(cluster.device.usable_memory_bytes)
     out: list[tuple[IterationResult, RunSettings] | None] = [None] * len(settings)
     best: dict[RunSettings, float] = {}  # distinct settings that fit: their iteration, s
     kept: list[float] = []  # the `keep` least of `best`, sorted

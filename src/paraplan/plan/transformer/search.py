@@ -102,7 +102,8 @@ def check_model_state_fits(model: TransformerModel, num_gpus: int, dtype: str, c
             f"model '{model.name}' does not fit on {num_gpus:,} GPUs: {params / 1e9:,.1f}B parameters x "
             f"{state / params:.0f} bytes of weights, gradients and optimizer state ({dtype}) = {_size(state)}, "
             f"{state / num_gpus / 1e9:,.0f} GB per GPU even sharded over all of them; each has "
-            f"{capacity_bytes / 1e9:,.0f} GB (at least {math.ceil(state / capacity_bytes):,} GPUs, before activations)")
+            f"{capacity_bytes / 1e9:,.1f} GB usable (at least {math.ceil(state / capacity_bytes):,} GPUs, "
+            "before activations)")
 
 
 def _size(nbytes: float) -> str:
@@ -119,7 +120,7 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
                                 request.space, base.use_flash_attn)
-    capacity = cluster.device.memory_bytes
+    capacity = cluster.device.usable_memory_bytes
     est = estimate(model, cand, base, cluster, comm, efficiency, fits_bytes=capacity * MEMORY_MARGIN)
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
     if progress:
@@ -209,12 +210,13 @@ def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, 
                if request.model.is_moe else "")
     state_bound = ""
     try:  # the model state alone, sharded over every GPU: the least any split needs
-        check_model_state_fits(request.model, request.num_gpus, request.dtype, request.cluster.device.memory_bytes)
+        check_model_state_fits(request.model, request.num_gpus, request.dtype,
+                               request.cluster.device.usable_memory_bytes)
     except StrategyError as err:
         state_bound = f"; {err}"
     raise StrategyError(
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
-        f"({request.cluster.device.memory_bytes / 1e9:.0f} GB each) at global batch {request.global_batch_size}: "
+        f"({request.cluster.device.capacity_text()} each) at global batch {request.global_batch_size}: "
         f"the smallest plan needs {need / 1e9:.1f} GB per device ({(need - acts) / 1e9:.1f} GB of weights, "
         f"gradients, optimizer state and working buffers, {acts / 1e9:.1f} GB of activations; "
         f"TP {s.tensor_model_parallel_size}, "
