@@ -263,79 +263,6 @@ class RunSettings:
         """Transformer layers of each virtual stage (`paraplan.core.pipeline_split`)."""
         return layers_per_virtual_stage(self, num_layers)
 
-    def _check_recompute_modules(self, model: TransformerModel) -> None:
-        modules = self.recompute_modules
-        if not isinstance(modules, tuple) or not modules:
-            raise StrategyError(f"recompute_modules must be a non-empty list among {', '.join(RECOMPUTE_MODULES)}, "
-                                f"got {modules!r}")
-        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
-        if unknown:
-            raise StrategyError(f"recompute_modules: '{unknown[0]}' is not one of {', '.join(RECOMPUTE_MODULES)} "
-                                "(the Megatron-Core modules paraplan prices)")
-        if len(set(modules)) != len(modules):
-            raise StrategyError(f"recompute_modules names a module twice: {' '.join(modules)}")
-        if modules != ("core_attn",) and self.recompute_granularity != "selective":
-            raise StrategyError(f"recompute_modules {' '.join(modules)} needs recompute_granularity selective, got "
-                                f"{self.recompute_granularity}")
-        if "mla_up_proj" in modules and not model.multi_latent_attention:
-            raise StrategyError(f"recompute_modules mla_up_proj needs multi-latent attention; '{model.name}' has none")
-        moe_only = [m for m in modules if m in MOE_RECOMPUTE_MODULES]
-        if moe_only and not model.is_moe:
-            raise StrategyError(f"recompute_modules {moe_only[0]} needs a mixture-of-experts model; '{model.name}' has "
-                                "no experts")
-        if "shared_experts" in modules and not model.moe_shared_expert_intermediate_size:
-            raise StrategyError(f"recompute_modules shared_experts needs shared experts; '{model.name}' has none")
-
-    def _check_attention_backend(self) -> None:
-        """`attention_backend` names a fused kernel exactly when `use_flash_attn` is on."""
-        backend = self.attention_backend
-        if backend not in ATTENTION_BACKENDS:
-            raise StrategyError(f"attention_backend '{backend}' is not one of {', '.join(ATTENTION_BACKENDS)}")
-        if backend in FUSED_ATTENTION_BACKENDS and not self.use_flash_attn:
-            raise StrategyError(f"attention_backend {backend} runs a fused attention kernel but use_flash_attn is "
-                                "false (the unfused path); set use_flash_attn true, or attention_backend unfused")
-        if backend in UNFUSED_ATTENTION_BACKENDS and self.use_flash_attn:
-            raise StrategyError(f"attention_backend {backend} runs the unfused attention path but use_flash_attn is "
-                                "true; set use_flash_attn false, or attention_backend flash, fused or auto")
-        version = self.flash_attention_version
-        if version not in FLASH_ATTENTION_VERSIONS:
-            raise StrategyError(f"flash_attention_version must be 2, 3 or 4 (empty: not pinned), got {version!r}")
-        if version and (backend not in ("flash", "auto") or not self.use_flash_attn):
-            runs = "the unfused path" if not self.use_flash_attn else "cuDNN's fused attention"
-            raise StrategyError(f"flash_attention_version {version} pins FlashAttention's generation, but "
-                                f"attention_backend {backend} runs {runs}; expected attention_backend flash or auto")
-
-    def _check_context_parallel(self, model: TransformerModel) -> None:
-        """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
-        2c chunks (causal load balancing), with sequence parallelism each rank's s / c
-        tokens split again over t; the attention runs fused (Transformer Engine); `a2a`
-        splits each rank's query and key/value heads over c."""
-        c, t = self.context_parallel_size, self.tensor_model_parallel_size
-        if self.cp_comm_type not in CP_COMM_TYPES:
-            raise StrategyError(f"cp_comm_type '{self.cp_comm_type}' is not one of {', '.join(CP_COMM_TYPES)}")
-        if c == 1:
-            return
-        if model.seq_length % (2 * c):
-            raise StrategyError(f"context_parallel_size {c} needs seq_length {model.seq_length} divisible by "
-                                f"2 x context_parallel_size = {2 * c} (causal load balancing)")
-        if self.sequence_parallel and model.seq_length % (t * c):
-            raise StrategyError(f"sequence_parallel with context_parallel_size {c} needs seq_length "
-                                f"{model.seq_length} divisible by tensor x context parallel size = {t * c}")
-        if not self.use_flash_attn:
-            raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
-                                "Transformer Engine's fused attention; the unfused path has none)")
-        if model.multi_latent_attention or model.window_size:
-            what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
-            raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
-                                "attention core prices full causal attention with one head width)")
-        if self.cp_comm_type == "a2a":
-            for key, heads in (("num_attention_heads", model.num_attention_heads),
-                               ("num_query_groups", model.query_groups)):
-                if (heads // t) % c:
-                    raise StrategyError(f"cp_comm_type a2a splits heads over context_parallel_size {c}: {key} "
-                                        f"{heads} / tensor_model_parallel_size {t} = {heads // t} is not divisible "
-                                        f"by {c}")
-
     @property
     def num_gpus(self) -> int:
         return (self.tensor_model_parallel_size * self.context_parallel_size * self.pipeline_model_parallel_size
@@ -377,7 +304,10 @@ class RunSettings:
         return sharding_group_size(self) if sharded else 1
 
     def check(self, model: TransformerModel) -> None:
-        """Raise `StrategyError` for settings that cannot run `model`."""
+        """Raise `StrategyError` for settings that cannot run `model` (the rules of one
+        feature each in `paraplan.core.run_settings_checks`)."""
+        from paraplan.core import run_settings_checks as checks
+
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size",
                     "context_parallel_size", "global_batch_size", "micro_batch_size",
                     "virtual_pipeline_model_parallel_size"):
@@ -389,7 +319,7 @@ class RunSettings:
                 f"recompute_granularity '{self.recompute_granularity}' is not one of "
                 f"{', '.join(RECOMPUTE_GRANULARITIES)}"
             )
-        self._check_recompute_modules(model)
+        checks.check_recompute_modules(self, model)
         if self.dtype not in DTYPES:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:
@@ -403,7 +333,7 @@ class RunSettings:
             if self.overlap_grad_reduce:
                 raise StrategyError("overlap_grad_reduce is an option of DDP_impl local; torch's DDP always "
                                     "overlaps its gradient reduction")
-        self._check_attention_backend()
+        checks.check_attention_backend(self)
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
@@ -432,7 +362,7 @@ class RunSettings:
                 f"sequence_parallel needs seq_length {model.seq_length} divisible by "
                 f"tensor_model_parallel_size {t}"
             )
-        self._check_context_parallel(model)
+        checks.check_context_parallel(self, model)
         if self.grad_reduce_in_bf16 and self.dtype not in ("bf16", "fp8"):
             raise StrategyError(f"grad_reduce_in_bf16 with dtype {self.dtype}: expected dtype bf16 or fp8 "
                                 "(fp16 gradients are 16-bit already, fp32 ones stay fp32)")
@@ -456,78 +386,4 @@ class RunSettings:
         check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
-        self._check_experts(model)
-
-    def _check_experts(self, model: TransformerModel) -> None:
-        """Megatron-Core's rules for expert parallelism (`initialize_model_parallel`:
-        EP x ETP x PP divides the world, i.e. EP x ETP divides t x c x d; `num_experts`
-        divisible by EP) and the layouts the MoE layer model prices."""
-        ep, etp = self.expert_model_parallel_size, self.expert_tensor_parallel_size
-        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
-            raise StrategyError(f"expert_model_parallel_size must be an integer >= 1, got {ep!r}")
-        if isinstance(etp, bool) or not isinstance(etp, int) or etp < 0:
-            raise StrategyError(f"expert_tensor_parallel_size must be an integer >= 1 (0: the tensor-parallel size), "
-                                f"got {etp!r}")
-        imbalance = self.moe_load_imbalance
-        if isinstance(imbalance, bool) or not isinstance(imbalance, int | float) or not 1.0 <= imbalance <= 64.0:
-            raise StrategyError(f"moe_load_imbalance must be a number in [1, 64] (busiest rank's tokens over the "
-                                f"mean), got {imbalance!r}")
-        capacity = self.moe_expert_capacity_factor
-        if isinstance(capacity, bool) or not isinstance(capacity, int | float) or not 0.0 <= capacity <= 64.0:
-            raise StrategyError(f"moe_expert_capacity_factor must be a number in (0, 64] (0: dropless), "
-                                f"got {capacity!r}")
-        if self.moe_pad_expert_input_to_capacity and not capacity:
-            raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
-        if not model.is_moe:
-            if (ep != 1 or etp not in (0, self.tensor_model_parallel_size) or self.moe_shared_expert_overlap
-                    or capacity):
-                raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                    f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
-                                    f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
-            if self.overlap_moe_expert_parallel_comm:
-                self._check_a2a_overlap()
-            if self.moe_token_dispatcher_type != "alltoall":
-                raise StrategyError(f"moe_token_dispatcher_type {self.moe_token_dispatcher_type} needs a "
-                                    f"mixture-of-experts model; '{model.name}' has no experts")
-            return
-        t, d, c = self.tensor_model_parallel_size, self.data_parallel_size, self.context_parallel_size
-        etp = self.expert_tensor_parallel
-        if model.num_experts % ep:
-            raise StrategyError(f"num_experts {model.num_experts} is not divisible by expert_model_parallel_size {ep}")
-        if (t * c * d) % (ep * etp):
-            ranks = f"tensor x data-parallel ranks of a pipeline stage, {t} x {d}" if c == 1 else \
-                f"tensor x context x data-parallel ranks of a pipeline stage, {t} x {c} x {d}"
-            raise StrategyError(
-                f"expert_model_parallel_size x expert_tensor_parallel_size = {ep} x {etp} does not divide the "
-                f"{ranks} (Megatron-Core: EP x ETP x PP must divide the world size)")
-        if model.moe_ffn_size % etp:
-            raise StrategyError(f"moe_ffn_hidden_size {model.moe_ffn_size} is not divisible by "
-                                f"expert_tensor_parallel_size {etp}")
-        if model.moe_shared_expert_intermediate_size % t:
-            raise StrategyError(f"moe_shared_expert_intermediate_size {model.moe_shared_expert_intermediate_size} "
-                                f"is not divisible by tensor_model_parallel_size {t}")
-        if t > 1 and not self.sequence_parallel and (ep > 1 or etp != t):
-            raise StrategyError(
-                f"expert_model_parallel_size {ep} / expert_tensor_parallel_size {etp} with tensor_model_parallel_size "
-                f"{t} need sequence_parallel (Megatron-Core: 'when using expert parallelism and tensor parallelism, "
-                "sequence parallelism must be used'); without it only EP 1 with ETP = TP")
-        if self.moe_shared_expert_overlap and not model.moe_shared_expert_intermediate_size:
-            raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
-                                "(moe_shared_expert_intermediate_size 0)")
-        if self.overlap_moe_expert_parallel_comm:
-            self._check_a2a_overlap()
-        if self.moe_token_dispatcher_type == "flex" and etp > 1:
-            raise StrategyError(f"moe_token_dispatcher_type flex with expert_tensor_parallel_size {etp} is not "
-                                "modelled (DeepEP priced for ETP 1)")
-
-    def _check_a2a_overlap(self) -> None:
-        """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""
-        wrong = [why for bad, why in (
-            (self.expert_model_parallel_size < 2, "expert_model_parallel_size > 1"),
-            (self.recompute_granularity == "full", "no full recomputation"),
-            ("moe" in self.recompute_modules and self.recompute_granularity == "selective",
-             "no moe in recompute_modules"),
-            (self.moe_shared_expert_overlap, "no moe_shared_expert_overlap"),
-            (self.dtype == "fp32", "a bf16 or fp16 model")) if bad]
-        if wrong:
-            raise StrategyError(f"overlap_moe_expert_parallel_comm needs {wrong[0]} (Megatron-Core's rule)")
+        checks.check_experts(self, model)

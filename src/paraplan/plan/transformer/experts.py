@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
     """(EP, ETP) pairs a candidate of TP t and data x context parallel dc may use
-    (`RunSettings._check_experts`' rules); [(1, 0)] for a dense model."""
+    (`run_settings_checks.check_experts`' rules); [(1, 0)] for a dense model."""
     if not model.is_moe:
         return [(1, 0)]
     eps = space.expert_model_sizes or tuple(divisors(model.num_experts))
