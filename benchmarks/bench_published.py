@@ -15,7 +15,9 @@ their authors ran them:
   (`fsdp_published`);
 - Llama 3 405B, Meta's three configurations (8,192 and 16,384 H100 at 8K tokens; 16,384
   at 131,072 tokens with CP 16): predicted TFLOP/s per GPU, in the FLOP convention Meta
-  published (PaLM's), beside the published 430 / 400 / 380;
+  published (PaLM's), beside the published 430 / 400 / 380; and, since Meta does not say
+  which attention kernel its stack ran, each row predicted with every attention kernel
+  the H100 kernel file has (`LLAMA_ATTENTION`; the table's own row keeps `auto`);
 - NVIDIA's FP8 H100 recipes (`FP8_TABLE`): each row predicted with every Hopper FP8
   recipe and as its BF16 twin (iteration time and memory);
 - for reference, one transformer layer of Korthikanti et al. 2022's 22B model (Table 4,
@@ -54,6 +56,15 @@ PLAN_GPUS, PLAN_GLOBAL_BATCH = 1024, 1536
 GPT3_PUBLISHED_MFU = (0.449, 0.514)  # SC21 175B on 1,024 A100 (140 TFLOP/s counting recompute) .. Korthikanti 175B
 GPT3_TARGET_MFU = 0.60  # issue 22: inside the published range, at most 60%
 LLAMA_TABLE = "llama3_405b_table4"
+LLAMA_ATTENTION: tuple[tuple[str, str, int], ...] = (
+    ("cuDNN", "auto", 0),  # what the table's rows price: Transformer Engine's pick on H100 (= fused)
+    ("FlashAttention-2", "flash", 0),
+    ("FlashAttention-3", "flash", 3))
+"""(kernel, attention_backend, flash_attention_version): every attention kernel of
+config/kernels/H100-SXM5-80GB.json. Meta's PyTorch-based stack is not Megatron/Transformer
+Engine and neither the Llama 3 paper nor Meta's posts found name its attention kernel, so
+each row is shown with each kernel (the sensitivity), never the one closest to the
+measurement."""
 FP8_TABLE = "megatron_bridge_h100_llama3_fp8"
 HOPPER_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise")  # mxfp8 needs Blackwell
 LAYER_TABLE = Path(__file__).resolve().parents[1] / "data/published/korthikanti2022_table4.csv"
@@ -196,9 +207,9 @@ def plan_check(calibration: Calibration) -> None:
           f"(published 175B on A100: {low:.1%}-{high:.1%}; target <= {GPT3_TARGET_MFU:.0%}); search {wall:.2f} s")
 
 
-def llama_check(results: dict[str, list[RowResult]]) -> None:
+def llama_check(results: dict[str, list[RowResult]], calibration: Calibration) -> None:
     """Llama 3 405B, each of Meta's configurations: predicted TFLOP/s per GPU in Meta's
-    (PaLM's) FLOP count."""
+    (PaLM's) FLOP count, then with each attention kernel of `LLAMA_ATTENTION`."""
     for r in results.get(LLAMA_TABLE, []):
         run, pred = r.row.run, r.prediction
         if run is None or pred is None:
@@ -215,6 +226,30 @@ def llama_check(results: dict[str, list[RowResult]]) -> None:
               f"Megatron's) vs published {published:.0f}: {tflops / published - 1:+.1%} (target within 10%); "
               f"{pred.peak_memory_bytes / 1e9:.1f} GB per GPU"
               f"{'' if pred.fits_memory else f' (does not fit in {pred.memory_capacity_bytes / 1e9:.1f} usable)'}")
+        llama_attention_kernels(r, flops, published, calibration)
+
+
+def llama_attention_kernels(r: RowResult, flops: float, published: float, calibration: Calibration) -> None:
+    """One Llama 3 405B row predicted with each attention kernel of `LLAMA_ATTENTION`
+    (the row's own `attention_backend` marked): how much the unpublished kernel moves it."""
+    from dataclasses import replace
+
+    run = r.row.run
+    assert run is not None and run.measured_iteration_s is not None
+    cluster = load_cluster(TABLES[LLAMA_TABLE][0])
+    comm = calibration.comm_model(cluster)
+    print("   attention kernel (not published by Meta; the row prices its `attention_backend`)")
+    print(f"     {'kernel':18s} {'attention_backend':34s} {'predicted s':>11s} {'error':>7s} {'TFLOP/s':>7s} "
+          f"{'vs published':>12s}  settings predicted")
+    for kernel, backend, version in LLAMA_ATTENTION:
+        settings = replace(run.settings, attention_backend=backend, flash_attention_version=version)
+        pred = predict_rows([replace(run, settings=settings)], cluster, comm, calibration.efficiency)[0]
+        tflops = flops / pred.iteration_s / settings.num_gpus / 1e12
+        label = backend + (f", flash_attention_version {version}" if version else "")
+        own = (backend, version) == (run.settings.attention_backend, run.settings.flash_attention_version)
+        print(f"     {kernel:18s} {label + (' (the row)' if own else ''):34s} {pred.iteration_s:11.4g} "
+              f"{pred.iteration_s / run.measured_iteration_s - 1:+7.1%} {tflops:7.0f} {tflops / published - 1:+12.1%}"
+              f"  {_settings_text(RowResult(LLAMA_TABLE, r.row, pred))}")
 
 
 def fp8_check(results: dict[str, list[RowResult]], calibration: Calibration) -> None:
@@ -361,7 +396,8 @@ def main() -> int:
         moe = " (MoE)" if stem in MOE_TABLES else ""
         print(f"   {stem + moe:40s} {summary.line() if summary else 'no predicted rows'}"
               + ("" if expressible == listed else f"; {listed - expressible} of {listed} rows not expressible"))
-    llama_check(results)
+    if LLAMA_TABLE in results:
+        llama_check(results, calibration_of(TABLES[LLAMA_TABLE][0]))
     if FP8_TABLE in results:
         fp8_check(results, calibration_of(TABLES[FP8_TABLE][0]))
     if TORCHTITAN_TABLE in results:  # FSDP2: torchtitan's tokens/s and memory, AutoModel's FSDP2 + EP rows

@@ -90,3 +90,39 @@ def test_fit_scales_the_burst_ceiling_by_the_named_device_factor(tmp_path, capsy
     assert ("config key '--sustained-from': no sustained-GEMM rows of 'B200-SXM' in the inputs "
             "(devices: H200-SXM-141GB)") in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_fit_holds_the_attention_ceilings_at_the_same_factor(tmp_path, capsys):
+    """A fused attention pass is tensor-core bound like a GEMM: its two efficiencies are
+    the burst fit's times the device's BF16 factor (the FP16 rows of the published figures
+    run at the same tensor-core rate), its seq_half (a shape) and its burst fit stay."""
+    from paraplan.kernels.ceilings import KernelCeilings
+
+    xla = ROOT / "data" / "published" / "gemm" / "xla_h100_sm90_bf16.csv"
+    flash2 = ROOT / "data" / "published" / "attention" / "flash2_fwd_bwd.csv"
+    sustained = _write(tmp_path, _row(device="H200-SXM-141GB", burst="800", sustained="680"))
+    out = tmp_path / "h100.json"
+    args = ["--cluster", "dgx-h100", "--attention-kernel", "flash-attention-2"]
+    assert main(["fit", "--kind", "kernels", "--no-track", str(xla), str(flash2), str(sustained), *args,
+                 "--sustained-from", "H200-SXM-141GB", "-o", str(out)]) == 0
+    assert ("H100-SXM5-80GB bfloat16 attention (float16 rows) ceilings sustained at 0.8500 of the burst fit"
+            in capsys.readouterr().err)
+    doc = json.loads(out.read_text())
+    burst, held = doc["attention"]["params"], doc["attention"]["efficiency"]
+    assert held["attention_fwd_efficiency"] == pytest.approx(burst["attention_fwd_efficiency"] * 0.85, rel=1e-12)
+    assert held["attention_bwd_efficiency"] == pytest.approx(burst["attention_bwd_efficiency"] * 0.85, rel=1e-12)
+    assert held["attention_seq_half"] == burst["attention_seq_half"]
+    assert {k: doc["efficiency"][k] for k in held} == held
+    assert doc["attention"]["sustained"]["factor"] == pytest.approx(0.85, rel=1e-12)
+    assert "tensor-core bound" in doc["attention"]["sustained"]["why"]
+    # a file whose first kernel's held values disagree with `efficiency` is refused
+    doc["attention"]["efficiency"]["attention_fwd_efficiency"] = burst["attention_fwd_efficiency"]
+    with pytest.raises(InputFileError, match=r"attention\.efficiency\.attention_fwd_efficiency: expected "
+                                             r"efficiency\.attention_fwd_efficiency's"):
+        KernelCeilings.from_dict(doc, str(out))
+    # without sustained rows the burst fit prices attention, as before
+    plain = tmp_path / "plain.json"
+    assert main(["fit", "--kind", "kernels", "--no-track", str(xla), str(flash2), *args, "-o", str(plain)]) == 0
+    doc = json.loads(plain.read_text())
+    assert "efficiency" not in doc["attention"] and "sustained" not in doc["attention"]
+    assert doc["efficiency"]["attention_fwd_efficiency"] == doc["attention"]["params"]["attention_fwd_efficiency"]

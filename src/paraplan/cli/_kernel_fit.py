@@ -62,30 +62,36 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
     return doc
 
 
-def _sustained(args: argparse.Namespace, sustained_rows, device: str, dtype: str) -> dict[str, Any] | None:
+def _sustained(args: argparse.Namespace, sustained_rows, device: str, dtype: str,
+               what: str = "GEMM") -> dict[str, Any] | None:
     """The sustained factor (paraplan.kernels.sustained) of the device's GEMMs in
     `dtype`, from the rows of --sustained-from (default: the device's own), as the kernel
-    file's `sustained` section; None, said on stderr, when the inputs hold no such rows."""
+    file's `sustained` section of its `what` ceilings (GEMM, or attention: tensor-core
+    bound kernels run at the same power-limited clock); None, said on stderr, when the
+    inputs hold no such rows."""
     from paraplan.kernels.sustained import sustained_factor
 
     source = args.sustained_from or device
     found = sustained_factor(sustained_rows, source, dtype)
     if found is None:
         if sustained_rows:
-            print(f"paraplan fit: no sustained-GEMM rows of {source} in {dtype}: its {dtype} GEMM ceiling is the "
+            print(f"paraplan fit: no sustained-GEMM rows of {source} in {dtype}: its {dtype} {what} ceilings are the "
                   "burst fit's", file=sys.stderr)
         return None
-    print(f"paraplan fit: {device} {dtype} GEMMs sustained at {found.factor:.4f} of the burst fit "
+    print(f"paraplan fit: {device} {dtype} {what} ceilings sustained at {found.factor:.4f} of the burst fit "
           f"({len(found.rows)} row(s) of {source} at {found.rows[0].power_limit_w:g} W, sustained/burst "
           f"{min(r.ratio for r in found.rows):.4f}-{max(r.ratio for r in found.rows):.4f})", file=sys.stderr)
     return found.as_dict(_data(args.inputs, {r.path for r in found.rows}))
 
 
 def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str,
-                   head_dim: int) -> dict[str, Any] | None:
+                   head_dim: int, sustained: dict[str, Any] | None) -> dict[str, Any] | None:
     """The fit of one attention kernel's causal rows of the device at head dimension
     `head_dim` (its causal backward derived where only the non-causal one is
-    published, `paraplan.kernels.causal`); None when the inputs hold no rows of it."""
+    published, `paraplan.kernels.causal`); None when the inputs hold no rows of it.
+    With `sustained` (the device's sustained factor in the attention dtype), the doc's
+    `efficiency` holds the fit's two efficiencies times it (what a training step runs
+    at), `params` stay the burst fit's (its errors are against burst data)."""
     from paraplan.kernels.causal import with_causal_backward
     from paraplan.kernels.fit import fit_attention
     from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
@@ -115,7 +121,37 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:
         doc["derived_causal_backward"] = derived
+    if sustained is not None:
+        factor = float(sustained["factor"])
+        doc["efficiency"] = {k: v * factor if k.endswith("_efficiency") else v
+                             for k, v in attention.params.items()}
+        doc["sustained"] = sustained
     return doc
+
+
+# 16-bit float attention rows take the BF16 GEMMs' sustained factor: FP16 and BF16 run at
+# the same dense tensor-core rate (one peak in the cluster file), so the power-limited
+# clock that sets the factor is the same for both (the published attention figures are FP16)
+_SUSTAINED_DTYPE = {"float16": "bfloat16"}
+
+
+def _attention_sustained(args: argparse.Namespace, rows, sustained_rows, device: str) -> dict[str, Any] | None:
+    """The sustained factor of the device's attention kernels: its GEMMs' in the
+    attention rows' dtype (FP16 rows: BF16's, `_SUSTAINED_DTYPE`), with why it applies
+    (docs/kernels.md, "Sustained at the power limit": a fused attention pass at
+    training lengths is tensor-core bound, its throughput follows the SM clock the power
+    limit settles, as a GEMM's does)."""
+    dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
+    if not dtypes or not sustained_rows:
+        return None
+    dtype = _SUSTAINED_DTYPE.get(dtypes[0], dtypes[0])
+    found = _sustained(args, sustained_rows, device, dtype, what=f"attention ({dtypes[0]} rows)")
+    if found is None:
+        return None
+    return {**found, "why": "a fused attention pass at training sequence lengths is tensor-core bound: its "
+            "throughput follows the SM clock, which a training step's GEMMs hold at the power limit below the "
+            "boost clock of the burst measurements it was fitted on; the GEMMs' sustained/burst ratio of the same "
+            "die and dtype prices that clock (docs/kernels.md, Sustained at the power limit)"}
 
 
 def _head_dims(text: str) -> list[int]:
@@ -182,10 +218,12 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
         raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
                                                 f"{args.attention_kernel!r}")
     head_dims = _head_dims(args.attention_head_dim)
-    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0]) for k in kernels}
+    attention_sustained = _attention_sustained(args, rows, sustained_rows, device)
+    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0], attention_sustained)
+            for k in kernels}
     attention_doc = docs[kernels[0]]
     if attention_doc is not None:
-        efficiency.update(attention_doc["params"])
+        efficiency.update(attention_doc.get("efficiency", attention_doc["params"]))
     missing = [k for k in kernels[1:] if docs[k] is None]
     if missing:
         raise InputFileError(args.inputs[0], f"no attention rows of {device!r} ({missing[0]}) to fit")
@@ -193,7 +231,8 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if attention_doc is not None:  # each kernel again at every further head dimension asked
         for d in head_dims[1:]:
             more.update({head_dim_kernel(k, d): doc for k in kernels
-                         if (doc := _attention_doc(args, rows, device, cluster, gemm, k, d)) is not None})
+                         if (doc := _attention_doc(args, rows, device, cluster, gemm, k, d,
+                                                   attention_sustained)) is not None})
     fp8_doc = _fp8_section(args, rows, sustained_rows, device, cluster, gemm)
     doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more).to_dict()
     write_json(args.output, doc)
@@ -204,6 +243,8 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
         metrics["gemm_heldout_mape"] = gemm.heldout_mape
     if sustained is not None:
         metrics["gemm_sustained_factor"] = float(sustained["factor"])
+    if attention_sustained is not None:
+        metrics["attention_sustained_factor"] = float(attention_sustained["factor"])
     if fp8_doc is not None:
         metrics["fp8_gemm_mape"] = float(fp8_doc["mape"])
         metrics["fp8_gemm_efficiency"] = float(fp8_doc["efficiency"]["gemm_efficiency"])

@@ -7,7 +7,8 @@ small versioned JSON file, `config/kernels/<device>.json`:
                     "attention_fwd_efficiency": ...,
                     "attention_bwd_efficiency": ..., "attention_seq_half": ...},
      "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null,
-     "attention_kernels": {"flash-attention-2": {...fit report of another kernel...}},
+     "attention_kernels": {"flash-attention-2": {...fit report of another kernel...,
+                                                  "efficiency": {...its three parameters...}}},
      "fp8": {"dtype": "float8_e4m3fn", "peak_flops": ...,
              "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ...}, ...fit report...}}
 
@@ -20,6 +21,12 @@ is priced with its `params` (`paraplan.kernels.attention_backends`). An entry na
 `<kernel>@hdim<d>` (`--attention-head-dim 128,64`) is that kernel fitted at head
 dimension d instead of the main fit's: it prices the runs of that kernel whose
 query/key head width is d.
+
+Each attention fit report keeps its burst fit in `params` (its errors are against burst
+data); where the device's sustained factor is known, the report also has `sustained` (the
+factor, its rows and why it applies) and `efficiency`: the two efficiencies times it, what
+a training step runs at and what prices the kernel (the first kernel's are `efficiency`'s
+at the top). A report without `efficiency` is priced at its `params`.
 
 `fp8` (present only for a device whose FP8 GEMMs were measured) is the FP8 GEMM
 ceiling dtype fp8 runs are priced with (`paraplan.predict.fp8_ops`, docs/fp8.md): its
@@ -67,7 +74,7 @@ class KernelCeilings:
         if self.attention is not None:
             out[str(self.attention.get("kernel", ""))] = {k: float(self.efficiency[k]) for k in ATTENTION_HELD}
         for name, report in self.attention_kernels.items():
-            out[name] = {k: float(report["params"][k]) for k in ATTENTION_HELD}
+            out[name] = {k: float(priced_attention(report)[k]) for k in ATTENTION_HELD}
         return out
 
     def to_dict(self) -> dict:
@@ -126,6 +133,12 @@ ATTENTION_HELD: tuple[str, ...] = HELD[3:]
 """An attention kernel's parameters (forward and backward efficiency, seq_half)."""
 
 
+def priced_attention(report: Mapping) -> Mapping:
+    """An attention fit report's parameters as runs are priced: its `efficiency` (the
+    burst fit held at the power limit) where it has one, else its `params`."""
+    return report.get("efficiency") or report["params"]
+
+
 def _check_attention(attention: dict | None, values: dict[str, float], more: dict[str, dict], source: str) -> None:
     """The first kernel named and its parameters in `efficiency`; no kernel twice."""
     if attention is None:
@@ -140,6 +153,13 @@ def _check_attention(attention: dict | None, values: dict[str, float], more: dic
     if kernel in more:
         raise InputFileError(source, f"kernel {kernel} is the first attention kernel; expected other kernels",
                              field=f"attention_kernels.{kernel}")
+    own = attention.get("efficiency")
+    if own is not None:
+        for key in ATTENTION_HELD:
+            if not isinstance(own, dict) or own.get(key) != values[key]:
+                got = own.get(key) if isinstance(own, dict) else own
+                raise InputFileError(source, f"expected efficiency.{key}'s {values[key]!r} (the first kernel's), "
+                                     f"got {got!r}", field=f"attention.efficiency.{key}")
 
 
 def _attention_kernels(section: object, source: str) -> dict[str, dict]:
@@ -153,12 +173,20 @@ def _attention_kernels(section: object, source: str) -> dict[str, dict]:
         params = report.get("params") if isinstance(report, dict) else None
         if not isinstance(params, dict):
             raise InputFileError(source, "expected a fit report with params", field=where)
-        for key in ATTENTION_HELD:
-            value = params.get(key)
-            rule = EFFICIENCY_RULES[key]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"{where}.params.{key}")
-            check_number(source, None, f"{where}.params.{key}", value, rule)
+        for part in ("params", "efficiency"):
+            values = report.get(part)
+            if values is None and part == "efficiency":
+                continue
+            if not isinstance(values, dict):
+                raise InputFileError(source, f"expected a JSON object of parameters, got {values!r}",
+                                     field=f"{where}.{part}")
+            for key in ATTENTION_HELD:
+                value = values.get(key)
+                rule = EFFICIENCY_RULES[key]
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise InputFileError(source, f"expected {rule.expected}, got {value!r}",
+                                         field=f"{where}.{part}.{key}")
+                check_number(source, None, f"{where}.{part}.{key}", value, rule)
     return section
 
 
