@@ -30,7 +30,7 @@ from paraplan.clusters import load_cluster
 from paraplan.plan.transformer.output import describe
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.search import search
-from paraplan.predict.calibration import load_calibration
+from paraplan.predict.calibration import calibration_for
 from paraplan.predict.models import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,6 @@ CROSS_VALIDATED = ROOT / "results/predict/a100-vtrain/cross_validated.csv"
 
 
 def speed() -> None:
-    calibration = load_calibration()
     for name, cluster_name, gpus, batch, target in (("gpt3-175b", "dgx-a100", 1024, 1536, 1.0),
                                                     ("llama3-70b", "dgx-h100", 1024, 1024, 5.0),
                                                     ("llama3-405b", "dgx-h100", 16384, 2048, 30.0),
@@ -46,6 +45,7 @@ def speed() -> None:
                                                     ("qwen3-235b-a22b", "dgx-h100", 256, 512, 10.0),
                                                     ("deepseek-v3", "dgx-h100", 2048, 4096, 2.0)):
         cluster = load_cluster(cluster_name)
+        calibration = calibration_for(cluster)  # what `paraplan plan` uses: the device's shipped one
         comm = calibration.comm_model(cluster)
         model = replace(PRESETS[name], seq_length=4096) if PRESETS[name].is_moe else PRESETS[name]
         best, best_cpu = np.inf, np.inf
@@ -55,7 +55,8 @@ def speed() -> None:
             best = min(best, time.perf_counter() - started)
             best_cpu = min(best_cpu, time.process_time() - started_cpu)
         plan = result.plans[0]
-        print(f"{name} on {gpus} x {cluster.device.name}: {best:.2f} s wall, {best_cpu:.2f} s CPU (best of 3; "
+        print(f"{name} on {gpus} x {cluster.device.name} ({calibration.label}): {best:.2f} s wall, "
+              f"{best_cpu:.2f} s CPU (best of 3; "
               f"target < {target:.0f} s), {result.candidates} candidates, {result.retimed} re-timed, "
               f"{result.proven_slower} proven slower by a bound; {describe(plan)}: "
               f"{plan.iteration_s:.3g} s, MFU {plan.mfu:.1%}")
