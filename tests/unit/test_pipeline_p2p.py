@@ -22,7 +22,9 @@ from paraplan.predict.pipeline_p2p import (
     boundary_crosses_nodes,
     exchange_s,
     p2p_charges,
+    pipeline_gather_s,
     pipeline_send_s,
+    sync_s,
 )
 from paraplan.predict.runtable import read_run_table
 from paraplan.sim.engine import PipelineCosts, execute, execute_flushed
@@ -77,8 +79,8 @@ def test_blocking_transfers_slow_a_predicted_pipeline_by_at_most_their_time():
     s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
     send = run_structure(model, s, cluster, comm).send_s[0]
     overlapped = iteration_time_s(build_execution(model, s, cluster, comm, cal.efficiency))
-    blocking = iteration_time_s(build_execution(model, replace(s, overlap_p2p_comm=False), cluster, comm,
-                                                cal.efficiency))
+    blocking_run = replace(s, overlap_p2p_comm=False, batch_p2p_sync=False)  # the transfers alone
+    blocking = iteration_time_s(build_execution(model, blocking_run, cluster, comm, cal.efficiency))
     assert send > 0
     # one exchange per forward/backward pair: M v of them on a rank, at most
     assert 0 < blocking - overlapped <= 8 * 2 * send + 1e-12
@@ -101,7 +103,8 @@ def test_run_table_reads_overlap_p2p_comm(tmp_path):
 
 def test_explain_puts_blocking_exchanges_under_pp_comm():
     """Interleaved without overlap: the last rank's M v exchanges (one per backward) are
-    pipeline communication, not host time, and the parts still sum to the iteration."""
+    pipeline communication, their host synchronisations host time, and the parts still
+    sum to the iteration."""
     model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                              vocab_size=50257)
     cluster, cal = load_cluster("dgx-a100"), load_calibration()
@@ -113,7 +116,8 @@ def test_explain_puts_blocking_exchanges_under_pp_comm():
     overlapped = explain_run(model, replace(s, overlap_p2p_comm=True), cluster, comm, cal.efficiency)
     assert blocking.total_s == pytest.approx(blocking.iteration_s)
     assert blocking.seconds["pp_comm"] >= 8 * 2 * send
-    assert blocking.seconds["host"] == pytest.approx(overlapped.seconds["host"])
+    # the host synchronisation after each exchange is the GPU waiting for the host
+    assert blocking.seconds["host"] == pytest.approx(overlapped.seconds["host"] + 8 * 2 * cal.efficiency.host_kernel_s)
 
 
 def test_only_the_boundaries_between_nodes_cross_them():
@@ -173,3 +177,82 @@ def test_the_timeline_draws_blocking_sends_after_the_compute_they_follow():
     assert (tl.end_s[sends] - tl.start_s[sends]) == pytest.approx(np.full(48, send))
     fwd = (tl.kind == EventKindCode.FWD) & (tl.device == 0)
     assert (tl.end_s[fwd] - tl.start_s[fwd]) == pytest.approx(np.full(8, execution.costs.fwd_s[0] - send))
+
+
+G = 0.125  # one received transfer's all-gather
+S = 0.0625  # one host synchronisation
+
+
+def test_scatter_gather_adds_the_receivers_gather_and_the_sync_beside_each_transfer():
+    c = p2p_charges(RunSettings(pipeline_model_parallel_size=4), SEND, G, S)
+    assert c.fwd_s.tolist() == [T + G, T + G, T + G, 0.0]  # each gets the next gradient back
+    assert c.bwd_s.tolist() == [0.0, T + G, T + G, T + G]  # and the next activation
+    assert c.sync_fwd_s is not None and c.sync_fwd_s.tolist() == [S, S, S, 0.0]
+    assert c.sync_bwd_s is not None and c.sync_bwd_s.tolist() == [0.0, S, S, S]
+    fwd, bwd = c.on_ops(np.ones(4), np.full(4, 2.0))
+    assert fwd.tolist() == [1 + T + G + S] * 3 + [1.0] and bwd.tolist() == [2.0] + [2 + T + G + S] * 3
+
+
+def test_interleaved_exchanges_gather_both_inputs_and_overlap_gathers_before_the_consumer():
+    s = RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=False)
+    c = p2p_charges(s, SEND, G, S)
+    assert c.bwd_s.tolist() == [T + G, T + 2 * G, T + 2 * G, T + G] and not c.fwd_s.any()
+    assert c.sync_bwd_s is not None and c.sync_bwd_s.tolist() == [S] * 4
+    over = p2p_charges(replace(s, overlap_p2p_comm=True), SEND, G, sync_s(replace(s, overlap_p2p_comm=True), S))
+    assert over.fwd_s.tolist() == [0.0, G, G, G] and over.bwd_s.tolist() == [G, G, G, 0.0]
+    assert over.sync_bwd_s is None or not over.sync_bwd_s.any()
+
+
+def test_the_sync_costs_one_host_kernel_issue_only_where_megatron_synchronises():
+    one_chunk = RunSettings(pipeline_model_parallel_size=4)
+    assert sync_s(one_chunk, 7e-5) == 7e-5
+    assert sync_s(replace(one_chunk, batch_p2p_sync=False), 7e-5) == 0.0  # DeepSpeed's engine
+    assert sync_s(RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2), 7e-5) == 0.0
+
+
+_GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                        vocab_size=50257)
+
+
+def test_scatter_gather_sends_one_tp_share_and_gathers_the_whole_activation():
+    comm = load_calibration().comm_model(load_cluster("dgx-a100"))
+    s = RunSettings(tensor_model_parallel_size=4, pipeline_model_parallel_size=2, global_batch_size=8)
+    whole = 1024 * 1024 * 2  # b s h x 2 bytes (bf16)
+    assert s.scatter_gather_tensors_in_pipeline  # Megatron-LM's default
+    assert pipeline_send_s(_GPT, s, comm, 8).tolist() == [comm.time_s("send_recv", whole / 4, Group(2, 1))]
+    assert pipeline_gather_s(_GPT, s, comm, 1) == comm.time_s("all_gather", whole, Group(4, 1))
+    core = replace(s, scatter_gather_tensors_in_pipeline=False)  # Megatron-Core: whole activations
+    assert pipeline_send_s(_GPT, core, comm, 8).tolist() == [comm.time_s("send_recv", whole, Group(2, 1))]
+    assert pipeline_gather_s(_GPT, core, comm, 1) == 0.0
+    sp = replace(core, sequence_parallel=True)  # already split along the sequence, either way
+    assert pipeline_send_s(_GPT, sp, comm, 8).tolist() == [comm.time_s("send_recv", whole / 4, Group(2, 1))]
+    assert pipeline_gather_s(_GPT, replace(sp, scatter_gather_tensors_in_pipeline=True), comm, 1) == 0.0
+    assert pipeline_gather_s(_GPT, replace(s, tensor_model_parallel_size=1), comm, 1) == 0.0
+
+
+def test_the_sync_lengthens_each_exchanging_op_by_one_host_kernel_issue():
+    cluster, cal = load_cluster("dgx-a100"), load_calibration()
+    comm = cal.comm_model(cluster)
+    s = RunSettings(pipeline_model_parallel_size=4, global_batch_size=8)
+    synced = build_execution(_GPT, s, cluster, comm, cal.efficiency).costs
+    plain = build_execution(_GPT, replace(s, batch_p2p_sync=False), cluster, comm, cal.efficiency).costs
+    k = cal.efficiency.host_kernel_s
+    assert k > 0
+    assert (synced.fwd_s - plain.fwd_s).tolist() == pytest.approx([k, k, k, 0.0])
+    assert (synced.bwd_s - plain.bwd_s).tolist() == pytest.approx([0.0, k, k, k])
+
+
+def test_planner_closed_form_adds_gathers_and_syncs():
+    got = blocking_per_microbatch_s(np.array([1, 3, 3]), np.array([False, False, True]), np.full(3, T), G, S)
+    assert got.tolist() == [2 * (T + S) + 2 * G, 3 * (T + S) + 6 * G, 6 * G]
+
+
+def test_run_table_reads_the_transfer_columns(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                    "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size,"
+                    "scatter_gather_tensors_in_pipeline,batch_p2p_sync\n"
+                    "a,8,1024,16,1024,50257,2,4,1,8,false,false\nb,8,1024,16,1024,50257,2,4,1,8,,\n")
+    _, rows = read_run_table(path)
+    assert [(r.settings.scatter_gather_tensors_in_pipeline, r.settings.batch_p2p_sync) for r in rows] == [
+        (False, False), (True, True)]

@@ -169,7 +169,9 @@ def test_a_stage_op_is_the_sum_of_its_layers_kinds():
     fwd_host = np.array([2 * host[0] + 2 * host[7] + host[3], 2 * host[0] + 2 * host[7] + host[5]])
     fwd_host += eff.host_microbatch_s
     model = price(st, ks, eff)
-    sent = np.array([st.send_s[0], 0.0])  # 1F1B: stage 0's forward waits for its blocking send
+    # 1F1B: stage 0's forward waits for its blocking send and the host synchronisation
+    # after it (`batch_p2p_sync`)
+    sent = np.array([st.send_s[0] + eff.host_kernel_s, 0.0])
     assert model.costs.fwd_s == pytest.approx(host_bound_s(fwd_dev, fwd_host, eff) + sent, rel=1e-12)
     assert dev[7] > dev[0]  # the MoE layer here does more (2 experts of f = h, a router, all-to-alls)
 

@@ -233,6 +233,25 @@ class RunSettings:
     transfers run beside the next chunk's compute. Megatron sets it false for every other
     schedule, whose transfers block both ranks (`p2p_overlapped`, docs/pipeline-schedules.md)."""
 
+    scatter_gather_tensors_in_pipeline: bool = True
+    """Megatron-LM's (`--no-scatter-gather-tensors-in-pipeline` turns it off; default from
+    February 2021, 72e4230b, until the transfers moved into Megatron-Core in January 2023,
+    39b83c79, whose code no longer reads it: set it false for Megatron-Core runs).
+    Without sequence parallelism each tensor-parallel rank sends 1/t of a pipeline
+    transfer and the receiver re-assembles it with an all-gather over the tensor-parallel
+    group; false: whole activations. DeepSpeed's pipeline engine (Megatron-DeepSpeed)
+    partitions them the same way over its model-parallel group. No effect with sequence
+    parallelism, whose activations are already split (`paraplan.predict.pipeline_p2p`)."""
+
+    batch_p2p_sync: bool = True
+    """Megatron-Core's (`ModelParallelConfig`, no command-line flag): a
+    `torch.cuda.synchronize()` after each batched (blocking) pipeline exchange, which
+    Megatron-LM's `_communicate` has called after every exchange since January 2021
+    (27fc4689); the host then
+    issues the next op's kernels while the GPU waits (`paraplan.predict.pipeline_p2p`).
+    False for DeepSpeed's pipeline engine (Megatron-DeepSpeed), which sends with plain
+    `dist.send` / `dist.recv`. No effect on overlapped transfers (`p2p_overlapped`)."""
+
     @property
     def p2p_overlapped(self) -> bool:
         """Pipeline transfers overlap compute: `overlap_p2p_comm` with model chunks (v > 1)."""

@@ -79,7 +79,7 @@ from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import embedding_work, layer_work
 from paraplan.predict.pass_cost import PassCost
-from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_send_s
+from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_gather_s, pipeline_send_s, sync_s
 from paraplan.predict.placement import (
     Placement,
     Precision,
@@ -166,6 +166,7 @@ class RunStructure:
     moe_layers_per_vstage: np.ndarray | None = None  # of layers_per_vstage, the MoE layers (None: a dense model)
     expert_rank_params: np.ndarray | None = None  # per pipeline stage: expert weights on one rank
     fsdp: FsdpCosts | None = None  # zero_stage 3's weight gathers (`fsdp_ops`)
+    p2p_gather_s: float = 0.0  # the all-gather of each received pipeline transfer (`pipeline_p2p`)
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -342,7 +343,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
                         attention_mix=attention_mix(model, settings, counts),
                         moe_layers_per_vstage=moe_counts,
-                        expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp)
+                        expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
+                        p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes))
 
 
 @dataclass(frozen=True)
@@ -433,8 +435,8 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     wgt = weight_grad_s(st.settings, times, layers)
     if st.settings.pipeline_schedule == "zb_h1":
         bwd = bwd - wgt
-    p2p = p2p_charges(st.settings, st.send_s)
-    return PipelineCosts(fwd + p2p.fwd_s, bwd + p2p.bwd_s, wgt, p2p.send_fwd_s, p2p.send_bwd_s,
+    p2p = p2p_charges(st.settings, st.send_s, st.p2p_gather_s, sync_s(st.settings, eff.host_kernel_s))
+    return PipelineCosts(*p2p.on_ops(fwd, bwd), wgt, p2p.send_fwd_s, p2p.send_bwd_s,
                          p2p.fwd_s if p2p.blocking else None, p2p.bwd_s if p2p.blocking else None)
 
 

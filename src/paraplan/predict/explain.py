@@ -120,7 +120,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         settings.num_microbatches
     fwd, bwd = _stage_parts(structure, parts, eff)
     costs = execution.costs
-    p2p = p2p_charges(settings, structure.send_s)  # blocking transfers inside the ops
+    p2p = p2p_charges(settings, structure.send_s, structure.p2p_gather_s)  # blocking transfers inside the ops
     op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
     host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s
 

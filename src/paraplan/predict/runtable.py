@@ -85,7 +85,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
     "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "account_for_embedding_in_pipeline_split",
-    "overlap_p2p_comm",
+    "overlap_p2p_comm", "scatter_gather_tensors_in_pipeline", "batch_p2p_sync",
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
@@ -225,7 +225,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "overlap_moe_expert_parallel_comm": _boolean, "moe_token_dispatcher_type": _choice(MOE_DISPATCHERS),
-    "overlap_p2p_comm": _boolean,
+    "overlap_p2p_comm": _boolean, "scatter_gather_tensors_in_pipeline": _boolean, "batch_p2p_sync": _boolean,
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
     "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
     "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,

@@ -10,7 +10,12 @@ biases, dropout 0.1, tied embeddings), full activation recomputation of every
 layer, fp16, 1F1B, the unfused attention path (baddbmm, fused scale-mask-softmax,
 dropout, bmm), no overlap of the gradient all-reduce (`use_gradient_bucket`
 false), and the backward tensor-parallel all-reduce blocking (Megatron-DeepSpeed turns
-`async_tensor_model_parallel_allreduce` off whenever it runs under DeepSpeed).
+`async_tensor_model_parallel_allreduce` off whenever it runs under DeepSpeed), and
+DeepSpeed's pipeline engine's transfers: activations and gradients partitioned over the
+tensor-parallel ranks and all-gathered by the receiver (`is_pipe_partitioned`,
+`is_grad_partitioned`), sent with `dist.send` / `dist.recv` and no
+`torch.cuda.synchronize()` (`scatter_gather_tensors_in_pipeline` true, `batch_p2p_sync`
+false).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ ASSUMPTIONS: dict[str, str] = {
     "overlap_grad_reduce": "false",
     "schedule": "1f1b",
     "async_tensor_model_parallel_allreduce": "false",
+    "scatter_gather_tensors_in_pipeline": "true",
+    "batch_p2p_sync": "false",
 }
 RUN_TABLE_COLUMNS: tuple[str, ...] = ("name", *COLUMNS.values(), *ASSUMPTIONS, "measured_iteration_s")
 

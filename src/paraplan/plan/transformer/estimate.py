@@ -105,9 +105,11 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed)
     stages = _stage_times(cols, layers, times, table, eff)
-    send = _send_s(model, cols, base, comm, timed)
+    send, gather = _send_s(model, cols, base, comm, timed, cluster.devices_per_node)
     pipe, busy = _pipeline_s(cols, layers, stages, send)
-    pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, (cols.v > 1) & base.overlap_p2p_comm, send)
+    overlapped = (cols.v > 1) & base.overlap_p2p_comm
+    synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
+    pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
     iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
@@ -234,14 +236,21 @@ def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes
 
 
 def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, comm: CommModel,
-            timed: np.ndarray) -> np.ndarray:
-    """One activation (or its gradient) between neighbouring stages."""
+            timed: np.ndarray, devices_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+    """One activation (or its gradient) between neighbouring stages, and the receiver's
+    all-gather of it where scattered without sequence parallelism (`pipeline_p2p`)."""
     e = 2 if base.dtype == "fp8" else DTYPE_BYTES[base.dtype]
-    boundary = cols.b * model.seq_length * model.hidden_size * e / (cols.t * cols.c)
-    send = np.zeros(len(cols))
+    whole = cols.b * model.seq_length * model.hidden_size * e / cols.c
+    sp = cols.cand.sp.astype(bool)
+    boundary = whole / np.where(sp | base.scatter_gather_tensors_in_pipeline, cols.t, 1.0)
+    gathered = ~sp & base.scatter_gather_tensors_in_pipeline & (cols.t > 1)
+    send, gather = np.zeros(len(cols)), np.zeros(len(cols))
     for i in np.flatnonzero((cols.p > 1) & timed):
         send[i] = comm.time_s("send_recv", boundary[i], Group(2, 2 if cols.cross[i] else 1))
-    return send
+        if gathered[i]:
+            t = int(cols.t[i])
+            gather[i] = comm.time_s("all_gather", whole[i], Group(t, -(-t // devices_per_node)))
+    return send, gather
 
 
 def _pipeline_s(cols: CandidateColumns, layers: StageLayers, st: _StageTimes,
