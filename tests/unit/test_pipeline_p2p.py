@@ -216,9 +216,10 @@ _GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_hea
 
 def test_scatter_gather_sends_one_tp_share_and_gathers_the_whole_activation():
     comm = load_calibration().comm_model(load_cluster("dgx-a100"))
-    s = RunSettings(tensor_model_parallel_size=4, pipeline_model_parallel_size=2, global_batch_size=8)
+    assert not RunSettings().scatter_gather_tensors_in_pipeline  # Megatron-Core's behaviour by default
+    s = RunSettings(tensor_model_parallel_size=4, pipeline_model_parallel_size=2, global_batch_size=8,
+                    scatter_gather_tensors_in_pipeline=True)  # Megatron-LM 2021-2022
     whole = 1024 * 1024 * 2  # b s h x 2 bytes (bf16)
-    assert s.scatter_gather_tensors_in_pipeline  # Megatron-LM's default
     assert pipeline_send_s(_GPT, s, comm, 8).tolist() == [comm.time_s("send_recv", whole / 4, Group(2, 1))]
     assert pipeline_gather_s(_GPT, s, comm, 1) == comm.time_s("all_gather", whole, Group(4, 1))
     core = replace(s, scatter_gather_tensors_in_pipeline=False)  # Megatron-Core: whole activations
@@ -255,4 +256,4 @@ def test_run_table_reads_the_transfer_columns(tmp_path):
                     "a,8,1024,16,1024,50257,2,4,1,8,false,false\nb,8,1024,16,1024,50257,2,4,1,8,,\n")
     _, rows = read_run_table(path)
     assert [(r.settings.scatter_gather_tensors_in_pipeline, r.settings.batch_p2p_sync) for r in rows] == [
-        (False, False), (True, True)]
+        (False, False), (False, True)]

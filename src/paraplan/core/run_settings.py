@@ -233,14 +233,15 @@ class RunSettings:
     transfers run beside the next chunk's compute. Megatron sets it false for every other
     schedule, whose transfers block both ranks (`p2p_overlapped`, docs/pipeline-schedules.md)."""
 
-    scatter_gather_tensors_in_pipeline: bool = True
-    """Megatron-LM's (`--no-scatter-gather-tensors-in-pipeline` turns it off; default from
-    February 2021, 72e4230b, until the transfers moved into Megatron-Core in January 2023,
-    39b83c79, whose code no longer reads it: set it false for Megatron-Core runs).
+    scatter_gather_tensors_in_pipeline: bool = False
+    """Megatron-LM's `--scatter-gather-tensors-in-pipeline` (on by default from February
+    2021, 72e4230b, until the transfers moved into Megatron-Core in January 2023,
+    39b83c79, whose code no longer reads it; so paraplan's default is Megatron-Core's,
+    off: set it true for Megatron-LM runs of 2021-2022 and for DeepSpeed's pipeline
+    engine, which partitions transfers the same way over its model-parallel group).
     Without sequence parallelism each tensor-parallel rank sends 1/t of a pipeline
     transfer and the receiver re-assembles it with an all-gather over the tensor-parallel
-    group; false: whole activations. DeepSpeed's pipeline engine (Megatron-DeepSpeed)
-    partitions them the same way over its model-parallel group. No effect with sequence
+    group; false: whole activations. No effect with sequence
     parallelism, whose activations are already split (`paraplan.predict.pipeline_p2p`)."""
 
     batch_p2p_sync: bool = True
