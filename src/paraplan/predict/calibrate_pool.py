@@ -2,8 +2,9 @@
 
 A fit evaluates every training run's iteration time at each trial of the
 parameters (hundreds of trials, each run through the pipeline engine in Python),
-and the runs are independent of each other: `PooledIterationTimes` splits the runs
-asked for into one contiguous share per worker and joins the answers. Each run is
+and the runs are independent of each other: `PooledIterationTimes` deals the runs
+asked for out to the workers (every n-th run to one, so shares of like cost) and puts
+the answers back in order. Each run is
 priced by the same code on the same numbers as in one process (kernel pricing is
 element by element), so the fit, its cross-validation and every prediction are
 byte-identical to the serial ones (`--jobs 1`); only the wall time changes.
@@ -51,14 +52,16 @@ class PooledIterationTimes(IterationTimes):
         idx = np.asarray(idx, dtype=np.int64)
         if len(self.connections) < 2 or idx.size < 2 * len(self.connections):
             return super().predict(eff, idx)
-        shares = np.array_split(idx, len(self.connections))
-        for conn, share in zip(self.connections, shares, strict=True):
-            conn.send((eff, share))
-        answers = [conn.recv() for conn in self.connections]
-        for status, value in answers:
+        n = len(self.connections)
+        for w, conn in enumerate(self.connections):
+            conn.send((eff, idx[w::n]))  # every n-th run: shares of like cost
+        out = np.empty(idx.size)
+        for w, conn in enumerate(self.connections):
+            status, value = conn.recv()
             if status == "error":
                 raise value
-        return np.concatenate([value for _, value in answers])
+            out[w::n] = value
+        return out
 
 
 @contextmanager

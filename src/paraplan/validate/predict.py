@@ -134,6 +134,19 @@ def run_conditions(name: str, setup: PredictionSetup, cluster: Cluster, compute_
     )
 
 
+def skew_s(sync_points: float, drift_s: float) -> float:
+    """Expected time 2 ranks wait for each other at `sync_points` blocking collectives
+    spread evenly over a pass whose two ranks, doing the same work at once without
+    communicating, end `drift_s` apart on average (mean |difference|, the validate
+    run's contention pass). Each collective waits for the later rank: E[max(a, b)] -
+    E[a] = E|a - b| / 2 per segment; with independent, normal differences per segment
+    the k segments' |differences| sum to sqrt(k) x the whole pass's. A diagnostic of
+    tp2's blocking all-reduces (docs/validation-load.md), not part of the prediction."""
+    if sync_points <= 0 or drift_s <= 0:
+        return 0.0
+    return float(np.sqrt(sync_points) * drift_s / 2.0)
+
+
 CONTENTION_ITERATIONS = 4
 
 

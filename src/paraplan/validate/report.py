@@ -163,8 +163,27 @@ def validation_report(profile: ModelProfile, cluster: Cluster, comm: CommModel, 
     notes.append("profile rescaled by the drift (diagnostic): "
                  + ", ".join(f"{k} {v * 1e3:.2f} ms ({extra[f'rel_err_rescaled__{k}']:+.1%})"
                              for k, v in rescaled.items()))
+    if "tp2" in predicted and result.together_drift_s > 0:
+        _skew_diagnostic(setup, predicted["tp2"], result, notes, extra)
     table = validation_table(result.measured, predicted, load.other_load_per_core)
     return ValidationReport(table, setup, result.measured, plan.uncorrected, extra, tuple(notes), load)
+
+
+def _skew_diagnostic(setup: PredictionSetup, tp2_s: float, result: RunResult, notes: list[str],
+                     extra: dict[str, float]) -> None:
+    """tp2 with its ranks' waiting at each blocking all-reduce (`predict.skew_s`): a
+    diagnostic beside the prediction, not in it."""
+    from paraplan.validate.predict import skew_s, tp_backward_allreduces
+
+    calls = sum(setup.tp_allreduces) + sum(tp_backward_allreduces(setup))
+    waiting = skew_s(calls, result.together_drift_s)
+    measured = result.measured["tp2"].median_s
+    extra |= {"together_drift_s": result.together_drift_s, "predicted_skew_s__tp2": tp2_s + waiting,
+              "rel_err_skew__tp2": (tp2_s + waiting) / measured - 1}
+    notes.append(f"ranks doing the same work at once end {result.together_drift_s * 1e3:.2f} ms apart (mean); "
+                 f"waiting at tp2's {calls:g} blocking all-reduces about {waiting * 1e3:.2f} ms: tp2 with it "
+                 f"{(tp2_s + waiting) * 1e3:.2f} ms ({(tp2_s + waiting) / measured - 1:+.1%}; diagnostic, not "
+                 f"in the prediction)")
 
 
 def _ms(values: Sequence[float]) -> str:
