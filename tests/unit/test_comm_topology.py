@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,14 @@ def test_fewer_nics_than_gpus_are_shared_by_the_gpus_behind_them():
         2 * 7 * A_S + 2 * 63 / 64 * GiB / (4 * NIC_Bps), rel=1e-12)
     # a pipeline transfer: half a NIC per rank
     assert m.time_s("send_recv", GiB, Group(2, 2)) == pytest.approx(A_S + GiB / (NIC_Bps / 2), rel=1e-12)
+
+
+def test_all_reduce_restricted_to_rings_is_the_ring_formula():
+    # 2 x 8 GPUs with rings only (a fabric where NCCL is measured to run rings): each node's
+    # NICs carry 2 (15/16) S instead of the hierarchical stage's S
+    m = replace(model(), all_reduce_algorithms=("ring",))
+    assert m.choose("all_reduce", GiB, Group(16, 2)) == (
+        "ring", pytest.approx(2 * A_S + 2 * 15 / 16 * GiB / (8 * NIC_Bps), rel=1e-12))
+    assert set(m.algorithm_times("all_reduce", GiB, Group(16, 2))) == {"ring"}
+    with pytest.raises(ValueError, match="expected some of ring, hierarchical, tree, got \\('nvls',\\)"):
+        replace(model(), all_reduce_algorithms=("nvls",))

@@ -77,7 +77,7 @@ def test_attention_fit_tells_the_passes_apart_given_forward_rows():
 def test_published_tables_refit_to_the_shipped_h100_file(tmp_path):
     out = tmp_path / "h100.json"
     assert main(["fit", "--kind", "kernels", "--no-track", *map(str, PUBLISHED), "--cluster", "dgx-h100",
-                 "-o", str(out)]) == 0
+                 "--attention-kernel", "cudnn", "-o", str(out)]) == 0
     fitted = json.loads(out.read_text())
     shipped = load_kernel_ceilings("H100-SXM5-80GB")
     for key, value in shipped.efficiency.items():
@@ -86,9 +86,12 @@ def test_published_tables_refit_to_the_shipped_h100_file(tmp_path):
     assert fitted["gemm"]["n_points"] == 109
     assert fitted["gemm"]["heldout_mape"] < 0.035
     assert 0.80 < fitted["efficiency"]["gemm_efficiency"] < 0.90
-    # FlashAttention-2, causal, head dim 128: forward (FA3 paper) and forward+backward (FA2)
-    assert fitted["attention"]["n_points"] == 12
-    assert fitted["attention"]["heldout_mape"] < 0.05
+    # cuDNN (Transformer Engine's attention on Hopper), causal, head dim 128: forward from the
+    # FA3 paper, backward derived from its non-causal backward (paraplan.kernels.causal)
+    assert fitted["attention"]["kernel"] == "cudnn"
+    assert fitted["attention"]["n_points"] == 12 and fitted["attention"]["derived_causal_backward"] == 6
+    assert fitted["attention"]["heldout_mape"] < 0.07
+    assert [Path(d["path"]).name for d in fitted["attention"]["data"]] == ["fa3_paper_h100_bwd_and_cudnn_fwd.csv"]
 
 
 def test_shipped_files_cover_a100_and_h100_with_their_devices():

@@ -119,6 +119,23 @@ def test_deepseek_layers_and_mla():
         + 128 * 128 * 7168 + 1536 + 512
 
 
+def test_group_limited_routing_is_read_and_checked():
+    """DeepSeek-V3 routes in 4 of 8 groups (n_group, topk_group) as the preset; DeepSeek-V2's
+    `greedy` router has none; a group limit that does not divide the experts is an error."""
+    m = _read("deepseek-v3").model
+    assert (m.moe_router_num_groups, m.moe_router_group_topk) == (8, 4) == (
+        PRESETS["deepseek-v3"].moe_router_num_groups, PRESETS["deepseek-v3"].moe_router_group_topk)
+    config = json.loads((HF / "deepseek-v3.json").read_text())
+    greedy = read_hf_config({**config, "topk_method": "greedy"}, "v2-style")
+    assert greedy.model.router_groups == (1, 1) and "n_group" not in greedy.ignored
+    with pytest.raises(ValueError) as err:
+        replace(PRESETS["deepseek-v3"], moe_router_group_topk=3)
+    assert str(err.value) == (
+        "model 'deepseek-v3': group-limited routing needs moe_router_num_groups dividing num_experts 256 and "
+        "moe_router_group_topk in [1, moe_router_num_groups] dividing moe_router_topk 8 into at most "
+        "num_experts / moe_router_num_groups per group, got 8 and 3")
+
+
 def test_text_config_is_read_and_the_other_towers_named():
     read = _read("gemma-3-27b")
     assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu

@@ -47,10 +47,23 @@ def test_a_token_reaches_the_nodes_of_its_distinct_experts():
     assert nodes_hit(64, 8, 1) == 1.0
 
 
+def test_group_limited_routing_caps_the_nodes_a_token_reaches():
+    """k / g experts in each of g groups out of G (DeepSeek-V3: 8 experts, 4 of 8 groups of 32)."""
+    assert nodes_hit(256, 8, 8, 8, 4) == pytest.approx(4.0, rel=1e-15)  # a group per node: g nodes
+    # two groups per node: a node is missed when neither of its groups is chosen
+    assert nodes_hit(256, 8, 4, 8, 4) == pytest.approx(4 * (1 - comb(6, 4) / comb(8, 4)), rel=1e-15)
+    # a group over two nodes of 16: hit when its group is chosen and not both experts on the other node
+    assert nodes_hit(256, 8, 16, 8, 4) == pytest.approx(16 * 0.5 * (1 - comb(16, 2) / comb(32, 2)), rel=1e-15)
+    assert nodes_hit(256, 8, 8, 1, 1) == nodes_hit(256, 8, 8) == pytest.approx(
+        8 * (1 - comb(224, 8) / comb(256, 8)), rel=1e-15)
+    grouped = DeepEpTransfer(DEEPEP_DISPATCH, 1e6, -1, "ep", experts=256, topk=8, groups=8, group_topk=4)
+    assert grouped.time_s(Group(64, 8)) == pytest.approx(1e6 * 4.0 / 51e9, rel=1e-12)
+
+
 def test_dispatch_time_is_bytes_times_nodes_over_the_published_bandwidth():
-    t = DeepEpTransfer(DEEPEP_DISPATCH, 4096 * 2048 * 2, -1, "ep", 128, 8)
+    t = DeepEpTransfer(DEEPEP_DISPATCH, 4096 * 2048 * 2, -1, "ep", experts=128, topk=8)
     assert t.time_s(Group(16, 2)) == pytest.approx(4096 * 2048 * 2 * nodes_hit(128, 8, 2) / 43e9, rel=1e-12)
-    combine = DeepEpTransfer(DEEPEP_COMBINE, 1e6, -1, "ep", 128, 8)
+    combine = DeepEpTransfer(DEEPEP_COMBINE, 1e6, -1, "ep", experts=128, topk=8)
     assert combine.time_s(Group(32, 4)) == pytest.approx(1e6 * nodes_hit(128, 8, 4) / 57e9, rel=1e-12)
     assert t.time_s(Group(1, 1)) == 0.0
 
@@ -63,7 +76,7 @@ def test_dispatch_time_is_bytes_times_nodes_over_the_published_bandwidth():
 ])
 def test_unpublished_groups_are_errors(group, message):
     with pytest.raises(StrategyError) as err:
-        DeepEpTransfer(DEEPEP_DISPATCH, 1.0, -1, "ep", 128, 8).time_s(group)
+        DeepEpTransfer(DEEPEP_DISPATCH, 1.0, -1, "ep", experts=128, topk=8).time_s(group)
     assert str(err.value) == message
 
 
@@ -86,8 +99,8 @@ def test_flex_with_the_a2a_overlap_keeps_each_kernel_kind():
     work = moe_layer_work(QWEN, flex(overlap_moe_expert_parallel_comm=True))
     fwd = [c.collective for c in work.forward.collectives if c.group == "ep"]
     bwd = [c.collective for c in work.backward.collectives if c.group == "ep"]
-    assert fwd == [DEEPEP_DISPATCH]  # the combine's backward is a dispatch kernel
-    assert bwd == [DEEPEP_DISPATCH, DEEPEP_COMBINE, DEEPEP_COMBINE]
+    assert fwd == [DEEPEP_DISPATCH, DEEPEP_COMBINE]  # the combine's backward is a dispatch kernel, and back
+    assert bwd == [DEEPEP_DISPATCH, DEEPEP_COMBINE]
     assert all(c.hidden_by >= 0 for c in work.forward.collectives + work.backward.collectives if c.group == "ep")
 
 

@@ -82,10 +82,11 @@ def test_moe_modules_need_a_model_that_has_them(model, module, message):
     assert str(err.value) == message
 
 
-def test_a2a_overlap_pairs_four_all_to_alls_with_the_other_micro_batch_compute():
-    """Megatron-Core's combined 1F1B: combine-backward beside the forward attention,
-    dispatch beside the experts' input gradients, dispatch-backward beside their weight
-    gradients, combine beside the attention backward; all four carry T k h bytes."""
+def test_a2a_overlap_pairs_four_all_to_alls_with_the_other_micro_batch_modules():
+    """Megatron-Core's combined 1F1B (schedule_layer_1f1b): combine-backward beside the
+    attention forward up to the dispatch, dispatch-backward beside the experts' forward,
+    dispatch beside the experts' backward, combine beside the attention backward; each
+    beside its whole module; all four carry T k h bytes."""
     s = settings(overlap_moe_expert_parallel_comm=True)
     s.check(QWEN)
     work = moe_layer_work(QWEN, s)
@@ -93,16 +94,20 @@ def test_a2a_overlap_pairs_four_all_to_alls_with_the_other_micro_batch_compute()
     T, k, h = 4096, 8, 2048
     fwd = [c for c in work.forward.collectives if c.group == "ep" and c.nbytes == T * k * h * 2]
     bwd = [c for c in work.backward.collectives if c.group == "ep" and c.nbytes == T * k * h * 2]
-    assert (len(fwd), len(bwd)) == (1, 3)
+    assert (len(fwd), len(bwd)) == (2, 2)
     # the token counts' gather and the probabilities' all-to-alls still block
     assert [(c.collective, c.nbytes, c.hidden_by) for c in work.forward.collectives if c not in fwd] == [
         ("all_gather", 8 * 128 * 8, -1), ("all_to_all", T * k * 4, -1)]
     fk, bk = work.forward.kernels, work.backward.kernels
-    assert fk.kind[fwd[0].hidden_by] == 1  # the fused attention forward
-    dgrad, wgrad, attention = (c.hidden_by for c in bwd)
-    assert (bk.m[dgrad], bk.k[dgrad], bk.n[dgrad]) == (T * k / 128 * 8, 2 * 768, h)  # fc1 input gradient
-    assert bk.weight_grad[wgrad] and (bk.m[wgrad], bk.n[wgrad]) == (h, 2 * 768)
-    assert bk.kind[attention] == 1
+    attention, experts = (range(c.hidden_by, c.hidden_by + c.hidden_span) for c in fwd)
+    assert attention.start == 0 and 1 in fk.kind[attention]  # from the layer's start, the fused attention in it
+    # the last kernels before the dispatch: the router's logits GEMM (n = 128 experts), then softmax / top-k
+    assert (fk.n[attention.stop - 2], fk.kind[attention.stop - 1]) == (128, MEMORY)
+    assert [(fk.m[i], fk.k[i], fk.n[i]) for i in experts if fk.kind[i] == GEMM] == [
+        (T * k / 16, h, 2 * 768), (T * k / 16, 768, h)]  # fc1 and fc2 of the 16 local experts
+    experts_b, attention_b = (range(c.hidden_by, c.hidden_by + c.hidden_span) for c in bwd)
+    assert sum(bk.kind[experts_b] == GEMM) == 4 and sum(bk.weight_grad[experts_b]) == 2  # fc2, fc1: dgrad, wgrad
+    assert attention_b.stop == len(bk) and 1 in bk.kind[attention_b]
     # the kernels themselves are unchanged; without the flag every all-to-all blocks
     assert list(fk.flops) == list(plain.forward.kernels.flops)
     assert all(c.hidden_by == -1 for c in plain.forward.collectives + plain.backward.collectives if c.group == "ep")

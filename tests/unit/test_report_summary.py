@@ -108,8 +108,8 @@ def test_calibrate_section_reports_runs_ranking_and_layer_factors():
 
 
 def test_kernels_section_reads_the_shipped_kernel_fit(repo_root, tmp_path):
-    """The H100 file: 109 GEMMs, gemm_efficiency 0.847, held-out 3.0%; attention 0.364 / 0.315."""
+    """The H100 file: 109 GEMMs, gemm_efficiency 0.847, held-out 3.0%; cuDNN attention 0.613 / 0.466."""
     out = tmp_path / "summary.md"
     assert main(["report", str(repo_root / "config/kernels/H100-SXM5-80GB.json"), "-o", str(out), "--no-track"]) == 0
     row = next(line for line in out.read_text().splitlines() if line.startswith("| H100-SXM5-80GB"))
-    assert row == "| H100-SXM5-80GB | H100-SXM5-80GB | 109 | 0.847 | 148 | 3.0% | 3.0% | 0.364 | 0.315 | 3.0% |"
+    assert row == "| H100-SXM5-80GB | H100-SXM5-80GB | 109 | 0.847 | 148 | 3.0% | 3.0% | 0.613 | 0.466 | 6.6% |"

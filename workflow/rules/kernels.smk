@@ -100,12 +100,15 @@ rule kernels_published:
         device="|".join(re.escape(d) for d in sorted(KERNELS_PUBLISHED)) or "(?!)",
     params:
         cluster=lookup(dpath="kernels/published/{device}/cluster", within=config),
+        attention_kernel=lambda wildcards: KERNELS["published"][wildcards.device].get(
+            "attention_kernel", "flash-attention-2"
+        ),
     conda:
         "../../environment.yml"
     shell:
         tracked(
             "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
-            " -o {output:q}",
+            " --attention-kernel {params.attention_kernel:q} -o {output:q}",
             "kernels_published", "device",
         )
 

@@ -35,6 +35,9 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tokens", type=int, default=4096,
                        help="attention: tokens per call; batch = tokens // seq_length (at least 1)")
     group.add_argument("--non-causal", action="store_true", help="attention: no causal mask")
+    group.add_argument("--sdpa-backend", default="auto", choices=("auto", "flash", "cudnn", "efficient", "math"),
+                       help="attention: scaled_dot_product_attention's kernel (default: torch's choice); the CSV's "
+                            "source ends with it, e.g. paraplan-bench:cuda:cudnn, for `fit --attention-kernel`")
 
 
 def _positive_list(text: str, key: str) -> list[int]:
@@ -84,9 +87,13 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
         attention_shapes = [bench.AttentionShape(max(args.tokens // s, 1), args.heads, s, d, not args.non_causal)
                             for s in _positive_list(args.seq_lengths, "seq_lengths")
                             for d in _positive_list(args.head_dims, "head_dims")]
-        rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
+        rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show,
+                                    backend=args.sdpa_backend)
         columns = ATTENTION_COLUMNS
-    frame = pd.DataFrame([{**r, "kind": args.kind, "device": name, "source": f"paraplan-bench:{device.type}"}
+    source = f"paraplan-bench:{device.type}"
+    if args.kind == "attention" and args.sdpa_backend != "auto":
+        source += f":{args.sdpa_backend}"
+    frame = pd.DataFrame([{**r, "kind": args.kind, "device": name, "source": source}
                           for r in rows])[list(columns)]
     path = args.output / f"{args.kind}.csv"
     write_csv(path, frame)

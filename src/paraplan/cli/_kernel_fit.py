@@ -54,15 +54,49 @@ def _fp8_section(args: argparse.Namespace, rows, device: str, cluster, gemm) -> 
             "data": _data(args.inputs, used), **fp8.as_dict()}
 
 
+def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, kernel: str) -> dict[str, Any] | None:
+    """The fit of one attention kernel's causal rows of the device at the head
+    dimension asked (its causal backward derived where only the non-causal one is
+    published, `paraplan.kernels.causal`); None when the inputs hold no rows of it."""
+    from paraplan.kernels.causal import with_causal_backward
+    from paraplan.kernels.fit import fit_attention
+    from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+
+    times, derived = with_causal_backward(rows.attention_times(device, source=kernel))
+    if derived:
+        print(f"paraplan fit: {derived} causal backward row(s) of {device} ({kernel}) derived from its "
+              "non-causal backward and the forward's causal/non-causal ratio (paraplan.kernels.causal)",
+              file=sys.stderr)
+    if not len(times):
+        print(f"paraplan fit: no attention rows of {device} ({kernel}): attention not fitted", file=sys.stderr)
+        return None
+    keep = times.causal & (times.head_dim == args.attention_head_dim)
+    if not keep.any():
+        raise InputFileError(args.inputs[0], f"no causal attention rows of {device!r} ({kernel}) "
+                             f"with head_dim {args.attention_head_dim}")
+    times = times.subset(keep)
+    dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
+    base = replace(DeviceEfficiency(), kernel_latency_s=gemm.params["kernel_latency_s"])
+    attention = fit_attention(times, DeviceSpeed.of(cluster.device, str(dtypes[0])), base)
+    print(_line(f"{device} attention ({kernel}, causal, head_dim {args.attention_head_dim})", attention),
+          file=sys.stderr)
+    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)}
+    doc = {"kernel": kernel, "causal": True, "head_dim": args.attention_head_dim, "dtype": str(dtypes[0]),
+           "data": _data(args.inputs, used), **attention.as_dict()}
+    if derived:
+        doc["derived_causal_backward"] = derived
+    return doc
+
+
 def run_kernel_fit(args: argparse.Namespace) -> int:
     import numpy as np
 
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
     from paraplan.kernels.ceilings import KernelCeilings
-    from paraplan.kernels.fit import fit_attention, fit_gemm
+    from paraplan.kernels.fit import fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
-    from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+    from paraplan.predict.device_model import DeviceSpeed
     from paraplan.track import RunLog
 
     for option, value in (("--plots", args.plots), ("--a2av-output", args.a2av_output)):
@@ -90,28 +124,20 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     gemm_doc = {"dtype": args.gemm_dtype, "peak_flops": speed.peak_flops, "compute_units": speed.compute_units,
                 "min_flops": args.min_gemm_flops, "data": _data(args.inputs, {p for p, _ in gemm_rows}),
                 **gemm.as_dict()}
-    attention_doc = None
-    times = rows.attention_times(device, source=args.attention_kernel)
-    if len(times):
-        keep = times.causal & (times.head_dim == args.attention_head_dim)
-        if not keep.any():
-            raise InputFileError(args.inputs[0], f"no causal attention rows of {device!r} ({args.attention_kernel}) "
-                                 f"with head_dim {args.attention_head_dim}")
-        times = times.subset(keep)
-        dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
-        base = replace(DeviceEfficiency(), kernel_latency_s=gemm.params["kernel_latency_s"])
-        attention = fit_attention(times, DeviceSpeed.of(cluster.device, str(dtypes[0])), base)
-        print(_line(f"{device} attention ({args.attention_kernel}, causal, head_dim {args.attention_head_dim})",
-                    attention), file=sys.stderr)
-        efficiency.update(attention.params)
-        used = {p for p, _, r in rows.attention if r["device"] == device}
-        attention_doc = {"kernel": args.attention_kernel, "causal": True, "head_dim": args.attention_head_dim,
-                         "dtype": str(dtypes[0]), "data": _data(args.inputs, used), **attention.as_dict()}
-    else:
-        print(f"paraplan fit: no attention rows of {device} ({args.attention_kernel}): attention not fitted",
-              file=sys.stderr)
+    kernels = [k.strip() for k in args.attention_kernel.split(",") if k.strip()]
+    if len(set(kernels)) != len(kernels) or not kernels:
+        raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
+                                                f"{args.attention_kernel!r}")
+    docs = {k: _attention_doc(args, rows, device, cluster, gemm, k) for k in kernels}
+    attention_doc = docs[kernels[0]]
+    if attention_doc is not None:
+        efficiency.update(attention_doc["params"])
+    missing = [k for k in kernels[1:] if docs[k] is None]
+    if missing:
+        raise InputFileError(args.inputs[0], f"no attention rows of {device!r} ({missing[0]}) to fit")
+    more = {k: doc for k in kernels[1:] if (doc := docs[k]) is not None}
     fp8_doc = _fp8_section(args, rows, device, cluster, gemm)
-    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc).to_dict()
+    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more).to_dict()
     write_json(args.output, doc)
     print(f"paraplan fit: {device}: kernel ceilings -> {args.output}", file=sys.stderr)
     metrics = {"gemm_mape": gemm.mape, "gemm_points": float(gemm.n_points),
@@ -121,10 +147,13 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if fp8_doc is not None:
         metrics["fp8_gemm_mape"] = float(fp8_doc["mape"])
         metrics["fp8_gemm_efficiency"] = float(fp8_doc["efficiency"]["gemm_efficiency"])
-    if attention_doc is not None:
-        metrics["attention_mape"] = float(attention_doc["mape"])
-        if attention_doc["heldout_mape"] is not None:
-            metrics["attention_heldout_mape"] = float(attention_doc["heldout_mape"])
+    for i, kernel in enumerate(kernels):
+        kernel_doc, suffix = docs[kernel], "" if i == 0 else f"__{kernel}"
+        if kernel_doc is None:
+            continue
+        metrics[f"attention_mape{suffix}"] = float(kernel_doc["mape"])
+        if kernel_doc["heldout_mape"] is not None:
+            metrics[f"attention_heldout_mape{suffix}"] = float(kernel_doc["heldout_mape"])
     track(args, RunLog(stage="kernels", run_name=f"fit:{device}",
                        params={"kind": "kernels", "device": device, "cluster": cluster.name,
                                "inputs": [str(p) for p in args.inputs], "gemm_dtype": args.gemm_dtype,

@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-gemm-flops", type=float, default=1e10,
                         help="kernels: GEMMs with fewer FLOPs are left out of the fit (their error is reported)")
     parser.add_argument("--attention-kernel", default="flash-attention-2",
-                        help="kernels: the attention rows' kernel (the end of their source column)")
+                        help="kernels: the attention rows' kernels (the end of their source column), "
+                             "comma-separated; the first is the one calibrations hold (attention_backend auto), "
+                             "the others are priced for runs whose attention_backend runs them")
     parser.add_argument("--attention-head-dim", type=int, default=128,
                         help="kernels: the head dimension of the attention rows to fit (causal rows only)")
     add_tracking_arguments(parser)

@@ -4,7 +4,8 @@ A mamf-finder.py log (stas00/ml-engineering) and XLA's matmul perf table (text
 protobuf, one device key) become GEMM CSVs of `paraplan bench --kind gemm`
 (paraplan.kernels.mamf, paraplan.kernels.xla_table). nccl-tests / rccl-tests stdout
 and PARAM comms output become the bench CSV of docs/design.md (one CSV may hold
-several collectives). The out-of-place columns are
+several collectives), and so do vTrain's all-reduce tables (`vtrain-allreduce`,
+`AR_GPU<n>_*_LUT`: nccl-tests' columns with times in ns; paraplan.comm.vtrain_lut). The out-of-place columns are
 read unless --in-place; the world size, node count and collective come from the
 log unless given. Zero-size rows are dropped; algbw/busbw are recomputed and a
 printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming the
@@ -38,7 +39,7 @@ ORDER = 15
 def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     """Read a collective log with the named importer, write the bench CSV; returns
     what to track."""
-    from paraplan.comm import nccl_tests, param_log
+    from paraplan.comm import nccl_tests, param_log, vtrain_lut
     from paraplan.comm.log_common import ImportOptions, rows_frame
     from paraplan.files import write_csv
 
@@ -47,7 +48,8 @@ def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     options = ImportOptions(
         in_place=args.in_place, world_size=args.world_size, nodes=args.nodes, collective=args.collective
     )
-    reader = nccl_tests.read_nccl_tests if reader_name == "nccl-tests" else param_log.read_param
+    reader = {"nccl-tests": nccl_tests.read_nccl_tests, "param": param_log.read_param,
+              "vtrain-allreduce": vtrain_lut.read_vtrain_lut}[reader_name]
     result = reader(args.log, options)
     for warning in result.warnings:
         print(f"paraplan ingest: warning: {warning}", file=sys.stderr)
@@ -144,6 +146,7 @@ def _xla_table(args: argparse.Namespace) -> dict:
 HANDLERS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "nccl-tests": lambda args: _collective_log(args, "nccl-tests"),
     "param": lambda args: _collective_log(args, "param"),
+    "vtrain-allreduce": lambda args: _collective_log(args, "vtrain-allreduce"),
     "pipedream": _pipedream_profile,
     "vtrain": _vtrain_runs,
     "mamf": _mamf_log,
@@ -165,7 +168,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", type=Path, help="the log file to import")
     parser.add_argument("--format", required=True, choices=sorted(HANDLERS), help="the log's format")
     add_output_argument(parser, "output CSV", old=["--out"])
-    parser.add_argument("--in-place", action="store_true", help="nccl-tests: read the in-place columns")
+    parser.add_argument("--in-place", action="store_true",
+                        help="nccl-tests, vtrain-allreduce: read the in-place columns")
     parser.add_argument("--world-size", type=_positive, default=None,
                         help="ranks; when omitted, the log's rank lines are counted")
     parser.add_argument("--nodes", type=_positive, default=None,

@@ -12,6 +12,7 @@ normalization, position_embedding_type, add_bias_linear, hidden_dropout,
 attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
 gated_linear_unit, window_size, window_attn_skip_freq, num_experts, moe_router_topk,
 moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
+moe_router_num_groups, moe_router_group_topk,
 multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
 v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
@@ -31,7 +32,8 @@ delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, 
 default; docs/fp8.md), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,
 fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
-(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), num_gpus,
+(no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), sharded_grad_reduce
+(default|every_microbatch|last_microbatch; docs/fsdp.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.

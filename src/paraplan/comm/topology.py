@@ -82,6 +82,7 @@ A2A_NIC_EFFICIENCY = 0.846
 `benchmarks/bench_alltoall.py` prints it and the held-out H800 row). NVIDIA's NCCL
 maintainers quote 46-49 GB/s per 400 Gb/s NIC for all-to-all (0.92-0.98; nccl-tests issues
 #267, #290); the all_reduce rail curves sit at 0.57-0.71."""
+ALL_REDUCE_ALGORITHMS = ("ring", "hierarchical", "tree")
 _MEMO_LIMIT = 1 << 18
 
 
@@ -113,9 +114,18 @@ class TopologyCommModel:
     network: Network
     devices_per_node: int
     rail: Rail | None = None  # None: the network's fitted rail curves, else the default efficiency
+    # all_reduce algorithms to choose from (None: ring, hierarchical and tree); e.g. ("ring",)
+    # for a fabric where NCCL is measured to run rings only
+    all_reduce_algorithms: tuple[str, ...] | None = None
     # the planner asks for the same few (collective, size, group) many times: answers are memoised
     _memo: dict[tuple[str, float, int, int], float] = field(default_factory=dict, init=False, repr=False,
                                                             compare=False)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.all_reduce_algorithms or ()) - set(ALL_REDUCE_ALGORITHMS)
+        if unknown or self.all_reduce_algorithms == ():
+            raise ValueError(f"all_reduce_algorithms: expected some of {', '.join(ALL_REDUCE_ALGORITHMS)}, got "
+                             f"{self.all_reduce_algorithms!r}")
 
     def rail_for(self, domains: int) -> Rail:
         if self.rail is not None:
@@ -189,7 +199,10 @@ class TopologyCommModel:
             c_n = 1.0 if domains == 2 else 2.0
             tree = 2 * math.ceil(math.log2(domains)) * a + max(
                 c_n * s / bw, intra("all_reduce", s * r / (r - 1)) if r > 1 else 0.0)
-            return {"ring": ring, "hierarchical": hierarchical, "tree": tree}
+            every = {"ring": ring, "hierarchical": hierarchical, "tree": tree}
+            if self.all_reduce_algorithms is None:
+                return every
+            return {name: every[name] for name in self.all_reduce_algorithms}
         if collective in ("all_gather", "reduce_scatter"):
             ring = max((domains - 1) * a + (n - 1) / n * s / bw, intra(collective, s * ring_share))
             return {"ring": ring}

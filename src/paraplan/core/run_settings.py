@@ -20,7 +20,7 @@ from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' 
     pipeline_layer_split,
     pipeline_split_slots,
 )
-from paraplan.core.sharding import ReshardAfterForward, check_sharding, sharding_group_size
+from paraplan.core.sharding import GradReduce, ReshardAfterForward, check_sharding, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -46,6 +46,14 @@ FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """Megatron-LM's `--fp8-recipe` choices (`paraplan.predict.fp8_ops` prices each)."""
 DEFAULT_FP8_RECIPE = "delayed"
 """Megatron-LM's default `--fp8-recipe`: what an fp8 run with an empty `fp8_recipe` uses."""
+AttentionBackend = Literal["flash", "fused", "unfused", "local", "auto"]
+ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "fused", "unfused", "local", "auto")
+"""Megatron-LM's `--attention-backend` choices (`paraplan.kernels.attention_backends`
+says which kernel each runs on which device)."""
+FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (0, 2, 3, 4)
+"""Megatron-LM's `--flash-attention-version` pins (0: none)."""
+FUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "fused")
+UNFUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("unfused", "local")
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 
@@ -114,6 +122,10 @@ class RunSettings:
     fsdp_reshard_after_forward: ReshardAfterForward = "default"
     """torchtitan's: with zero_stage 3, free gathered weights after the forward
     (`always`), keep them to the backward (`never`); `default`: never with pipelines."""
+    sharded_grad_reduce: GradReduce = "default"
+    """With zero_stage 2 or 3: reduce-scatter the gradients after every micro-batch
+    (`every_microbatch`, Megatron-FSDP) or once after the last (`last_microbatch`,
+    FSDP2 under pipelines); `default`: every with 2, last with 3 (`paraplan.core.sharding`)."""
     overlap_grad_reduce: bool = False
     """Start gradient reduction in buckets during the last micro-batch's backward."""
     overlap_param_gather: bool = False
@@ -143,6 +155,15 @@ class RunSettings:
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
     """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
+    attention_backend: AttentionBackend = "auto"
+    """Megatron-LM's `--attention-backend`: `flash` (FlashAttention-2), `fused` (cuDNN),
+    `unfused`/`local` (the unfused path: `use_flash_attn` false), `auto` (Megatron's
+    default: Transformer Engine's pick on the device, or the unfused path without
+    `use_flash_attn`); which kernel on which device: `paraplan.kernels.attention_backends`."""
+    flash_attention_version: int = 0
+    """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
+    a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package
+    Transformer Engine installs with (FlashAttention-3 is a separate Hopper build)."""
     gradient_accumulation_fusion: bool = True
     """Weight-gradient GEMMs accumulate straight into the fp32 main gradients (Megatron
     since February 2022, its default); False: every micro-batch's weight gradient is
@@ -254,6 +275,25 @@ class RunSettings:
         if "shared_experts" in modules and not model.moe_shared_expert_intermediate_size:
             raise StrategyError(f"recompute_modules shared_experts needs shared experts; '{model.name}' has none")
 
+    def _check_attention_backend(self) -> None:
+        """`attention_backend` names a fused kernel exactly when `use_flash_attn` is on."""
+        backend = self.attention_backend
+        if backend not in ATTENTION_BACKENDS:
+            raise StrategyError(f"attention_backend '{backend}' is not one of {', '.join(ATTENTION_BACKENDS)}")
+        if backend in FUSED_ATTENTION_BACKENDS and not self.use_flash_attn:
+            raise StrategyError(f"attention_backend {backend} runs a fused attention kernel but use_flash_attn is "
+                                "false (the unfused path); set use_flash_attn true, or attention_backend unfused")
+        if backend in UNFUSED_ATTENTION_BACKENDS and self.use_flash_attn:
+            raise StrategyError(f"attention_backend {backend} runs the unfused attention path but use_flash_attn is "
+                                "true; set use_flash_attn false, or attention_backend flash, fused or auto")
+        version = self.flash_attention_version
+        if version not in FLASH_ATTENTION_VERSIONS:
+            raise StrategyError(f"flash_attention_version must be 2, 3 or 4 (empty: not pinned), got {version!r}")
+        if version and (backend not in ("flash", "auto") or not self.use_flash_attn):
+            runs = "the unfused path" if not self.use_flash_attn else "cuDNN's fused attention"
+            raise StrategyError(f"flash_attention_version {version} pins FlashAttention's generation, but "
+                                f"attention_backend {backend} runs {runs}; expected attention_backend flash or auto")
+
     def _check_context_parallel(self, model: TransformerModel) -> None:
         """Megatron-Core's rules for `context_parallel_size` c: the sequence splits into
         2c chunks (causal load balancing), with sequence parallelism each rank's s / c
@@ -352,6 +392,7 @@ class RunSettings:
             if self.overlap_grad_reduce:
                 raise StrategyError("overlap_grad_reduce is an option of DDP_impl local; torch's DDP always "
                                     "overlaps its gradient reduction")
+        self._check_attention_backend()
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,
@@ -399,12 +440,6 @@ class RunSettings:
             raise StrategyError(
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
                 f"divisible by pipeline_model_parallel_size {p}"
-            )
-        if self.zero_stage == 2 and p > 1:
-            raise StrategyError(
-                f"zero_stage {self.zero_stage} shards gradients over data-parallel ranks, which pipeline "
-                "parallelism cannot combine with (DeepSpeed allows stages 0 and 1 with pipelines; zero_stage 3 "
-                "is modelled as PyTorch FSDP2, which does)"
             )
         check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:

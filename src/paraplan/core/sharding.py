@@ -16,6 +16,19 @@ must agree where several are given):
 
 Megatron-FSDP's `data_parallel_sharding_strategy` names the ZeRO stage
 (`SHARDING_STRATEGY_STAGE`). `check_sharding` holds every rule between these settings.
+
+With sharded gradients (ZeRO-2 and 3) and several micro-batches per iteration, the
+gradients are reduce-scattered at one of two moments (`sharded_grad_reduce`):
+
+- `every_microbatch`: each micro-batch's backward reduce-scatters its gradients, layer
+  by layer, into the fp32 gradient shard (Megatron-FSDP `optim_grads` and
+  `optim_grads_params`: "for grads shard mode there will actually always be gradient
+  sync happening", its `no_sync`; DeepSpeed ZeRO-2). Only the shard stays.
+- `last_microbatch`: the micro-batches accumulate unsharded gradients (in the reduce
+  dtype, fp32) and the last backward reduce-scatters them once (PyTorch's pipeline
+  stages with FSDP2, as torchtitan runs them: `set_requires_gradient_sync(False)` on
+  every backward but the last; Meta's Llama 3 405B: FP32 gradient accumulation over
+  micro-batches, then an FP32 reduce-scatter, Dubey et al. 2024, Section 3.3.2).
 """
 
 from __future__ import annotations
@@ -33,6 +46,11 @@ RESHARD_AFTER_FORWARD: tuple[str, ...] = ("default", "always", "never")
 """torchtitan's `fsdp_reshard_after_forward`: `always` frees each FSDP unit's gathered
 weights after its forward (gathered again for the backward), `never` keeps them until
 the backward, `default`: `always` without pipeline parallelism, `never` with it."""
+GradReduce = Literal["default", "every_microbatch", "last_microbatch"]
+GRAD_REDUCE: tuple[str, ...] = ("default", "every_microbatch", "last_microbatch")
+"""When sharded gradients are reduce-scattered (module doc); `default`: every micro-batch
+with zero_stage 2 (Megatron-FSDP `optim_grads`, DeepSpeed ZeRO-2), after the last with
+zero_stage 3 (FSDP2 under PyTorch's pipeline schedules)."""
 SHARDING_STRATEGY_STAGE: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 """Megatron-FSDP's `data_parallel_sharding_strategy` -> the ZeRO stage it is."""
 
@@ -57,6 +75,28 @@ def reshards_after_forward(settings: RunSettings) -> bool:
     if choice == "default":
         return settings.pipeline_model_parallel_size == 1
     return choice == "always"
+
+
+def reduces_every_microbatch(settings: RunSettings) -> bool:
+    """Whether sharded gradients are reduce-scattered after every micro-batch's backward
+    (`GRAD_REDUCE`); False without sharded gradients."""
+    if settings.zero_stage < 2:
+        return False
+    choice = settings.sharded_grad_reduce
+    if choice == "default":
+        return settings.zero_stage == 2
+    return choice == "every_microbatch"
+
+
+def gathers_once_per_iteration(settings: RunSettings) -> bool:
+    """Whether ZeRO-3 gathers each model chunk's weights once per iteration rather than
+    per micro-batch: under pipeline parallelism, keeping the weights after the forward,
+    PyTorch's pipeline stages also keep them after every backward but the last
+    (`set_reshard_after_backward(False)` beside `set_requires_gradient_sync(False)`), so
+    the first micro-batch's gather serves them all. Reducing every micro-batch's
+    gradients (the stage resharding after each backward) gathers every micro-batch."""
+    return (settings.zero_stage == 3 and settings.pipeline_model_parallel_size > 1
+            and not reshards_after_forward(settings) and not reduces_every_microbatch(settings))
 
 
 def _count(key: str, value: object, low: int) -> int:
@@ -102,6 +142,15 @@ def check_sharding(settings: RunSettings, model: TransformerModel) -> None:
     if settings.fsdp_reshard_after_forward != "default" and settings.zero_stage != 3:
         raise StrategyError(f"fsdp_reshard_after_forward {settings.fsdp_reshard_after_forward} needs zero_stage 3 "
                             f"(sharded weights), got zero_stage {settings.zero_stage}")
+    if settings.sharded_grad_reduce not in GRAD_REDUCE:
+        raise StrategyError(f"sharded_grad_reduce '{settings.sharded_grad_reduce}' is not one of "
+                            f"{', '.join(GRAD_REDUCE)}")
+    if settings.sharded_grad_reduce != "default" and settings.zero_stage < 2:
+        raise StrategyError(f"sharded_grad_reduce {settings.sharded_grad_reduce} needs sharded gradients "
+                            f"(zero_stage 2 or 3), got zero_stage {settings.zero_stage}")
+    if reduces_every_microbatch(settings) and (r > 1 or model.is_moe):
+        raise StrategyError("sharded_grad_reduce every_microbatch with hybrid sharding or mixture-of-experts layers "
+                            "is not modelled (use sharded_grad_reduce last_microbatch)")
     if r > 1 and model.is_moe:
         raise StrategyError(f"hybrid sharding (replicate degree {r}) with mixture-of-experts layers is not modelled "
                             "(the expert weights' shard and replicate groups are not defined by these settings)")

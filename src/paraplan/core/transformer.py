@@ -12,7 +12,8 @@ attention sinks (`softmax_type`), gated MLPs with another activation
 (`gated_linear_unit`, GeGLU), sliding-window layers (`window_size`,
 `window_attn_skip_freq`), mixture-of-experts layers (`num_experts`,
 `moe_router_topk`, `moe_ffn_hidden_size`, `moe_shared_expert_intermediate_size`,
-`moe_layer_freq`), multi-latent attention (`multi_latent_attention`, `q_lora_rank`,
+`moe_layer_freq`, group-limited routing `moe_router_num_groups`,
+`moe_router_group_topk`), multi-latent attention (`multi_latent_attention`, `q_lora_rank`,
 `kv_lora_rank`, `qk_head_dim`, `qk_pos_emb_head_dim`, `v_head_dim`) and
 multi-token-prediction layers (`mtp_num_layers`).
 
@@ -118,6 +119,13 @@ class TransformerModel:
     moe_layer_freq: int | tuple[int, ...] = 1
     """Which layers are mixture-of-experts layers: every k-th layer (an integer), or
     one 0/1 entry per layer (DeepSeek-V3: three dense layers, then 58 MoE layers)."""
+    moe_router_num_groups: int = 0
+    """Group-limited routing (DeepSeek-V3: 8): the experts in this many groups of
+    consecutive experts, a token's experts taken from `moe_router_group_topk` of them
+    (0: no group limit)."""
+    moe_router_group_topk: int = 0
+    """Groups a token's experts are taken from (DeepSeek-V3: 4), with
+    `moe_router_num_groups`."""
     multi_latent_attention: bool = False
     """Multi-latent attention (DeepSeek-V2/V3): queries and keys/values projected
     through low-rank latents; heads of `qk_head_dim` + `qk_pos_emb_head_dim` for
@@ -224,6 +232,11 @@ class TransformerModel:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def router_groups(self) -> tuple[int, int]:
+        """(groups, groups chosen per token) of the routing: (1, 1) without a group limit."""
+        return (self.moe_router_num_groups or 1, self.moe_router_group_topk or 1)
 
     @functools.cached_property
     def moe_layers(self) -> tuple[bool, ...]:

@@ -13,7 +13,8 @@ SOFTMAX_TYPES: tuple[str, ...] = ("vanilla", "learnable")
 
 OPTIONAL_SIZES = ("kv_channels", "window_size", "window_attn_skip_freq", "num_experts", "moe_ffn_hidden_size",
                    "moe_shared_expert_intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                   "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers")
+                   "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "moe_router_num_groups",
+                   "moe_router_group_topk")
 FLAGS = ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")
 
 
@@ -32,8 +33,10 @@ def check_extensions(m: TransformerModel) -> None:
             raise ValueError(f"{where}: moe_router_topk must be an integer in [1, num_experts {m.num_experts}], "
                              f"got {k!r}")
         moe_layer_pattern(m)  # checks moe_layer_freq
-    elif m.moe_ffn_hidden_size or m.moe_shared_expert_intermediate_size:
-        raise ValueError(f"{where}: moe_ffn_hidden_size / moe_shared_expert_intermediate_size need num_experts > 0")
+        check_group_limited_routing(m)
+    elif m.moe_ffn_hidden_size or m.moe_shared_expert_intermediate_size or m.moe_router_num_groups:
+        raise ValueError(f"{where}: moe_ffn_hidden_size / moe_shared_expert_intermediate_size / "
+                         "moe_router_num_groups need num_experts > 0")
     mla = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
     if m.multi_latent_attention:
         for key in mla[1:]:
@@ -41,6 +44,23 @@ def check_extensions(m: TransformerModel) -> None:
                 raise ValueError(f"{where}: multi_latent_attention needs {key} >= 1")
     elif any(getattr(m, key) for key in mla):
         raise ValueError(f"{where}: {', '.join(mla)} need multi_latent_attention")
+
+
+def check_group_limited_routing(m: TransformerModel) -> None:
+    """`moe_router_num_groups` G and `moe_router_group_topk` g as Megatron-Core's
+    `group_limited_topk` needs them: G divides the experts, g <= G divides top-k (each
+    chosen group is scored by its best k / g experts), k / g <= E / G."""
+    groups, chosen, k, experts = m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk, m.num_experts
+    where = f"model '{m.name}'"
+    if not groups:
+        if chosen:
+            raise ValueError(f"{where}: moe_router_group_topk needs moe_router_num_groups")
+        return
+    if experts % groups or not 1 <= chosen <= groups or k % chosen or k // chosen > experts // groups:
+        raise ValueError(f"{where}: group-limited routing needs moe_router_num_groups dividing num_experts "
+                         f"{experts} and moe_router_group_topk in [1, moe_router_num_groups] dividing "
+                         f"moe_router_topk {k} into at most num_experts / moe_router_num_groups per group, "
+                         f"got {groups} and {chosen}")
 
 
 def moe_layer_pattern(m: TransformerModel) -> tuple[bool, ...]:

@@ -115,6 +115,13 @@ def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, ite
     return rows
 
 
+SDPA_BACKENDS: dict[str, str | None] = {"auto": None, "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                                         "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+"""`--sdpa-backend` names and torch's `SDPBackend` members; auto: torch's own choice (on
+H100 since PyTorch 2.5.1, FlashAttention-2 unless cuDNN is asked for; Transformer Engine,
+hence Megatron-Core, runs cuDNN's there)."""
+
+
 def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
                        iters: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward times of one shape (the backward after an untimed forward)."""
@@ -142,13 +149,34 @@ def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
 
 
 def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
-                   on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source)."""
+                   on_row: Callable[[dict], None] | None = None, backend: str = "auto") -> list[dict]:
+    """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source),
+    with scaled_dot_product_attention's `backend` (SDPA_BACKENDS); a backend the device
+    cannot run for a shape is an error naming it."""
+    import contextlib
+
     import torch
+
+    member = SDPA_BACKENDS[backend]
+
+    def chosen() -> contextlib.AbstractContextManager:
+        if member is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(getattr(SDPBackend, member))
 
     rows = []
     for shape in shapes:
-        forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters)
+        try:
+            with chosen():
+                forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters)
+        except RuntimeError as error:
+            if member is None:
+                raise
+            reason = (str(error).strip().splitlines() or ["no reason given"])[0]
+            raise ConfigError("sdpa_backend", f"{backend}: torch cannot run it on {device} for seq_length "
+                              f"{shape.seq_length}, head_dim {shape.head_dim}, {dtype} ({reason})") from None
         for name, times in (("fwd", forward), ("bwd", backward)):
             flops = attention_flops(shape.batch, shape.heads, shape.seq_length, shape.head_dim, shape.causal, name)
             row = {"dtype": dtype, "pass": name, "batch": shape.batch, "heads": shape.heads,

@@ -7,8 +7,16 @@ small versioned JSON file, `config/kernels/<device>.json`:
                     "attention_fwd_efficiency": ...,
                     "attention_bwd_efficiency": ..., "attention_seq_half": ...},
      "gemm": {...fit report: dtype, data, errors...}, "attention": {...} or null,
+     "attention_kernels": {"flash-attention-2": {...fit report of another kernel...}},
      "fp8": {"dtype": "float8_e4m3fn", "peak_flops": ...,
              "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ...}, ...fit report...}}
+
+`attention` is the device's first attention kernel (its `kernel` key): the one
+Transformer Engine picks on the device (`attention_backend auto`), whose parameters
+`efficiency` holds. `attention_kernels` (present only when more kernels were fitted:
+`paraplan fit --kind kernels --attention-kernel cudnn,flash-attention-2`) holds the fit
+report of each further kernel by name; a run whose `attention_backend` runs one of them
+is priced with its `params` (`paraplan.kernels.attention_backends`).
 
 `fp8` (present only for a device whose FP8 GEMMs were measured) is the FP8 GEMM
 ceiling dtype fp8 runs are priced with (`paraplan.predict.fp8_ops`, docs/fp8.md): its
@@ -47,11 +55,24 @@ class KernelCeilings:
     gemm: Mapping = field(default_factory=dict)
     attention: Mapping | None = None
     fp8: Mapping | None = None
+    attention_kernels: Mapping[str, Mapping] = field(default_factory=dict)
+
+    def attention_ceilings(self) -> dict[str, dict[str, float]]:
+        """Every attention kernel of the file by name: its three attention parameters
+        (the first kernel's as `efficiency` holds them)."""
+        out: dict[str, dict[str, float]] = {}
+        if self.attention is not None:
+            out[str(self.attention.get("kernel", ""))] = {k: float(self.efficiency[k]) for k in ATTENTION_HELD}
+        for name, report in self.attention_kernels.items():
+            out[name] = {k: float(report["params"][k]) for k in ATTENTION_HELD}
+        return out
 
     def to_dict(self) -> dict:
         out = {"schema_version": SCHEMA_VERSION, "device": self.device, "cluster": self.cluster,
                "efficiency": dict(self.efficiency), "gemm": dict(self.gemm),
                "attention": None if self.attention is None else dict(self.attention)}
+        if self.attention_kernels:
+            out["attention_kernels"] = {k: dict(v) for k, v in self.attention_kernels.items()}
         if self.fp8 is not None:
             out["fp8"] = dict(self.fp8)
         return out
@@ -84,8 +105,52 @@ class KernelCeilings:
         fp8 = data.get("fp8")
         if fp8 is not None:
             _check_fp8(fp8, source)
+        attention = data.get("attention")
+        more = _attention_kernels(data.get("attention_kernels"), source)
+        if attention is not None or more:
+            _check_attention(attention, values, more, source)
         return KernelCeilings(device, values, str(data.get("cluster", "")), data.get("gemm") or {},
-                              data.get("attention"), fp8)
+                              attention, fp8, more)
+
+
+ATTENTION_HELD: tuple[str, ...] = HELD[3:]
+"""An attention kernel's parameters (forward and backward efficiency, seq_half)."""
+
+
+def _check_attention(attention: dict | None, values: dict[str, float], more: dict[str, dict], source: str) -> None:
+    """The first kernel named and its parameters in `efficiency`; no kernel twice."""
+    if attention is None:
+        raise InputFileError(source, "expected the first attention kernel's fit beside attention_kernels",
+                             field="attention")
+    kernel = attention.get("kernel")
+    if not isinstance(kernel, str) or not kernel.strip():
+        raise InputFileError(source, f"expected the kernel's name, got {kernel!r}", field="attention.kernel")
+    missing = [k for k in ATTENTION_HELD if k not in values]
+    if missing:
+        raise InputFileError(source, f"missing {missing[0]} (the attention kernel {kernel}'s)", field="efficiency")
+    if kernel in more:
+        raise InputFileError(source, f"kernel {kernel} is the first attention kernel; expected other kernels",
+                             field=f"attention_kernels.{kernel}")
+
+
+def _attention_kernels(section: object, source: str) -> dict[str, dict]:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise InputFileError(source, f"expected a JSON object of fits by kernel name, got {section!r}",
+                             field="attention_kernels")
+    for name, report in section.items():
+        where = f"attention_kernels.{name}"
+        params = report.get("params") if isinstance(report, dict) else None
+        if not isinstance(params, dict):
+            raise InputFileError(source, "expected a fit report with params", field=where)
+        for key in ATTENTION_HELD:
+            value = params.get(key)
+            rule = EFFICIENCY_RULES[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputFileError(source, f"expected {rule.expected}, got {value!r}", field=f"{where}.params.{key}")
+            check_number(source, None, f"{where}.params.{key}", value, rule)
+    return section
 
 
 FP8_HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half")

@@ -60,6 +60,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -321,6 +322,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     does not limit the run (its nodes are the run's kind of node)."""
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
+    speed = with_attention_kernel(speed, cluster.device.name, settings)  # attention_backend's kernel
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
     prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
@@ -333,7 +335,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     send = pipeline_send_s(model, settings, comm, groups)
     params = rank_parameters(model, settings, counts, moe_counts)
     sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
-    fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes)
+    fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
+                      prec.grad_bytes)
     syncs = gradient_syncs(settings, comm, groups, params, prec, sharding)
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
     stage_moe = params.chunk_moe.sum(axis=0)

@@ -16,7 +16,9 @@ latency:
   (backward) of the peak, same roofline, times s / (s + attention_seq_half) for a
   sequence of s tokens (short sequences leave the kernel's pipeline part empty; 0: no
   such factor). The values come from published or measured attention kernels
-  (`paraplan fit --kind kernels`, `config/kernels/<device>.json`).
+  (`paraplan fit --kind kernels`, `config/kernels/<device>.json`); a run whose
+  `attention_backend` runs another kernel than the calibration's is priced at that
+  kernel's (`DeviceSpeed.attention`, `paraplan.kernels.attention_backends`).
 - Memory-bound kernels (norms, softmax, dropout, activations, optimizer): bytes at
   memory_efficiency of the bandwidth.
 
@@ -164,6 +166,18 @@ class Fp8GemmCeiling:
 
 
 @dataclass(frozen=True)
+class AttentionCeiling:
+    """One attention kernel's ceilings on a device (`config/kernels/<device>.json`), for a
+    run whose kernel is not the one the calibration's attention parameters describe
+    (`paraplan.kernels.attention_backends`): its attention passes are priced with these."""
+
+    kernel: str
+    attention_fwd_efficiency: float
+    attention_bwd_efficiency: float
+    attention_seq_half: float
+
+
+@dataclass(frozen=True)
 class DeviceSpeed:
     """The datasheet numbers the model needs for one dtype."""
 
@@ -171,6 +185,7 @@ class DeviceSpeed:
     mem_bandwidth_Bps: float
     compute_units: int = 0  # 0: not stated, no wave quantisation
     fp8_gemm: Fp8GemmCeiling | None = None  # an fp8 run's FP8 GEMMs (`fp8_ops.device_speed`)
+    attention: AttentionCeiling | None = None  # a run's attention kernel other than the calibration's
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
@@ -218,8 +233,12 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
                                               kernels.batch[is_gemm], speed, eff)
     is_attention = kernels.kind == ATTENTION
     if is_attention.any():
+        kernel = speed.attention
+        attention_eff = eff if kernel is None else replace(
+            eff, attention_fwd_efficiency=kernel.attention_fwd_efficiency,
+            attention_bwd_efficiency=kernel.attention_bwd_efficiency, attention_seq_half=kernel.attention_seq_half)
         efficiency[is_attention] = attention_efficiency(kernels.m[is_attention], kernels.n[is_attention] > 0,
-                                                       eff)
+                                                       attention_eff)
     peak = np.full(len(kernels), speed.peak_flops)
     is_fp8 = kernels.kind == FP8_GEMM
     if is_fp8.any():

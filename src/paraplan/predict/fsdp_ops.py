@@ -15,11 +15,22 @@ the next layer's gather of time a takes
 `PassCost.comm_s` applies to an overlapped tensor-parallel collective), and the
 first unit's gather of each model chunk has nothing to hide behind (`exposed`). The
 backward gathers each unit again unless the weights were kept after the forward
-(`fsdp_reshard_after_forward`), likewise prefetched. Gradients are reduce-scattered
-unit by unit as the last micro-batch's backward produces them (one bucket per unit,
-overlapped with the backward by the engine's gradient-reduction stream, as
-`overlap_grad_reduce`), in the reduce dtype (fp32 gradients), and with hybrid
-sharding all-reduced over the R replicas of each shard after.
+(`fsdp_reshard_after_forward`), likewise prefetched. Under pipeline parallelism with
+the weights kept, PyTorch's pipeline stages keep them from the first micro-batch's
+forward to the last one's backward (`paraplan.core.sharding.gathers_once_per_iteration`):
+the stage's weights are gathered once per iteration, priced as the distributed
+optimizer's parameter all-gather (after the step, hidden with `overlap_param_gather`).
+
+Sharded gradients (ZeRO-2 and 3) are reduce-scattered in the reduce dtype (fp32
+gradients) at one of two moments (`paraplan.core.sharding.reduces_every_microbatch`):
+after the last micro-batch only (unit by unit as its backward produces them, one
+bucket per unit with ZeRO-3, Megatron's 40M-parameter buckets with ZeRO-2, overlapped
+with that backward by the engine's gradient-reduction stream, as `overlap_grad_reduce`;
+with hybrid sharding all-reduced over the R replicas of each shard after), or after
+every micro-batch: then each layer's reduce-scatter s runs beside the next layer's
+backward as a gather runs beside a forward, pair(s + a, g_b) per layer (a: the
+backward's gather, if any), and the chunk's last layer's (and root unit's)
+reduce-scatter has nothing to hide behind.
 
 A mixture-of-experts layer's routed experts are sharded over the expert-data-parallel
 group (the ranks that hold the same experts): their gather, reduce-scatter and
@@ -34,7 +45,13 @@ import numpy as np
 
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
-from paraplan.core.sharding import replicate_degree, reshards_after_forward, sharding_group_size
+from paraplan.core.sharding import (
+    gathers_once_per_iteration,
+    reduces_every_microbatch,
+    replicate_degree,
+    reshards_after_forward,
+    sharding_group_size,
+)
 from paraplan.core.transformer import TransformerModel
 
 
@@ -81,7 +98,9 @@ def paired_s(comm_s: float | np.ndarray, compute_s: float | np.ndarray, contenti
 
 @dataclass(frozen=True)
 class FsdpCosts:
-    """ZeRO-3's weight gathers per FSDP unit (one transformer layer), on one rank."""
+    """ZeRO-3's weight gathers per FSDP unit (one transformer layer), on one rank, and
+    the reduce-scatters of sharded gradients reduced after every micro-batch (ZeRO-2
+    and 3); a ZeRO-2 run's gathers are zero (its weights are whole)."""
 
     layer_gather_s: float  # a dense layer's weights over the sharding group
     moe_layer_gather_s: float  # a MoE layer's: its dense part over the sharding group, its experts over theirs
@@ -90,6 +109,9 @@ class FsdpCosts:
     unit_params: float = 0.0  # one rank's sharded parameters of its largest layer unit (dense, or MoE with experts)
     shard_ranks: int = 1  # the sharding group's size (1: the dense weights are whole on every rank)
     expert_ranks: int = 1  # the expert-data-parallel group's size (1: the experts are whole on every rank)
+    layer_scatter_s: float = 0.0  # every micro-batch: a dense layer's gradients reduce-scattered (0: after the last)
+    root_scatter_s: np.ndarray | None = None  # every micro-batch: per virtual stage, the root unit's
+    gathers: bool = True  # ZeRO-3: weights sharded and gathered (False: ZeRO-2)
 
     def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's forward beside the next layer's gather (`pair`)."""
@@ -98,9 +120,11 @@ class FsdpCosts:
     def backward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's backward (recomputation included) beside the next layer's gather
         when the weights were resharded after the forward; else the compute alone."""
-        if not self.reshard_after_forward:
+        gather = self.moe_layer_gather_s if moe else self.layer_gather_s
+        comm = (gather if self.reshard_after_forward else 0.0) + self.layer_scatter_s
+        if comm == 0.0:
             return compute_s
-        return float(paired_s(self.moe_layer_gather_s if moe else self.layer_gather_s, compute_s, contention))
+        return float(paired_s(comm, compute_s, contention))
 
     def exposed_s(self, dense_layers: np.ndarray, moe_layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per virtual stage, what no compute hides in its forward and its backward: the
@@ -109,17 +133,22 @@ class FsdpCosts:
         first = np.where(dense_layers > 0, self.layer_gather_s, 0.0)
         first = np.where((dense_layers == 0) & (moe_layers > 0), self.moe_layer_gather_s, first)
         forward = first + self.root_gather_s
-        backward = forward if self.reshard_after_forward else np.zeros_like(forward)
+        backward = forward.copy() if self.reshard_after_forward else np.zeros_like(forward)
+        if self.root_scatter_s is not None:  # the chunk's last reduce-scatter, and the root unit's
+            backward += np.where(dense_layers > 0, self.layer_scatter_s, 0.0) + self.root_scatter_s
         return forward, backward
 
 
 def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, settings: RunSettings,
-               root_params: np.ndarray, weight_bytes: int) -> FsdpCosts | None:
-    """The gathers of a zero_stage 3 run (None for the other stages), of one rank's unit
-    parameters (after tensor / expert parallelism) in the weights' dtype: a dense layer,
-    a MoE layer's non-expert part over the sharding group and its experts over the
-    expert-data-parallel group, and the root unit's `root_params` per virtual stage."""
-    if settings.zero_stage != 3:
+               root_params: np.ndarray, weight_bytes: int, grad_bytes: int) -> FsdpCosts | None:
+    """The gathers of a zero_stage 3 run, of one rank's unit parameters (after tensor /
+    expert parallelism) in the weights' dtype: a dense layer, a MoE layer's non-expert
+    part over the sharding group and its experts over the expert-data-parallel group,
+    and the root unit's `root_params` per virtual stage; with gradients reduced after
+    every micro-batch (ZeRO-2 or 3), a dense layer's and each root unit's reduce-scatter
+    in `grad_bytes`. None for the other runs (ZeRO-0/1, ZeRO-2 reduced once)."""
+    every = reduces_every_microbatch(settings)
+    if settings.zero_stage != 3 and not every:
         return None
     t = settings.tensor_model_parallel_size
     shard, expert = groups.shard, groups.expert
@@ -127,19 +156,29 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, se
     def gather(params: float, group: Group) -> float:
         return float(comm.time_s("all_gather", params * weight_bytes, group)) if group.size > 1 and params else 0.0
 
+    def scatter(params: float) -> float:
+        return float(comm.time_s("reduce_scatter", params * grad_bytes, shard)) if shard.size > 1 and params else 0.0
+
     dense = (model.dense_layer_params if model.is_moe else model.layer_params) / t
     moe_dense = moe_experts = 0.0
     if model.num_moe_layers:
         experts = model.num_experts * model.expert_params
         moe_dense = (model.moe_layer_params - experts) / t
         moe_experts = experts / (settings.expert_model_parallel_size * settings.expert_tensor_parallel)
-    roots = np.array([gather(float(p), shard) for p in root_params])
     # what a unit gathers: only the parts sharded over more than one rank
     on_shard, on_expert = float(shard.size > 1), float(expert.size > 1)
     has_dense = model.num_layers > model.num_moe_layers
     unit = max(dense * on_shard * has_dense, moe_dense * on_shard + moe_experts * on_expert)
+    root_scatter = np.array([scatter(float(p)) for p in root_params]) if every else None
+    if settings.zero_stage != 3:  # ZeRO-2: whole weights, only the reduce-scatters (a dense model: check_sharding)
+        zeros = np.zeros(len(root_params))
+        return FsdpCosts(0.0, 0.0, zeros, False, unit, shard.size, expert.size, scatter(dense), root_scatter, False)
+    if gathers_once_per_iteration(settings):  # gathered before the first forward (`rank_state.after_sync_comm_s`)
+        return FsdpCosts(0.0, 0.0, np.zeros(len(root_params)), False, unit, shard.size, expert.size)
+    roots = np.array([gather(float(p), shard) for p in root_params])
     return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
-                     reshards_after_forward(settings), unit, shard.size, expert.size)
+                     reshards_after_forward(settings), unit, shard.size, expert.size,
+                     scatter(dense) if every else 0.0, root_scatter)
 
 
 def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],
@@ -161,15 +200,39 @@ def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_param
     whole pass: torchtitan's root FSDP module) has r. Weights: resharding after the
     forward, the root and two layer units gathered (the one computing and the one
     prefetched), (r + 2 u) w; keeping the weights to the backward, the whole stage, P w.
-    Gradients: with one micro-batch each unit's full gradient lives until its
-    reduce-scatter, max(u, r) g; with several, the reduction waits for the last one
-    (`fsdp_ops` module doc), so the stage's unsharded gradients accumulate, P g.
-    Other stages (`fsdp` None): 0."""
+    Gradients (`unsharded_grad_params`), unless they accumulate over the micro-batches
+    (`accumulates_unsharded`: held per chunk from its first backward instead). A ZeRO-2
+    run gathers no weights. Other runs (`fsdp` None): 0."""
     if fsdp is None:
         return 0.0
     unit = fsdp.unit_params
     root = root_params if fsdp.shard_ranks > 1 else 0.0
     stage = dense_params * (fsdp.shard_ranks > 1) + expert_params * (fsdp.expert_ranks > 1)
-    held = stage if settings.num_microbatches > 1 else max(unit, root)
-    weights = (root + 2 * unit) if reshards_after_forward(settings) else stage
+    held = 0.0 if accumulates_unsharded(settings) else unsharded_grad_params(settings, unit, root, stage)
+    weights = ((root + 2 * unit) if reshards_after_forward(settings) else stage) if fsdp.gathers else 0.0
     return weights * weight_bytes + held * grad_bytes
+
+
+def accumulates_unsharded(settings: RunSettings) -> bool:
+    """Whether a ZeRO-2/3 rank accumulates its stage's unsharded gradients over several
+    micro-batches (reduced after the last). Autograd allocates them (FSDP's unsharded
+    gradients, not a persistent buffer like Megatron's `main_grad`) when each model
+    chunk's first backward produces them, so they join the activations only from then
+    on (`RankMemory.lazy_gradient_bytes_per_chunk`)."""
+    return settings.zero_stage >= 2 and settings.num_microbatches > 1 and not reduces_every_microbatch(settings)
+
+
+def unsharded_grad_params(settings: RunSettings, unit: float, root: float, stage: float) -> float:
+    """Gradient parameters a ZeRO-2/3 rank holds unsharded on top of its fp32 shard, on
+    a stage of `stage` sharded parameters whose largest unit has `unit` and root unit
+    `root`: with one micro-batch, each unit's until its reduce-scatter, max(u, r); with
+    several reduced once after the last, the whole stage's accumulating, P; reduced
+    after every micro-batch, the unit being reduce-scattered (at most the larger of u and
+    r) and the layer the backward produces beside it, max(u, r) + u (Megatron-FSDP
+    allocates each bucket's unsharded gradient for its reduce-scatter and frees it
+    after)."""
+    if settings.num_microbatches == 1:
+        return max(unit, root)
+    if reduces_every_microbatch(settings):
+        return max(unit, root) + unit
+    return stage

@@ -32,7 +32,7 @@ HARMLESS = frozenset({
     "initializer_factor", "use_cache", "rope_scaling", "rope_theta", "rope_type", "rope_parameters",
     "partial_rotary_factor", "rotary_emb_base", "pretraining_tp", "rms_norm_eps", "layer_norm_eps",
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
-    "norm_topk_prob", "n_group", "topk_group", "topk_method", "routed_scaling_factor", "scoring_func",
+    "norm_topk_prob", "topk_method", "routed_scaling_factor", "scoring_func",
     "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
     "swiglu_limit", "initial_context_length", "router_jitter_noise", "no_rope_layers", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
@@ -219,7 +219,18 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[
         pattern = [int(i in set(moe_layers)) for i in range(layers)]
     freq: int | tuple[int, ...] = 1 if all(pattern) else tuple(pattern)
     return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": width,
-            "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq}
+            "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq, **_group_fields(keys)}
+
+
+def _group_fields(keys: _Keys) -> dict[str, Any]:
+    """Group-limited routing (DeepSeek's `n_group`, `topk_group`), unless the file's
+    `topk_method` is `greedy` (DeepSeek-V2's router without a group limit) or there is one
+    group."""
+    groups = keys.count("n_group", default=0, minimum=0)
+    chosen = keys.count("topk_group", default=0, minimum=0)
+    if groups <= 1 or str(keys.config.get("topk_method", "")).lower() == "greedy":
+        return {}
+    return {"moe_router_num_groups": groups, "moe_router_group_topk": chosen or groups}
 
 
 def _mla_fields(keys: _Keys) -> dict[str, Any]:

@@ -87,6 +87,7 @@ PRESETS.update({
     "deepseek-v3": TransformerModel("deepseek-v3", 61, 7168, 128, 4096, 129280, ffn_hidden_size=18432,
                                     num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
                                     moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
+                                    moe_router_num_groups=8, moe_router_group_topk=4,
                                     multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                                     qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1, **_MODERN),
     "gpt-oss-20b": TransformerModel("gpt-oss-20b", 24, 2880, 64, 4096, 201088, num_query_groups=8, kv_channels=64,

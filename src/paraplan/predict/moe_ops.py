@@ -105,6 +105,7 @@ class MoeShape:
     a2a_bytes: float  # dispatch (and combine) all-to-all, per rank (nccl-tests' per-rank total)
     hidden_bytes: float = 1.0  # one token's bytes (h x e): a2a_bytes / hidden_bytes tokens are sent
     received_tokens: float = 0.0  # flex (DeepEP): distinct tokens a rank receives (one per token per rank)
+    router_groups: tuple[int, int] = (1, 1)  # group-limited routing: (groups, groups per token)
 
     @property
     def probs_a2a_bytes(self) -> float:
@@ -146,7 +147,9 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         expert_tokens=dispatched * (etp if gathered else 1), expert_ffn=model.moe_ffn_size / etp,
         expert_in=gate * model.moe_ffn_size / etp, shared_ffn=shared, shared_in=gate * shared, ep=ep, etp=etp,
         gathered=gathered, a2a_bytes=dispatched * x.h * x.e, hidden_bytes=x.h * x.e,
-        received_tokens=routed * load_factor(settings) * (ranks_hit(model.num_experts, k, ep) if ep > 1 else 1.0))
+        received_tokens=routed * load_factor(settings) * (
+            ranks_hit(model.num_experts, k, ep, *model.router_groups) if ep > 1 else 1.0),
+        router_groups=model.router_groups)
 
 
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
@@ -187,10 +190,12 @@ def _shared_backward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShap
     return fc1, fc2
 
 
-def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
+def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
+                 m: MoeShape) -> tuple[int, int, int]:
     _norm_forward(w, x)
-    _moe_block_forward(w, model, settings, x, m)
+    marks = _moe_block_forward(w, model, settings, x, m)
     _residual_forward(w, model, x)
+    return marks
 
 
 def _alltoall_dispatch(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
@@ -220,11 +225,15 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
 def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
     """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
     if m.ep > 1:
-        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", m.experts, m.topk))
+        groups, group_topk = m.router_groups
+        w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", experts=m.experts, topk=m.topk,
+                                            groups=groups, group_topk=group_topk))
 
 
-def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape, m: MoeShape) -> None:
-    """Megatron-Core's MoELayer forward: shared experts, router, dispatch, experts, combine."""
+def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
+                       m: MoeShape) -> tuple[int, int, int]:
+    """Megatron-Core's MoELayer forward: shared experts, router, dispatch, experts, combine.
+    Returns the kernel counts at the dispatch and before and after the experts' GEMMs."""
     overlap_tp = settings.tp_comm_overlap
     shared = m.shared_ffn > 0
     beside = settings.moe_shared_expert_overlap
@@ -237,15 +246,18 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
     flex = settings.moe_token_dispatcher_type == "flex"
+    dispatch_at = len(w.rows)
     if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
         _deepep(w, m, DEEPEP_DISPATCH, hide[0])
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
         _alltoall_dispatch(w, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
+    experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_in, batch)
     _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
     w.gemm(n, m.expert_ffn, x.h, batch)
+    experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
         _deepep(w, m, DEEPEP_COMBINE, hide[1])
@@ -253,11 +265,12 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
         _alltoall_combine(w, x, m, hide[1])
     if m.etp > 1 and not m.gathered:  # tokens replicated over the tensor-parallel ranks
         w.comm("all_reduce", T * x.h * x.e, group="etp")
+    return dispatch_at, experts_from, experts_to
 
 
 def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
                   m: MoeShape) -> tuple[int, int]:
-    """The MoE half's backward; the indices of the experts' fc1 input- and weight-gradient GEMMs."""
+    """The MoE half's backward; the kernel counts before and after the experts' backward."""
     overlap_tp, async_reduce = settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce
     shared = m.shared_ffn > 0
     hide = (NOT_HIDDEN, NOT_HIDDEN)
@@ -279,11 +292,13 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
             w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
         _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
+    experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
-    fc1_dgrad = w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
-    fc1_wgrad = w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
+    w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    experts_to = len(w.rows)
     if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
         _deepep(w, m, DEEPEP_COMBINE, hide[0])
@@ -301,7 +316,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     w.gemm(T, m.experts, x.h, high_precision=True)
     w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
-    return fc1_dgrad, fc1_wgrad
+    return experts_from, experts_to
 
 
 def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
@@ -364,37 +379,36 @@ def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: 
     return w.build()
 
 
-def _largest(w: _Builder, start: int) -> int:
-    """The index of the kernel with the most FLOPs among those from `start` on."""
-    flops = [row[1] for row in w.rows[start:]]
-    return start + flops.index(max(flops))
-
-
-def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, attention_fwd: int,
-                beside_bwd: tuple[int, int, int]) -> tuple[PassWork, PassWork]:
+def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, forward_spans: tuple[range, range],
+                backward_spans: tuple[range, range]) -> tuple[PassWork, PassWork]:
     """`overlap_moe_expert_parallel_comm`: Megatron-Core's combined 1F1B
-    (models/common/model_chunk_schedule_plan.py) runs micro-batch i+1's forward and
-    micro-batch i's backward of a layer together, each all-to-all on the communication
-    stream beside the other's compute: i's combine backward beside i+1's attention
-    forward (up to the dispatch), i+1's dispatch beside i's experts' input gradients,
-    i's dispatch backward beside i's experts' weight gradients, i+1's combine beside
-    i's attention backward. The four all-to-alls carry the same bytes, so the pair of
-    passes is priced exactly by hiding one all-to-all in the forward beside its
-    attention and three in the backward beside the experts' fc1 input- and
-    weight-gradient GEMMs and its attention (each beside that part's largest kernel),
-    with the rule every overlapped collective follows (max + contention x min)."""
+    (`schedule_layer_1f1b`, models/common/model_chunk_schedule_plan.py) runs micro-batch
+    i+1's forward and micro-batch i's backward of a layer together, each all-to-all on the
+    communication stream beside a whole module of the other: i's combine backward beside
+    i+1's attention forward (up to the dispatch), i+1's dispatch beside i's experts'
+    backward, i's dispatch backward beside i+1's experts' forward, i+1's combine beside
+    i's attention backward. The pair of passes is priced exactly by moving the forward's
+    two transfers into the backward (beside its experts and its attention) and the
+    backward's two into the forward (beside its attention and its experts), each beside
+    the run of kernels of its module (`forward_spans`: attention, experts of the forward;
+    `backward_spans`: experts, attention of the backward), with the rule every
+    overlapped collective follows (max + contention x min)."""
     def split(work: PassWork) -> tuple[list[Collective], list[Collective]]:  # (token transfers, the others)
         tokens = [c for c in work.collectives if c.group == "ep" and (
             isinstance(c, DeepEpTransfer) or (c.collective == "all_to_all" and c.nbytes == a2a_bytes))]
         return tokens, [c for c in work.collectives if c not in tokens]
 
+    def beside(c: Collective, kernels: range) -> Collective:
+        return replace(c, hidden_by=kernels.start, hidden_span=max(len(kernels), 1))
+
     (dispatch, combine), fwd_others = split(forward)
     (combine_bwd, dispatch_bwd), bwd_others = split(backward)
-    dgrad, wgrad, attention_bwd = beside_bwd
-    fwd = [*fwd_others, replace(combine_bwd, hidden_by=attention_fwd)]
-    bwd = [*bwd_others, replace(dispatch, hidden_by=dgrad), replace(dispatch_bwd, hidden_by=wgrad),
-           replace(combine, hidden_by=attention_bwd)]
+    attention_fwd, experts_fwd = forward_spans
+    experts_bwd, attention_bwd = backward_spans
+    fwd = [*fwd_others, beside(combine_bwd, attention_fwd), beside(dispatch_bwd, experts_fwd)]
+    bwd = [*bwd_others, beside(dispatch, experts_bwd), beside(combine, attention_bwd)]
     return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
+
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """The work of one mixture-of-experts layer (see the module doc)."""
@@ -404,17 +418,17 @@ def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     gemm_bytes = DTYPE_BYTES[settings.dtype]
     w = _Builder(gemm_bytes)
     _attention_forward(w, model, x, flash, settings.tp_comm_overlap)
-    attention_fwd = _largest(w, 0)
-    _moe_forward(w, model, settings, x, m)
+    dispatch_at, experts_from, experts_to = _moe_forward(w, model, settings, x, m)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    fc1_dgrad, fc1_wgrad = _moe_backward(w, model, settings, x, m)
+    experts_bwd = range(*_moe_backward(w, model, settings, x, m))
     moe_end = len(w.rows)
     _attention_backward(w, model, x, flash, settings.tp_comm_overlap, settings.async_tensor_model_parallel_allreduce)
     backward = w.build()
     if settings.overlap_moe_expert_parallel_comm and m.ep > 1:
-        forward, backward = a2a_overlap(forward, backward, m.a2a_bytes, attention_fwd,
-                                        (fc1_dgrad, fc1_wgrad, _largest(w, moe_end)))
+        forward, backward = a2a_overlap(forward, backward, m.a2a_bytes,
+                                        (range(0, dispatch_at), range(experts_from, experts_to)),
+                                        (experts_bwd, range(moe_end, len(w.rows))))
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward

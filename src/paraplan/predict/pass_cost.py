@@ -33,6 +33,7 @@ class PassCost:
     num_collectives: int
     other_blocking_s: tuple[tuple[str, float], ...] = ()  # per part but tp (cp, ep): its share of blocking_comm_s
     hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
+    hidden_span: np.ndarray | None = None  # per overlapped collective: kernels beside it (None: one each)
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
@@ -40,7 +41,7 @@ class PassCost:
         (`Collective.group`: the context-parallel and the expert ones)."""
         blocking = 0.0
         other: dict[str, float] = {}
-        hidden_s, hidden_by, hidden_part = [], [], []
+        hidden_s, hidden_by, hidden_part, hidden_span = [], [], [], []
         for c in work.collectives:
             g = group if c.group == "tp" else (others or {})[c.group]
             part = PART_OF_GROUP[c.group]
@@ -52,17 +53,19 @@ class PassCost:
                 hidden_s.append(cost)
                 hidden_by.append(c.hidden_by)
                 hidden_part.append(part)
+                hidden_span.append(c.hidden_span)
             else:
                 blocking += cost
                 if part != "tp":
                     other[part] = other.get(part, 0.0) + cost
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
                         np.array(hidden_by, dtype=np.int64), len(work.collectives), tuple(other.items()),
-                        np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None)
+                        np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None,
+                        np.array(hidden_span, dtype=np.int64) if any(n != 1 for n in hidden_span) else None)
 
     def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
-        overlapped collective of time c beside a kernel of time g adds
+        overlapped collective of time c beside a kernel (or a run of kernels) of time g adds
         max(c - g, 0) + contention x min(c, g), i.e. the pair takes
         max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
         `part`: `all`, or only the tensor-parallel (`tp`), context-parallel (`cp`) or
@@ -75,7 +78,11 @@ class PassCost:
         else:
             added = others.get(part, 0.0)
         if self.hidden_by.size:
-            beside = kernel_s[self.hidden_by]
+            if self.hidden_span is None:
+                beside = kernel_s[self.hidden_by]
+            else:  # the kernels [hidden_by, hidden_by + span) together
+                ends = np.concatenate(([0.0], np.cumsum(kernel_s)))
+                beside = ends[self.hidden_by + self.hidden_span] - ends[self.hidden_by]
             c = self.hidden_comm_s
             each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
             if part != "all":

@@ -12,8 +12,16 @@ import numpy as np
 
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
+from paraplan.core.sharding import gathers_once_per_iteration, reduces_every_microbatch, sharding_group_size
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.fsdp_ops import FsdpCosts, ShardGroups, fsdp_working_bytes, reduce_bucket_s
+from paraplan.predict.fsdp_ops import (
+    FsdpCosts,
+    ShardGroups,
+    accumulates_unsharded,
+    fsdp_working_bytes,
+    reduce_bucket_s,
+    unsharded_grad_params,
+)
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.sim.builder import rank_memory as memory_parts
 from paraplan.sim.builder.grad_buckets import equal_buckets
@@ -129,9 +137,11 @@ class GradBuckets:
 def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, params: RankParams,
                    prec: Precision, sharding: ShardGroups) -> tuple[GradSync, ...]:
     """Each pipeline stage's gradient reduction (ZeRO-3: one bucket per layer, FSDP's
-    units; with hybrid sharding each bucket also all-reduced over its replicas)."""
+    units; with hybrid sharding each bucket also all-reduced over its replicas); none
+    after the last micro-batch where every micro-batch reduce-scatters its own
+    (`fsdp_ops`)."""
     buckets = GradBuckets.of(settings, prec)
-    idle = groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)
+    idle = (groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)) or reduces_every_microbatch(settings)
     zero3 = settings.zero_stage == 3
     return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3)
                  for s in range(settings.pipeline_model_parallel_size))
@@ -162,13 +172,13 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
 def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: CommModel, groups: RunGroups,
                       params: RankParams, prec: Precision, sharding: ShardGroups) -> tuple[np.ndarray, float]:
     """Per pipeline stage: the communication after the gradient reduction (the sharded
-    optimizer's weight all-gather unless overlapped, the tied-embedding gradient
-    exchange), and that exchange alone."""
+    optimizer's weight all-gather unless overlapped, also ZeRO-3's when it gathers once
+    per iteration, the tied-embedding gradient exchange), and that exchange alone."""
     p = settings.pipeline_model_parallel_size
     sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
     after_comm = np.zeros(p)
     exchange = 0.0
-    zero3 = settings.zero_stage == 3
+    zero3 = settings.zero_stage == 3 and not gathers_once_per_iteration(settings)
     if sharded and not zero3 and sharding.shard.size > 1 and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
     if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
@@ -228,9 +238,19 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[v - 1] += acts.head
         working = acts.recomputed_layer + fsdp_working_bytes(
             extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
+        lazy = None
+        if accumulates_unsharded(settings):  # unsharded gradients, from each chunk's first backward on
+            lazy = prec.grad_bytes * np.array(
+                [params.chunk_params(c, s) * (sharding_group_size(settings) > 1)
+                 + params.chunk_expert_params[c, s] * (edp > 1) for c in range(v)])
+        elif extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
+            # ZeRO-2 reduced after the only micro-batch: each unit's gradient until its reduce-scatter
+            working += unsharded_grad_params(settings, params.layer_params, float(root_units[:, s].sum()),
+                                             n) * prec.grad_bytes
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
-        memory.append(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]))
+        memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]),
+                              lazy_gradient_bytes_per_chunk=lazy))
     return tuple(memory)

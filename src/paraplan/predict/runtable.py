@@ -16,7 +16,12 @@ them or counts the embedding / loss as layers, `account_for_embedding_in_pipelin
 its virtual stages / p). An empty
 `use_flash_attn` means flash attention for bf16 and fp8 runs (Megatron Core with
 Transformer Engine) and the unfused softmax path for fp16 and fp32 runs (what
-Megatron-LM and Megatron-DeepSpeed ran before flash attention).
+Megatron-LM and Megatron-DeepSpeed ran before flash attention), unless
+`attention_backend` (Megatron-LM's `--attention-backend`: flash, fused, unfused, local,
+auto; empty: auto) names a kernel: flash and fused are fused, unfused and local are
+not (`flash_attention_version`, Megatron-LM's `--flash-attention-version` 2, 3 or 4,
+pins FlashAttention's generation). Which kernel each backend runs on which device, and its measured ceilings:
+`paraplan.kernels.attention_backends`.
 
 Every cell is checked once here: an error names the file, the line, the column,
 the value and what was expected. A `name` is free text of at most
@@ -35,17 +40,25 @@ from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROB
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.pipeline_layout import LayoutError, parse_layout
 from paraplan.core.run_settings import (
+    ATTENTION_BACKENDS,
     CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
     FP8_RECIPES,
+    FUSED_ATTENTION_BACKENDS,
     MOE_DISPATCHERS,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
     RECOMPUTE_MODULES,
+    UNFUSED_ATTENTION_BACKENDS,
     RunSettings,
 )
-from paraplan.core.sharding import RESHARD_AFTER_FORWARD, SHARDING_STRATEGY_STAGE, stage_of_sharding_strategy
+from paraplan.core.sharding import (
+    GRAD_REDUCE,
+    RESHARD_AFTER_FORWARD,
+    SHARDING_STRATEGY_STAGE,
+    stage_of_sharding_strategy,
+)
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
@@ -65,7 +78,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "recompute_modules",
     "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-    "dtype", "schedule", "use_flash_attn", "async_tensor_model_parallel_allreduce",
+    "dtype", "schedule", "use_flash_attn", "attention_backend", "flash_attention_version",
+    "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "grad_reduce_in_bf16", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
@@ -74,7 +88,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
-    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy",
+    "fsdp_reshard_after_forward", "data_parallel_sharding_strategy", "sharded_grad_reduce",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -188,6 +202,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "hidden_dropout": _fraction, "attention_dropout": _fraction,
     **{k: _size for k in ("kv_channels", "window_size", "window_attn_skip_freq", "num_experts", "moe_router_topk",
                           "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                          "moe_router_num_groups", "moe_router_group_topk",
                           "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "mtp_num_layers", "make_vocab_size_divisible_by")},
     **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")},
@@ -198,6 +213,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
+    "attention_backend": _choice(ATTENTION_BACKENDS), "flash_attention_version": _choice(("2", "3", "4")),
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "grad_reduce_in_bf16": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
@@ -213,6 +229,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
     "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
     "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),
+    "sharded_grad_reduce": _choice(GRAD_REDUCE),
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}
@@ -227,8 +244,14 @@ def _cell(path: Path, line: int, column: str, text: str) -> object:
         raise InputFileError(path, message, line=line, field=f"column '{column}'") from None
 
 
-def default_flash_attention(dtype: str) -> bool:
-    """Empty `use_flash_attn`: flash for bf16/fp8 runs, unfused for fp16/fp32 (module doc)."""
+def default_flash_attention(dtype: str, attention_backend: str = "auto") -> bool:
+    """Empty `use_flash_attn`: what a named `attention_backend` runs (fused for flash and
+    fused, unfused for unfused and local); with `auto`, flash for bf16/fp8 runs and
+    unfused for fp16/fp32 (module doc)."""
+    if attention_backend in FUSED_ATTENTION_BACKENDS:
+        return True
+    if attention_backend in UNFUSED_ATTENTION_BACKENDS:
+        return False
     return dtype in ("bf16", "fp8")
 
 
@@ -298,9 +321,11 @@ def _row_settings(path: Path, line: int, values: dict[str, object]) -> RunSettin
     """The row's `RunSettings` (unchecked): its settings columns, flash attention by
     default where the dtype has it, Megatron-FSDP's sharding strategy as a ZeRO stage."""
     settings_args = {k: values[k] for k in SETTINGS_COLUMNS if k in values}
-    settings_args.setdefault("use_flash_attn", default_flash_attention(str(values.get("dtype", "bf16"))))
-    if "zero_stage" in settings_args:
-        settings_args["zero_stage"] = int(str(settings_args["zero_stage"]))
+    settings_args.setdefault("use_flash_attn", default_flash_attention(str(values.get("dtype", "bf16")),
+                                                                       str(values.get("attention_backend", "auto"))))
+    for key in ("zero_stage", "flash_attention_version"):
+        if key in settings_args:
+            settings_args[key] = int(str(settings_args[key]))
     strategy = settings_args.pop("data_parallel_sharding_strategy", None)
     if strategy is not None:  # Megatron-FSDP's name for a ZeRO stage
         try:

@@ -58,14 +58,17 @@ class Collective:
     """One collective; `nbytes` in nccl-tests' convention (all_gather: the gathered
     output; reduce_scatter: the input; all_to_all: the per-rank total). `hidden_by` is
     the index of the kernel of the same pass it runs beside (`NOT_HIDDEN`: the compute
-    stream waits for it). `group`: `tp`, the tensor-parallel group; `cp` / `cp_ring`, the
-    context-parallel group / one of its ring hops (`paraplan.predict.cp_ops`); `ep` /
-    `etp`, the expert-parallel / expert-tensor-parallel group (`paraplan.predict.moe_ops`)."""
+    stream waits for it), `hidden_span` how many consecutive kernels from there it runs
+    beside (1: that kernel alone; a MoE all-to-all beside a whole module). `group`: `tp`,
+    the tensor-parallel group; `cp` / `cp_ring`, the context-parallel group / one of its
+    ring hops (`paraplan.predict.cp_ops`); `ep` / `etp`, the expert-parallel /
+    expert-tensor-parallel group (`paraplan.predict.moe_ops`)."""
 
     collective: str
     nbytes: float
     hidden_by: int = NOT_HIDDEN
     group: str = "tp"
+    hidden_span: int = 1
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,10 @@ class RankMemory:
     optimizer_bytes: float
     activation_bytes_per_chunk: np.ndarray  # per micro-batch, per model chunk
     working_bytes: float = 0.0  # transient peak on top (recomputed layer, logits, buffers)
+    lazy_gradient_bytes_per_chunk: np.ndarray | None = None
+    """Per model chunk: gradients allocated by the chunk's first backward op and held to
+    the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
+    micro-batches: `paraplan.predict.fsdp_ops`); None: none beyond the weight state."""
 
     @property
     def weight_state_bytes(self) -> float:
@@ -133,12 +137,33 @@ def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) ->
     """Peak activation bytes and micro-batch count held as `order` runs."""
     if not len(order):
         return 0.0, 0
+    held, count = _held(order, chunk_bytes, free_kind)
+    return float(held.max()), int(count.max())
+
+
+def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[np.ndarray, np.ndarray]:
     is_fwd = order.kind == FWD
     is_free = order.kind == free_kind
     act = chunk_bytes[order.chunk]
     held = np.cumsum(np.where(is_fwd, act, np.where(is_free, -act, 0.0)))
     count = np.cumsum(np.where(is_fwd, 1, np.where(is_free, -1, 0)))
-    return float(held.max()), int(count.max())
+    return held, count
+
+
+def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes: np.ndarray,
+                              free_kind: int) -> float:
+    """Peak of the activations plus the gradients each chunk allocates at its first
+    weight-gradient op (the backward; ZB-H1's W) and holds to the end: after that op,
+    which frees its own micro-batch's activations."""
+    held, _ = _held(order, chunk_bytes, free_kind)
+    is_grad = order.kind == free_kind
+    first = np.zeros(len(order), dtype=bool)
+    chunks = np.where(is_grad, order.chunk, -1)
+    _, index = np.unique(chunks, return_index=True)
+    first[index] = True
+    first &= is_grad
+    grads = np.cumsum(np.where(first, grad_bytes[order.chunk], 0.0))
+    return float((held + grads).max())
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
@@ -317,9 +342,13 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     peak = np.zeros(p)
     for s in range(p):
         mem = model.memory[s]
-        act_peak[s], inflight[s] = _activation_peak(orders[s], np.asarray(mem.activation_bytes_per_chunk, float),
-                                                    free_kind)
-        peak[s] = mem.weight_state_bytes + act_peak[s] + mem.working_bytes
+        chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
+        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind)
+        held = act_peak[s]
+        if mem.lazy_gradient_bytes_per_chunk is not None and len(orders[s]):
+            held = _peak_with_lazy_gradients(orders[s], chunk_bytes,
+                                             np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind)
+        peak[s] = mem.weight_state_bytes + held + mem.working_bytes
     return _MemoryPeaks(act_peak, inflight, peak)
 
 

@@ -173,14 +173,24 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
                  prec: Precision, eff: DeviceEfficiency, timed: np.ndarray) -> _LayerTimes:
     """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
     runs beside the next one's weight gather, the backward beside its gradients'
-    reduce-scatter too (the engine's per-layer buckets): max + contention x min."""
+    reduce-scatter too (the engine's per-layer buckets; ZeRO-2's gradients, reduced after
+    every micro-batch, likewise): max + contention x min."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
-    for i in np.flatnonzero(cols.zero3 & (cols.dc > 1) & timed):
-        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
-        zero3_gather[i] = comm.time_s("all_gather", weights.layer[i] * prec.weight_bytes, group)
-        zero3_scatter[i] = comm.time_s("reduce_scatter", weights.layer[i] * prec.grad_bytes, group)
+    memo: dict[tuple[str, float, int, int], float] = {}  # many candidates share a layer and a group
+
+    def time_s(collective: str, nbytes: float, size: int, nodes: int) -> float:
+        key = (collective, nbytes, size, nodes)
+        if key not in memo:
+            memo[key] = float(comm.time_s(collective, nbytes, Group(size, nodes)))
+        return memo[key]
+
+    for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & timed):
+        size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
+        if cols.zero3[i]:
+            zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
+        zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = eff.comm_overlap_contention
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
@@ -292,13 +302,13 @@ def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, g
 
 def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
                      prec: Precision, timed: np.ndarray) -> np.ndarray:
-    """Gradient reduction exposed past the first stage's last backward op (ZeRO-3
-    reduces per layer: `_layer_times`); the experts' over the expert-data-parallel
+    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
+    reduce per layer: `_layer_times`); the experts' over the expert-data-parallel
     group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
     window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
     memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
-    for i in np.flatnonzero((cols.dc > 1) & ~cols.zero3 & timed):
+    for i in np.flatnonzero((cols.dc > 1) & (cols.cand.zero < 2) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
         sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
@@ -353,9 +363,17 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
     working = working + np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes
                                  + unsharded * prec.grad_bytes, 0.0)
-    mem_first = params.first * state_b + params.first_experts * state_e + act_first + working
+    # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
+    # or a layer) and the layer produced beside it (`unsharded_grad_params`)
+    zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
+    beside = np.where(cols.m > 1, weights.layer, 0.0)
+    root_first = weights.vocab + weights.positions + np.where(cols.single, weights.head, 0.0)
+    zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
+    zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
+    mem_first = params.first * state_b + params.first_experts * state_e + act_first + working + zero2_first
     # the head's activations: the last chunk only
     head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
     mem_last = (params.last * state_b + params.last_experts * state_e
-                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row] + working)
+                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row] + working
+                + zero2_last)
     return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))

@@ -194,8 +194,10 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                         continue
                     else:
                         pipes.append((sched_idx[schedule], 1, 0, 0))
-                zeros = [z for z in space.zero_stages if not (z >= 2 and p > 1) and not (z >= 1 and d * c == 1)
-                         and not (z == 3 and model.is_moe)]
+                # ZeRO-2 with pipelines: gradients reduce-scattered after every micro-batch (Megatron-FSDP
+                # `optim_grads`); not with experts (`check_sharding`). ZeRO-3 without pipelines only.
+                zeros = [z for z in space.zero_stages if not (z == 3 and p > 1) and not (z >= 1 and d * c == 1)
+                         and not (z >= 2 and model.is_moe)]
                 for s_i, v, first, last in pipes:
                     for rc in rc_idx:
                         for sp in sps:

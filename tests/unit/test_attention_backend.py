@@ -1,0 +1,170 @@
+"""Megatron-LM's `attention_backend` (paraplan.kernels.attention_backends, docs/kernels.md):
+which kernel each value runs on H100 and A100, priced at that kernel's measured ceilings
+from the device's kernel file; inconsistent pairs with `use_flash_attn` and kernels a
+device has not measured are one-line errors."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paraplan.cli.main import main
+from paraplan.clusters import load_cluster
+from paraplan.core import ConstantBandwidthModel
+from paraplan.core.errors import InputFileError, StrategyError
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.kernels.ceilings import KernelCeilings, load_kernel_ceilings
+from paraplan.predict.build import run_structure
+from paraplan.predict.calibration import load_calibration
+from paraplan.predict.device_model import ATTENTION_PARAMETERS, AttentionCeiling, DeviceSpeed, kernel_times_s
+from paraplan.predict.ops import ATTENTION, Kernels
+from paraplan.predict.predictor import predict_settings
+from paraplan.predict.runtable import read_run_table
+
+REPO = Path(__file__).resolve().parents[2]
+H100, A100 = load_cluster("dgx-h100"), load_cluster("dgx-a100")
+GPT = TransformerModel("gpt", num_layers=4, hidden_size=2048, num_attention_heads=16, seq_length=4096,
+                       vocab_size=51200, hidden_dropout=0.0, attention_dropout=0.0)
+RUN = RunSettings(tensor_model_parallel_size=1, micro_batch_size=1, global_batch_size=8, data_parallel_size=8)
+COMM = ConstantBandwidthModel(100e9, 20e9)
+HEADER = "model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size"
+
+
+def _table(tmp_path, columns: str, cells: str) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{HEADER},{columns}\nllama3-8b,1,1,8,8,{cells}\n")
+    return path
+
+
+def test_the_h100_file_carries_cudnn_first_and_flash_attention_2():
+    ceilings = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
+    assert list(ceilings) == ["cudnn", "flash-attention-2", "flash-attention-3"]
+    # FA2 on H100, causal, head dim 128 (FA3 paper's forward, FA2 repo's forward+backward)
+    assert ceilings["flash-attention-2"]["attention_fwd_efficiency"] == pytest.approx(0.364, abs=5e-4)
+    assert ceilings["flash-attention-2"]["attention_bwd_efficiency"] == pytest.approx(0.315, abs=5e-4)
+    assert ceilings["flash-attention-2"]["attention_seq_half"] == pytest.approx(449.7, abs=0.1)
+    assert ceilings["cudnn"]["attention_fwd_efficiency"] == pytest.approx(0.613, abs=5e-4)
+    assert list(load_kernel_ceilings("A100-SXM4-80GB").attention_ceilings()) == ["flash-attention-2"]
+
+
+def test_an_attention_kernel_prices_its_passes_at_its_own_ceilings():
+    s, flops = 4096.0, 1e12
+    kernels = Kernels(np.full(2, ATTENTION, dtype=np.int8), np.full(2, flops), np.zeros(2), np.full(2, s),
+                      np.array([0.0, 1.0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool))
+    eff = load_calibration("h100-transfer").efficiency
+    fa2 = AttentionCeiling("flash-attention-2", 0.36, 0.31, 450.0)
+    speed = DeviceSpeed.of(H100.device, "bf16")
+    times = kernel_times_s(kernels, replace(speed, attention=fa2), eff)
+    expected = [flops / (speed.peak_flops * top * s / (s + 450.0)) + eff.kernel_latency_s for top in (0.36, 0.31)]
+    assert times == pytest.approx(expected, rel=1e-12)
+    # without one, the calibration's (cuDNN's on H100)
+    cal = [flops / (speed.peak_flops * top * s / (s + eff.attention_seq_half)) + eff.kernel_latency_s
+           for top in (eff.attention_fwd_efficiency, eff.attention_bwd_efficiency)]
+    assert kernel_times_s(kernels, speed, eff) == pytest.approx(cal, rel=1e-12)
+
+
+@pytest.mark.parametrize(("backend", "version", "kernel"), [
+    ("auto", 0, None), ("fused", 0, None), ("flash", 0, "flash-attention-2"), ("flash", 3, "flash-attention-3"),
+    ("auto", 3, None),  # Transformer Engine prefers cuDNN on Hopper whatever FlashAttention is pinned
+])
+def test_each_backend_runs_its_kernel_on_h100(backend, version, kernel):
+    settings = replace(RUN, attention_backend=backend, flash_attention_version=version)
+    speed = run_structure(GPT, settings, H100, COMM).speed
+    if kernel is None:  # cuDNN: the calibration's attention parameters price it
+        assert speed.attention is None
+    else:
+        params = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()[kernel]
+        assert speed.attention == AttentionCeiling(kernel, *(params[k] for k in ATTENTION_PARAMETERS))
+
+
+def test_flash_attention_2_on_h100_is_slower_than_cudnn_by_its_attention_time_alone():
+    eff = load_calibration("h100-transfer").efficiency
+    (fused, _), (flash, _), (unfused, _) = predict_settings(
+        GPT, [replace(RUN, attention_backend=b, use_flash_attn=b != "unfused") for b in ("fused", "flash", "unfused")],
+        H100, COMM, eff)
+    assert fused.iteration_s < flash.iteration_s < unfused.iteration_s
+    # A100: auto and flash both run FlashAttention-2, the A100 calibration's kernel
+    a100 = load_calibration("a100-vtrain").efficiency
+    (auto, _), (fa2, _) = predict_settings(GPT, [RUN, replace(RUN, attention_backend="flash")], A100, COMM, a100)
+    assert auto.iteration_s == fa2.iteration_s
+
+
+def test_a_kernel_the_device_file_lacks_is_an_error_naming_the_device_and_its_kernels():
+    with pytest.raises(StrategyError) as err:
+        run_structure(GPT, replace(RUN, attention_backend="fused"), A100, COMM)
+    assert str(err.value) == (
+        "attention_backend fused runs cudnn, whose ceilings device A100-SXM4-80GB has not measured "
+        "(config/kernels/A100-SXM4-80GB.json has attention kernels: flash-attention-2); fit them with "
+        "`paraplan fit --kind kernels --attention-kernel` (docs/kernels.md) or use attention_backend auto")
+    with pytest.raises(StrategyError, match=r"^attention_backend auto \(flash_attention_version 3\) runs "
+                                            r"flash-attention-3, whose ceilings device A100-SXM4-80GB"):
+        run_structure(GPT, replace(RUN, flash_attention_version=3), A100, COMM)
+    with pytest.raises(StrategyError, match=r"device V100-SXM2-16GB has not measured \(no kernel file "):
+        run_structure(GPT, replace(RUN, attention_backend="flash", dtype="fp16"), load_cluster("dgx1-v100"), COMM)
+
+
+@pytest.mark.parametrize(("backend", "flash", "message"), [
+    ("flash", False, "attention_backend flash runs a fused attention kernel but use_flash_attn is false (the "
+                     "unfused path); set use_flash_attn true, or attention_backend unfused"),
+    ("local", True, "attention_backend local runs the unfused attention path but use_flash_attn is true; set "
+                    "use_flash_attn false, or attention_backend flash, fused or auto"),
+    ("fused,3", True, "flash_attention_version 3 pins FlashAttention's generation, but attention_backend fused "
+                      "runs cuDNN's fused attention; expected attention_backend flash or auto"),
+])
+def test_an_inconsistent_pair_with_use_flash_attn_is_one_line(tmp_path, backend, flash, message):
+    backend, _, version = backend.partition(",")
+    settings = replace(RUN, attention_backend=backend, use_flash_attn=flash, flash_attention_version=int(version or 0))
+    with pytest.raises(StrategyError) as err:
+        settings.check(GPT)
+    assert str(err.value) == message
+    path = _table(tmp_path, "attention_backend,use_flash_attn,flash_attention_version",
+                  f"{backend},{str(flash).lower()},{version}")
+    with pytest.raises(InputFileError) as err2:
+        read_run_table(path)
+    assert str(err2.value) == f"{path}:2: impossible run: {message}"
+
+
+def test_the_run_table_column_sets_use_flash_attn_when_it_is_empty(tmp_path):
+    _, rows = read_run_table(_table(tmp_path, "dtype,attention_backend", "bf16,unfused"))
+    assert (rows[0].settings.attention_backend, rows[0].settings.use_flash_attn) == ("unfused", False)
+    _, rows = read_run_table(_table(tmp_path, "dtype,attention_backend", "fp16,flash"))
+    assert (rows[0].settings.attention_backend, rows[0].settings.use_flash_attn) == ("flash", True)
+    _, rows = read_run_table(_table(tmp_path, "dtype,attention_backend", "fp16,"))
+    assert (rows[0].settings.attention_backend, rows[0].settings.use_flash_attn) == ("auto", False)
+    with pytest.raises(InputFileError, match=r"column 'attention_backend'.*flash, fused, unfused, local, auto"):
+        read_run_table(_table(tmp_path, "attention_backend", "sdpa"))
+
+
+def test_a_kernel_file_round_trips_and_refuses_a_bad_kernel_section():
+    path = REPO / "config/kernels/H100-SXM5-80GB.json"
+    data = json.loads(path.read_text())
+    assert KernelCeilings.from_dict(data, str(path)).to_dict() == data
+    data["attention_kernels"]["flash-attention-2"]["params"]["attention_bwd_efficiency"] = 1.5
+    with pytest.raises(InputFileError, match=r"attention_kernels\.flash-attention-2\.params\.attention_bwd_efficiency"):
+        KernelCeilings.from_dict(data, str(path))
+    data = json.loads(path.read_text())
+    data["attention_kernels"]["cudnn"] = data["attention_kernels"]["flash-attention-2"]
+    with pytest.raises(InputFileError, match="kernel cudnn is the first attention kernel"):
+        KernelCeilings.from_dict(data, str(path))
+
+
+def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
+    out = tmp_path / "h100.json"
+    # config/config.yaml kernels.published.H100-SXM5-80GB.inputs
+    inputs = [REPO / "data/published" / name for name in (
+        "gemm/xla_h100_sm90_bf16.csv", "gemm/mamf_best_shapes_bf16.csv", "gemm/mamf_best_shapes_fp8.csv",
+        "attention/flash2_fwd_bwd.csv", "attention/flash3_paper_h100_fwd.csv",
+        "attention/fa3_paper_h100_bwd_and_cudnn_fwd.csv")]
+    assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-h100",
+                 "--attention-kernel", "cudnn,flash-attention-2,flash-attention-3", "-o", str(out)]) == 0
+    fitted = KernelCeilings.from_dict(json.loads(out.read_text()), str(out)).attention_ceilings()
+    shipped = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
+    for kernel, params in shipped.items():
+        assert fitted[kernel] == pytest.approx(params, rel=1e-6), kernel
+    assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-a100",
+                 "--attention-kernel", "flash-attention-2,cudnn", "-o", str(tmp_path / "a100.json")]) != 0
+    assert f"{inputs[0]}: no attention rows of 'A100-SXM4-80GB' (cudnn) to fit" in capsys.readouterr().err
+    assert not (tmp_path / "a100.json").exists()
