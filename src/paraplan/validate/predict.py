@@ -63,7 +63,7 @@ measured contention, "uncorrected"):
   all-reduces of a step wait sqrt(k) x half the whole pass's mean drift in all. The
   run prints and logs tp2 with that waiting beside the prediction
   (`predicted_waiting_s`), not in it: measured on the loaded 2-core machine, the
-  closed form came to 0.7-1.7x the waiting measured inside tp2's all-reduces
+  closed form came to 0.5-1.7x the waiting measured inside tp2's all-reduces
   depending on the load (stalls of other processes, not independent small drifts,
   make most of the difference there); an idle machine has to settle it.
 """

@@ -175,7 +175,7 @@ def _waiting_diagnostic(profile: ModelProfile, cluster: Cluster, comm: CommModel
     (`predict.skew_s`, from the run's contention pass) added to each all-reduce's
     measured time: printed and logged beside the prediction, not in it (the closed
     form assumes independent drift per segment; on the loaded machine it came to
-    0.7-1.7x the waiting measured, docs/validation-load.md)."""
+    0.5-1.7x the waiting measured, docs/validation-load.md)."""
     from paraplan.validate.predict import skew_s, tp_backward_allreduces
 
     calls = sum(setup.tp_allreduces) + sum(tp_backward_allreduces(setup))
