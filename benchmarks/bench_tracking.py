@@ -150,14 +150,27 @@ def workflow(cores: int) -> None:
                    if line.startswith("paraplan: ") and ("logged" in line or "took" in line)]
         print("  logging at the end: " + (" | ".join(logging) if logging else "no line"))
         # where it went: each job's wall time (Snakemake's benchmark: files), per job and summed per stage
+        # and the CPU seconds of its processes (steadier than wall times on a busy machine):
+        # the measuring jobs run alone, one after another; the others share the cores
         per_stage: dict[str, list[float]] = {}
+        cpu = {"measuring": 0.0, "computing": 0.0}
         for tsv in sorted((clone / "results" / "benchmarks").rglob("*.tsv")):
             name = str(tsv.relative_to(clone / "results" / "benchmarks").with_suffix(""))
-            seconds = float(tsv.read_text().splitlines()[1].split("\t")[0])
+            header, values = (line.split("\t") for line in tsv.read_text().splitlines()[:2])
+            seconds, cpu_s = float(values[0]), float(values[header.index("cpu_time")])
             per_stage.setdefault(name.split("/")[0], []).append(seconds)
-            print(f"    {name:<40} {seconds:6.1f} s")
+            cpu["measuring" if _measuring(name) else "computing"] += cpu_s
+            print(f"    {name:<40} {seconds:6.1f} s  ({cpu_s:6.1f} CPU s)")
         for stage, times in sorted(per_stage.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {stage:<10} {len(times):>3} jobs, {sum(times):7.1f} s of job time (longest {max(times):.1f} s)")
+        print(f"  CPU seconds: measuring jobs {cpu['measuring']:.0f}, computing jobs {cpu['computing']:.0f} "
+              f"(on {cores} cores at best {cpu['computing'] / cores:.0f} s of wall time)")
+
+
+def _measuring(job: str) -> bool:
+    """A job of a rule that takes the `measure` resource (workflow/rules)."""
+    stage = job.split("/")[0]
+    return stage in ("bench", "profile", "validate") or (stage == "kernels" and job.endswith("_bench"))
 
 
 def main() -> None:

@@ -63,6 +63,9 @@ rule bench:
         # one GPU per rank with NCCL, none with gloo (a cluster executor turns this
         # into --gpus; a CPU config never asks for a GPU partition)
         gpu=lambda wildcards: int(wildcards.world) if BENCH["backend"] == "nccl" else 0,
+    # measuring jobs that need nothing run first, while nothing else can wait on them;
+    # the computing jobs then fill both cores (docs/measurements.md, the default workflow)
+    priority: 2
     conda:
         "../../environment.yml"
     shell:

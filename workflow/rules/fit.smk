@@ -73,6 +73,8 @@ rule fit:
         f"{BENCHMARKS}/fit/{{cluster}}.tsv"
     params:
         a2av=lambda wildcards, output: ["--a2av-output", output.a2av] if FIT_A2AV else [],
+    # first of the computing jobs: validate and plan_measured wait for it
+    priority: 1
     conda:
         "../../environment.yml"
     shell:

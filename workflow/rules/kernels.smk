@@ -51,6 +51,9 @@ rule kernels_bench:
     resources:
         measure=1,
         gpu=1 if KERNELS_BENCH["device"] == "cuda" else 0,
+    # measuring jobs that need nothing run first, while nothing else can wait on them;
+    # the computing jobs then fill both cores (docs/measurements.md, the default workflow)
+    priority: 2
     conda:
         "../../environment.yml"
     shell:

@@ -52,13 +52,16 @@ rule calibrate:
             if CALIBRATIONS[wildcards.name].get("kernel_ceilings", "device") == "none"
             else ["--kernel-ceilings", CALIBRATIONS[wildcards.name].get("kernel_ceilings", "device")]
         ),
+    # the fit's evaluations on every core (--jobs: worker processes, the same results
+    # as one); it runs between measuring jobs, never beside one
+    threads: workflow.cores
     conda:
         "../../environment.yml"
     shell:
         tracked(
             "paraplan calibrate {input.runs:q} --cluster {params.cluster:q} {params.comm:q} {params.cv:q} {params.kernels:q}"
             " {params.factors:q}"
-            " --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
+            " --jobs {threads} --name {wildcards.name:q} -o {output.calibration:q} --predictions {output.predictions:q}"
             " --plots {output.figures:q}",
             "calibrate", "name",
         )

@@ -46,6 +46,9 @@ rule profile:
     resources:
         measure=1,
         gpu=1 if PROFILE["device"] == "cuda" else 0,
+    # measuring jobs that need nothing run first, while nothing else can wait on them;
+    # the computing jobs then fill both cores (docs/measurements.md, the default workflow)
+    priority: 2
     conda:
         "../../environment.yml"
     shell:

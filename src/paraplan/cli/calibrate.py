@@ -40,7 +40,12 @@ from paraplan.cli.common import add_tracking_arguments, track
 if TYPE_CHECKING:
     from paraplan.core import Cluster
     from paraplan.core.comm import CommModel
-    from paraplan.predict.calibration_report import CalibrationData, CalibrationReport, CalibrationSource
+    from paraplan.predict.calibration_report import (
+        CalibrationData,
+        CalibrationReport,
+        CalibrationRequest,
+        CalibrationSource,
+    )
 
 NAME = "calibrate"
 HELP = "fit the device model to measured iteration times (run table) or a layer profile, cross-validated"
@@ -77,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the leave-one-group-out fits (the file then has in-sample errors only)")
     parser.add_argument("--predictions", type=Path, default=None,
                         help="also write each measurement's cross-validated and in-sample prediction (CSV)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes for the fit's evaluations (run tables; the results are "
+                             "byte-identical for any number, default 1)")
     parser.add_argument("--plots", type=Path, default=None,
                         help="folder for the predicted-vs-measured figure (PNG + PDF)")
     parser.add_argument("-o", "--output", required=True, type=Path, help="calibration file (JSON)")
@@ -179,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.core import ConfigError
     from paraplan.predict.calibrate import START
     from paraplan.predict.calibration import Calibration
-    from paraplan.predict.calibration_report import CalibrationRequest, calibrate
+    from paraplan.predict.calibration_report import CalibrationRequest
     from paraplan.track import RunLog
 
     if args.transfer is not None:
@@ -198,8 +206,10 @@ def run(args: argparse.Namespace) -> int:
         name, cluster.device.name, tuple(n for n in asked or data.default_fit if n not in held), held, comm_doc,
         _source(path, cluster.name, args.comm_model, held_from),
         layer_factors=not args.no_layer_factors, cross_validation=not args.no_cross_validation)
+    if args.jobs < 1:
+        raise ConfigError("--jobs", f"must be >= 1, got {args.jobs}")
     started = time.perf_counter()
-    report = calibrate(request, data, progress=lambda m: print(f"paraplan calibrate: {m}", file=sys.stderr))
+    report = _calibrate_pooled(request, data, args.jobs)
     artifacts = _write(args, report, data, frame, cluster)
     print(f"paraplan calibrate: {report.calibration.label} -> {args.output}", file=sys.stderr)
     track(args, RunLog(stage="calibrate", run_name=name,
@@ -208,6 +218,24 @@ def run(args: argparse.Namespace) -> int:
                        metrics={**report.metrics, "calibrate_s": time.perf_counter() - started},
                        artifacts=artifacts))
     return 0
+
+
+def _calibrate_pooled(request: CalibrationRequest, data: CalibrationData, jobs: int) -> CalibrationReport:
+    """`calibrate`, a run table's evaluations on `jobs` worker processes
+    (`paraplan.predict.calibrate_pool`: the same results as one process)."""
+    from dataclasses import replace
+
+    from paraplan.predict.calibrate import IterationTimes
+    from paraplan.predict.calibrate_pool import pooled
+    from paraplan.predict.calibration_report import calibrate
+
+    def say(message: str) -> None:
+        print(f"paraplan calibrate: {message}", file=sys.stderr)
+
+    if not isinstance(data.measured, IterationTimes):
+        return calibrate(request, data, progress=say)
+    with pooled(data.measured, jobs) as measured:
+        return calibrate(request, replace(data, measured=measured), progress=say)
 
 
 def _asked(fit: str) -> tuple[str, ...]:

@@ -54,6 +54,18 @@ measured contention, "uncorrected"):
   barrier, as the benchmark does, see `runner._rank_main`); `tp2` is simulated with
   each such all-reduce at the mean of those times (`MeasuredAllReduce`), every other
   collective and strategy with the fit.
+- `tp2`, waiting for the partner (`skew_s`): those times are taken after a barrier,
+  with both ranks arriving together. Inside a tp2 step nothing lines the ranks up:
+  each blocking all-reduce starts when the later rank arrives, and two ranks doing
+  the same work at the same time drift apart by chance (the validate run measures
+  by how much: the latest minus the earliest rank's end of the contention pass,
+  `RunResult.together_drift_s`). With independent drift per segment, the k
+  all-reduces of a step wait sqrt(k) x half the whole pass's mean drift in all. The
+  run prints and logs tp2 with that waiting beside the prediction
+  (`predicted_waiting_s`), not in it: measured on the loaded 2-core machine, the
+  closed form came to 0.5-1.7x the waiting measured inside tp2's all-reduces
+  depending on the load (stalls of other processes, not independent small drifts,
+  make most of the difference there); an idle machine has to settle it.
 """
 
 from __future__ import annotations
@@ -132,6 +144,19 @@ def run_conditions(name: str, setup: PredictionSetup, cluster: Cluster, compute_
         tp_backward_allreduces=tp_backward_allreduces(setup) if tp else (),
         accumulation_Bps=cluster.device.mem_bandwidth_Bps if accumulate else 0.0,
     )
+
+
+def skew_s(sync_points: float, drift_s: float) -> float:
+    """Expected time 2 ranks wait for each other at `sync_points` blocking collectives
+    spread evenly over a pass whose two ranks, doing the same work at once without
+    communicating, end `drift_s` apart on average (mean |difference|, the validate
+    run's contention pass). Each collective waits for the later rank: E[max(a, b)] -
+    E[a] = E|a - b| / 2 per segment; with independent, normal differences per segment
+    the k segments' |differences| sum to sqrt(k) x the whole pass's. A diagnostic of
+    tp2's blocking all-reduces (see the module doc), not part of the prediction."""
+    if sync_points <= 0 or drift_s <= 0:
+        return 0.0
+    return float(np.sqrt(sync_points) * drift_s / 2.0)
 
 
 CONTENTION_ITERATIONS = 4

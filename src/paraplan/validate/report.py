@@ -137,6 +137,8 @@ def validation_report(profile: ModelProfile, cluster: Cluster, comm: CommModel, 
             extra[f"allreduce_mean_s__{nb}"] = statistics.fmean(times)
             extra[f"allreduce_median_s__{nb}"] = statistics.median(times)
     predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
+    if "tp2" in predicted and setup.tp_allreduce_s and result.together_drift_s > 0:
+        _waiting_diagnostic(profile, cluster, comm, setup, predicted["tp2"], result, notes, extra)
     if plan.saturated:
         notes.append(f"gloo ranks fill all {plan.cores} cores: dp_overlap predicted without overlap")
     half = setup.global_batch_size / 2
@@ -165,6 +167,29 @@ def validation_report(profile: ModelProfile, cluster: Cluster, comm: CommModel, 
                              for k, v in rescaled.items()))
     table = validation_table(result.measured, predicted, load.other_load_per_core)
     return ValidationReport(table, setup, result.measured, plan.uncorrected, extra, tuple(notes), load)
+
+
+def _waiting_diagnostic(profile: ModelProfile, cluster: Cluster, comm: CommModel, setup: PredictionSetup,
+                        tp2_s: float, result: RunResult, notes: list[str], extra: dict[str, float]) -> None:
+    """tp2 with its ranks' waiting for each other at every blocking all-reduce
+    (`predict.skew_s`, from the run's contention pass) added to each all-reduce's
+    measured time: printed and logged beside the prediction, not in it (the closed
+    form assumes independent drift per segment; on the loaded machine it came to
+    0.5-1.7x the waiting measured, docs/validation-load.md)."""
+    from paraplan.validate.predict import skew_s, tp_backward_allreduces
+
+    calls = sum(setup.tp_allreduces) + sum(tp_backward_allreduces(setup))
+    waiting = skew_s(calls, result.together_drift_s)
+    if calls <= 0 or waiting <= 0:
+        return
+    waited = replace(setup, tp_allreduce_s=tuple((nb, t + waiting / calls) for nb, t in setup.tp_allreduce_s))
+    tp2 = predict_step_times(profile, cluster, comm, ("tp2",), waited, result.contention_factor)["tp2"]
+    measured = result.measured["tp2"].median_s
+    extra |= {"together_drift_s": result.together_drift_s, "tp_waiting_s": waiting,
+              "predicted_waiting_s__tp2": tp2, "rel_err_waiting__tp2": tp2 / measured - 1}
+    notes.append(f"ranks doing the same work at once end {result.together_drift_s * 1e3:.2f} ms apart (mean): with "
+                 f"{waiting * 1e3:.2f} ms of waiting over its {calls:g} blocking all-reduces tp2 would take "
+                 f"{tp2 * 1e3:.2f} ms ({tp2 / measured - 1:+.1%}; a diagnostic, not in the prediction)")
 
 
 def _ms(values: Sequence[float]) -> str:

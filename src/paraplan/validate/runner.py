@@ -257,6 +257,9 @@ class RunResult:
     alone_s: tuple[float, ...]
     together_s: tuple[float, ...]
     allreduce_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    together_drift_s: float = 0.0
+    """Mean over rounds of the latest minus the earliest rank in the pass on all ranks at once: how far
+    apart two ranks doing the same work at the same time end (`validate.predict.skew_s`)."""
 
 
 def run_strategies(cfg: RunConfig, on_round: Callable[[int], object] | None = None) -> RunResult:
@@ -272,9 +275,10 @@ def run_strategies(cfg: RunConfig, on_round: Callable[[int], object] | None = No
     alone = tuple(med(times) for times in raw["alone"])
     together = tuple(med(times) for times in raw["together"])
     factor = med(t / a for t, a in zip(together, alone, strict=True))
+    drift = statistics.fmean(max(r) - min(r) for r in zip(*raw["together"], strict=True))
     allreduce = {nb: summarise("all_reduce", raw[f"allreduce_{nb}"]).step_times_s
                  for nb in cfg.allreduce_probe_bytes}
     return RunResult(
         {name: summarise(name, raw[name]) for name in cfg.strategies}, float(factor), alone, together,
-        allreduce,
+        allreduce, float(drift),
     )
