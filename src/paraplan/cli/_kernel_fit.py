@@ -107,8 +107,9 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
               file=sys.stderr)
     keep = times.causal
     if not keep.any():
-        raise InputFileError(args.inputs[0], f"no causal attention rows of {device!r} ({kernel}) "
-                             f"with head_dim {head_dim}")
+        dims = sorted({int(d) for d in rows.attention_times(device, source=kernel).head_dim})
+        raise ConfigError("--attention-head-dim", f"no causal attention rows of {device!r} ({kernel}) with head_dim "
+                          f"{head_dim} in the inputs (head_dim there: {', '.join(map(str, dims))})")
     times = times.subset(keep)
     dtypes = sorted({str(r["dtype"]) for _, _, r in rows.attention if r["device"] == device})
     base = replace(DeviceEfficiency(), kernel_latency_s=gemm.params["kernel_latency_s"])
@@ -154,6 +155,12 @@ def _attention_sustained(args: argparse.Namespace, rows, sustained_rows, device:
             "die and dtype prices that clock (docs/kernels.md, Sustained at the power limit)"}
 
 
+def _kernels_present(rows, device: str) -> str:
+    """The attention kernels (the end of the rows' `source`) of `device` in the inputs."""
+    names = sorted({str(r["source"]).rsplit(":", 1)[-1] for _, _, r in rows.attention if r["device"] == device})
+    return ", ".join(names) or "none"
+
+
 def _head_dims(text: str) -> list[int]:
     """`--attention-head-dim`: head dimensions, comma-separated, distinct, the first the main fit's."""
     try:
@@ -182,6 +189,11 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
             raise ConfigError(option, "applies to collective fits only (--kind collectives)")
     if args.cluster is None:
         raise ConfigError("--cluster", "fit --kind kernels needs the device's cluster file (peaks, compute units)")
+    kernels = [k.strip() for k in args.attention_kernel.split(",")]
+    if len(set(kernels)) != len(kernels) or not all(kernels):
+        raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
+                                                f"{args.attention_kernel!r}")
+    head_dims = _head_dims(args.attention_head_dim)
     check_outputs(files=[args.output])
     cluster = load_cluster(args.cluster)
     device = args.device or cluster.device.name
@@ -213,20 +225,19 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     if sustained is not None:
         efficiency["gemm_efficiency"] = gemm.params["gemm_efficiency"] * float(sustained["factor"])
         gemm_doc["sustained"] = sustained
-    kernels = [k.strip() for k in args.attention_kernel.split(",") if k.strip()]
-    if len(set(kernels)) != len(kernels) or not kernels:
-        raise ConfigError("--attention-kernel", f"expected distinct kernel names, comma-separated; got "
-                                                f"{args.attention_kernel!r}")
-    head_dims = _head_dims(args.attention_head_dim)
     attention_sustained = _attention_sustained(args, rows, sustained_rows, device)
     docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0], attention_sustained)
             for k in kernels}
     attention_doc = docs[kernels[0]]
     if attention_doc is not None:
         efficiency.update(attention_doc.get("efficiency", attention_doc["params"]))
-    missing = [k for k in kernels[1:] if docs[k] is None]
+    # the first kernel may be absent when the inputs hold no attention rows of the device
+    # (a GEMM-only fit); a kernel named beside others that were measured is a mistake
+    present = _kernels_present(rows, device)
+    missing = [k for k in kernels[0 if present != "none" else 1:] if docs[k] is None]
     if missing:
-        raise InputFileError(args.inputs[0], f"no attention rows of {device!r} ({missing[0]}) to fit")
+        raise ConfigError("--attention-kernel", f"no attention rows of {device!r} ({missing[0]}) in the inputs to "
+                                                f"fit; expected one of the kernels there: {present}")
     more = {k: doc for k in kernels[1:] if (doc := docs[k]) is not None}
     if attention_doc is not None:  # each kernel again at every further head dimension asked
         for d in head_dims[1:]:

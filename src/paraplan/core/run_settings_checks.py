@@ -61,6 +61,10 @@ def check_attention_backend(settings: RunSettings) -> None:
     version = settings.flash_attention_version
     if version not in FLASH_ATTENTION_VERSIONS:
         raise StrategyError(f"flash_attention_version must be 2, 3 or 4 (empty: not pinned), got {version!r}")
+    if version and backend == "auto" and not settings.use_flash_attn:
+        raise StrategyError(f"flash_attention_version {version} pins FlashAttention's generation, but "
+                            "use_flash_attn is false (the unfused path; an empty use_flash_attn is false for fp16 "
+                            "and fp32); expected use_flash_attn true")
     if version and (backend not in ("flash", "auto") or not settings.use_flash_attn):
         runs = "the unfused path" if not settings.use_flash_attn else "cuDNN's fused attention"
         raise StrategyError(f"flash_attention_version {version} pins FlashAttention's generation, but "

@@ -34,9 +34,9 @@ def check_extensions(m: TransformerModel) -> None:
                              f"got {k!r}")
         moe_layer_pattern(m)  # checks moe_layer_freq
         check_group_limited_routing(m)
-    elif m.moe_ffn_hidden_size or m.moe_shared_expert_intermediate_size or m.moe_router_num_groups:
-        raise ValueError(f"{where}: moe_ffn_hidden_size / moe_shared_expert_intermediate_size / "
-                         "moe_router_num_groups need num_experts > 0")
+    elif set_moe := [key for key in MOE_ONLY if getattr(m, key)]:
+        raise ValueError(f"{where}: {', '.join(f'{key} {getattr(m, key)}' for key in set_moe)} "
+                         f"{'needs' if len(set_moe) == 1 else 'need'} num_experts > 0, got {m.num_experts}")
     mla = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
     if m.multi_latent_attention:
         for key in mla[1:]:
@@ -44,6 +44,11 @@ def check_extensions(m: TransformerModel) -> None:
                 raise ValueError(f"{where}: multi_latent_attention needs {key} >= 1")
     elif any(getattr(m, key) for key in mla):
         raise ValueError(f"{where}: {', '.join(mla)} need multi_latent_attention")
+
+
+MOE_ONLY = ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_num_groups",
+            "moe_router_group_topk")
+"""What only a mixture-of-experts model (num_experts > 0) may set."""
 
 
 def check_group_limited_routing(m: TransformerModel) -> None:
@@ -54,13 +59,24 @@ def check_group_limited_routing(m: TransformerModel) -> None:
     where = f"model '{m.name}'"
     if not groups:
         if chosen:
-            raise ValueError(f"{where}: moe_router_group_topk needs moe_router_num_groups")
+            raise ValueError(f"{where}: moe_router_group_topk {chosen} needs moe_router_num_groups (group-limited "
+                             "routing), got none")
         return
-    if experts % groups or not 1 <= chosen <= groups or k % chosen or k // chosen > experts // groups:
-        raise ValueError(f"{where}: group-limited routing needs moe_router_num_groups dividing num_experts "
-                         f"{experts} and moe_router_group_topk in [1, moe_router_num_groups] dividing "
-                         f"moe_router_topk {k} into at most num_experts / moe_router_num_groups per group, "
-                         f"got {groups} and {chosen}")
+    if not 1 <= chosen <= groups:
+        got = chosen or "none"
+        problem = (f"moe_router_group_topk (how many of the moe_router_num_groups {groups} groups each token's "
+                   f"experts come from) must be in [1, {groups}], got {got}")
+    elif experts % groups:
+        problem = f"moe_router_num_groups {groups} does not divide num_experts {experts}"
+    elif k % chosen:
+        problem = f"moe_router_topk {k} is not divisible by moe_router_group_topk {chosen}"
+    elif k // chosen > experts // groups:
+        problem = (f"each of the moe_router_group_topk {chosen} chosen groups holds {experts // groups} experts "
+                   f"(num_experts {experts} / moe_router_num_groups {groups}), fewer than moe_router_topk {k} / "
+                   f"{chosen} = {k // chosen}")
+    else:
+        return
+    raise ValueError(f"{where}: group-limited routing: {problem}")
 
 
 def moe_layer_pattern(m: TransformerModel) -> tuple[bool, ...]:

@@ -115,6 +115,8 @@ class KernelCeilings:
         fp8 = data.get("fp8")
         if fp8 is not None:
             _check_fp8(fp8, source)
+        for key in ("gemm", "attention", "fp8"):
+            _check_sustained((data.get(key) or {}).get("sustained"), source, f"{key}.sustained")
         attention = data.get("attention")
         more = _attention_kernels(data.get("attention_kernels"), source)
         if attention is not None or more:
@@ -170,6 +172,10 @@ def _attention_kernels(section: object, source: str) -> dict[str, dict]:
                              field="attention_kernels")
     for name, report in section.items():
         where = f"attention_kernels.{name}"
+        if not name.strip():
+            raise InputFileError(source, f"expected a kernel name, got {name!r}", field="attention_kernels")
+        if isinstance(report, dict):
+            _check_sustained(report.get("sustained"), source, f"{where}.sustained")
         params = report.get("params") if isinstance(report, dict) else None
         if not isinstance(params, dict):
             raise InputFileError(source, "expected a fit report with params", field=where)
@@ -188,6 +194,18 @@ def _attention_kernels(section: object, source: str) -> dict[str, dict]:
                                          field=f"{where}.{part}.{key}")
                 check_number(source, None, f"{where}.{part}.{key}", value, rule)
     return section
+
+
+def _check_sustained(section: object, source: str, where: str) -> None:
+    """A fit's `sustained` section (`paraplan fit --kind kernels`, its sustained/burst
+    factor at the power limit), where it has one."""
+    if section is None:
+        return
+    factor = section.get("factor") if isinstance(section, dict) else None
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+        got = f"factor {factor!r}" if isinstance(section, dict) else repr(section)
+        raise InputFileError(source, "expected a JSON object whose factor (sustained / burst throughput) is a number "
+                             f"> 0 and <= 1, got {got}", field=where)
 
 
 FP8_HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half")

@@ -222,15 +222,27 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[
             "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq, **_group_fields(keys)}
 
 
+# DeepSeek-V2/V3's `topk_method`: `greedy` has no group limit; the others route within
+# `topk_group` of `n_group` groups
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
 def _group_fields(keys: _Keys) -> dict[str, Any]:
     """Group-limited routing (DeepSeek's `n_group`, `topk_group`), unless the file's
     `topk_method` is `greedy` (DeepSeek-V2's router without a group limit) or there is one
     group."""
     groups = keys.count("n_group", default=0, minimum=0)
     chosen = keys.count("topk_group", default=0, minimum=0)
-    if groups <= 1 or str(keys.config.get("topk_method", "")).lower() == "greedy":
+    method = keys.config.get("topk_method")
+    if method is not None and (not isinstance(method, str) or method.lower() not in TOPK_METHODS):
+        raise InputFileError(keys.source, f"key 'topk_method': expected one of {', '.join(TOPK_METHODS)}, "
+                             f"got {method!r}")
+    if groups <= 1 or str(method or "").lower() == "greedy":
         return {}
-    return {"moe_router_num_groups": groups, "moe_router_group_topk": chosen or groups}
+    if not 1 <= chosen <= groups:
+        raise InputFileError(keys.source, f"key 'topk_group': expected an integer in [1, n_group {groups}] "
+                             f"(the groups each token's experts come from), got {keys.config.get('topk_group')!r}")
+    return {"moe_router_num_groups": groups, "moe_router_group_topk": chosen}
 
 
 def _mla_fields(keys: _Keys) -> dict[str, Any]:
