@@ -11,6 +11,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
+    ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
@@ -177,3 +178,23 @@ def check_a2a_overlap(settings: RunSettings) -> None:
         (settings.dtype == "fp32", "a bf16 or fp16 model")) if bad]
     if wrong:
         raise StrategyError(f"overlap_moe_expert_parallel_comm needs {wrong[0]} (Megatron-Core's rule)")
+
+
+def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) -> None:
+    """`elementwise_kernels eager` prices torchtitan's Llama ops (`paraplan.predict.eager_ops`):
+    RMSNorm, rotary embedding, SwiGLU, no dropout, no biases, standard attention."""
+    kernels = settings.elementwise_kernels
+    if kernels not in ELEMENTWISE_KERNELS:
+        raise StrategyError(f"elementwise_kernels '{kernels}' is not one of {', '.join(ELEMENTWISE_KERNELS)}")
+    if kernels == "fused":
+        return
+    unlike = [what for what, differs in (
+        ("normalization RMSNorm", model.normalization != "RMSNorm"), ("swiglu", not model.swiglu),
+        ("position_embedding_type rope", model.position_embedding_type != "rope"),
+        ("no dropout", model.hidden_dropout > 0 or model.attention_dropout > 0),
+        ("no linear biases", model.add_bias_linear or model.add_qkv_bias), ("no qk_layernorm", model.qk_layernorm),
+        ("no multi-latent attention", model.multi_latent_attention), ("no experts", model.is_moe),
+    ) if differs]
+    if unlike:
+        raise StrategyError(f"elementwise_kernels eager prices torchtitan's Llama layer; '{model.name}' lacks "
+                            f"{', '.join(unlike)}")
