@@ -41,3 +41,31 @@ def test_eager_needs_torchtitans_llama_layer() -> None:
     assert str(error.value) == ("elementwise_kernels eager prices torchtitan's Llama layer; 'gpt3-175b' lacks "
                                 "normalization RMSNorm, swiglu, position_embedding_type rope, no dropout, "
                                 "no linear biases")
+
+
+def _titan(**kw: object) -> RunSettings:
+    return RunSettings(micro_batch_size=2, global_batch_size=2, recompute_granularity="selective",
+                       selective_ac_option="op", **kw)  # type: ignore[arg-type]
+
+
+def test_op_sac_keeps_input_wq_wv_attention_w1_w2() -> None:
+    model = load_model("llama3-8b")  # h 4096, 32 heads, 8 groups of 128, ffn 14336, seq 8192
+    work = layer_work(model, _titan())
+    per_token = 2 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4 * 32
+    assert work.activation_bytes == 2 * 8192 * per_token
+    gemm = work.recompute.kernels.kind != MEMORY
+    assert work.recompute.kernels.flops[gemm].sum() == 2 * 2 * 8192 * 4096 * (1024 + 4096 + 14336)  # wk, wo, w3
+    eager = layer_work(model, _titan(elementwise_kernels="eager")).recompute.kernels
+    assert int((eager.kind == MEMORY).sum()) == 2 * 8 + 3 * 2 + 2 + 1 + 2  # norms, rope, repeat_kv, add, swiglu
+
+
+def test_op_sac_needs_selective_without_tensor_parallelism() -> None:
+    model = load_model("llama3-8b")
+    with pytest.raises(StrategyError) as error:
+        RunSettings(selective_ac_option="op", recompute_granularity="full").check(model)
+    assert str(error.value) == ("selective_ac_option op needs recompute_granularity selective and the default "
+                                "recompute_modules, got full core_attn")
+    with pytest.raises(StrategyError) as error:
+        _titan(tensor_model_parallel_size=8).check(model)
+    assert str(error.value) == ("selective_ac_option op is priced without tensor parallelism (its recomputation "
+                                "re-runs the all-gathers), got tensor_model_parallel_size 8")

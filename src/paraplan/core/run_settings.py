@@ -105,6 +105,11 @@ class RunSettings:
     `mla_up_proj` multi-latent attention's up projections and rotary parts (the core's
     Q, K, V are not kept), `layernorm` the two input norms (their outputs are not kept),
     `mlp` a dense MLP (only its input is kept)."""
+    selective_ac_option: Literal["", "op"] = ""
+    """torchtitan's `activation_checkpoint.selective_ac_option`; `op` with `selective`:
+    torchtitan's per-op policy in place of `recompute_modules` (a layer keeps its input
+    and the outputs of its attention kernel and of every second matmul, and recomputes
+    the rest in its backward: `paraplan.predict.torchtitan_ac`); empty: Megatron's."""
     sequence_parallel: bool = False
     """Split norms and dropouts over the tensor-parallel ranks along the sequence;
     all-gather + reduce-scatter replace each all-reduce."""

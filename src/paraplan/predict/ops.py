@@ -42,7 +42,7 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, main_grad_bytes
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
-from paraplan.predict import eager_ops
+from paraplan.predict import eager_ops, torchtitan_ac
 from paraplan.predict.cp_ops import (
     FLASH_BACKWARD_FLOPS,
     AttentionShape,
@@ -403,6 +403,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     granularity = settings.recompute_granularity
     if granularity == "full":
         return x.e * x.sp_tokens * x.h
+    if granularity == "selective" and settings.selective_ac_option == "op":
+        return torchtitan_ac.op_sac_activation_bytes(x)
     recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
@@ -450,6 +452,12 @@ def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
+    elif granularity == "selective" and settings.selective_ac_option == "op":
+        w = _Builder(gemm_bytes)
+        torchtitan_ac.op_sac_recompute(w, x, lambda b: _norm_forward(b, x), lambda b: _rope(b, model, x),
+                                       lambda b: _residual_forward(b, model, x),
+                                       lambda b: _activation_forward(b, model, x))
+        recompute = w.build()
     elif granularity == "selective":
         recompute = _selective_recompute(model, x, flash, overlap, gemm_bytes, settings.recompute_modules)
     else:
