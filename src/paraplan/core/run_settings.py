@@ -54,6 +54,10 @@ FLASH_ATTENTION_VERSIONS: tuple[int, ...] = (0, 2, 3, 4)
 """Megatron-LM's `--flash-attention-version` pins (0: none)."""
 FUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("flash", "fused")
 UNFUSED_ATTENTION_BACKENDS: tuple[str, ...] = ("unfused", "local")
+ElementwiseKernels = Literal["fused", "eager"]
+ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager")
+"""How the layer's norms, rotary embedding, activation and residual adds run
+(`paraplan.predict.eager_ops`): fused kernels, or PyTorch's unfused ops one kernel each."""
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 
@@ -101,6 +105,11 @@ class RunSettings:
     `mla_up_proj` multi-latent attention's up projections and rotary parts (the core's
     Q, K, V are not kept), `layernorm` the two input norms (their outputs are not kept),
     `mlp` a dense MLP (only its input is kept)."""
+    selective_ac_option: Literal["", "op"] = ""
+    """torchtitan's `activation_checkpoint.selective_ac_option`; `op` with `selective`:
+    torchtitan's per-op policy in place of `recompute_modules` (a layer keeps its input
+    and the outputs of its attention kernel and of every second matmul, and recomputes
+    the rest in its backward: `paraplan.predict.torchtitan_ac`); empty: Megatron's."""
     sequence_parallel: bool = False
     """Split norms and dropouts over the tensor-parallel ranks along the sequence;
     all-gather + reduce-scatter replace each all-reduce."""
@@ -160,6 +169,12 @@ class RunSettings:
     `unfused`/`local` (the unfused path: `use_flash_attn` false), `auto` (Megatron's
     default: Transformer Engine's pick on the device, or the unfused path without
     `use_flash_attn`); which kernel on which device: `paraplan.kernels.attention_backends`."""
+    elementwise_kernels: ElementwiseKernels = "fused"
+    """`fused` (default): each norm, the rotary embedding, the activation and each residual
+    add is one fused kernel (Megatron-LM with Transformer Engine; torchtitan with
+    `training.compile`, which compiles each transformer block); `eager`: PyTorch's ops of
+    torchtitan's Llama one kernel each, RMSNorm and rotary in fp32 (torchtitan without
+    `training.compile`; `paraplan.predict.eager_ops`)."""
     flash_attention_version: int = 0
     """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
     a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package
@@ -354,6 +369,7 @@ class RunSettings:
                 raise StrategyError("overlap_grad_reduce is an option of DDP_impl local; torch's DDP always "
                                     "overlaps its gradient reduction")
         checks.check_attention_backend(self)
+        checks.check_elementwise_kernels(self, model)
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,

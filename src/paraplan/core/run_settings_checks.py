@@ -11,6 +11,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
+    ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
@@ -177,3 +178,39 @@ def check_a2a_overlap(settings: RunSettings) -> None:
         (settings.dtype == "fp32", "a bf16 or fp16 model")) if bad]
     if wrong:
         raise StrategyError(f"overlap_moe_expert_parallel_comm needs {wrong[0]} (Megatron-Core's rule)")
+
+
+def _unlike_torchtitan_llama(model: TransformerModel) -> list[str]:
+    """What `model` has that torchtitan's Llama layer has not (empty: the same layer)."""
+    return [what for what, differs in (
+        ("normalization RMSNorm", model.normalization != "RMSNorm"), ("swiglu", not model.swiglu),
+        ("position_embedding_type rope", model.position_embedding_type != "rope"),
+        ("no dropout", model.hidden_dropout > 0 or model.attention_dropout > 0),
+        ("no linear biases", model.add_bias_linear or model.add_qkv_bias), ("no qk_layernorm", model.qk_layernorm),
+        ("no multi-latent attention", model.multi_latent_attention), ("no experts", model.is_moe),
+    ) if differs]
+
+
+def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) -> None:
+    """`elementwise_kernels eager` prices torchtitan's Llama ops (`paraplan.predict.eager_ops`)
+    and `selective_ac_option op` its per-op recomputation (`paraplan.predict.torchtitan_ac`):
+    RMSNorm, rotary embedding, SwiGLU, no dropout, no biases, standard attention."""
+    kernels, option = settings.elementwise_kernels, settings.selective_ac_option
+    if kernels not in ELEMENTWISE_KERNELS:
+        raise StrategyError(f"elementwise_kernels '{kernels}' is not one of {', '.join(ELEMENTWISE_KERNELS)}")
+    if option not in ("", "op"):
+        raise StrategyError(f"selective_ac_option '{option}': expected op or empty")
+    for what, used in ((f"elementwise_kernels {kernels}", kernels == "eager"), ("selective_ac_option op", option)):
+        unlike = _unlike_torchtitan_llama(model) if used else []
+        if unlike:
+            raise StrategyError(f"{what} prices torchtitan's Llama layer; '{model.name}' lacks {', '.join(unlike)}")
+    if not option:
+        return
+    if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
+        raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
+                            f"recompute_modules, got {settings.recompute_granularity} "
+                            f"{' '.join(settings.recompute_modules)}")
+    if settings.tensor_model_parallel_size > 1:
+        raise StrategyError("selective_ac_option op is priced without tensor parallelism (its recomputation "
+                            f"re-runs the all-gathers), got tensor_model_parallel_size "
+                            f"{settings.tensor_model_parallel_size}")

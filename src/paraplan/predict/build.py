@@ -294,11 +294,12 @@ class RunWork:
 
 
 def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWork) -> ActivationBytes:
-    """The passes' activations per micro-batch; under full recomputation the layer being
-    rebuilt holds its unrecomputed activations for a while (the larger kind's)."""
+    """The passes' activations per micro-batch; under full recomputation (or torchtitan's
+    per-op one) the layer being rebuilt holds its unrecomputed activations for a while
+    (the larger kind's)."""
     recomputed = 0.0
-    if settings.recompute_granularity == "full":
-        unrecomputed = replace(settings, recompute_granularity="none")
+    if settings.recompute_granularity == "full" or settings.selective_ac_option == "op":
+        unrecomputed = replace(settings, recompute_granularity="none", selective_ac_option="")
         recomputed = layer_work(model, unrecomputed).activation_bytes
         if work.moe_layer is not None:
             recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)

@@ -67,6 +67,8 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         parts["cp"] = f"{settings.context_parallel_size}{settings.cp_comm_type}"
     if settings.recompute_granularity == "selective" and settings.recompute_modules != ("core_attn",):
         parts["recompute_modules"] = "+".join(settings.recompute_modules)
+    if settings.elementwise_kernels != "fused" or settings.selective_ac_option:  # torchtitan's (absent otherwise)
+        parts["torchtitan"] = f"{settings.elementwise_kernels}/{settings.selective_ac_option}"
     if model.multi_latent_attention:  # (absent otherwise, so the keys of earlier factors stay valid)
         parts["mla"] = "/".join(str(getattr(model, k)) for k in (
             "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))

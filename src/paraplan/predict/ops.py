@@ -42,6 +42,7 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, main_grad_bytes
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
+from paraplan.predict import eager_ops, torchtitan_ac
 from paraplan.predict.cp_ops import (
     FLASH_BACKWARD_FLOPS,
     AttentionShape,
@@ -99,6 +100,7 @@ class _Shape:
     sp: bool
     cp: int = 1
     cp_comm_type: str = "p2p"
+    eager: bool = False  # `elementwise_kernels eager`: PyTorch's unfused ops (`paraplan.predict.eager_ops`)
 
     def attention_shape(self) -> AttentionShape:
         return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
@@ -136,7 +138,7 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
         kernel_seq=kernel_seq_length(s, window),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
         e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
-        cp_comm_type=settings.cp_comm_type,
+        cp_comm_type=settings.cp_comm_type, eager=settings.elementwise_kernels == "eager",
     )
 
 
@@ -233,35 +235,49 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
 
 def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
     """bias + dropout + residual add, one fused kernel."""
+    if x.eager:
+        return eager_ops.residual(w, x)
     per_token = 3 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
     w.memory(per_token * x.sp_tokens * x.h)
 
 
 def _residual_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    if x.eager:
+        return eager_ops.residual(w, x)
     per_token = 2 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
     w.memory(per_token * x.sp_tokens * x.h)
 
 
 def _norm_forward(w: _Builder, x: _Shape) -> None:
+    if x.eager:
+        return eager_ops.norm_forward(w, x)
     w.memory(2 * x.e * x.sp_tokens * x.h)
 
 
 def _norm_backward(w: _Builder, x: _Shape) -> None:
+    if x.eager:
+        return eager_ops.norm_backward(w, x)
     w.memory(3 * x.e * x.sp_tokens * x.h)
 
 
 def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    if x.eager:
+        return eager_ops.activation_forward(w, x)
     inputs = 2 if model.gated_mlp else 1
     w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    if x.eager:
+        return eager_ops.activation_backward(w, x)
     inputs = 2 if model.gated_mlp else 1
     w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
 
 
 def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
     """Rotary positions on queries and keys, and their normalisation (`qk_layernorm`)."""
+    if x.eager:
+        return eager_ops.rope(w, x)
     if model.position_embedding_type == "rope":
         w.memory(2 * x.e * x.tokens * (x.heads + x.groups) * x.d)
     if model.qk_layernorm:
@@ -387,6 +403,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     granularity = settings.recompute_granularity
     if granularity == "full":
         return x.e * x.sp_tokens * x.h
+    if granularity == "selective" and settings.selective_ac_option == "op":
+        return torchtitan_ac.op_sac_activation_bytes(x)
     recomputed = settings.recompute_modules if granularity == "selective" else ()
     split = x.sp_tokens * x.h  # sequence-parallel regions
     hidden_masks = 2 * MASK_BYTES * split if model.hidden_dropout > 0 else 0.0
@@ -409,7 +427,9 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     elif "core_attn" not in recomputed:
         per = (2 * x.e + MASK_BYTES) if model.attention_dropout > 0 else x.e
         scores = per * x.b * x.heads * x.s * x.s
-    return float(outside + qkv + proj_in + mlp_inner + scores)
+    eager = (eager_ops.extra_activation_bytes(x, "layernorm" not in recomputed, "mlp" not in recomputed)
+             if x.eager else 0.0)
+    return float(outside + qkv + proj_in + mlp_inner + scores + eager)
 
 
 def accumulate_bytes_per_param(settings: RunSettings) -> float:
@@ -432,6 +452,12 @@ def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -
     granularity = settings.recompute_granularity
     if granularity == "full":
         recompute = forward
+    elif granularity == "selective" and settings.selective_ac_option == "op":
+        w = _Builder(gemm_bytes)
+        torchtitan_ac.op_sac_recompute(w, x, lambda b: _norm_forward(b, x), lambda b: _rope(b, model, x),
+                                       lambda b: _residual_forward(b, model, x),
+                                       lambda b: _activation_forward(b, model, x))
+        recompute = w.build()
     elif granularity == "selective":
         recompute = _selective_recompute(model, x, flash, overlap, gemm_bytes, settings.recompute_modules)
     else:

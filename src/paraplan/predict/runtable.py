@@ -21,7 +21,11 @@ Megatron-LM and Megatron-DeepSpeed ran before flash attention), unless
 auto; empty: auto) names a kernel: flash and fused are fused, unfused and local are
 not (`flash_attention_version`, Megatron-LM's `--flash-attention-version` 2, 3 or 4,
 pins FlashAttention's generation). Which kernel each backend runs on which device, and its measured ceilings:
-`paraplan.kernels.attention_backends`.
+`paraplan.kernels.attention_backends`. `elementwise_kernels` (fused, the default, or
+eager: torchtitan without `training.compile`) says how the norms, rotary embedding,
+activation and residual adds run (`paraplan.predict.eager_ops`); `selective_ac_option op`
+with `recompute_granularity selective` is torchtitan's per-op recomputation
+(`paraplan.predict.torchtitan_ac`).
 
 Every cell is checked once here: an error names the file, the line, the column,
 the value and what was expected. A `name` is free text of at most
@@ -44,6 +48,7 @@ from paraplan.core.run_settings import (
     CP_COMM_TYPES,
     DDP_IMPLS,
     DTYPES,
+    ELEMENTWISE_KERNELS,
     FP8_RECIPES,
     FUSED_ATTENTION_BACKENDS,
     MOE_DISPATCHERS,
@@ -79,6 +84,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "attention_backend", "flash_attention_version",
+    "elementwise_kernels", "selective_ac_option",
     "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "grad_reduce_in_bf16", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
@@ -215,6 +221,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "attention_backend": _choice(ATTENTION_BACKENDS), "flash_attention_version": _choice(("2", "3", "4")),
+    "elementwise_kernels": _choice(ELEMENTWISE_KERNELS), "selective_ac_option": _choice(("op",)),
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "grad_reduce_in_bf16": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,
