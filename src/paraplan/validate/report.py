@@ -138,7 +138,7 @@ def validation_report(profile: ModelProfile, cluster: Cluster, comm: CommModel, 
             extra[f"allreduce_median_s__{nb}"] = statistics.median(times)
     predicted = predict_step_times(profile, cluster, comm, strategies, setup, result.contention_factor)
     if "tp2" in predicted and setup.tp_allreduce_s and result.together_drift_s > 0:
-        _waiting_diagnostic(profile, cluster, comm, setup, predicted["tp2"], result, notes, extra)
+        _waiting_diagnostic(profile, cluster, comm, setup, result, notes, extra)
     if plan.saturated:
         notes.append(f"gloo ranks fill all {plan.cores} cores: dp_overlap predicted without overlap")
     half = setup.global_batch_size / 2
@@ -170,7 +170,7 @@ def validation_report(profile: ModelProfile, cluster: Cluster, comm: CommModel, 
 
 
 def _waiting_diagnostic(profile: ModelProfile, cluster: Cluster, comm: CommModel, setup: PredictionSetup,
-                        tp2_s: float, result: RunResult, notes: list[str], extra: dict[str, float]) -> None:
+                        result: RunResult, notes: list[str], extra: dict[str, float]) -> None:
     """tp2 with its ranks' waiting for each other at every blocking all-reduce
     (`predict.skew_s`, from the run's contention pass) added to each all-reduce's
     measured time: printed and logged beside the prediction, not in it (the closed
