@@ -19,9 +19,10 @@ from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.build import PassCost, placement, run_structure
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
+from paraplan.predict.edge_ops import embedding_work, head_work
 from paraplan.predict.explain import PARTS, explain_run
 from paraplan.predict.models import load_model
-from paraplan.predict.ops import ATTENTION, embedding_work, head_work, layer_activation_bytes, layer_work
+from paraplan.predict.ops import ATTENTION, layer_activation_bytes, layer_work
 from paraplan.predict.predictor import predict_settings
 from paraplan.predict.runtable import read_run_table
 from paraplan.report.summary import _layout

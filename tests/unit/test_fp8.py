@@ -19,8 +19,9 @@ from paraplan.kernels.ceilings import KernelCeilings, fp8_ceiling, load_kernel_c
 from paraplan.predict import fp8_ops
 from paraplan.predict.build import run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, Fp8GemmCeiling, kernel_times_s
+from paraplan.predict.edge_ops import head_work
 from paraplan.predict.moe_ops import moe_layer_work
-from paraplan.predict.ops import FP8_GEMM, GEMM, MEMORY, Kernels, head_work, layer_work
+from paraplan.predict.ops import FP8_GEMM, GEMM, MEMORY, Kernels, layer_work
 from paraplan.predict.runtable import read_run_table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,9 @@ import pytest
 
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.edge_ops import head_work
 from paraplan.predict.models import PRESETS
-from paraplan.predict.ops import GEMM, head_work, layer_activation_bytes, layer_work
+from paraplan.predict.ops import GEMM, layer_activation_bytes, layer_work
 
 
 def gpt(layers=24, h=2048, a=16, s=2048, v=51200) -> TransformerModel:

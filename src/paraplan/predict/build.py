@@ -17,7 +17,7 @@ What each piece costs:
 - layers whose attention core differs from layer 0's (sliding windows): each virtual
   stage adds what its cores cost beyond layer 0's (`paraplan.predict.attention_mix`);
 - embedding on the first virtual stage, final norm + LM head + loss on the last (with
-  the multi-token-prediction layers, `ops.head_work`);
+  the multi-token-prediction layers, `edge_ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point, across nodes where the
   neighbours sit on two; blocking (on the ops that wait for them) unless overlapped,
@@ -72,12 +72,13 @@ from paraplan.predict.device_model import (
     kernel_times_s,
     memory_time_s,
 )
+from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, shard_groups
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
-from paraplan.predict.ops import embedding_work, layer_work
+from paraplan.predict.ops import layer_work
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_gather_s, pipeline_send_s, sync_s
 from paraplan.predict.placement import (

@@ -1,5 +1,5 @@
 """The last pipeline stage's work after its transformer layers: the final norm, LM head
-and loss (`paraplan.predict.ops.head_work`) and, for a model with multi-token
+and loss (`paraplan.predict.edge_ops.head_work`) and, for a model with multi-token
 prediction (DeepSeek-V3; Megatron-Core's MTP block), its MTP layers.
 
 Each MTP layer runs after the main model's head: the shared embedding of the tokens
@@ -19,6 +19,7 @@ import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.edge_ops import head_work
 from paraplan.predict.moe_ops import moe_activation_bytes, moe_layer_work
 from paraplan.predict.ops import (
     KERNEL_FIELDS_ORDER,
@@ -32,7 +33,6 @@ from paraplan.predict.ops import (
     _Shape,
     _shape,
     accumulate_bytes_per_param,
-    head_work,
     layer_activation_bytes,
     layer_work,
 )

@@ -68,7 +68,7 @@ from paraplan.predict.work import (
 __all__ = [  # with the pass vocabulary of `paraplan.predict.work`, which this module's users import from here too
     "ATTENTION", "FP8_GEMM", "FP8_OPERAND_BYTES", "FP32_BYTES", "GEMM", "KERNEL_FIELDS_ORDER", "MASK_BYTES", "MEMORY",
     "NOT_HIDDEN", "Collective", "Kernels", "LayerWork", "PassWork", "accumulate_bytes_per_param", "causal_scores",
-    "embedding_work", "fused_softmax_available", "head_work", "kernel_seq_length", "layer_activation_bytes",
+    "fused_softmax_available", "kernel_seq_length", "layer_activation_bytes",
     "layer_work",
 ]
 
@@ -469,66 +469,3 @@ def layer_work(model: TransformerModel, settings: RunSettings, layer: int = 0) -
         recompute=recompute,
         activation_bytes=layer_activation_bytes(model, settings, layer),
     )
-
-
-def embedding_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
-    """Word (and learned position) embedding on the first pipeline stage: a gather,
-    an add and a dropout; vocabulary-parallel, so the partial lookups are summed
-    over the tensor-parallel group. Backward scatters the gradient into the table."""
-    x = _shape(model, settings)
-    gemm_bytes = DTYPE_BYTES[settings.dtype]
-    w = _Builder(gemm_bytes)
-    w.memory(2 * x.e * x.tokens * x.h)  # gather rows
-    if model.position_embedding_type == "learned_absolute":
-        w.memory(3 * x.e * x.tokens * x.h)
-    if x.t > 1:
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e)
-    if model.hidden_dropout > 0:
-        w.memory((2 * x.e + MASK_BYTES) * x.sp_tokens * x.h)
-    forward = w.build()
-    w = _Builder(gemm_bytes)
-    if x.sp:
-        w.comm("all_gather", x.tokens * x.h * x.e)
-    if model.hidden_dropout > 0:
-        w.memory((2 * x.e + MASK_BYTES) * x.sp_tokens * x.h)
-    w.memory(3 * x.e * x.tokens * x.h)  # scatter-add into the table's gradient
-    backward = w.build()
-    mask = MASK_BYTES * x.sp_tokens * x.h if model.hidden_dropout > 0 else 0.0
-    return LayerWork(forward, backward, _Builder(gemm_bytes).build(), mask)
-
-
-def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
-    """Final norm, LM head and cross-entropy on the last pipeline stage. The head is
-    vocabulary-parallel (V / t logits per rank); the loss is computed in fp32 in a
-    handful of passes over the logits (cast, max, exp, sum, normalise) with three
-    small all-reduces of per-token values; backward forms softmax - one-hot."""
-    x = _shape(model, settings)
-    vocab = model.padded_vocab_size(x.t) / x.t
-    gemm_bytes = DTYPE_BYTES[settings.dtype]
-    logits = x.tokens * vocab
-    w = _Builder(gemm_bytes)
-    _norm_forward(w, x)
-    _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
-    w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
-    w.memory((x.e + FP32_BYTES) * logits)  # cast to fp32
-    w.memory(FP32_BYTES * logits)  # max
-    w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
-    w.memory(FP32_BYTES * logits)  # sum
-    w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
-    if x.t > 1:
-        for _ in range(3):
-            w.comm("all_reduce", FP32_BYTES * x.tokens)
-    forward = w.build()
-    w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
-    dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
-    if x.sp:
-        w.comm("all_gather", x.tokens * x.h * x.e, dgrad)
-    wgrad = w.gemm(x.h, x.tokens, vocab, weight_grad=True, high_precision=True)
-    if x.t > 1:
-        hidden = wgrad if (x.sp or settings.async_tensor_model_parallel_allreduce) else NOT_HIDDEN
-        w.comm("reduce_scatter" if x.sp else "all_reduce", x.tokens * x.h * x.e, hidden)
-    _norm_backward(w, x)
-    backward = w.build()
-    held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits
-    return LayerWork(forward, backward, _Builder(gemm_bytes).build(), held)

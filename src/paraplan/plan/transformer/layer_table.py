@@ -26,9 +26,10 @@ from paraplan.predict.build import (
     pass_times,
 )
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_activation_bytes
-from paraplan.predict.ops import embedding_work, layer_activation_bytes
+from paraplan.predict.ops import layer_activation_bytes
 
 
 @dataclass(frozen=True, eq=False)
