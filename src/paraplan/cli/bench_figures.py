@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     for path, frame in frames:
         paths = bench_figure(frame, args.plots / path.stem)
-        track(args, RunLog(stage="bench", run_name=f"{path.stem}-figure", artifacts=paths,
+        track(args, RunLog(stage=NAME, run_name=f"{path.stem}-figure", artifacts=paths,
                            tags={"collective": str(frame.iloc[0]["collective"])}))
     return 0
 
