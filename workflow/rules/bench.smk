@@ -4,7 +4,8 @@
 # collective; the sizes and repeats are those of a job per collective). Jobs take
 # measure=1 (never beside another measuring job) and every core (never beside any
 # other job). all_to_allv, when listed, measures bench.a2a_samples random DLRM-style
-# exchanges instead of the size sweep. Config values reach the shell only quoted
+# exchanges instead of the size sweep. The figures are drawn from the CSVs afterwards by
+# a bench_figures job (one core, no measure resource). Config values reach the shell only quoted
 # ({params.x:q}; a list is quoted item by item).
 import os
 
@@ -33,15 +34,6 @@ BENCH_POINT_ARGS = [
 rule bench:
     output:
         csv=[f"{RESULTS}/collectives/{{cluster}}/{c}_n{{world}}.csv" for c in BENCH_COLLECTIVES],
-        figure=[
-            report(
-                f"{FIGURES}/bench/{{cluster}}/{c}_n{{world}}.png",
-                caption="../report/bench.rst",
-                category="bench",
-            )
-            for c in BENCH_COLLECTIVES
-        ],
-        figure_pdf=[f"{FIGURES}/bench/{{cluster}}/{c}_n{{world}}.pdf" for c in BENCH_COLLECTIVES],
     log:
         f"{LOGS}/bench/{{cluster}}/n{{world}}.log",
     benchmark:
@@ -54,7 +46,6 @@ rule bench:
         iters=lookup(dpath="bench/iters", within=config),
         timeout_s=lookup(dpath="bench/timeout_s", within=config),
         out_dir=lambda wildcards, output: os.path.dirname(output.csv[0]),
-        figures=lambda wildcards, output: os.path.dirname(output.figure[0]),
     # a measuring job has the machine to itself: it takes every core, so no other
     # job runs beside it (measure=1 keeps measuring jobs apart from each other)
     threads: workflow.cores
@@ -73,8 +64,39 @@ rule bench:
             "paraplan bench --backend {params.backend:q} --world-size {wildcards.world:q}"
             " --collectives {params.collectives:q} {params.points:q}"
             " --warmup {params.warmup:q} --iters {params.iters:q} --timeout-s {params.timeout_s:q}"
-            " -o {params.out_dir:q} --plots {params.figures:q}",
+            " -o {params.out_dir:q} --no-plots",
             "bench", "cluster", "world",
+        )
+
+
+# The bench figures, drawn from the CSVs in a job of their own: one core and no
+# `measure` resource, so the measuring job (both cores, alone on the machine) spends
+# no time on them and they are drawn beside other computing jobs.
+rule bench_figures:
+    input:
+        csv=[f"{RESULTS}/collectives/{{cluster}}/{c}_n{{world}}.csv" for c in BENCH_COLLECTIVES],
+    output:
+        figure=[
+            report(
+                f"{FIGURES}/bench/{{cluster}}/{c}_n{{world}}.png",
+                caption="../report/bench.rst",
+                category="bench",
+            )
+            for c in BENCH_COLLECTIVES
+        ],
+        figure_pdf=[f"{FIGURES}/bench/{{cluster}}/{c}_n{{world}}.pdf" for c in BENCH_COLLECTIVES],
+    log:
+        f"{LOGS}/bench_figures/{{cluster}}/n{{world}}.log",
+    benchmark:
+        f"{BENCHMARKS}/bench_figures/{{cluster}}/n{{world}}.tsv"
+    params:
+        figures=lambda wildcards, output: os.path.dirname(output.figure[0]),
+    conda:
+        "../../environment.yml"
+    shell:
+        tracked(
+            "paraplan bench-figures {input.csv:q} --plots {params.figures:q}",
+            "bench_figures", "cluster", "world",
         )
 
 
@@ -82,6 +104,11 @@ rule bench_all:
     input:
         expand(
             f"{RESULTS}/collectives/{CLUSTER}/{{collective}}_n{{world}}.csv",
+            collective=BENCH_COLLECTIVES,
+            world=BENCH["world_sizes"],
+        ),
+        expand(
+            f"{FIGURES}/bench/{CLUSTER}/{{collective}}_n{{world}}.png",
             collective=BENCH_COLLECTIVES,
             world=BENCH["world_sizes"],
         ),

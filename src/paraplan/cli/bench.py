@@ -9,7 +9,8 @@ iteration's time is the slowest rank's; the CSV gives the median (time_us) and t
 
 Writes OUTPUT/<collective>_n<world>.csv per collective and world size, prints a
 nccl-tests-style table on stderr (with a progress line on a terminal), saves a
-latency/bandwidth figure per collective (PLOTS/<collective>_n<world>.png/.pdf) and
+latency/bandwidth figure per collective (PLOTS/<collective>_n<world>.png/.pdf; not with
+--no-plots: `paraplan bench-figures` draws them from the CSVs) and
 logs one MLflow run per collective and world size (experiment paraplan-bench).
 
 all_to_allv measures --a2a-samples uneven DLRM-style exchanges instead of a size
@@ -83,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the figures (default: OUTPUT)")
     deprecated(parser, "--figures", "--plots", "plots", convert=Path)
+    parser.add_argument("--no-plots", action="store_true",
+                        help="write the CSVs only; `paraplan bench-figures` draws the figures later "
+                             "(the workflow does, so the measuring job spends no time on figures)")
     parser.add_argument("--a2a-samples", type=int, default=50,
                         help="all_to_allv only: number of random uneven exchanges to measure")
     parser.add_argument("--seed", type=int, default=0,
@@ -202,7 +206,7 @@ def _write_outputs(args: argparse.Namespace, job, outcome) -> None:
         stem = f"{collective}_n{job.world_size}"
         csv_path = args.output / f"{stem}.csv"
         write_csv(csv_path, frame)
-        figure_paths = bench_figure(frame, figures_dir / stem)
+        figure_paths = [] if args.no_plots else bench_figure(frame, figures_dir / stem)
         print(f"# {stem}:\n{table_footer(frame)}\n# wrote {csv_path}", file=sys.stderr, flush=True)
         track(args, RunLog(
             stage="bench",

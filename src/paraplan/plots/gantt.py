@@ -13,7 +13,7 @@ from matplotlib.patches import Rectangle
 
 from paraplan.core.glossary import StreamCode
 from paraplan.core.timeline import KINDS, Timeline
-from paraplan.plots.style import new_figure, save_figure
+from paraplan.plots.style import Margins, new_figure, save_figure
 
 # kind -> (face colour, label colour); odd model chunks (interleaved) use the second row
 _STYLE = {
@@ -95,7 +95,15 @@ def _default_title(tl: Timeline) -> str:
     return ", ".join(parts)
 
 
+def _margins(fig) -> Margins:
+    """A fixed layout with room for the row labels ("worker-N": tight_layout gave 0.79 in
+    for one digit), the last time tick's label, the time axis' label and the title."""
+    digits = max((len(t.get_text()) for t in fig.axes[0].get_yticklabels()), default=8) - len("worker-")
+    return Margins(left_in=0.82 + 0.07 * max(digits - 1, 0), right_in=0.27, bottom_in=0.5, top_in=0.32)
+
+
 def save_gantt(timeline: Timeline, stem: str | Path, title: str = "", time_unit_s: float = 1.0,
                devices: list[int] | None = None, unit_name: str | None = None) -> list[Path]:
     """Draw and save as `<stem>.png` and `<stem>.pdf`."""
-    return save_figure(gantt_figure(timeline, title, time_unit_s, devices, unit_name), stem)
+    fig = gantt_figure(timeline, title, time_unit_s, devices, unit_name)
+    return save_figure(fig, stem, _margins(fig))
