@@ -57,16 +57,11 @@ BACKEND_KERNELS: dict[str, str] = {"flash": "flash-attention-2", "fused": "cudnn
 def device_attention_kernels(device: str) -> tuple[tuple[str, AttentionCeiling], ...] | None:
     """The attention kernels of `config/kernels/<device>.json`, the first first (what
     `auto` runs); None when no kernel file ships for the device."""
-    from paraplan import config_files
-    from paraplan.core.errors import InputFileError
-    from paraplan.kernels.ceilings import load_kernel_ceilings
+    from paraplan.kernels.ceilings import shipped_kernel_ceilings
 
-    path = config_files.find("kernels", device)
-    if not path.is_file():
+    ceilings = shipped_kernel_ceilings(device)
+    if ceilings is None:
         return None
-    ceilings = load_kernel_ceilings(path)
-    if ceilings.device != device:
-        raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
     return tuple((name, AttentionCeiling(name, **params)) for name, params in ceilings.attention_ceilings().items())
 
 

@@ -232,25 +232,9 @@ def load_kernel_ceilings(name_or_path: str | Path) -> KernelCeilings:
     return KernelCeilings.from_dict(data, str(path))
 
 
-def held_parameters(device: str) -> dict[str, float]:
-    """The device model's parameters measured by kernel micro-benchmarks for `device`
-    (a cluster file's device name): what `paraplan calibrate` holds instead of
-    fitting. Empty when no kernel file ships for the device."""
-    from paraplan import config_files
-
-    path = config_files.find("kernels", device)
-    if not path.is_file():
-        return {}
-    ceilings = load_kernel_ceilings(path)
-    if ceilings.device != device:
-        raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
-    return dict(ceilings.efficiency)
-
-
-def fp8_ceiling(device: str) -> Fp8GemmCeiling | None:
-    """The FP8 GEMM ceiling of `config/kernels/<device>.json` (its `fp8` section; the
-    peak is the file's, which `paraplan.predict.fp8_ops` replaces by the cluster
-    file's); None when no file or no such section ships for the device."""
+def shipped_kernel_ceilings(device: str) -> KernelCeilings | None:
+    """`config/kernels/<device>.json` (a cluster file's device name), checked to be that
+    device's; None when no kernel file ships for it."""
     from paraplan import config_files
 
     path = config_files.find("kernels", device)
@@ -259,7 +243,23 @@ def fp8_ceiling(device: str) -> Fp8GemmCeiling | None:
     ceilings = load_kernel_ceilings(path)
     if ceilings.device != device:
         raise InputFileError(path, f"is for device {ceilings.device!r}, not {device!r}", field="device")
-    if ceilings.fp8 is None:
+    return ceilings
+
+
+def held_parameters(device: str) -> dict[str, float]:
+    """The device model's parameters measured by kernel micro-benchmarks for `device`
+    (a cluster file's device name): what `paraplan calibrate` holds instead of
+    fitting. Empty when no kernel file ships for the device."""
+    ceilings = shipped_kernel_ceilings(device)
+    return {} if ceilings is None else dict(ceilings.efficiency)
+
+
+def fp8_ceiling(device: str) -> Fp8GemmCeiling | None:
+    """The FP8 GEMM ceiling of `config/kernels/<device>.json` (its `fp8` section; the
+    peak is the file's, which `paraplan.predict.fp8_ops` replaces by the cluster
+    file's); None when no file or no such section ships for the device."""
+    ceilings = shipped_kernel_ceilings(device)
+    if ceilings is None or ceilings.fp8 is None:
         return None
     eff = ceilings.fp8["efficiency"]
     return Fp8GemmCeiling(float(ceilings.fp8.get("peak_flops", 0.0)), float(eff["gemm_efficiency"]),

@@ -17,32 +17,11 @@ backward needs that was not kept). Each elementwise op is priced as the run's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
+from paraplan.predict.eager_ops import FP32, EagerShape
 from paraplan.predict.work import _Builder
 
-FP32 = 4
-
-
-class SacShape(Protocol):
-    """The sizes of `paraplan.predict.ops`' layer shape that this module reads."""
-
-    @property
-    def tokens(self) -> float: ...
-    @property
-    def sp_tokens(self) -> float: ...
-    @property
-    def h(self) -> float: ...
-    @property
-    def heads(self) -> float: ...
-    @property
-    def groups(self) -> float: ...
-    @property
-    def d(self) -> float: ...
-    @property
-    def ffn(self) -> float: ...
-    @property
-    def e(self) -> int: ...
+SacShape = EagerShape  # the same sizes of `paraplan.predict.ops`' layer shape
 
 
 def op_sac_activation_bytes(x: SacShape) -> float:
