@@ -11,6 +11,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
+    CROSS_ENTROPY_IMPLS,
     ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
     FUSED_ATTENTION_BACKENDS,
@@ -214,3 +215,17 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
         raise StrategyError("selective_ac_option op is priced without tensor parallelism (its recomputation "
                             f"re-runs the all-gathers), got tensor_model_parallel_size "
                             f"{settings.tensor_model_parallel_size}")
+
+
+def check_cross_entropy(settings: RunSettings) -> None:
+    """`cross_entropy_impl torch` is torchtitan's plain path: its loss-parallel (t > 1,
+    DTensor's sharded log_softmax) and pipelined (`torch.distributed.pipelining` keeps
+    each micro-batch's logits in the last stage) losses are not modelled."""
+    impl = settings.cross_entropy_impl
+    if impl not in CROSS_ENTROPY_IMPLS:
+        raise StrategyError(f"cross_entropy_impl '{impl}' is not one of {', '.join(CROSS_ENTROPY_IMPLS)}")
+    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
+    if impl == "torch" and (t > 1 or p > 1):
+        raise StrategyError(
+            f"cross_entropy_impl torch with tensor_model_parallel_size {t} and pipeline_model_parallel_size {p}: "
+            "expected both 1 (torchtitan's loss-parallel and pipelined losses are not modelled)")
