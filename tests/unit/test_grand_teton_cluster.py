@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
+import sys
 from pathlib import Path
 
 from paraplan.clusters import load_cluster
@@ -14,6 +16,17 @@ from paraplan.kernels.ceilings import shipped_kernel_ceilings
 
 GIB = 2**30
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _published_module():
+    if "published" in sys.modules:
+        return sys.modules["published"]
+    spec = importlib.util.spec_from_file_location("published", BENCHMARKS / "published.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["published"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_memory_is_torchtitans_96_gb_hbm2e_at_2_4_tb_s(repo_root):
@@ -56,3 +69,7 @@ def test_torchtitans_measured_peaks_fit_here_and_not_on_dgx_h100(repo_root):
     assert load_cluster("dgx-h100", clusters).device.usable_memory_bytes < peak_gib * GIB
     assert peak_gib * GIB < load_cluster("grand-teton-h100-500w", clusters).device.usable_memory_bytes
 
+
+def test_the_torchtitan_table_is_predicted_on_grand_teton():
+    published = _published_module()
+    assert published.TABLES["torchtitan_llama31_h100"][0] == "grand-teton-h100-500w"
