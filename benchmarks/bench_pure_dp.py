@@ -38,11 +38,11 @@ SC21 = ROOT / "benchmarks/data/megatron_sc21_table1.csv"
 VTRAIN = ROOT / "benchmarks/data/megatron_deepspeed_vtrain_multinode.csv"
 SINGLE = ROOT / "data/published/vtrain_a100_single_node_measured.csv"
 
-# Published all_reduce bus bandwidths across A100 nodes (GB/s), bandwidth-bound sizes:
-# 4 x HDR per node: NVIDIA/nccl-tests#119, 3 nodes, 122-127 MiB, 95.7-96.5 (the maintainer:
-# "96GB/s is the target"; data/published/allreduce/a100_hdr4_published.csv);
-# 8 x HDR per node (DGX A100): the NCCL maintainer's figure in NVIDIA/nccl#812 (192).
-PUBLISHED_BUSBW_GBPS = {"vtrain-a100": 96.0, "dgx-a100": 192.0}
+HDR4 = ROOT / "data/published/allreduce/a100_hdr4_published.csv"
+DGX_A100_BUSBW_GBPS = 192.0
+"""All_reduce bus bandwidth across DGX A100 nodes (8 x HDR each) as NCCL's maintainers state
+it (NVIDIA/nccl#812, 2023-03-31: "we measure 192GB/s AllReduce BusBW"; nodes and size not
+stated). The 4 x HDR node type's figure is read from HDR4 (NVIDIA/nccl-tests#119)."""
 
 # Bytes per parameter each framework moves around the reduction beyond what paraplan prices,
 # read in its source (docs/accuracy-at-scale.md says where):
@@ -71,8 +71,16 @@ def _predict(table: Path, cluster: str, out: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def published_busbw_GBps() -> dict[str, float]:
+    """Bandwidth-bound all_reduce bus bandwidth per cluster: the best sized row of HDR4."""
+    with HDR4.open(newline="", encoding="utf-8") as f:
+        hdr4 = max(float(r["busbw_GBps"]) for r in csv.DictReader(f) if r["size_bytes"])
+    return {"vtrain-a100": hdr4, "dgx-a100": DGX_A100_BUSBW_GBPS}
+
+
 def dp_ledger(tmp: Path) -> None:
     cal = load_calibration("a100-vtrain")
+    published = published_busbw_GBps()
     mem_Bps = {}
     print("1. pure data-parallel rows: the gradient reduction (seconds per iteration)")
     print(f"   {'row':22s} {'gap':>6s} {'DP priced':>9s} {'DP at published busbw':>22s} {'extra passes':>12s}")
@@ -90,7 +98,7 @@ def dp_ledger(tmp: Path) -> None:
             nodes = d // cl.devices_per_node
             params = float(r["num_parameters"])
             grad_bytes = 2.0 * params  # fp16 gradients (torch DDP's param.grad; DeepSpeed's fp16 reduction)
-            busbw = PUBLISHED_BUSBW_GBPS[cluster] * 1e9
+            busbw = published[cluster] * 1e9
             at_published = 2 * (d - 1) / d * grad_bytes / busbw
             one_bucket = comm.choose(  # type: ignore[attr-defined]  # a TopologyCommModel
                "all_reduce", grad_bytes / max(1, round(grad_bytes / 1e9)), Group(d, nodes))
