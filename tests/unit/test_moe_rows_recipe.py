@@ -44,6 +44,17 @@ def test_the_25_11_rows_take_micro_batch_and_v_from_the_release_recipe(name, mic
     assert cited in row["note"] and "v0.2.0 (7af9601c9" in row["note"] and "97ad8cc6f" in row["note"]
 
 
+def test_gpt_oss_25_11_ran_without_recomputation():
+    """v0.2.0's set_recompute_overrides set recompute_modules without recompute_granularity
+    (None: Megatron-Core recomputes nothing); c9dd05869 (after 25.11) added 'selective',
+    which v0.4.0 (26.04) has."""
+    table = rows()
+    old, new = table["gpt-oss-120b 25.11"], table["gpt-oss-120b 26.04.01"]
+    assert (old["recompute_granularity"], old["recompute_modules"]) == ("", "")
+    assert "c9dd05869" in old["note"]
+    assert (new["recompute_granularity"], new["recompute_modules"]) == ("selective", "layernorm moe_act")
+
+
 def test_the_qwen3_235b_rows_split_the_pipeline_as_the_recipe_and_run_current_scaling_fp8():
     """qwen3_235b_a22b_pretrain_config counts the embedding and the loss as layers: 94
     layers + 2 over 8 x 4 virtual stages of 3; 26.04.01's FP8 is the H100 FP8_CS variant."""
