@@ -67,6 +67,17 @@ def test_the_qwen3_235b_rows_split_the_pipeline_as_the_recipe_and_run_current_sc
     assert "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2" in table["qwen3-235b-a22b 26.04.01"]["note"]
 
 
+def test_every_predicted_row_states_its_recipes_data_parallel_overlaps():
+    """Megatron-Bridge's MoE recipes overlap the gradient reduce-scatter and the parameter
+    all-gather (DistributedDataParallelConfig True, True), except DeepSeek-V3 25.09 on
+    H100, whose run_script turned the gradient overlap off."""
+    for name, row in rows().items():
+        if row["not_expressible"]:
+            continue
+        expected = ("false", "true") if name == "deepseek-v3 25.09" else ("true", "true")
+        assert (row["overlap_grad_reduce"], row["overlap_param_gather"]) == expected, name
+
+
 def test_every_predicted_row_splits_its_global_batch_into_whole_micro_batches():
     """GBS = micro-batch x data-parallel size x micro-batches, at least one per pipeline stage."""
     for name, row in rows().items():
