@@ -76,6 +76,7 @@ def test_every_predicted_row_states_its_recipes_data_parallel_overlaps():
             continue
         expected = ("false", "true") if name == "deepseek-v3 25.09" else ("true", "true")
         assert (row["overlap_grad_reduce"], row["overlap_param_gather"]) == expected, name
+        assert row["grad_reduce_in_bf16"] == "true", name  # every recipe: grad_reduce_in_fp32 False
 
 
 def test_every_predicted_row_splits_its_global_batch_into_whole_micro_batches():
