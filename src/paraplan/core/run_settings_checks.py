@@ -208,7 +208,8 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
         return
     if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
         raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
-                            f"recompute_modules, got {settings.recompute_granularity} "
+                            f"recompute_modules (core_attn), got recompute_granularity "
+                            f"{settings.recompute_granularity}, recompute_modules "
                             f"{' '.join(settings.recompute_modules)}")
     if settings.tensor_model_parallel_size > 1:
         raise StrategyError("selective_ac_option op is priced without tensor parallelism (its recomputation "
