@@ -88,6 +88,15 @@ def test_an_empty_moe_layers_list_is_a_dense_model_and_layer_types_rule():
                           "a dense model, as transformers builds it",)
 
 
+def test_a_wrappers_tie_word_embeddings_is_the_language_models():
+    """Llama 4 states `tie_word_embeddings` beside `text_config`, not in it; a wrapper that
+    ties them means one matrix (was: the text config's family default, untied)."""
+    tied = read_hf_config({**_llama4(16, 1), "tie_word_embeddings": True}, "s").model
+    untied = read_hf_config(_llama4(16, 1), "s").model
+    assert not tied.untie_embeddings_and_output_weights and untied.untie_embeddings_and_output_weights
+    assert untied.num_parameters - tied.num_parameters == 202048 * 5120
+
+
 def test_llama4_defaults_are_named():
     text = {k: v for k, v in _llama4_text(16, 1).items()
             if k not in ("attention_chunk_size", "use_qk_norm", "no_rope_layers", "moe_layers")}

@@ -390,6 +390,10 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     text, notes, where = _language_model(config, source)
     _refuse(text, where)
     model_type = str(text.get("model_type", config.get("model_type", ""))).lower()
+    # a wrapper's own `tie_word_embeddings` (Llama 4's) is the language model's when text_config states none
+    nested = text is not config
+    if nested and text.get("tie_word_embeddings") is None and config.get("tie_word_embeddings") is not None:
+        text = {**text, "tie_word_embeddings": config["tie_word_embeddings"]}
     filled = {k: v for k, v in FAMILY_DEFAULTS.get(model_type, {}).items() if text.get(k) is None}
     if filled:
         notes.append(f"{where}: {', '.join(sorted(filled))} not stated: transformers' {model_type} defaults used")
@@ -438,7 +442,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")
     ignored = sorted(k for k in text if k not in keys.used and k not in HARMLESS and k not in OTHER_TOWERS
                      and k not in ("model_type", "text_config"))
-    if text is not config:
+    if nested:
         ignored += sorted(k for k in config if k not in HARMLESS and k not in OTHER_TOWERS
                           and k not in ("model_type", "text_config"))
     return HfModel(model, tuple(ignored), tuple(notes), fields["seq_length"])
