@@ -134,6 +134,14 @@ def test_chunked_attention_column_prices_a_row(tmp_path):
     assert time["x"] < time["y"] < time["z"]  # chunks: fewer pairs than a sliding window, which has fewer than full
 
 
+def test_context_parallelism_with_chunked_attention_says_chunked(tmp_path, capsys):
+    """was: "... with sliding-window attention is not modelled" for a chunked model."""
+    columns = ",window_size,window_attn_skip_freq,chunked_attention,context_parallel_size,use_flash_attn"
+    assert _predict(tmp_path, capsys, HEADER + columns, CELLS + ",2048,4,true,2,true") == (
+        "runs.csv:2: impossible run: context_parallel_size 2 with chunked attention is not modelled (the "
+        "context-parallel attention core prices full causal attention with one head width)")
+
+
 @pytest.mark.parametrize(("cells", "message"), [
     # was: "... got none core_attn"
     (",op,,", "recompute_granularity none, recompute_modules core_attn"),
