@@ -134,6 +134,19 @@ def test_chunked_attention_column_prices_a_row(tmp_path):
     assert time["x"] < time["y"] < time["z"]  # chunks: fewer pairs than a sliding window, which has fewer than full
 
 
+def test_a_chunked_layer_has_its_own_calibration_key():
+    """A layer-time factor measured on sliding-window layers never scales chunked ones."""
+    from dataclasses import replace
+
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.predict.layer_factors import layer_shape_key
+    from paraplan.predict.models import PRESETS
+
+    scout, run = PRESETS["llama4-scout"], RunSettings()
+    assert "window=8192/4chunked" in layer_shape_key(scout, run, "H100-SXM5-80GB")
+    assert "window=8192/4," in layer_shape_key(replace(scout, chunked_attention=False), run, "H100-SXM5-80GB")
+
+
 def test_context_parallelism_with_chunked_attention_says_chunked(tmp_path, capsys):
     """was: "... with sliding-window attention is not modelled" for a chunked model."""
     columns = ",window_size,window_attn_skip_freq,chunked_attention,context_parallel_size,use_flash_attn"
