@@ -92,7 +92,8 @@ def check_context_parallel(settings: RunSettings, model: TransformerModel) -> No
         raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
                             "Transformer Engine's fused attention; the unfused path has none)")
     if model.multi_latent_attention or model.window_size:
-        what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
+        what = "multi-latent attention" if model.multi_latent_attention else \
+            "chunked attention" if model.chunked_attention else "sliding-window attention"
         raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
                             "attention core prices full causal attention with one head width)")
     if settings.cp_comm_type == "a2a":
@@ -208,7 +209,8 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
         return
     if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
         raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
-                            f"recompute_modules, got {settings.recompute_granularity} "
+                            f"recompute_modules (core_attn), got recompute_granularity "
+                            f"{settings.recompute_granularity}, recompute_modules "
                             f"{' '.join(settings.recompute_modules)}")
     if settings.tensor_model_parallel_size > 1:
         raise StrategyError("selective_ac_option op is priced without tensor parallelism (its recomputation "
