@@ -139,11 +139,10 @@ def test_memory_holds_gathered_layers_in_fp8_and_the_computing_layers_transient_
     (dict(zero_stage=2),
      "enable_fsdp_float8_all_gather needs zero_stage 3 sharded over >= 2 data-parallel ranks (torchtitan turns it "
      "off without dp_shard), got zero_stage 2, data-parallel shard degree 8"),
-    (dict(tensor_model_parallel_size=8, data_parallel_size=1, global_batch_size=1, sequence_parallel=True,
+    (dict(tensor_model_parallel_size=8, data_parallel_size=1, global_batch_size=1,
           enable_fsdp_float8_all_gather=False, precompute_float8_dynamic_scale_for_fsdp=False),
-     "fp8_recipe torchao_tensorwise with tensor_model_parallel_size 8: torchao's Float8 tensor parallelism "
-     "(Float8ColwiseParallel / Float8RowwiseParallel, float8 all-gathers of the inputs) is not modelled; expected "
-     "tensor_model_parallel_size 1"),
+     "fp8_recipe torchao_tensorwise with tensor_model_parallel_size 8 needs sequence_parallel (torchtitan's Float8 "
+     "tensor parallelism shards the norms along the sequence and all-gathers FP8 inputs)"),
     (dict(elementwise_kernels="eager"),
      "fp8_recipe torchao_tensorwise is priced as torch.compile runs it (elementwise_kernels fused, torchtitan's "
      "`training.compile`); eager Float8 casts are not modelled, got elementwise_kernels eager"),
@@ -181,3 +180,32 @@ def test_the_run_table_reads_torchtitans_float8_options(tmp_path):
     with pytest.raises(InputFileError) as err:
         read_run_table(path)
     assert "column 'fp8_recipe'" in str(err.value) and "mxfp8, torchao_tensorwise" in str(err.value)
+
+
+def test_tensor_parallelism_casts_sequence_shards_and_gathers_fp8():
+    """TP 2 with sequence parallelism (torchao's PrepareFloat8ModuleInput, Float8Colwise /
+    RowwiseParallel): QKV's and fc1's inputs (s x h each) cast on their half of the
+    sequence, then all-gathered in 1 byte; the projection's and fc2's output gradients
+    likewise cast on their half and gathered in FP8 in the backward, then transposed by
+    a copy; one amax all-reduce over the group per cast; reduce-scatters stay bf16."""
+    t = 2
+    tp = torchao(tensor_model_parallel_size=t, sequence_parallel=True, data_parallel_size=4, global_batch_size=4)
+    x_local = SEQ * (H + Q / t + H + F / t)  # the GEMMs' inputs on one rank
+    y_local = SEQ * ((Q + 2 * KV) / t + H + 2 * F / t + H)
+    w_local = WEIGHTS / t
+    gathered = scattered = 2 * SEQ * H
+    got = added(tp)
+    shard = 4
+    assert got["layer_fwd"][0] == pytest.approx(5 * (x_local - gathered + gathered / t) + 25 * w_local / shard)
+    assert got["layer_bwd"][0] == pytest.approx(
+        6 * (y_local - scattered) + 5 * scattered / t + 2 * scattered + 2 * (x_local + w_local) + 21 * w_local / shard)
+    works = RunWork.of(LLAMA, tp).passes()
+    names = (PASSES + MOE_PASSES)[:len(works)]
+    before, after = works[0], scaled_passes(works, names, tp)[0]
+    gathers = [c.nbytes for c in before.collectives if c.collective == "all_gather"]
+    assert gathers == [SEQ * H * 2] * 2
+    assert [c.nbytes for c in after.collectives if c.collective == "all_gather"] == [SEQ * H] * 2
+    scatters = [c.nbytes for c in after.collectives if c.collective == "reduce_scatter"]
+    assert scatters == [SEQ * H * 2] * 2
+    amaxes = [c for c in after.collectives if c.collective == "all_reduce"]
+    assert [(c.nbytes, c.group) for c in amaxes] == [(4.0, "tp")] * 4

@@ -244,11 +244,10 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
     if unlike:
         raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} prices torchtitan's dense Llama linears; "
                             f"'{model.name}' has {', '.join(unlike)}")
-    if settings.tensor_model_parallel_size > 1:
+    if settings.tensor_model_parallel_size > 1 and not settings.sequence_parallel:
         raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} with tensor_model_parallel_size "
-                            f"{settings.tensor_model_parallel_size}: torchao's Float8 tensor parallelism "
-                            "(Float8ColwiseParallel / Float8RowwiseParallel, float8 all-gathers of the inputs) is "
-                            "not modelled; expected tensor_model_parallel_size 1")
+                            f"{settings.tensor_model_parallel_size} needs sequence_parallel (torchtitan's Float8 "
+                            "tensor parallelism shards the norms along the sequence and all-gathers FP8 inputs)")
     if settings.elementwise_kernels != "fused":
         raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} is priced as torch.compile runs it (elementwise_kernels "
                             f"fused, torchtitan's `training.compile`); eager Float8 casts are not modelled, got "

@@ -49,6 +49,7 @@ from paraplan.core.run_settings import TORCHAO_FP8_RECIPE, RunSettings
 from paraplan.core.sharding import gathers_once_per_iteration, reshards_after_forward, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.ops import FP8_GEMM, MEMORY, Kernels, PassWork
+from paraplan.predict.work import NOT_HIDDEN, Collective
 
 BF16_BYTES = 2
 FP8_BYTES = 1
@@ -75,34 +76,60 @@ def is_torchao(settings: RunSettings) -> bool:
 class LinearElements:
     """Per layer, one rank, summed over the FP8 GEMMs of its forward (paraplan's kernel
     list: QKV, projection, fc1, fc2): inputs (m x k), output gradients (m x n), weights
-    (k x n, gathered), and how many GEMMs."""
+    (k x n, gathered), how many GEMMs; with sequence parallelism, of those the inputs
+    all-gathered along the sequence (QKV's, fc1's: the forward's tensor-parallel
+    all-gathers) and the outputs reduce-scattered along it (the projection's, fc2's:
+    its reduce-scatters), and the tensor-parallel size t."""
 
     inputs: float
     outputs: float
     weights: float
     gemms: int
+    gathered_inputs: float = 0.0
+    scattered_outputs: float = 0.0
+    tp: int = 1
 
     @staticmethod
-    def of(forward: PassWork) -> LinearElements:
+    def of(forward: PassWork, tp: int = 1) -> LinearElements:
         k = forward.kernels
         fp8 = k.kind == FP8_GEMM
         m, n, kk, batch = k.m[fp8], k.n[fp8], k.k[fp8], k.batch[fp8]
+
+        def sequence(collective: str) -> float:
+            return sum(c.nbytes for c in forward.collectives
+                       if c.group == "tp" and c.collective == collective) / BF16_BYTES
+
         return LinearElements(float((m * kk * batch).sum()), float((m * n * batch).sum()),
-                              float((kk * n * batch).sum()), int(fp8.sum()))
+                              float((kk * n * batch).sum()), int(fp8.sum()), sequence("all_gather"),
+                              sequence("reduce_scatter"), tp)
+
+    @property
+    def cast_inputs(self) -> float:
+        """Input elements a rank casts: a sequence-parallel input on its 1 / t of the
+        sequence, before the (FP8) all-gather (torchao's PrepareFloat8ModuleInput)."""
+        return self.inputs - self.gathered_inputs + self.gathered_inputs / self.tp
 
 
 @dataclass(frozen=True)
 class CastWork:
-    """Memory-bound work appended to one pass: bytes read + written, kernels."""
+    """Memory-bound work appended to one pass: bytes read + written, kernels, and the
+    tensor-parallel all-reduces of one amax each (a cast of a tensor split over the
+    tensor-parallel ranks takes the group's max)."""
 
     nbytes: float
     kernels: int
+    amax_reduces: int = 0
 
     def __add__(self, other: CastWork) -> CastWork:
-        return CastWork(self.nbytes + other.nbytes, self.kernels + other.kernels)
+        return CastWork(self.nbytes + other.nbytes, self.kernels + other.kernels,
+                        self.amax_reduces + other.amax_reduces)
 
 
 NONE = CastWork(0.0, 0)
+
+
+def _tp(lin: LinearElements, casts: int) -> int:
+    return casts if lin.tp > 1 else 0
 
 
 def shard_cast(lin: LinearElements, settings: RunSettings) -> CastWork:
@@ -120,9 +147,9 @@ def forward_casts(lin: LinearElements, settings: RunSettings) -> CastWork:
     under the float8 all-gather its shards' pre-gather casts (once per iteration where
     the weights are gathered once) and the precomputed scales' `_foreach_norm` (one
     read of the fp32 shards per iteration, spread over the micro-batches)."""
-    work = CastWork((AMAX_BYTES + CAST_BYTES) * lin.inputs, 2 * lin.gemms)
+    work = CastWork((AMAX_BYTES + CAST_BYTES) * lin.cast_inputs, 2 * lin.gemms, _tp(lin, lin.gemms))
     if not settings.enable_fsdp_float8_all_gather:
-        return work + CastWork((AMAX_BYTES + CAST_BYTES) * lin.weights, 2 * lin.gemms)
+        return work + CastWork((AMAX_BYTES + CAST_BYTES) * lin.weights, 2 * lin.gemms, _tp(lin, lin.gemms))
     m = settings.num_microbatches
     gather = shard_cast(lin, settings)
     if gathers_once_per_iteration(settings):
@@ -138,9 +165,9 @@ def recompute_casts(lin: LinearElements, settings: RunSettings) -> CastWork:
     were gathered for the backward: their shard casts are the backward's); the per-op
     policy keeps the amaxes and recasts every input (and gathered bf16 weight)."""
     if settings.recompute_granularity == "full":
-        work = CastWork((AMAX_BYTES + CAST_BYTES) * lin.inputs, 2 * lin.gemms)
+        work = CastWork((AMAX_BYTES + CAST_BYTES) * lin.cast_inputs, 2 * lin.gemms, _tp(lin, lin.gemms))
         if not settings.enable_fsdp_float8_all_gather:
-            work += CastWork((AMAX_BYTES + CAST_BYTES) * lin.weights, 2 * lin.gemms)
+            work += CastWork((AMAX_BYTES + CAST_BYTES) * lin.weights, 2 * lin.gemms, _tp(lin, lin.gemms))
         return work
     if settings.selective_ac_option == "op":
         work = CastWork(CAST_BYTES * lin.inputs, lin.gemms)
@@ -153,8 +180,12 @@ def recompute_casts(lin: LinearElements, settings: RunSettings) -> CastWork:
 def backward_casts(lin: LinearElements, settings: RunSettings) -> CastWork:
     """A backward: each output gradient's amax and two-orientation cast, the transposed
     copies of each input and weight, and under the float8 all-gather the shard casts of
-    the backward's gather (when the forward resharded)."""
-    work = CastWork((AMAX_BYTES + GRAD_CAST_BYTES) * lin.outputs, 2 * lin.gemms)
+    the backward's gather (when the forward resharded). With sequence parallelism a
+    reduce-scattered output's gradient is cast on its 1 / t of the sequence before its
+    (FP8) all-gather, and the gathered gradient is transposed by a copy."""
+    scattered, local = lin.scattered_outputs, lin.outputs - lin.scattered_outputs
+    work = CastWork((AMAX_BYTES + GRAD_CAST_BYTES) * local + (AMAX_BYTES + CAST_BYTES) * scattered / lin.tp
+                    + TRANSPOSE_BYTES * scattered, 2 * lin.gemms + (2 if scattered else 0), _tp(lin, lin.gemms))
     work += CastWork(TRANSPOSE_BYTES * (lin.inputs + lin.weights), 2 * lin.gemms)
     if settings.enable_fsdp_float8_all_gather and reshards_after_forward(settings) \
             and not gathers_once_per_iteration(settings):
@@ -172,9 +203,16 @@ def pass_casts(role: str, lin: LinearElements, settings: RunSettings) -> CastWor
 
 def with_casts(work: PassWork, cast: CastWork) -> PassWork:
     """`work` with the casts appended as `cast.kernels` memory-bound kernels sharing its
-    bytes evenly (after its own, so its collectives' kernel indices hold)."""
+    bytes evenly (after its own, so its collectives' kernel indices hold), its
+    tensor-parallel all-gathers in FP8 (1 byte: torchao's Float8ColwiseParallel and
+    PrepareFloat8ModuleInput gather FP8 inputs, Float8RowwiseParallel's backward FP8
+    output gradients) and the amax all-reduces, which the casts wait for."""
     if cast.kernels == 0:
         return work
+    collectives = tuple(replace(c, nbytes=c.nbytes * FP8_BYTES / BF16_BYTES)
+                        if c.group == "tp" and c.collective == "all_gather" else c for c in work.collectives)
+    collectives += (Collective("all_reduce", AMAX_BYTES_EACH, NOT_HIDDEN, "tp"),) * cast.amax_reduces
+    work = replace(work, collectives=collectives)
     count, k = cast.kernels, work.kernels
     added = {"kind": np.full(count, MEMORY, dtype=np.int8), "flops": np.zeros(count),
              "bytes": np.full(count, cast.nbytes / count), "m": np.zeros(count), "n": np.zeros(count),
@@ -188,7 +226,8 @@ def scaled_passes(works: Sequence[PassWork], names: Sequence[str], settings: Run
     head's passes (no Float8 linears) unchanged."""
     from paraplan.predict.fp8_ops import pass_role
 
-    forward = {name.removesuffix("_fwd"): LinearElements.of(w) for w, name in zip(works, names, strict=True)
+    tp = settings.tensor_model_parallel_size
+    forward = {name.removesuffix("_fwd"): LinearElements.of(w, tp) for w, name in zip(works, names, strict=True)
                if name.endswith("_fwd")}
     out = []
     for w, name in zip(works, names, strict=True):
