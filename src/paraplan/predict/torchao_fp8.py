@@ -31,6 +31,13 @@ torchtitan 9dec370 (`torchtitan/float8.py`) with torchao eab345c (`torchao/float
   scales come from one `_foreach_norm` over the fp32 shards and one all-reduce of all
   amaxes per iteration; without it each shard's amax (abs, max, `SHARD_AMAX_BYTES`) and
   one all-reduce of one float per weight precede each all-gather.
+- **Tensor parallelism** (torchtitan's `apply_tp` with Float8: torchao's
+  `Float8ColwiseParallel`, `Float8RowwiseParallel`, `PrepareFloat8ModuleInput`, with
+  sequence parallelism): the sequence-parallel inputs are cast on the rank's 1 / t of
+  the sequence, then all-gathered in FP8; the row-parallel layers' output gradients
+  likewise in the backward, then transposed by a copy; every tensor-parallel
+  all-gather of the layer moves 1 byte per element; each cast waits for an all-reduce
+  of its amax over the group; the reduce-scatters stay bf16.
 - **Memory**: no persistent FP8 copies (the casts are transient); a gathered layer
   holds its weights in FP8 under the float8 all-gather (`fsdp_ops`), and the layer
   being computed holds one transposed FP8 copy of its weights (with the float8
