@@ -3,6 +3,8 @@ paraplan.predict.torchao_fp8, docs/fp8.md): the casts each pass adds, in closed 
 from Llama 3 8B's shapes; the float8 FSDP all-gather (1 byte per weight, the amax
 all-reduces); the memory; and the exact errors for what is not modelled."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -164,6 +166,10 @@ def test_a_mixture_of_experts_model_is_refused():
         torchao().check(moe)
     assert str(err.value) == ("fp8_recipe torchao_tensorwise prices torchtitan's dense Llama linears; "
                               f"'{moe.name}' has experts")
+    with pytest.raises(StrategyError) as err:
+        torchao().check(replace(LLAMA, mtp_num_layers=1))
+    assert str(err.value) == ("fp8_recipe torchao_tensorwise prices torchtitan's dense Llama linears; "
+                              "'llama3-8b' has multi-token-prediction layers")
 
 
 def test_the_run_table_reads_torchtitans_float8_options(tmp_path):

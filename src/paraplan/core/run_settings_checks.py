@@ -240,7 +240,8 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
     if not torchao:
         return
     unlike = [what for what, differs in (("experts", model.is_moe), ("multi-latent attention",
-                                                                       model.multi_latent_attention)) if differs]
+                                                                       model.multi_latent_attention),
+                                         ("multi-token-prediction layers", model.mtp_num_layers > 0)) if differs]
     if unlike:
         raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} prices torchtitan's dense Llama linears; "
                             f"'{model.name}' has {', '.join(unlike)}")
