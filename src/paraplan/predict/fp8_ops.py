@@ -35,6 +35,10 @@ them and the FP8 weight copies each rank keeps (docs/fp8.md says why each rule h
 - **Memory**: each rank keeps its linear weights in FP8 twice (row-wise and transposed
   or column-wise), with the recipe's scales, beside the BF16 weights
   (`weight_copy_bytes_per_element`).
+
+`fp8_recipe torchao_tensorwise` (torchao's Float8Linear as torchtitan runs it) has its
+own casts and memory (`paraplan.predict.torchao_fp8`); the GEMMs and their ceiling are
+the same.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import numpy as np
 from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, FP8_RECIPES, RunSettings
+from paraplan.predict import torchao_fp8
 from paraplan.predict.device_model import DeviceSpeed, Fp8GemmCeiling
 from paraplan.predict.ops import FP8_GEMM, MEMORY, Kernels, PassWork
 
@@ -188,6 +193,8 @@ def scaled_passes(works: Sequence[PassWork], names: Sequence[str], settings: Run
     """Every pass of a run with its FP8 scaling kernels (unchanged unless dtype fp8)."""
     if settings.dtype != "fp8":
         return list(works)
+    if torchao_fp8.is_torchao(settings):  # torchao's Float8Linear (torchtitan)
+        return torchao_fp8.scaled_passes(works, names, settings)
     recipe = fp8_recipe(settings)
     return [with_scaling(w, pass_role(name), recipe, settings.num_microbatches)
             for w, name in zip(works, names, strict=True)]
@@ -246,6 +253,8 @@ def stage_weight_copy_bytes(layer_forward: PassWork, moe_forward: PassWork | Non
     stages = dense_layers.shape[0]
     if settings.dtype != "fp8":
         return np.zeros(stages)
+    if torchao_fp8.is_torchao(settings):  # no persistent copies: the computing layer's transient ones
+        return np.where(dense_layers > 0, torchao_fp8.working_weight_bytes(layer_forward, settings), 0.0)
     out = dense_layers * weight_copy_bytes(layer_forward, settings)
     if moe_forward is not None:
         out = out + moe_layers * weight_copy_bytes(moe_forward, settings)
