@@ -94,20 +94,21 @@ def torchtitan_check(rows: list[PublishedRow], predictions: list[RunPrediction |
             continue
         tm = throughput_memory(row, pred)
         done.append(tm)
-        notes.add(row.annotations.get("note", ""))
+        notes.update(clause.strip() for clause in row.annotations.get("note", "").split("; "))
         memory = (f"{tm.memory_published_gib:5.1f} {tm.memory_predicted_gib:6.1f} {tm.memory_error:+7.1%}"
                   if tm.memory_error is not None else f"{'-':>5s} {tm.memory_predicted_gib:6.1f} {'-':>7s}")
         usable_gib = pred.memory_capacity_bytes / GIB
-        fits = "" if pred.fits_memory else (f" (over the {usable_gib:.1f} GiB usable of a dgx-h100 GPU; "
-                                            "torchtitan's H100s have 96 GB)")
+        fits = "" if pred.fits_memory else f" (over the {usable_gib:.1f} GiB usable per GPU)"
         print(f"   {tm.name[:34]:34s} {tm.tokens_published:9.0f} {tm.tokens_predicted:7.0f} {tm.tokens_error:+7.1%}  "
               f"{memory}  {tm.settings_text}{fits}")
     print(f"   throughput: {_mape([t.tokens_error for t in done])}")
     print(f"   memory:     {_mape([t.memory_error for t in done if t.memory_error is not None])}")
-    print(f"   not expressible: {len(rows) - len(done)} of {len(rows)} rows; "
-          + "; ".join(f"{reason}: {n}" for reason, n in reasons.most_common()))
+    print(f"   not expressible: {len(rows) - len(done)} of {len(rows)} rows"
+          + "".join(f"; {reason}: {n}" for reason, n in reasons.most_common()))
+    if notes - {""}:
+        print("   assumed (each once, from the rows' notes):")
     for note in sorted(n for n in notes if n):
-        print(f"   assumed: {note}")
+        print(f"     - {note}")
 
 
 def _reference_rows(path: Path, reason: str) -> tuple[list[dict[str, str]], list]:

@@ -48,7 +48,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "deepseek_v3_report": ("dgx-h800", "DeepSeek-V3 technical report, pre-training on 2,048 H800"),
     "megatron_bridge_h100_llama3_fp8": ("dgx-h100",
                                         "Megatron-Bridge performance summaries, Llama 3 FP8 on H100 (8-1,024)"),
-    "torchtitan_llama31_h100": ("dgx-h100", "torchtitan Llama 3.1 8B/70B/405B, FSDP2 (+TP/PP/CP), H100 (8-512)"),
+    "torchtitan_llama31_h100": ("grand-teton-h100-500w",  # Meta's 96 GB HBM2e H100s at 500 W
+                                "torchtitan Llama 3.1 8B/70B/405B, FSDP2 (+TP/PP/CP), H100 (8-512)"),
 }
 MOE_TABLES: tuple[str, ...] = ("megatron_bridge_h100_moe", "automodel_h100_moe", "deepseek_v3_report")
 

@@ -64,7 +64,8 @@ def test_op_sac_needs_selective_without_tensor_parallelism() -> None:
     with pytest.raises(StrategyError) as error:
         RunSettings(selective_ac_option="op", recompute_granularity="full").check(model)
     assert str(error.value) == ("selective_ac_option op needs recompute_granularity selective and the default "
-                                "recompute_modules, got full core_attn")
+                                "recompute_modules (core_attn), got recompute_granularity full, recompute_modules "
+                                "core_attn")
     with pytest.raises(StrategyError) as error:
         _titan(tensor_model_parallel_size=8).check(model)
     assert str(error.value) == ("selective_ac_option op is priced without tensor parallelism (its recomputation "

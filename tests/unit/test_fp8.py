@@ -77,14 +77,16 @@ def test_the_router_stays_in_16_bits_and_the_experts_run_in_fp8():
     assert sorted(zip(fwd.k[experts], fwd.n[experts], strict=True)) == [(512, H), (H, 512)]
 
 
-@pytest.mark.parametrize(("recipe", "activation", "weight", "kernels"), [
-    ("delayed", 4.0, 4.0, 1),  # read 2 bytes, write row-wise + transposed FP8
-    ("tensorwise", 6.0, 6.0, 2),  # + the amax pass reading the tensor first
-    ("blockwise", 4 + 2 * 4 / 128, 4 + 4 / (128 * 128), 1),  # fp32 scales per 1x128 tile / 128x128 block
-    ("mxfp8", 4 + 2 / 32, 4 + 2 / 32, 1),  # one E8M0 byte per 32 elements, each orientation
+@pytest.mark.parametrize(("recipe", "activation", "weight", "kernels", "launches_of_16_splits"), [
+    ("delayed", 4.0, 4.0, 1, 1),  # read 2 bytes, write row-wise + transposed FP8; splits fused
+    ("tensorwise", 6.0, 6.0, 2, 48),  # + the amax pass reading the tensor first; amax, scale, cast per split
+    ("blockwise", 4 + 2 * 4 / 128, 4 + 4 / (128 * 128), 1, 16),  # fp32 scales per 1x128 tile / 128x128 block
+    ("mxfp8", 4 + 2 / 32, 4 + 2 / 32, 1, 16),  # one E8M0 byte per 32 elements, each orientation
 ])
-def test_quantise_bytes_per_element_per_recipe(recipe, activation, weight, kernels):
-    assert fp8_ops.quantise_cost(recipe) == fp8_ops.QuantiseCost(activation, kernels)
+def test_quantise_bytes_per_element_per_recipe(recipe, activation, weight, kernels, launches_of_16_splits):
+    cost = fp8_ops.quantise_cost(recipe)
+    assert (cost.bytes_per_element, cost.kernels) == (activation, kernels)
+    assert cost.launches(np.array([16.0])).tolist() == [launches_of_16_splits]
     assert fp8_ops.quantise_cost(recipe, weight=True).bytes_per_element == pytest.approx(weight, rel=1e-15)
 
 

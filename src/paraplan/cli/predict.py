@@ -10,7 +10,7 @@ Face config.json, relative to the table's folder), with seq_length optional. Opt
 name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
 normalization, position_embedding_type, add_bias_linear, hidden_dropout,
 attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
-gated_linear_unit, window_size, window_attn_skip_freq, num_experts, moe_router_topk,
+gated_linear_unit, window_size, window_attn_skip_freq, chunked_attention, num_experts, moe_router_topk,
 moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
 moe_router_num_groups, moe_router_group_topk,
 multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
@@ -29,7 +29,9 @@ moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
 moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
 (alltoall|flex: DeepEP; mixture-of-experts models; docs/moe.md), fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
-default; docs/fp8.md), data_parallel_shard_degree,
+default; torchao_tensorwise: torchao's Float8Linear as torchtitan runs it; docs/fp8.md),
+enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp (torchtitan's
+--float8 options, with torchao_tensorwise), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,
 fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
 (no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), sharded_grad_reduce

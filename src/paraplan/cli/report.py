@@ -49,6 +49,74 @@ def _read_json(path: Path) -> dict:
         raise InputFileError(path, f"cannot read JSON: {exc}") from None
 
 
+# the numbers the summary's tables print beyond the loaders' checks (dotted keys)
+_KERNEL_SUMMARY_NUMBERS = ("gemm.n_points", "gemm.mape", "gemm.heldout_mape", "gemm.params.gemm_k_half",
+                           "attention.heldout_mape")
+_CALIBRATION_SUMMARY_NUMBERS = ("data.measurements", "data.rows", "errors.in_sample.mape",
+                                "errors.cross_validated.mape", "errors.cross_validated.median_ape",
+                                "errors.cross_validated.max_ape", "errors.cross_validated.spearman",
+                                "errors.ranking.measured_fastest_in_top_k",
+                                "errors.ranking.predicted_fastest_within_5pct")
+
+
+def _check_numbers(path: Path, data: dict, keys: tuple[str, ...]) -> None:
+    """Each dotted key, where present, a number inside JSON objects: else one error
+    naming the file and the key."""
+    for dotted in keys:
+        value: object = data
+        parts = dotted.split(".")
+        for i, part in enumerate(parts):
+            if value is None:
+                break
+            if not isinstance(value, dict):
+                raise InputFileError(path, f"expected a JSON object, got {value!r}", field=".".join(parts[:i]))
+            value = value.get(part)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InputFileError(path, f"expected a number, got {value!r}", field=dotted)
+
+
+def _read_kernel_fit(path: Path) -> dict:
+    """A kernel fit through `load_kernel_ceilings` (every check `predict` and `calibrate`
+    make), then the numbers the summary prints."""
+    from paraplan.kernels.ceilings import load_kernel_ceilings
+
+    data = load_kernel_ceilings(path).to_dict()
+    _check_numbers(path, data, _KERNEL_SUMMARY_NUMBERS)
+    return data
+
+
+def _read_calibration(path: Path) -> dict:
+    """A calibration through `load_calibration`'s checks, then the numbers the summary prints."""
+    from paraplan.predict.calibration import load_calibration
+
+    load_calibration(path)
+    data = _read_json(path)
+    _check_numbers(path, data, _CALIBRATION_SUMMARY_NUMBERS)
+    if not isinstance(data.get("layer_time_factors", []), list):
+        raise InputFileError(path, f"expected a list, got {data['layer_time_factors']!r}", field="layer_time_factors")
+    return data
+
+
+def _read_comm_model(path: Path) -> dict:
+    """comm_model.json as the summary reads it: a `fits` list of objects, each with the
+    keys its table prints (the fitted parameters are `FittedCommModel`'s to check)."""
+    data = _read_json(path)
+    fits = data.get("fits", []) if isinstance(data, dict) else None
+    if not isinstance(fits, list):
+        raise InputFileError(path, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
+    for i, entry in enumerate(fits):
+        where = f"fits[{i}]"
+        if not isinstance(entry, dict):
+            raise InputFileError(path, f"expected a JSON object, got {entry!r}", field=where)
+        for key, kind, expected in (("collective", str, "a collective's name"), ("model", str, "a model's name"),
+                                    ("world_size", int, "an integer"), ("nodes", int, "an integer")):
+            value = entry.get(key, 1 if key == "nodes" else None)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise InputFileError(path, f"expected {expected}, got {value!r}", field=f"{where}.{key}")
+        _check_numbers(path, {where: entry}, (f"{where}.heldout_gmae",))
+    return data
+
+
 def collect(paths: list[Path]):
     from paraplan.report.summary import StageFiles
 
@@ -59,7 +127,7 @@ def collect(paths: list[Path]):
         if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
             collectives[f"{parts[-2]}/{path.stem}"] = _read_csv(path)
         elif path.name == "comm_model.json" and len(parts) >= 3 and parts[-3] == "fits":
-            fits[parts[-2]] = _read_json(path)
+            fits[parts[-2]] = _read_comm_model(path)
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "profiles":
             meta_path = path.with_name(path.stem + ".meta.json")
             profiles[path.stem] = (_read_csv(path), _read_json(meta_path) if meta_path.exists() else {})
@@ -78,11 +146,11 @@ def collect(paths: list[Path]):
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "validation":
             validations[path.stem] = _read_csv(path)
         elif path.suffix == ".json" and len(parts) >= 2 and parts[-2] == "calibrations":
-            calibrations[path.stem] = _read_json(path)
+            calibrations[path.stem] = _read_calibration(path)
         elif path.name == "predicted.csv" and len(parts) >= 3 and parts[-3] == "predict":
             predictions[parts[-2]] = _read_csv(path)
         elif path.suffix == ".json" and "kernels" in parts[-3:-1]:
-            kernels[str(Path(*parts[parts.index("kernels") + 1:]).with_suffix(""))] = _read_json(path)
+            kernels[str(Path(*parts[parts.index("kernels") + 1:]).with_suffix(""))] = _read_kernel_fit(path)
     return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions,
                       llm_plans, kernels)
 

@@ -41,9 +41,14 @@ DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "torchao_tensorwise"]
 FP8_RECIPES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """Megatron-LM's `--fp8-recipe` choices (`paraplan.predict.fp8_ops` prices each)."""
+# torchao Float8 (torchtitan): `paraplan.predict.torchao_fp8`
+TORCHAO_FP8_RECIPE = "torchao_tensorwise"
+"""torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's
+`--float8.enable_float8_linear`; `paraplan.predict.torchao_fp8`)."""
+FP8_RECIPE_CHOICES: tuple[str, ...] = (*FP8_RECIPES, TORCHAO_FP8_RECIPE)
 DEFAULT_FP8_RECIPE = "delayed"
 """Megatron-LM's default `--fp8-recipe`: what an fp8 run with an empty `fp8_recipe` uses."""
 AttentionBackend = Literal["flash", "fused", "unfused", "local", "auto"]
@@ -163,7 +168,18 @@ class RunSettings:
     """With dtype fp8, Megatron-LM's `--fp8-recipe`: `delayed` (per-tensor scales from an
     amax history), `tensorwise` (per-tensor current scaling), `blockwise` (1 x 128 / 128 x
     128 blocks, DeepSeek-V3's), `mxfp8` (Blackwell's 1 x 32 blocks); empty: Megatron's
-    default, `DEFAULT_FP8_RECIPE`."""
+    default, `DEFAULT_FP8_RECIPE`. `torchao_tensorwise`: torchao's Float8Linear as
+    torchtitan runs it (`--float8.enable_float8_linear`: dynamic tensorwise scales, the
+    output layer in bf16; `paraplan.predict.torchao_fp8`)."""
+    # torchao Float8 (torchtitan): `paraplan.predict.torchao_fp8`
+    enable_fsdp_float8_all_gather: bool = False
+    """torchtitan's `--float8.enable_fsdp_float8_all_gather` (fp8_recipe torchao_tensorwise,
+    zero_stage 3): each weight shard is cast to FP8 before FSDP's all-gather, which then
+    moves 1 byte per weight instead of 2."""
+    precompute_float8_dynamic_scale_for_fsdp: bool = False
+    """torchtitan's `--float8.precompute_float8_dynamic_scale_for_fsdp` (with the float8
+    all-gather): the weights' scales from one all-reduce of all amaxes per iteration,
+    instead of one small all-reduce per weight before each all-gather."""
     schedule: PipelineSchedule | Literal[""] = ""
     """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
     use_flash_attn: bool = True
@@ -413,9 +429,10 @@ class RunSettings:
         if self.grad_reduce_in_bf16 and self.dtype not in ("bf16", "fp8"):
             raise StrategyError(f"grad_reduce_in_bf16 with dtype {self.dtype}: expected dtype bf16 or fp8 "
                                 "(fp16 gradients are 16-bit already, fp32 ones stay fp32)")
-        if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPES):
-            expected = f"one of {', '.join(FP8_RECIPES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
+        if self.fp8_recipe and (self.dtype != "fp8" or self.fp8_recipe not in FP8_RECIPE_CHOICES):
+            expected = f"one of {', '.join(FP8_RECIPE_CHOICES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
             raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")
+        checks.check_torchao_float8(self, model)  # torchao Float8 (torchtitan)
         check_pipeline_split(self, model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":

@@ -93,7 +93,8 @@ def check_context_parallel(settings: RunSettings, model: TransformerModel) -> No
         raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
                             "Transformer Engine's fused attention; the unfused path has none)")
     if model.multi_latent_attention or model.window_size:
-        what = "multi-latent attention" if model.multi_latent_attention else "sliding-window attention"
+        what = "multi-latent attention" if model.multi_latent_attention else \
+            "chunked attention" if model.chunked_attention else "sliding-window attention"
         raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
                             "attention core prices full causal attention with one head width)")
     if settings.cp_comm_type == "a2a":
@@ -209,12 +210,58 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
         return
     if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
         raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
-                            f"recompute_modules, got {settings.recompute_granularity} "
+                            f"recompute_modules (core_attn), got recompute_granularity "
+                            f"{settings.recompute_granularity}, recompute_modules "
                             f"{' '.join(settings.recompute_modules)}")
     if settings.tensor_model_parallel_size > 1:
         raise StrategyError("selective_ac_option op is priced without tensor parallelism (its recomputation "
                             f"re-runs the all-gathers), got tensor_model_parallel_size "
                             f"{settings.tensor_model_parallel_size}")
+
+
+# --- torchao Float8 (torchtitan), `paraplan.predict.torchao_fp8` ---------------------------------
+def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None:
+    """`fp8_recipe torchao_tensorwise` and its FSDP options, as torchtitan (December 2024)
+    runs them and as far as `paraplan.predict.torchao_fp8` prices them."""
+    from paraplan.core.run_settings import TORCHAO_FP8_RECIPE
+    from paraplan.core.sharding import sharding_group_size
+
+    torchao = settings.fp8_recipe == TORCHAO_FP8_RECIPE
+    for key in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp"):
+        if getattr(settings, key) and not torchao:
+            raise StrategyError(f"{key} needs dtype fp8 with fp8_recipe {TORCHAO_FP8_RECIPE}, got dtype "
+                                f"{settings.dtype} fp8_recipe '{settings.fp8_recipe}'")
+    if settings.precompute_float8_dynamic_scale_for_fsdp and not settings.enable_fsdp_float8_all_gather:
+        raise StrategyError("precompute_float8_dynamic_scale_for_fsdp needs enable_fsdp_float8_all_gather "
+                            "(it precomputes the scales of the float8 all-gather)")
+    if settings.enable_fsdp_float8_all_gather:
+        shard = sharding_group_size(settings) // settings.context_parallel_size
+        if settings.zero_stage != 3 or shard < 2:
+            raise StrategyError(f"enable_fsdp_float8_all_gather needs zero_stage 3 sharded over >= 2 data-parallel "
+                                f"ranks (torchtitan turns it off without dp_shard), got zero_stage "
+                                f"{settings.zero_stage}, data-parallel shard degree {shard}")
+    if not torchao:
+        return
+    unlike = [what for what, differs in (("experts", model.is_moe), ("multi-latent attention",
+                                                                       model.multi_latent_attention),
+                                         ("multi-token-prediction layers", model.mtp_num_layers > 0)) if differs]
+    if unlike:
+        raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} prices torchtitan's dense Llama linears; "
+                            f"'{model.name}' has {', '.join(unlike)}")
+    if settings.tensor_model_parallel_size > 1 and not settings.sequence_parallel:
+        raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} with tensor_model_parallel_size "
+                            f"{settings.tensor_model_parallel_size} needs sequence_parallel (torchtitan's Float8 "
+                            "tensor parallelism shards the norms along the sequence and all-gathers FP8 inputs)")
+    if settings.elementwise_kernels != "fused":
+        raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} is priced as torch.compile runs it (elementwise_kernels "
+                            f"fused, torchtitan's `training.compile`); eager Float8 casts are not modelled, got "
+                            f"elementwise_kernels {settings.elementwise_kernels}")
+    recompute = settings.recompute_granularity
+    if recompute != "full" and not (recompute == "selective" and settings.selective_ac_option == "op"):
+        raise StrategyError(f"fp8_recipe {TORCHAO_FP8_RECIPE} needs recompute_granularity full or selective with "
+                            f"selective_ac_option op (torchtitan's activation checkpointing): without it each "
+                            f"linear keeps its FP8 weight for the backward, which is not modelled; got "
+                            f"recompute_granularity {recompute}")
 
 
 def check_cross_entropy(settings: RunSettings) -> None:

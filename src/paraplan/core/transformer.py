@@ -48,6 +48,7 @@ from paraplan.core.transformer_blocks import (
     check_extensions,
     mlp_params,
     moe_layer_pattern,
+    window_keys,
 )
 
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -108,6 +109,10 @@ class TransformerModel:
     window_attn_skip_freq: int = 0
     """With a window: every `window_attn_skip_freq`-th layer (1-based) attends to the
     full sequence (Gemma 3: 6, GPT-OSS: 2); 0: every layer is windowed."""
+    chunked_attention: bool = False
+    """With a window: the windowed layers attend within aligned chunks of `window_size`
+    tokens instead of a sliding window (Llama 4's `attention_chunk_size`): a token sees
+    the keys from its chunk's first token to itself."""
     num_experts: int = 0
     """Routed experts of a mixture-of-experts layer (0: a dense model)."""
     moe_router_topk: int = 2
@@ -373,7 +378,7 @@ class TransformerModel:
         """Forward FLOPs of transformer layer `layer` on `sequences` sequences of s
         tokens: matrix products only (GPT: 24bsh^2 + 4bs^2h). A mixture-of-experts
         layer counts the experts each token is routed to; a windowed layer scores
-        each query against min(s, window) keys."""
+        each query against min(s, window) keys (`window_keys`)."""
         b, s, h = sequences, self.seq_length, self.hidden_size
         tokens = b * s
         if self.moe_layers[layer]:
@@ -383,7 +388,7 @@ class TransformerModel:
         else:
             mlp = mlp_params(h, self.ffn_size, self.gated_mlp, False)
         projections = 2 * tokens * (self.attention_matmul_params + mlp)
-        keys = min(s, self.window_size) if self.windowed_layers[layer] else s
+        keys = window_keys(s, self.window_size, self.chunked_attention) if self.windowed_layers[layer] else s
         qk, v = attention_head_widths(self)
         attention = 2 * b * s * keys * self.num_attention_heads * (qk + v)  # scores and values, all heads
         return float(projections + attention)

@@ -15,7 +15,7 @@ OPTIONAL_SIZES = ("kv_channels", "window_size", "window_attn_skip_freq", "num_ex
                    "moe_shared_expert_intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                    "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "moe_router_num_groups",
                    "moe_router_group_topk")
-FLAGS = ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")
+FLAGS = ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention", "chunked_attention")
 
 
 def check_extensions(m: TransformerModel) -> None:
@@ -27,6 +27,8 @@ def check_extensions(m: TransformerModel) -> None:
         raise ValueError(f"{where}: softmax_type must be one of {SOFTMAX_TYPES}, got {m.softmax_type!r}")
     if m.window_attn_skip_freq and not m.window_size:
         raise ValueError(f"{where}: window_attn_skip_freq needs a window_size")
+    if m.chunked_attention and not m.window_size:
+        raise ValueError(f"{where}: chunked_attention needs a window_size (the chunk's length in tokens)")
     if m.is_moe:
         k = m.moe_router_topk
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= m.num_experts:
@@ -44,6 +46,17 @@ def check_extensions(m: TransformerModel) -> None:
                 raise ValueError(f"{where}: multi_latent_attention needs {key} >= 1")
     elif any(getattr(m, key) for key in mla):
         raise ValueError(f"{where}: {', '.join(mla)} need multi_latent_attention")
+
+
+def window_keys(s: int, window: int, chunked: bool) -> float:
+    """Keys per query a windowed layer scores, counted as the FLOP conventions count a
+    full layer's s (masked pairs included): min(s, w) in a sliding window; with aligned
+    chunks of w tokens (`chunked_attention`), the chunks' squares over s,
+    (floor(s / w) w^2 + r^2) / s with r = s mod w (w when w divides s)."""
+    if not chunked:
+        return float(min(s, window))
+    full, rest = divmod(s, window)
+    return (full * window * window + rest * rest) / s
 
 
 MOE_ONLY = ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_router_num_groups",

@@ -64,6 +64,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.kernels.attention_backends import with_attention_kernel
+from paraplan.predict import torchao_fp8
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
 from paraplan.predict.device_model import (
     DeviceEfficiency,
@@ -331,10 +332,14 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)
     params = rank_parameters(model, settings, counts, moe_counts)
     sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
+    linears = torchao_fp8.torchtitan_linears(model)  # torchao Float8: the float8 all-gather and its scales
     fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
-                      prec.grad_bytes)
+                      prec.grad_bytes, torchao_fp8.gather_weight_bytes(settings),
+                      torchao_fp8.gather_amax_s(comm, sharding.shard, settings, linears))
     syncs = gradient_syncs(settings, comm, groups, params, prec, sharding)
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
+    after_comm = after_comm + np.array([torchao_fp8.precompute_s(comm, sharding.shard, settings, int(n), linears)
+                                        for n in params.chunk_layers.sum(axis=0)])
     stage_moe = params.chunk_moe.sum(axis=0)
     fp8_copies = stage_weight_copy_bytes(
         work.layer.forward, work.moe_layer.forward if work.moe_layer is not None else None, work.head.forward,

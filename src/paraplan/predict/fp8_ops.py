@@ -25,10 +25,20 @@ them and the FP8 weight copies each rank keeps (docs/fp8.md says why each rule h
   reduces the tensor's amax (one more read, one more kernel); `blockwise` (1 x 128
   activation and gradient tiles, 128 x 128 weight blocks, DeepSeek-V3's) and `mxfp8`
   (1 x 32 blocks, E8M0 scales) compute each block's scale inside the cast kernel and
-  write the scales beside the data.
+  write the scales beside the data. Launches (each a kernel latency on the device;
+  `QuantiseCost.launches`): a grouped GEMM's input arrives as one tensor split by expert,
+  and Transformer Engine's `split_quantize` (GroupedLinear, `csrc/extensions/cast.cpp`,
+  v2.9) fuses the splits into one launch only for `delayed` (`nvte_multi_cast_transpose`);
+  every other recipe quantises each split alone, `tensorwise` with three launches per
+  split (`Float8CurrentScalingQuantizer::quantize_impl`: amax, scale from amax, cast), so
+  128 experts over EP 8 cost 48 launches per cast where a dense layer's costs 3.
 - **Memory**: each rank keeps its linear weights in FP8 twice (row-wise and transposed
   or column-wise), with the recipe's scales, beside the BF16 weights
   (`weight_copy_bytes_per_element`).
+
+`fp8_recipe torchao_tensorwise` (torchao's Float8Linear as torchtitan runs it) has its
+own casts and memory (`paraplan.predict.torchao_fp8`); the GEMMs and their ceiling are
+the same.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ import numpy as np
 from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, FP8_RECIPES, RunSettings
+from paraplan.predict import torchao_fp8
 from paraplan.predict.device_model import DeviceSpeed, Fp8GemmCeiling
 from paraplan.predict.ops import FP8_GEMM, MEMORY, Kernels, PassWork
 
@@ -59,10 +70,20 @@ cores (Blackwell); without it `fp8_recipe mxfp8` is refused."""
 
 @dataclass(frozen=True)
 class QuantiseCost:
-    """One BF16 tensor's cast into FP8 (both orientations): bytes per element, kernels."""
+    """One BF16 tensor's cast into FP8 (both orientations): bytes per element, kernels
+    (memory passes, each one host issue), and the device launches per split of a tensor
+    cut into splits (`fused_splits`: all splits in one launch)."""
 
     bytes_per_element: float
     kernels: int
+    launches_per_split: int = 1
+    fused_splits: bool = False
+
+    def launches(self, splits: np.ndarray) -> np.ndarray:
+        """Device launches of one cast of a tensor in `splits` splits (a grouped GEMM's
+        experts; 1 for a dense linear layer)."""
+        s = np.asarray(splits, dtype=float)
+        return np.full(s.shape, float(self.launches_per_split)) if self.fused_splits else self.launches_per_split * s
 
 
 def quantise_cost(recipe: str, weight: bool = False) -> QuantiseCost:
@@ -71,9 +92,9 @@ def quantise_cost(recipe: str, weight: bool = False) -> QuantiseCost:
     tensor (blockwise: 128 x 128 blocks instead of 1 x 128 tiles)."""
     base = BF16_BYTES + 2 * FP8_BYTES
     if recipe == "delayed":
-        return QuantiseCost(base, 1)
-    if recipe == "tensorwise":
-        return QuantiseCost(base + BF16_BYTES, 2)  # the amax reduction reads the tensor first
+        return QuantiseCost(base, 1, fused_splits=True)
+    if recipe == "tensorwise":  # the amax reduction reads the tensor first; amax, scale, cast launches
+        return QuantiseCost(base + BF16_BYTES, 2, launches_per_split=3)
     if recipe == "blockwise":
         scales = FP32_SCALE_BYTES / WEIGHT_BLOCK if weight else 2 * FP32_SCALE_BYTES / ACTIVATION_BLOCK
         return QuantiseCost(base + scales, 1)
@@ -133,17 +154,37 @@ def scaling_bytes(kernels: Kernels, role: str, recipe: str, microbatches: int) -
     return nbytes, count
 
 
+def scaling_launches(kernels: Kernels, role: str, recipe: str, microbatches: int) -> float:
+    """Device launches of the casts `scaling_bytes` counts (`QuantiseCost.launches`): a
+    grouped GEMM's operand is `batch` splits (one per local expert), its weights `batch`
+    tensors cast once per iteration (1 / microbatches of them per forward)."""
+    fp8 = kernels.kind == FP8_GEMM
+    if not fp8.any():
+        return 0.0
+    batch, weight_grad = kernels.batch[fp8], kernels.weight_grad[fp8]
+    act = quantise_cost(recipe)
+    if role == "backward":
+        return float(act.launches(batch[~weight_grad]).sum())
+    launches = float(act.launches(batch).sum())
+    if role == "forward":  # each weight its own tensor: never fused across experts
+        launches += float((act.launches_per_split * batch).sum()) / microbatches
+    return launches
+
+
 def with_scaling(work: PassWork, role: str, recipe: str, microbatches: int) -> PassWork:
     """`work` with its scaling kernels appended (after its own, so the kernel indices its
-    collectives run beside are unchanged); the bytes are spread evenly over as many
+    collectives run beside are unchanged); the bytes and the device launches
+    (`scaling_launches`, a memory kernel's `batch`) are spread evenly over as many
     kernels as the casts take."""
     nbytes, count = scaling_bytes(work.kernels, role, recipe, microbatches)
     if count == 0:
         return work
+    launches = scaling_launches(work.kernels, role, recipe, microbatches)
     k = work.kernels
     added = {"kind": np.full(count, MEMORY, dtype=np.int8), "flops": np.zeros(count),
              "bytes": np.full(count, nbytes / count), "m": np.zeros(count), "n": np.zeros(count),
-             "k": np.zeros(count), "batch": np.ones(count), "weight_grad": np.zeros(count, dtype=bool)}
+             "k": np.zeros(count), "batch": np.full(count, launches / count),
+             "weight_grad": np.zeros(count, dtype=bool)}
     merged = Kernels(*(np.concatenate([getattr(k, name), column]) for name, column in added.items()))
     return replace(work, kernels=merged)
 
@@ -152,6 +193,8 @@ def scaled_passes(works: Sequence[PassWork], names: Sequence[str], settings: Run
     """Every pass of a run with its FP8 scaling kernels (unchanged unless dtype fp8)."""
     if settings.dtype != "fp8":
         return list(works)
+    if torchao_fp8.is_torchao(settings):  # torchao's Float8Linear (torchtitan)
+        return torchao_fp8.scaled_passes(works, names, settings)
     recipe = fp8_recipe(settings)
     return [with_scaling(w, pass_role(name), recipe, settings.num_microbatches)
             for w, name in zip(works, names, strict=True)]
@@ -210,6 +253,8 @@ def stage_weight_copy_bytes(layer_forward: PassWork, moe_forward: PassWork | Non
     stages = dense_layers.shape[0]
     if settings.dtype != "fp8":
         return np.zeros(stages)
+    if torchao_fp8.is_torchao(settings):  # no persistent copies: the computing layer's transient ones
+        return np.where(dense_layers > 0, torchao_fp8.working_weight_bytes(layer_forward, settings), 0.0)
     out = dense_layers * weight_copy_bytes(layer_forward, settings)
     if moe_forward is not None:
         out = out + moe_layers * weight_copy_bytes(moe_forward, settings)

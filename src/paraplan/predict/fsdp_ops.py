@@ -112,6 +112,7 @@ class FsdpCosts:
     layer_scatter_s: float = 0.0  # every micro-batch: a dense layer's gradients reduce-scattered (0: after the last)
     root_scatter_s: np.ndarray | None = None  # every micro-batch: per virtual stage, the root unit's
     gathers: bool = True  # ZeRO-3: weights sharded and gathered (False: ZeRO-2)
+    layer_weight_bytes: float = 0.0  # bytes of a gathered layer parameter, 0: the weights' (torchao float8: 1)
 
     def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's forward beside the next layer's gather (`pair`)."""
@@ -140,13 +141,16 @@ class FsdpCosts:
 
 
 def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, settings: RunSettings,
-               root_params: np.ndarray, weight_bytes: int, grad_bytes: int) -> FsdpCosts | None:
+               root_params: np.ndarray, weight_bytes: int, grad_bytes: int, layer_weight_bytes: float = 0.0,
+               layer_gather_extra_s: float = 0.0) -> FsdpCosts | None:
     """The gathers of a zero_stage 3 run, of one rank's unit parameters (after tensor /
     expert parallelism) in the weights' dtype: a dense layer, a MoE layer's non-expert
     part over the sharding group and its experts over the expert-data-parallel group,
     and the root unit's `root_params` per virtual stage; with gradients reduced after
     every micro-batch (ZeRO-2 or 3), a dense layer's and each root unit's reduce-scatter
-    in `grad_bytes`. None for the other runs (ZeRO-0/1, ZeRO-2 reduced once)."""
+    in `grad_bytes`. None for the other runs (ZeRO-0/1, ZeRO-2 reduced once).
+    torchao's float8 all-gather (`paraplan.predict.torchao_fp8`): a dense layer's unit
+    gathered in `layer_weight_bytes`, after `layer_gather_extra_s` (its amax all-reduces)."""
     every = reduces_every_microbatch(settings)
     if settings.zero_stage != 3 and not every:
         return None
@@ -176,9 +180,11 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, se
     if gathers_once_per_iteration(settings):  # gathered before the first forward (`rank_state.after_sync_comm_s`)
         return FsdpCosts(0.0, 0.0, np.zeros(len(root_params)), False, unit, shard.size, expert.size)
     roots = np.array([gather(float(p), shard) for p in root_params])
-    return FsdpCosts(gather(dense, shard), gather(moe_dense, shard) + gather(moe_experts, expert), roots,
+    layer_gather = (float(comm.time_s("all_gather", dense * layer_weight_bytes, shard)) + layer_gather_extra_s
+                    if layer_weight_bytes and shard.size > 1 else gather(dense, shard))  # torchao float8 all-gather
+    return FsdpCosts(layer_gather, gather(moe_dense, shard) + gather(moe_experts, expert), roots,
                      reshards_after_forward(settings), unit, shard.size, expert.size,
-                     scatter(dense) if every else 0.0, root_scatter)
+                     scatter(dense) if every else 0.0, root_scatter, layer_weight_bytes=layer_weight_bytes)
 
 
 def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],
@@ -209,8 +215,10 @@ def fsdp_working_bytes(fsdp: FsdpCosts | None, settings: RunSettings, root_param
     root = root_params if fsdp.shard_ranks > 1 else 0.0
     stage = dense_params * (fsdp.shard_ranks > 1) + expert_params * (fsdp.expert_ranks > 1)
     held = 0.0 if accumulates_unsharded(settings) else unsharded_grad_params(settings, unit, root, stage)
-    weights = ((root + 2 * unit) if reshards_after_forward(settings) else stage) if fsdp.gathers else 0.0
-    return weights * weight_bytes + held * grad_bytes
+    layer_bytes = fsdp.layer_weight_bytes or weight_bytes  # torchao's float8 all-gather: 1
+    weights = ((root * weight_bytes + 2 * unit * layer_bytes) if reshards_after_forward(settings)
+               else root * weight_bytes + (stage - root) * layer_bytes) if fsdp.gathers else 0.0
+    return weights + held * grad_bytes
 
 
 def accumulates_unsharded(settings: RunSettings) -> bool:

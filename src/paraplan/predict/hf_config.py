@@ -34,7 +34,7 @@ HARMLESS = frozenset({
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
     "norm_topk_prob", "topk_method", "routed_scaling_factor", "scoring_func",
     "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
-    "swiglu_limit", "initial_context_length", "router_jitter_noise", "no_rope_layers", "attention_dropout",
+    "swiglu_limit", "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
     "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params", "use_parallel_residual",
@@ -43,6 +43,7 @@ HARMLESS = frozenset({
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "head_dim_original",
     "floor_scale", "attn_scale", "attn_temperature_tuning", "moe_router_dtype", "router_dtype",
     "rotary_pct", "hidden_dropout", "dropout", "tie_word_embeddings", "attention_bias", "mlp_bias",
+    "for_llm_compressor", "_attn_implementation_autoset", "rope_local_base_freq",
 })
 """Keys that change nothing paraplan counts or prices (dropouts and biases are read,
 and listed here only so their presence is not reported)."""
@@ -53,8 +54,19 @@ REFUSED = {
     "hybrid_override_pattern": "state-space (Mamba) layers", "linear_num_key_heads": "linear-attention layers",
     "linear_num_value_heads": "linear-attention layers", "full_attention_interval": "linear-attention layers",
     "is_encoder_decoder": "an encoder-decoder architecture", "encoder_layers": "an encoder-decoder architecture",
+    "index_topk": "DeepSeek sparse attention (an indexer choosing index_topk keys per query)",
+    "index_n_heads": "DeepSeek sparse attention (an indexer choosing index_topk keys per query)",
+    "index_head_dim": "DeepSeek sparse attention (an indexer choosing index_topk keys per query)",
+    "attn_layer_offset": "state-space (Mamba) layers", "expert_layer_period": "state-space (Mamba) layers",
+    "time_step_rank": "state-space (Mamba) layers", "conv_kernel": "state-space (Mamba) layers",
 }
 """Keys that announce layers paraplan does not model: refused with what they are."""
+
+REFUSED_PREFIXES = {
+    "mamba_": "state-space (Mamba) layers", "ssm_": "state-space (Mamba) layers",
+    "linear_": "linear-attention layers",
+}
+"""Key prefixes of the same (Jamba's `mamba_d_conv`, Qwen3-Next's `linear_key_head_dim`)."""
 
 REFUSED_TYPES = {
     "jamba": "state-space (Mamba) layers", "mamba": "state-space (Mamba) layers",
@@ -63,15 +75,25 @@ REFUSED_TYPES = {
     "zamba2": "state-space (Mamba) layers", "nemotron_h": "state-space (Mamba) layers",
     "bamba": "state-space (Mamba) layers", "granitemoehybrid": "state-space (Mamba) layers",
     "qwen3_next": "linear-attention layers", "minimax": "linear-attention layers",
+    "deepseek_v32": "DeepSeek sparse attention (an indexer choosing index_topk keys per query)",
     "rwkv": "recurrent (RWKV) layers", "recurrent_gemma": "recurrent layers", "t5": "an encoder-decoder architecture",
     "bart": "an encoder-decoder architecture", "bert": "an encoder-only architecture",
 }
+
+REFUSED_LAYER_TYPES = {
+    "linear_attention": "linear-attention layers", "mamba": "state-space (Mamba) layers",
+    "mamba2": "state-space (Mamba) layers", "recurrent": "recurrent layers",
+}
+"""Entries of `layer_types` that name layers paraplan does not model (Qwen3-Next's
+Gated DeltaNet layers, hybrids)."""
 
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers' Gemma3TextConfig defaults for keys the released files leave out
     "gemma3_text": {"vocab_size": 262208, "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131072, "sliding_window_pattern": 6, "tie_word_embeddings": True,
                     "rms_norm_eps": 1e-6},
+    # transformers' Llama4TextConfig: chunked attention of 8,192 tokens, query/key norm
+    "llama4_text": {"attention_chunk_size": 8192, "use_qk_norm": True},
 }
 
 OTHER_TOWERS = ("vision_config", "audio_config", "speech_config")
@@ -121,6 +143,7 @@ class _Keys:
     def __init__(self, config: dict, source: str) -> None:
         self.config, self.source = config, source
         self.used: set[str] = set()
+        self.notes: list[str] = []  # what the reader read in a way the user should know
 
     def has(self, key: str) -> bool:
         return self.config.get(key) is not None
@@ -173,8 +196,9 @@ def _refuse(config: dict, source: str) -> None:
     if model_type in REFUSED_TYPES:
         raise InputFileError(source, f"model_type '{model_type}' has {REFUSED_TYPES[model_type]}, which paraplan "
                              "does not model (decoder-only transformers with attention and MLP or experts only)")
-    for key, what in REFUSED.items():
-        if config.get(key) not in (None, False, [], 0):
+    for key, value in config.items():
+        what = REFUSED.get(key) or next((w for p, w in REFUSED_PREFIXES.items() if key.startswith(p)), None)
+        if what and value not in (None, False, [], 0, ""):
             raise InputFileError(source, f"key '{key}': {what}, which paraplan does not model")
 
 
@@ -190,9 +214,43 @@ def _language_model(config: dict, source: str) -> tuple[dict, list[str], str]:
     return text, notes, f"{source}: text_config"
 
 
+def _moe_pattern(keys: _Keys, family: _Family, layers: int) -> list[int]:
+    """Which layers hold experts: Llama 4's `moe_layers` when the file states it (an
+    empty list: none, as transformers reads it), else every `moe_layer_freq` /
+    `decoder_sparse_step` / `interleave_moe_layer_step`-th layer after
+    `first_k_dense_replace`, less `mlp_only_layers`."""
+    if keys.config.get("moe_layers") is not None:
+        listed = keys.layer_list("moe_layers", layers)
+        keys.used.add("interleave_moe_layer_step")  # transformers reads moe_layers instead
+        for i in listed:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers:
+                raise InputFileError(keys.source, f"key 'moe_layers': expected layer indices in [0, {layers}), "
+                                     f"got {i!r}")
+        return [int(i in set(listed)) for i in range(layers)]
+    first_dense = keys.count("first_k_dense_replace", default=0, minimum=0)
+    step = keys.count("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    pattern = [int(i >= first_dense and (i % step == 0 if family.shared_expert == "deepseek" else (i + 1) % step == 0))
+               for i in range(layers)]
+    for i in keys.layer_list("mlp_only_layers", layers):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers:
+            raise InputFileError(keys.source, f"key 'mlp_only_layers': expected layer indices in [0, {layers}), "
+                                 f"got {i!r}")
+        pattern[i] = 0
+    return pattern
+
+
 def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[str, Any]:
-    experts = keys.count("num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
+    experts_keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    experts = keys.count(*experts_keys, default=0, minimum=0)
     if not experts:
+        return {}
+    pattern = _moe_pattern(keys, family, layers)
+    if not any(pattern):
+        keys.used.update(("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+                          family.expert_width_key))
+        key = next(k for k in experts_keys if keys.config.get(k) is not None)
+        keys.notes.append(f"{keys.source}: {key} {experts} unused: no layer holds experts (moe_layers is empty); "
+                          "read as a dense model, as transformers builds it")
         return {}
     topk = keys.count("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
     width = keys.count(family.expert_width_key)
@@ -203,20 +261,6 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[
         shared = width
     elif keys.has("shared_expert_intermediate_size"):
         shared = keys.count("shared_expert_intermediate_size", minimum=0)
-    pattern = [1] * layers
-    first_dense = keys.count("first_k_dense_replace", default=0, minimum=0)
-    step = keys.count("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
-    for i in range(layers):
-        pattern[i] = int(i >= first_dense and i % step == 0) if family.shared_expert == "deepseek" \
-            else int((i + 1) % step == 0)
-    for i in keys.layer_list("mlp_only_layers", layers):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers:
-            raise InputFileError(keys.source, f"key 'mlp_only_layers': expected layer indices in [0, {layers}), "
-                                 f"got {i!r}")
-        pattern[i] = 0
-    moe_layers = keys.layer_list("moe_layers", layers)
-    if moe_layers:
-        pattern = [int(i in set(moe_layers)) for i in range(layers)]
     freq: int | tuple[int, ...] = 1 if all(pattern) else tuple(pattern)
     return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": width,
             "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq, **_group_fields(keys)}
@@ -253,25 +297,85 @@ def _mla_fields(keys: _Keys) -> dict[str, Any]:
             "qk_pos_emb_head_dim": keys.count("qk_rope_head_dim"), "v_head_dim": keys.count("v_head_dim")}
 
 
+def _regular_skip_freq(windowed: list[bool], key: str, source: str, what: str) -> int:
+    """k of "every k-th layer attends to the full sequence" (0: every layer windowed,
+    -1: none), or an error naming `key` when the layers follow no such pattern."""
+    if not any(windowed):
+        return -1  # no windowed layer: full attention everywhere
+    if all(windowed):
+        return 0
+    for k in range(2, len(windowed) + 1):
+        if all(w == bool((i + 1) % k) for i, w in enumerate(windowed)):
+            return k
+    full = [i for i, w in enumerate(windowed) if not w]
+    raise InputFileError(source, f"key '{key}': only a regular pattern of {what} and full attention layers is "
+                         f"modelled (every k-th layer full); got full attention on layers {full} of {len(windowed)}")
+
+
+def _layer_types(keys: _Keys, layers: int, allowed: tuple[str, ...]) -> list[str]:
+    types = keys.layer_list("layer_types", layers)
+    refused = next((t for t in types if t in REFUSED_LAYER_TYPES), None)
+    if refused is not None:
+        raise InputFileError(keys.source, f"key 'layer_types': '{refused}' layers are "
+                             f"{REFUSED_LAYER_TYPES[refused]}, which paraplan does not model")
+    if types and (len(types) != layers or any(t not in allowed for t in types)):
+        bad = next((t for t in types if t not in allowed), None)
+        got = f"{bad!r}" if bad is not None else f"{len(types)} entries for {layers} layers"
+        raise InputFileError(keys.source, f"key 'layer_types': expected {layers} entries, each one of "
+                             f"{', '.join(allowed)}; got {got}")
+    return types
+
+
+def _chunk_fields(keys: _Keys, layers: int) -> dict[str, Any]:
+    """Llama 4's chunked local attention: layers marked `chunked_attention` in
+    `layer_types`, else those whose `no_rope_layers` entry is 1 (rotary layers; the
+    NoPE layers attend to the full sequence), else all but every
+    `no_rope_layer_interval`-th (transformers' Llama4TextConfig defaults)."""
+    chunk = keys.count("attention_chunk_size", default=0, minimum=0)
+    types = _layer_types(keys, layers, ("full_attention", "chunked_attention"))
+    rope = keys.layer_list("no_rope_layers", layers)
+    interval = keys.count("no_rope_layer_interval", default=4)
+    if types:
+        chunked, key = [t == "chunked_attention" for t in types], "layer_types"
+    elif rope:
+        if len(rope) != layers or any(r not in (0, 1) or isinstance(r, float) for r in rope):
+            raise InputFileError(keys.source, f"key 'no_rope_layers': expected {layers} entries of 0 (NoPE, full "
+                                 f"attention) or 1 (rotary, chunked attention), got {rope!r}")
+        chunked, key = [bool(r) for r in rope], "no_rope_layers"
+    else:
+        chunked, key = [bool((i + 1) % interval) for i in range(layers)], "no_rope_layer_interval"
+    if any(chunked) and not chunk:
+        raise InputFileError(keys.source, f"key '{key}': chunked attention layers need 'attention_chunk_size' "
+                             "(the chunk's length in tokens), got none")
+    skip = _regular_skip_freq(chunked, key, keys.source, "chunked")
+    if skip < 0:
+        return {}
+    return {"window_size": chunk, "window_attn_skip_freq": skip, "chunked_attention": True}
+
+
 def _window_fields(keys: _Keys, layers: int) -> dict[str, Any]:
     """Sliding-window layers: `layer_types` (GPT-OSS, newer files), a pattern (Gemma
-    3: every 6th layer global), Llama 4's chunked attention (every 4th layer global),
-    or none when `use_sliding_window` is false (Qwen, whose window key is unused)."""
-    chunk = keys.count("attention_chunk_size", default=0, minimum=0)
-    if chunk:
-        return {"window_size": chunk, "window_attn_skip_freq": 4}
+    3: every 6th layer global), or none when `use_sliding_window` is false (Qwen, whose
+    window key is unused); Llama 4's chunked attention in `_chunk_fields`."""
+    keys.used.add("no_rope_layers")  # NoPE layers (SmolLM3, Llama 4) skip rotary positions: nothing counted
+    types = keys.config.get("layer_types")
+    if keys.has("attention_chunk_size") or (isinstance(types, list) and "chunked_attention" in types):
+        if keys.has("sliding_window"):
+            raise InputFileError(keys.source, "keys 'attention_chunk_size' and 'sliding_window': chunked and "
+                                 "sliding-window attention in one model is not modelled")
+        return _chunk_fields(keys, layers)
     window = keys.count("sliding_window", default=0, minimum=0)
     use = keys.flag("use_sliding_window", default=True)
-    types = keys.layer_list("layer_types", layers)
+    types = _layer_types(keys, layers, ("full_attention", "sliding_attention"))
     if not window or not use:
+        if any(t == "sliding_attention" for t in types):
+            raise InputFileError(keys.source, "key 'layer_types': sliding_attention layers need a "
+                                 "'sliding_window' (and use_sliding_window true), got none")
         return {}
     if types:
-        windowed = [t == "sliding_attention" for t in types]
-        for k in range(1, layers + 1):
-            if len(windowed) == layers and all(w == bool((i + 1) % k) for i, w in enumerate(windowed)):
-                return {"window_size": window, "window_attn_skip_freq": k if k > 1 else 0}
-        raise InputFileError(keys.source, "key 'layer_types': only a regular pattern of sliding and full "
-                             f"attention layers is modelled (every k-th layer full), got {types!r}")
+        skip = _regular_skip_freq([t == "sliding_attention" for t in types], "layer_types", keys.source,
+                                  "sliding")
+        return {} if skip < 0 else {"window_size": window, "window_attn_skip_freq": skip}
     skip = keys.count("sliding_window_pattern", default=0, minimum=0)
     return {"window_size": window, "window_attn_skip_freq": skip}
 
@@ -286,6 +390,10 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     text, notes, where = _language_model(config, source)
     _refuse(text, where)
     model_type = str(text.get("model_type", config.get("model_type", ""))).lower()
+    # a wrapper's own `tie_word_embeddings` (Llama 4's) is the language model's when text_config states none
+    nested = text is not config
+    if nested and text.get("tie_word_embeddings") is None and config.get("tie_word_embeddings") is not None:
+        text = {**text, "tie_word_embeddings": config["tie_word_embeddings"]}
     filled = {k: v for k, v in FAMILY_DEFAULTS.get(model_type, {}).items() if text.get(k) is None}
     if filled:
         notes.append(f"{where}: {', '.join(sorted(filled))} not stated: transformers' {model_type} defaults used")
@@ -328,9 +436,13 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         model = TransformerModel(**fields)
     except ValueError as exc:
         raise InputFileError(where, str(exc)) from None
+    notes += keys.notes
+    if model_type == "llama4_text" and fields["qk_layernorm"]:
+        notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
+                     f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")
     ignored = sorted(k for k in text if k not in keys.used and k not in HARMLESS and k not in OTHER_TOWERS
                      and k not in ("model_type", "text_config"))
-    if text is not config:
+    if nested:
         ignored += sorted(k for k in config if k not in HARMLESS and k not in OTHER_TOWERS
                           and k not in ("model_type", "text_config"))
     return HfModel(model, tuple(ignored), tuple(notes), fields["seq_length"])

@@ -73,7 +73,8 @@ def layer_shape_key(model: TransformerModel, settings: RunSettings, device: str,
         parts["mla"] = "/".join(str(getattr(model, k)) for k in (
             "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"))
     if model.window_size:
-        parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}"
+        parts["window"] = f"{model.window_size}/{model.window_attn_skip_freq}" + (
+            "chunked" if model.chunked_attention else "")  # a chunk's layer is not a sliding window's
     if model.is_moe:  # a factor measured on a dense layer of the same widths never scales experts
         parts["experts"] = (f"{model.num_experts}x{model.moe_ffn_size}top{model.moe_router_topk}"
                             f"shared{model.moe_shared_expert_intermediate_size}"

@@ -102,12 +102,14 @@ PRESETS.update({
                                      kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=16,
                                      moe_router_topk=1, moe_ffn_hidden_size=8192,
                                      moe_shared_expert_intermediate_size=8192, window_size=8192,
-                                     window_attn_skip_freq=4, **_MODERN),
+                                     window_attn_skip_freq=4, chunked_attention=True, **_MODERN),
     "llama4-maverick": TransformerModel("llama4-maverick", 48, 5120, 40, 8192, 202048, num_query_groups=8,
                                         kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=128,
                                         moe_router_topk=1, moe_ffn_hidden_size=8192,
-                                        moe_shared_expert_intermediate_size=8192, moe_layer_freq=2,
-                                        window_size=8192, window_attn_skip_freq=4, **_MODERN),
+                                        moe_shared_expert_intermediate_size=8192,
+                                        moe_layer_freq=tuple(i % 2 for i in range(48)),  # HF: layers 1, 3, ..
+                                        window_size=8192, window_attn_skip_freq=4, chunked_attention=True,
+                                        **_MODERN),
 })
 _FIELDS = {f.name for f in fields(TransformerModel)}
 

@@ -106,19 +106,26 @@ class _Shape:
         return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
 
 
-def causal_scores(s: float, window: int = 0) -> float:
+def causal_scores(s: float, window: int = 0, chunked: bool = False) -> float:
     """(query, key) pairs of one sequence a causal flash kernel computes: s^2 / 2 (the
     masked half skipped); with a sliding window w < s each query sees at most w keys,
-    s w - w^2 / 2."""
+    s w - w^2 / 2; with aligned chunks of w (`chunked_attention`) each query sees its
+    chunk's prefix, floor(s / w) w^2 / 2 + r^2 / 2 with r = s mod w."""
+    if chunked and window:
+        full, rest = divmod(s, window)
+        return (full * window * window + rest * rest) / 2
     if window and window < s:
         return s * window - window * window / 2
     return s * s / 2
 
 
-def kernel_seq_length(s: float, window: int = 0) -> float:
+def kernel_seq_length(s: float, window: int = 0, chunked: bool = False) -> float:
     """The length whose causal kernel does a windowed row's work: the fused ceilings'
     s / (s + attention_seq_half) prices each row's fixed work against the s / 2 keys a
-    causal row of length s sees; a window w < s row sees w keys, as at length 2w."""
+    causal row of length s sees; a window w < s row sees w keys, as at length 2w; a
+    chunked layer's rows see 2 causal_scores / s keys on average (w when w divides s)."""
+    if chunked and window:
+        return 2.0 * causal_scores(s, window, chunked) / s
     return min(s, 2.0 * window) if window else s
 
 
@@ -130,12 +137,13 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
     tokens = b * s / cp if cp > 1 else b * s
     qk_d, v_d = attention_head_widths(model)
     window = model.window_size if model.windowed_layers[layer] else 0
+    chunked = model.chunked_attention
     mla = model.multi_latent_attention
     return _Shape(
         tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
         heads=model.num_attention_heads / t, groups=(model.num_attention_heads if mla else model.query_groups) / t,
-        d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window),
-        kernel_seq=kernel_seq_length(s, window),
+        d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window, chunked),
+        kernel_seq=kernel_seq_length(s, window, chunked),
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
         e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
         cp_comm_type=settings.cp_comm_type, eager=settings.elementwise_kernels == "eager",

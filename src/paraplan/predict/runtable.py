@@ -52,7 +52,7 @@ from paraplan.core.run_settings import (
     DDP_IMPLS,
     DTYPES,
     ELEMENTWISE_KERNELS,
-    FP8_RECIPES,
+    FP8_RECIPE_CHOICES,
     FUSED_ATTENTION_BACKENDS,
     MOE_DISPATCHERS,
     PIPELINE_SCHEDULES,
@@ -99,6 +99,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
     "fsdp_reshard_after_forward", "data_parallel_sharding_strategy", "sharded_grad_reduce",
+    # torchao Float8 (torchtitan's `--float8.*`, docs/fp8.md)
+    "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -215,7 +217,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
                           "moe_router_num_groups", "moe_router_group_topk",
                           "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "mtp_num_layers", "make_vocab_size_divisible_by")},
-    **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention")},
+    **{k: _boolean for k in ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention",
+                             "chunked_attention")},
     "softmax_type": _choice(SOFTMAX_TYPES), "model": str,
     "micro_batch_size": _integer, "virtual_pipeline_model_parallel_size": _integer,
     "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "recompute_modules": _modules,
@@ -238,7 +241,8 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "overlap_moe_expert_parallel_comm": _boolean, "moe_token_dispatcher_type": _choice(MOE_DISPATCHERS),
     "overlap_p2p_comm": _boolean, "scatter_gather_tensors_in_pipeline": _boolean, "batch_p2p_sync": _boolean,
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
-    "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPES),
+    "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPE_CHOICES),
+    "enable_fsdp_float8_all_gather": _boolean, "precompute_float8_dynamic_scale_for_fsdp": _boolean,
     "data_parallel_shard_degree": _integer, "data_parallel_replicate_degree": _integer,
     "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
     "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),

@@ -34,7 +34,9 @@ KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight
 class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
     (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
-    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0."""
+    and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0 and
+    `batch` device launches (1 but where one framework call launches several, each
+    paying the kernel latency: `paraplan.predict.fp8_ops`)."""
 
     kind: np.ndarray
     flops: np.ndarray
