@@ -110,14 +110,30 @@ def test_loss_passes_per_implementation():
     assert mega.activation_bytes == torch.activation_bytes  # both keep one fp32 value per logit
 
 
-def test_torch_loss_with_tensor_or_pipeline_parallelism_is_an_error():
+def test_torch_loss_with_pipeline_parallelism_is_an_error():
     with pytest.raises(StrategyError) as err:
-        settings(tensor_model_parallel_size=2, cross_entropy_impl="torch").check(GPT)
-    assert str(err.value) == (
-        "cross_entropy_impl torch with tensor_model_parallel_size 2 and pipeline_model_parallel_size 1: expected "
-        "both 1 (torchtitan's loss-parallel and pipelined losses are not modelled)")
-    with pytest.raises(StrategyError, match="pipeline_model_parallel_size 2: expected both 1"):
         settings(pipeline_model_parallel_size=2, global_batch_size=4, cross_entropy_impl="torch").check(GPT)
+    assert str(err.value) == ("cross_entropy_impl torch with pipeline_model_parallel_size 2: expected 1 "
+                              "(torchtitan's pipelined loss is not modelled)")
+
+
+def test_torchtitan_loss_parallel_transient_and_passes():
+    """t = 4 (torchtitan's loss parallelism, DTensor's `_log_softmax` and
+    `_nll_loss_and_log_softmax_backward`): forward e + 4 + 4 beyond the kept result
+    (logits, copy, shifted and exp(shifted)), backward 12 (zeros with the one-hot,
+    exp(x), their sum, then the product); passes per logit forward e + 4 + 4 + 8 + 8 +
+    4 + 8 = 36 + e (Megatron's 28 + e), backward 4 + 8 + 12 + 8 + 4 + e = 36 + e
+    (Megatron's 4 + e)."""
+    assert loss_transient_bytes_per_logit(2, "torch", loss_parallel=True) == 12
+    assert loss_transient_bytes_per_logit(4, "torch", loss_parallel=True) == 12
+    t4 = settings(tensor_model_parallel_size=4, sequence_parallel=True, cross_entropy_impl="torch")
+    t4.check(GPT)
+    logits = B * 2048 * GPT.padded_vocab_size(4) / 4  # every token, V / t columns
+    assert loss_transient_bytes(GPT, t4) == pytest.approx(12 * logits)
+    plain = head_work(GPT, replace(t4, cross_entropy_impl="megatron"))
+    parallel = head_work(GPT, t4)
+    assert _memory_bytes(parallel.forward) - _memory_bytes(plain.forward) == pytest.approx((38 - 30) * logits)
+    assert _memory_bytes(parallel.backward) - _memory_bytes(plain.backward) == pytest.approx((38 - 6) * logits)
 
 
 HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"

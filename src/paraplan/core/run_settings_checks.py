@@ -265,14 +265,13 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
 
 
 def check_cross_entropy(settings: RunSettings) -> None:
-    """`cross_entropy_impl torch` is torchtitan's plain path: its loss-parallel (t > 1,
-    DTensor's sharded log_softmax) and pipelined (`torch.distributed.pipelining` keeps
-    each micro-batch's logits in the last stage) losses are not modelled."""
+    """`cross_entropy_impl torch` is torchtitan's loss without pipelines (with t > 1 its
+    loss parallelism): its pipelined loss (`torch.distributed.pipelining` keeps each
+    micro-batch's logits in the last stage) is not modelled."""
     impl = settings.cross_entropy_impl
     if impl not in CROSS_ENTROPY_IMPLS:
         raise StrategyError(f"cross_entropy_impl '{impl}' is not one of {', '.join(CROSS_ENTROPY_IMPLS)}")
-    t, p = settings.tensor_model_parallel_size, settings.pipeline_model_parallel_size
-    if impl == "torch" and (t > 1 or p > 1):
-        raise StrategyError(
-            f"cross_entropy_impl torch with tensor_model_parallel_size {t} and pipeline_model_parallel_size {p}: "
-            "expected both 1 (torchtitan's loss-parallel and pipelined losses are not modelled)")
+    p = settings.pipeline_model_parallel_size
+    if impl == "torch" and p > 1:
+        raise StrategyError(f"cross_entropy_impl torch with pipeline_model_parallel_size {p}: expected 1 "
+                            "(torchtitan's pipelined loss is not modelled)")

@@ -61,13 +61,13 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     _norm_forward(w, x)
     _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
     w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
-    loss_forward(w, logits, x.e, settings.cross_entropy_impl)
+    loss_forward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
     if x.t > 1:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    loss_backward(w, logits, x.e, settings.cross_entropy_impl)
+    loss_backward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
     dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)

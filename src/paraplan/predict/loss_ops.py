@@ -31,10 +31,18 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
   log_softmax (reads the row three times, for the max, the sum of exponentials and the
   output, and writes it: 16); backward the zero-filled nll gradient (4), log_softmax's
   backward (reads the gradient for its sum, then the gradient and the output, writes the
-  input gradient: 16) and the cast (4 + e). Only with t = 1 and p = 1: torchtitan's
-  loss-parallel path (t > 1, DTensor's sharded log_softmax) and its pipelined path
-  (`torch.distributed.pipelining` keeps each micro-batch's logits in the last stage's
-  caches) are not modelled (`paraplan.core.run_settings_checks.check_cross_entropy`).
+  input gradient: 16) and the cast (4 + e).
+  With t > 1 torchtitan's default loss parallelism runs instead (the logits a DTensor
+  sharded over the vocabulary; torch/distributed/tensor/parallel/loss.py, the same in
+  the 2024 and 2026 versions read): `_log_softmax` forms `shifted = x - max` and
+  `exp(shifted)` beside the fp32 copy, then `result = shifted - logsumexp`: e + 8 beyond
+  the kept result; `_nll_loss_and_log_softmax_backward` returns `(zeros_like(x) with -1
+  at the targets + exp(x)) * grad_output`, three fp32 tensors beside the kept x at its
+  peak: 12, the larger. Its passes are PyTorch's elementwise kernels: forward the cast,
+  max (4), subtract (8), exp (8), sum (4), subtract (8); backward the zero fill (4), exp
+  (8), add (12), multiply (8) and the cast. Not with p > 1: torchtitan's pipelined
+  loss (`torch.distributed.pipelining` keeps each micro-batch's logits in the last
+  stage's caches) is not modelled (`paraplan.core.run_settings_checks.check_cross_entropy`).
 """
 
 from __future__ import annotations
@@ -47,11 +55,16 @@ NLL_GRAD_BYTES = FP32_BYTES  # nll_loss's gradient of log_softmax's output (fp32
 SOFTMAX_PASS_BYTES = 4 * FP32_BYTES  # PyTorch's row softmax: three reads and one write, forward and backward
 
 
-def loss_forward(w: _Builder, logits: float, e: int, impl: str) -> None:
-    """The loss's forward passes over `logits` values of `e` bytes (module doc)."""
+def loss_forward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
+    """The loss's forward passes over `logits` values of `e` bytes (module doc);
+    `loss_parallel`: torchtitan's vocabulary-parallel `torch` loss (t > 1)."""
     if impl == "torch":
         if e != FP32_BYTES:
             w.memory((e + FP32_BYTES) * logits)  # .float()
+        if loss_parallel:
+            for nbytes in (1, 2, 2, 1, 2):  # max, subtract, exp, sum, subtract logsumexp (kept)
+                w.memory(nbytes * FP32_BYTES * logits)
+            return
         w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax (kept for backward)
         return
     w.memory((e + FP32_BYTES) * logits)  # cast to fp32
@@ -61,22 +74,28 @@ def loss_forward(w: _Builder, logits: float, e: int, impl: str) -> None:
     w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
 
 
-def loss_backward(w: _Builder, logits: float, e: int, impl: str) -> None:
+def loss_backward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
     """The loss's backward passes: the gradient of the logits, cast back to e bytes."""
     if impl == "torch":
         w.memory(NLL_GRAD_BYTES * logits)  # nll_loss's zero-filled gradient
-        w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax's backward
+        if loss_parallel:
+            for nbytes in (2, 3, 2):  # exp(x), + the one-hot, x grad_output
+                w.memory(nbytes * FP32_BYTES * logits)
+        else:
+            w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax's backward
         if e != FP32_BYTES:
             w.memory((FP32_BYTES + e) * logits)  # cast to the logits' dtype
         return
     w.memory((FP32_BYTES + e) * logits)  # softmax - one-hot, cast back
 
 
-def loss_transient_bytes_per_logit(e: int, impl: str) -> int:
+def loss_transient_bytes_per_logit(e: int, impl: str, loss_parallel: bool = False) -> int:
     """Bytes per logit the loss allocates beyond the fp32 value it keeps (module doc)."""
     if impl == "torch":
-        forward = FP32_BYTES if e == FP32_BYTES else e + FP32_BYTES
-        return max(forward, NLL_GRAD_BYTES + FP32_BYTES)
+        copy = 0 if e == FP32_BYTES else FP32_BYTES  # an fp32 run's .float() is the logits
+        if loss_parallel:  # forward: logits, copy, shifted and exp(shifted) (or the result); backward: three
+            return max(e + copy + FP32_BYTES, 3 * FP32_BYTES)
+        return max(e + copy, NLL_GRAD_BYTES + FP32_BYTES)
     return 0 if e == FP32_BYTES else e
 
 
@@ -85,4 +104,4 @@ def loss_transient_bytes(model: TransformerModel, settings: RunSettings) -> floa
     `loss_transient_bytes_per_logit` x its logits (tokens x V / t)."""
     x = _shape(model, settings)
     logits = x.tokens * model.padded_vocab_size(x.t) / x.t
-    return float(loss_transient_bytes_per_logit(x.e, settings.cross_entropy_impl) * logits)
+    return float(loss_transient_bytes_per_logit(x.e, settings.cross_entropy_impl, x.t > 1) * logits)
