@@ -96,9 +96,11 @@ def test_zero3_memory_is_the_sharded_state_plus_the_gathered_units_and_the_large
     mid = run_structure(GPT, fsdp(pipeline_model_parallel_size=4, fsdp_reshard_after_forward="always"), A100, COMM)
     assert mid.memory[1].working_bytes == pytest.approx(unit * (2 * W + G))
     # several micro-batches: the stage's unsharded gradients wait for the last one, P g, held from
-    # the first backward on (autograd allocates them), not in the working set
+    # the first backward on (autograd allocates them), not in the working set, whose larger moment is
+    # then the loss's: the gathered weights beside its transient, the 16-bit logits (`loss_ops`)
     accumulating, _, _ = priced(fsdp(global_batch_size=32))
-    assert accumulating.memory[0].working_bytes == pytest.approx((root + 2 * unit) * W)
+    logits = GPT.seq_length * GPT.padded_vocab_size(1)
+    assert accumulating.memory[0].working_bytes == pytest.approx((root + 2 * unit) * W + 2 * logits)
     assert accumulating.memory[0].lazy_gradient_bytes_per_chunk == pytest.approx([params * G])
 
 
@@ -158,7 +160,8 @@ def test_experts_on_one_expert_data_parallel_rank_are_neither_gathered_nor_held_
     assert st.fsdp.unit_params == pytest.approx(moe_dense)
     root = model.embedding_params() + model.output_params()  # embedding; final norm and LM head
     dense = st.rank_params[0]
-    assert st.memory[0].working_bytes == pytest.approx((root + 2 * moe_dense) * W)
+    logits = model.seq_length * model.padded_vocab_size(1)  # the loss's moment: its 16-bit logits beside them
+    assert st.memory[0].working_bytes == pytest.approx((root + 2 * moe_dense) * W + 2 * logits)
     assert st.memory[0].lazy_gradient_bytes_per_chunk == pytest.approx([dense * G])
 
 

@@ -63,6 +63,10 @@ ElementwiseKernels = Literal["fused", "eager"]
 ELEMENTWISE_KERNELS: tuple[str, ...] = ("fused", "eager")
 """How the layer's norms, rotary embedding, activation and residual adds run
 (`paraplan.predict.eager_ops`): fused kernels, or PyTorch's unfused ops one kernel each."""
+CrossEntropyImpl = Literal["megatron", "torch"]
+CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("megatron", "torch")
+"""Which code computes the loss (`paraplan.predict.loss_ops`): Megatron-Core's
+`vocab_parallel_cross_entropy`, or PyTorch's `F.cross_entropy` on fp32 logits (torchtitan)."""
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 
@@ -191,6 +195,12 @@ class RunSettings:
     `training.compile`, which compiles each transformer block); `eager`: PyTorch's ops of
     torchtitan's Llama one kernel each, RMSNorm and rotary in fp32 (torchtitan without
     `training.compile`; `paraplan.predict.eager_ops`)."""
+    cross_entropy_impl: CrossEntropyImpl = "megatron"
+    """The cross-entropy loss's code (`paraplan.predict.loss_ops` prices each): `megatron`
+    (default), Megatron-Core's `vocab_parallel_cross_entropy` without
+    `--cross-entropy-loss-fusion`, in place on one fp32 copy of the logits; `torch`,
+    PyTorch's `F.cross_entropy` on `logits.float()` as torchtitan runs it (with t > 1 its
+    loss parallelism; p = 1 only), whose fp32 copies and gradients coexist for a moment."""
     flash_attention_version: int = 0
     """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
     a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package
@@ -386,6 +396,7 @@ class RunSettings:
                                     "overlaps its gradient reduction")
         checks.check_attention_backend(self)
         checks.check_elementwise_kernels(self, model)
+        checks.check_cross_entropy(self)
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,

@@ -11,6 +11,7 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
+    CROSS_ENTROPY_IMPLS,
     ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
     FUSED_ATTENTION_BACKENDS,
@@ -261,3 +262,16 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
                             f"selective_ac_option op (torchtitan's activation checkpointing): without it each "
                             f"linear keeps its FP8 weight for the backward, which is not modelled; got "
                             f"recompute_granularity {recompute}")
+
+
+def check_cross_entropy(settings: RunSettings) -> None:
+    """`cross_entropy_impl torch` is torchtitan's loss without pipelines (with t > 1 its
+    loss parallelism): its pipelined loss (`torch.distributed.pipelining` keeps each
+    micro-batch's logits in the last stage) is not modelled."""
+    impl = settings.cross_entropy_impl
+    if impl not in CROSS_ENTROPY_IMPLS:
+        raise StrategyError(f"cross_entropy_impl '{impl}' is not one of {', '.join(CROSS_ENTROPY_IMPLS)}")
+    p = settings.pipeline_model_parallel_size
+    if impl == "torch" and p > 1:
+        raise StrategyError(f"cross_entropy_impl torch with pipeline_model_parallel_size {p}: expected 1 "
+                            "(torchtitan's pipelined loss is not modelled)")

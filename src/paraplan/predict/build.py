@@ -77,6 +77,7 @@ from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, shard_groups
 from paraplan.predict.layer_factors import layer_shape_key
+from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
@@ -307,7 +308,7 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
             recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
-                           work.head.activation_bytes, recomputed)
+                           work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings))
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,

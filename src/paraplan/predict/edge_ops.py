@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.loss_ops import loss_backward, loss_forward
 from paraplan.predict.ops import (
     FP32_BYTES,
     MASK_BYTES,
@@ -49,8 +50,9 @@ def embedding_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
 def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """Final norm, LM head and cross-entropy on the last pipeline stage. The head is
     vocabulary-parallel (V / t logits per rank); the loss is computed in fp32 in a
-    handful of passes over the logits (cast, max, exp, sum, normalise) with three
-    small all-reduces of per-token values; backward forms softmax - one-hot."""
+    few passes over the logits, as `cross_entropy_impl` runs it (`loss_ops`), with three
+    small all-reduces of per-token values; it keeps one fp32 value per logit for its
+    backward, which forms the gradient of the logits."""
     x = _shape(model, settings)
     vocab = model.padded_vocab_size(x.t) / x.t
     gemm_bytes = DTYPE_BYTES[settings.dtype]
@@ -59,17 +61,13 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     _norm_forward(w, x)
     _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
     w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
-    w.memory((x.e + FP32_BYTES) * logits)  # cast to fp32
-    w.memory(FP32_BYTES * logits)  # max
-    w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
-    w.memory(FP32_BYTES * logits)  # sum
-    w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
+    loss_forward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
     if x.t > 1:
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    w.memory((FP32_BYTES + x.e) * logits)  # softmax - one-hot, cast back
+    loss_backward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
     dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)

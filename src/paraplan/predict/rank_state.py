@@ -203,6 +203,7 @@ class ActivationBytes:
     embedding: float
     head: float  # the last stage's (final norm, head, loss, MTP layers)
     recomputed_layer: float = 0.0  # full recomputation: the layer being rebuilt (the largest kind)
+    loss_transient: float = 0.0  # the last stage's cross-entropy, for a moment (`loss_ops.loss_transient_bytes`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,7 +220,10 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
     """Each pipeline stage's bytes: Megatron-LM's bytes per parameter for weights,
     gradients and optimizer state (sharded as the settings say: ZeRO-3's weights over
     the sharding group, the experts' over theirs), the FP8 weight copies, ZeRO-3's
-    transient gathers and the activations."""
+    transient gathers and the activations. The working set is the larger of two moments:
+    the backward's (the layer being recomputed, ZeRO-3's gathers and unsharded
+    gradients) and, on the last stage, the loss's (its transient beside the gathered
+    weights; the activations peak at both, when the last micro-batch's forward ends)."""
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
     edp = settings.expert_data_parallel_size
     root_units = params.root_unit_params().reshape(v, p)
@@ -247,6 +251,10 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             # ZeRO-2 reduced after the only micro-batch: each unit's gradient until its reduce-scatter
             working += unsharded_grad_params(settings, params.layer_params, float(root_units[:, s].sum()),
                                              n) * prec.grad_bytes
+        if s == p - 1:  # the loss runs before the backward's transients, beside the gathered weights only
+            gathered = fsdp_working_bytes(extra.fsdp, settings, float(root_units[:, s].sum()), n, experts,
+                                          prec.weight_bytes, 0)
+            working = max(working, acts.loss_transient + gathered)
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)

@@ -25,7 +25,9 @@ pins FlashAttention's generation). Which kernel each backend runs on which devic
 eager: torchtitan without `training.compile`) says how the norms, rotary embedding,
 activation and residual adds run (`paraplan.predict.eager_ops`); `selective_ac_option op`
 with `recompute_granularity selective` is torchtitan's per-op recomputation
-(`paraplan.predict.torchtitan_ac`).
+(`paraplan.predict.torchtitan_ac`); `cross_entropy_impl` (megatron, the default, or
+torch: torchtitan's `F.cross_entropy` on fp32 logits) says which code computes the loss
+(`paraplan.predict.loss_ops`).
 
 Every cell is checked once here: an error names the file, the line, the column,
 the value and what was expected. A `name` is free text of at most
@@ -46,6 +48,7 @@ from paraplan.core.pipeline_layout import LayoutError, parse_layout
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
+    CROSS_ENTROPY_IMPLS,
     DDP_IMPLS,
     DTYPES,
     ELEMENTWISE_KERNELS,
@@ -84,7 +87,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "attention_backend", "flash_attention_version",
-    "elementwise_kernels", "selective_ac_option",
+    "elementwise_kernels", "selective_ac_option", "cross_entropy_impl",
     "async_tensor_model_parallel_allreduce",
     "gradient_accumulation_fusion", "grad_reduce_in_bf16", "DDP_impl", "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
@@ -225,6 +228,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "dtype": _choice(DTYPES), "schedule": _choice(PIPELINE_SCHEDULES), "use_flash_attn": _boolean,
     "attention_backend": _choice(ATTENTION_BACKENDS), "flash_attention_version": _choice(("2", "3", "4")),
     "elementwise_kernels": _choice(ELEMENTWISE_KERNELS), "selective_ac_option": _choice(("op",)),
+    "cross_entropy_impl": _choice(CROSS_ENTROPY_IMPLS),
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "grad_reduce_in_bf16": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,

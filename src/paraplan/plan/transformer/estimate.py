@@ -357,7 +357,8 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     """The larger of the first and the last stage's peak: model state as sharded,
     activations x the micro-batches (and chunks) their schedule holds in flight, and a
     working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
-    two gathered layers and the unsharded gradients)."""
+    two gathered layers and the unsharded gradients; on the last stage at least the
+    loss's transient beside the gathered weights)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
     weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
@@ -374,8 +375,11 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients
     root = weights.vocab + weights.positions + weights.head
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
-    working = working + np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes
-                                 + unsharded * prec.grad_bytes, 0.0)
+    gathered = np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
+    working = working + gathered + np.where(cols.zero3, unsharded * prec.grad_bytes, 0.0)
+    # the last stage's other moment (`rank_state.rank_memory`): the loss's transient beside the gathered
+    # weights and the gradients accumulating from the previous micro-batches
+    loss = table.loss_transient[row] + gathered + np.where(cols.zero3 & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
     # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
     # or a layer) and the layer produced beside it (`unsharded_grad_params`)
     zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
@@ -383,10 +387,11 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     root_first = weights.vocab + weights.positions + np.where(cols.single, weights.head, 0.0)
     zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
     zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
-    mem_first = params.first * state_b + params.first_experts * state_e + act_first + working + zero2_first
+    mem_first = (params.first * state_b + params.first_experts * state_e + act_first
+                 + np.where(cols.single, np.maximum(working + zero2_first, loss), working + zero2_first))
     # the head's activations: the last chunk only
     head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
     mem_last = (params.last * state_b + params.last_experts * state_e
-                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row] + working
-                + zero2_last)
+                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
+                + np.maximum(working + zero2_last, loss))
     return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))

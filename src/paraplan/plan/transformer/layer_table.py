@@ -27,6 +27,7 @@ from paraplan.predict.build import (
 )
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.edge_ops import embedding_work
+from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_activation_bytes
 from paraplan.predict.ops import layer_activation_bytes
@@ -53,6 +54,7 @@ class LayerTable:
     act_full_layer: np.ndarray  # a layer's activations without recomputation (full recompute's working set)
     act_emb: np.ndarray
     act_head: np.ndarray
+    loss_transient: np.ndarray  # the loss's bytes for a moment on the last stage (`loss_ops.loss_transient_bytes`)
     probes: tuple[RunSettings, ...] = ()  # the one-stage run each row is priced on
 
 
@@ -79,7 +81,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
                    for t, b, sp, rc, c, ep, etp in keys)
     moe_share = model.num_moe_layers / model.num_layers
     n = len(keys)
-    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah")}
+    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss")}
     # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
     # `layer_activation_bytes` and `embedding_work` read no expert setting
     dense: dict[tuple[int, ...], tuple[float, float, float]] = {}
@@ -94,9 +96,10 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
             act["al"][i] = (1.0 - moe_share) * act["al"][i] + moe_share * moe_activation_bytes(model, s)
             act["af"][i] = max(act["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
         act["ah"][i] = last_stage_activation_bytes(model, s)
+        act["loss"][i] = loss_transient_bytes(model, s)
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
-                      act["al"], act["af"], act["ae"], act["ah"], probes)
+                      act["al"], act["af"], act["ae"], act["ah"], act["loss"], probes)
 
 
 def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster: Cluster, comm: CommModel,

@@ -1,0 +1,107 @@
+"""The cross-entropy loss on the last pipeline stage as each implementation runs it
+(`RunSettings.cross_entropy_impl`): its memory-bound passes over the logits, forward
+(`loss_forward`) and backward (`loss_backward`), which `edge_ops.head_work` prices, and
+the bytes it allocates for a moment beyond what it keeps for the backward
+(`loss_transient_bytes`, which `rank_state.rank_memory` adds to the last stage's peak).
+
+Both implementations keep one fp32 value per logit for the backward (the softmax, or its
+logarithm), which `head_work` counts as held activation. Per logit, with `e` bytes per
+activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
+
+- `megatron`: Megatron-Core's `tensor_parallel.vocab_parallel_cross_entropy`
+  (megatron/core/tensor_parallel/cross_entropy.py; Megatron-LM's default, no
+  `--cross-entropy-loss-fusion`). `.float()` copies the logits into the fp32 buffer that
+  becomes the kept softmax (max subtracted, exp and normalisation in place); the caller
+  (`GPTModel.forward`) still references the 16-bit logits meanwhile: e transient bytes.
+  Backward forms softmax - one-hot in place in that buffer and autograd casts it to the
+  logits' dtype beside it: e again. An fp32 run's `.float()` copies nothing and the
+  gradient is not cast: 0. Its passes stay paraplan's count: cast, max, subtract max and
+  exp, sum, normalise forward; one pass forming and casting the gradient backward.
+- `torch`: PyTorch's `torch.nn.functional.cross_entropy` on an fp32 copy of the logits,
+  as torchtitan calls it (train.py at 9dec370, Dec 2024: `cross_entropy(pred.flatten(0,
+  1).float(), labels.flatten(0, 1))`, with `pred` referenced by the training loop until
+  `del pred` after the loss). Forward: the e-byte logits, their fp32 copy (4) and
+  log_softmax's kept output at once: e + 4 transient (4 for an fp32 run, whose
+  `.float()` is the logits themselves). Backward: nll_loss's fp32 gradient (zeros with
+  -1/N at the targets) and log_softmax's fp32 input gradient beside the kept output:
+  8, the larger. Then the kept output and nll's gradient are freed before the cast to e
+  bytes (4 + e <= 8). Passes from PyTorch's CUDA kernels (aten/src/ATen/native/cuda/
+  SoftMax.cu, `cunn_SoftMaxForward` / `cunn_SoftMaxBackward`, the kernels for a row of
+  128K fp32 values, too long for the shared-memory variant): the cast (e + 4),
+  log_softmax (reads the row three times, for the max, the sum of exponentials and the
+  output, and writes it: 16); backward the zero-filled nll gradient (4), log_softmax's
+  backward (reads the gradient for its sum, then the gradient and the output, writes the
+  input gradient: 16) and the cast (4 + e).
+  With t > 1 torchtitan's default loss parallelism runs instead (the logits a DTensor
+  sharded over the vocabulary; torch/distributed/tensor/parallel/loss.py, the same in
+  the 2024 and 2026 versions read): `_log_softmax` forms `shifted = x - max` and
+  `exp(shifted)` beside the fp32 copy, then `result = shifted - logsumexp`: e + 8 beyond
+  the kept result; `_nll_loss_and_log_softmax_backward` returns `(zeros_like(x) with -1
+  at the targets + exp(x)) * grad_output`, three fp32 tensors beside the kept x at its
+  peak: 12, the larger. Its passes are PyTorch's elementwise kernels: forward the cast,
+  max (4), subtract (8), exp (8), sum (4), subtract (8); backward the zero fill (4), exp
+  (8), add (12), multiply (8) and the cast. Not with p > 1: torchtitan's pipelined
+  loss (`torch.distributed.pipelining` keeps each micro-batch's logits in the last
+  stage's caches) is not modelled (`paraplan.core.run_settings_checks.check_cross_entropy`).
+"""
+
+from __future__ import annotations
+
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.predict.ops import FP32_BYTES, _Builder, _shape
+
+NLL_GRAD_BYTES = FP32_BYTES  # nll_loss's gradient of log_softmax's output (fp32)
+SOFTMAX_PASS_BYTES = 4 * FP32_BYTES  # PyTorch's row softmax: three reads and one write, forward and backward
+
+
+def loss_forward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
+    """The loss's forward passes over `logits` values of `e` bytes (module doc);
+    `loss_parallel`: torchtitan's vocabulary-parallel `torch` loss (t > 1)."""
+    if impl == "torch":
+        if e != FP32_BYTES:
+            w.memory((e + FP32_BYTES) * logits)  # .float()
+        if loss_parallel:
+            for nbytes in (1, 2, 2, 1, 2):  # max, subtract, exp, sum, subtract logsumexp (kept)
+                w.memory(nbytes * FP32_BYTES * logits)
+            return
+        w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax (kept for backward)
+        return
+    w.memory((e + FP32_BYTES) * logits)  # cast to fp32
+    w.memory(FP32_BYTES * logits)  # max
+    w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
+    w.memory(FP32_BYTES * logits)  # sum
+    w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
+
+
+def loss_backward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
+    """The loss's backward passes: the gradient of the logits, cast back to e bytes."""
+    if impl == "torch":
+        w.memory(NLL_GRAD_BYTES * logits)  # nll_loss's zero-filled gradient
+        if loss_parallel:
+            for nbytes in (2, 3, 2):  # exp(x), + the one-hot, x grad_output
+                w.memory(nbytes * FP32_BYTES * logits)
+        else:
+            w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax's backward
+        if e != FP32_BYTES:
+            w.memory((FP32_BYTES + e) * logits)  # cast to the logits' dtype
+        return
+    w.memory((FP32_BYTES + e) * logits)  # softmax - one-hot, cast back
+
+
+def loss_transient_bytes_per_logit(e: int, impl: str, loss_parallel: bool = False) -> int:
+    """Bytes per logit the loss allocates beyond the fp32 value it keeps (module doc)."""
+    if impl == "torch":
+        copy = 0 if e == FP32_BYTES else FP32_BYTES  # an fp32 run's .float() is the logits
+        if loss_parallel:  # forward: logits, copy, shifted and exp(shifted) (or the result); backward: three
+            return max(e + copy + FP32_BYTES, 3 * FP32_BYTES)
+        return max(e + copy, NLL_GRAD_BYTES + FP32_BYTES)
+    return 0 if e == FP32_BYTES else e
+
+
+def loss_transient_bytes(model: TransformerModel, settings: RunSettings) -> float:
+    """The loss's transient bytes on one rank of the last stage for one micro-batch:
+    `loss_transient_bytes_per_logit` x its logits (tokens x V / t)."""
+    x = _shape(model, settings)
+    logits = x.tokens * model.padded_vocab_size(x.t) / x.t
+    return float(loss_transient_bytes_per_logit(x.e, settings.cross_entropy_impl, x.t > 1) * logits)
