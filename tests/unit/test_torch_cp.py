@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Llama 3.1 8B's attention at torchtitan's CP 8 row: 262,144 tokens, 32 heads, 8 key/value groups
 B, S, HEADS, GROUPS, D, E = 1, 262144.0, 32.0, 8.0, 128.0, 2
 CAUSAL_FWD_FLOPS = 4.0 * B * HEADS * S * S * D / 2
+KV_HEADS = HEADS  # torchtitan repeats keys and values to every query head before SDPA (`repeat_kv`)
 
 
 def shape(cp: int) -> AttentionShape:
@@ -84,16 +85,16 @@ def test_forward_memory_passes_convert_merge_and_cast_the_output_in_fp32():
 def test_backward_memory_passes_accumulate_gradients_in_fp32():
     cp = 4
     local = B * S / cp
-    step = (E + 8) * local * HEADS * D + (E + 16) * 2 * local * GROUPS * D
+    step = (E + 8) * local * HEADS * D + (E + 16) * 2 * local * KV_HEADS * D
     k = run(cp, "torch_allgather", True).kernels
     assert k.bytes[k.kind == MEMORY].tolist() == [pytest.approx(step)] * cp + \
-        [pytest.approx((8 + E) * local * (HEADS + 2 * GROUPS) * D)]
+        [pytest.approx((8 + E) * local * (HEADS + 2 * KV_HEADS) * D)]
 
 
 @pytest.mark.parametrize("cp", [2, 8])
 def test_allgather_gathers_keys_and_values_once_beside_the_first_call(cp):
-    gathered = 2 * B * S * GROUPS * D * E
-    grads = 2 * (S / cp) * B * GROUPS * D * 4  # fp32 key/value gradients of the rank's block
+    gathered = 2 * B * S * KV_HEADS * D * E
+    grads = 2 * (S / cp) * B * KV_HEADS * D * 4  # fp32 key/value gradients of the rank's block
     fwd, bwd = run(cp, "torch_allgather", False), run(cp, "torch_allgather", True)
     first_fwd, first_bwd = (int(np.flatnonzero(w.kernels.kind == ATTENTION)[0]) for w in (fwd, bwd))
     assert comms(fwd) == [("all_gather", gathered, first_fwd, CP_GROUP)]
@@ -105,8 +106,8 @@ def test_allgather_gathers_keys_and_values_once_beside_the_first_call(cp):
 
 def test_alltoall_passes_blocks_to_the_neighbour_beside_each_call_but_the_last():
     cp = 4
-    block = 2 * (S / cp) * B * GROUPS * D * E
-    grads = 2 * (S / cp) * B * GROUPS * D * 4
+    block = 2 * (S / cp) * B * KV_HEADS * D * E
+    grads = 2 * (S / cp) * B * KV_HEADS * D * 4
     fwd, bwd = run(cp, "torch_alltoall", False), run(cp, "torch_alltoall", True)
     fwd_calls = [int(i) for i in np.flatnonzero(fwd.kernels.kind == ATTENTION)]
     bwd_calls = [int(i) for i in np.flatnonzero(bwd.kernels.kind == ATTENTION)]
@@ -137,3 +138,10 @@ def test_torchtitan_cp_rows_run_pytorchs_context_parallel():
     with (ROOT / "benchmarks/data/torchtitan_llama31_h100.csv").open(newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if int(r["context_parallel_size"]) > 1]
     assert len(rows) == 6 and {r["cp_comm_type"] for r in rows} == {"torch_allgather"}
+
+
+def test_keys_and_values_travel_with_every_query_head_as_torchtitan_repeats_them():
+    cp = 8
+    torch_gather = comms(run(cp, "torch_allgather", False))[0]
+    megatron_gather = comms(run(cp, "all_gather", False))[0]
+    assert torch_gather[1] == megatron_gather[1] * HEADS / GROUPS == 2 * B * S * HEADS * D * E

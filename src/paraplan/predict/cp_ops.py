@@ -49,13 +49,15 @@ backward calls, accumulates dQ, dK, dV in fp32, and passes the key/value gradien
 the rotate method): c transfers, each beside the next call, the last awaited. The
 keys and values travel by one all-gather issued before the first call (`allgather`)
 or c - 1 neighbour transfers each beside a call (`alltoall`), again in the backward.
+The keys and values are those the SDPA call receives: torchtitan repeats them to all a
+query heads first (`torch_cp_shape`), so a heads travel, not g.
 
 Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from paraplan.predict.work import NOT_HIDDEN
@@ -213,13 +215,22 @@ def torch_cp_grad_bytes(shape: AttentionShape) -> float:
 
 def torch_cp_grad_kv_bytes(shape: AttentionShape) -> float:
     """Bytes of one backward transfer of the accumulated key/value gradients, kept in
-    fp32: 2 (s / c) b g d x 4."""
+    fp32: 2 (s / c) b g d x 4 (g = a in torchtitan, `torch_cp_shape`)."""
     return 2.0 * shape.local_tokens * shape.groups * shape.d * FP32_BYTES
 
 
-def _torch_ring(w: PassSink, x: AttentionShape, rotate: str, backward: bool) -> None:
+def torch_cp_shape(shape: AttentionShape) -> AttentionShape:
+    """The attention PyTorch's context parallelism sees in torchtitan: keys and values
+    repeated to every query head before the SDPA call (`repeat_kv`, torchtitan 9dec370
+    `torchtitan/models/llama/model.py`, `Attention.forward`), so a heads of keys and
+    values travel and are accumulated, not g."""
+    return replace(shape, groups=shape.heads)
+
+
+def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool) -> None:
     """PyTorch's context-parallel attention on its slowest rank (module doc; the
     kernels of `torch_cp_kernel_shapes`, each followed by its fp32 merge)."""
+    x = torch_cp_shape(shape)
     tokens = x.local_tokens
     factor = FLASH_BACKWARD_FLOPS if backward else 1.0
     per_pass = 4 if backward else 2  # Q, O (and dO, dQ); K, V (and dK, dV)
