@@ -79,7 +79,10 @@ def test_forward_memory_passes_convert_merge_and_cast_the_output_in_fp32():
     cp = 8
     out = B * (S / cp) * HEADS * D  # output elements on the rank
     k = run(cp, "torch_allgather", False).kernels
-    assert k.bytes[k.kind == MEMORY].tolist() == [(E + 4) * out] + [(E + 8) * out] * (cp - 1) + [(4 + E) * out]
+    flat = 2 * 2 * (S / cp) * B * KV_HEADS * D * E  # keys and values read and written into the flat send buffer
+    merges = [(E + 4) * out] + [(E + 8) * out] * (cp - 1)
+    assert k.bytes[k.kind == MEMORY].tolist() == [x for m in merges[:-1] for x in (flat, m)] + merges[-1:] + \
+        [(4 + E) * out]
 
 
 def test_backward_memory_passes_accumulate_gradients_in_fp32():
@@ -87,8 +90,9 @@ def test_backward_memory_passes_accumulate_gradients_in_fp32():
     local = B * S / cp
     step = (E + 8) * local * HEADS * D + (E + 16) * 2 * local * KV_HEADS * D
     k = run(cp, "torch_allgather", True).kernels
-    assert k.bytes[k.kind == MEMORY].tolist() == [pytest.approx(step)] * cp + \
-        [pytest.approx((8 + E) * local * (HEADS + 2 * KV_HEADS) * D)]
+    flat = 2 * 2 * local * KV_HEADS * D * E
+    assert k.bytes[k.kind == MEMORY].tolist() == [pytest.approx(x) for x in [flat, step] * (cp - 1)] + \
+        [pytest.approx(step), pytest.approx((8 + E) * local * (HEADS + 2 * KV_HEADS) * D)]
 
 
 @pytest.mark.parametrize("cp", [2, 8])

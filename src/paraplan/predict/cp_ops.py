@@ -228,14 +228,18 @@ def torch_cp_shape(shape: AttentionShape) -> AttentionShape:
 
 
 def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool) -> None:
-    """PyTorch's context-parallel attention on its slowest rank (module doc; the
-    kernels of `torch_cp_kernel_shapes`, each followed by its fp32 merge)."""
+    """PyTorch's context-parallel attention on its slowest rank (module doc): the calls
+    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation, and
+    before each but the last the copy of the keys and values into the flat buffer sent
+    on (`torch.cat` of both, made whatever the rotate method)."""
     x = torch_cp_shape(shape)
     tokens = x.local_tokens
     factor = FLASH_BACKWARD_FLOPS if backward else 1.0
     per_pass = 4 if backward else 2  # Q, O (and dO, dQ); K, V (and dK, dV)
-    kernels = []
+    kernels: list[int] = []
     for q, k, causal in torch_cp_kernel_shapes(x.cp, torch_cp_slowest_rank(x.cp)):
+        if len(kernels) < x.cp - 1:  # keys and values copied into one flat buffer to send on
+            w.memory(2 * ring_step_kv_bytes(x))
         nbytes = x.e * per_pass * tokens * (q * x.heads + k * x.groups) * x.d
         # a non-causal row of k keys does the work of a causal row of 2k (`ops.kernel_seq_length`)
         seq = q * x.s / x.cp if causal else 2.0 * k * x.s / x.cp
