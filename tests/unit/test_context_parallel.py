@@ -152,7 +152,8 @@ def test_gradients_reduce_and_optimizer_state_shards_over_the_dp_cp_group():
                                                           "8: num_query_groups 8 / tensor_model_parallel_size 2 = 4 "
                                                           "is not divisible by 8"),
     ({"context_parallel_size": 0}, "context_parallel_size must be an integer >= 1, got 0"),
-    ({"cp_comm_type": "ring"}, "cp_comm_type 'ring' is not one of p2p, all_gather, a2a"),
+    ({"cp_comm_type": "ring"}, "cp_comm_type 'ring' is not one of p2p, all_gather, a2a, torch_allgather, "
+                               "torch_alltoall"),
 ])
 def test_megatron_rules_are_errors_naming_the_setting(extra, message):
     s = replace(RunSettings(tensor_model_parallel_size=2), **extra)
@@ -234,7 +235,8 @@ RUNS_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab
     ("x,24,2048,16,32768,50257,2,2,2,8,4,p2p,16",
      "runs.csv:2: column 'num_gpus': 16 is not tensor x context x pipeline x data parallel size = 2 x 4 x 2 x 2 = 32"),
     ("x,24,2048,16,32768,50257,2,2,2,8,4,ring,32",
-     "runs.csv:2: column 'cp_comm_type': expected one of p2p, all_gather, a2a, got 'ring'"),
+     "runs.csv:2: column 'cp_comm_type': expected one of p2p, all_gather, a2a, torch_allgather, "
+     "torch_alltoall, got 'ring'"),
     ("x,24,2048,16,1004,50257,2,2,2,8,4,p2p,32",
      "runs.csv:2: impossible run: context_parallel_size 4 needs seq_length 1004 divisible by 2 x "
      "context_parallel_size = 8 (causal load balancing)"),

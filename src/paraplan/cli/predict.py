@@ -23,7 +23,8 @@ use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce_in_bf16, DDP_impl
 (local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a),
+use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a|torch_allgather|torch_alltoall;
+the last two PyTorch's context parallelism as torchtitan runs it; docs/execution-model.md),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
 moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type

@@ -35,8 +35,8 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "flex")
-CPCommType = Literal["p2p", "all_gather", "a2a"]
-CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a")
+CPCommType = Literal["p2p", "all_gather", "a2a", "torch_allgather", "torch_alltoall"]
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "torch_allgather", "torch_alltoall")
 DDPImpl = Literal["local", "torch"]
 DDP_IMPLS: tuple[str, ...] = ("local", "torch")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
@@ -98,7 +98,10 @@ class RunSettings:
     values of the whole sequence all-gathered before attention (Llama 3's CP), their
     gradients reduce-scattered after; `a2a`: Ulysses, an
     all-to-all of Q, K, V before attention (heads split over the c ranks, whole
-    sequences) and of its output after."""
+    sequences) and of its output after; `torch_allgather` / `torch_alltoall`: PyTorch's
+    `context_parallel` (torchtitan's CP) with rotate method allgather / alltoall: c
+    flash-attention calls per pass merged in fp32, the key/value gradients passed
+    around the ring in fp32 (`paraplan.predict.cp_ops`)."""
     global_batch_size: int = 1
     """B: sequences per iteration over all replicas."""
     micro_batch_size: int = 1

@@ -35,12 +35,29 @@ attention of its s / c balanced queries against them (1 / c of the causal work),
 the backward gathers them again (they are not kept) and reduce-scatters their
 gradients. The collectives block the attention.
 
+`torch_allgather` / `torch_alltoall` (PyTorch's `context_parallel`, what torchtitan
+runs, with its `--experimental.context_parallel_rotate_method` allgather / alltoall;
+`torch.distributed.tensor.experimental._attention`): the sequence is cut into 2c
+chunks, rank i holding chunks i and 2c-1-i (`_RoundRobinLoadBalancer`, on by default),
+and each rank makes c flash-attention calls per pass: its own block causally, then
+for each other rank's block either its queries against the block's first half or its
+second half of queries against the whole block, non-causal; each call does
+4 b a d (s / c)^2 / 2 FLOPs (the ring's). The forward merges each call's output into
+an fp32 result (logsumexp rescaling, `_SDPAMerger`); the backward runs c flash
+backward calls, accumulates dQ, dK, dV in fp32, and passes the key/value gradients
+(fp32) to the ring neighbour after each call (all-to-all `permute_tensor`, whatever
+the rotate method): c transfers, each beside the next call, the last awaited. The
+keys and values travel by one all-gather issued before the first call (`allgather`)
+or c - 1 neighbour transfers each beside a call (`alltoall`), again in the backward.
+The keys and values are those the SDPA call receives: torchtitan repeats them to all a
+query heads first (`torch_cp_shape`), so a heads travel, not g.
+
 Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from paraplan.predict.work import NOT_HIDDEN
@@ -154,9 +171,102 @@ def _ulysses(w: PassSink, x: AttentionShape, backward: bool) -> None:
     w.comm("all_to_all", after, -1, CP_GROUP)
 
 
+TORCH_ROTATE_METHODS: dict[str, str] = {"torch_allgather": "allgather", "torch_alltoall": "alltoall"}
+"""PyTorch's context parallelism by its key/value rotation (`set_rotate_method`)."""
+
+
+def torch_cp_kernel_shapes(cp: int, rank: int) -> list[tuple[float, float, bool]]:
+    """(query, key) lengths in units of s / c and causality of the c attention calls
+    rank r makes per pass under PyTorch's context parallelism with its default load
+    balancing (`_templated_ring_attention`): its own block causally, then the block of
+    rank r - i for i = 1 .. c - 1, non-causally: all its queries against the block's
+    first half when i <= r, its second half of queries against the whole block when
+    i > r. Every call covers (s / c)^2 / 2 (query, key) pairs, so every rank does the
+    same work; the last rank's calls all have rows of s / 2c keys, the shortest, so it
+    is the slowest (`torch_cp_slowest_rank`)."""
+    return [(1.0, 1.0, True)] + [(1.0, 0.5, False) if i <= rank else (0.5, 1.0, False) for i in range(1, cp)]
+
+
+def torch_cp_slowest_rank(cp: int) -> int:
+    """The rank that sets the step: c - 1 (`torch_cp_kernel_shapes`)."""
+    return cp - 1
+
+
+def torch_cp_call_flops(shape: AttentionShape) -> float:
+    """Forward FLOPs of each of the c calls: 4 b a d (s / c)^2 / 2 (the causal
+    diagonal block, or s / c queries against s / 2c keys), equal to a balanced ring step."""
+    return ring_step_flops(shape)
+
+
+def torch_cp_merge_bytes(shape: AttentionShape) -> float:
+    """One forward merge of a partial output into the fp32 result (`_SDPAMerger`,
+    `convert_to_f32`): the partial output read, the fp32 accumulator read and written."""
+    return (shape.e + 2 * FP32_BYTES) * shape.local_tokens * shape.heads * shape.d
+
+
+def torch_cp_grad_bytes(shape: AttentionShape) -> float:
+    """One backward step's fp32 gradient accumulation (`_templated_ring_attention_backward`):
+    dQ's partial added into its fp32 sum, the key/value gradients' partials added into
+    the fp32 block received from the neighbour and copied into the flat buffer sent on."""
+    dq = (shape.e + 2 * FP32_BYTES) * shape.local_tokens * shape.heads * shape.d
+    dkv = (shape.e + 4 * FP32_BYTES) * 2 * shape.local_tokens * shape.groups * shape.d
+    return dq + dkv
+
+
+def torch_cp_grad_kv_bytes(shape: AttentionShape) -> float:
+    """Bytes of one backward transfer of the accumulated key/value gradients, kept in
+    fp32: 2 (s / c) b g d x 4 (g = a in torchtitan, `torch_cp_shape`)."""
+    return 2.0 * shape.local_tokens * shape.groups * shape.d * FP32_BYTES
+
+
+def torch_cp_shape(shape: AttentionShape) -> AttentionShape:
+    """The attention PyTorch's context parallelism sees in torchtitan: keys and values
+    repeated to every query head before the SDPA call (`repeat_kv`, torchtitan 9dec370
+    `torchtitan/models/llama/model.py`, `Attention.forward`), so a heads of keys and
+    values travel and are accumulated, not g."""
+    return replace(shape, groups=shape.heads)
+
+
+def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool) -> None:
+    """PyTorch's context-parallel attention on its slowest rank (module doc): the calls
+    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation, and
+    before each but the last the copy of the keys and values into the flat buffer sent
+    on (`torch.cat` of both, made whatever the rotate method)."""
+    x = torch_cp_shape(shape)
+    tokens = x.local_tokens
+    factor = FLASH_BACKWARD_FLOPS if backward else 1.0
+    per_pass = 4 if backward else 2  # Q, O (and dO, dQ); K, V (and dK, dV)
+    kernels: list[int] = []
+    for q, k, causal in torch_cp_kernel_shapes(x.cp, torch_cp_slowest_rank(x.cp)):
+        if len(kernels) < x.cp - 1:  # keys and values copied into one flat buffer to send on
+            w.memory(2 * ring_step_kv_bytes(x))
+        nbytes = x.e * per_pass * tokens * (q * x.heads + k * x.groups) * x.d
+        # a non-causal row of k keys does the work of a causal row of 2k (`ops.kernel_seq_length`)
+        seq = q * x.s / x.cp if causal else 2.0 * k * x.s / x.cp
+        kernels.append(w.attention(torch_cp_call_flops(x) * factor, nbytes, seq, backward))
+        if backward:
+            w.memory(torch_cp_grad_bytes(x))
+        else:  # the first output converted to fp32, each later one merged into it
+            w.memory(torch_cp_merge_bytes(x) if len(kernels) > 1 else (x.e + FP32_BYTES) * tokens * x.heads * x.d)
+    if rotate == "allgather":  # one all-gather, issued before the first call and awaited after it
+        w.comm("all_gather", all_gather_kv_bytes(x), kernels[0], CP_GROUP)
+    else:  # block i + 1 travels to the ring neighbour while call i runs
+        for kernel in kernels[:-1]:
+            w.comm("send_recv", ring_step_kv_bytes(x), kernel, CP_RING)
+    if backward:  # the gradients of block i travel on during call i + 1; the last one is awaited
+        for kernel in [*kernels[1:], NOT_HIDDEN]:
+            w.comm("send_recv", torch_cp_grad_kv_bytes(x), kernel, CP_RING)
+        # the fp32 dQ, dK, dV zeroed before the calls and cast back to 16 bits after them
+        w.memory((2 * FP32_BYTES + x.e) * tokens * (x.heads + 2 * x.groups) * x.d)
+    else:
+        w.memory((FP32_BYTES + x.e) * tokens * x.heads * x.d)  # the fp32 result cast back
+
+
 def cp_attention_forward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> None:
     """The forward attention core under context parallelism (module doc)."""
-    if cp_comm_type == "a2a":
+    if cp_comm_type in TORCH_ROTATE_METHODS:
+        _torch_ring(w, x, TORCH_ROTATE_METHODS[cp_comm_type], backward=False)
+    elif cp_comm_type == "a2a":
         _ulysses(w, x, backward=False)
     elif cp_comm_type == "all_gather":
         _all_gather(w, x, backward=False)
@@ -166,7 +276,9 @@ def cp_attention_forward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> N
 
 def cp_attention_backward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> None:
     """The backward attention core under context parallelism (module doc)."""
-    if cp_comm_type == "a2a":
+    if cp_comm_type in TORCH_ROTATE_METHODS:
+        _torch_ring(w, x, TORCH_ROTATE_METHODS[cp_comm_type], backward=True)
+    elif cp_comm_type == "a2a":
         _ulysses(w, x, backward=True)
     elif cp_comm_type == "all_gather":
         _all_gather(w, x, backward=True)

@@ -1,0 +1,151 @@
+"""PyTorch's context parallelism (`cp_comm_type torch_allgather` / `torch_alltoall`, what
+torchtitan runs) against the closed forms of `torch.distributed.tensor.experimental.
+_attention`: c flash calls per pass of (s / c)^2 / 2 pairs each, fp32 merges, one K/V
+all-gather or c - 1 neighbour transfers, c fp32 key/value-gradient transfers."""
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_context_parallel import LONG
+
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.cp_ops import (
+    CP_GROUP,
+    CP_RING,
+    AttentionShape,
+    cp_attention_backward,
+    cp_attention_forward,
+    torch_cp_kernel_shapes,
+    torch_cp_slowest_rank,
+)
+from paraplan.predict.ops import ATTENTION, MEMORY, layer_work
+from paraplan.predict.runtable import read_run_table
+from paraplan.predict.work import NOT_HIDDEN, _Builder
+
+ROOT = Path(__file__).resolve().parents[2]
+# Llama 3.1 8B's attention at torchtitan's CP 8 row: 262,144 tokens, 32 heads, 8 key/value groups
+B, S, HEADS, GROUPS, D, E = 1, 262144.0, 32.0, 8.0, 128.0, 2
+CAUSAL_FWD_FLOPS = 4.0 * B * HEADS * S * S * D / 2
+KV_HEADS = HEADS  # torchtitan repeats keys and values to every query head before SDPA (`repeat_kv`)
+
+
+def shape(cp: int) -> AttentionShape:
+    return AttentionShape(B, S, HEADS, GROUPS, D, E, cp)
+
+
+def run(cp: int, comm_type: str, backward: bool):
+    w = _Builder(gemm_bytes=2)
+    (cp_attention_backward if backward else cp_attention_forward)(w, shape(cp), comm_type)
+    return w.build()
+
+
+def calls(work):
+    k = work.kernels
+    return k.flops[k.kind == ATTENTION], k.m[k.kind == ATTENTION]
+
+
+def comms(work):
+    return [(c.collective, c.nbytes, c.hidden_by, c.group) for c in work.collectives]
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_every_rank_makes_c_calls_of_half_a_block_square_of_pairs(cp):
+    for rank in range(cp):
+        shapes = torch_cp_kernel_shapes(cp, rank)
+        pairs = [q * k / 2 if causal else q * k for q, k, causal in shapes]
+        assert len(shapes) == cp and pairs == [0.5] * cp  # load balanced: (s / c)^2 / 2 per call
+        assert shapes[0] == (1.0, 1.0, True)
+        assert shapes[1:] == [(1.0, 0.5, False)] * rank + [(0.5, 1.0, False)] * (cp - 1 - rank)
+    # the last rank's rows are the shortest (s / 2c keys each): it sets the step
+    assert torch_cp_slowest_rank(cp) == cp - 1
+
+
+@pytest.mark.parametrize("comm_type", ["torch_allgather", "torch_alltoall"])
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_forward_and_backward_run_c_calls_that_sum_to_one_cth_of_causal_attention(cp, comm_type):
+    local = S / cp
+    for backward, factor in ((False, 1.0), (True, 2.5)):
+        flops, seq = calls(run(cp, comm_type, backward))
+        assert np.allclose(flops, factor * CAUSAL_FWD_FLOPS / cp**2) and len(flops) == cp
+        assert flops.sum() == pytest.approx(factor * CAUSAL_FWD_FLOPS / cp)
+        # the causal call over s / c tokens, then rows of s / 2c keys: priced as causal rows of s / c
+        assert seq.tolist() == [local] * cp
+
+
+def test_forward_memory_passes_convert_merge_and_cast_the_output_in_fp32():
+    cp = 8
+    out = B * (S / cp) * HEADS * D  # output elements on the rank
+    k = run(cp, "torch_allgather", False).kernels
+    flat = 2 * 2 * (S / cp) * B * KV_HEADS * D * E  # keys and values read and written into the flat send buffer
+    merges = [(E + 4) * out] + [(E + 8) * out] * (cp - 1)
+    assert k.bytes[k.kind == MEMORY].tolist() == [x for m in merges[:-1] for x in (flat, m)] + merges[-1:] + \
+        [(4 + E) * out]
+
+
+def test_backward_memory_passes_accumulate_gradients_in_fp32():
+    cp = 4
+    local = B * S / cp
+    step = (E + 8) * local * HEADS * D + (E + 16) * 2 * local * KV_HEADS * D
+    k = run(cp, "torch_allgather", True).kernels
+    flat = 2 * 2 * local * KV_HEADS * D * E
+    assert k.bytes[k.kind == MEMORY].tolist() == [pytest.approx(x) for x in [flat, step] * (cp - 1)] + \
+        [pytest.approx(step), pytest.approx((8 + E) * local * (HEADS + 2 * KV_HEADS) * D)]
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+def test_allgather_gathers_keys_and_values_once_beside_the_first_call(cp):
+    gathered = 2 * B * S * KV_HEADS * D * E
+    grads = 2 * (S / cp) * B * KV_HEADS * D * 4  # fp32 key/value gradients of the rank's block
+    fwd, bwd = run(cp, "torch_allgather", False), run(cp, "torch_allgather", True)
+    first_fwd, first_bwd = (int(np.flatnonzero(w.kernels.kind == ATTENTION)[0]) for w in (fwd, bwd))
+    assert comms(fwd) == [("all_gather", gathered, first_fwd, CP_GROUP)]
+    bwd_calls = [int(i) for i in np.flatnonzero(bwd.kernels.kind == ATTENTION)]
+    # backward: gathered again; gradients of call i travel beside call i + 1, the last one awaited
+    assert comms(bwd) == [("all_gather", gathered, first_bwd, CP_GROUP)] + \
+        [("send_recv", grads, i, CP_RING) for i in [*bwd_calls[1:], NOT_HIDDEN]]
+
+
+def test_alltoall_passes_blocks_to_the_neighbour_beside_each_call_but_the_last():
+    cp = 4
+    block = 2 * (S / cp) * B * KV_HEADS * D * E
+    grads = 2 * (S / cp) * B * KV_HEADS * D * 4
+    fwd, bwd = run(cp, "torch_alltoall", False), run(cp, "torch_alltoall", True)
+    fwd_calls = [int(i) for i in np.flatnonzero(fwd.kernels.kind == ATTENTION)]
+    bwd_calls = [int(i) for i in np.flatnonzero(bwd.kernels.kind == ATTENTION)]
+    assert comms(fwd) == [("send_recv", block, i, CP_RING) for i in fwd_calls[:-1]]
+    assert comms(bwd) == [("send_recv", block, i, CP_RING) for i in bwd_calls[:-1]] + \
+        [("send_recv", grads, i, CP_RING) for i in [*bwd_calls[1:], NOT_HIDDEN]]
+
+
+def test_same_flops_as_the_megatron_ring_more_kernels_than_the_all_gather():
+    s = RunSettings(tensor_model_parallel_size=2, context_parallel_size=4, micro_batch_size=1, global_batch_size=1)
+    works = {t: layer_work(LONG, replace(s, cp_comm_type=t)) for t in ("p2p", "all_gather", "torch_allgather")}
+    flops = {t: calls(w.forward)[0] for t, w in works.items()}
+    assert flops["torch_allgather"].sum() == pytest.approx(flops["p2p"].sum())
+    assert flops["torch_allgather"].sum() == pytest.approx(flops["all_gather"].sum())
+    assert (len(flops["torch_allgather"]), len(flops["all_gather"])) == (4, 1)
+
+
+def test_run_table_reads_torch_cp(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                    "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size,"
+                    "context_parallel_size,cp_comm_type,num_gpus\nx,24,2048,16,32768,50257,1,1,2,2,4,torch_alltoall,8\n")
+    (row,) = read_run_table(path)[1]
+    assert (row.settings.context_parallel_size, row.settings.cp_comm_type) == (4, "torch_alltoall")
+
+
+def test_torchtitan_cp_rows_run_pytorchs_context_parallel():
+    with (ROOT / "benchmarks/data/torchtitan_llama31_h100.csv").open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if int(r["context_parallel_size"]) > 1]
+    assert len(rows) == 6 and {r["cp_comm_type"] for r in rows} == {"torch_allgather"}
+
+
+def test_keys_and_values_travel_with_every_query_head_as_torchtitan_repeats_them():
+    cp = 8
+    torch_gather = comms(run(cp, "torch_allgather", False))[0]
+    megatron_gather = comms(run(cp, "all_gather", False))[0]
+    assert torch_gather[1] == megatron_gather[1] * HEADS / GROUPS == 2 * B * S * HEADS * D * E
