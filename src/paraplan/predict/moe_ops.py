@@ -15,8 +15,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
 - the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
 - token permutation: each token copied to its k experts' order (memory-bound);
 - with EP > 1, each rank's token count per expert all-gathered over the EP group (the
-  all-to-all's split sizes; int64; the host's wait for them before the dispatch is
-  not priced, docs/moe.md);
+  all-to-all's split sizes; int64); the preprocessing's small kernels, the copies of the
+  counts to the host and the host's wait for them (`paraplan.predict.moe_host`);
 - dispatch all-to-all over the EP group: T k h bytes-per-element per rank, scaled by
   the busiest rank's share over the mean (all ranks wait for it): `moe_load_imbalance`
   with EP > 1, capped by `moe_expert_capacity_factor` (dropped tokens), or the
@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
+from paraplan.predict.moe_host import dispatch_preprocess
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -198,11 +199,12 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
     return marks
 
 
-def _alltoall_dispatch(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+def _alltoall_dispatch(w: _Builder, settings: RunSettings, x: _Shape, m: MoeShape, hide: int) -> None:
     """The alltoall dispatcher from the routed tokens to the experts' input (module doc)."""
     T, k = m.routed_tokens, m.topk
     if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
         w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
+    dispatch_preprocess(w, settings, T, m.experts)  # counts, their copies to the host, its wait
     w.memory((1 + k) * x.e * T * x.h)  # permute
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide, "ep")
@@ -251,7 +253,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
         _deepep(w, m, DEEPEP_DISPATCH, hide[0])
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
-        _alltoall_dispatch(w, x, m, hide[0])
+        _alltoall_dispatch(w, settings, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_in, batch)
@@ -407,7 +409,7 @@ def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, forward
     experts_bwd, attention_bwd = backward_spans
     fwd = [*fwd_others, beside(combine_bwd, attention_fwd), beside(dispatch_bwd, experts_fwd)]
     bwd = [*bwd_others, beside(dispatch, experts_bwd), beside(combine, attention_bwd)]
-    return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
+    return replace(forward, collectives=tuple(fwd)), replace(backward, collectives=tuple(bwd))
 
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:

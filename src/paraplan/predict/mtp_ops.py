@@ -51,7 +51,7 @@ def concat(*works: PassWork) -> PassWork:
         collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else NOT_HIDDEN)
                         for c in p.collectives]
         offset += len(p.kernels)
-    return PassWork(kernels, tuple(collectives))
+    return PassWork(kernels, tuple(collectives), sum(p.host_syncs for p in works))
 
 
 def _mtp_inputs(model: TransformerModel, settings: RunSettings) -> tuple[PassWork, PassWork, float]:

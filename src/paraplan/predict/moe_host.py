@@ -1,0 +1,100 @@
+"""What the host does in the alltoall token dispatcher's preprocessing, before the
+tokens move: the small kernels that count tokens per expert and rank, the copies of
+those counts to the host, and the host's wait for them.
+
+Source: Megatron-Core `megatron/core/transformer/moe/token_dispatcher.py`,
+`MoEAlltoAllTokenDispatcher` (`preprocess`, `dispatch_preprocess`, `token_dispatch`,
+`_maybe_dtoh_and_synchronize`) at commit 0d8e0714cd29c01e164fe6de9f532182bdffa942
+(core_r0.15.0 line, the Megatron-LM submodule of Megatron-Bridge v0.2.0, the 25.11
+container). Its `tp_size` is the expert-tensor-parallel size (`pg_collection.expt_tp`).
+
+Per MoE layer forward and micro-batch, with the dispatcher's inputs not padded to
+capacity (`moe_pad_expert_input_to_capacity` false; padding makes every count a
+host-side constant: no kernel, no copy, no wait):
+
+- kernels: `routing_map.sum(dim=0).long()` (a reduction and a cast); with a capacity
+  factor (dropped tokens) `num_local_tokens_per_expert.sum()` (the output size); with
+  EP > 1 or ETP > 1 the split sizes: `input_splits` (a sum), the local experts' slice
+  of the gathered counts made contiguous (a copy), `num_global_tokens_per_rank` (a sum),
+  `output_splits_tp` (a sum) and `num_tokens_per_local_expert` (a sum); the gather of
+  the counts itself is the all-gather `moe_ops` prices;
+- device-to-host copies at the `cuda_dtoh_point` (before permutation 1), one
+  `non_blocking` copy each, on a side stream that first waits for the compute stream:
+  the tokens per local expert, and with EP > 1 or ETP > 1 `input_splits`,
+  `output_splits`, `output_splits_tp`; with a capacity factor the output size;
+- one host synchronisation (`d2h_event.synchronize()`) at the `cuda_sync_point`: before
+  permutation 1 with a capacity factor (the output buffer's size), else before the EP
+  all-to-all with EP > 1 or ETP > 1 (its split sizes), else before the experts (their
+  `tokens_per_expert`). The host waits there until the compute stream has run
+  everything issued before the copies, so the device's queue is empty when the host
+  issues the next kernel.
+
+paraplan prices the fused permutation (`moe_permute_fusion`, every Megatron-Bridge MoE
+recipe): `sort_chunks_by_idxs` reads the counts on the device, no further copy (unfused,
+the counts per local expert are copied too and split on the host). The backward issues none of these: its
+all-to-alls and grouped GEMMs reuse the split sizes already on the host.
+
+Pricing, as for every other kernel: each kernel and copy is one row of its pass (one
+framework call, one `host_kernel_s` of host time, one `kernel_latency_s` of device
+time, its bytes at the memory bandwidth); each synchronisation costs the device one
+calibrated `host_kernel_s`, the time the host takes to issue the first kernel after it,
+as `pipeline_p2p.sync_s` prices `batch_p2p_sync` (`PassCost.device_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.work import _Builder
+
+COUNT_BYTES = 8  # a token count (int64)
+ROUTING_MAP_BYTES = 1  # the routing map's entries (bool)
+
+
+@dataclass(frozen=True)
+class DispatchHostWork:
+    """The dispatcher preprocessing's host-visible work per MoE layer forward (module doc)."""
+
+    kernels: int  # count reductions, casts and copies on the device
+    copies: int  # device-to-host copies of counts
+    syncs: int  # host waits for the device
+    sync_point: str  # Megatron-Core's `cuda_sync_point`
+
+    @property
+    def launches(self) -> int:
+        """Framework calls that launch device work (each a row of the pass)."""
+        return self.kernels + self.copies
+
+
+def dispatch_host_work(settings: RunSettings) -> DispatchHostWork:
+    """What `MoEAlltoAllTokenDispatcher.preprocess` and `_maybe_dtoh_and_synchronize`
+    issue per forward (module doc; the sync point's priority order is the source's:
+    before_permutation_1 < before_ep_alltoall < before_permutation_2 < before_finish)."""
+    if settings.moe_pad_expert_input_to_capacity:
+        return DispatchHostWork(0, 0, 0, "no_sync")
+    capacity = bool(settings.moe_expert_capacity_factor)
+    split = settings.expert_model_parallel_size > 1 or settings.expert_tensor_parallel > 1
+    kernels = 2 + (1 if capacity else 0) + (5 if split else 0)
+    copies = 1 + (3 if split else 0) + (1 if capacity else 0)
+    if capacity:
+        point = "before_permutation_1"
+    elif split:
+        point = "before_ep_alltoall"
+    else:
+        point = "before_finish"
+    return DispatchHostWork(kernels, copies, 1, point)
+
+
+def dispatch_preprocess(w: _Builder, settings: RunSettings, routed_tokens: float, experts: int) -> DispatchHostWork:
+    """Append the preprocessing's kernels and copies to the pass being built and count
+    its host synchronisation; the kernels read the (T x E) routing map or the counts."""
+    work = dispatch_host_work(settings)
+    if work.kernels:
+        w.memory(routed_tokens * experts * ROUTING_MAP_BYTES + 2 * experts * COUNT_BYTES)  # the reduction
+        for _ in range(work.kernels - 1):  # the cast and the split sizes: a few counts each
+            w.memory(2 * experts * COUNT_BYTES)
+    for _ in range(work.copies):
+        w.memory(experts * COUNT_BYTES)
+    w.host_syncs += work.syncs
+    return work
