@@ -10,7 +10,7 @@ from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.models import PRESETS
-from paraplan.predict.moe_host import DispatchHostWork, dispatch_host_work
+from paraplan.predict.moe_host import DispatchHostWork, chunk_sort_map, dispatch_host_work, permute_row_map
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import concat
 from paraplan.predict.pass_cost import PassCost
@@ -89,3 +89,18 @@ def test_passes_run_one_after_another_add_their_waits():
     a, b = _Builder(2), _Builder(2)
     a.host_syncs, b.host_syncs = 1, 2
     assert concat(a.build(), b.build()).host_syncs == 3
+
+
+def test_fused_permutation_launches_its_row_maps_in_the_forward_only():
+    T, E = 4096, 128
+    w = _Builder(2)
+    permute_row_map(w, T, E)
+    chunk_sort_map(w, 2048.0)
+    # three passes over the bool routing map and the T x (2E + 1) int32 row map; one int32 per token
+    assert list(w.build().kernels.bytes) == [T * (E + 4 * (2 * E + 1))] * 3 + [4 * 2048.0]
+    many = moe_layer_work(QWEN, settings())  # 16 local experts: both sort_chunks run
+    one = moe_layer_work(QWEN, settings(expert_model_parallel_size=128, data_parallel_size=128,
+                                        global_batch_size=128))  # 1 local expert: neither
+    # forward: a map and a sort per sort_chunks; backward: the sort alone (the map is reused)
+    assert len(many.forward.kernels) - len(one.forward.kernels) == 4
+    assert len(many.backward.kernels) - len(one.backward.kernels) == 2

@@ -29,7 +29,13 @@ host-side constant: no kernel, no copy, no wait):
   everything issued before the copies, so the device's queue is empty when the host
   issues the next kernel.
 
-paraplan prices the fused permutation (`moe_permute_fusion`, every Megatron-Bridge MoE
+The fused permutation (Transformer Engine `pytorch/permutation.py` and
+`pytorch/triton/permutation.py` at v2.9, the 25.11 container's) launches its Triton
+kernels from Python, one framework call each: permutation 1's forward builds a row map
+in three passes (`make_row_id_map`) before the permute kernel, and each
+`sort_chunks_by_idxs` forward builds its map (`make_chunk_sort_map`) before the sort
+kernel; their backward kernels reuse the maps (one launch each, as the forward's data
+movement). paraplan prices the fused permutation (`moe_permute_fusion`, every Megatron-Bridge MoE
 recipe): `sort_chunks_by_idxs` reads the counts on the device, no further copy (unfused,
 the counts per local expert are copied too and split on the host). The backward issues none of these: its
 all-to-alls and grouped GEMMs reuse the split sizes already on the host.
@@ -50,6 +56,8 @@ from paraplan.predict.work import _Builder
 
 COUNT_BYTES = 8  # a token count (int64)
 ROUTING_MAP_BYTES = 1  # the routing map's entries (bool)
+ROW_MAP_BYTES = 4  # a row map's entries (int32)
+ROW_ID_MAP_PASSES = 3  # `make_row_id_map`'s Triton kernels
 
 
 @dataclass(frozen=True)
@@ -98,3 +106,16 @@ def dispatch_preprocess(w: _Builder, settings: RunSettings, routed_tokens: float
         w.memory(experts * COUNT_BYTES)
     w.host_syncs += work.syncs
     return work
+
+
+def permute_row_map(w: _Builder, routed_tokens: float, experts: int) -> None:
+    """Permutation 1's row map, three Triton passes before the permute kernel (module
+    doc): each reads the (T x E) routing map or the map and writes its part of the
+    T x (2 E + 1) int32 row map (priced as one full write per pass, a few microseconds)."""
+    for _ in range(ROW_ID_MAP_PASSES):
+        w.memory(routed_tokens * (experts * ROUTING_MAP_BYTES + (2 * experts + 1) * ROW_MAP_BYTES))
+
+
+def chunk_sort_map(w: _Builder, tokens: float) -> None:
+    """A `sort_chunks_by_idxs` forward's row map: one int32 per received token (module doc)."""
+    w.memory(tokens * ROW_MAP_BYTES)

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
-from paraplan.predict.moe_host import dispatch_preprocess
+from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -153,11 +153,13 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         router_groups=model.router_groups)
 
 
-def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
+def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:
     """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
     (with more than one local expert): read and write every dispatched token (and its
-    fp32 probability)."""
+    fp32 probability); the forward first builds its row map (`moe_host.chunk_sort_map`)."""
     if m.local_experts > 1:
+        if forward:
+            chunk_sort_map(w, m.expert_tokens)
         w.memory(2 * m.expert_tokens * (x.e * x.h + FP32_BYTES))
 
 
@@ -205,18 +207,19 @@ def _alltoall_dispatch(w: _Builder, settings: RunSettings, x: _Shape, m: MoeShap
     if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
         w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
     dispatch_preprocess(w, settings, T, m.experts)  # counts, their copies to the host, its wait
+    permute_row_map(w, T, m.experts)
     w.memory((1 + k) * x.e * T * x.h)  # permute
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide, "ep")
         w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
     if m.gathered:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
-    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
+    _sort_chunks(w, x, m, forward=True)  # permutation 2: received tokens in local-expert order
 
 
 def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
     """The alltoall dispatcher from the experts' output back to the routed tokens."""
-    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
+    _sort_chunks(w, x, m, forward=True)  # unpermutation 2: back in source-rank order
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
