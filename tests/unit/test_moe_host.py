@@ -49,46 +49,62 @@ def test_expert_tensor_parallel_alone_needs_the_split_sizes():
 
 def test_a_layer_forward_waits_once_and_its_backward_never():
     work = moe_layer_work(QWEN, settings())
-    assert (work.forward.host_syncs, work.backward.host_syncs, work.recompute.host_syncs) == (1, 0, 0)
+    assert [len(p.host_syncs) for p in (work.forward, work.backward, work.recompute)] == [1, 0, 0]
     padded = moe_layer_work(QWEN, settings(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True))
     # the 7 kernels and 4 copies are rows of the forward; the backward is unchanged
     assert len(work.forward.kernels) - len(padded.forward.kernels) == 11
     assert len(work.backward.kernels) == len(padded.backward.kernels)
-    assert padded.forward.host_syncs == 0
+    assert padded.forward.host_syncs == ()
+
+
+@pytest.mark.parametrize(("kw", "queued"), [
+    ({}, 4),  # before the EP all-to-all: permutation 1's three row-map passes and the permute
+    ({"moe_expert_capacity_factor": 1.0}, 0),  # before permutation 1: nothing issued since the copies
+    # before the experts (EP 1): permutation 1 (4) and sort_chunks' map and sort (128 local experts)
+    ({"expert_model_parallel_size": 1}, 6),
+])
+def test_the_wait_ends_with_the_kernels_issued_since_the_copies_still_queued(kw, queued):
+    (first, end), = moe_layer_work(QWEN, settings(**kw)).forward.host_syncs
+    assert end - first == queued
 
 
 def test_recomputation_and_a2a_overlap_keep_the_wait():
-    assert moe_layer_work(QWEN, settings(recompute_granularity="full")).recompute.host_syncs == 1
+    assert len(moe_layer_work(QWEN, settings(recompute_granularity="full")).recompute.host_syncs) == 1
     moe = settings(recompute_granularity="selective", recompute_modules=("moe",))
-    assert moe_layer_work(QWEN, moe).recompute.host_syncs == 1
+    assert len(moe_layer_work(QWEN, moe).recompute.host_syncs) == 1
     act = settings(recompute_granularity="selective", recompute_modules=("moe_act",))
-    assert moe_layer_work(QWEN, act).recompute.host_syncs == 0
+    assert moe_layer_work(QWEN, act).recompute.host_syncs == ()
     overlapped = moe_layer_work(QWEN, settings(overlap_moe_expert_parallel_comm=True))
-    assert overlapped.forward.host_syncs == 1
+    assert len(overlapped.forward.host_syncs) == 1
 
 
 def test_flex_dispatcher_issues_no_preprocessing_wait():
     s = settings(moe_token_dispatcher_type="flex", expert_model_parallel_size=16, data_parallel_size=16,
                  global_batch_size=16)
-    assert moe_layer_work(QWEN, s).forward.host_syncs == 0
+    assert moe_layer_work(QWEN, s).forward.host_syncs == ()
 
 
-def test_a_wait_costs_the_device_one_host_kernel_issue():
+def test_a_wait_idles_the_device_for_one_host_issue_less_what_is_still_queued():
     w = _Builder(2)
-    w.memory(1e6)
-    w.host_syncs = 2
-    work = w.build()
+    for _ in range(3):
+        w.memory(1e6)
+    w.host_syncs += [(0, 0), (1, 3)]  # a drained queue; two kernels queued
+    cost = PassCost.of(w.build(), comm=None, group=Group(1, 1))  # no collectives: the model is not asked
     eff = DeviceEfficiency(host_kernel_s=50e-6)
-    cost = PassCost.of(work, comm=None, group=Group(1, 1))  # no collectives: the model is not asked
-    kernel_s = np.array([1e-3])
-    assert cost.device_s(kernel_s, eff) == pytest.approx(1e-3 + 2 * 50e-6)
-    assert cost.host_s(eff) == pytest.approx(50e-6)  # one row issued; the waits are device idle time
+    kernel_s = np.array([1e-3, 10e-6, 15e-6])
+    assert cost.sync_idle_s(kernel_s, eff) == pytest.approx(50e-6 + 25e-6)
+    assert cost.device_s(kernel_s, eff) == pytest.approx(kernel_s.sum() + 75e-6)
+    assert cost.host_s(eff) == pytest.approx(3 * 50e-6)  # the waits are device idle time, not host issue
+    assert cost.sync_idle_s(np.array([1e-3, 40e-6, 15e-6]), eff) == pytest.approx(50e-6)  # queue outlasts it
 
 
-def test_passes_run_one_after_another_add_their_waits():
+def test_passes_run_one_after_another_keep_their_waits_at_their_kernels():
     a, b = _Builder(2), _Builder(2)
-    a.host_syncs, b.host_syncs = 1, 2
-    assert concat(a.build(), b.build()).host_syncs == 3
+    a.memory(1.0)
+    a.memory(1.0)
+    a.host_syncs.append((1, 2))
+    b.host_syncs.append((0, 0))
+    assert concat(a.build(), b.build()).host_syncs == ((1, 2), (2, 2))
 
 
 def test_fused_permutation_launches_its_row_maps_in_the_forward_only():

@@ -26,8 +26,9 @@ host-side constant: no kernel, no copy, no wait):
   permutation 1 with a capacity factor (the output buffer's size), else before the EP
   all-to-all with EP > 1 or ETP > 1 (its split sizes), else before the experts (their
   `tokens_per_expert`). The host waits there until the compute stream has run
-  everything issued before the copies, so the device's queue is empty when the host
-  issues the next kernel.
+  everything issued before the copies; what it issued between the copies and the wait
+  (permutation 1 before the all-to-all; also the ETP gather and `sort_chunks` before the
+  experts) is still queued on the device when the wait ends.
 
 The fused permutation (Transformer Engine `pytorch/permutation.py` and
 `pytorch/triton/permutation.py` at v2.9, the 25.11 container's) launches its Triton
@@ -44,7 +45,8 @@ Pricing, as for every other kernel: each kernel and copy is one row of its pass 
 framework call, one `host_kernel_s` of host time, one `kernel_latency_s` of device
 time, its bytes at the memory bandwidth); each synchronisation costs the device one
 calibrated `host_kernel_s`, the time the host takes to issue the first kernel after it,
-as `pipeline_p2p.sync_s` prices `batch_p2p_sync` (`PassCost.device_s`).
+as `pipeline_p2p.sync_s` prices `batch_p2p_sync`, less the device time of the kernels
+still queued (`PassCost.sync_idle_s`): the device idles only if its queue runs dry first.
 """
 
 from __future__ import annotations
@@ -94,9 +96,24 @@ def dispatch_host_work(settings: RunSettings) -> DispatchHostWork:
     return DispatchHostWork(kernels, copies, 1, point)
 
 
-def dispatch_preprocess(w: _Builder, settings: RunSettings, routed_tokens: float, experts: int) -> DispatchHostWork:
-    """Append the preprocessing's kernels and copies to the pass being built and count
-    its host synchronisation; the kernels read the (T x E) routing map or the counts."""
+@dataclass(frozen=True)
+class CountsOnHost:
+    """Where a pass being built copied the counts to the host, and where it waits for them."""
+
+    work: DispatchHostWork
+    copied_at: int  # the pass's kernel count at the copies (Megatron-Core's `cuda_dtoh_point`)
+
+    def wait(self, w: _Builder, point: str) -> None:
+        """The host's wait, if `point` is the dispatcher's `cuda_sync_point`: the kernels
+        issued since the copies are still queued on the device when it ends."""
+        if self.work.syncs and point == self.work.sync_point:
+            w.host_syncs.append((self.copied_at, len(w.rows)))
+
+
+def dispatch_preprocess(w: _Builder, settings: RunSettings, routed_tokens: float, experts: int) -> CountsOnHost:
+    """Append the preprocessing's kernels and copies to the pass being built (the
+    kernels read the (T x E) routing map or the counts); the caller marks the wait at
+    its point (`CountsOnHost.wait`)."""
     work = dispatch_host_work(settings)
     if work.kernels:
         w.memory(routed_tokens * experts * ROUTING_MAP_BYTES + 2 * experts * COUNT_BYTES)  # the reduction
@@ -104,8 +121,7 @@ def dispatch_preprocess(w: _Builder, settings: RunSettings, routed_tokens: float
             w.memory(2 * experts * COUNT_BYTES)
     for _ in range(work.copies):
         w.memory(experts * COUNT_BYTES)
-    w.host_syncs += work.syncs
-    return work
+    return CountsOnHost(work, len(w.rows))
 
 
 def permute_row_map(w: _Builder, routed_tokens: float, experts: int) -> None:

@@ -206,15 +206,18 @@ def _alltoall_dispatch(w: _Builder, settings: RunSettings, x: _Shape, m: MoeShap
     T, k = m.routed_tokens, m.topk
     if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
         w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
-    dispatch_preprocess(w, settings, T, m.experts)  # counts, their copies to the host, its wait
+    counts = dispatch_preprocess(w, settings, T, m.experts)  # counts per expert, copied to the host
+    counts.wait(w, "before_permutation_1")  # the host waits for them at one of three points
     permute_row_map(w, T, m.experts)
     w.memory((1 + k) * x.e * T * x.h)  # permute
+    counts.wait(w, "before_ep_alltoall")
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide, "ep")
         w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
     if m.gathered:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
     _sort_chunks(w, x, m, forward=True)  # permutation 2: received tokens in local-expert order
+    counts.wait(w, "before_finish")
 
 
 def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:

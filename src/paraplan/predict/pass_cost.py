@@ -34,7 +34,7 @@ class PassCost:
     other_blocking_s: tuple[tuple[str, float], ...] = ()  # per part but tp (cp, ep): its share of blocking_comm_s
     hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
     hidden_span: np.ndarray | None = None  # per overlapped collective: kernels beside it (None: one each)
-    host_syncs: int = 0  # host waits for the device inside the pass (`PassWork.host_syncs`)
+    host_syncs: tuple[tuple[int, int], ...] = ()  # host waits for the device (`PassWork.host_syncs`)
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
@@ -95,10 +95,15 @@ class PassCost:
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
         """Device time of the pass on one rank, given its kernels' times: kernels plus
-        what its collectives add (`comm_s`), plus one `host_kernel_s` per host
-        synchronisation: the device idles while the host issues the first kernel after
-        it (`paraplan.predict.moe_host`, priced as `pipeline_p2p.sync_s`)."""
-        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff) + self.host_syncs * eff.host_kernel_s
+        what its collectives add (`comm_s`) and its host waits (`sync_idle_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff) + self.sync_idle_s(kernel_s, eff)
+
+    def sync_idle_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """What the pass's host waits add to its device time: after each, the device idles
+        while the host issues its next kernel, one `host_kernel_s` (as `pipeline_p2p.sync_s`
+        prices `batch_p2p_sync`), less the device time of the kernels still queued when the
+        wait ends (`paraplan.predict.moe_host`)."""
+        return sum(max(eff.host_kernel_s - float(kernel_s[first:end].sum()), 0.0) for first, end in self.host_syncs)
 
     def host_s(self, eff: DeviceEfficiency) -> float:
         """Host time to issue the pass."""
