@@ -15,8 +15,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
 - the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
 - token permutation: each token copied to its k experts' order (memory-bound);
 - with EP > 1, each rank's token count per expert all-gathered over the EP group (the
-  all-to-all's split sizes; int64; the host's wait for them before the dispatch is
-  not priced, docs/moe.md);
+  all-to-all's split sizes; int64); the preprocessing's small kernels, the copies of the
+  counts to the host and the host's wait for them (`paraplan.predict.moe_host`);
 - dispatch all-to-all over the EP group: T k h bytes-per-element per rank, scaled by
   the busiest rank's share over the mean (all ranks wait for it): `moe_load_imbalance`
   with EP > 1, capped by `moe_expert_capacity_factor` (dropped tokens), or the
@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
+from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -152,11 +153,13 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         router_groups=model.router_groups)
 
 
-def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape) -> None:
+def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:
     """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
     (with more than one local expert): read and write every dispatched token (and its
-    fp32 probability)."""
+    fp32 probability); the forward first builds its row map (`moe_host.chunk_sort_map`)."""
     if m.local_experts > 1:
+        if forward:
+            chunk_sort_map(w, m.expert_tokens)
         w.memory(2 * m.expert_tokens * (x.e * x.h + FP32_BYTES))
 
 
@@ -198,23 +201,28 @@ def _moe_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x:
     return marks
 
 
-def _alltoall_dispatch(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
+def _alltoall_dispatch(w: _Builder, settings: RunSettings, x: _Shape, m: MoeShape, hide: int) -> None:
     """The alltoall dispatcher from the routed tokens to the experts' input (module doc)."""
     T, k = m.routed_tokens, m.topk
     if m.ep > 1:  # every rank's token count per expert, gathered for the all-to-all splits
         w.comm("all_gather", m.ep * m.experts * COUNT_BYTES, group="ep")
+    counts = dispatch_preprocess(w, settings, T, m.experts)  # counts per expert, copied to the host
+    counts.wait(w, "before_permutation_1")  # the host waits for them at one of three points
+    permute_row_map(w, T, m.experts)
     w.memory((1 + k) * x.e * T * x.h)  # permute
+    counts.wait(w, "before_ep_alltoall")
     if m.ep > 1:
         w.comm("all_to_all", m.a2a_bytes, hide, "ep")
         w.comm("all_to_all", m.probs_a2a_bytes, group="ep")  # the routing probabilities
     if m.gathered:
         w.comm("all_gather", m.etp * m.a2a_bytes, group="etp")
-    _sort_chunks(w, x, m)  # permutation 2: received tokens in local-expert order
+    _sort_chunks(w, x, m, forward=True)  # permutation 2: received tokens in local-expert order
+    counts.wait(w, "before_finish")
 
 
 def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
     """The alltoall dispatcher from the experts' output back to the routed tokens."""
-    _sort_chunks(w, x, m)  # unpermutation 2: back in source-rank order
+    _sort_chunks(w, x, m, forward=True)  # unpermutation 2: back in source-rank order
     if m.gathered:
         w.comm("reduce_scatter", m.etp * m.a2a_bytes, group="etp")
     if m.ep > 1:
@@ -251,7 +259,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
         _deepep(w, m, DEEPEP_DISPATCH, hide[0])
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
-        _alltoall_dispatch(w, x, m, hide[0])
+        _alltoall_dispatch(w, settings, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_in, batch)
@@ -407,7 +415,7 @@ def a2a_overlap(forward: PassWork, backward: PassWork, a2a_bytes: float, forward
     experts_bwd, attention_bwd = backward_spans
     fwd = [*fwd_others, beside(combine_bwd, attention_fwd), beside(dispatch_bwd, experts_fwd)]
     bwd = [*bwd_others, beside(dispatch, experts_bwd), beside(combine, attention_bwd)]
-    return PassWork(forward.kernels, tuple(fwd)), PassWork(backward.kernels, tuple(bwd))
+    return replace(forward, collectives=tuple(fwd)), replace(backward, collectives=tuple(bwd))
 
 
 def moe_layer_work(model: TransformerModel, settings: RunSettings) -> LayerWork:

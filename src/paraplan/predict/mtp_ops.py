@@ -46,12 +46,14 @@ def concat(*works: PassWork) -> PassWork:
     kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
                       cols[7].astype(bool))
     collectives: list[Collective] = []
+    syncs: list[tuple[int, int]] = []
     offset = 0
     for p in works:
         collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else NOT_HIDDEN)
                         for c in p.collectives]
+        syncs += [(first + offset, end + offset) for first, end in p.host_syncs]
         offset += len(p.kernels)
-    return PassWork(kernels, tuple(collectives))
+    return PassWork(kernels, tuple(collectives), tuple(syncs))
 
 
 def _mtp_inputs(model: TransformerModel, settings: RunSettings) -> tuple[PassWork, PassWork, float]:

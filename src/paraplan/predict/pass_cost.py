@@ -34,6 +34,7 @@ class PassCost:
     other_blocking_s: tuple[tuple[str, float], ...] = ()  # per part but tp (cp, ep): its share of blocking_comm_s
     hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
     hidden_span: np.ndarray | None = None  # per overlapped collective: kernels beside it (None: one each)
+    host_syncs: tuple[tuple[int, int], ...] = ()  # host waits for the device (`PassWork.host_syncs`)
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
@@ -61,7 +62,8 @@ class PassCost:
         return PassCost(work.kernels, blocking, np.array(hidden_s, dtype=float),
                         np.array(hidden_by, dtype=np.int64), len(work.collectives), tuple(other.items()),
                         np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None,
-                        np.array(hidden_span, dtype=np.int64) if any(n != 1 for n in hidden_span) else None)
+                        np.array(hidden_span, dtype=np.int64) if any(n != 1 for n in hidden_span) else None,
+                        work.host_syncs)
 
     def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
@@ -93,8 +95,15 @@ class PassCost:
 
     def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
         """Device time of the pass on one rank, given its kernels' times: kernels plus
-        what its collectives add (`comm_s`)."""
-        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff)
+        what its collectives add (`comm_s`) and its host waits (`sync_idle_s`)."""
+        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff) + self.sync_idle_s(kernel_s, eff)
+
+    def sync_idle_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
+        """What the pass's host waits add to its device time: after each, the device idles
+        while the host issues its next kernel, one `host_kernel_s` (as `pipeline_p2p.sync_s`
+        prices `batch_p2p_sync`), less the device time of the kernels still queued when the
+        wait ends (`paraplan.predict.moe_host`)."""
+        return sum(max(eff.host_kernel_s - float(kernel_s[first:end].sum()), 0.0) for first, end in self.host_syncs)
 
     def host_s(self, eff: DeviceEfficiency) -> float:
         """Host time to issue the pass."""

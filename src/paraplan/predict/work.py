@@ -79,6 +79,9 @@ class PassWork:
 
     kernels: Kernels
     collectives: tuple[Collective, ...] = ()
+    host_syncs: tuple[tuple[int, int], ...] = ()
+    """Each time the host waits for the device inside the pass (`paraplan.predict.moe_host`):
+    the kernels [first, end) still queued on the device when the wait ends."""
 
 
 @dataclass
@@ -89,6 +92,7 @@ class _Builder:
     accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
     rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
+    host_syncs: list[tuple[int, int]] = field(default_factory=list)
 
     def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False,
              high_precision: bool = False) -> int:
@@ -123,7 +127,7 @@ class _Builder:
         cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
         kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
                           cols[7].astype(bool))
-        return PassWork(kernels, tuple(self.collectives))
+        return PassWork(kernels, tuple(self.collectives), tuple(self.host_syncs))
 
 
 @dataclass(frozen=True)
