@@ -32,6 +32,11 @@ backward as a gather runs beside a forward, pair(s + a, g_b) per layer (a: the
 backward's gather, if any), and the chunk's last layer's (and root unit's)
 reduce-scatter has nothing to hide behind.
 
+With `use_torch_fsdp2` (PyTorch FSDP2 as torchtitan runs it) each gather also copies the
+fp32 shard in and the gathered weights out, each unit's gradients are copied into the fp32
+reduce-scatter input, the root unit stays gathered from its forward to its backward and is
+reduce-scattered after it, and torchtitan keeps the last block (`paraplan.predict.fsdp2_passes`).
+
 A mixture-of-experts layer's routed experts are sharded over the expert-data-parallel
 group (the ranks that hold the same experts): their gather, reduce-scatter and
 sharded state use that group; its other weights the sharding group.
