@@ -67,10 +67,10 @@ CrossEntropyImpl = Literal["megatron", "torch"]
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("megatron", "torch")
 """Which code computes the loss (`paraplan.predict.loss_ops`): Megatron-Core's
 `vocab_parallel_cross_entropy`, or PyTorch's `F.cross_entropy` on fp32 logits (torchtitan)."""
-# -- u3-fsdp2: FSDP2's own passes and torch.optim's foreach step (paraplan.predict.fsdp_ops)
+# -- u3-fsdp2: torch.optim's foreach step (paraplan.predict.fsdp2_passes)
 OptimizerImpl = Literal["fused", "foreach"]
 OPTIMIZER_IMPLS: tuple[str, ...] = ("fused", "foreach")
-"""The optimizer step's code (`paraplan.predict.fsdp_ops.optimizer_step_bytes`): one fused
+"""The optimizer step's code (`paraplan.predict.fsdp2_passes.optimizer_step_bytes`): one fused
 Adam kernel (Megatron-LM's), or torch.optim.AdamW's multi-tensor path (torchtitan)."""
 # -- end u3-fsdp2
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
