@@ -48,6 +48,7 @@ from paraplan.core import ParaplanError
 from paraplan.inputs import NumberRule
 from paraplan.predict.calibration import EFFICIENCY_RULES
 from paraplan.predict.models import PRESETS, load_model
+from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
 from paraplan.predict.runtable import COUNT_RULE, REQUIRED, SECONDS_RULE
 from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
 from paraplan.profile.pipedream import read_pipedream
@@ -212,6 +213,7 @@ _PREDICTED_RULES = {
     "predicted_tflops_per_gpu": NumberRule("TFLOP/s", 0, 1e6),
     "predicted_mfu": NumberRule("a fraction", 0, 2),  # 6 x params x tokens counts an untied input embedding
     "predicted_peak_memory_bytes": NumberRule("bytes", 0, 1e30),
+    **{part: NumberRule("bytes", 0, 1e30) for part in PEAK_MEMORY_COLUMNS[1:]},
     "bubble_fraction": NumberRule("a fraction", 0, 1, ),
 }
 
@@ -229,6 +231,10 @@ def _run_predict(runs: Path, folder: Path, calibration: Path | None = None) -> l
                              "predicted_tflops_per_gpu")
     for column, rule in _PREDICTED_RULES.items():
         problems += _out_of_range(frame[column].to_numpy(float), rule, column)
+    parts = frame[list(PEAK_MEMORY_COLUMNS[1:])].to_numpy(float).sum(axis=1)
+    peak = frame["predicted_peak_memory_bytes"].to_numpy(float)
+    problems += [f"memory parts add up to {a:.0f}, not predicted_peak_memory_bytes {b:.0f}"
+                 for a, b in zip(parts, peak, strict=True) if not np.isclose(a, b, rtol=1e-12, atol=2)]
     return problems
 
 

@@ -38,7 +38,10 @@ def test_predict_writes_the_table_back_with_predictions(tmp_path):
     for row in (a, b):
         assert float(row["predicted_iteration_s"]) > 0 and row["fits_memory"] == "true"
         assert 0 < float(row["predicted_mfu"]) < 1 and row["calibration"].startswith("a100-vtrain@")
-        assert float(row["predicted_peak_memory_bytes"]) >= float(row["predicted_weight_state_bytes"])
+        parts = ("predicted_peak_model_state_bytes", "predicted_peak_working_bytes",
+                 "predicted_peak_gradient_accumulator_bytes", "predicted_peak_activation_bytes")
+        assert sum(int(row[c]) for c in parts) == int(row["predicted_peak_memory_bytes"])
+        assert row["peak_memory_rank"] in ("0", "1")
     # full recomputation counts the recomputed forward: more model FLOPs per second than MFU says
     assert float(a["predicted_tflops_per_gpu"]) * 1e12 / 312e12 > float(a["predicted_mfu"])
 

@@ -93,16 +93,17 @@ def test_lazy_gradients_join_the_activations_after_the_first_backward():
     """1F1B, 2 stages, 4 micro-batches of activation a, gradients G allocated by the
     first backward: stage 0 holds 2a at its first backward, then a + G after it and
     2a + G at the next forward; stage 1 (warmup 0) a, then G, then a + G. All-forward-
-    first (GPipe) holds 4a before any gradient, then 3a + G."""
+    first (GPipe) holds 4a before any gradient, then 3a + G. (Activations, gradients)
+    held at the peak of their sum."""
     from paraplan.sim.execution import _peak_with_lazy_gradients
     from paraplan.sim.schedules import BWD, cached_orders
     a, g = 1.0, 10.0
     orders = cached_orders("1f1b", 2, 4, 1, 1)
     peaks = [_peak_with_lazy_gradients(o, np.array([a]), np.array([g]), BWD) for o in orders]
-    assert peaks == [2 * a + g, a + g]
+    assert peaks == [(2 * a, g), (a, g)]
     gpipe = cached_orders("gpipe", 2, 4, 1, 1)
-    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([g]), BWD) == 3 * a + g
-    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([0.5]), BWD) == 4 * a
+    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([g]), BWD) == (3 * a, g)
+    assert _peak_with_lazy_gradients(gpipe[0], np.array([a]), np.array([0.5]), BWD) == (4 * a, 0.0)
 
 
 def test_zero3_under_pipelines_keeping_the_weights_gathers_each_stage_once_per_iteration():

@@ -45,8 +45,11 @@ fastest that fits.
 
 The output is the input plus num_parameters and active_parameters (per token: all
 but the routed experts a token is not sent to), predicted_iteration_s, predicted_tflops_per_gpu,
-predicted_mfu, predicted_peak_memory_bytes, predicted_weight_state_bytes,
-predicted_activation_bytes, bubble_fraction, fits_memory, chosen (the settings the
+predicted_mfu, predicted_peak_memory_bytes (the largest over pipeline ranks), peak_memory_rank
+(the pipeline rank it is on), what that rank holds then, adding up to it:
+predicted_peak_model_state_bytes, predicted_peak_working_bytes,
+predicted_peak_gradient_accumulator_bytes, predicted_peak_activation_bytes
+(docs/stages/predict.md), bubble_fraction, fits_memory, chosen (the settings the
 predictor chose), calibration (the calibration it used) and plausibility (empty, or
 why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
 published full training step; such runs are also named in a warning). With a
@@ -119,10 +122,11 @@ def output_columns(header: list[str], searched: set[str], explain: bool = False)
     some row's prediction may fill in, `searched_settings`), the predictions, then
     with `explain` the time breakdown."""
     from paraplan.predict.explain import EXPLAIN_COLUMNS
+    from paraplan.predict.peak_memory import RETIRED_COLUMNS
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PREDICTED
 
-    columns = [c for c in header if c not in PREDICTED]
+    columns = [c for c in header if c not in PREDICTED and c not in RETIRED_COLUMNS]
     for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
         if extra not in columns and extra in searched:
             columns.append(extra)
@@ -148,8 +152,7 @@ def output_cells(columns: list[str], row, pred, calibration_label: str, flag: st
         "predicted_tflops_per_gpu": _format(pred.tflops_per_gpu),
         "predicted_mfu": _format(pred.mfu),
         "predicted_peak_memory_bytes": f"{pred.peak_memory_bytes:.0f}",
-        "predicted_weight_state_bytes": f"{pred.weight_state_bytes:.0f}",
-        "predicted_activation_bytes": f"{pred.activation_bytes:.0f}",
+        **pred.peak_memory.cells(),
         "bubble_fraction": _format(pred.bubble_fraction),
         "fits_memory": "true" if pred.fits_memory else "false",
         "chosen": ";".join(f"{c}={getattr(pred.settings, c)}" for c in pred.chosen),

@@ -10,8 +10,8 @@ Metrics:
   (`TransformerModel.model_flops_per_iteration`: with the recomputed forward when
   recomputation is full) / iteration time / GPUs;
 - `mfu`: 6 x parameters x tokens / iteration time / GPUs / the dtype's dense peak;
-- memory: the largest peak over pipeline ranks; weights + gradients + optimizer
-  state and the activation peak of the first pipeline stage;
+- memory: the largest peak over pipeline ranks, the rank it is on and what that rank
+  holds at that moment, in parts that add up to it (`peak_memory.PeakMemory`);
 - plausibility (`plausibility`): an MFU above the device's GEMM ceiling (the
   calibration's `gemm_efficiency`: the largest GEMMs' share of the peak) or above
   `MAX_PUBLISHED_MFU` for a full training step is outside anything measured.
@@ -29,6 +29,7 @@ from paraplan.core.run_settings import RunSettings, interleaved_uneven_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+from paraplan.predict.peak_memory import PeakMemory
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
 
@@ -44,9 +45,8 @@ class RunPrediction:
     iteration_s: float
     tflops_per_gpu: float
     mfu: float
-    peak_memory_bytes: float
-    weight_state_bytes: float  # first pipeline stage
-    activation_bytes: float  # first pipeline stage, peak
+    peak_memory_bytes: float  # the largest over pipeline ranks
+    peak_memory: PeakMemory  # that rank and its parts at its peak
     bubble_fraction: float
     fits_memory: bool
     memory_capacity_bytes: float
@@ -105,8 +105,7 @@ def summarize(model: TransformerModel, settings: RunSettings, result: IterationR
         tflops_per_gpu=flops / seconds / gpus / 1e12,
         mfu=mfu_flops / seconds / gpus / peak,
         peak_memory_bytes=memory,
-        weight_state_bytes=float(result.peak_memory_bytes[0] - result.activation_peak_bytes[0]),
-        activation_bytes=float(result.activation_peak_bytes[0]),
+        peak_memory=PeakMemory.of(result),
         bubble_fraction=result.bubble_fraction,
         fits_memory=memory <= capacity,
         memory_capacity_bytes=capacity,

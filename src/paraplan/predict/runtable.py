@@ -73,6 +73,7 @@ from paraplan.core.sharding import (
 from paraplan.core.transformer import NORMALIZATIONS, POSITION_EMBEDDINGS, TransformerModel
 from paraplan.core.transformer_blocks import SOFTMAX_TYPES
 from paraplan.inputs import NumberRule, csv_records, iter_text_lines, shown
+from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS, RETIRED_COLUMNS
 from paraplan.predict.runtable_model import EXTENSION_COLUMNS, ModelCache, row_model
 
 REQUIRED: tuple[str, ...] = (
@@ -109,11 +110,11 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
     "predicted_iteration_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
-    "predicted_weight_state_bytes", "predicted_activation_bytes", "bubble_fraction", "fits_memory", "chosen",
-    "calibration", "plausibility",
+    *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "chosen", "calibration", "plausibility",
 )
 OTHER: tuple[str, ...] = ("name", "model", "num_gpus", "measured_iteration_s")
-KNOWN: tuple[str, ...] = (*OTHER[:2], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[2:], *PREDICTED)
+KNOWN: tuple[str, ...] = (*OTHER[:2], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[2:], *PREDICTED,
+                          *RETIRED_COLUMNS)
 MAX_FIELD_CHARS = 256
 MAX_ROWS = 1_000_000
 

@@ -121,6 +121,17 @@ class ExecutionModel:
 
 
 @dataclass(frozen=True, eq=False)
+class MemoryAtPeak:
+    """Per pipeline rank, what its memory holds at the moment of its peak; the four
+    parts add up to `IterationResult.peak_memory_bytes`."""
+
+    state_bytes: np.ndarray  # weights (with held copies), gradients, optimizer state: `RankMemory.weight_state_bytes`
+    working_bytes: np.ndarray  # the transient working set: `RankMemory.working_bytes`
+    gradient_accumulator_bytes: np.ndarray  # of `RankMemory.lazy_gradient_bytes_per_chunk`, those allocated by then
+    activation_bytes: np.ndarray  # held then: the activation peak, or less where the accumulators move the peak
+
+
+@dataclass(frozen=True, eq=False)
 class IterationResult:
     """The answer for one iteration."""
 
@@ -131,6 +142,7 @@ class IterationResult:
     inflight_microbatches: np.ndarray  # per pipeline rank: peak micro-batches held (chunks counted apart)
     exposed_sync_s: np.ndarray  # per pipeline rank: reduction time past the compute
     timeline: Timeline | None  # None when not asked for
+    memory_at_peak: MemoryAtPeak  # per pipeline rank: the parts of peak_memory_bytes
 
 
 def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[float, int]:
@@ -151,10 +163,10 @@ def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[np.n
 
 
 def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes: np.ndarray,
-                              free_kind: int) -> float:
-    """Peak of the activations plus the gradients each chunk allocates at its first
-    weight-gradient op (the backward; ZB-H1's W) and holds to the end: after that op,
-    which frees its own micro-batch's activations."""
+                              free_kind: int) -> tuple[float, float]:
+    """Activations and gradients held at the peak of their sum, the gradients being
+    those each chunk allocates at its first weight-gradient op (the backward; ZB-H1's W)
+    and holds to the end: after that op, which frees its own micro-batch's activations."""
     held, _ = _held(order, chunk_bytes, free_kind)
     is_grad = order.kind == free_kind
     first = np.zeros(len(order), dtype=bool)
@@ -163,7 +175,8 @@ def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_byte
     first[index] = True
     first &= is_grad
     grads = np.cumsum(np.where(first, grad_bytes[order.chunk], 0.0))
-    return float((held + grads).max())
+    at = int(np.argmax(held + grads))
+    return float(held[at]), float(grads[at])
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
@@ -275,7 +288,7 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     exposed = timing.tail.sync_end_s - timing.tail.compute_end_s
     events = _iteration_timeline(model, sched, timing, memory.peak_bytes) if timeline else None
     return IterationResult(timing.iteration_s, timing.bubble_fraction, memory.peak_bytes, memory.activation_bytes,
-                           memory.inflight_microbatches, exposed, events)
+                           memory.inflight_microbatches, exposed, events, memory.at_peak)
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,11 +337,13 @@ def _iteration_timing(model: ExecutionModel, sched: Schedule) -> _Timing:
 
 @dataclass(frozen=True, eq=False)
 class _MemoryPeaks:
-    """Per pipeline rank: the activation peak, the micro-batches it holds, the total peak."""
+    """Per pipeline rank: the activation peak, the micro-batches it holds, the total peak
+    and its parts."""
 
     activation_bytes: np.ndarray
     inflight_microbatches: np.ndarray
     peak_bytes: np.ndarray
+    at_peak: MemoryAtPeak
 
 
 def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
@@ -340,16 +355,18 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     act_peak = np.zeros(p)
     inflight = np.zeros(p, dtype=np.int64)
     peak = np.zeros(p)
+    state, working, grads, acts = np.zeros(p), np.zeros(p), np.zeros(p), np.zeros(p)
     for s in range(p):
         mem = model.memory[s]
         chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
         act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind)
-        held = act_peak[s]
+        acts[s] = act_peak[s]
         if mem.lazy_gradient_bytes_per_chunk is not None and len(orders[s]):
-            held = _peak_with_lazy_gradients(orders[s], chunk_bytes,
-                                             np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind)
-        peak[s] = mem.weight_state_bytes + held + mem.working_bytes
-    return _MemoryPeaks(act_peak, inflight, peak)
+            acts[s], grads[s] = _peak_with_lazy_gradients(
+                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind)
+        state[s], working[s] = mem.weight_state_bytes, mem.working_bytes
+        peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
+    return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
 
 
 def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing, peak: np.ndarray) -> Timeline:
