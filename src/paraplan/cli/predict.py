@@ -36,7 +36,9 @@ enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp (torchti
 data_parallel_replicate_degree, num_distributed_optimizer_instances,
 fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strategy
 (no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), sharded_grad_reduce
-(default|every_microbatch|last_microbatch; docs/fsdp.md), num_gpus,
+(default|every_microbatch|last_microbatch; docs/fsdp.md), use_torch_fsdp2 (FSDP2's own copies, with
+zero_stage 3), optimizer_impl (fused|foreach: torch.optim's foreach AdamW, with use_torch_fsdp2;
+docs/fsdp.md), num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.

@@ -67,6 +67,12 @@ CrossEntropyImpl = Literal["megatron", "torch"]
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = ("megatron", "torch")
 """Which code computes the loss (`paraplan.predict.loss_ops`): Megatron-Core's
 `vocab_parallel_cross_entropy`, or PyTorch's `F.cross_entropy` on fp32 logits (torchtitan)."""
+# -- u3-fsdp2: torch.optim's foreach step (paraplan.predict.fsdp2_passes)
+OptimizerImpl = Literal["fused", "foreach"]
+OPTIMIZER_IMPLS: tuple[str, ...] = ("fused", "foreach")
+"""The optimizer step's code (`paraplan.predict.fsdp2_passes.optimizer_step_bytes`): one fused
+Adam kernel (Megatron-LM's), or torch.optim.AdamW's multi-tensor path (torchtitan)."""
+# -- end u3-fsdp2
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 
@@ -143,6 +149,17 @@ class RunSettings:
     fsdp_reshard_after_forward: ReshardAfterForward = "default"
     """torchtitan's: with zero_stage 3, free gathered weights after the forward
     (`always`), keep them to the backward (`never`); `default`: never with pipelines."""
+    use_torch_fsdp2: bool = False
+    """Megatron-LM's `--use-torch-fsdp2` (torchtitan, NeMo AutoModel): with zero_stage 3,
+    PyTorch FSDP2's per-parameter sharding as it runs (`paraplan.predict.fsdp_ops`): fp32
+    sharded weights cast into each gather, the gathered weights copied out and the
+    gradients copied into each reduce-scatter on the compute stream, the root unit
+    (embedding, final norm, head) kept from its forward to its backward and
+    reduce-scattered after the backward; False: ZeRO-3 without these copies."""
+    optimizer_impl: OptimizerImpl = "fused"
+    """`fused` (default): Megatron-LM's fused Adam, one kernel per step; `foreach`:
+    torch.optim.AdamW(foreach=True) on FSDP2's fp32 shards after torch's
+    `clip_grad_norm_` (torchtitan's default, `optimizer.fused = false`; needs use_torch_fsdp2)."""
     sharded_grad_reduce: GradReduce = "default"
     """With zero_stage 2 or 3: reduce-scatter the gradients after every micro-batch
     (`every_microbatch`, Megatron-FSDP) or once after the last (`last_microbatch`,
@@ -400,6 +417,7 @@ class RunSettings:
         checks.check_attention_backend(self)
         checks.check_elementwise_kernels(self, model)
         checks.check_cross_entropy(self)
+        checks.check_torch_fsdp2(self)  # u3-fsdp2
         if self.schedule and self.schedule not in PIPELINE_SCHEDULES:
             raise StrategyError(f"schedule '{self.schedule}' is not one of {', '.join(PIPELINE_SCHEDULES)}")
         t, p, v = (self.tensor_model_parallel_size, self.pipeline_model_parallel_size,

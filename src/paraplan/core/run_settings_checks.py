@@ -16,6 +16,7 @@ from paraplan.core.run_settings import (
     FLASH_ATTENTION_VERSIONS,
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
+    OPTIMIZER_IMPLS,
     RECOMPUTE_MODULES,
     UNFUSED_ATTENTION_BACKENDS,
 )
@@ -275,3 +276,20 @@ def check_cross_entropy(settings: RunSettings) -> None:
     if impl == "torch" and p > 1:
         raise StrategyError(f"cross_entropy_impl torch with pipeline_model_parallel_size {p}: expected 1 "
                             "(torchtitan's pipelined loss is not modelled)")
+
+
+# -- u3-fsdp2
+def check_torch_fsdp2(settings: RunSettings) -> None:
+    """`use_torch_fsdp2` names how a zero_stage 3 run shards (FSDP2); `optimizer_impl
+    foreach` is priced on FSDP2's fp32 shards only (no separate 16-bit weight copy to
+    write), so it needs FSDP2."""
+    if settings.use_torch_fsdp2 and settings.zero_stage != 3:
+        raise StrategyError(f"use_torch_fsdp2 needs zero_stage 3 (FSDP2 shards weights, gradients and optimizer "
+                            f"state), got zero_stage {settings.zero_stage}")
+    impl = settings.optimizer_impl
+    if impl not in OPTIMIZER_IMPLS:
+        raise StrategyError(f"optimizer_impl '{impl}' is not one of {', '.join(OPTIMIZER_IMPLS)}")
+    if impl == "foreach" and not settings.use_torch_fsdp2:
+        raise StrategyError("optimizer_impl foreach is priced on FSDP2's fp32 sharded weights: it needs "
+                            "use_torch_fsdp2 true")
+# -- end u3-fsdp2

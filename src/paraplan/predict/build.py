@@ -75,6 +75,7 @@ from paraplan.predict.device_model import (
 )
 from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
+from paraplan.predict.fsdp2_passes import optimizer_kernels, optimizer_step_bytes
 from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, shard_groups
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.loss_ops import loss_transient_bytes
@@ -340,6 +341,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
     after_comm = after_comm + np.array([torchao_fp8.precompute_s(comm, sharding.shard, settings, int(n), linears)
                                         for n in params.chunk_layers.sum(axis=0)])
+    if fsdp is not None and fsdp.fsdp2 is not None:  # FSDP2: the root units' reduce-scatters after the backward
+        after_comm = after_comm + fsdp.fsdp2.after_backward_comm_s
     stage_moe = params.chunk_moe.sum(axis=0)
     fp8_copies = stage_weight_copy_bytes(
         work.layer.forward, work.moe_layer.forward if work.moe_layer is not None else None, work.head.forward,
@@ -380,8 +383,9 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     dev = times.device_s
     moe_dev = ((dev[Pass.MOE_LAYER_FWD], dev[Pass.MOE_LAYER_RECOMPUTE] + dev[Pass.MOE_LAYER_BWD])
                if layers.moe is not None else (0.0, 0.0))
+    fsdp = st.fsdp.priced(st.speed, eff) if st.fsdp is not None else None  # FSDP2: its copy-ins (`fsdp_ops`)
     layer_fwd, layer_bwd, moe_fwd, moe_bwd = layer_device_s(  # ZeRO-3: beside the gathers
-        st.fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev,
+        fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev,
         eff.comm_overlap_contention)
     fwd = layers.dense * layer_fwd
     bwd = layers.dense * layer_bwd
@@ -393,10 +397,11 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     if layers.moe is not None:
         fwd += layers.moe * moe_fwd
         bwd += layers.moe * moe_bwd
-    if st.fsdp is not None:
-        exposed_fwd, exposed_bwd = st.fsdp.exposed_s(layers.dense, st.moe_counts)
-        fwd += exposed_fwd
-        bwd += exposed_bwd
+    if fsdp is not None:
+        exposed_fwd, exposed_bwd = fsdp.exposed_s(layers.dense, st.moe_counts)
+        copies_fwd, copies_bwd = fsdp.fsdp2_stage_s(layers.dense, st.moe_counts, st.speed, eff)  # FSDP2's passes
+        fwd += exposed_fwd + copies_fwd
+        bwd += exposed_bwd + copies_bwd
     fwd[0] += dev[Pass.EMBEDDING_FWD]
     bwd[0] += dev[Pass.EMBEDDING_BWD]
     fwd[-1] += dev[Pass.HEAD_FWD]
@@ -451,8 +456,16 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
 def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
     """Per pipeline stage, after the gradient reduction: its communication and the
     optimizer step (memory-bound)."""
-    opt_bytes = st.optimizer_params() * st.precision.optimizer_step_bytes
-    return st.after_sync_comm_s + np.array([memory_time_s(b, st.speed, eff, OPTIMIZER_KERNELS) for b in opt_bytes])
+    params = st.optimizer_params()
+    opt_bytes = params * optimizer_step_bytes(st.settings, st.precision.optimizer_step_bytes)  # foreach: fsdp2_passes
+    step = np.array([memory_time_s(b, st.speed, eff, optimizer_kernels(st.settings, n, OPTIMIZER_KERNELS))
+                     for b, n in zip(opt_bytes, params, strict=True)])
+    if st.fsdp is not None and st.fsdp.fsdp2 is not None:  # FSDP2's passes after the backward
+        layers = StageLayers.of(st)
+        p = st.settings.pipeline_model_parallel_size
+        per_stage = (layers.dense.reshape(-1, p).sum(axis=0), st.moe_counts.reshape(-1, p).sum(axis=0))
+        step = step + st.fsdp.fsdp2.after_step_s(per_stage, st.speed, eff)
+    return st.after_sync_comm_s + step
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:

@@ -80,7 +80,7 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
 
     layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
     moe_fwd, moe_bwd = (parts[7].copy(), parts[8] + parts[9]) if len(parts) > 7 else (np.zeros(_DEVICE),) * 2
-    fsdp = structure.fsdp
+    fsdp = structure.fsdp.priced(structure.speed, eff) if structure.fsdp is not None else None  # FSDP2 copy-ins
     if fsdp is not None:  # ZeRO-3: what the gathers beside each layer add (`fsdp_ops`)
         layers = (layer_fwd, layer_bwd, moe_fwd, moe_bwd)
         sums = [float(part.sum()) for part in layers]
@@ -95,8 +95,11 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
         bwd += moe * moe_bwd
     if fsdp is not None:  # the first gathers of each chunk, which no compute hides
         exposed_fwd, exposed_bwd = fsdp.exposed_s(counts[:, 0], structure.moe_counts)
+        copies_fwd, copies_bwd = fsdp.fsdp2_stage_s(counts[:, 0], structure.moe_counts, structure.speed, eff)
         fwd[:, _DP] += exposed_fwd
         bwd[:, _DP] += exposed_bwd
+        fwd[:, 2] += copies_fwd  # FSDP2's copies: memory-bound kernels
+        bwd[:, 2] += copies_bwd
     if structure.attention_mix is not None:  # windowed layers' attention cores, unlike layer 0's
         factor = eff.layer_time_factors.factor(structure.layer_key)
         added_fwd, added_bwd = structure.attention_mix.added_s(structure.speed, eff)

@@ -32,6 +32,11 @@ backward as a gather runs beside a forward, pair(s + a, g_b) per layer (a: the
 backward's gather, if any), and the chunk's last layer's (and root unit's)
 reduce-scatter has nothing to hide behind.
 
+With `use_torch_fsdp2` (PyTorch FSDP2 as torchtitan runs it) each gather also copies the
+fp32 shard in and the gathered weights out, each unit's gradients are copied into the fp32
+reduce-scatter input, the root unit stays gathered from its forward to its backward and is
+reduce-scattered after it, and torchtitan keeps the last block (`paraplan.predict.fsdp2_passes`).
+
 A mixture-of-experts layer's routed experts are sharded over the expert-data-parallel
 group (the ranks that hold the same experts): their gather, reduce-scatter and
 sharded state use that group; its other weights the sharding group.
@@ -39,7 +44,7 @@ sharded state use that group; its other weights the sharding group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,6 +58,8 @@ from paraplan.core.sharding import (
     sharding_group_size,
 )
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+from paraplan.predict.fsdp2_passes import Fsdp2Passes, copy_in_bytes_per_element, grad_bytes_per_element
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,28 @@ class FsdpCosts:
     root_scatter_s: np.ndarray | None = None  # every micro-batch: per virtual stage, the root unit's
     gathers: bool = True  # ZeRO-3: weights sharded and gathered (False: ZeRO-2)
     layer_weight_bytes: float = 0.0  # bytes of a gathered layer parameter, 0: the weights' (torchao float8: 1)
+    fsdp2: Fsdp2Passes | None = None  # use_torch_fsdp2: FSDP2's own passes (`fsdp2_passes`)
+
+    # -- u3-fsdp2
+    def priced(self, speed: DeviceSpeed, eff: DeviceEfficiency) -> FsdpCosts:
+        """With FSDP2's passes, each gather as it runs beside compute: its copy-in on the
+        copy-in stream, then its all-gather (`fsdp2_passes`); as is without."""
+        if self.fsdp2 is None or not self.gathers:
+            return self
+        dense, moe, root = self.fsdp2.copy_in_s(speed, eff)
+        return replace(self, layer_gather_s=self.layer_gather_s + (dense if self.layer_gather_s else 0.0),
+                       moe_layer_gather_s=self.moe_layer_gather_s + (moe if self.moe_layer_gather_s else 0.0),
+                       root_gather_s=self.root_gather_s + np.where(self.root_gather_s > 0, root, 0.0))
+
+    def fsdp2_stage_s(self, dense_layers: np.ndarray, moe_layers: np.ndarray, speed: DeviceSpeed,
+                      eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
+        """Per virtual stage and micro-batch: FSDP2's compute-stream passes (copy-outs,
+        gradient copies: `Fsdp2Passes.stage_s`); zeros without FSDP2."""
+        if self.fsdp2 is None:
+            zeros = np.zeros(len(dense_layers))
+            return zeros, zeros
+        return self.fsdp2.stage_s(dense_layers, moe_layers, self.reshard_after_forward, speed, eff)
+    # -- end u3-fsdp2
 
     def forward_layer_s(self, compute_s: float, contention: float, moe: bool = False) -> float:
         """One layer's forward beside the next layer's gather (`pair`)."""
@@ -135,6 +164,10 @@ class FsdpCosts:
         first = np.where((dense_layers == 0) & (moe_layers > 0), self.moe_layer_gather_s, first)
         forward = first + self.root_gather_s
         backward = forward.copy() if self.reshard_after_forward else np.zeros_like(forward)
+        if self.fsdp2 is not None and self.reshard_after_forward:  # u3-fsdp2: the root unit is kept to its
+            backward -= self.root_gather_s  # backward; torchtitan keeps the last block (`fsdp2_passes`)
+            if self.fsdp2.last_unit_kept:
+                backward[-1] -= first[-1]
         if self.root_scatter_s is not None:  # the chunk's last reduce-scatter, and the root unit's
             backward += np.where(dense_layers > 0, self.layer_scatter_s, 0.0) + self.root_scatter_s
         return forward, backward
@@ -177,14 +210,65 @@ def fsdp_costs(comm: CommModel, groups: ShardGroups, model: TransformerModel, se
     if settings.zero_stage != 3:  # ZeRO-2: whole weights, only the reduce-scatters (a dense model: check_sharding)
         zeros = np.zeros(len(root_params))
         return FsdpCosts(0.0, 0.0, zeros, False, unit, shard.size, expert.size, scatter(dense), root_scatter, False)
+    fsdp2 = (fsdp2_passes(comm, groups, model, settings, root_params, (dense, moe_dense, moe_experts),
+                          (weight_bytes, layer_weight_bytes or weight_bytes, grad_bytes))
+             if settings.use_torch_fsdp2 else None)  # u3-fsdp2
     if gathers_once_per_iteration(settings):  # gathered before the first forward (`rank_state.after_sync_comm_s`)
-        return FsdpCosts(0.0, 0.0, np.zeros(len(root_params)), False, unit, shard.size, expert.size)
+        return FsdpCosts(0.0, 0.0, np.zeros(len(root_params)), False, unit, shard.size, expert.size, fsdp2=fsdp2)
     roots = np.array([gather(float(p), shard) for p in root_params])
     layer_gather = (float(comm.time_s("all_gather", dense * layer_weight_bytes, shard)) + layer_gather_extra_s
                     if layer_weight_bytes and shard.size > 1 else gather(dense, shard))  # torchao float8 all-gather
     return FsdpCosts(layer_gather, gather(moe_dense, shard) + gather(moe_experts, expert), roots,
                      reshards_after_forward(settings), unit, shard.size, expert.size,
-                     scatter(dense) if every else 0.0, root_scatter, layer_weight_bytes=layer_weight_bytes)
+                     scatter(dense) if every else 0.0, root_scatter, layer_weight_bytes=layer_weight_bytes,
+                     fsdp2=fsdp2)
+
+
+# -- u3-fsdp2
+def fsdp2_passes(comm: CommModel, groups: ShardGroups, model: TransformerModel, settings: RunSettings,
+                 root_params: np.ndarray, units: tuple[float, float, float],
+                 dtype_bytes: tuple[int, float, int]) -> Fsdp2Passes:
+    """FSDP2's passes (`fsdp2_passes` module doc) of a zero_stage 3 run on one rank:
+    `units` the rank's parameters of a dense unit, a MoE unit's non-expert part and its
+    experts; `dtype_bytes` the root's and a layer's gathered bytes per element and the
+    reduce dtype's. Only parts sharded over more than one rank are gathered and copied;
+    the 16-bit gradients are the root's gathered dtype."""
+    shard, expert = groups.shard, groups.expert
+    root_w, layer_w, reduce_bytes = dtype_bytes
+    dense, moe_dense, moe_experts = units
+    on_shard, on_expert = float(shard.size > 1), float(expert.size > 1)
+    every = reduces_every_microbatch(settings)
+    grad = grad_bytes_per_element(root_w, reduce_bytes, settings.num_microbatches, every)
+    per_iteration = grad * (1 if every else settings.num_microbatches)  # the root's, once after the backward
+    root = np.asarray(root_params, dtype=float) * on_shard
+    moe_full = moe_dense * on_shard + moe_experts * on_expert
+    moe_shard = (moe_dense * on_shard / shard.size + moe_experts * on_expert / expert.size)
+    p = settings.pipeline_model_parallel_size
+    after = np.zeros(p)
+    if not every:  # the root units' reduce-scatters follow the stage's backward (`_root_post_backward_final_callback`)
+        for k, n in enumerate(root):
+            after[k % p] += reduce_bucket_s(comm, "reduce_scatter", n * reduce_bytes, groups) if n else 0.0
+    norm = Group(shard.size * groups.replicate.size, shard.nodes * groups.replicate.nodes)
+    if settings.optimizer_impl == "foreach" and norm.size > 1:  # torch's clip_grad_norm_: the DTensor norm's
+        after += float(comm.time_s("all_reduce", 4, norm))  # all-reduce over the data-parallel mesh
+    return Fsdp2Passes(
+        layer_copy_in_bytes=copy_in_bytes_per_element(layer_w) * dense * on_shard / shard.size,
+        layer_copy_out_bytes=2 * layer_w * dense * on_shard,
+        layer_grad_bytes=grad * dense * on_shard,
+        moe_copy_in_bytes=copy_in_bytes_per_element(root_w) * moe_shard,
+        moe_copy_out_bytes=2 * root_w * moe_full,
+        moe_grad_bytes=grad * moe_full,
+        root_copy_in_bytes=copy_in_bytes_per_element(root_w) * root / shard.size,
+        root_copy_out_bytes=2 * root_w * root,
+        root_grad_bytes=per_iteration * root,
+        after_backward_comm_s=after,
+        root_after_backward=not every,
+        last_unit_kept=p == 1 and settings.fsdp_reshard_after_forward == "default",
+        last_unit_moe=bool(model.moe_layers[-1]),
+        gathers_per_layer=not gathers_once_per_iteration(settings),
+        pipeline_stages=p,
+    )
+# -- end u3-fsdp2
 
 
 def layer_device_s(fsdp: FsdpCosts | None, dense_s: tuple[float, float], moe_s: tuple[float, float],

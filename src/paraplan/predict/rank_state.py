@@ -143,20 +143,23 @@ def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, pa
     buckets = GradBuckets.of(settings, prec)
     idle = (groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)) or reduces_every_microbatch(settings)
     zero3 = settings.zero_stage == 3
-    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3)
+    root_apart = params.root_unit_params() if settings.use_torch_fsdp2 else None  # u3-fsdp2: reduced after (`fsdp_ops`)
+    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3, root_apart)
                  for s in range(settings.pipeline_model_parallel_size))
 
 
 def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: GradBuckets,
-                     sharding: ShardGroups, zero3: bool) -> GradSync:
+                     sharding: ShardGroups, zero3: bool, root_apart: np.ndarray | None = None) -> GradSync:
     """One stage's buckets, later chunks first (they finish their backward first): the
-    dense gradients over the data-parallel (sharding) group, the experts' over theirs."""
+    dense gradients over the data-parallel (sharding) group, the experts' over theirs;
+    `root_apart` (per virtual stage): root-unit weights reduced apart, after the backward."""
     chunks: list[int] = []
     fractions: list[float] = []
     bucket_s: list[float] = []
     for c in range(params.chunk_layers.shape[0] - 1, -1, -1):
         expert_groups = replace(sharding, shard=sharding.expert, replicate=Group(1))
-        for total, over, expert in ((params.chunk_params(c, stage), sharding, False),
+        apart = float(root_apart[c * params.chunk_layers.shape[1] + stage]) if root_apart is not None else 0.0
+        for total, over, expert in ((params.chunk_params(c, stage) - apart, sharding, False),
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
             if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
                 continue
