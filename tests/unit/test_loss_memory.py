@@ -99,14 +99,18 @@ def _memory_bytes(passwork) -> float:
 
 
 def test_loss_passes_per_implementation():
-    """Per logit, bf16 (e = 2). Megatron (paraplan's count): cast e + 4, max 4, subtract
-    and exp 8, sum 4, normalise 8 forward; gradient and cast 4 + e backward. PyTorch: cast
-    e + 4, log_softmax 16 (three reads, one write) forward; nll's zero fill 4, log_softmax
-    backward 16, cast 4 + e backward. The norms' passes are the same in both."""
+    """Per logit, bf16 (e = 2). Megatron: cast e + 4, max 4, subtract 8, exp 8, sum 4,
+    normalise 8 forward; multiply by grad_output 8 and cast 4 + e backward, plus its small
+    kernels over the tokens (187 and 85 bytes per token, test_megatron_loss_passes.py).
+    PyTorch: cast e + 4, log_softmax 16 (three reads, one write) forward; nll's zero fill
+    4, log_softmax backward 16, cast 4 + e backward. The norms' passes are the same in both."""
     mega = head_work(GPT, settings())
     torch = head_work(GPT, settings(cross_entropy_impl="torch"))
-    assert _memory_bytes(mega.forward) - _memory_bytes(torch.forward) == pytest.approx((30 - 22) * LOGITS)
-    assert _memory_bytes(torch.backward) - _memory_bytes(mega.backward) == pytest.approx((26 - 6) * LOGITS)
+    tokens = B * 2048
+    assert _memory_bytes(mega.forward) - _memory_bytes(torch.forward) == pytest.approx(
+        (38 - 22) * LOGITS + 187 * tokens)
+    assert _memory_bytes(torch.backward) - _memory_bytes(mega.backward) == pytest.approx(
+        (26 - 14) * LOGITS - 85 * tokens)
     assert mega.activation_bytes == torch.activation_bytes  # both keep one fp32 value per logit
 
 
@@ -122,8 +126,8 @@ def test_torchtitan_loss_parallel_transient_and_passes():
     `_nll_loss_and_log_softmax_backward`): forward e + 4 + 4 beyond the kept result
     (logits, copy, shifted and exp(shifted)), backward 12 (zeros with the one-hot,
     exp(x), their sum, then the product); passes per logit forward e + 4 + 4 + 8 + 8 +
-    4 + 8 = 36 + e (Megatron's 28 + e), backward 4 + 8 + 12 + 8 + 4 + e = 36 + e
-    (Megatron's 4 + e)."""
+    4 + 8 = 36 + e (Megatron's too, which adds 187 bytes per token), backward 4 + 8 + 12 +
+    8 + 4 + e = 36 + e (Megatron's 12 + e and 85 per token)."""
     assert loss_transient_bytes_per_logit(2, "torch", loss_parallel=True) == 12
     assert loss_transient_bytes_per_logit(4, "torch", loss_parallel=True) == 12
     t4 = settings(tensor_model_parallel_size=4, sequence_parallel=True, cross_entropy_impl="torch")
@@ -132,8 +136,10 @@ def test_torchtitan_loss_parallel_transient_and_passes():
     assert loss_transient_bytes(GPT, t4) == pytest.approx(12 * logits)
     plain = head_work(GPT, replace(t4, cross_entropy_impl="megatron"))
     parallel = head_work(GPT, t4)
-    assert _memory_bytes(parallel.forward) - _memory_bytes(plain.forward) == pytest.approx((38 - 30) * logits)
-    assert _memory_bytes(parallel.backward) - _memory_bytes(plain.backward) == pytest.approx((38 - 6) * logits)
+    tokens = B * 2048
+    assert _memory_bytes(parallel.forward) - _memory_bytes(plain.forward) == pytest.approx(-187 * tokens)
+    assert _memory_bytes(parallel.backward) - _memory_bytes(plain.backward) == pytest.approx(
+        (38 - 14) * logits - 85 * tokens)
 
 
 HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"

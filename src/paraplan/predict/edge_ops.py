@@ -50,9 +50,10 @@ def embedding_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
 def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     """Final norm, LM head and cross-entropy on the last pipeline stage. The head is
     vocabulary-parallel (V / t logits per rank); the loss is computed in fp32 in a
-    few passes over the logits, as `cross_entropy_impl` runs it (`loss_ops`), with three
-    small all-reduces of per-token values; it keeps one fp32 value per logit for its
-    backward, which forms the gradient of the logits."""
+    few passes over the logits and small kernels over the tokens, as `cross_entropy_impl`
+    runs it (`loss_ops`), with three small all-reduces of per-token values (Megatron's
+    loss issues them with t = 1 too: host work, no transfer); it keeps one fp32 value per
+    logit for its backward, which forms the gradient of the logits."""
     x = _shape(model, settings)
     vocab = model.padded_vocab_size(x.t) / x.t
     gemm_bytes = DTYPE_BYTES[settings.dtype]
@@ -61,13 +62,13 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     _norm_forward(w, x)
     _enter_tp(w, x, settings.tp_comm_overlap, len(w.rows))
     w.gemm(x.tokens, x.h, vocab, high_precision=True)  # the output layer: no Transformer Engine module
-    loss_forward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
-    if x.t > 1:
+    loss_forward(w, x.tokens, vocab, x.e, settings.cross_entropy_impl, x.t > 1)
+    if x.t > 1 or settings.cross_entropy_impl == "megatron":  # Megatron issues them on a one-rank group too
         for _ in range(3):
             w.comm("all_reduce", FP32_BYTES * x.tokens)
     forward = w.build()
     w = _Builder(gemm_bytes, accumulate_bytes_per_param(settings))
-    loss_backward(w, logits, x.e, settings.cross_entropy_impl, x.t > 1)
+    loss_backward(w, x.tokens, vocab, x.e, settings.cross_entropy_impl, x.t > 1)
     dgrad = w.gemm(x.tokens, vocab, x.h, high_precision=True)
     if x.sp:
         w.comm("all_gather", x.tokens * x.h * x.e, dgrad)

@@ -15,8 +15,27 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
   (`GPTModel.forward`) still references the 16-bit logits meanwhile: e transient bytes.
   Backward forms softmax - one-hot in place in that buffer and autograd casts it to the
   logits' dtype beside it: e again. An fp32 run's `.float()` copies nothing and the
-  gradient is not cast: 0. Its passes stay paraplan's count: cast, max, subtract max and
-  exp, sum, normalise forward; one pass forming and casting the gradient backward.
+  gradient is not cast: 0. Its kernels (`megatron_loss_kernels`), one launch each, as
+  `GPTModel.compute_language_model_loss` and `_VocabParallelCrossEntropy` issue them
+  (Megatron-LM d98e8a6, Aug 2026; the aten ops checked by running the source on CPU):
+  forward, over the logits, the cast (e + 4; none in fp32), max (4), subtract the max in
+  place (8), exp in place (8), sum (4) and the division that leaves the softmax for the
+  backward (8): 36 + e; over the tokens, the labels' transpose copy, the target mask
+  (`<`, `>=`, `|`), the masked target (clone, subtract, masked fill), the predicted
+  logit (arange, gather, clone, masked fill), the loss (log, subtract) and its transpose
+  copy: 14 small kernels. Backward: over the tokens, arange, the mask's cast, `1 -`, and
+  the one-hot subtract (gather, subtract, scatter: `grad_2d[arange_1d, masked_target_1d]
+  -= softmax_update`): 6; over the logits, the in-place multiply by `grad_output` (8)
+  and autograd's cast back (4 + e; none in fp32): 12 + e. The three small all-reduces
+  (max, predicted logit, sum of exponentials) are issued even with t = 1, on a group of
+  one rank: NCCL moves nothing there, the host issues them (`head_work`). Older versions
+  run the same passes: Megatron-LM of Aug 2021 (6985e589, megatron/mpu/cross_entropy.py,
+  what the SC21 rows ran) has the caller's `.float()` and the [b, s] layout, without the
+  two transpose copies (12 small forward kernels); Megatron-DeepSpeed
+  (megatron/core/tensor_parallel/cross_entropy.py, what vTrain's runs ran) subtracts the
+  max out of place, the same bytes and launches but a second fp32 buffer for a moment
+  (e + 4 transient). paraplan has no setting for the framework version and models
+  Megatron-Core's code (docs/execution-model.md).
 - `torch`: PyTorch's `torch.nn.functional.cross_entropy` on an fp32 copy of the logits,
   as torchtitan calls it (train.py at 9dec370, Dec 2024: `cross_entropy(pred.flatten(0,
   1).float(), labels.flatten(0, 1))`, with `pred` referenced by the training loop until
@@ -47,17 +66,77 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.ops import FP32_BYTES, _Builder, _shape
 
 NLL_GRAD_BYTES = FP32_BYTES  # nll_loss's gradient of log_softmax's output (fp32)
 SOFTMAX_PASS_BYTES = 4 * FP32_BYTES  # PyTorch's row softmax: three reads and one write, forward and backward
+INDEX_BYTES = 8  # a target or row index (int64)
+BOOL_BYTES = 1  # an entry of the target mask
 
 
-def loss_forward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
-    """The loss's forward passes over `logits` values of `e` bytes (module doc);
+@dataclass(frozen=True)
+class LossKernel:
+    """One kernel of the loss (one launch): the bytes it reads and writes per logit (the
+    V / t columns of every token) and per token (the row's scalars, targets and masks)."""
+
+    op: str  # the source's expression
+    logit_bytes: int = 0
+    token_bytes: int = 0
+
+
+def megatron_loss_kernels(e: int) -> tuple[tuple[LossKernel, ...], tuple[LossKernel, ...]]:
+    """Forward and backward kernels of Megatron-Core's loss over logits of `e` bytes, in
+    the order the source issues them (module doc); an fp32 run has no casts."""
+    f, i, m = FP32_BYTES, INDEX_BYTES, BOOL_BYTES
+    cast = e != FP32_BYTES
+    forward = (
+        LossKernel("labels.transpose(0, 1).contiguous()", token_bytes=2 * i),
+        *((LossKernel("vocab_parallel_logits.float()", logit_bytes=e + f),) if cast else ()),
+        LossKernel("torch.max(dim=-1)", logit_bytes=f, token_bytes=f + i),  # values and indices
+        LossKernel("vocab_parallel_logits -= logits_max", logit_bytes=2 * f, token_bytes=f),
+        LossKernel("target < vocab_start_index", token_bytes=i + m),
+        LossKernel("target >= vocab_end_index", token_bytes=i + m),
+        LossKernel("|", token_bytes=3 * m),
+        LossKernel("target.clone()", token_bytes=2 * i),
+        LossKernel("- vocab_start_index", token_bytes=2 * i),
+        LossKernel("masked_target[target_mask] = 0", token_bytes=2 * i + m),  # masked_fill_
+        LossKernel("torch.arange", token_bytes=i),
+        LossKernel("logits_2d[arange_1d, masked_target_1d]", token_bytes=2 * i + 2 * f),
+        LossKernel("predicted_logits_1d.clone()", token_bytes=2 * f),
+        LossKernel("predicted_logits[target_mask] = 0.0", token_bytes=2 * f + m),
+        LossKernel("torch.exp(out=vocab_parallel_logits)", logit_bytes=2 * f),
+        LossKernel("exp_logits.sum(dim=-1)", logit_bytes=f, token_bytes=f),
+        LossKernel("torch.log(sum_exp_logits)", token_bytes=2 * f),
+        LossKernel("- predicted_logits", token_bytes=3 * f),
+        LossKernel("exp_logits.div_(sum_exp_logits)", logit_bytes=2 * f, token_bytes=f),  # the kept softmax
+        LossKernel("loss.transpose(0, 1).contiguous()", token_bytes=2 * f),
+    )
+    backward = (
+        LossKernel("torch.arange", token_bytes=i),
+        LossKernel("target_mask.float()", token_bytes=m + f),
+        LossKernel("1.0 - target_mask", token_bytes=2 * f),
+        LossKernel("grad_2d[arange_1d, masked_target_1d]", token_bytes=2 * i + 2 * f),
+        LossKernel("-= softmax_update", token_bytes=3 * f),
+        LossKernel("grad_2d[arange_1d, masked_target_1d] =", token_bytes=2 * i + 2 * f),  # index_put_
+        LossKernel("grad_input.mul_(grad_output)", logit_bytes=2 * f, token_bytes=f),
+        *((LossKernel("cast to the logits' dtype", logit_bytes=f + e),) if cast else ()),
+    )
+    return forward, backward
+
+
+def _issue(w: _Builder, kernels: tuple[LossKernel, ...], tokens: float, vocab: float) -> None:
+    for kernel in kernels:
+        w.memory(kernel.logit_bytes * tokens * vocab + kernel.token_bytes * tokens)
+
+
+def loss_forward(w: _Builder, tokens: float, vocab: float, e: int, impl: str, loss_parallel: bool = False) -> None:
+    """The loss's forward passes over `tokens` x `vocab` logits of `e` bytes (module doc);
     `loss_parallel`: torchtitan's vocabulary-parallel `torch` loss (t > 1)."""
+    logits = tokens * vocab
     if impl == "torch":
         if e != FP32_BYTES:
             w.memory((e + FP32_BYTES) * logits)  # .float()
@@ -67,15 +146,12 @@ def loss_forward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: b
             return
         w.memory(SOFTMAX_PASS_BYTES * logits)  # log_softmax (kept for backward)
         return
-    w.memory((e + FP32_BYTES) * logits)  # cast to fp32
-    w.memory(FP32_BYTES * logits)  # max
-    w.memory(2 * FP32_BYTES * logits)  # subtract max, exp
-    w.memory(FP32_BYTES * logits)  # sum
-    w.memory(2 * FP32_BYTES * logits)  # normalise (kept for backward)
+    _issue(w, megatron_loss_kernels(e)[0], tokens, vocab)
 
 
-def loss_backward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: bool = False) -> None:
+def loss_backward(w: _Builder, tokens: float, vocab: float, e: int, impl: str, loss_parallel: bool = False) -> None:
     """The loss's backward passes: the gradient of the logits, cast back to e bytes."""
+    logits = tokens * vocab
     if impl == "torch":
         w.memory(NLL_GRAD_BYTES * logits)  # nll_loss's zero-filled gradient
         if loss_parallel:
@@ -86,7 +162,7 @@ def loss_backward(w: _Builder, logits: float, e: int, impl: str, loss_parallel: 
         if e != FP32_BYTES:
             w.memory((FP32_BYTES + e) * logits)  # cast to the logits' dtype
         return
-    w.memory((FP32_BYTES + e) * logits)  # softmax - one-hot, cast back
+    _issue(w, megatron_loss_kernels(e)[1], tokens, vocab)
 
 
 def loss_transient_bytes_per_logit(e: int, impl: str, loss_parallel: bool = False) -> int:
