@@ -42,6 +42,7 @@ from typing import Literal
 import numpy as np
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings_checks import check_dualpipe
 
 DualPipeName = Literal["dualpipe", "dualpipev"]
 DUALPIPE_SCHEDULES: tuple[DualPipeName, ...] = ("dualpipe", "dualpipev")
@@ -68,25 +69,6 @@ class RankOp:
     mb: int
     chunk2: int = -1
     mb2: int = -1
-
-
-def check_dualpipe(schedule: str, ranks: int, microbatches: int) -> None:
-    """`StrategyError` unless `schedule` can run `microbatches` over `ranks` pipeline
-    ranks (the asserts of the repository's `step`)."""
-    if schedule not in DUALPIPE_SCHEDULES:
-        raise StrategyError(f"schedule '{schedule}' is not one of {', '.join(DUALPIPE_SCHEDULES)}")
-    if schedule == "dualpipe":
-        if ranks < 2 or ranks % 2:
-            raise StrategyError(f"schedule dualpipe needs an even pipeline_model_parallel_size >= 2 (each rank "
-                                f"pairs with rank p - 1 - r), got {ranks}")
-        if microbatches % 2:
-            raise StrategyError(f"schedule dualpipe needs an even number of micro-batches (half fed from each "
-                                f"end), got {microbatches}")
-    elif ranks < 1:
-        raise StrategyError(f"schedule dualpipev needs pipeline_model_parallel_size >= 1, got {ranks}")
-    if microbatches < 2 * ranks:
-        raise StrategyError(f"schedule {schedule} needs at least twice as many micro-batches as pipeline ranks: "
-                            f"{microbatches} micro-batches < 2 x {ranks}")
 
 
 @dataclass(frozen=True)
