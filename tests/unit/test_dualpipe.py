@@ -119,3 +119,121 @@ def test_transfers_delay_consumers() -> None:
     assert free.makespan_s == pytest.approx(12.0)
     assert slow.makespan_s > free.makespan_s + 10.0
     assert slow.busy_s() == pytest.approx(free.busy_s())
+
+
+# -- the run-table schedule: `paraplan.predict.dualpipe_build`, `paraplan.sim.dualpipe_iteration`
+
+def _run(model_name: str, **kw: object) -> tuple[object, object, object]:
+    from dataclasses import replace
+
+    from paraplan.clusters import load_cluster
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.predict.build import build_execution
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.models import PRESETS
+
+    cluster = load_cluster("dgx-h800")
+    cal = calibration_for(cluster, None)
+    model = replace(PRESETS[model_name], seq_length=4096)
+    settings = RunSettings(**kw)  # type: ignore[arg-type]
+    settings.check(model)
+    one = build_execution(model, replace(settings, schedule="1f1b"), cluster, cal.comm_model(cluster),
+                          cal.efficiency)
+    dual = build_execution(model, settings, cluster, cal.comm_model(cluster), cal.efficiency)
+    return one, dual, cal
+
+
+DENSE = {"pipeline_model_parallel_size": 4, "data_parallel_size": 2, "tensor_model_parallel_size": 8,
+         "sequence_parallel": True, "global_batch_size": 16, "micro_batch_size": 1, "schedule": "dualpipe",
+         "use_distributed_optimizer": True}
+
+
+def test_each_rank_holds_stage_r_and_stage_p_minus_1_minus_r() -> None:
+    """Weights and gradients of two stages (2x over the pipeline), the optimizer state
+    sharded over both copies' ranks (the 1F1B total), activations of both chunks."""
+    one, dual, _ = _run("llama3-70b", **DENSE)
+    for r in range(4):
+        a, b, m = one.memory[r], one.memory[3 - r], dual.memory[r]
+        assert m.weights_bytes == pytest.approx(a.weights_bytes + b.weights_bytes)
+        assert m.gradients_bytes == pytest.approx(a.gradients_bytes + b.gradients_bytes)
+        assert m.optimizer_bytes == pytest.approx((a.optimizer_bytes + b.optimizer_bytes) / 2)
+        assert m.activation_bytes_per_chunk.tolist() == pytest.approx(
+            [a.activation_bytes_per_chunk[0], b.activation_bytes_per_chunk[0]])
+    weights = sum(m.weights_bytes for m in dual.memory)
+    assert weights == pytest.approx(2 * sum(m.weights_bytes for m in one.memory))
+
+
+def test_the_iteration_runs_the_dualpipe_engine() -> None:
+    """A dense model's pair is its forward and backward back to back (no all-to-all to
+    hide); the iteration is the engine's makespan plus the exposed reduction and the
+    tail; each rank holds p + 1 micro-batch chunks at its peak."""
+    from paraplan.sim.execution import iteration_time_s, rank_ends, run_iteration
+
+    _, dual, _ = _run("llama3-70b", **DENSE)
+    c = dual.dualpipe
+    assert c is not None
+    assert c.pair_fwd_s == pytest.approx(c.fwd_s) and c.pair_bwd_s == pytest.approx(c.bwd_s)
+    assert (c.wgt_s > 0).all() and (c.wgt_s < c.bwd_s).all()
+    res = run_iteration(dual)
+    ends = rank_ends(dual)
+    assert res.iteration_s == pytest.approx(float(ends.end_s.max()))
+    assert iteration_time_s(dual) == pytest.approx(res.iteration_s)
+    assert dp.execute("dualpipe", 4, 8, c).makespan_s == pytest.approx(float(ends.compute_end_s.max()))
+    assert res.inflight_microbatches.tolist() == [5, 5, 5, 5]
+    assert res.timeline is not None and res.timeline.schedule == "dualpipe"
+
+
+def test_a_pair_hides_part_of_the_all_to_alls() -> None:
+    """With experts over EP 8 ranks a pair's passes are cheaper than the passes alone:
+    each all-to-all beside a module of the other pass, max(c, g) + contention x min(c, g)."""
+    _, dual, _ = _run("qwen3-30b-a3b", pipeline_model_parallel_size=2, data_parallel_size=8,
+                      expert_model_parallel_size=8, global_batch_size=32, micro_batch_size=1, schedule="dualpipe")
+    c = dual.dualpipe
+    assert c is not None
+    assert (c.pair_fwd_s < c.fwd_s).all() and (c.pair_bwd_s < c.bwd_s).all()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"pipeline_model_parallel_size": 3, "data_parallel_size": 1, "global_batch_size": 12},
+     "schedule dualpipe needs an even pipeline_model_parallel_size >= 2 (each rank pairs with rank p - 1 - r), got 3"),
+    ({"pipeline_model_parallel_size": 4, "data_parallel_size": 1, "global_batch_size": 6},
+     "schedule dualpipe needs at least twice as many micro-batches as pipeline ranks: 6 micro-batches < 2 x 4"),
+    ({"pipeline_model_parallel_size": 2, "data_parallel_size": 1, "global_batch_size": 5},
+     "schedule dualpipe needs an even number of micro-batches (half fed from each end), got 5"),
+    ({"pipeline_model_parallel_size": 2, "data_parallel_size": 2, "global_batch_size": 8, "zero_stage": 3},
+     "schedule dualpipe with zero_stage 3 (weights gathered per layer) is not modelled"),
+    ({"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2, "global_batch_size": 8},
+     "virtual_pipeline_model_parallel_size 2 needs schedule interleaved_1f1b, got dualpipe"),
+])
+def test_run_settings_rules(kw: dict[str, int], message: str) -> None:
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.predict.models import PRESETS
+
+    with pytest.raises(StrategyError) as err:
+        RunSettings(schedule="dualpipe", **kw).check(PRESETS["llama3-8b"])  # type: ignore[arg-type]
+    assert str(err.value) == message
+
+
+def test_explain_splits_the_dualpipe_iteration() -> None:
+    """`paraplan predict --explain`: the latest rank's parts (its two stages' ops, M/2 each,
+    minus what the pairs hide) sum to the iteration time."""
+    from dataclasses import replace
+
+    from paraplan.clusters import load_cluster
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.explain import explain_run
+    from paraplan.predict.models import PRESETS
+    from paraplan.sim.execution import rank_ends
+
+    cluster = load_cluster("dgx-h800")
+    cal = calibration_for(cluster, None)
+    model = replace(PRESETS["qwen3-30b-a3b"], seq_length=4096)
+    settings = RunSettings(pipeline_model_parallel_size=2, data_parallel_size=8, expert_model_parallel_size=8,
+                           global_batch_size=32, micro_batch_size=1, schedule="dualpipe")
+    parts = explain_run(model, settings, cluster, cal.comm_model(cluster), cal.efficiency)
+    _, dual, _ = _run("qwen3-30b-a3b", pipeline_model_parallel_size=2, data_parallel_size=8,
+                      expert_model_parallel_size=8, global_batch_size=32, micro_batch_size=1, schedule="dualpipe")
+    assert parts.total_s == pytest.approx(parts.iteration_s)
+    assert parts.iteration_s == pytest.approx(float(rank_ends(dual).end_s.max()))
+    assert parts.seconds["ep_comm"] > 0 and parts.seconds["bubble"] >= 0
