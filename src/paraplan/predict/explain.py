@@ -18,6 +18,8 @@ rank's time is split into parts that sum to the iteration time exactly:
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
   path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
   rest, the `bubble`;
+- DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
+  blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
 - the data-parallel gradient reduction past its compute (`dp_comm`), then what
   follows it: the weight all-gather of a sharded optimizer (`dp_comm`), the
   tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)

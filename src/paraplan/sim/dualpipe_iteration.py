@@ -100,7 +100,7 @@ def _columns(model: ExecutionModel, run: DualPipeRun, costs: DualPipeCosts,
     backward = np.isin(run.kind, (DualOp.B, DualOp.I))
     sends = (forward & (stage < p - 1)) | (backward & (stage > 0))
     boundary = np.where(forward, stage, stage - 1)
-    cost = np.where(sends, costs.send_s[np.clip(boundary, 0, max(p - 2, 0))] if p > 1 else 0.0, 0.0)
+    cost = np.where(sends, costs.send_s[np.clip(boundary, 0, p - 2)], 0.0)  # dualpipe: p >= 2
     sends &= cost > 0
     cols = [{"device": run.rank, "stream": np.full(run.rank.shape[0], StreamCode.COMPUTE, dtype=np.int8),
              "kind": kind, "stage": vstage, "microbatch": run.microbatch, "start_s": run.start_s, "end_s": run.end_s},
