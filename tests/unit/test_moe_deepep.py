@@ -68,9 +68,7 @@ def test_dispatch_time_is_bytes_times_nodes_over_the_published_bandwidth():
     assert t.time_s(Group(1, 1)) == 0.0
 
 
-@pytest.mark.parametrize(("group", "message"), [
-    (Group(8, 1), "moe_token_dispatcher_type flex (DeepEP) with an expert-parallel group of 8 ranks inside one node: "
-                  "DeepEP's intranode kernels are published for H800's NVLink only, not priced here"),
+@pytest.mark.parametrize(("group", "message"), [  # inside one node: tests/unit/test_deepep_intranode.py
     (Group(128, 16), "moe_token_dispatcher_type flex (DeepEP) with expert_model_parallel_size 128: DeepEP's "
                      "internode bandwidth is published for EP 16, 32, 64 only"),
 ])

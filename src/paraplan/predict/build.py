@@ -80,6 +80,7 @@ from paraplan.predict.fsdp2_passes import optimizer_kernels, optimizer_step_byte
 from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, shard_groups
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.loss_ops import loss_transient_bytes
+from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
@@ -329,7 +330,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     work = RunWork.of(model, settings)
     works = work.passes()
     works = scaled_passes(works, (PASSES + MOE_PASSES)[:len(works)], settings)  # fp8: the scaling kernels
-    passes = tuple(PassCost.of(w, comm, groups.tp, groups.by_name) for w in works)
+    passes = tuple(PassCost.of(w, comm, groups.tp, groups.by_name, NvlinkNode.of(cluster)) for w in works)
     counts = layers_per_virtual_stage(model.num_layers, settings)
     moe_counts = moe_layers_per_virtual_stage(model, counts) if work.moe_layer is not None else None
     send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)

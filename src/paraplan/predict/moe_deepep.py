@@ -40,11 +40,36 @@ sigmoid scores, 20,000 tokens, E 256, k 8, G 8, g 4) hits 3.13, 3.97, 5.73, 6.85
 distinct nodes on 4, 8, 16, 32, 64 nodes; this closed form gives 3.14, 4.00, 6.06, 7.10,
 7.61, and the ungrouped one 3.61, 5.29, 6.52, 7.27, 7.68.
 
+An EP group inside one node runs DeepEP's intranode kernels: each token goes once to
+every rank holding one of its experts, over NVLink, and the published bandwidth is the
+receiving rank's (tests/legacy/test_intranode.py: received tokens x h x bytes over the
+time of the whole `dispatch` call), so a transfer takes
+
+    T x load x h x e x ranks_hit / bandwidth(node),
+
+ranks_hit the `nodes_hit` formula with one rank per "node" (each rank receives T x
+ranks_hit tokens from the group). The copies run on the kernel's SMs, so the bandwidth
+depends on the GPU and its NVLink, measured on two (`NvlinkNode`, keyed by the device's
+SM count and the cluster's intra-node bus bandwidth, `links.intra` in its file):
+
+- H800 (132 SMs, NVLink 400 GB/s: 160 in paraplan's files), EP 8: 153 / 158 GB/s
+  (DeepEP docs/legacy.md, 24 SMs, FP8 dispatch, NVLink-bound: the H100 figure below moves
+  twice that on 20 SMs, so Megatron-Core's 20 SMs and BF16 tokens reach the same NVLink
+  limit);
+- H100 SXM (132 SMs, NVLink 900 GB/s: 360), EP 8: 328.97 / 287.14 GB/s, DeepEP's own
+  kernels at its and Megatron-Core's default of 20 SMs with BF16 tokens, 4,096 tokens of
+  hidden 7,168, 32 experts, top-8 (tile-ai/tilescale examples/distributed/deepseek_deepep/
+  deepep.md; `data/published/deepep/deepep_v1_intranode_h100_tilescale.csv`). Its
+  received bytes match 5.63 ranks per token; the formula gives 5.636.
+
+Both were measured at hidden 7,168: a model with smaller tokens is priced at the same
+bandwidth (not measured; nor is the internode one). Other GPUs, NVLink speeds and
+intranode EP sizes are errors.
+
 Not priced: DeepEP's layout and notify kernels and its host wait for the received
-counts (latency-bound); the routing weights and indices sent with the tokens (a few
-bytes per token); an EP group inside one node (DeepEP's intranode figures were measured
-on H800's 160 GB/s NVLink only: an error); EP sizes other than 16, 32 and 64 (an error:
-not measured).
+counts (latency-bound; the intranode figures include them at their token count); the
+routing weights and indices sent with the tokens (a few bytes per token); EP sizes
+other than 16, 32 and 64 across nodes (an error: not measured).
 """
 
 from __future__ import annotations
@@ -53,6 +78,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import comb
 
+from paraplan.core.cluster import Cluster
 from paraplan.core.comm import Group
 from paraplan.core.errors import StrategyError
 from paraplan.predict.work import Collective
@@ -62,6 +88,34 @@ DEEPEP_INTERNODE_GBps: dict[int, tuple[float, float]] = {16: (43.0, 43.0), 32: (
 kernels on H800 + CX7 400 Gb/s (deepseek-ai/DeepEP docs/legacy.md, commit dd758ca;
 `data/published/deepep/deepep_v1_normal_h800.csv`)."""
 DEEPEP_DISPATCH, DEEPEP_COMBINE = "deepep_dispatch", "deepep_combine"
+
+
+@dataclass(frozen=True)
+class NvlinkNode:
+    """What DeepEP's intranode kernels' speed depends on: the GPU's SM count (the copies
+    run on the kernel's SMs) and the node's NVLink, as paraplan's cluster files give it
+    (the intra-node bus bandwidth, `links.intra`, GB/s)."""
+
+    compute_units: int
+    nvlink_GBps: float
+
+    @staticmethod
+    def of(cluster: Cluster) -> NvlinkNode:
+        return NvlinkNode(cluster.device.compute_units, round(cluster.intra.bandwidth_Bps / 1e9, 6))
+
+    def describe(self) -> str:
+        return f"{self.compute_units} SMs, {self.nvlink_GBps:g} GB/s NVLink"
+
+
+H800_NODE, H100_NODE = NvlinkNode(132, 160.0), NvlinkNode(132, 360.0)
+"""The H800 SXM5 and H100 SXM5 nodes (config/clusters/dgx-h800.yaml, dgx-h100.yaml)."""
+DEEPEP_INTRANODE_GBps: dict[tuple[NvlinkNode, int], tuple[float, float]] = {
+    (H800_NODE, 8): (153.0, 158.0), (H100_NODE, 8): (328.97, 287.14)}
+"""(node, EP size): (dispatch, combine) bandwidth in GB/s received (dispatch) or sent
+(combine) per rank over NVLink, DeepEP V1 intranode kernels: H800 from deepseek-ai/DeepEP
+docs/legacy.md (commit dd758ca; `deepep_v1_normal_h800.csv`), H100 from tile-ai/tilescale
+examples/distributed/deepseek_deepep/deepep.md (commit eccbd61c;
+`deepep_v1_intranode_h100_tilescale.csv`); see the module doc."""
 
 
 @lru_cache(maxsize=1024)
@@ -95,14 +149,13 @@ class DeepEpTransfer(Collective):
     groups: int = 1
     group_topk: int = 1
 
-    def time_s(self, group: Group) -> float:
-        """Its time over the EP group `group` (see the module doc)."""
+    def time_s(self, group: Group, node: NvlinkNode | None = None) -> float:
+        """Its time over the EP group `group` (see the module doc); `node` (the cluster's
+        GPU and NVLink) prices a group inside one node."""
         if group.size < 2:
             return 0.0
         if group.nodes < 2:
-            raise StrategyError(
-                f"moe_token_dispatcher_type flex (DeepEP) with an expert-parallel group of {group.size} ranks inside "
-                "one node: DeepEP's intranode kernels are published for H800's NVLink only, not priced here")
+            return self._intranode_s(group, node)
         bandwidth = DEEPEP_INTERNODE_GBps.get(group.size)
         if bandwidth is None:
             raise StrategyError(
@@ -114,6 +167,20 @@ class DeepEpTransfer(Collective):
         gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
         reached = nodes_hit(self.experts, self.topk, group.nodes, self.groups, self.group_topk)
         return self.nbytes * reached / (gbps * 1e9)
+
+    def _intranode_s(self, group: Group, node: NvlinkNode | None) -> float:
+        """DeepEP's intranode kernels: T x load x h x e x ranks_hit over the node's bandwidth."""
+        bandwidth = DEEPEP_INTRANODE_GBps.get((node, group.size)) if node is not None else None
+        if bandwidth is None:
+            measured = "; ".join(f"EP {ep} on {n.describe()}" for n, ep in DEEPEP_INTRANODE_GBps)
+            where = f" on {node.describe()}" if node is not None else ""
+            raise StrategyError(
+                f"moe_token_dispatcher_type flex (DeepEP) with an expert-parallel group of {group.size} ranks inside "
+                f"one node{where}: DeepEP's intranode kernels are measured for {measured} only")
+        if self.experts % group.size:
+            raise StrategyError(f"DeepEP: {self.experts} experts do not spread evenly over {group.size} ranks")
+        gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
+        return self.nbytes * ranks_hit(self.experts, self.topk, group.size, self.groups, self.group_topk) / (gbps * 1e9)
 
 
 def ranks_hit(experts: int, topk: int, ranks: int, groups: int = 1, group_topk: int = 1) -> float:

@@ -14,7 +14,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import DeviceEfficiency
-from paraplan.predict.moe_deepep import DeepEpTransfer
+from paraplan.predict.moe_deepep import DeepEpTransfer, NvlinkNode
 from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
 PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
@@ -37,9 +37,11 @@ class PassCost:
     host_syncs: tuple[tuple[int, int], ...] = ()  # host waits for the device (`PassWork.host_syncs`)
 
     @staticmethod
-    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None) -> PassCost:
+    def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None,
+           node: NvlinkNode | None = None) -> PassCost:
         """`group` prices the tensor-parallel collectives, `others` those of other groups
-        (`Collective.group`: the context-parallel and the expert ones)."""
+        (`Collective.group`: the context-parallel and the expert ones); `node` (the
+        cluster's GPU and NVLink) DeepEP's kernels inside one node."""
         blocking = 0.0
         other: dict[str, float] = {}
         hidden_s, hidden_by, hidden_part, hidden_span = [], [], [], []
@@ -47,7 +49,7 @@ class PassCost:
             g = group if c.group == "tp" else (others or {})[c.group]
             part = PART_OF_GROUP[c.group]
             if isinstance(c, DeepEpTransfer):  # DeepEP's kernels, at their published bandwidths
-                cost = c.time_s(g)
+                cost = c.time_s(g, node)
             else:
                 cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
             if c.hidden_by != NOT_HIDDEN:

@@ -24,6 +24,7 @@ from paraplan.predict.build import (
     run_structure,
 )
 from paraplan.predict.layer_factors import layer_shape_key
+from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.pass_cost import PassCost
@@ -73,12 +74,13 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
         groups = {**context_parallel_groups(s, place), **expert_parallel_groups(s, place)}
         tp = Group(s.tensor_model_parallel_size, place.tp_nodes)
         moe = moe_layer_work(model, s)
-        passes = first.passes[:Pass.MOE_LAYER_FWD] + tuple(PassCost.of(w, comm, tp, groups)
+        node = NvlinkNode.of(cluster)  # DeepEP's intranode kernels
+        passes = first.passes[:Pass.MOE_LAYER_FWD] + tuple(PassCost.of(w, comm, tp, groups, node)
                                                            for w in (moe.forward, moe.recompute, moe.backward))
         if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
             head = last_stage_work(model, s)
-            passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups),
-                      PassCost.of(head.backward, comm, tp, groups), *passes[Pass.MOE_LAYER_FWD:])
+            passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups, node),
+                      PassCost.of(head.backward, comm, tp, groups, node), *passes[Pass.MOE_LAYER_FWD:])
         out.append(replace(first, settings=s, passes=passes,
                            layer_key=layer_shape_key(model, s, cluster.device.name, place.tp_nodes)))
     return out
