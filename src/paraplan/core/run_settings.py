@@ -25,14 +25,14 @@ from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
-PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
 MOE_RECOMPUTE_MODULES: tuple[str, ...] = ("moe_act", "moe", "shared_experts")
 """Megatron-Core's `--recompute-modules` of a MoE layer's block (`paraplan.predict.moe_ops`)."""
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", *MOE_RECOMPUTE_MODULES)
 """Megatron-Core's `--recompute-modules` that paraplan prices (`paraplan.predict.ops`, `moe_ops`)."""
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
-PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1")
+PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe")
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "flex")
 CPCommType = Literal["p2p", "all_gather", "a2a", "torch_allgather", "torch_alltoall"]
@@ -201,7 +201,10 @@ class RunSettings:
     all-gather): the weights' scales from one all-reduce of all amaxes per iteration,
     instead of one small all-reduce per weight before each all-gather."""
     schedule: PipelineSchedule | Literal[""] = ""
-    """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b."""
+    """Pipeline schedule; empty: interleaved_1f1b when v > 1, else 1f1b. `dualpipe`:
+    DeepSeek-V3's bidirectional DualPipe (`paraplan.sim.dualpipe`), each rank holding
+    stage r and stage p - 1 - r, micro-batches fed from both ends, one's forward beside
+    another's backward."""
     use_flash_attn: bool = True
     """Fused (flash) attention; False: the unfused product, softmax, dropout, product."""
     attention_backend: AttentionBackend = "auto"
@@ -468,6 +471,8 @@ class RunSettings:
                 f"the interleaved schedule needs the number of micro-batches ({self.num_microbatches}) "
                 f"divisible by pipeline_model_parallel_size {p}"
             )
+        if schedule == "dualpipe":  # -- v5-dualpipe
+            checks.check_dualpipe_settings(self)
         check_sharding(self, model)
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")

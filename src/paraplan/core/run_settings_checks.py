@@ -170,6 +170,45 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
                             "modelled (DeepEP priced for ETP 1)")
 
 
+# -- v5-dualpipe: DualPipe's rules (deepseek-ai/DualPipe's asserts; paraplan.sim.dualpipe)
+def check_dualpipe(schedule: str, ranks: int, microbatches: int) -> None:
+    """`StrategyError` unless `schedule` (dualpipe or dualpipev) can run `microbatches` over
+    `ranks` pipeline ranks: the asserts of the DualPipe repository's `step`."""
+    if schedule not in ("dualpipe", "dualpipev"):
+        raise StrategyError(f"schedule '{schedule}' is not one of dualpipe, dualpipev")
+    if schedule == "dualpipe":
+        if ranks < 2 or ranks % 2:
+            raise StrategyError(f"schedule dualpipe needs an even pipeline_model_parallel_size >= 2 (each rank "
+                                f"pairs with rank p - 1 - r), got {ranks}")
+        if microbatches % 2:
+            raise StrategyError(f"schedule dualpipe needs an even number of micro-batches (half fed from each "
+                                f"end), got {microbatches}")
+    elif ranks < 1:
+        raise StrategyError(f"schedule dualpipev needs pipeline_model_parallel_size >= 1, got {ranks}")
+    if microbatches < 2 * ranks:
+        raise StrategyError(f"schedule {schedule} needs at least twice as many micro-batches as pipeline ranks: "
+                            f"{microbatches} micro-batches < 2 x {ranks}")
+
+
+def check_dualpipe_settings(settings: RunSettings) -> None:
+    """A run with schedule dualpipe: DualPipe's own rules, and what paraplan prices of it."""
+    check_dualpipe("dualpipe", settings.pipeline_model_parallel_size, settings.num_microbatches)
+    not_modelled = [why for bad, why in (
+        (settings.zero_stage == 3, "zero_stage 3 (weights gathered per layer)"),
+        (settings.context_parallel_size > 1, "context parallelism"),
+        (settings.recompute_granularity == "full", "full recomputation"),
+        ("moe" in settings.recompute_modules and settings.recompute_granularity == "selective",
+         "moe in recompute_modules"),
+        (settings.moe_shared_expert_overlap, "moe_shared_expert_overlap"),
+        (settings.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm (Megatron's 1F1B pairing; "
+                                                    "DualPipe pairs its own)"),
+        (settings.scatter_gather_tensors_in_pipeline and settings.tensor_model_parallel_size > 1
+         and not settings.sequence_parallel, "scatter_gather_tensors_in_pipeline")) if bad]
+    if not_modelled:
+        raise StrategyError(f"schedule dualpipe with {not_modelled[0]} is not modelled")
+# -- end v5-dualpipe
+
+
 def check_a2a_overlap(settings: RunSettings) -> None:
     """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""
     wrong = [why for bad, why in (

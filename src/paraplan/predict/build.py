@@ -73,6 +73,7 @@ from paraplan.predict.device_model import (
     kernel_times_s,
     memory_time_s,
 )
+from paraplan.predict.dualpipe_build import dualpipe_model, paired_moe_passes
 from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.fsdp2_passes import optimizer_kernels, optimizer_step_bytes
@@ -172,6 +173,7 @@ class RunStructure:
     expert_rank_params: np.ndarray | None = None  # per pipeline stage: expert weights on one rank
     fsdp: FsdpCosts | None = None  # zero_stage 3's weight gathers (`fsdp_ops`)
     p2p_gather_s: float = 0.0  # the all-gather of each received pipeline transfer (`pipeline_p2p`)
+    paired_moe_passes: tuple[PassCost, PassCost] | None = None  # dualpipe: a pair's MoE passes (`dualpipe_build`)
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -356,7 +358,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         attention_mix=attention_mix(model, settings, counts),
                         moe_layers_per_vstage=moe_counts,
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
-                        p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes))
+                        p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
+                        paired_moe_passes=(paired_moe_passes(model, settings, comm, groups)  # v5-dualpipe
+                                           if settings.pipeline_schedule == "dualpipe" else None))
 
 
 @dataclass(frozen=True)
@@ -426,9 +430,9 @@ def op_host_s(times: PassTimes, layers: StageLayers, eff: DeviceEfficiency) -> t
 
 
 def weight_grad_s(settings: RunSettings, times: PassTimes, layers: StageLayers) -> np.ndarray:
-    """Per virtual stage: the weight-gradient kernels ZB-H1 runs apart from the backward
-    (zeros for the other schedules)."""
-    if settings.pipeline_schedule != "zb_h1":
+    """Per virtual stage: the weight-gradient kernels ZB-H1 and DualPipe run apart from
+    the backward (zeros for the other schedules)."""
+    if settings.pipeline_schedule not in ("zb_h1", "dualpipe"):
         return np.zeros(layers.dense.shape[0])
     wgt = layers.dense * times.layer_weight_grad_s
     if layers.moe is not None:
@@ -473,7 +477,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     """The execution model of a structure, with its kernels' device times."""
     st, settings = structure, structure.settings
     times = pass_times(st, kernel_s, eff)
-    return ExecutionModel(
+    model = ExecutionModel(
         schedule=settings.pipeline_schedule,
         pipeline_stages=settings.pipeline_model_parallel_size,
         virtual_stages=settings.virtual_pipeline_model_parallel_size,
@@ -487,6 +491,9 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         samples_per_iteration=settings.global_batch_size,
         num_devices=settings.num_gpus,
     )
+    if settings.pipeline_schedule == "dualpipe":  # v5-dualpipe: each rank's two chunks
+        return dualpipe_model(st, times, eff, model)
+    return model
 
 
 def build_execution(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,

@@ -18,6 +18,8 @@ rank's time is split into parts that sum to the iteration time exactly:
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
   path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
   rest, the `bubble`;
+- DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
+  blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
 - the data-parallel gradient reduction past its compute (`dp_comm`), then what
   follows it: the weight all-gather of a sharded optimizer (`dp_comm`), the
   tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)
@@ -26,7 +28,7 @@ rank's time is split into parts that sum to the iteration time exactly:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -130,10 +132,18 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     ends = rank_ends(execution)
     rank = int(np.argmax(ends.end_s))
     mine = np.arange(v) * p + rank  # this rank's virtual stages
+    dualpipe = execution.dualpipe  # v5-dualpipe: stages r and p - 1 - r, M / 2 micro-batches each, no blocking
+    if dualpipe is not None:
+        mine, m = np.array([rank, p - 1 - rank]), m // 2
+        host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1)
+        p2p = replace(p2p, fwd_s=np.zeros_like(p2p.fwd_s), bwd_s=np.zeros_like(p2p.bwd_s))
     device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
     host_s = m * float(host[mine].sum())
     blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
     busy = float(device.sum()) + host_s + blocked
+    if dualpipe is not None:  # what the pairs hide of the all-to-alls: the ops alone minus what the rank ran
+        device[5] -= busy - float(ends.busy_s[rank])
+        busy = float(ends.busy_s[rank])
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
     transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0

@@ -299,8 +299,9 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
         # the layout fixes v (its stages / p; `RunSettings.check` refuses a remainder)
         values["virtual_pipeline_model_parallel_size"] = max(
             len(parse_layout(str(layout)).stages) // int(values["pipeline_model_parallel_size"]), 1)  # type: ignore[call-overload]
-    search_v = ("virtual_pipeline_model_parallel_size" in has_columns
-                and "virtual_pipeline_model_parallel_size" not in values)
+    search_v = ("virtual_pipeline_model_parallel_size" in has_columns  # a one-chunk schedule named: v 1
+                and "virtual_pipeline_model_parallel_size" not in values
+                and str(values.get("schedule") or "interleaved_1f1b") == "interleaved_1f1b")
     settings = _row_settings(path, line, values)
     _check_num_gpus(path, line, values.get("num_gpus"), settings)
     try:

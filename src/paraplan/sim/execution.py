@@ -36,6 +36,7 @@ import numpy as np
 from paraplan.core.errors import StrategyError
 from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
+from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
@@ -107,6 +108,9 @@ class ExecutionModel:
     num_devices: int
     iterations: int = 1  # iterations the timeline shows; no-flush schedules run >= 2 for their period
     p3: P3Costs | None = None  # P3 gradient synchronisation instead of grad_sync (one rank only)
+    dualpipe: DualPipeCosts | None = None
+    """DualPipe's per-stage costs (`paraplan.sim.dualpipe`): with them `costs` is unused
+    and each rank's `memory` and `grad_sync` cover its two chunks."""
 
     def __post_init__(self) -> None:
         p, v = self.pipeline_stages, self.virtual_stages
@@ -244,6 +248,8 @@ def _execute(model: ExecutionModel, iterations: int = 1):
 
 def iteration_time_s(model: ExecutionModel) -> float:
     """The iteration time alone (what a calibration evaluates thousands of times)."""
+    if model.dualpipe is not None:  # v5-dualpipe
+        return run_iteration(model, timeline=False).iteration_s
     sched = get_schedule(model.schedule)
     if model.p3 is not None or not sched.flush:
         return run_iteration(model, timeline=False).iteration_s
@@ -264,6 +270,9 @@ class RankEnds:
 def rank_ends(model: ExecutionModel) -> RankEnds:
     """Where each rank's iteration time goes (what `paraplan predict --explain` splits);
     flushed schedules only (their iteration is the latest rank's end)."""
+    if model.dualpipe is not None:  # v5-dualpipe
+        from paraplan.sim.dualpipe_iteration import dualpipe_rank_ends
+        return dualpipe_rank_ends(model)
     sched = get_schedule(model.schedule)
     if not sched.flush or model.p3 is not None:
         raise StrategyError(f"schedule '{model.schedule}' runs iterations as one stream; its time has no per-rank end")
@@ -281,7 +290,11 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     max(2, `iterations`) iterations as one stream; its iteration time is the steady
     period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction hidden
     behind the next iteration except where it is longer. With `p3`, the single rank
-    runs P3's per-layer synchronisation (`paraplan.sim.p3`)."""
+    runs P3's per-layer synchronisation (`paraplan.sim.p3`). DualPipe runs in its own
+    engine (`paraplan.sim.dualpipe_iteration`)."""
+    if model.dualpipe is not None:  # v5-dualpipe
+        from paraplan.sim.dualpipe_iteration import run_dualpipe_iteration
+        return run_dualpipe_iteration(model, timeline)
     sched = get_schedule(model.schedule)
     timing = _iteration_timing(model, sched)
     memory = _memory_peaks(model, sched)
