@@ -158,7 +158,8 @@ def router_shape(model: TransformerModel, settings: RunSettings, m: MoeShape) ->
     """The router's sizes (`paraplan.predict.moe_router`)."""
     tp_cp = settings.tensor_model_parallel_size * settings.context_parallel_size
     return RouterShape(m.routed_tokens, m.experts, m.topk, model.hidden_size, m.router_groups, tp_cp,
-                       tp_cp * settings.data_parallel_size, model.add_bias_linear)
+                       tp_cp * settings.data_parallel_size, model.add_bias_linear,
+                       settings.moe_expert_capacity_factor, settings.moe_pad_expert_input_to_capacity)
 
 
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:

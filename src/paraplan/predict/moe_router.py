@@ -38,6 +38,8 @@ in issue order:
   (`global_aux_loss`, with its running sum, step count and average), the loss (fused: one
   kernel; unfused: four), the sequence loss's division by the batch, two tracker
   kernels; `MoEAuxLossAutoScaler` costs nothing forward and two scalar kernels backward;
+- with `moe_expert_capacity_factor`, the token dropping (`_token_dropping`: 7 kernels,
+  6 when padding to capacity; backward one);
 - the expert bias (`moe_router_enable_expert_bias`): the tokens per expert added to
   the layer's buffer (a sum and an add).
 
@@ -55,6 +57,7 @@ handful of small update kernels are not priced.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +103,21 @@ class RouterShape:
     tp_cp: int = 1  # ranks of the tensor x context-parallel group
     tp_dp_cp: int = 1  # ranks of the tensor x data x context-parallel group
     router_bias: bool = False  # the gating linear has a bias (`add_bias_linear`)
+    capacity_factor: float = 0.0  # `moe_expert_capacity_factor` (0: dropless)
+    pad_to_capacity: bool = False  # `moe_pad_expert_input_to_capacity`
+
+
+def _token_dropping(x: RouterShape, b: int) -> tuple[list[float], list[float]]:
+    """`apply_router_token_dropping` (drop policy `probs`): each expert keeps its
+    `capacity` = ceil(T k / E x factor) most probable tokens: a top-k over the tokens,
+    a mask (zeros, copy, scatter_, bool), the map (the mask itself when padding, else
+    its `and` with the routing map) and the probabilities masked; backward: the product's."""
+    T, E, k = x.tokens, x.experts, x.topk
+    capacity = math.ceil(T * k / E * x.capacity_factor)
+    mask = [T * E * b + capacity * E * (b + INDEX_BYTES), T * E * b, 2 * T * E * b,
+            capacity * E * (INDEX_BYTES + 1), T * E * (b + 1)]
+    routing_map = [] if x.pad_to_capacity else [3 * T * E]
+    return [*mask, *routing_map, T * E * (2 * b + 1)], [T * E * (2 * b + 1)]
 
 
 def _z_loss_forward(T: float, E: int, b: int) -> list[float]:
@@ -236,6 +254,10 @@ def router_passes(s: MoeRouterSettings, x: RouterShape) -> tuple[RouterPass, Rou
     else:
         route_fwd, route_bwd = unfused_routing(s, x)
         fwd += route_fwd
+    if x.capacity_factor:
+        drop_fwd, drop_bwd = _token_dropping(x, b)
+        fwd += drop_fwd
+        bwd += drop_bwd
     if s.aux_loss_on:
         aux_fwd, aux_bwd, reduces = _aux_loss(s, x)
         fwd += aux_fwd
