@@ -198,3 +198,24 @@ def test_run_table_router_columns(tmp_path: Path):
     table.write_text(table.read_text().replace("aux_loss,0.001", "switch,0.001"))
     with pytest.raises(InputFileError, match="moe_router_load_balancing_type"):
         read_run_table(table)
+
+
+def test_automodel_fake_balanced_gate_has_no_gemm_and_no_backward():
+    """NeMo AutoModel's FakeBalancedGate: ones / k, arange % E + 0, the cast: six kernels of
+    T k elements; the MoE layer then has no router GEMM forward or backward."""
+    from paraplan.predict.moe_router import fake_balanced_gate
+
+    gate = fake_balanced_gate(QWEN)
+    assert gate.kernel_bytes == (T * K * 4, 2 * T * K * 4, T * K * 8, 2 * T * K * 8, 2 * T * K * 8, T * K * 6)
+    base = dict(expert_model_parallel_size=8, expert_tensor_parallel_size=1, global_batch_size=8)
+    qwen = PRESETS["qwen3-30b-a3b"]
+    megatron, fake = moe_layer_work(qwen, RunSettings(**base)), moe_layer_work(
+        qwen, RunSettings(fake_balanced_gate=True, **base))
+    router_gemms = [(4096, 2048, 128), (4096, 128, 2048), (2048, 4096, 128)]  # logits; input and weight gradients
+    for work, present in ((megatron, True), (fake, False)):
+        shapes = {(k.m[i], k.k[i], k.n[i]) for k in (work.forward.kernels, work.backward.kernels)
+                  for i in range(len(k))}
+        assert all((g in shapes) == present for g in router_gemms)
+    with pytest.raises(StrategyError, match="fake_balanced_gate \\(NeMo AutoModel's\\) replaces Megatron-Core's "
+                                            "router: moe_router_fusion must be left at its default"):
+        check_router(router(fake_balanced_gate=True, moe_router_fusion=True), qwen)

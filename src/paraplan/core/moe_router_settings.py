@@ -23,7 +23,7 @@ ROUTER_DTYPES: tuple[str, ...] = ("fp32", "fp64")
 ROUTER_COLUMNS: tuple[str, ...] = (
     "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_force_load_balancing",
     "moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor",
-    "moe_router_pre_softmax", "moe_router_dtype", "moe_router_fusion",
+    "moe_router_pre_softmax", "moe_router_dtype", "moe_router_fusion", "fake_balanced_gate",
 )
 """The run-table columns of `MoeRouterSettings`."""
 
@@ -64,6 +64,11 @@ class MoeRouterSettings:
     """Megatron-Core's `--moe-router-fusion` (Transformer Engine >= 2.7): top-k with its
     score function, the auxiliary loss's scores and the auxiliary loss each one fused
     kernel forward and backward, instead of PyTorch's ops."""
+    fake_balanced_gate: bool = False
+    """NeMo AutoModel's `backend.fake_balanced_gate` (its benchmark configs): its
+    `FakeBalancedGate` replaces the router, no gating GEMM and no backward, each token sent
+    to k consecutive experts with weights 1/k (six small kernels). Not with Megatron-Core's
+    router settings above."""
 
     @property
     def aux_loss_on(self) -> bool:
@@ -92,6 +97,15 @@ def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
     for key in ("moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_router_topk_scaling_factor"):
         if getattr(s, key) < 0:
             raise StrategyError(f"{key} must be >= 0, got {getattr(s, key)}")
+    if s.fake_balanced_gate:
+        megatron = [key for key, default in (("moe_router_fusion", False), ("moe_router_force_load_balancing", False),
+                                             ("moe_aux_loss_coeff", 0.0), ("moe_z_loss_coeff", 0.0),
+                                             ("moe_router_enable_expert_bias", False))
+                    if getattr(s, key) != default]
+        if megatron:
+            raise StrategyError(f"fake_balanced_gate (NeMo AutoModel's) replaces Megatron-Core's router: "
+                                f"{megatron[0]} must be left at its default")
+        return
     if s.moe_router_load_balancing_type == "sinkhorn":
         raise StrategyError("moe_router_load_balancing_type sinkhorn is not modelled: Megatron-Core's sinkhorn "
                             "iterates until its error is below a tolerance, the host waiting for the device at "

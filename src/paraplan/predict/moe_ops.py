@@ -58,7 +58,7 @@ from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSe
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
-from paraplan.predict.moe_router import RouterShape, router_passes
+from paraplan.predict.moe_router import RouterShape, fake_balanced_gate, router_passes
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -257,8 +257,11 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
     T = m.routed_tokens
-    w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
-    router_passes(settings, router_shape(model, settings, m))[0].add_to(w)  # v6-router: `moe_router`
+    if settings.fake_balanced_gate:  # v6-router: NeMo AutoModel's gate, no GEMM (`moe_router`)
+        fake_balanced_gate(router_shape(model, settings, m)).add_to(w)
+    else:
+        w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
+        router_passes(settings, router_shape(model, settings, m))[0].add_to(w)  # v6-router: `moe_router`
     hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
@@ -329,9 +332,10 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
-    router_passes(settings, router_shape(model, settings, m))[1].add_to(w)  # v6-router: `moe_router`
-    w.gemm(T, m.experts, x.h, high_precision=True)
-    w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
+    if not settings.fake_balanced_gate:  # v6-router: `moe_router`
+        router_passes(settings, router_shape(model, settings, m))[1].add_to(w)
+        w.gemm(T, m.experts, x.h, high_precision=True)
+        w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
     return experts_from, experts_to
 

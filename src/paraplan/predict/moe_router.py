@@ -285,3 +285,12 @@ def expert_bias_sync_s(s: MoeRouterSettings, comm: CommModel, group: Group, stag
     backward, before the optimizer step; zeros without the expert bias or MoE layers)."""
     return np.array([float(comm.time_s("all_reduce", nbytes, group)) if nbytes and group.size > 1 else 0.0
                      for nbytes in (expert_bias_all_reduce_bytes(s, float(n), experts) for n in stage_moe_layers)])
+
+
+def fake_balanced_gate(x: RouterShape) -> RouterPass:
+    """NeMo AutoModel's `FakeBalancedGate.forward` (components/moe/layers.py at 037e04a6):
+    `torch.ones(T, k) / k`, `arange(T k) % E + 0`, the weights cast to the activations'
+    dtype: six kernels, nothing backward (no parameter, no gradient)."""
+    Tk = x.tokens * x.topk
+    return RouterPass((Tk * FP32_BYTES, 2 * Tk * FP32_BYTES, Tk * INDEX_BYTES, 2 * Tk * INDEX_BYTES,
+                       2 * Tk * INDEX_BYTES, Tk * (FP32_BYTES + 2)))

@@ -254,7 +254,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     **{k: lambda text: float(_COEFF.parse(text)) for k in ("moe_aux_loss_coeff", "moe_z_loss_coeff",
                                                            "moe_router_topk_scaling_factor")},
     **{k: _boolean for k in ("moe_router_force_load_balancing", "moe_router_enable_expert_bias",
-                             "moe_router_pre_softmax", "moe_router_fusion")},
+                             "moe_router_pre_softmax", "moe_router_fusion", "fake_balanced_gate")},
     "moe_router_score_function": _choice(SCORE_FUNCTIONS), "moe_router_dtype": _choice(ROUTER_DTYPES),
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
     "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPE_CHOICES),
