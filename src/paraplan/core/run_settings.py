@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.moe_router_settings import MoeRouterSettings, check_router
 from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' former home)
     check_pipeline_split,
     embedding_loss_split,
@@ -84,8 +85,9 @@ def main_grad_bytes(settings: RunSettings) -> int:
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """One run's execution settings (the columns of a run table besides the model)."""
+class RunSettings(MoeRouterSettings):
+    """One run's execution settings (the columns of a run table besides the model; the
+    MoE router's in `MoeRouterSettings`)."""
 
     tensor_model_parallel_size: int = 1
     """t: ranks that split every layer's weights (Megatron's column/row split)."""
@@ -477,3 +479,4 @@ class RunSettings:
         if self.overlap_param_gather and self.optimizer_shards == 1 and self.zero_stage < 3:
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
         checks.check_experts(self, model)
+        check_router(self, model)  # v6-router

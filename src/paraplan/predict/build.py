@@ -82,6 +82,7 @@ from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.moe_router import expert_bias_sync_s
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
 from paraplan.predict.pass_cost import PassCost
@@ -347,6 +348,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     if fsdp is not None and fsdp.fsdp2 is not None:  # FSDP2: the root units' reduce-scatters after the backward
         after_comm = after_comm + fsdp.fsdp2.after_backward_comm_s
     stage_moe = params.chunk_moe.sum(axis=0)
+    after_comm = after_comm + expert_bias_sync_s(settings, comm, groups.by_name["tp_dp_cp"], stage_moe,
+                                                 model.num_experts)  # v6-router
     fp8_copies = stage_weight_copy_bytes(
         work.layer.forward, work.moe_layer.forward if work.moe_layer is not None else None, work.head.forward,
         params.chunk_layers.sum(axis=0) - stage_moe, stage_moe, settings)

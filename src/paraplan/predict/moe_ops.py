@@ -12,7 +12,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   `moe_shared_expert_intermediate_size` split over the tensor-parallel ranks like the
   dense MLP (before the router; after it, beside the all-to-alls, with
   `moe_shared_expert_overlap`);
-- the router: a (T x h) @ (h x E) GEMM, then softmax and top-k (memory-bound);
+- the router: a (T x h) @ (h x E) GEMM, then its score function, top-k, losses and
+  forced balancing kernel by kernel (`paraplan.predict.moe_router`);
 - token permutation: each token copied to its k experts' order (memory-bound);
 - with EP > 1, each rank's token count per expert all-gathered over the EP group (the
   all-to-all's split sizes; int64); the preprocessing's small kernels, the copies of the
@@ -57,6 +58,7 @@ from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSe
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
+from paraplan.predict.moe_router import RouterShape, fake_balanced_gate, router_passes
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
     FP32_BYTES,
@@ -83,7 +85,6 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
 )
 from paraplan.predict.work import NOT_HIDDEN
 
-ROUTER_PASSES = 3  # softmax and top-k: read the fp32 logits, write probabilities, select
 COUNT_BYTES = 8  # a token count per expert (int64)
 
 
@@ -151,6 +152,14 @@ def moe_shape(model: TransformerModel, settings: RunSettings) -> MoeShape:
         received_tokens=routed * load_factor(settings) * (
             ranks_hit(model.num_experts, k, ep, *model.router_groups) if ep > 1 else 1.0),
         router_groups=model.router_groups)
+
+
+def router_shape(model: TransformerModel, settings: RunSettings, m: MoeShape) -> RouterShape:
+    """The router's sizes (`paraplan.predict.moe_router`)."""
+    tp_cp = settings.tensor_model_parallel_size * settings.context_parallel_size
+    return RouterShape(m.routed_tokens, m.experts, m.topk, model.hidden_size, m.router_groups, tp_cp,
+                       tp_cp * settings.data_parallel_size, model.add_bias_linear,
+                       settings.moe_expert_capacity_factor, settings.moe_pad_expert_input_to_capacity)
 
 
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:
@@ -248,8 +257,11 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     if shared and not beside:
         _shared_forward(w, model, x, m, overlap_tp)
     T = m.routed_tokens
-    w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
-    w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax, top-k
+    if settings.fake_balanced_gate:  # v6-router: NeMo AutoModel's gate, no GEMM (`moe_router`)
+        fake_balanced_gate(router_shape(model, settings, m)).add_to(w)
+    else:
+        w.gemm(T, x.h, m.experts, high_precision=True)  # router logits (not a Transformer Engine module: no FP8)
+        router_passes(settings, router_shape(model, settings, m))[0].add_to(w)  # v6-router: `moe_router`
     hide = (NOT_HIDDEN, NOT_HIDDEN)
     if shared and beside:
         hide = _shared_forward(w, model, x, m, overlap_tp)
@@ -320,9 +332,10 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         w.memory((k + 1) * x.e * T * x.h)  # permute backward: sum each token's k gradients
     if m.etp > 1 and not m.gathered:
         w.comm("all_reduce", T * x.h * x.e, group="etp")
-    w.memory(ROUTER_PASSES * FP32_BYTES * T * m.experts)  # softmax / top-k backward
-    w.gemm(T, m.experts, x.h, high_precision=True)
-    w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
+    if not settings.fake_balanced_gate:  # v6-router: `moe_router`
+        router_passes(settings, router_shape(model, settings, m))[1].add_to(w)
+        w.gemm(T, m.experts, x.h, high_precision=True)
+        w.gemm(x.h, T, m.experts, weight_grad=True, high_precision=True)
     _norm_backward(w, x)
     return experts_from, experts_to
 

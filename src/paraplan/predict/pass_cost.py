@@ -17,7 +17,8 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_deepep import DeepEpTransfer, NvlinkNode
 from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
-PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep"}
+PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep",
+                                 "tp_cp": "ep", "tp_dp_cp": "ep"}  # v6-router: the router's, with the MoE's
 """Which part of a pass's communication (`PassCost.comm_s`) each group's collectives are."""
 
 

@@ -58,6 +58,8 @@ class Placement:
     etp_nodes: int = 1
     ep_nodes: int = 1
     edp_nodes: int = 1  # the expert-data-parallel group
+    tp_cp_nodes: int = 1  # v6-router: the router's tensor x context-parallel group
+    tp_dp_cp_nodes: int = 1  # v6-router: tensor x data x context parallel (a pipeline stage's ranks)
 
 
 def placement(settings: RunSettings, devices_per_node: int) -> Placement:
@@ -77,7 +79,8 @@ def placement(settings: RunSettings, devices_per_node: int) -> Placement:
     etp_nodes = strided_group_nodes(etp, 1, g)
     ep_nodes = strided_group_nodes(ep, etp, g)
     edp_nodes = strided_group_nodes(settings.expert_data_parallel_size, etp * ep, g)
-    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes)
+    return Placement(tp_nodes, dp_nodes, pp_cross, emb_cross, cp_nodes, etp_nodes, ep_nodes, edp_nodes,
+                     strided_group_nodes(t * c, 1, g), strided_group_nodes(t * c * d, 1, g))
 
 
 def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
@@ -89,9 +92,13 @@ def context_parallel_groups(settings: RunSettings, place: Placement) -> dict[str
 
 def expert_parallel_groups(settings: RunSettings, place: Placement) -> dict[str, Group]:
     """The groups a MoE layer's collectives run over (`moe_ops`): expert-parallel
-    (the token all-to-alls) and expert-tensor-parallel."""
+    (the token all-to-alls), expert-tensor-parallel, and the router's (`moe_router`)."""
+    tp_cp = settings.tensor_model_parallel_size * settings.context_parallel_size
     return {"ep": Group(settings.expert_model_parallel_size, place.ep_nodes),
-            "etp": Group(settings.expert_tensor_parallel, place.etp_nodes)}
+            "etp": Group(settings.expert_tensor_parallel, place.etp_nodes),
+            # v6-router: the router's token-count all-reduces (`moe_router`)
+            "tp_cp": Group(tp_cp, place.tp_cp_nodes),
+            "tp_dp_cp": Group(tp_cp * settings.data_parallel_size, place.tp_dp_cp_nodes)}
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.moe_router_settings import LOAD_BALANCING_TYPES, ROUTER_COLUMNS, ROUTER_DTYPES, SCORE_FUNCTIONS
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.pipeline_layout import LayoutError, parse_layout
 from paraplan.core.run_settings import (
@@ -106,6 +107,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "fsdp_reshard_after_forward", "data_parallel_sharding_strategy", "sharded_grad_reduce",
     # torchao Float8 (torchtitan's `--float8.*`, docs/fp8.md)
     "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
+    *ROUTER_COLUMNS,  # v6-router: the MoE router (`paraplan.predict.moe_router`, docs/moe.md)
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -156,6 +158,7 @@ SECONDS_RULE = NumberRule("a time in seconds", 0, 1e7, low_inclusive=False, why=
 _FRACTION = NumberRule("a probability", 0, 1)
 _IMBALANCE = NumberRule("a load-imbalance factor (the busiest rank's tokens over the mean)", 1, 64)
 _CAPACITY = NumberRule("a capacity factor (0: dropless)", 0, 64)
+_COEFF = NumberRule("a loss coefficient or scaling factor (0: none)", 0, 1e6)  # v6-router
 
 
 def _integer(text: str) -> int:
@@ -246,6 +249,13 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "overlap_moe_expert_parallel_comm": _boolean, "moe_token_dispatcher_type": _choice(MOE_DISPATCHERS),
     "overlap_p2p_comm": _boolean, "scatter_gather_tensors_in_pipeline": _boolean, "batch_p2p_sync": _boolean,
+    # v6-router: the MoE router's settings (`paraplan.core.moe_router_settings`)
+    "moe_router_load_balancing_type": _choice(LOAD_BALANCING_TYPES),
+    **{k: lambda text: float(_COEFF.parse(text)) for k in ("moe_aux_loss_coeff", "moe_z_loss_coeff",
+                                                           "moe_router_topk_scaling_factor")},
+    **{k: _boolean for k in ("moe_router_force_load_balancing", "moe_router_enable_expert_bias",
+                             "moe_router_pre_softmax", "moe_router_fusion", "fake_balanced_gate")},
+    "moe_router_score_function": _choice(SCORE_FUNCTIONS), "moe_router_dtype": _choice(ROUTER_DTYPES),
     "account_for_embedding_in_pipeline_split": _boolean, "account_for_loss_in_pipeline_split": _boolean,
     "pipeline_model_parallel_layout": _layout, "fp8_recipe": _choice(FP8_RECIPE_CHOICES),
     "enable_fsdp_float8_all_gather": _boolean, "precompute_float8_dynamic_scale_for_fsdp": _boolean,
