@@ -237,3 +237,19 @@ def test_explain_splits_the_dualpipe_iteration() -> None:
     assert parts.total_s == pytest.approx(parts.iteration_s)
     assert parts.iteration_s == pytest.approx(float(rank_ends(dual).end_s.max()))
     assert parts.seconds["ep_comm"] > 0 and parts.seconds["bubble"] >= 0
+
+
+@pytest.mark.parametrize("schedule, ranks, expected", [
+    ("dualpipe", 4, {(0, 0): (0, 0), (0, 3): (3, 0), (1, 0): (3, 1), (1, 3): (0, 1)}),
+    ("dualpipev", 4, {(0, 0): (0, 0), (0, 3): (3, 0), (0, 4): (3, 1), (0, 7): (0, 1)}),
+])
+def test_layout_places_each_stage_and_back(schedule, ranks, expected):
+    """DualPipe runs pipeline 1 in reverse (stage g on rank p-1-g, chunk 1); DualPipeV
+    folds one 2p-stage pipeline into a V (stage g >= p on rank 2p-1-g, chunk 1). Every
+    (pipeline, stage) maps to a (rank, chunk) that `place` maps back."""
+    layout = dp.Layout(schedule, ranks, 4 * ranks)
+    for (pipe, stage), (rank, chunk) in expected.items():
+        assert (layout.rank_of(pipe, stage), layout.chunk_of(pipe, stage)) == (rank, chunk)
+    for pipe in range(layout.pipelines):
+        for stage in range(layout.stages):
+            assert layout.place(layout.rank_of(pipe, stage), layout.chunk_of(pipe, stage)) == (pipe, stage)

@@ -34,7 +34,6 @@ COMM = ConstantBandwidthModel(100e9, 20e9)  # memory does not depend on the link
 MODEL = load_model("llama3-405b", 8192)
 T, P, V, GLOBAL_BATCH = 8, 16, 8, 2048
 H, KV, FFN, S, HEADS = 16384, 8 * 128, 53248, 8192, 128
-VOCAB = 128256  # a multiple of 128 x 8: no padding
 SHARDED_BYTES_PER_PARAM = 2 + 4 + 12
 
 

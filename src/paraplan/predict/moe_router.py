@@ -71,8 +71,6 @@ FP32_BYTES = 4
 SCALAR_BYTES = 8  # a one-element kernel (a loss, a step count), priced by its launch
 AUX_GROUPS = {"aux_loss": "tp_cp", "seq_aux_loss": "tp_cp", "global_aux_loss": "tp_dp_cp"}
 """The group Megatron-Core all-reduces each auxiliary loss's token counts over."""
-Z_LOSS_FORWARD_KERNELS = 14
-Z_LOSS_BACKWARD_KERNELS = 9
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,6 @@ from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings_checks import check_dualpipe
 
 DualPipeName = Literal["dualpipe", "dualpipev"]
-DUALPIPE_SCHEDULES: tuple[DualPipeName, ...] = ("dualpipe", "dualpipev")
 
 
 class DualOp(IntEnum):
