@@ -144,3 +144,18 @@ def test_calibrate_holds_the_kernel_ceilings_of_the_device(tmp_path):
     assert cal["assumptions"]["held_at_kernel_fit"] == held
     assert main(["calibrate", str(runs), "--cluster", "dgx-a100", "--kernel-ceilings", "device",
                  "--fit", "gemm_efficiency", "-o", str(tmp_path / "x.json"), "--no-track"]) == 2
+
+
+def test_predict_help_names_every_run_table_column_and_schedule():
+    """`paraplan predict --help` (and the generated command-line page) lists each column
+    the run-table reader accepts and each pipeline schedule, so that a new column cannot
+    be added without telling users."""
+    import re
+
+    import paraplan.cli.predict as cli
+    from paraplan.core.run_settings import PIPELINE_SCHEDULES
+    from paraplan.predict.runtable import MODEL_COLUMNS, REQUIRED, SETTINGS_COLUMNS
+
+    words = set(re.findall(r"[A-Za-z0-9_]+", cli.__doc__ or ""))
+    missing = [c for c in (*REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *PIPELINE_SCHEDULES) if c not in words]
+    assert missing == []

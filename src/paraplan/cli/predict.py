@@ -22,8 +22,14 @@ core_attn), sequence_parallel,
 use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,
 async_tensor_model_parallel_allreduce, gradient_accumulation_fusion, grad_reduce_in_bf16, DDP_impl
-(local|torch), dtype (bf16|fp16|fp8|fp32), schedule,
-use_flash_attn, context_parallel_size, cp_comm_type (p2p|all_gather|a2a|torch_allgather|torch_alltoall;
+(local|torch), dtype (bf16|fp16|fp8|fp32), schedule (1f1b|interleaved_1f1b|gpipe|zb_h1|dualpipe;
+docs/pipeline-schedules.md), decoder_first_pipeline_num_layers,
+decoder_last_pipeline_num_layers, account_for_embedding_in_pipeline_split,
+account_for_loss_in_pipeline_split, pipeline_model_parallel_layout (uneven splits),
+overlap_p2p_comm, scatter_gather_tensors_in_pipeline, batch_p2p_sync (pipeline transfers),
+use_flash_attn, attention_backend, flash_attention_version (docs/kernels.md),
+elementwise_kernels (fused|eager), selective_ac_option, cross_entropy_impl (megatron|torch;
+docs/execution-model.md), context_parallel_size, cp_comm_type (p2p|all_gather|a2a|torch_allgather|torch_alltoall;
 the last two PyTorch's context parallelism as torchtitan runs it; docs/execution-model.md),
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
