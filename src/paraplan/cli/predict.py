@@ -42,6 +42,9 @@ moe_router_dtype (fp32), moe_router_fusion and NeMo AutoModel's fake_balanced_ga
 fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
 default; torchao_tensorwise: torchao's Float8Linear as torchtitan runs it; docs/fp8.md),
+use_precision_aware_optimizer, main_grads_dtype (fp32|bf16), main_params_dtype (fp32|fp16),
+exp_avg_dtype and exp_avg_sq_dtype (fp32|fp16|bf16|fp8), activation_func_fp8_input_store
+(Megatron-LM's low-precision storage; docs/fp8.md),
 enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp (torchtitan's
 --float8 options, with torchao_tensorwise), data_parallel_shard_degree,
 data_parallel_replicate_degree, num_distributed_optimizer_instances,

@@ -21,6 +21,7 @@ from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' 
     pipeline_layer_split,
     pipeline_split_slots,
 )
+from paraplan.core.precision_settings import LowPrecisionStorageSettings, check_low_precision_storage
 from paraplan.core.sharding import GradReduce, ReshardAfterForward, check_sharding, sharding_group_size
 from paraplan.core.transformer import TransformerModel
 
@@ -79,15 +80,18 @@ MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 def main_grad_bytes(settings: RunSettings) -> int:
     """Bytes of one main gradient (Megatron's `main_grad` buffer): `MAIN_GRAD_BYTES` of
-    the dtype, 2 with `grad_reduce_in_bf16`."""
-    return 2 if settings.grad_reduce_in_bf16 else MAIN_GRAD_BYTES[settings.dtype]
+    the dtype, 2 with `grad_reduce_in_bf16` or `main_grads_dtype bf16`."""
+    if settings.grad_reduce_in_bf16 or settings.main_grads_dtype == "bf16":
+        return 2
+    return MAIN_GRAD_BYTES[settings.dtype]
 """Bytes of one accumulated (main) gradient per parameter (Megatron-LM's mixed precision)."""
 
 
 @dataclass(frozen=True)
-class RunSettings(MoeRouterSettings):
+class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     """One run's execution settings (the columns of a run table besides the model; the
-    MoE router's in `MoeRouterSettings`)."""
+    MoE router's in `MoeRouterSettings`, the precision-aware optimizer's in
+    `LowPrecisionStorageSettings`)."""
 
     tensor_model_parallel_size: int = 1
     """t: ranks that split every layer's weights (Megatron's column/row split)."""
@@ -459,6 +463,9 @@ class RunSettings(MoeRouterSettings):
             expected = f"one of {', '.join(FP8_RECIPE_CHOICES)}" if self.dtype == "fp8" else "empty unless dtype fp8"
             raise StrategyError(f"fp8_recipe '{self.fp8_recipe}' with dtype {self.dtype}: expected {expected}")
         checks.check_torchao_float8(self, model)  # torchao Float8 (torchtitan)
+        check_low_precision_storage(self, self.dtype, self.use_distributed_optimizer, self.zero_stage, self.fp8_recipe,
+                                    model.swiglu,
+                                    self.elementwise_kernels == "fused")  # w1-precopt
         check_pipeline_split(self, model)
         schedule = self.pipeline_schedule
         if v > 1 and schedule != "interleaved_1f1b":

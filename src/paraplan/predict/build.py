@@ -327,7 +327,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                                   attention_head_widths(model)[0])  # at the model's head width
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
-    prec = Precision.of(settings.dtype, settings.grad_reduce_in_bf16)
+    prec = Precision.of_settings(settings)
     work = RunWork.of(model, settings)
     works = work.passes()
     works = scaled_passes(works, (PASSES + MOE_PASSES)[:len(works)], settings)  # fp8: the scaling kernels

@@ -172,21 +172,29 @@ def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> 
         w.memory(2 * m.expert_tokens * (x.e * x.h + FP32_BYTES))
 
 
-def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
-    """The activation (the routed experts': times each token's fp32 routing probability)."""
-    w.memory(((2 if gated else 1) + 1) * e * tokens * width + (FP32_BYTES * tokens if probs else 0.0))
+def _act_forward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False,
+                 fp8_store: bool = False) -> None:
+    """The activation (the routed experts': times each token's fp32 routing probability;
+    `fp8_store`: its input cast to FP8 for the backward, `activation_func_fp8_input_store`)."""
+    inputs = 2 if gated else 1
+    w.memory((inputs + 1) * e * tokens * width + (FP32_BYTES * tokens if probs else 0.0)
+             + ((e + FP8_OPERAND_BYTES) * inputs * tokens * width if fp8_store else 0.0))
 
 
-def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False) -> None:
-    """Its backward (the routed experts': also the probabilities' gradient)."""
-    w.memory((2 * (2 if gated else 1) + 1) * e * tokens * width + (2 * FP32_BYTES * tokens if probs else 0.0))
+def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float, probs: bool = False,
+                  fp8_store: bool = False) -> None:
+    """Its backward (the routed experts': also the probabilities' gradient; `fp8_store`:
+    the FP8 input cast back)."""
+    inputs = 2 if gated else 1
+    w.memory((2 * inputs + 1) * e * tokens * width + (2 * FP32_BYTES * tokens if probs else 0.0)
+             + ((e + FP8_OPERAND_BYTES) * inputs * tokens * width if fp8_store else 0.0))
 
 
 def _shared_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape, overlap: bool) -> tuple[int, int]:
     """The shared experts as a tensor-parallel dense MLP; their two GEMMs' indices."""
     _enter_tp(w, x, overlap, len(w.rows))
     fc1 = w.gemm(x.tokens, x.h, m.shared_in)
-    _act_forward(w, model.gated_mlp, x.e, x.tokens, m.shared_ffn)
+    _act_forward(w, model.gated_mlp, x.e, x.tokens, m.shared_ffn, fp8_store=x.fp8_act_store)
     fc2 = w.gemm(x.tokens, m.shared_ffn, x.h)
     _leave_tp(w, x, fc2, overlap)
     return fc1, fc2
@@ -196,7 +204,7 @@ def _shared_backward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShap
                      async_reduce: bool) -> tuple[int, int]:
     fc2 = len(w.rows)
     _row_backward(w, x, m.shared_ffn, x.h, overlap)
-    _act_backward(w, model.gated_mlp, x.e, x.tokens, m.shared_ffn)
+    _act_backward(w, model.gated_mlp, x.e, x.tokens, m.shared_ffn, fp8_store=x.fp8_act_store)
     fc1 = len(w.rows)
     _column_backward(w, x, x.h, m.shared_in, async_reduce)
     return fc1, fc2
@@ -275,7 +283,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_in, batch)
-    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     w.gemm(n, m.expert_ffn, x.h, batch)
     experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
@@ -315,7 +323,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     experts_from = len(w.rows)
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
-    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+    _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
     experts_to = len(w.rows)
@@ -365,14 +373,16 @@ def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> floa
         return whole
     recomputed = settings.recompute_modules if settings.recompute_granularity == "selective" else ()
     lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e  # a linear layer's saved input
-    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) * x.e + lin) * x.tokens * x.ffn
+    act_in = FP8_OPERAND_BYTES if x.fp8_act_store else x.e  # `activation_func_fp8_input_store`
+    dense_inner = 0.0 if "mlp" in recomputed else ((2 if model.gated_mlp else 1) * act_in + lin) * x.tokens * x.ffn
     if "moe" in recomputed:
         return float(whole - dense_inner)  # the block's input is the norm output `whole` already counts
     m = moe_shape(model, settings)
     router = FP32_BYTES * m.routed_tokens * m.experts
     fc2_input = 0.0 if "moe_act" in recomputed else lin * m.expert_ffn
-    experts = m.expert_tokens * (lin * x.h + x.e * m.expert_in + fc2_input)
-    shared = 0.0 if "shared_experts" in recomputed else x.tokens * (x.e * m.shared_in + lin * m.shared_ffn)
+    expert_act_in = x.e if "moe_act" in recomputed else act_in  # moe_act's checkpoint keeps the bf16 input
+    experts = m.expert_tokens * (lin * x.h + expert_act_in * m.expert_in + fc2_input)
+    shared = 0.0 if "shared_experts" in recomputed else x.tokens * (act_in * m.shared_in + lin * m.shared_ffn)
     return float(whole - dense_inner + router + experts + shared)
 
 
@@ -396,7 +406,8 @@ def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: 
     if "shared_experts" in modules:
         _shared_forward(w, model, x, m, settings.tp_comm_overlap)
     if "moe_act" in modules:
-        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True)
+        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True,
+                     fp8_store=x.fp8_act_store)
     return w.build()
 
 

@@ -101,6 +101,7 @@ class _Shape:
     cp: int = 1
     cp_comm_type: str = "p2p"
     eager: bool = False  # `elementwise_kernels eager`: PyTorch's unfused ops (`paraplan.predict.eager_ops`)
+    fp8_act_store: bool = False  # `activation_func_fp8_input_store`: the SwiGLU input kept as an FP8 cast
 
     def attention_shape(self) -> AttentionShape:
         return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
@@ -147,6 +148,7 @@ def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _S
         qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
         e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
         cp_comm_type=settings.cp_comm_type, eager=settings.elementwise_kernels == "eager",
+        fp8_act_store=settings.activation_func_fp8_input_store,
     )
 
 
@@ -273,6 +275,8 @@ def _activation_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None
         return eager_ops.activation_forward(w, x)
     inputs = 2 if model.gated_mlp else 1
     w.memory((inputs + 1) * x.e * x.tokens * x.ffn)
+    if x.fp8_act_store:  # the input's FP8 cast for the backward (`activation_func_fp8_input_store`)
+        w.memory((x.e + FP8_OPERAND_BYTES) * inputs * x.tokens * x.ffn)
 
 
 def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -280,6 +284,8 @@ def _activation_backward(w: _Builder, model: TransformerModel, x: _Shape) -> Non
         return eager_ops.activation_backward(w, x)
     inputs = 2 if model.gated_mlp else 1
     w.memory((2 * inputs + 1) * x.e * x.tokens * x.ffn)
+    if x.fp8_act_store:  # the FP8 input cast back
+        w.memory((x.e + FP8_OPERAND_BYTES) * inputs * x.tokens * x.ffn)
 
 
 def _rope(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -427,7 +433,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     proj_in = lin * x.tokens * x.heads * x.v_d
     mlp_inner = 0.0
     if "mlp" not in recomputed:
-        mlp_inner = (2 if model.gated_mlp else 1) * x.e * x.tokens * x.ffn + lin * x.tokens * x.ffn
+        act_in = FP8_OPERAND_BYTES if x.fp8_act_store else x.e  # the activation's saved input
+        mlp_inner = (2 if model.gated_mlp else 1) * act_in * x.tokens * x.ffn + lin * x.tokens * x.ffn
     scores = 0.0
     flash = settings.use_flash_attn
     if flash:

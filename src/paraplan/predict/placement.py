@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.core.comm import Group
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, RunSettings, main_grad_bytes
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
+from paraplan.predict.optimizer_precision import precision_aware_bytes
 from paraplan.sim.builder.placement import strided_group_nodes
 
 
@@ -44,6 +45,18 @@ class Precision:
         if grad_reduce_in_bf16:  # the fp16 path without its overflow check
             return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 2)
         return Precision(2, 4, 12, 4 + 24 + 2 + 4 + 4)
+
+    @staticmethod
+    def of_settings(settings: RunSettings) -> Precision:
+        """A run's: `of` its dtype and gradient dtype, the optimizer's shard and step as
+        the precision-aware optimizer sets them (`optimizer_precision`) when it is on."""
+        base = Precision.of(settings.dtype, settings.grad_reduce_in_bf16 or settings.main_grads_dtype == "bf16")
+        if not settings.use_precision_aware_optimizer:
+            return base
+        grad_bytes = main_grad_bytes(settings)
+        state, step = precision_aware_bytes(settings, settings.dtype, settings.fp8_recipe or DEFAULT_FP8_RECIPE,
+                                            grad_bytes)
+        return Precision(base.weight_bytes, grad_bytes, state, step)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,12 @@ from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROB
 from paraplan.core.moe_router_settings import LOAD_BALANCING_TYPES, ROUTER_COLUMNS, ROUTER_DTYPES, SCORE_FUNCTIONS
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.pipeline_layout import LayoutError, parse_layout
+from paraplan.core.precision_settings import (
+    LOW_PRECISION_COLUMNS,
+    MAIN_GRADS_DTYPES,
+    MAIN_PARAMS_DTYPES,
+    STATE_DTYPES,
+)
 from paraplan.core.run_settings import (
     ATTENTION_BACKENDS,
     CP_COMM_TYPES,
@@ -108,6 +114,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     # torchao Float8 (torchtitan's `--float8.*`, docs/fp8.md)
     "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
     *ROUTER_COLUMNS,  # v6-router: the MoE router (`paraplan.predict.moe_router`, docs/moe.md)
+    *LOW_PRECISION_COLUMNS,  # w1-precopt: low-precision storage (docs/fp8.md)
 )
 PREDICTED: tuple[str, ...] = (
     "num_parameters", "active_parameters",
@@ -263,6 +270,10 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "num_distributed_optimizer_instances": _integer, "fsdp_reshard_after_forward": _choice(RESHARD_AFTER_FORWARD),
     "data_parallel_sharding_strategy": _choice(tuple(SHARDING_STRATEGY_STAGE)),
     "sharded_grad_reduce": _choice(GRAD_REDUCE),
+    # w1-precopt: low-precision storage (`paraplan.core.precision_settings`)
+    "use_precision_aware_optimizer": _boolean, "main_grads_dtype": _choice(MAIN_GRADS_DTYPES),
+    "main_params_dtype": _choice(MAIN_PARAMS_DTYPES), "exp_avg_dtype": _choice(STATE_DTYPES),
+    "exp_avg_sq_dtype": _choice(STATE_DTYPES), "activation_func_fp8_input_store": _boolean,
     "num_gpus": _integer, "measured_iteration_s": _seconds,
 }
 _EXPECTED = {k: COUNT_RULE.expected for k in REQUIRED}

@@ -96,7 +96,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     not depend on which others are timed."""
     table = activation_table(model, cand, base)
     cols = CandidateColumns.of(model, cand, base, cluster, table.index)
-    prec = Precision.of(base.dtype)
+    prec = Precision.of_settings(base)
     weights = _weights(model, cols)
     layers = StageLayers.of(cols)
     params = _stage_params(model, cols, layers, weights)
@@ -336,7 +336,7 @@ def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTime
 def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, base: RunSettings,
                  eff: DeviceEfficiency) -> np.ndarray:
     """The optimizer step of the first stage's (sharded) state: memory-bound."""
-    prec = Precision.of(base.dtype)
+    prec = Precision.of_settings(base)
     speed = DeviceSpeed.of(cluster.device, base.dtype)
     return ((params.first / cols.shards + params.first_experts / cols.expert_shards) * prec.optimizer_step_bytes
             / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)
