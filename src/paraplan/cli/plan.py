@@ -254,6 +254,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.transformer.space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
+    from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
     from paraplan.track import RunLog, Table
 
     for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
@@ -307,7 +308,7 @@ def _run_llm(args: argparse.Namespace) -> int:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
     numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
-               "predicted_peak_memory_bytes", "bubble_fraction")
+               "predicted_peak_memory_bytes", *PEAK_MEMORY_COLUMNS, "bubble_fraction")
     track(args, RunLog(
         stage="plan", run_name=args.output.stem,
         params={"model": model.name, "cluster": cluster.name, "num_gpus": args.gpus,
