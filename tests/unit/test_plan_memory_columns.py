@@ -72,9 +72,9 @@ def test_closed_form_breakdown_of_a_two_stage_plan():
     assert int(row["predicted_peak_memory_bytes"]) == state + loss + acts == 1_313_464_320
 
 
-def test_gpt3_175b_on_1024_a100_as_written_and_tracked(tmp_path, monkeypatch):
+def test_gpt3_175b_on_1024_a100_as_written_and_tracked(tmp_path, monkeypatch, capsys):
     """The README's plan through the command: the columns follow the peak as in
-    predict's table, add up, and are logged as metrics beside it."""
+    predict's table, add up, are logged as metrics beside it and printed in GB."""
     import paraplan.cli.common
 
     logged = []
@@ -92,6 +92,12 @@ def test_gpt3_175b_on_1024_a100_as_written_and_tracked(tmp_path, monkeypatch):
     for row in rows:
         assert sum(int(row[c]) for c in PARTS) == int(row["predicted_peak_memory_bytes"])
         assert 0 <= int(row["peak_memory_rank"]) < int(row["pipeline_model_parallel_size"])
+    gb = {c: f"{int(rows[0][c]) / 1e9:.1f} GB" for c in PARTS}
+    assert (f"best plan's peak memory: pipeline rank {rows[0]['peak_memory_rank']}: "
+            f"{gb['predicted_peak_model_state_bytes']} of weights, gradients and optimizer state, "
+            f"{gb['predicted_peak_working_bytes']} of working buffers, "
+            f"{gb['predicted_peak_activation_bytes']} of activations\n") in capsys.readouterr().err
+    assert rows[0]["predicted_peak_gradient_accumulator_bytes"] == "0"  # distributed optimizer, not ZeRO-2/3
     (run,) = logged
     assert {f"best_{c}": float(rows[0][c]) for c in PEAK_MEMORY_COLUMNS}.items() <= run.metrics.items()
     assert set(PEAK_MEMORY_COLUMNS) <= set(run.table.metrics)

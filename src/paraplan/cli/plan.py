@@ -248,6 +248,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
     from paraplan.files import atomic_open, check_outputs
+    from paraplan.plan.transformer.memory_text import peak_parts_text
     from paraplan.plan.transformer.output import PLAN_COLUMNS, describe, plan_rows
     from paraplan.plan.transformer.request import TransformerPlanRequest
     from paraplan.plan.transformer.search import search
@@ -300,6 +301,7 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
+    print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
     if rows[0]["plausibility"]:
         print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
               "the calibration", file=sys.stderr)
