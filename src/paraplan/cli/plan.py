@@ -248,12 +248,14 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
     from paraplan.files import atomic_open, check_outputs
+    from paraplan.plan.transformer.memory_text import peak_parts_text
     from paraplan.plan.transformer.output import PLAN_COLUMNS, describe, plan_rows
     from paraplan.plan.transformer.request import TransformerPlanRequest
     from paraplan.plan.transformer.search import search
     from paraplan.plan.transformer.space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
+    from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
     from paraplan.track import RunLog, Table
 
     for option, value in (("--gpus", args.gpus), ("--global-batch-size", args.global_batch_size)):
@@ -299,6 +301,7 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
+    print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
     if rows[0]["plausibility"]:
         print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
               "the calibration", file=sys.stderr)
@@ -307,7 +310,7 @@ def _run_llm(args: argparse.Namespace) -> int:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
     numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
-               "predicted_peak_memory_bytes", "bubble_fraction")
+               "predicted_peak_memory_bytes", *PEAK_MEMORY_COLUMNS, "bubble_fraction")
     track(args, RunLog(
         stage="plan", run_name=args.output.stem,
         params={"model": model.name, "cluster": cluster.name, "num_gpus": args.gpus,

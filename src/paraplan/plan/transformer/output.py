@@ -1,11 +1,17 @@
 """An LLM plan as table rows, in `paraplan predict`'s column names: one row per plan
-kept, best first, with the data-parallel baselines' iteration times beside it."""
+kept, best first, with the data-parallel baselines' iteration times beside it.
+
+Every plan answered was re-timed by the exact engine (`search.py`), so its memory
+columns are the engine's, as `paraplan predict` writes them: the peak, the pipeline
+rank it is on and that rank's parts at that moment, adding up to the peak
+(`paraplan.predict.peak_memory.PeakMemory`)."""
 
 from __future__ import annotations
 
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.search import BASELINES, PlanResult
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
 from paraplan.predict.predictor import RunPrediction, plausibility
 
 PLAN_COLUMNS: tuple[str, ...] = (
@@ -17,8 +23,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
-    "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES), "search_s",
-    "calibration",
+    *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES),
+    "search_s", "calibration",
 )
 
 
@@ -62,7 +68,7 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "schedule": s.pipeline_schedule, "dtype": s.dtype, "use_flash_attn": _flag(s.use_flash_attn),
             "predicted_iteration_s": f"{plan.iteration_s:.6g}", "predicted_tokens_per_s": f"{tokens:.6g}",
             "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
-            "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}",
+            "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}", **plan.peak_memory.cells(),
             "bubble_fraction": f"{plan.bubble_fraction:.6g}", "fits_memory": _flag(plan.fits_memory),
             "plausibility": plausibility(plan.mfu, efficiency),
             **baselines, "search_s": f"{result.search_s:.4g}", "calibration": calibration,

@@ -36,6 +36,7 @@ from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.memory_text import peak_parts_text
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
@@ -205,7 +206,6 @@ def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, 
     best = min(results, key=lambda rs: float(rs[0].peak_memory_bytes.max()))
     need = float(best[0].peak_memory_bytes.max())
     s = best[1]
-    at = PeakMemory.of(best[0])
     experts = (f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}, "
                if request.model.is_moe else "")
     state_bound = ""
@@ -217,12 +217,7 @@ def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, 
     raise StrategyError(
         f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
         f"({request.cluster.device.capacity_text()} each) at global batch {request.global_batch_size}: "
-        f"the smallest plan needs {need / 1e9:.1f} GB per device (pipeline rank {at.rank}: "
-        f"{at.model_state_bytes / 1e9:.1f} GB of weights, gradients and optimizer state, "
-        f"{at.working_bytes / 1e9:.1f} GB of working buffers, "
-        + (f"{at.gradient_accumulator_bytes / 1e9:.1f} GB of gradient accumulators, "
-           if at.gradient_accumulator_bytes else "")
-        + f"{at.activation_bytes / 1e9:.1f} GB of activations; "
+        f"the smallest plan needs {need / 1e9:.1f} GB per device ({peak_parts_text(PeakMemory.of(best[0]))}; "
         f"TP {s.tensor_model_parallel_size}, "
         + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
         + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, {experts}micro-batch {s.micro_batch_size}, "
