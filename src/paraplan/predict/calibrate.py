@@ -37,7 +37,7 @@ from paraplan.core.errors import ParaplanError
 from paraplan.predict.build import KernelBatch, RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
-from paraplan.sim.execution import iteration_time_s
+from paraplan.sim.execution import iteration_times_s
 
 FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
     name: (declared.fit.low, declared.fit.high, declared.fit.scale)
@@ -56,7 +56,7 @@ def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficienc
     already priced with `eff`'s parameters (`kernel_times_by_pass`)."""
     if kernel_s is None:
         kernel_s = kernel_times_by_pass(list(structures), eff)
-    return np.array([iteration_time_s(price(s, k, eff)) for s, k in zip(structures, kernel_s, strict=True)])
+    return iteration_times_s([price(s, k, eff) for s, k in zip(structures, kernel_s, strict=True)])
 
 
 class Measured(Protocol):

@@ -27,7 +27,7 @@ and adds the reduction and the tail; the iteration time is the latest rank's end
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
+from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, Schedule, cached_orders, get_schedule
@@ -254,6 +255,43 @@ def iteration_time_s(model: ExecutionModel) -> float:
     if model.p3 is not None or not sched.flush:
         return run_iteration(model, timeline=False).iteration_s
     return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
+
+
+BATCH_MIN_RUNS = 4
+"""Pipelines of one shape that `iteration_times_s` runs together (fewer: one by one)."""
+
+
+def iteration_times_s(models: Sequence[ExecutionModel]) -> np.ndarray:
+    """`[iteration_time_s(m) for m in models]`, byte-identical, with the pipelines of
+    each shape (schedule, stages, micro-batches, chunks) that the event loop runs
+    executed together (`paraplan.sim.engine_batch`): what a calibration evaluates."""
+    out = np.empty(len(models))
+    shapes: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, model in enumerate(models):
+        if _batchable(model):
+            shapes.setdefault((model.schedule, model.pipeline_stages, model.microbatches, model.virtual_stages),
+                              []).append(i)
+        else:
+            out[i] = iteration_time_s(model)
+    for (schedule, p, m, v), members in shapes.items():
+        if len(members) < BATCH_MIN_RUNS:
+            for i in members:
+                out[i] = iteration_time_s(models[i])
+            continue
+        grad_kind = WGT if get_schedule(schedule).split_backward else BWD
+        runs = execute_batch(cached_orders(schedule, p, m, 1, v), [models[i].costs for i in members], m)
+        for i, run in zip(members, runs, strict=True):
+            out[i] = float(_tail(models[i], run, grad_kind).end_s.max())
+    return out
+
+
+def _batchable(model: ExecutionModel) -> bool:
+    """Whether `iteration_time_s` runs the model's one iteration through the event loop
+    (`_execute`) and times it from the run's tail."""
+    if model.dualpipe is not None or model.p3 is not None or not get_schedule(model.schedule).flush:
+        return False
+    p, m, v = model.pipeline_stages, model.microbatches, model.virtual_stages
+    return not (v == 1 and p > 1 and model.schedule in ("1f1b", "gpipe") and 2 * p * m >= RECURRENCE_MIN_OPS)
 
 
 @dataclass(frozen=True, eq=False)
