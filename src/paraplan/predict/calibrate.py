@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from paraplan.core.errors import ParaplanError
-from paraplan.predict.build import KernelBatch, RunStructure, kernel_times_by_pass, price
+from paraplan.predict.build import KernelBatch, PassSums, RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
 from paraplan.sim.execution import iteration_times_s
@@ -51,12 +51,16 @@ START = DeviceEfficiency(host_kernel_s=30e-6, host_collective_s=30e-6)
 
 
 def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficiency,
-                        kernel_s: list[list[np.ndarray]] | None = None) -> np.ndarray:
+                        kernel_s: list[list[np.ndarray]] | None = None,
+                        sums: Sequence[PassSums] | None = None) -> np.ndarray:
     """Predicted iteration time of every run; `kernel_s`: their kernels' times when
-    already priced with `eff`'s parameters (`kernel_times_by_pass`)."""
+    already priced with `eff`'s parameters (`kernel_times_by_pass`), `sums` their sums
+    per pass (`KernelBatch.priced`)."""
     if kernel_s is None:
         kernel_s = kernel_times_by_pass(list(structures), eff)
-    return iteration_times_s([price(s, k, eff) for s, k in zip(structures, kernel_s, strict=True)])
+    if sums is None:
+        return iteration_times_s([price(s, k, eff) for s, k in zip(structures, kernel_s, strict=True)])
+    return iteration_times_s([price(s, k, eff, t) for s, k, t in zip(structures, kernel_s, sums, strict=True)])
 
 
 class Measured(Protocol):
@@ -85,7 +89,7 @@ class IterationTimes:
         key = np.asarray(idx, dtype=np.int64).tobytes()
         if key not in self.batches:
             self.batches[key] = KernelBatch.of(runs)
-        return predict_iteration_s(runs, eff, self.batches[key].times(eff))
+        return predict_iteration_s(runs, eff, *self.batches[key].priced(eff))
 
     def layer_keys(self) -> tuple[str, ...]:
         return tuple(st.layer_key for st in self.structures)
