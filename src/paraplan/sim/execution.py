@@ -185,12 +185,15 @@ def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_byte
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
-              compute_end: float, overlap: bool) -> tuple[float, list[tuple[float, float]]]:
-    """When the rank's reduction ends, and its bucket events (start, end)."""
+              compute_end: float, overlap: bool, with_events: bool = True) -> tuple[float, list[tuple[float, float]]]:
+    """When the rank's reduction ends, and its bucket events (start, end; none unless
+    `with_events`)."""
     if sync.bucket_s.size == 0:
         return compute_end, []
     if not overlap:
         ends = compute_end + np.cumsum(sync.bucket_s)
+        if not with_events:
+            return float(ends[-1]), []
         starts = ends - sync.bucket_s
         return float(ends[-1]), list(zip(starts.tolist(), ends.tolist(), strict=True))
     ready = np.empty(sync.bucket_s.shape[0])
@@ -217,9 +220,9 @@ class _Tail:
     events: tuple[tuple[int, int, float, float], ...]  # (rank, kind, start, end) on the comm stream
 
 
-def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _Tail:
+def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_events: bool = True) -> _Tail:
     """Per rank: when its compute, its gradient reduction and its iteration end (after
-    the last of `iterations` iterations)."""
+    the last of `iterations` iterations); the comm stream's events unless not `with_events`."""
     p, m = model.pipeline_stages, model.microbatches * iterations
     compute_end = np.zeros(p)
     np.maximum.at(compute_end, run.device, run.end_s)
@@ -227,7 +230,9 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _T
     events: list[tuple[int, int, float, float]] = []
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
-                                         model.overlap_grad_reduce)
+                                         model.overlap_grad_reduce, with_events)
+        if not with_events:
+            continue
         events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
         if model.after_sync_s[s] > 0:
             events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
@@ -254,7 +259,7 @@ def iteration_time_s(model: ExecutionModel) -> float:
     sched = get_schedule(model.schedule)
     if model.p3 is not None or not sched.flush:
         return run_iteration(model, timeline=False).iteration_s
-    return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
+    return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD, with_events=False).end_s.max())
 
 
 BATCH_MIN_RUNS = 4
@@ -281,7 +286,7 @@ def iteration_times_s(models: Sequence[ExecutionModel]) -> np.ndarray:
         grad_kind = WGT if get_schedule(schedule).split_backward else BWD
         runs = execute_batch(cached_orders(schedule, p, m, 1, v), [models[i].costs for i in members], m)
         for i, run in zip(members, runs, strict=True):
-            out[i] = float(_tail(models[i], run, grad_kind).end_s.max())
+            out[i] = float(_tail(models[i], run, grad_kind, with_events=False).end_s.max())
     return out
 
 
