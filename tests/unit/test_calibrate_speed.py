@@ -1,5 +1,6 @@
-"""A calibration's fast evaluation (kernel sums and pipelines of one shape run
-together) gives byte-identical times to pricing and executing each run alone."""
+"""A calibration's fast evaluation (kernel sums, plain runs priced as rows of arrays,
+pipelines of one shape run together) gives byte-identical times to pricing and
+executing each run alone."""
 
 from itertools import product
 
@@ -13,6 +14,8 @@ from paraplan.predict.build import KernelBatch, kernel_times_by_pass, price, run
 from paraplan.predict.calibrate import IterationTimes
 from paraplan.predict.calibration import Calibration
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.layer_factors import LayerTimeFactors
+from paraplan.predict.price_batch import PlainRuns, is_plain
 from paraplan.sim.engine import PipelineCosts, execute
 from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.execution import BATCH_MIN_RUNS, iteration_time_s, iteration_times_s
@@ -36,7 +39,7 @@ def structures():
                                    global_batch_size=16, data_parallel_size=2, recompute_granularity="full",
                                    dtype="fp16", use_flash_attn=True, schedule=schedule,
                                    virtual_pipeline_model_parallel_size=v, overlap_grad_reduce=overlap,
-                                   async_tensor_model_parallel_allreduce=t > 1)
+                                   async_tensor_model_parallel_allreduce=t > 1 and b == 1)
             out.append(run_structure(model, settings, cluster, comm))
     return out
 
@@ -57,6 +60,25 @@ def test_a_calibrations_evaluation_is_byte_identical_to_each_run_alone():
     shapes = {(s.settings.pipeline_schedule, s.settings.pipeline_model_parallel_size, s.settings.num_microbatches)
               for s in runs}
     assert len(runs) >= BATCH_MIN_RUNS * len(shapes)  # every shape ran batched
+    plain = PlainRuns.of(runs)
+    assert sum(len(d.members) for d in plain.depths) == 24  # 1F1B, GPipe: no overlapped collective
+    assert len(plain.others) == len(runs) - 24
+
+
+def test_is_plain_names_the_runs_priced_as_rows():
+    runs = structures()
+    plain = [st for st in runs if is_plain(st)]
+    assert {st.settings.pipeline_schedule for st in plain} == {"1f1b", "gpipe"}
+    assert not any(st.settings.overlap_grad_reduce for st in plain)
+
+
+def test_an_evaluation_with_layer_factors_prices_run_by_run():
+    runs = structures()
+    key = runs[0].layer_key
+    eff = DeviceEfficiency(layer_time_factors=LayerTimeFactors((key,), (1.25,), (3,)))
+    fast = IterationTimes(tuple(runs)).predict(eff, np.arange(len(runs)))
+    assert fast.tobytes() == reference_s(runs, eff).tobytes()
+    assert fast[0] != reference_s(runs[:1], DeviceEfficiency())[0]
 
 
 def test_pass_sums_equal_each_pass_summed_alone():

@@ -37,6 +37,7 @@ from paraplan.core.errors import ParaplanError
 from paraplan.predict.build import KernelBatch, PassSums, RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
+from paraplan.predict.price_batch import PlainRuns
 from paraplan.sim.execution import iteration_times_s
 
 FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
@@ -77,9 +78,9 @@ class IterationTimes:
     """Measured iteration times of whole runs (a run table)."""
 
     structures: tuple[RunStructure, ...]
-    batches: dict[bytes, KernelBatch] = field(default_factory=dict, repr=False)
-    """The merged kernels of each subset predicted so far (a fit asks the same subsets
-    at every evaluation; `KernelBatch`)."""
+    batches: dict[bytes, tuple[KernelBatch, PlainRuns]] = field(default_factory=dict, repr=False)
+    """The merged kernels and plain runs of each subset predicted so far (a fit asks the
+    same subsets at every evaluation; `KernelBatch`, `paraplan.predict.price_batch`)."""
 
     def __len__(self) -> int:
         return len(self.structures)
@@ -88,8 +89,9 @@ class IterationTimes:
         runs = [self.structures[int(i)] for i in idx]
         key = np.asarray(idx, dtype=np.int64).tobytes()
         if key not in self.batches:
-            self.batches[key] = KernelBatch.of(runs)
-        return predict_iteration_s(runs, eff, *self.batches[key].priced(eff))
+            self.batches[key] = (KernelBatch.of(runs), PlainRuns.of(runs))
+        kernels, plain = self.batches[key]
+        return plain.iteration_s(eff, *kernels.priced(eff))
 
     def layer_keys(self) -> tuple[str, ...]:
         return tuple(st.layer_key for st in self.structures)

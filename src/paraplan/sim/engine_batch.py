@@ -84,25 +84,49 @@ def execute_batch(orders: tuple[OpOrder, ...], costs: Sequence[PipelineCosts],
     """`[execute(orders, c, num_microbatches) for c in costs]` with the ops of all
     pipelines run together (see the module doc); `orders` is a tuple that
     `schedules.cached_orders` handed out (the plan is cached by its identity)."""
-    p = len(orders)
     nv = costs[0].num_virtual_stages
-    if p < 1 or nv % p != 0 or any(c.num_virtual_stages != nv for c in costs):
+    if any(c.num_virtual_stages != nv for c in costs):
+        raise StrategyError("pipelines run together need the same number of virtual stages")
+    starts, ends, (device, kind, vstage, microbatch) = _run(
+        orders, np.stack([c.fwd_s for c in costs]), np.stack([c.bwd_s for c in costs]),
+        np.stack([c.wgt_s for c in costs]), np.stack([c.send_fwd_s for c in costs]).reshape(len(costs), nv - 1),
+        np.stack([c.send_bwd_s for c in costs]).reshape(len(costs), nv - 1), num_microbatches)
+    starts_t, ends_t = starts.T.copy(), ends.T.copy()
+    p = len(orders)
+    return [PipelineRun(device, kind, vstage, microbatch, starts_t[j], ends_t[j], p) for j in range(len(costs))]
+
+
+def execute_batch_arrays(orders: tuple[OpOrder, ...], fwd_s: np.ndarray, bwd_s: np.ndarray, wgt_s: np.ndarray,
+                         send_fwd_s: np.ndarray, send_bwd_s: np.ndarray,
+                         num_microbatches: int) -> tuple[np.ndarray, np.ndarray]:
+    """`execute_batch` of costs given as rows (R, V) and (R, V - 1): each op's device and
+    its end time in each pipeline (ops, R), ops device by device in run order."""
+    _, ends, (device, _, _, _) = _run(orders, fwd_s, bwd_s, wgt_s, send_fwd_s, send_bwd_s, num_microbatches)
+    return device, ends
+
+
+def _run(orders: tuple[OpOrder, ...], fwd_s: np.ndarray, bwd_s: np.ndarray, wgt_s: np.ndarray,
+         send_fwd_s: np.ndarray, send_bwd_s: np.ndarray, n: int
+         ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Each op's start and end (ops, R), and the run's device, kind, virtual stage and
+    micro-batch per op."""
+    p = len(orders)
+    r, nv = fwd_s.shape
+    if p < 1 or nv % p != 0:
         raise StrategyError(f"{nv} virtual stages cannot be spread over {p} pipeline devices")
-    n = num_microbatches
     prepared = _prepare_cached(orders, n, nv)
 
     def make() -> tuple[tuple[Sequence[OpOrder], Plan], int]:
         return (orders, _visiting_plan(orders, prepared, n, nv)), sum(len(o) for o in orders)
 
     visits, device, kind, vstage, microbatch = _PLANS.get((id(orders), n, nv), make)[1]
-    r = len(costs)
     # per kind and virtual stage, the R pipelines' durations as one contiguous vector
-    dur = np.ascontiguousarray(np.stack([np.stack([c.fwd_s, c.bwd_s, c.wgt_s]) for c in costs], axis=-1), float)
+    dur = np.ascontiguousarray(np.stack([fwd_s.T, bwd_s.T, wgt_s.T]), float)
     sendf = np.zeros((nv, r))  # sendf[vs]: vs -> vs + 1
     sendb = np.zeros((nv, r))  # sendb[vs]: vs -> vs - 1
     if nv > 1:
-        sendf[:-1] = np.stack([c.send_fwd_s for c in costs], axis=-1)
-        sendb[1:] = np.stack([c.send_bwd_s for c in costs], axis=-1)
+        sendf[:-1] = send_fwd_s.T
+        sendb[1:] = send_bwd_s.T
     done = np.empty((3, nv * n, r))
     starts = np.empty((device.shape[0], r))
     clock = [np.zeros(r)] * p
@@ -121,6 +145,4 @@ def execute_batch(orders: tuple[OpOrder, ...], costs: Sequence[PipelineCosts],
         t = t + dur[k, vs]
         done[k, idx] = t
         clock[d] = t
-    ends = starts + dur[kind, vstage]
-    starts_t, ends_t = starts.T.copy(), ends.T.copy()
-    return [PipelineRun(device, kind, vstage, microbatch, starts_t[j], ends_t[j], p) for j in range(r)]
+    return starts, starts + dur[kind, vstage], (device, kind, vstage, microbatch)
