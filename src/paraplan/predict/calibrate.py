@@ -20,8 +20,11 @@ out-of-fold predictions, never the in-sample ones.
 
 Everything that does not depend on the parameters (the runs' kernels,
 collectives, layer splits) is built once (`paraplan.predict.build.RunStructure`);
-an evaluation prices all kernels in one vectorised call and runs each iteration
-through the pipeline engine.
+an evaluation prices all kernels in one vectorised call and sums them per pass many
+passes at a time (`paraplan.predict.kernel_batch`), prices the plain runs of each
+pipeline depth as rows of arrays (`paraplan.predict.price_batch`) and runs the
+pipelines of each shape through the engine together (`paraplan.sim.engine_batch`):
+byte-identical to pricing and running each run alone, about 10x faster.
 """
 
 from __future__ import annotations
