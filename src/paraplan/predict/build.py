@@ -52,8 +52,7 @@ a distributed optimizer or ZeRO.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 import numpy as np
@@ -70,7 +69,6 @@ from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
     host_bound_s,
-    kernel_times_s,
     memory_time_s,
 )
 from paraplan.predict.dualpipe_build import dualpipe_model, paired_moe_passes
@@ -78,6 +76,7 @@ from paraplan.predict.edge_ops import embedding_work
 from paraplan.predict.fp8_ops import device_speed, scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.fsdp2_passes import optimizer_kernels, optimizer_step_bytes
 from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, shard_groups
+from paraplan.predict.kernel_batch import KernelBatch, PassSums
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_deepep import NvlinkNode
@@ -106,13 +105,13 @@ from paraplan.predict.rank_state import (
     rank_memory,
     rank_parameters,
 )
-from paraplan.predict.work import Kernels, LayerWork, PassWork
+from paraplan.predict.work import LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 __all__ = [  # also what other modules and the tests import from here
     "GRAD_BUCKET_PARAMS", "LAYER_PASSES", "MOE_LAYER_PASSES", "MOE_PASSES", "OPTIMIZER_KERNELS", "PASSES",
-    "TORCH_DDP_BUCKET_BYTES", "KernelBatch", "Pass", "PassCost", "PassTimes", "Placement", "Precision",
+    "TORCH_DDP_BUCKET_BYTES", "KernelBatch", "Pass", "PassCost", "PassSums", "PassTimes", "Placement", "Precision",
     "RunStructure", "RunWork",
     "build_execution", "context_parallel_groups", "expert_parallel_groups", "kernel_times_by_pass",
     "layers_per_virtual_stage", "moe_layers_per_virtual_stage", "mtp_expert_params", "pass_times", "placement",
@@ -120,7 +119,6 @@ __all__ = [  # also what other modules and the tests import from here
 ]
 
 OPTIMIZER_KERNELS = 4  # multi-tensor Adam, norm, scale, zero: a few launches per bucket
-KERNEL_FIELDS = tuple(f.name for f in fields(Kernels))
 
 
 def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarray:
@@ -195,42 +193,6 @@ LAYER_PASSES = (Pass.LAYER_FWD, Pass.LAYER_RECOMPUTE, Pass.LAYER_BWD)  # the tra
 MOE_LAYER_PASSES = (Pass.MOE_LAYER_FWD, Pass.MOE_LAYER_RECOMPUTE, Pass.MOE_LAYER_BWD)  # a MoE model's structure
 
 
-@dataclass(frozen=True, eq=False)
-class KernelBatch:
-    """The kernels of every pass of some structures, merged once per device speed: the
-    part of `kernel_times_by_pass` that does not depend on the calibration (a fit prices
-    the same runs hundreds of times)."""
-
-    shapes: tuple[int, ...]  # passes per structure
-    groups: tuple[tuple[DeviceSpeed, Kernels, tuple[tuple[int, int, int, int], ...]], ...]
-    # per speed: the merged kernels and, per member pass, (structure, pass, first, stop) rows
-
-    @staticmethod
-    def of(structures: Sequence[RunStructure]) -> KernelBatch:
-        by_speed: dict[DeviceSpeed, list[tuple[int, int]]] = {}
-        for i, st in enumerate(structures):
-            for j in range(len(st.passes)):
-                by_speed.setdefault(st.speed, []).append((i, j))
-        groups = []
-        for speed, members in by_speed.items():
-            parts = [structures[i].passes[j].kernels for i, j in members]
-            merged = Kernels(*(np.concatenate([getattr(k, f) for k in parts]) for f in KERNEL_FIELDS))
-            bounds = np.cumsum([0, *[len(k) for k in parts]])
-            rows = tuple((i, j, int(lo), int(hi)) for (i, j), lo, hi in zip(members, bounds[:-1], bounds[1:],
-                                                                             strict=True))
-            groups.append((speed, merged, rows))
-        return KernelBatch(tuple(len(st.passes) for st in structures), tuple(groups))
-
-    def times(self, eff: DeviceEfficiency) -> list[list[np.ndarray]]:
-        """Kernel device times of every pass of every structure, one vectorised call per speed."""
-        out: list[list[np.ndarray]] = [[np.zeros(0)] * n for n in self.shapes]
-        for speed, merged, rows in self.groups:
-            times = kernel_times_s(merged, speed, eff)
-            for i, j, lo, hi in rows:
-                out[i][j] = times[lo:hi]
-        return out
-
-
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
     call per device speed (`KernelBatch`)."""
@@ -249,15 +211,25 @@ class PassTimes:
     moe_layer_weight_grad_s: float = 0.0
 
 
-def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> PassTimes:
-    """The passes' times given their kernels' times; a layer shape with a measured
+def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency,
+               sums: PassSums | None = None) -> PassTimes:
+    """The passes' times given their kernels' times (and, when already summed, their
+    sums: `KernelBatch.priced`); a layer shape with a measured
     factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
     host time alike, so the whole op) scaled by it."""
-    dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
-    host = [c.host_s(eff) for c in structure.passes]
-    layer_wgt = structure.passes[Pass.LAYER_BWD].weight_grad_s(kernel_s[Pass.LAYER_BWD])
     moe = len(structure.passes) > len(PASSES)
-    moe_wgt = structure.passes[Pass.MOE_LAYER_BWD].weight_grad_s(kernel_s[Pass.MOE_LAYER_BWD]) if moe else 0.0
+    if sums is None:
+        dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
+        layer_wgt = structure.passes[Pass.LAYER_BWD].weight_grad_s(kernel_s[Pass.LAYER_BWD])
+        moe_wgt = structure.passes[Pass.MOE_LAYER_BWD].weight_grad_s(kernel_s[Pass.MOE_LAYER_BWD]) if moe else 0.0
+        head_wgt = structure.passes[Pass.HEAD_BWD].weight_grad_s(kernel_s[Pass.HEAD_BWD])
+    else:
+        dev = [c.device_s(k, eff, total) for c, k, total in zip(structure.passes, kernel_s, sums.kernel_s,
+                                                                 strict=True)]
+        layer_wgt = sums.weight_grad_s[Pass.LAYER_BWD]
+        moe_wgt = sums.weight_grad_s[Pass.MOE_LAYER_BWD] if moe else 0.0
+        head_wgt = sums.weight_grad_s[Pass.HEAD_BWD]
+    host = [c.host_s(eff) for c in structure.passes]
     factor = eff.layer_time_factors.factor(structure.layer_key)
     if factor != 1.0:
         for j in LAYER_PASSES + (MOE_LAYER_PASSES if moe else ()):
@@ -265,7 +237,6 @@ def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceE
             host[j] *= factor
         layer_wgt *= factor
         moe_wgt *= factor
-    head_wgt = structure.passes[Pass.HEAD_BWD].weight_grad_s(kernel_s[Pass.HEAD_BWD])
     return PassTimes(dev, host, layer_wgt, head_wgt, moe_wgt)
 
 
@@ -476,10 +447,12 @@ def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
     return st.after_sync_comm_s + step
 
 
-def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) -> ExecutionModel:
-    """The execution model of a structure, with its kernels' device times."""
+def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency,
+          sums: PassSums | None = None) -> ExecutionModel:
+    """The execution model of a structure, with its kernels' device times (and their
+    sums per pass, when already summed: `KernelBatch.priced`)."""
     st, settings = structure, structure.settings
-    times = pass_times(st, kernel_s, eff)
+    times = pass_times(st, kernel_s, eff, sums)
     model = ExecutionModel(
         schedule=settings.pipeline_schedule,
         pipeline_stages=settings.pipeline_model_parallel_size,

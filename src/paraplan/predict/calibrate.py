@@ -20,8 +20,11 @@ out-of-fold predictions, never the in-sample ones.
 
 Everything that does not depend on the parameters (the runs' kernels,
 collectives, layer splits) is built once (`paraplan.predict.build.RunStructure`);
-an evaluation prices all kernels in one vectorised call and runs each iteration
-through the pipeline engine.
+an evaluation prices all kernels in one vectorised call and sums them per pass many
+passes at a time (`paraplan.predict.kernel_batch`), prices the plain runs of each
+pipeline depth as rows of arrays (`paraplan.predict.price_batch`) and runs the
+pipelines of each shape through the engine together (`paraplan.sim.engine_batch`):
+byte-identical to pricing and running each run alone, about 10x faster.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from paraplan.core.errors import ParaplanError
-from paraplan.predict.build import KernelBatch, RunStructure, kernel_times_by_pass, price
+from paraplan.predict.build import KernelBatch, PassSums, RunStructure, kernel_times_by_pass, price
 from paraplan.predict.device_model import PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import FACTOR_RANGE, NO_FACTORS, LayerTimeFactors
-from paraplan.sim.execution import iteration_time_s
+from paraplan.predict.price_batch import PlainRuns
+from paraplan.sim.execution import iteration_times_s
 
 FIT_BOUNDS: dict[str, tuple[float, float, float]] = {
     name: (declared.fit.low, declared.fit.high, declared.fit.scale)
@@ -51,12 +55,16 @@ START = DeviceEfficiency(host_kernel_s=30e-6, host_collective_s=30e-6)
 
 
 def predict_iteration_s(structures: Sequence[RunStructure], eff: DeviceEfficiency,
-                        kernel_s: list[list[np.ndarray]] | None = None) -> np.ndarray:
+                        kernel_s: list[list[np.ndarray]] | None = None,
+                        sums: Sequence[PassSums] | None = None) -> np.ndarray:
     """Predicted iteration time of every run; `kernel_s`: their kernels' times when
-    already priced with `eff`'s parameters (`kernel_times_by_pass`)."""
+    already priced with `eff`'s parameters (`kernel_times_by_pass`), `sums` their sums
+    per pass (`KernelBatch.priced`)."""
     if kernel_s is None:
         kernel_s = kernel_times_by_pass(list(structures), eff)
-    return np.array([iteration_time_s(price(s, k, eff)) for s, k in zip(structures, kernel_s, strict=True)])
+    if sums is None:
+        return iteration_times_s([price(s, k, eff) for s, k in zip(structures, kernel_s, strict=True)])
+    return iteration_times_s([price(s, k, eff, t) for s, k, t in zip(structures, kernel_s, sums, strict=True)])
 
 
 class Measured(Protocol):
@@ -73,9 +81,9 @@ class IterationTimes:
     """Measured iteration times of whole runs (a run table)."""
 
     structures: tuple[RunStructure, ...]
-    batches: dict[bytes, KernelBatch] = field(default_factory=dict, repr=False)
-    """The merged kernels of each subset predicted so far (a fit asks the same subsets
-    at every evaluation; `KernelBatch`)."""
+    batches: dict[bytes, tuple[KernelBatch, PlainRuns]] = field(default_factory=dict, repr=False)
+    """The merged kernels and plain runs of each subset predicted so far (a fit asks the
+    same subsets at every evaluation; `KernelBatch`, `paraplan.predict.price_batch`)."""
 
     def __len__(self) -> int:
         return len(self.structures)
@@ -84,8 +92,9 @@ class IterationTimes:
         runs = [self.structures[int(i)] for i in idx]
         key = np.asarray(idx, dtype=np.int64).tobytes()
         if key not in self.batches:
-            self.batches[key] = KernelBatch.of(runs)
-        return predict_iteration_s(runs, eff, self.batches[key].times(eff))
+            self.batches[key] = (KernelBatch.of(runs), PlainRuns.of(runs))
+        kernels, plain = self.batches[key]
+        return plain.iteration_s(eff, *kernels.priced(eff))
 
     def layer_keys(self) -> tuple[str, ...]:
         return tuple(st.layer_key for st in self.structures)

@@ -75,13 +75,14 @@ class PassCost:
         max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
         `part`: `all`, or only the tensor-parallel (`tp`), context-parallel (`cp`) or
         expert-parallel (`ep`: all-to-alls and expert-tensor-parallel) ones."""
-        others = dict(self.other_blocking_s)
         if part == "all":
+            if not self.hidden_by.size:  # the common case, as below without the hidden ones
+                return self.blocking_comm_s
             added = self.blocking_comm_s
         elif part == "tp":
-            added = self.blocking_comm_s - sum(others.values())
+            added = self.blocking_comm_s - sum(dict(self.other_blocking_s).values())
         else:
-            added = others.get(part, 0.0)
+            added = dict(self.other_blocking_s).get(part, 0.0)
         if self.hidden_by.size:
             if self.hidden_span is None:
                 beside = kernel_s[self.hidden_by]
@@ -96,16 +97,20 @@ class PassCost:
             added += float(each.sum())
         return added
 
-    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
-        """Device time of the pass on one rank, given its kernels' times: kernels plus
-        what its collectives add (`comm_s`) and its host waits (`sync_idle_s`)."""
-        return float(kernel_s.sum()) + self.comm_s(kernel_s, eff) + self.sync_idle_s(kernel_s, eff)
+    def device_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, kernel_total_s: float | None = None) -> float:
+        """Device time of the pass on one rank, given its kernels' times (and their sum,
+        when already summed): kernels plus what its collectives add (`comm_s`) and its
+        host waits (`sync_idle_s`)."""
+        total = float(kernel_s.sum()) if kernel_total_s is None else kernel_total_s
+        return total + self.comm_s(kernel_s, eff) + self.sync_idle_s(kernel_s, eff)
 
     def sync_idle_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency) -> float:
         """What the pass's host waits add to its device time: after each, the device idles
         while the host issues its next kernel, one `host_kernel_s` (as `pipeline_p2p.sync_s`
         prices `batch_p2p_sync`), less the device time of the kernels still queued when the
         wait ends (`paraplan.predict.moe_host`)."""
+        if not self.host_syncs:
+            return 0.0
         return sum(max(eff.host_kernel_s - float(kernel_s[first:end].sum()), 0.0) for first, end in self.host_syncs)
 
     def host_s(self, eff: DeviceEfficiency) -> float:

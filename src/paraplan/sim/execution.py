@@ -27,7 +27,7 @@ and adds the reduction and the tail; the iteration time is the latest rank's end
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
+from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, Schedule, cached_orders, get_schedule
@@ -184,12 +185,15 @@ def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_byte
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
-              compute_end: float, overlap: bool) -> tuple[float, list[tuple[float, float]]]:
-    """When the rank's reduction ends, and its bucket events (start, end)."""
+              compute_end: float, overlap: bool, with_events: bool = True) -> tuple[float, list[tuple[float, float]]]:
+    """When the rank's reduction ends, and its bucket events (start, end; none unless
+    `with_events`)."""
     if sync.bucket_s.size == 0:
         return compute_end, []
     if not overlap:
         ends = compute_end + np.cumsum(sync.bucket_s)
+        if not with_events:
+            return float(ends[-1]), []
         starts = ends - sync.bucket_s
         return float(ends[-1]), list(zip(starts.tolist(), ends.tolist(), strict=True))
     ready = np.empty(sync.bucket_s.shape[0])
@@ -216,9 +220,9 @@ class _Tail:
     events: tuple[tuple[int, int, float, float], ...]  # (rank, kind, start, end) on the comm stream
 
 
-def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _Tail:
+def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_events: bool = True) -> _Tail:
     """Per rank: when its compute, its gradient reduction and its iteration end (after
-    the last of `iterations` iterations)."""
+    the last of `iterations` iterations); the comm stream's events unless not `with_events`."""
     p, m = model.pipeline_stages, model.microbatches * iterations
     compute_end = np.zeros(p)
     np.maximum.at(compute_end, run.device, run.end_s)
@@ -226,7 +230,9 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1) -> _T
     events: list[tuple[int, int, float, float]] = []
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
-                                         model.overlap_grad_reduce)
+                                         model.overlap_grad_reduce, with_events)
+        if not with_events:
+            continue
         events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
         if model.after_sync_s[s] > 0:
             events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
@@ -253,7 +259,44 @@ def iteration_time_s(model: ExecutionModel) -> float:
     sched = get_schedule(model.schedule)
     if model.p3 is not None or not sched.flush:
         return run_iteration(model, timeline=False).iteration_s
-    return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD).end_s.max())
+    return float(_tail(model, _execute(model), WGT if sched.split_backward else BWD, with_events=False).end_s.max())
+
+
+BATCH_MIN_RUNS = 4
+"""Pipelines of one shape that `iteration_times_s` runs together (fewer: one by one)."""
+
+
+def iteration_times_s(models: Sequence[ExecutionModel]) -> np.ndarray:
+    """`[iteration_time_s(m) for m in models]`, byte-identical, with the pipelines of
+    each shape (schedule, stages, micro-batches, chunks) that the event loop runs
+    executed together (`paraplan.sim.engine_batch`): what a calibration evaluates."""
+    out = np.empty(len(models))
+    shapes: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, model in enumerate(models):
+        if _batchable(model):
+            shapes.setdefault((model.schedule, model.pipeline_stages, model.microbatches, model.virtual_stages),
+                              []).append(i)
+        else:
+            out[i] = iteration_time_s(model)
+    for (schedule, p, m, v), members in shapes.items():
+        if len(members) < BATCH_MIN_RUNS:
+            for i in members:
+                out[i] = iteration_time_s(models[i])
+            continue
+        grad_kind = WGT if get_schedule(schedule).split_backward else BWD
+        runs = execute_batch(cached_orders(schedule, p, m, 1, v), [models[i].costs for i in members], m)
+        for i, run in zip(members, runs, strict=True):
+            out[i] = float(_tail(models[i], run, grad_kind, with_events=False).end_s.max())
+    return out
+
+
+def _batchable(model: ExecutionModel) -> bool:
+    """Whether `iteration_time_s` runs the model's one iteration through the event loop
+    (`_execute`) and times it from the run's tail."""
+    if model.dualpipe is not None or model.p3 is not None or not get_schedule(model.schedule).flush:
+        return False
+    p, m, v = model.pipeline_stages, model.microbatches, model.virtual_stages
+    return not (v == 1 and p > 1 and model.schedule in ("1f1b", "gpipe") and 2 * p * m >= RECURRENCE_MIN_OPS)
 
 
 @dataclass(frozen=True, eq=False)
