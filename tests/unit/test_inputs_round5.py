@@ -1,0 +1,76 @@
+"""Round 5's run-table columns fed as a careless or hostile user would (issue 21): the
+router, precision-aware optimizer, torchao Float8, PyTorch CP, FSDP2, cross-entropy,
+DualPipe, fake_balanced_gate and chunked_attention columns, mutated one or two at a time
+on rows copied from benchmarks/data (`tests/fuzz_harness.py`'s `run_table_mutations`).
+Each input gives either a prediction with finite, positive figures or one error line
+naming the file and line (and the column or setting), no traceback, no output written.
+"was:" says what happened before."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from tests.fuzz_harness import RUN_TABLE_BASES, classify_run_row, run_table_mutations
+
+from paraplan.cli.main import main
+
+
+def _predict_error(tmp_path: Path, capsys, cells: dict[str, str]) -> str:
+    runs, out = tmp_path / "runs.csv", tmp_path / "out.csv"
+    with runs.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(cells))
+        writer.writeheader()
+        writer.writerow(cells)
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("paraplan predict: error: "), err
+    assert not out.exists()
+    return err[0].removeprefix("paraplan predict: error: ").replace(f"{tmp_path}/", "")
+
+
+TITAN = RUN_TABLE_BASES["titan"]  # torchtitan Llama 3.1 8B, FSDP2 on 8 GPUs (a dense model)
+MOE = RUN_TABLE_BASES["moe"]  # Megatron-Bridge Qwen3-30B-A3B
+
+
+@pytest.mark.parametrize(("column", "value", "shown"), [
+    # was: a prediction identical to the row without the column (the router settings of a
+    # dense model were dropped without a word)
+    ("moe_aux_loss_coeff", "0.5", "0.5"),
+    ("moe_router_enable_expert_bias", "true", "true"),
+    ("fake_balanced_gate", "true", "true"),
+    ("moe_router_score_function", "sigmoid", "sigmoid"),
+    ("moe_router_dtype", "fp32", "fp32"),
+    ("moe_router_load_balancing_type", "seq_aux_loss", "seq_aux_loss"),
+    ("moe_router_topk_scaling_factor", "2.5", "2.5"),
+])
+def test_router_columns_on_a_dense_model_are_refused(tmp_path, capsys, column, value, shown) -> None:
+    assert _predict_error(tmp_path, capsys, {**TITAN, column: value}) == (
+        f"runs.csv:2: impossible run: {column} {shown} needs a mixture-of-experts model; 'llama3-8b' has no "
+        "experts (num_experts 0): expected it empty")
+
+
+def test_router_columns_at_their_defaults_on_a_dense_model_still_predict(tmp_path) -> None:
+    cells = {**TITAN, "moe_aux_loss_coeff": "0", "moe_router_fusion": "false", "moe_router_load_balancing_type":
+             "aux_loss", "fake_balanced_gate": "false"}
+    assert classify_run_row(cells, tmp_path).kind == "ok"
+
+
+def test_torchtitan_only_options_on_an_moe_model_say_what_differs(tmp_path, capsys) -> None:
+    # was: "'qwen3-30b-a3b' lacks no qk_layernorm, no experts" (a double negative)
+    cells = {**MOE, "selective_ac_option": "op", "recompute_granularity": "selective", "recompute_modules": ""}
+    assert _predict_error(tmp_path, capsys, cells) == (
+        "runs.csv:2: impossible run: selective_ac_option op prices torchtitan's Llama layer; 'qwen3-30b-a3b' "
+        "differs from it: expected no qk_layernorm, no experts")
+
+
+def test_mutated_new_columns_predict_or_fail_with_one_line(tmp_path) -> None:
+    """The fuzz driver's fixed-seed subset: every mutation is "ok" (finite, positive
+    figures) or "error" (one line naming the file and line 2)."""
+    outcomes: dict[str, int] = {}
+    for cells in run_table_mutations(seed=5, count=150):
+        outcome = classify_run_row(cells, tmp_path)
+        assert outcome.kind in ("ok", "error"), (cells, outcome.detail)
+        outcomes[outcome.kind] = outcomes.get(outcome.kind, 0) + 1
+    assert outcomes.get("ok", 0) >= 10 and outcomes.get("error", 0) >= 10, outcomes
