@@ -620,6 +620,8 @@ RUN_TABLE_BASES: dict[str, dict[str, str]] = {
     "dense": _benchmark_row("megatron_bridge_h100_llama3_fp8.csv", 1),  # llama3-70b, fp8 tensorwise
     "moe": _benchmark_row("megatron_bridge_h100_moe.csv", 3),  # qwen3-30b-a3b
     "titan": _benchmark_row("torchtitan_llama31_h100.csv", 0),  # llama3-8b, FSDP2, foreach, eager
+    "auto": _benchmark_row("automodel_h100_moe.csv", 2),  # qwen3-30b-a3b, FSDP2, fake_balanced_gate
+    "dsv3": _benchmark_row("deepseek_v3_report.csv", 0),  # deepseek-v3, DualPipe, precision-aware optimizer
 }
 """Valid rows (published test-set rows without their annotations) the mutations start from."""
 NEW_COLUMNS: tuple[str, ...] = (

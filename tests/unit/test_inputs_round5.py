@@ -74,3 +74,21 @@ def test_mutated_new_columns_predict_or_fail_with_one_line(tmp_path) -> None:
         assert outcome.kind in ("ok", "error"), (cells, outcome.detail)
         outcomes[outcome.kind] = outcomes.get(outcome.kind, 0) + 1
     assert outcomes.get("ok", 0) >= 10 and outcomes.get("error", 0) >= 10, outcomes
+
+
+AUTOMODEL = RUN_TABLE_BASES["auto"]  # NeMo AutoModel Qwen3 MoE 30B with fake_balanced_gate true
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    # was: predicted as if the column were empty (the fake gate checked five router columns)
+    ("moe_router_load_balancing_type", "sinkhorn"),
+    ("moe_router_dtype", "fp64"),
+    ("moe_router_pre_softmax", "true"),
+    ("moe_router_score_function", "sigmoid"),
+    ("moe_router_topk_scaling_factor", "2.5"),
+])
+def test_fake_balanced_gate_refuses_every_megatron_router_column(tmp_path, capsys, column, value) -> None:
+    assert AUTOMODEL["fake_balanced_gate"] == "true"
+    assert _predict_error(tmp_path, capsys, {**AUTOMODEL, column: value}) == (
+        f"runs.csv:2: impossible run: fake_balanced_gate (NeMo AutoModel's) replaces Megatron-Core's router: "
+        f"{column} must be left at its default")

@@ -110,10 +110,9 @@ def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
         if getattr(s, key) < 0:
             raise StrategyError(f"{key} must be >= 0, got {getattr(s, key)}")
     if s.fake_balanced_gate:
-        megatron = [key for key, default in (("moe_router_fusion", False), ("moe_router_force_load_balancing", False),
-                                             ("moe_aux_loss_coeff", 0.0), ("moe_z_loss_coeff", 0.0),
-                                             ("moe_router_enable_expert_bias", False))
-                    if getattr(s, key) != default]
+        # y1-hostile: every router column, not five of them (sinkhorn or fp64 passed unseen)
+        megatron = [key for key in ROUTER_COLUMNS if key != "fake_balanced_gate"
+                    and getattr(s, key) != getattr(_DEFAULT, key)]
         if megatron:
             raise StrategyError(f"fake_balanced_gate (NeMo AutoModel's) replaces Megatron-Core's router: "
                                 f"{megatron[0]} must be left at its default")
