@@ -92,3 +92,16 @@ def test_fake_balanced_gate_refuses_every_megatron_router_column(tmp_path, capsy
     assert _predict_error(tmp_path, capsys, {**AUTOMODEL, column: value}) == (
         f"runs.csv:2: impossible run: fake_balanced_gate (NeMo AutoModel's) replaces Megatron-Core's router: "
         f"{column} must be left at its default")
+
+
+@pytest.mark.parametrize(("column", "value", "shown"), [
+    # was: "expert_model_parallel_size / expert_tensor_parallel_size / moe_shared_expert_overlap /
+    # moe_expert_capacity_factor need a mixture-of-experts model" whichever was set
+    ("expert_model_parallel_size", "8", "expert_model_parallel_size 8"),
+    ("moe_expert_capacity_factor", "1.5", "moe_expert_capacity_factor 1.5"),
+    ("moe_shared_expert_overlap", "true", "moe_shared_expert_overlap true"),
+])
+def test_expert_settings_on_a_dense_model_name_the_setting(tmp_path, capsys, column, value, shown) -> None:
+    assert _predict_error(tmp_path, capsys, {**TITAN, column: value}) == (
+        f"runs.csv:2: impossible run: {shown} needs a mixture-of-experts model; 'llama3-8b' has no experts "
+        "(num_experts 0)")

@@ -128,11 +128,15 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
     if settings.moe_pad_expert_input_to_capacity and not capacity:
         raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
     if not model.is_moe:
-        if (ep != 1 or etp not in (0, settings.tensor_model_parallel_size) or settings.moe_shared_expert_overlap
-                or capacity):
-            raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
-                                f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
+        # y1-hostile: name the setting (was the four names joined by '/', whichever was set)
+        setting = next((f"{key} {value}" for key, value, used in (
+            ("expert_model_parallel_size", ep, ep != 1),
+            ("expert_tensor_parallel_size", etp, etp not in (0, settings.tensor_model_parallel_size)),
+            ("moe_shared_expert_overlap", "true", settings.moe_shared_expert_overlap),
+            ("moe_expert_capacity_factor", f"{capacity:g}", bool(capacity))) if used), None)
+        if setting:
+            raise StrategyError(f"{setting} needs a mixture-of-experts model; '{model.name}' has no experts "
+                                "(num_experts 0)")
         if settings.overlap_moe_expert_parallel_comm:
             check_a2a_overlap(settings)
         if settings.moe_token_dispatcher_type != "alltoall":
