@@ -105,3 +105,36 @@ def test_expert_settings_on_a_dense_model_name_the_setting(tmp_path, capsys, col
     assert _predict_error(tmp_path, capsys, {**TITAN, column: value}) == (
         f"runs.csv:2: impossible run: {shown} needs a mixture-of-experts model; 'llama3-8b' has no experts "
         "(num_experts 0)")
+
+
+# ---- paraplan plan: options of the other planner ----------------------------------------
+
+_LLM = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "8"]
+_PROFILE = ["plan", "--profile", "data/pipedream-profiles/vgg-19-pbs-32.txt", "--cluster", "dgx1-v100", "--shapes",
+            "2x8", "--global-batch-sizes", "32"]
+_FOR_PROFILE = ("is for a layer profile (--profile or --study), not --model (a transformer's memory comes from the "
+                "cluster file, its communication from the calibration)")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # was: five plans written, --memory-gb nan / -1 ignored without a word
+    ([*_LLM, "--memory-gb", "nan"], f"config key '--memory-gb': {_FOR_PROFILE}"),
+    ([*_LLM, "--memory-gb", "-1"], f"config key '--memory-gb': {_FOR_PROFILE}"),
+    ([*_LLM, "--model-state-factor", "4"], f"config key '--model-state-factor': {_FOR_PROFILE}"),
+    ([*_LLM, "--shapes", "1x8"], f"config key '--shapes': {_FOR_PROFILE}"),
+    ([*_LLM, "--comm-model", "x.json"], f"config key '--comm-model': {_FOR_PROFILE}"),
+    ([*_LLM, "--plots", "figures"], f"config key '--plots': {_FOR_PROFILE}"),
+    # was: the profile planned, --gpus / --seq-length / --fp8-recipe ignored
+    ([*_PROFILE, "--gpus", "8"], "config key '--gpus': is for a transformer (--model), not a layer profile"),
+    ([*_PROFILE, "--seq-length", "8"], "config key '--seq-length': is for a transformer (--model), not a layer "
+                                       "profile"),
+    ([*_PROFILE, "--fp8-recipe", "tensorwise"], "config key '--fp8-recipe': is for a transformer (--model), not a "
+                                                "layer profile"),
+])
+def test_plan_refuses_the_other_planners_options(tmp_path, capsys, monkeypatch, argv, message) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    out = tmp_path / "plans.csv"
+    assert main([*argv, "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"paraplan plan: error: {message}"]
+    assert not out.exists()
