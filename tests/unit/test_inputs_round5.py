@@ -138,3 +138,20 @@ def test_plan_refuses_the_other_planners_options(tmp_path, capsys, monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"paraplan plan: error: {message}"]
     assert not out.exists()
+
+
+def test_a_sequence_longer_than_any_model_on_a_preset_row_names_the_column(tmp_path, capsys) -> None:
+    # was: ValueError: model 'qwen3-30b-a3b': seq_length 1,099,511,627,776 is above 16,777,216 (a traceback)
+    assert _predict_error(tmp_path, capsys, {**MOE, "seq_length": "1099511627776"}) == (
+        "runs.csv:2: column 'seq_length': 1,099,511,627,776 is above 16,777,216: wider than any trained model (the "
+        "widest dimensions hold a few hundred thousand)")
+
+
+def test_plan_seq_length_longer_than_any_model_is_one_line(tmp_path, capsys) -> None:
+    # was: the same ValueError traceback from `paraplan plan --model llama3-8b --seq-length 20000000`
+    out = tmp_path / "plans.csv"
+    assert main([*_LLM, "--seq-length", "20000000", "-o", str(out), "--no-track"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "paraplan plan: error: config key '--seq-length': 20,000,000 is above 16,777,216: wider than any trained "
+        "model (the widest dimensions hold a few hundred thousand)"]
+    assert not out.exists()

@@ -293,7 +293,12 @@ def _run_llm(args: argparse.Namespace) -> int:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
     cp_sizes = _context_parallel_sizes(args.context_parallel_sizes)
     check_outputs([args.output])
-    model = load_model(args.model, args.seq_length, prog="paraplan plan")
+    try:
+        model = load_model(args.model, args.seq_length, prog="paraplan plan")
+    except ConfigError as exc:
+        if exc.key != "seq_length":
+            raise
+        raise ConfigError("--seq-length", str(exc).removeprefix("config key 'seq_length': ")) from None
     cluster_name = getattr(args, REQUEST + "cluster", None)
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")
