@@ -155,3 +155,19 @@ def test_plan_seq_length_longer_than_any_model_is_one_line(tmp_path, capsys) -> 
         "paraplan plan: error: config key '--seq-length': 20,000,000 is above 16,777,216: wider than any trained "
         "model (the widest dimensions hold a few hundred thousand)"]
     assert not out.exists()
+
+
+def test_calibrate_refuses_a_measured_time_shorter_than_a_kernel_launch(tmp_path, capsys) -> None:
+    # was: calibrated, "max 194054530025828739573607645052928.00%" cross-validated error
+    runs, out = tmp_path / "runs.csv", tmp_path / "c.json"
+    rows = [{**TITAN, "measured_iteration_s": "1e-30"}, {**MOE, "measured_iteration_s": "9"}]
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with runs.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["calibrate", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track", "--jobs", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1:] == [
+        f"paraplan calibrate: error: {runs}:2: column 'measured_iteration_s': expected a time in seconds of at least "
+        "1e-06 (one kernel launch takes a few microseconds), got '1e-30'"]
+    assert not out.exists()
