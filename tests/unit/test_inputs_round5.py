@@ -171,3 +171,12 @@ def test_calibrate_refuses_a_measured_time_shorter_than_a_kernel_launch(tmp_path
         f"paraplan calibrate: error: {runs}:2: column 'measured_iteration_s': expected a time in seconds of at least "
         "1e-06 (one kernel launch takes a few microseconds), got '1e-30'"]
     assert not out.exists()
+
+
+def test_fp8_input_store_with_torchtitans_per_op_recomputation_is_refused(tmp_path, capsys) -> None:
+    # was: predicted 2.04 s against 1.99 s with the same peak memory (the cast priced, its saving not)
+    cells = {**TITAN, "elementwise_kernels": "fused", "activation_func_fp8_input_store": "true"}
+    assert _predict_error(tmp_path, capsys, cells) == (
+        "runs.csv:2: impossible run: activation_func_fp8_input_store is Megatron-LM's fused bias-SwiGLU; "
+        "selective_ac_option op (torchtitan's per-op recomputation) recomputes SwiGLU from its bf16 input: expected "
+        "one of them")

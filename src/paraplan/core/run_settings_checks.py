@@ -253,6 +253,10 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
                                f"{', '.join(unlike)}")  # y1-hostile: was "lacks no experts"
     if not option:
         return
+    if settings.activation_func_fp8_input_store:  # y1-hostile: was priced as a cast whose copy nothing kept
+        raise StrategyError("activation_func_fp8_input_store is Megatron-LM's fused bias-SwiGLU; selective_ac_option "
+                            "op (torchtitan's per-op recomputation) recomputes SwiGLU from its bf16 input: expected "
+                            "one of them")
     if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
         raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
                             f"recompute_modules (core_attn), got recompute_granularity "
