@@ -23,6 +23,7 @@ config/calibrations files; model seeds are preset models written as files.
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import math
@@ -45,10 +46,23 @@ from paraplan.comm.nccl_tests import read_nccl_tests
 from paraplan.comm.param_log import read_param
 from paraplan.comm.results import MAX_ALGBW_GBPS, MAX_SIZE_BYTES, SWEEP_RULES, bench_frame
 from paraplan.core import ParaplanError
+from paraplan.core.moe_router_settings import LOAD_BALANCING_TYPES, ROUTER_COLUMNS, ROUTER_DTYPES, SCORE_FUNCTIONS
+from paraplan.core.precision_settings import LOW_PRECISION_COLUMNS, MAIN_GRADS_DTYPES, MAIN_PARAMS_DTYPES, STATE_DTYPES
+from paraplan.core.run_settings import (
+    CP_COMM_TYPES,
+    CROSS_ENTROPY_IMPLS,
+    DTYPES,
+    ELEMENTWISE_KERNELS,
+    FP8_RECIPE_CHOICES,
+    OPTIMIZER_IMPLS,
+    PIPELINE_SCHEDULES,
+    RECOMPUTE_GRANULARITIES,
+)
 from paraplan.inputs import NumberRule
 from paraplan.predict.calibration import EFFICIENCY_RULES
 from paraplan.predict.models import PRESETS, load_model
 from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
+from paraplan.predict.runtable import _PARSERS as RUNTABLE_PARSERS
 from paraplan.predict.runtable import COUNT_RULE, REQUIRED, SECONDS_RULE
 from paraplan.profile.io import BATCH_SIZE_RULE, LAYER_RULES, profile_to_csv_text, read_profile
 from paraplan.profile.pipedream import read_pipedream
@@ -587,3 +601,101 @@ def classify_sweep(sweep) -> Outcome:
     problems += _finite_numbers([f["params"] for f in document["fits"]], "params")
     problems += [f"time_s {t}" for t in times if not (math.isfinite(t) and t >= 0)]
     return Outcome("silent", "; ".join(problems)[:500]) if problems else Outcome("ok")
+
+
+# ---- run tables: round 5's settings columns, mutated on real rows (y1-hostile) ---------------
+
+_ANNOTATIONS = ("published_value", "published_unit", "published_peak_memory_GiB", "flops_convention", "source",
+                "note", "not_expressible", "measured_iteration_s")
+
+
+def _benchmark_row(file_name: str, index: int) -> dict[str, str]:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / file_name
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        row = list(csv.DictReader(handle))[index]
+    return {k: v for k, v in row.items() if k not in _ANNOTATIONS}
+
+
+RUN_TABLE_BASES: dict[str, dict[str, str]] = {
+    "dense": _benchmark_row("megatron_bridge_h100_llama3_fp8.csv", 1),  # llama3-70b, fp8 tensorwise
+    "moe": _benchmark_row("megatron_bridge_h100_moe.csv", 3),  # qwen3-30b-a3b
+    "titan": _benchmark_row("torchtitan_llama31_h100.csv", 0),  # llama3-8b, FSDP2, foreach, eager
+    "auto": _benchmark_row("automodel_h100_moe.csv", 2),  # qwen3-30b-a3b, FSDP2, fake_balanced_gate
+    "dsv3": _benchmark_row("deepseek_v3_report.csv", 0),  # deepseek-v3, DualPipe, precision-aware optimizer
+}
+"""Valid rows (published test-set rows without their annotations) the mutations start from."""
+NEW_COLUMNS: tuple[str, ...] = (
+    *ROUTER_COLUMNS, *LOW_PRECISION_COLUMNS, "fp8_recipe", "enable_fsdp_float8_all_gather",
+    "precompute_float8_dynamic_scale_for_fsdp", "cp_comm_type", "context_parallel_size", "use_torch_fsdp2",
+    "optimizer_impl", "cross_entropy_impl", "schedule", "chunked_attention", "zero_stage", "dtype",
+    "use_distributed_optimizer", "expert_model_parallel_size", "recompute_granularity", "selective_ac_option",
+    "elementwise_kernels",
+)
+_ODD_CELLS: tuple[str, ...] = ("", " 1 ", "0", "-1", "1e30", "nan", "inf", "-inf", "1.5", "0x10", "1_000", "TRUE",
+                               "é", "fp8_e4m3", "torch_allgather", "dualpipe", "torchao_tensorwise", "foreach")
+_TRY_CELLS: tuple[str, ...] = (*_ODD_CELLS, "1", "2", "4", "8", "64", "0.5", "1e6", "true", "false", "bf16", "fp16",
+                               "fp32", "fp8", "fp64", "op", "full", "selective", "none")
+
+
+_CHOICES: tuple[str, ...] = (
+    *LOAD_BALANCING_TYPES, *SCORE_FUNCTIONS, *ROUTER_DTYPES, *MAIN_GRADS_DTYPES, *MAIN_PARAMS_DTYPES, *STATE_DTYPES,
+    *CP_COMM_TYPES, *CROSS_ENTROPY_IMPLS, *DTYPES, *ELEMENTWISE_KERNELS, *FP8_RECIPE_CHOICES, *OPTIMIZER_IMPLS,
+    *PIPELINE_SCHEDULES, *RECOMPUTE_GRANULARITIES,
+)
+
+
+def _valid_cells(column: str) -> tuple[str, ...]:
+    """Every cell of `_TRY_CELLS` and of the column's choices that its parser accepts."""
+    parse = RUNTABLE_PARSERS[column]
+    options = (*_TRY_CELLS, *_CHOICES)
+    accepted = []
+    for text in options:
+        with contextlib.suppress(ValueError):
+            parse(text)
+            accepted.append(text)
+    return tuple(dict.fromkeys(accepted))
+
+
+def run_table_mutations(seed: int, count: int) -> list[dict[str, str]]:
+    """`count` rows: a base row with one to three of `NEW_COLUMNS` set, most to a value
+    its parser accepts (valid values in invalid combinations), some to `_ODD_CELLS`."""
+    rng = np.random.default_rng(seed)
+    valid = {column: _valid_cells(column) for column in NEW_COLUMNS}
+    rows = []
+    for _ in range(count):
+        cells = dict(RUN_TABLE_BASES[str(rng.choice(list(RUN_TABLE_BASES)))])
+        for _ in range(int(rng.integers(1, 4))):
+            column = str(rng.choice(NEW_COLUMNS))
+            cells[column] = str(rng.choice(valid[column] if rng.random() < 0.85 else _ODD_CELLS))
+        rows.append(cells)
+    return rows
+
+
+def classify_run_row(cells: dict[str, str], folder: Path) -> Outcome:
+    """`paraplan predict` on a one-row table: "ok" with finite, positive time, memory,
+    TFLOP/s and MFU; "error" with one line naming the file and line 2; else "crash" or
+    "silent"."""
+    runs, out = folder / "runs.csv", folder / "out.csv"
+    out.unlink(missing_ok=True)
+    with runs.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(cells))
+        writer.writeheader()
+        writer.writerow(cells)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"])
+    except Exception:
+        return Outcome("crash", traceback.format_exc()[-800:])
+    err = stderr.getvalue()
+    if code == 0:
+        row = pd.read_csv(out).iloc[0]
+        bad = [f"{k} = {row[k]!r}" for k in ("predicted_iteration_s", "predicted_peak_memory_bytes",
+                                             "predicted_tflops_per_gpu", "predicted_mfu")
+               if not (isinstance(row[k], (int, float, np.number)) and math.isfinite(row[k]) and row[k] > 0)]
+        return Outcome("silent", "; ".join(bad)) if bad else Outcome("ok")
+    lines = err.strip().splitlines()
+    if (code == 2 and len(lines) == 1 and lines[0].startswith("paraplan predict: error: ")
+            and (f"{runs}:2:" in lines[0] or f"{runs}: line 2 " in lines[0]) and not out.exists()):
+        return Outcome("error", lines[0])
+    return Outcome("crash", f"exit {code}: {err[-800:]}")

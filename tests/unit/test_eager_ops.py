@@ -38,9 +38,9 @@ def test_eager_needs_torchtitans_llama_layer() -> None:
     with pytest.raises(StrategyError) as error:
         RunSettings(elementwise_kernels="eager", tensor_model_parallel_size=8, pipeline_model_parallel_size=8,
                     global_batch_size=8).check(load_model("gpt3-175b"))
-    assert str(error.value) == ("elementwise_kernels eager prices torchtitan's Llama layer; 'gpt3-175b' lacks "
-                                "normalization RMSNorm, swiglu, position_embedding_type rope, no dropout, "
-                                "no linear biases")
+    assert str(error.value) == ("elementwise_kernels eager prices torchtitan's Llama layer; 'gpt3-175b' differs "
+                                "from it: expected normalization RMSNorm, swiglu, position_embedding_type rope, "
+                                "no dropout, no linear biases")
 
 
 def _titan(**kw: object) -> RunSettings:

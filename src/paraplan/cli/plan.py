@@ -162,6 +162,30 @@ def _request(args: argparse.Namespace):
     return load(PlanStudy, merged, Source("file", str(path), frozenset(options))), path
 
 
+def _refuse_unused(args: argparse.Namespace, model: bool) -> None:
+    """An option the chosen planner does not read is an error, not ignored (y1-hostile:
+    `--model` with `--memory-gb nan` planned as if it were absent)."""
+    from paraplan.core import ConfigError
+
+    if model:
+        unused = [f"--{name.replace('_', '-').lower()}" for names in _GROUPS.values() for name in names
+                  if hasattr(args, REQUEST + name)]
+        unused += [flag for flag, value in (("--comm-model", args.comm_model), ("--plots", args.plots))
+                   if value is not None]
+        if unused:
+            raise ConfigError(unused[0], "is for a layer profile (--profile or --study), not --model (a "
+                              "transformer's memory comes from the cluster file, its communication from the "
+                              "calibration)")
+        return
+    unused = [flag for flag, given_ in (
+        ("--gpus", args.gpus is not None), ("--global-batch-size", args.global_batch_size is not None),
+        ("--seq-length", args.seq_length is not None), ("--fp8-recipe", bool(args.fp8_recipe)),
+        ("--calibration", args.calibration is not None), ("--allow-cross-node-tp", args.allow_cross_node_tp),
+        ("--context-parallel-sizes", args.context_parallel_sizes is not None)) if given_]
+    if unused:
+        raise ConfigError(unused[0], "is for a transformer (--model), not a layer profile")
+
+
 def _check(args: argparse.Namespace) -> None:
     from paraplan.core import ConfigError
 
@@ -269,7 +293,12 @@ def _run_llm(args: argparse.Namespace) -> int:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
     cp_sizes = _context_parallel_sizes(args.context_parallel_sizes)
     check_outputs([args.output])
-    model = load_model(args.model, args.seq_length, prog="paraplan plan")
+    try:
+        model = load_model(args.model, args.seq_length, prog="paraplan plan")
+    except ConfigError as exc:
+        if exc.key != "seq_length":
+            raise
+        raise ConfigError("--seq-length", str(exc).removeprefix("config key 'seq_length': ")) from None
     cluster_name = getattr(args, REQUEST + "cluster", None)
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")
@@ -331,7 +360,9 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:
         if getattr(args, REQUEST + "profile", None) is not None or args.study is not None:
             raise ConfigError("--model", "plans a transformer; --profile and --study plan a layer profile: give one")
+        _refuse_unused(args, model=True)
         return _run_llm(args)
+    _refuse_unused(args, model=False)
     _check(args)
     request, study_path = _request(args)
     if request.profile is None:

@@ -82,11 +82,23 @@ class MoeRouterSettings:
         return 4 if self.moe_router_dtype == "fp32" else 2
 
 
+_DEFAULT = MoeRouterSettings()
+
+
+def _shown(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
     """Raise `StrategyError` for router settings Megatron-Core or Transformer Engine refuse,
     or that paraplan cannot price (module doc)."""
     s = settings
     if not model.num_experts:
+        # y1-hostile: router settings on a dense model were ignored without a word
+        changed = [key for key in ROUTER_COLUMNS if getattr(s, key) != getattr(_DEFAULT, key)]
+        if changed:
+            raise StrategyError(f"{changed[0]} {_shown(getattr(s, changed[0]))} needs a mixture-of-experts model; "
+                                f"'{model.name}' has no experts (num_experts 0): expected it empty")
         return
     if s.moe_router_load_balancing_type not in LOAD_BALANCING_TYPES:
         raise StrategyError(f"moe_router_load_balancing_type '{s.moe_router_load_balancing_type}' is not one of "
@@ -98,10 +110,9 @@ def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
         if getattr(s, key) < 0:
             raise StrategyError(f"{key} must be >= 0, got {getattr(s, key)}")
     if s.fake_balanced_gate:
-        megatron = [key for key, default in (("moe_router_fusion", False), ("moe_router_force_load_balancing", False),
-                                             ("moe_aux_loss_coeff", 0.0), ("moe_z_loss_coeff", 0.0),
-                                             ("moe_router_enable_expert_bias", False))
-                    if getattr(s, key) != default]
+        # y1-hostile: every router column, not five of them (sinkhorn or fp64 passed unseen)
+        megatron = [key for key in ROUTER_COLUMNS if key != "fake_balanced_gate"
+                    and getattr(s, key) != getattr(_DEFAULT, key)]
         if megatron:
             raise StrategyError(f"fake_balanced_gate (NeMo AutoModel's) replaces Megatron-Core's router: "
                                 f"{megatron[0]} must be left at its default")

@@ -128,11 +128,15 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
     if settings.moe_pad_expert_input_to_capacity and not capacity:
         raise StrategyError("moe_pad_expert_input_to_capacity needs a moe_expert_capacity_factor")
     if not model.is_moe:
-        if (ep != 1 or etp not in (0, settings.tensor_model_parallel_size) or settings.moe_shared_expert_overlap
-                or capacity):
-            raise StrategyError(f"expert_model_parallel_size / expert_tensor_parallel_size / "
-                                f"moe_shared_expert_overlap / moe_expert_capacity_factor need a "
-                                f"mixture-of-experts model; '{model.name}' has no experts (num_experts 0)")
+        # y1-hostile: name the setting (was the four names joined by '/', whichever was set)
+        setting = next((f"{key} {value}" for key, value, used in (
+            ("expert_model_parallel_size", ep, ep != 1),
+            ("expert_tensor_parallel_size", etp, etp not in (0, settings.tensor_model_parallel_size)),
+            ("moe_shared_expert_overlap", "true", settings.moe_shared_expert_overlap),
+            ("moe_expert_capacity_factor", f"{capacity:g}", bool(capacity))) if used), None)
+        if setting:
+            raise StrategyError(f"{setting} needs a mixture-of-experts model; '{model.name}' has no experts "
+                                "(num_experts 0)")
         if settings.overlap_moe_expert_parallel_comm:
             check_a2a_overlap(settings)
         if settings.moe_token_dispatcher_type != "alltoall":
@@ -245,9 +249,14 @@ def check_elementwise_kernels(settings: RunSettings, model: TransformerModel) ->
     for what, used in ((f"elementwise_kernels {kernels}", kernels == "eager"), ("selective_ac_option op", option)):
         unlike = _unlike_torchtitan_llama(model) if used else []
         if unlike:
-            raise StrategyError(f"{what} prices torchtitan's Llama layer; '{model.name}' lacks {', '.join(unlike)}")
+            raise StrategyError(f"{what} prices torchtitan's Llama layer; '{model.name}' differs from it: expected "
+                               f"{', '.join(unlike)}")  # y1-hostile: was "lacks no experts"
     if not option:
         return
+    if settings.activation_func_fp8_input_store:  # y1-hostile: was priced as a cast whose copy nothing kept
+        raise StrategyError("activation_func_fp8_input_store is Megatron-LM's fused bias-SwiGLU; selective_ac_option "
+                            "op (torchtitan's per-op recomputation) recomputes SwiGLU from its bf16 input: expected "
+                            "one of them")
     if settings.recompute_granularity != "selective" or settings.recompute_modules != ("core_attn",):
         raise StrategyError(f"selective_ac_option op needs recompute_granularity selective and the default "
                             f"recompute_modules (core_attn), got recompute_granularity "

@@ -161,4 +161,9 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
 
 
 def with_seq_length(model: TransformerModel, seq_length: int | None) -> TransformerModel:
-    return model if not seq_length else replace(model, seq_length=seq_length)
+    """`model` at `seq_length` tokens (None or 0: its own); a length the model refuses
+    (above `paraplan.core.transformer.MAX_WIDTH`) is a `ConfigError` on `seq_length`."""
+    try:
+        return model if not seq_length else replace(model, seq_length=seq_length)
+    except ValueError as exc:  # y1-hostile: was a traceback (seq_length 2**40 on a preset)
+        raise ConfigError("seq_length", str(exc).replace(f"model '{model.name}': seq_length ", "")) from None

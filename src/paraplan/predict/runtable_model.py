@@ -46,7 +46,12 @@ class ModelCache:
                                      f"(looked for {target})", line=line, field="column 'model'")
             try:
                 self._models[key] = self._loader(target, seq_length)
-            except (ConfigError, InputFileError) as exc:
+            except ConfigError as exc:
+                if exc.key == "seq_length":  # y1-hostile: the length the row asks of its model
+                    raise InputFileError(table, str(exc).removeprefix("config key 'seq_length': "), line=line,
+                                         field="column 'seq_length'") from None
+                raise InputFileError(table, str(exc), line=line, field="column 'model'") from None
+            except InputFileError as exc:
                 raise InputFileError(table, str(exc), line=line, field="column 'model'") from None
         return self._models[key]
 
