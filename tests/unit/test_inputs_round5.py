@@ -12,8 +12,8 @@ import csv
 from pathlib import Path
 
 import pytest
-from tests.fuzz_harness import RUN_TABLE_BASES, classify_run_row, run_table_mutations
 
+from fuzz_harness import RUN_TABLE_BASES, classify_run_row, run_table_mutations
 from paraplan.cli.main import main
 
 

@@ -34,7 +34,8 @@ COMM = ConstantBandwidthModel(100e9, 20e9)
 def torchao(**kw) -> RunSettings:
     base = dict(data_parallel_size=S, micro_batch_size=1, global_batch_size=S, zero_stage=3, dtype="fp8",
                 fp8_recipe="torchao_tensorwise", recompute_granularity="full", attention_backend="flash",
-                enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True)
+                enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True,
+                use_torch_fsdp2=True)
     return RunSettings(**{**base, **kw})
 
 
@@ -138,9 +139,12 @@ def test_memory_holds_gathered_layers_in_fp8_and_the_computing_layers_transient_
     (dict(data_parallel_size=1, context_parallel_size=8, global_batch_size=1, seq_length=8192),
      "enable_fsdp_float8_all_gather needs zero_stage 3 sharded over >= 2 data-parallel ranks (torchtitan turns it "
      "off without dp_shard), got zero_stage 3, data-parallel shard degree 1"),
-    (dict(zero_stage=2),
+    (dict(zero_stage=2, use_torch_fsdp2=False),
      "enable_fsdp_float8_all_gather needs zero_stage 3 sharded over >= 2 data-parallel ranks (torchtitan turns it "
      "off without dp_shard), got zero_stage 2, data-parallel shard degree 8"),
+    (dict(use_torch_fsdp2=False),
+     "enable_fsdp_float8_all_gather needs use_torch_fsdp2 true: torchao's float8 all-gather is an extension of "
+     "PyTorch's FSDP2 (fully_shard), got use_torch_fsdp2 false"),
     (dict(tensor_model_parallel_size=8, data_parallel_size=1, global_batch_size=1,
           enable_fsdp_float8_all_gather=False, precompute_float8_dynamic_scale_for_fsdp=False),
      "fp8_recipe torchao_tensorwise with tensor_model_parallel_size 8 needs sequence_parallel (torchtitan's Float8 "
@@ -176,8 +180,8 @@ def test_the_run_table_reads_torchtitans_float8_options(tmp_path):
     path = tmp_path / "runs.csv"
     path.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
                     "global_batch_size,micro_batch_size,zero_stage,recompute_granularity,dtype,fp8_recipe,"
-                    "enable_fsdp_float8_all_gather,precompute_float8_dynamic_scale_for_fsdp\n"
-                    "llama3-8b,1,1,8,8,1,3,full,fp8,torchao_tensorwise,true,true\n")
+                    "enable_fsdp_float8_all_gather,precompute_float8_dynamic_scale_for_fsdp,use_torch_fsdp2\n"
+                    "llama3-8b,1,1,8,8,1,3,full,fp8,torchao_tensorwise,true,true,true\n")
     _, (row,) = read_run_table(path)
     s = row.settings
     assert (s.dtype, s.fp8_recipe, s.enable_fsdp_float8_all_gather, s.precompute_float8_dynamic_scale_for_fsdp) == (

@@ -289,6 +289,10 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
             raise StrategyError(f"enable_fsdp_float8_all_gather needs zero_stage 3 sharded over >= 2 data-parallel "
                                 f"ranks (torchtitan turns it off without dp_shard), got zero_stage "
                                 f"{settings.zero_stage}, data-parallel shard degree {shard}")
+        if not settings.use_torch_fsdp2:
+            raise StrategyError("enable_fsdp_float8_all_gather needs use_torch_fsdp2 true: torchao's float8 "
+                                "all-gather is an extension of PyTorch's FSDP2 (fully_shard), got use_torch_fsdp2 "
+                                "false")
     if not torchao:
         return
     unlike = [what for what, differs in (("experts", model.is_moe), ("multi-latent attention",
