@@ -696,6 +696,6 @@ def classify_run_row(cells: dict[str, str], folder: Path) -> Outcome:
         return Outcome("silent", "; ".join(bad)) if bad else Outcome("ok")
     lines = err.strip().splitlines()
     if (code == 2 and len(lines) == 1 and lines[0].startswith("paraplan predict: error: ")
-            and (f"{runs}:2:" in lines[0] or f"{runs}: line 2 " in lines[0]) and not out.exists()):
+            and f"{runs}:2:" in lines[0] and not out.exists()):
         return Outcome("error", lines[0])
     return Outcome("crash", f"exit {code}: {err[-800:]}")

@@ -159,3 +159,19 @@ def test_predict_help_names_every_run_table_column_and_schedule():
     words = set(re.findall(r"[A-Za-z0-9_]+", cli.__doc__ or ""))
     missing = [c for c in (*REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *PIPELINE_SCHEDULES) if c not in words]
     assert missing == []
+
+
+def test_a_row_that_parses_but_cannot_be_priced_names_file_line_and_run(tmp_path, capsys):
+    """An error raised while pricing (here MXFP8 on a Hopper device) reads as a parse
+    error does, `FILE:LINE: ...`, with the run's name; nothing is written."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("name,model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "global_batch_size,micro_batch_size,dtype,fp8_recipe\n"
+                    "fp8 row,llama3-8b,1,1,8,8,1,fp8,mxfp8\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"paraplan predict: error: {runs}:2: impossible run (fp8 row): fp8_recipe mxfp8 needs MXFP8 "
+                   "tensor cores (Blackwell): device H100-SXM5-80GB lists no mxfp8 peak in its cluster file; use "
+                   "delayed, tensorwise or blockwise"]
+    assert not out.exists()

@@ -252,10 +252,11 @@ def run(args: argparse.Namespace) -> int:
 
     from paraplan.clusters import load_cluster
     from paraplan.core import StrategyError
+    from paraplan.core.errors import InputFileError
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
-    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, iter_predictions, plausibility
+    from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, RunRowError, iter_predictions, plausibility
     from paraplan.predict.runtable import iter_run_table, model_cache
 
     cluster = load_cluster(args.cluster)
@@ -319,6 +320,9 @@ def run(args: argparse.Namespace) -> int:
                     measured.add(row, pred)
                 if figures is not None:
                     figures.add(row, pred, breakdown)
+        except RunRowError as exc:
+            what = f"impossible run ({exc.name})" if exc.name else "impossible run"
+            raise InputFileError(args.runs, f"{what}: {exc.reason}", line=exc.line) from None
         except StrategyError as exc:
             raise StrategyError(f"{args.runs}: {exc}") from None
 

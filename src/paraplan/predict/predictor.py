@@ -149,6 +149,15 @@ def predict_rows(rows: Sequence[RunRow], cluster: Cluster, comm: CommModel, effi
     return [pred for _, pred in iter_predictions(rows, cluster, comm, efficiency, progress=progress)]
 
 
+class RunRowError(StrategyError):
+    """A row of a run table that parses but cannot be priced: its line, its name and why
+    (the CLI reads it as `FILE:LINE: impossible run (NAME): why`, as a parse error reads)."""
+
+    def __init__(self, line: int, name: str, reason: str):
+        self.line, self.name, self.reason = line, name, reason
+        super().__init__(f"line {line}" + (f" ({name})" if name else "") + f": {reason}")
+
+
 def iter_predictions(rows: Iterable[RunRow], cluster: Cluster, comm: CommModel, efficiency: DeviceEfficiency,
                      chunk_candidates: int = PREDICT_CHUNK_CANDIDATES,
                      progress: Callable[[int], None] | None = None) -> Iterator[tuple[RunRow, RunPrediction]]:
@@ -163,7 +172,7 @@ def iter_predictions(rows: Iterable[RunRow], cluster: Cluster, comm: CommModel, 
     for row in rows:
         cands = candidate_settings(row.model, row.settings, row.search_micro_batch_size, row.search_virtual_stages)
         if not cands:
-            raise StrategyError(f"line {row.line}: no micro-batch size / virtual pipeline size can run this row")
+            raise RunRowError(row.line, row.name, "no micro-batch size / virtual pipeline size can run this row")
         pending.append((row, cands))
         size += len(cands)
         if size >= chunk_candidates:
@@ -183,7 +192,7 @@ def _predict_chunk(pending: list[tuple[RunRow, list[RunSettings]]], cluster: Clu
         try:
             structures += [run_structure(row.model, s, cluster, comm) for s in cands]
         except StrategyError as exc:
-            raise StrategyError(f"line {row.line} ({row.name}): {exc}") from None
+            raise RunRowError(row.line, row.name, str(exc)) from None
     kernel_s = kernel_times_by_pass(structures, efficiency)
     out = []
     k = 0
