@@ -86,6 +86,7 @@ class Estimates:
     iteration_s: np.ndarray
     peak_memory_bytes: np.ndarray
     bubble_fraction: np.ndarray
+    dualpipe_peak_memory_bytes: np.ndarray  # the candidate run as DualPipe (`_dualpipe_peak_bytes`)
 
 
 def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
@@ -100,7 +101,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights = _weights(model, cols)
     layers = StageLayers.of(cols)
     params = _stage_params(model, cols, layers, weights)
-    peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    peak, dualpipe_peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed)
@@ -113,7 +114,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
-    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan))
+    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,12 +354,17 @@ def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel,
 
 
 def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: LayerTable, weights: _Weights,
-                       params: StageParams, prec: Precision) -> np.ndarray:
+                       params: StageParams, prec: Precision) -> tuple[np.ndarray, np.ndarray]:
     """The larger of the first and the last stage's peak: model state as sharded,
     activations x the micro-batches (and chunks) their schedule holds in flight, and a
     working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
     two gathered layers and the unsharded gradients; on the last stage at least the
-    loss's transient beside the gathered weights)."""
+    loss's transient beside the gathered weights). Second: the peak of the candidate
+    run as DualPipe (meaningful for v = 1 and p > 1 only): its first rank holds the first
+    and the last stage, both stages' model state (a sharded optimizer's over both
+    copies' ranks, so half of each), the first stage's activations in flight and one
+    micro-batch of the last stage's (DeepSeek-V3's Table 2: p + 1 micro-batches of a
+    stage's activations against 1F1B's p)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
     weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
@@ -394,4 +400,10 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     mem_last = (params.last * state_b + params.last_experts * state_e
                 + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
                 + np.maximum(working + zero2_last, loss))
-    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))
+    half = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
+    dualpipe = ((params.first + params.last) * (weights_b + grads_b + half / cols.shards)
+                + (params.first_experts + params.last_experts) * (state_e - prec.optimizer_bytes / cols.expert_shards
+                                                                  + half / cols.expert_shards)
+                + act_first + layers.n_last * table.act_layer[row] + table.act_head[row]
+                + np.maximum(working + zero2_first, loss))
+    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last)), dualpipe
