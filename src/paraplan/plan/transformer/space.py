@@ -85,6 +85,9 @@ class SearchSpace:
     overlap_moe_expert_parallel_comm: tuple[bool, ...] = (False, True)
     """Megatron-Core's expert-parallel all-to-all overlap, tried on the best plans where
     it can run (`variants.a2a_overlap_runs`); (False,): never."""
+    moe_shared_expert_overlap: tuple[bool, ...] = (False, True)
+    """Megatron-Core's shared experts beside the all-to-alls, tried on the best plans where
+    it can run (`variants.shared_overlap_runs`); (False,): never."""
 
     def __post_init__(self) -> None:
         known = (*SCHEDULES, *POST_PASS_SCHEDULES)
@@ -104,7 +107,7 @@ class SearchSpace:
             raise StrategyError("schedule dualpipe in the search space needs 1f1b beside it: DualPipe is tried on "
                                 "the best 1F1B candidates")
         if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel
-                and self.tp_comm_overlap and self.overlap_moe_expert_parallel_comm):
+                and self.tp_comm_overlap and self.overlap_moe_expert_parallel_comm and self.moe_shared_expert_overlap):
             raise StrategyError("every dimension of the search space needs at least one value")
 
 

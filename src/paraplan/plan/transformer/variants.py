@@ -90,14 +90,15 @@ def flag_variants(s: RunSettings, model: TransformerModel, cluster: Cluster, spa
     left out: `tp_comm_overlap` on or off, and at most one of the two MoE overlaps."""
     tp = [x for x in space.tp_comm_overlap if not x or tp_comm_overlap_runs(s, cluster)]
     plain = replace(s, overlap_moe_expert_parallel_comm=False, moe_shared_expert_overlap=False)
-    moe: list[dict[str, bool]] = [{}]
+    moe = [(False, False)]  # (overlap_moe_expert_parallel_comm, moe_shared_expert_overlap)
     if True in space.overlap_moe_expert_parallel_comm and a2a_overlap_runs(plain, model):
-        moe.append({"overlap_moe_expert_parallel_comm": True})
-    if shared_overlap_runs(plain, model):
-        moe.append({"moe_shared_expert_overlap": True})
+        moe.append((True, False))
+    if True in space.moe_shared_expert_overlap and shared_overlap_runs(plain, model):
+        moe.append((False, True))
     out = []
-    for on, extra in itertools.product(tp, moe):
-        variant = replace(plain, tp_comm_overlap=on, **extra)
+    for on, (a2a, shared) in itertools.product(tp, moe):
+        variant = replace(plain, tp_comm_overlap=on, overlap_moe_expert_parallel_comm=a2a,
+                          moe_shared_expert_overlap=shared)
         if variant != s and _runs(variant, model):
             out.append(variant)
     return out
