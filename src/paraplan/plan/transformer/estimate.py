@@ -101,7 +101,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights = _weights(model, cols)
     layers = StageLayers.of(cols)
     params = _stage_params(model, cols, layers, weights)
-    peak, dualpipe_peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    dualpipe_peak = _dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed)
@@ -354,17 +355,12 @@ def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel,
 
 
 def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: LayerTable, weights: _Weights,
-                       params: StageParams, prec: Precision) -> tuple[np.ndarray, np.ndarray]:
+                       params: StageParams, prec: Precision) -> np.ndarray:
     """The larger of the first and the last stage's peak: model state as sharded,
     activations x the micro-batches (and chunks) their schedule holds in flight, and a
     working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
     two gathered layers and the unsharded gradients; on the last stage at least the
-    loss's transient beside the gathered weights). Second: the peak of the candidate
-    run as DualPipe (meaningful for v = 1 and p > 1 only): its first rank holds the first
-    and the last stage, both stages' model state (a sharded optimizer's over both
-    copies' ranks, so half of each), the first stage's activations in flight and one
-    micro-batch of the last stage's (DeepSeek-V3's Table 2: p + 1 micro-batches of a
-    stage's activations against 1F1B's p)."""
+    loss's transient beside the gathered weights)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
     weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
@@ -400,10 +396,32 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     mem_last = (params.last * state_b + params.last_experts * state_e
                 + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
                 + np.maximum(working + zero2_last, loss))
-    half = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
-    dualpipe = ((params.first + params.last) * (weights_b + grads_b + half / cols.shards)
-                + (params.first_experts + params.last_experts) * (state_e - prec.optimizer_bytes / cols.expert_shards
-                                                                  + half / cols.expert_shards)
-                + act_first + layers.n_last * table.act_layer[row] + table.act_head[row]
-                + np.maximum(working + zero2_first, loss))
-    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last)), dualpipe
+    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))
+
+
+def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,
+                         weights: _Weights, params: StageParams, prec: Precision) -> np.ndarray:
+    """The peak of a v = 1, p > 1, ZeRO-0/1 candidate run as DualPipe (`variants.py`;
+    meaningless for the others): rank r holds stages r and p - 1 - r, both stages' model
+    state (a sharded optimizer's over both copies' ranks: half of each) and p + 1
+    micro-batches of a stage's activations (DeepSeek-V3's Table 2; 1F1B's first stage
+    holds p). The larger of the end ranks' (the first and the last stage, with the
+    embedding and the head) and a middle rank's (two stages of the model's heaviest
+    layers: MoE ones where the model has both kinds)."""
+    row = cols.row
+    optimizer = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
+    state_b = prec.weight_bytes + prec.grad_bytes + optimizer / cols.shards
+    state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
+    held = np.minimum(cols.p, cols.m) + 1.0
+    working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    ends = ((params.first + params.last) * state_b + (params.first_experts + params.last_experts) * state_e
+            + held * layers.n_big * table.act_layer[row] + table.act_emb[row] + table.act_head[row]
+            + np.maximum(working, table.loss_transient[row]))
+    layer, expert_layer = weights.layer, weights.expert_layer
+    if model.is_moe and model.num_moe_layers < model.num_layers:  # the middle stages' MoE layers
+        experts = model.num_experts * model.expert_params
+        layer = (model.moe_layer_params - experts) / cols.t
+        expert_layer = experts / (cols.ep * cols.etp)
+    middle = (2 * layers.n_big * (layer * state_b + expert_layer * state_e)
+              + held * layers.n_big * table.act_layer[row] + working)
+    return np.maximum(ends, middle)

@@ -45,7 +45,12 @@ from paraplan.plan.transformer.memory_text import peak_parts_text
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
-from paraplan.plan.transformer.variants import VARIANT_PLANS, dualpipe_settings, flag_variants
+from paraplan.plan.transformer.variants import (
+    VARIANT_PLANS,
+    dualpipe_estimate_s,
+    dualpipe_settings,
+    flag_variants,
+)
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.peak_memory import PeakMemory
@@ -154,8 +159,9 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     unique = _distinct_fastest(p for p in predictions if p is not None)
     if not unique:
         _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
-    dualpipe_fits = est.dualpipe_peak_memory_bytes <= capacity * MEMORY_MARGIN
-    post = _post_pass(request, unique, cand, base, order, est.iteration_s, dualpipe_fits, comm, efficiency)
+    dualpipe_fits = (est.dualpipe_peak_memory_bytes <= capacity * MEMORY_MARGIN) & fits
+    dualpipe_s = dualpipe_estimate_s(cand, est.iteration_s, est.bubble_fraction)
+    post = _post_pass(request, unique, cand, base, dualpipe_fits, dualpipe_s, comm, efficiency)
     unique = _distinct_fastest([*unique, *(p for p in post if p is not None)])
     retimed = sum(p is not None for p in predictions)
     timed_post = sum(p is not None for p in post)
@@ -165,17 +171,17 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
 
 
 def _post_pass(request: TransformerPlanRequest, plans: list[RunPrediction], cand: Candidates, base: RunSettings,
-               order: np.ndarray, estimate_s: np.ndarray, dualpipe_fits: np.ndarray, comm: CommModel,
+               dualpipe_fits: np.ndarray, dualpipe_s: np.ndarray, comm: CommModel,
                efficiency: DeviceEfficiency) -> list[RunPrediction | None]:
     """The exact predictions of the post-pass's settings (module doc, step 3; None:
-    proven slower than the `top_k` plans): DualPipe runs of the fastest 1F1B candidates
-    in `order` whose DualPipe memory fits by estimate, then the best `VARIANT_PLANS`
+    proven slower than the `top_k` plans): DualPipe runs of the 1F1B candidates of least
+    estimated DualPipe time (`dualpipe_s`) that fit as DualPipe, then the best `VARIANT_PLANS`
     plans so far (at least `top_k`) with each valid combination of overlap flags."""
     model, cluster, space = request.model, request.cluster, request.space
     out: list[RunPrediction | None] = []
     if "dualpipe" in space.schedules:
-        picked = dualpipe_settings(cand, base, model, order, dualpipe_fits)
-        out += _retime_pool(request, [s for _, s in picked], [float(estimate_s[i]) for i, _ in picked], plans,
+        picked = dualpipe_settings(cand, base, model, dualpipe_fits, dualpipe_s)
+        out += _retime_pool(request, [s for _, s in picked], [float(dualpipe_s[i]) for i, _ in picked], plans,
                             comm, efficiency)
         plans = _distinct_fastest([*plans, *(p for p in out if p is not None)])
     pool: list[RunSettings] = []

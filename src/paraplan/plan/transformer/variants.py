@@ -44,9 +44,9 @@ IPC fallback that Transformer Engine calls less performant, and paraplan has no
 measurement of it, so the planner does not offer `tp_comm_overlap` on them (`paraplan
 predict` still prices a row that sets it, as on Hopper)."""
 
-DUALPIPE_CANDIDATES = 8
-"""Fastest-by-estimate 1F1B candidates re-timed as DualPipe."""
-VARIANT_PLANS = 8
+DUALPIPE_CANDIDATES = 4
+"""1F1B candidates of least estimated DualPipe time (`dualpipe_estimate_s`) re-timed as DualPipe."""
+VARIANT_PLANS = 5
 """Best re-timed plans whose flag variants are re-timed (at least the plans answered)."""
 
 
@@ -113,16 +113,25 @@ def dualpipe_runs(s: RunSettings) -> bool:
             and not s.moe_shared_expert_overlap and not s.overlap_moe_expert_parallel_comm)
 
 
-def dualpipe_settings(cand: Candidates, base: RunSettings, model: TransformerModel, order: np.ndarray,
-                      dualpipe_fits: np.ndarray) -> list[tuple[int, RunSettings]]:
-    """The first `DUALPIPE_CANDIDATES` 1F1B candidates in `order` (fastest estimate first)
-    that DualPipe can run and whose two-stage memory fits by estimate: (candidate index,
-    its settings as DualPipe runs)."""
+def dualpipe_estimate_s(cand: Candidates, iteration_s: np.ndarray, bubble_fraction: np.ndarray) -> np.ndarray:
+    """A candidate's estimated iteration as DualPipe, to order them: its 1F1B estimate less
+    the part of its bubble DualPipe removes, (p/2 - 1) / (p - 1) of 1F1B's (p - 1)(F + B)
+    left (DeepSeek-V3's Table 2, the pairs' and W's terms left out)."""
+    p = cand.p.astype(float)
+    kept = np.where(p > 1, (p / 2 - 1) / np.maximum(p - 1, 1), 1.0)
+    return iteration_s * (1.0 - np.nan_to_num(bubble_fraction) * (1.0 - kept))
+
+
+def dualpipe_settings(cand: Candidates, base: RunSettings, model: TransformerModel, fits: np.ndarray,
+                      estimate_s: np.ndarray) -> list[tuple[int, RunSettings]]:
+    """The `DUALPIPE_CANDIDATES` 1F1B candidates of least `estimate_s` (`dualpipe_estimate_s`)
+    among those that fit by estimate (`fits`: as DualPipe, `estimate.Estimates`) and that
+    DualPipe can run: (candidate index, its settings as DualPipe runs)."""
     one_f_one_b = SCHEDULES.index("1f1b")
-    even = (cand.p >= 2) & (cand.p % 2 == 0) & (cand.cp == 1) & (cand.zero < 2)
-    pick = order[(cand.schedule[order] == one_f_one_b) & even[order] & dualpipe_fits[order]]
+    eligible = np.flatnonzero((cand.schedule == one_f_one_b) & (cand.p >= 2) & (cand.p % 2 == 0) & (cand.cp == 1)
+                              & (cand.zero < 2) & fits & np.isfinite(estimate_s))
     out: list[tuple[int, RunSettings]] = []
-    for i in pick.tolist():
+    for i in eligible[np.argsort(estimate_s[eligible], kind="stable")].tolist():
         s = replace(cand.settings(int(i), base), schedule="dualpipe")
         if dualpipe_runs(s) and _runs(s, model):
             out.append((int(i), s))
