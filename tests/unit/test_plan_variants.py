@@ -149,3 +149,15 @@ def test_hopper_and_newer_devices_are_recognised(device):
 
     assert userbuffers_multicast(device)
     assert not userbuffers_multicast("A100-SXM4-80GB") and not userbuffers_multicast("MI300X-192GB")
+
+
+def test_predict_refuses_the_all_to_all_overlap_where_megatron_core_does():
+    from paraplan.core.errors import StrategyError
+
+    overlapped = replace(TP4, overlap_moe_expert_parallel_comm=True, moe_shared_expert_overlap=False)
+    with pytest.raises(StrategyError, match=r"needs the interleaved schedule with pipelines"):
+        overlapped.check(MOE)
+    replace(overlapped, virtual_pipeline_model_parallel_size=2).check(MOE)
+    replace(overlapped, pipeline_model_parallel_size=1, data_parallel_size=4).check(MOE)
+    with pytest.raises(StrategyError, match=r"needs at most one multi-token-prediction layer"):
+        replace(overlapped, pipeline_model_parallel_size=1, data_parallel_size=4).check(replace(MOE, mtp_num_layers=2))
