@@ -18,6 +18,7 @@ from paraplan.predict.cp_ops import (
     AttentionShape,
     cp_attention_backward,
     cp_attention_forward,
+    torch_cp_flat_copies,
     torch_cp_kernel_shapes,
     torch_cp_slowest_rank,
 )
@@ -32,13 +33,13 @@ CAUSAL_FWD_FLOPS = 4.0 * B * HEADS * S * S * D / 2
 KV_HEADS = HEADS  # torchtitan repeats keys and values to every query head before SDPA (`repeat_kv`)
 
 
-def shape(cp: int) -> AttentionShape:
-    return AttentionShape(B, S, HEADS, GROUPS, D, E, cp)
+def shape(cp: int, compiled: bool = False) -> AttentionShape:
+    return AttentionShape(B, S, HEADS, GROUPS, D, E, cp, compiled)
 
 
-def run(cp: int, comm_type: str, backward: bool):
+def run(cp: int, comm_type: str, backward: bool, compiled: bool = False):
     w = _Builder(gemm_bytes=2)
-    (cp_attention_backward if backward else cp_attention_forward)(w, shape(cp), comm_type)
+    (cp_attention_backward if backward else cp_attention_forward)(w, shape(cp, compiled), comm_type)
     return w.build()
 
 
@@ -149,3 +150,33 @@ def test_keys_and_values_travel_with_every_query_head_as_torchtitan_repeats_them
     torch_gather = comms(run(cp, "torch_allgather", False))[0]
     megatron_gather = comms(run(cp, "all_gather", False))[0]
     assert torch_gather[1] == megatron_gather[1] * HEADS / GROUPS == 2 * B * S * HEADS * D * E
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_compiled_allgather_keeps_only_the_flat_copy_the_all_gather_sends(cp):
+    # `_AllGatherRotater.exchange_buffers` reads its argument once; torch.compile drops the later copies
+    assert (torch_cp_flat_copies(cp, "allgather", True), torch_cp_flat_copies(cp, "allgather", False)) == (1, cp - 1)
+    assert torch_cp_flat_copies(cp, "alltoall", True) == torch_cp_flat_copies(cp, "alltoall", False) == cp - 1
+    flat = 2 * 2 * (S / cp) * B * KV_HEADS * D * E
+    for backward in (False, True):
+        eager, compiled = (run(cp, "torch_allgather", backward, c).kernels for c in (False, True))
+        eager_bytes, compiled_bytes = (k.bytes[k.kind == MEMORY].sum() for k in (eager, compiled))
+        assert eager_bytes - compiled_bytes == pytest.approx((cp - 2) * flat)
+
+
+@pytest.mark.parametrize("comm_type", ["torch_allgather", "torch_alltoall"])
+def test_compiled_ring_awaits_every_collective_where_it_is_issued(comm_type):
+    # traced functional collectives return wait_tensor(...) at once; Inductor does not move it by default
+    cp = 4
+    for backward in (False, True):
+        eager, compiled = comms(run(cp, comm_type, backward)), comms(run(cp, comm_type, backward, True))
+        assert [c[2] for c in compiled] == [NOT_HIDDEN] * len(eager)
+        assert [(c[0], c[1], c[3]) for c in compiled] == [(c[0], c[1], c[3]) for c in eager]
+        assert sum(c[2] != NOT_HIDDEN for c in eager) == len(eager) - (1 if backward else 0)
+
+
+def test_layer_work_compiles_the_ring_unless_elementwise_kernels_are_eager():
+    s = RunSettings(context_parallel_size=4, micro_batch_size=1, global_batch_size=1, cp_comm_type="torch_allgather")
+    fused = layer_work(LONG, s).forward.collectives
+    eager = layer_work(LONG, replace(s, elementwise_kernels="eager")).forward.collectives
+    assert [c.hidden_by for c in fused] == [NOT_HIDDEN] and eager[0].hidden_by != NOT_HIDDEN

@@ -91,6 +91,7 @@ class AttentionShape:
     d: float
     e: int
     cp: int
+    compiled: bool = False  # torch_*: the block runs under torch.compile (`torch_cp_traced`)
 
     @property
     def local_tokens(self) -> float:
@@ -227,18 +228,44 @@ def torch_cp_shape(shape: AttentionShape) -> AttentionShape:
     return replace(shape, groups=shape.heads)
 
 
+def torch_cp_flat_copies(cp: int, rotate: str, compiled: bool) -> int:
+    """How many times per pass the keys and values are copied into one flat buffer
+    (`torch.cat([key.flatten(), value.flatten()])` before every call but the last, in
+    `_templated_ring_attention` and its backward). Under torch.compile only the copies
+    something reads are kept: with `allgather` only the first one, which the all-gather
+    sends (`_AllGatherRotater.exchange_buffers` ignores its argument after the first
+    call, so the later copies are dead code that the compiled graph drops); with
+    `alltoall` every one travels."""
+    return 1 if compiled and rotate == "allgather" else cp - 1
+
+
+def torch_cp_traced(shape: AttentionShape) -> bool:
+    """Whether the context-parallel collectives block the compute stream: under
+    torch.compile (torchtitan `training.compile`: `torch.compile(block, fullgraph=True)`
+    per TransformerBlock, 9dec370 `apply_compile`) the ring is traced into the block's
+    graph, and a traced functional collective is awaited where it is issued
+    (`torch.distributed._functional_collectives._maybe_wrap_tensor` returns
+    `wait_tensor(...)` while tracing, an `AsyncCollectiveTensor` waited at first use
+    only in eager mode); Inductor leaves the wait there unless
+    `reorder_for_compute_comm_overlap` is set (False by default in late-2024 PyTorch,
+    and torchtitan 9dec370 does not set it)."""
+    return shape.compiled
+
+
 def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool) -> None:
     """PyTorch's context-parallel attention on its slowest rank (module doc): the calls
-    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation, and
-    before each but the last the copy of the keys and values into the flat buffer sent
-    on (`torch.cat` of both, made whatever the rotate method)."""
+    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation, the
+    copies of the keys and values into the flat buffer sent on
+    (`torch_cp_flat_copies`), and the collectives, beside the calls in eager mode,
+    awaited where issued under torch.compile (`torch_cp_traced`)."""
     x = torch_cp_shape(shape)
     tokens = x.local_tokens
     factor = FLASH_BACKWARD_FLOPS if backward else 1.0
     per_pass = 4 if backward else 2  # Q, O (and dO, dQ); K, V (and dK, dV)
+    copies = torch_cp_flat_copies(x.cp, rotate, x.compiled)
     kernels: list[int] = []
     for q, k, causal in torch_cp_kernel_shapes(x.cp, torch_cp_slowest_rank(x.cp)):
-        if len(kernels) < x.cp - 1:  # keys and values copied into one flat buffer to send on
+        if len(kernels) < copies:  # keys and values copied into one flat buffer to send on
             w.memory(2 * ring_step_kv_bytes(x))
         nbytes = x.e * per_pass * tokens * (q * x.heads + k * x.groups) * x.d
         # a non-causal row of k keys does the work of a causal row of 2k (`ops.kernel_seq_length`)
@@ -248,13 +275,15 @@ def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool)
             w.memory(torch_cp_grad_bytes(x))
         else:  # the first output converted to fp32, each later one merged into it
             w.memory(torch_cp_merge_bytes(x) if len(kernels) > 1 else (x.e + FP32_BYTES) * tokens * x.heads * x.d)
+    traced = torch_cp_traced(x)
+    beside = [NOT_HIDDEN] * len(kernels) if traced else kernels  # the call each collective may run beside
     if rotate == "allgather":  # one all-gather, issued before the first call and awaited after it
-        w.comm("all_gather", all_gather_kv_bytes(x), kernels[0], CP_GROUP)
+        w.comm("all_gather", all_gather_kv_bytes(x), beside[0], CP_GROUP)
     else:  # block i + 1 travels to the ring neighbour while call i runs
-        for kernel in kernels[:-1]:
+        for kernel in beside[:-1]:
             w.comm("send_recv", ring_step_kv_bytes(x), kernel, CP_RING)
     if backward:  # the gradients of block i travel on during call i + 1; the last one is awaited
-        for kernel in [*kernels[1:], NOT_HIDDEN]:
+        for kernel in [*beside[1:], NOT_HIDDEN]:
             w.comm("send_recv", torch_cp_grad_kv_bytes(x), kernel, CP_RING)
         # the fp32 dQ, dK, dV zeroed before the calls and cast back to 16 bits after them
         w.memory((2 * FP32_BYTES + x.e) * tokens * (x.heads + 2 * x.groups) * x.d)
