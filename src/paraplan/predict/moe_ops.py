@@ -34,7 +34,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   efficiently than the dense MLP's);
 - combine all-to-all (the same volume) and unpermute (the sum of each token's k
   outputs; the routing probabilities are applied inside the experts' activation,
-  Megatron-Core's experts.py `bias_act_func`).
+  Megatron-Core's experts.py `bias_act_func`); with expert biases (`add_bias_linear`)
+  fc2's bias added after it one local expert at a time (`paraplan.predict.moe_bias`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -56,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
 from paraplan.predict.moe_router import RouterShape, fake_balanced_gate, router_passes
@@ -285,6 +287,8 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     w.gemm(n, x.h, m.expert_in, batch)
     _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     w.gemm(n, m.expert_ffn, x.h, batch)
+    if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
+        expert_bias_forward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, probs_bytes(settings))
     experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
@@ -321,6 +325,8 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
+    if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
+        expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, probs_bytes(settings))
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
