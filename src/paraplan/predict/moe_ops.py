@@ -35,7 +35,9 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
 - combine all-to-all (the same volume) and unpermute (the sum of each token's k
   outputs; the routing probabilities are applied inside the experts' activation,
   Megatron-Core's experts.py `bias_act_func`); with expert biases (`add_bias_linear`)
-  fc2's bias added after it one local expert at a time (`paraplan.predict.moe_bias`).
+  fc2's bias added after it one local expert at a time (`paraplan.predict.moe_bias`);
+  in an fp8 run each expert's rows padded to a multiple of 16 before fc1 and unpadded
+  after fc2 (`paraplan.predict.moe_padding`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -58,8 +60,9 @@ from dataclasses import dataclass, replace
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
-from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
+from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, deepep_host_work, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
+from paraplan.predict.moe_padding import fp8_padding, fp8_unpadding, pads_fp8_rows
 from paraplan.predict.moe_router import RouterShape, fake_balanced_gate, router_passes
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
@@ -164,6 +167,11 @@ def router_shape(model: TransformerModel, settings: RunSettings, m: MoeShape) ->
                        settings.moe_expert_capacity_factor, settings.moe_pad_expert_input_to_capacity)
 
 
+def _pads(settings: RunSettings, m: MoeShape) -> bool:
+    """Whether the local experts' rows are padded for FP8 (`moe_padding`)."""
+    return pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ep * (m.etp if m.gathered else 1))
+
+
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:
     """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
     (with more than one local expert): read and write every dispatched token (and its
@@ -249,9 +257,12 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
     w.memory((m.topk + 1) * x.e * m.routed_tokens * x.h)  # unpermute: sum of the k outputs
 
 
-def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
-    """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
+def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int, cached: bool = True) -> None:
+    """A DeepEP dispatch or combine kernel and its notify kernels (`cached`: reusing the
+    forward dispatch's layout; the forward dispatch also waits on the host for its counts:
+    `paraplan.predict.moe_deepep.deepep_host_work`)."""
     if m.ep > 1:
+        deepep_host_work(w, m.routed_tokens, m.topk, m.experts, m.ep, cached)
         groups, group_topk = m.router_groups
         w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", experts=m.experts, topk=m.topk,
                                             groups=groups, group_topk=group_topk))
@@ -278,17 +289,22 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     flex = settings.moe_token_dispatcher_type == "flex"
     dispatch_at = len(w.rows)
     if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
-        _deepep(w, m, DEEPEP_DISPATCH, hide[0])
+        _deepep(w, m, DEEPEP_DISPATCH, hide[0], cached=False)
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
         _alltoall_dispatch(w, settings, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
+    q, pad = probs_bytes(settings), _pads(settings, m)
+    if pad:  # Transformer Engine's FP8 row padding per local expert (`moe_padding`)
+        fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     w.gemm(n, x.h, m.expert_in, batch)
     _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     w.gemm(n, m.expert_ffn, x.h, batch)
+    if pad:
+        fp8_unpadding(w, m.expert_tokens, x.h, x.e)
     if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
-        expert_bias_forward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, probs_bytes(settings))
+        expert_bias_forward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
     experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
@@ -325,13 +341,18 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
+    q, pad = probs_bytes(settings), _pads(settings, m)
     if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
-        expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, probs_bytes(settings))
+        expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
+    if pad:  # the unpadding's backward (`moe_padding`)
+        fp8_unpadding(w, m.expert_tokens, x.h, x.e)
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    if pad:  # the paddings' backward
+        fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     experts_to = len(w.rows)
     if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
