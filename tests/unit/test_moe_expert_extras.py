@@ -1,13 +1,19 @@
 """What Megatron-Core's grouped experts and DeepEP issue besides the GEMMs and transfers:
-fc2's bias one local expert at a time (`moe_bias`), Transformer Engine's FP8 row padding
-(`moe_padding`), DeepEP's layout and notify kernels and its host wait (`moe_deepep`)."""
+fc2's bias one local expert at a time (`moe_bias`), GPT-OSS's clamped activation
+(`moe_activation`), Transformer Engine's FP8 row padding (`moe_padding`), DeepEP's layout
+and notify kernels and its host wait (`moe_deepep`)."""
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
+from paraplan.core.errors import InputFileError
 from paraplan.core.run_settings import RunSettings
+from paraplan.predict.hf_config import read_hf_config
 from paraplan.predict.models import PRESETS
+from paraplan.predict.moe_activation import clamp_backward, clamp_forward
 from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
 from paraplan.predict.moe_deepep import deepep_host_work
 from paraplan.predict.moe_ops import moe_layer_work
@@ -118,3 +124,56 @@ def test_deepep_forward_dispatch_runs_layout_and_notify_then_waits():
     cached = _Builder(2)
     deepep_host_work(cached, 4096, 8, 128, 8, cached=True)
     assert (len(cached.build().kernels), cached.host_syncs) == (1, [])
+
+
+def test_clamped_activation_adds_three_calls_a_copy_and_a_wait_forward():
+    """Two clamps (2 N f e each), their concatenation (4 N f e), the offset's copy to the
+    device, then the host waits with nothing queued."""
+    w = _Builder(2)
+    clamp_forward(w, N, H, 2, 2)
+    work = w.build()
+    assert work.kernels.bytes.tolist() == [2 * N * H * 2, 2 * N * H * 2, 4 * N * H * 2, 2]
+    assert work.host_syncs == ((4, 4),)
+
+
+def test_clamped_activation_backward_is_seven_calls():
+    """Comparison and where (gate); two comparisons, logical_and_ and where (linear half);
+    the chunk's concatenation: 11 N f e + 8 N f bytes."""
+    rows, nbytes = built(clamp_backward, N, H, 2)
+    assert rows == 7
+    assert nbytes == pytest.approx(11 * N * H * 2 + 8 * N * H)
+
+
+def test_gpt_oss_layer_prices_the_clamp_and_keeps_fc1s_output():
+    """GPT-OSS 120B (clamp 7.0) against the same layer unclamped: 4 rows and one wait more
+    forward, 7 rows backward, N x 2f x e more activation bytes (none with moe_act)."""
+    s = settings()
+    plain = dataclasses.replace(GPT_OSS, activation_func_clamp_value=0.0)
+    clamped, unclamped = moe_layer_work(GPT_OSS, s), moe_layer_work(plain, s)
+    assert len(clamped.forward.kernels) - len(unclamped.forward.kernels) == 4
+    assert len(clamped.forward.host_syncs) - len(unclamped.forward.host_syncs) == 1
+    assert len(clamped.backward.kernels) - len(unclamped.backward.kernels) == 7
+    tokens = 4096 * 4  # T k per rank at EP 8, balanced
+    assert clamped.activation_bytes - unclamped.activation_bytes == pytest.approx(tokens * 2 * 2880 * 2)
+    act = settings(recompute_granularity="selective", recompute_modules=("moe_act",))
+    assert moe_layer_work(GPT_OSS, act).activation_bytes == moe_layer_work(plain, act).activation_bytes
+    assert len(moe_layer_work(GPT_OSS, act).recompute.host_syncs) == 1
+
+
+@pytest.mark.parametrize(("kw", "why"), [
+    ({"num_experts": 0}, "every layer a MoE layer"),
+    ({"moe_shared_expert_intermediate_size": 2880}, "no shared experts"),
+    ({"activation_func_clamp_value": -1.0}, "a number >= 0"),
+])
+def test_the_clamp_is_refused_where_it_is_not_priced(kw, why):
+    with pytest.raises(ValueError, match=why):
+        dataclasses.replace(GPT_OSS, **kw)
+
+
+def test_hugging_faces_swiglu_limit_is_the_clamp():
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf"
+    config = json.loads((hf / "gpt-oss-120b.json").read_text())
+    read = read_hf_config(config, "gpt-oss-120b", "gpt-oss-120b.json").model
+    assert read.activation_func_clamp_value == 7.0 == PRESETS["gpt-oss-120b"].activation_func_clamp_value
+    with pytest.raises(InputFileError, match="key 'swiglu_limit': expected a number >= 0, got 'x'"):
+        read_hf_config({**config, "swiglu_limit": "x"}, "gpt-oss-120b", "gpt-oss-120b.json")

@@ -34,10 +34,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   efficiently than the dense MLP's);
 - combine all-to-all (the same volume) and unpermute (the sum of each token's k
   outputs; the routing probabilities are applied inside the experts' activation,
-  Megatron-Core's experts.py `bias_act_func`); with expert biases (`add_bias_linear`)
-  fc2's bias added after it one local expert at a time (`paraplan.predict.moe_bias`);
-  in an fp8 run each expert's rows padded to a multiple of 16 before fc1 and unpadded
-  after fc2 (`paraplan.predict.moe_padding`).
+  Megatron-Core's experts.py `bias_act_func`); around the experts GPT-OSS's clamps,
+  fc2's bias per local expert and FP8 row padding (`moe_activation`, `moe_bias`, `moe_padding`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -59,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.moe_activation import clamp_backward, clamp_forward, clamp_saved_bytes
 from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, deepep_host_work, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
@@ -120,6 +119,11 @@ class MoeShape:
         return self.a2a_bytes / (self.hidden_bytes) * FP32_BYTES
 
     @property
+    def ranks(self) -> int:
+        """Ranks each local expert receives tokens from: EP (x ETP when gathered)."""
+        return self.ep * (self.etp if self.gathered else 1)
+
+    @property
     def tokens_per_expert(self) -> float:
         """m of each expert's GEMMs: T k EP (ETP) / E x the load factor."""
         return self.expert_tokens / self.local_experts
@@ -167,11 +171,6 @@ def router_shape(model: TransformerModel, settings: RunSettings, m: MoeShape) ->
                        settings.moe_expert_capacity_factor, settings.moe_pad_expert_input_to_capacity)
 
 
-def _pads(settings: RunSettings, m: MoeShape) -> bool:
-    """Whether the local experts' rows are padded for FP8 (`moe_padding`)."""
-    return pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ep * (m.etp if m.gathered else 1))
-
-
 def _sort_chunks(w: _Builder, x: _Shape, m: MoeShape, forward: bool = False) -> None:
     """Megatron-Core's `sort_chunks_by_idxs` between the all-to-all and the experts
     (with more than one local expert): read and write every dispatched token (and its
@@ -198,6 +197,13 @@ def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float,
     inputs = 2 if gated else 1
     w.memory((2 * inputs + 1) * e * tokens * width + (2 * FP32_BYTES * tokens if probs else 0.0)
              + ((e + FP8_OPERAND_BYTES) * inputs * tokens * width if fp8_store else 0.0))
+
+
+def _routed_act_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape) -> None:
+    """The routed experts' activation; GPT-OSS's clamps and offset copy first (`moe_activation`)."""
+    if model.activation_func_clamp_value:
+        clamp_forward(w, m.expert_tokens, m.expert_ffn, x.e, x.e)
+    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
 
 
 def _shared_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape, overlap: bool) -> tuple[int, int]:
@@ -258,9 +264,7 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
 
 
 def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int, cached: bool = True) -> None:
-    """A DeepEP dispatch or combine kernel and its notify kernels (`cached`: reusing the
-    forward dispatch's layout; the forward dispatch also waits on the host for its counts:
-    `paraplan.predict.moe_deepep.deepep_host_work`)."""
+    """A DeepEP call: its transfer, notify kernels and wait (`moe_deepep.deepep_host_work`)."""
     if m.ep > 1:
         deepep_host_work(w, m.routed_tokens, m.topk, m.experts, m.ep, cached)
         groups, group_topk = m.router_groups
@@ -295,11 +299,11 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
         _alltoall_dispatch(w, settings, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
-    q, pad = probs_bytes(settings), _pads(settings, m)
+    q, pad = probs_bytes(settings), pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ranks)
     if pad:  # Transformer Engine's FP8 row padding per local expert (`moe_padding`)
         fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     w.gemm(n, x.h, m.expert_in, batch)
-    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
+    _routed_act_forward(w, model, x, m)
     w.gemm(n, m.expert_ffn, x.h, batch)
     if pad:
         fp8_unpadding(w, m.expert_tokens, x.h, x.e)
@@ -341,7 +345,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
-    q, pad = probs_bytes(settings), _pads(settings, m)
+    q, pad = probs_bytes(settings), pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ranks)
     if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
         expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
     if pad:  # the unpadding's backward (`moe_padding`)
@@ -349,6 +353,8 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
+    if model.activation_func_clamp_value:  # GPT-OSS's clamps (`moe_activation`)
+        clamp_backward(w, m.expert_tokens, m.expert_ffn, x.e)
     w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
     if pad:  # the paddings' backward
@@ -409,6 +415,8 @@ def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> floa
     fc2_input = 0.0 if "moe_act" in recomputed else lin * m.expert_ffn
     expert_act_in = x.e if "moe_act" in recomputed else act_in  # moe_act's checkpoint keeps the bf16 input
     experts = m.expert_tokens * (lin * x.h + expert_act_in * m.expert_in + fc2_input)
+    if model.activation_func_clamp_value and "moe_act" not in recomputed:  # fc1's output kept (`moe_activation`)
+        experts += clamp_saved_bytes(m.expert_tokens, m.expert_in, x.e)
     shared = 0.0 if "shared_experts" in recomputed else x.tokens * (act_in * m.shared_in + lin * m.shared_ffn)
     return float(whole - dense_inner + router + experts + shared)
 
@@ -433,8 +441,7 @@ def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: 
     if "shared_experts" in modules:
         _shared_forward(w, model, x, m, settings.tp_comm_overlap)
     if "moe_act" in modules:
-        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True,
-                     fp8_store=x.fp8_act_store)
+        _routed_act_forward(w, model, x, m)
     return w.build()
 
 
