@@ -188,6 +188,7 @@ class DeviceSpeed:
     compute_units: int = 0  # 0: not stated, no wave quantisation
     fp8_gemm: Fp8GemmCeiling | None = None  # an fp8 run's FP8 GEMMs (`fp8_ops.device_speed`)
     attention: AttentionCeiling | None = None  # a run's attention kernel other than the calibration's
+    compute_time_factor: float = 1.0  # the job's slowest GPU on compute-bound time (`predict.variability`)
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
@@ -251,7 +252,7 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
         efficiency[is_fp8] = gemm_efficiency(kernels.m[is_fp8], kernels.n[is_fp8], kernels.k[is_fp8],
                                              kernels.batch[is_fp8], speed, ceiling)
         peak[is_fp8] = fp8.peak_flops
-    compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9))
+    compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9)) * speed.compute_time_factor
     memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
     launches = np.where(kernels.kind == MEMORY, kernels.batch, 1.0)  # a memory row: `batch` launches
     return np.maximum(compute, memory) + launches * eff.kernel_latency_s
