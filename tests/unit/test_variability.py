@@ -108,6 +108,9 @@ def test_perlmutter_a100_gemm_times_give_a_cv_of_one_percent():
     assert (len(jobs64), len(jobs256)) == (11, 2)
     cv = within_job_cv(jobs64 + jobs256)
     assert cv == pytest.approx(0.010015, abs=1e-6)
+    # every shipped A100 cluster file states it, rounded to a tenth of a percent
+    for name in ("dgx-a100", "dgx-a100-40gb", "vtrain-a100", "oci-bm-gpu4-8"):
+        assert load_cluster(name).device.gpu_speed_cv == round(cv, 3)
     # the measured slowest GPU of each job against the model (held out: cv is the spread, not the maxima)
     slowest64 = np.mean([max(j) / np.mean(j) for j in jobs64])
     assert slowest64 == pytest.approx(1.0280, abs=1e-4)
@@ -144,6 +147,10 @@ def test_a_run_is_priced_at_the_slowest_of_its_gpus():
     assert st.speed.compute_time_factor == pytest.approx(1 + 0.02 * expected_max_std_normal(1024), rel=1e-12)
     same = run_structure(gpt, run, _with_cv(load_cluster("dgx-a100"), 0.0), ConstantBandwidthModel(100e9, 20e9))
     assert same.speed.compute_time_factor == 1.0
+    shipped = run_structure(gpt, run, load_cluster("dgx-a100"), ConstantBandwidthModel(100e9, 20e9))
+    assert shipped.speed.compute_time_factor == pytest.approx(1 + 0.010 * expected_max_std_normal(1024), rel=1e-12)
+    h100 = run_structure(gpt, run, load_cluster("dgx-h100"), ConstantBandwidthModel(100e9, 20e9))
+    assert h100.speed.compute_time_factor == 1.0  # no published H100 spread: the A100's is not carried over
 
 
 def test_a_percentage_in_the_cluster_file_is_refused_with_the_key():

@@ -49,14 +49,15 @@ from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY, Kernels
 from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
-COMM_OVERLAP_CONTENTION = 0.862
+COMM_OVERLAP_CONTENTION = 0.850
 """`DeviceEfficiency.comm_overlap_contention` fitted on Korthikanti et al. 2022, Table 4
 (`paraplan.predict.contention_fit`, with the a100-vtrain calibration and dgx-a100): an
-overlapped tensor-parallel collective on A100 NVLink hides little (about 14% of the
+overlapped tensor-parallel collective on A100 NVLink hides little (about 15% of the
 shorter of the two). Refit when a100-vtrain is recalibrated: the fit prices the layer's
 kernels with it (0.995 with the calibration of GEMMs fitted to the runs alone; 0.884
 since the GEMM and attention ceilings come from kernel micro-benchmarks; 0.862 since
-Megatron's loss is priced kernel by kernel, `paraplan.predict.loss_ops`)."""
+Megatron's loss is priced kernel by kernel, `paraplan.predict.loss_ops`; 0.850 since the
+8 GPUs of the layer wait for the slowest one, `paraplan.predict.variability`)."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
