@@ -229,7 +229,9 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     (default), Megatron-Core's `vocab_parallel_cross_entropy` without
     `--cross-entropy-loss-fusion`, in place on one fp32 copy of the logits; `torch`,
     PyTorch's `F.cross_entropy` on `logits.float()` as torchtitan runs it (with t > 1 its
-    loss parallelism; p = 1 only), whose fp32 copies and gradients coexist for a moment."""
+    loss parallelism; with p > 1 under `torch.distributed.pipelining`, which keeps every
+    micro-batch's logits on the last stage: `paraplan.predict.pipelined_loss`), whose
+    fp32 copies and gradients coexist for a moment."""
     flash_attention_version: int = 0
     """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
     a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package

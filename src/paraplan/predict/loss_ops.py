@@ -59,9 +59,12 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
   at the targets + exp(x)) * grad_output`, three fp32 tensors beside the kept x at its
   peak: 12, the larger. Its passes are PyTorch's elementwise kernels: forward the cast,
   max (4), subtract (8), exp (8), sum (4), subtract (8); backward the zero fill (4), exp
-  (8), add (12), multiply (8) and the cast. Not with p > 1: torchtitan's pipelined
-  loss (`torch.distributed.pipelining` keeps each micro-batch's logits in the last
-  stage's caches) is not modelled (`paraplan.core.run_settings_checks.check_cross_entropy`).
+  (8), add (12), multiply (8) and the cast. With p > 1 the loss runs under
+  `torch.distributed.pipelining`, which keeps each micro-batch's logits to the
+  iteration's end (`paraplan.predict.pipelined_loss`), counted there: the loss's
+  transient beyond them is the same, the backward's 8 bytes per logit (12 under loss
+  parallelism), which does not include the logits and exceeds the forward's moment
+  with or without them (e + 4, or e + 8).
 """
 
 from __future__ import annotations

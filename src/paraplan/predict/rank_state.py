@@ -207,6 +207,8 @@ class ActivationBytes:
     head: float  # the last stage's (final norm, head, loss, MTP layers)
     recomputed_layer: float = 0.0  # full recomputation: the layer being rebuilt (the largest kind)
     loss_transient: float = 0.0  # the last stage's cross-entropy, for a moment (`loss_ops.loss_transient_bytes`)
+    kept_output: float = 0.0  # the last stage's output, kept to the iteration's end (`pipelined_loss`)
+    iteration_end: float = 0.0  # the last stage's bytes after its last backward (`pipelined_loss`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,6 +264,11 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
+        kept = None
+        if s == p - 1 and acts.kept_output:  # torch.distributed.pipelining's output_chunks (`pipelined_loss`)
+            kept = np.zeros(v)
+            kept[v - 1] = acts.kept_output
         memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]),
-                              lazy_gradient_bytes_per_chunk=lazy))
+                              lazy_gradient_bytes_per_chunk=lazy, kept_output_bytes_per_chunk=kept,
+                              iteration_end_bytes=acts.iteration_end if s == p - 1 else 0.0))
     return tuple(memory)

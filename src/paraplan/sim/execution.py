@@ -76,6 +76,14 @@ class RankMemory:
     """Per model chunk: gradients allocated by the chunk's first backward op and held to
     the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
     micro-batches: `paraplan.predict.fsdp_ops`); None: none beyond the weight state."""
+    kept_output_bytes_per_chunk: np.ndarray | None = None
+    """Per model chunk: bytes each micro-batch's forward allocates that stay held to the
+    iteration's end, past its backward (`torch.distributed.pipelining` keeps the last
+    stage's outputs: `paraplan.predict.pipelined_loss`); None: none."""
+    iteration_end_bytes: float = 0.0
+    """Bytes beside the weight state alone for a moment after the last backward (no
+    activation, the accumulated gradients reduced): the pipelined loss's kept outputs
+    and their concatenation (`paraplan.predict.pipelined_loss`)."""
 
     @property
     def weight_state_bytes(self) -> float:
@@ -150,29 +158,33 @@ class IterationResult:
     memory_at_peak: MemoryAtPeak  # per pipeline rank: the parts of peak_memory_bytes
 
 
-def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[float, int]:
-    """Peak activation bytes and micro-batch count held as `order` runs."""
+def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
+                     kept_bytes: np.ndarray | None = None) -> tuple[float, int]:
+    """Peak activation bytes (with the outputs kept to the end) and micro-batch count
+    held as `order` runs."""
     if not len(order):
         return 0.0, 0
-    held, count = _held(order, chunk_bytes, free_kind)
+    held, count = _held(order, chunk_bytes, free_kind, kept_bytes)
     return float(held.max()), int(count.max())
 
 
-def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[np.ndarray, np.ndarray]:
+def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
+          kept_bytes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     is_fwd = order.kind == FWD
     is_free = order.kind == free_kind
     act = chunk_bytes[order.chunk]
-    held = np.cumsum(np.where(is_fwd, act, np.where(is_free, -act, 0.0)))
+    kept = 0.0 if kept_bytes is None else kept_bytes[order.chunk]  # allocated by the forward, never freed
+    held = np.cumsum(np.where(is_fwd, act + kept, np.where(is_free, -act, 0.0)))
     count = np.cumsum(np.where(is_fwd, 1, np.where(is_free, -1, 0)))
     return held, count
 
 
 def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes: np.ndarray,
-                              free_kind: int) -> tuple[float, float]:
+                              free_kind: int, kept_bytes: np.ndarray | None = None) -> tuple[float, float]:
     """Activations and gradients held at the peak of their sum, the gradients being
     those each chunk allocates at its first weight-gradient op (the backward; ZB-H1's W)
     and holds to the end: after that op, which frees its own micro-batch's activations."""
-    held, _ = _held(order, chunk_bytes, free_kind)
+    held, _ = _held(order, chunk_bytes, free_kind, kept_bytes)
     is_grad = order.kind == free_kind
     first = np.zeros(len(order), dtype=bool)
     chunks = np.where(is_grad, order.chunk, -1)
@@ -415,12 +427,15 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     for s in range(p):
         mem = model.memory[s]
         chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
-        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind)
+        kept = None if mem.kept_output_bytes_per_chunk is None else np.asarray(mem.kept_output_bytes_per_chunk, float)
+        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind, kept)
         acts[s] = act_peak[s]
         if mem.lazy_gradient_bytes_per_chunk is not None and len(orders[s]):
             acts[s], grads[s] = _peak_with_lazy_gradients(
-                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind)
+                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind, kept)
         state[s], working[s] = mem.weight_state_bytes, mem.working_bytes
+        if mem.iteration_end_bytes > acts[s] + grads[s] + working[s]:  # the moment after the last backward
+            acts[s], grads[s], working[s] = 0.0, 0.0, mem.iteration_end_bytes
         peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
     return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
 
