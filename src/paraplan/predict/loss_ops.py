@@ -168,6 +168,21 @@ def loss_backward(w: _Builder, tokens: float, vocab: float, e: int, impl: str, l
     _issue(w, megatron_loss_kernels(e)[1], tokens, vocab)
 
 
+def gathered_head_input_bytes(model: TransformerModel, settings: RunSettings) -> float:
+    """What torchtitan's DTensor output layer keeps beyond Megatron's for its weight
+    gradient (`cross_entropy_impl torch` with t > 1): `ColwiseParallel(input_layouts=
+    Shard(1))` (torchtitan 9dec370 `parallelize_llama.apply_tp`) redistributes the final
+    norm's sequence-parallel output to `Replicate()` (an all-gather) before the matmul,
+    whose autograd saves that gathered input, e x tokens x h, where Megatron's
+    `ColumnParallelLinear` saves its sequence shard (e x tokens / t x h) and gathers it
+    again in the backward: e x (tokens - tokens / t) x h more per micro-batch, until the
+    head's backward (0 without sequence parallelism or with Megatron's loss)."""
+    if settings.cross_entropy_impl != "torch":
+        return 0.0
+    x = _shape(model, settings)
+    return float(x.e * (x.tokens - x.sp_tokens) * x.h)
+
+
 def loss_transient_bytes_per_logit(e: int, impl: str, loss_parallel: bool = False) -> int:
     """Bytes per logit the loss allocates beyond the fp32 value it keeps (module doc)."""
     if impl == "torch":
