@@ -86,7 +86,6 @@ from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_gather_s, pipeline_send_s, sync_s
-from paraplan.predict.pipelined_loss import pipelined_loss_memory
 from paraplan.predict.placement import (
     Placement,
     Precision,
@@ -106,6 +105,7 @@ from paraplan.predict.rank_state import (
     rank_memory,
     rank_parameters,
 )
+from paraplan.predict.torch_pipelining import torch_pipelining_memory
 from paraplan.predict.work import LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
@@ -284,11 +284,9 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
         if work.moe_layer is not None:
             recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
-    pipelined = pipelined_loss_memory(model, settings)
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
                            work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
-                           kept_output=pipelined.kept_output_bytes if pipelined else 0.0,
-                           iteration_end=pipelined.iteration_end_bytes if pipelined else 0.0)
+                           torch_pipelining_memory(model, settings))
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,

@@ -61,7 +61,7 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
   max (4), subtract (8), exp (8), sum (4), subtract (8); backward the zero fill (4), exp
   (8), add (12), multiply (8) and the cast. With p > 1 the loss runs under
   `torch.distributed.pipelining`, which keeps each micro-batch's logits to the
-  iteration's end (`paraplan.predict.pipelined_loss`), counted there: the loss's
+  iteration's end (`paraplan.predict.torch_pipelining`), counted there: the loss's
   transient beyond them is the same, the backward's 8 bytes per logit (12 under loss
   parallelism), which does not include the logits and exceeds the forward's moment
   with or without them (e + 4, or e + 8).
