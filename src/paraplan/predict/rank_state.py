@@ -261,7 +261,7 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
                                           prec.weight_bytes, 0)
             working = max(working, acts.loss_transient + gathered)
         held = _PipeliningHeld.of(acts.pipelining, s, p, v)
-        chunk_acts -= held.received_input
+        chunk_acts -= np.where(params.chunk_layers[:, s] > 0, held.received_input, 0.0)  # a block saved it
         working += held.buffers  # allocated once, held at every moment
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
