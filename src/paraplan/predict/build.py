@@ -105,6 +105,7 @@ from paraplan.predict.rank_state import (
     rank_memory,
     rank_parameters,
 )
+from paraplan.predict.torch_pipelining import torch_pipelining_memory
 from paraplan.predict.variability import straggled
 from paraplan.predict.work import LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
@@ -285,7 +286,8 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
             recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
-                           work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings))
+                           work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
+                           torch_pipelining_memory(model, settings))
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
