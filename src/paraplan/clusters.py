@@ -24,6 +24,7 @@ MiB = Annotated[float, _SMALLEST, AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)
 ReservedMiB = Annotated[float, AtLeast(0), AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)]
 Microseconds = Annotated[float, AtLeast(0), AtMost(lim.MAX_LATENCY_US, lim.LATENCY_WHY)]
 Devices = Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
+_SPEED_CV_WHY = "GPUs of one SKU more than 50% apart in speed; wrong unit? (a fraction: 0.01 = 1%)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +124,10 @@ class DeviceFile:
     """Streaming multiprocessors / compute units (0: not stated)."""
     peak_tflops_by_dtype: dict[str, Tflops] = field(default_factory=dict)
     """Peak TFLOP/s per dtype (float32, tf32, bfloat16, float16, ...) from the datasheet."""
+    gpu_speed_cv: Annotated[float, AtLeast(0), AtMost(0.5, _SPEED_CV_WHY)] = 0.0
+    """Coefficient of variation of a compute-bound GEMM's time across GPUs of this SKU running at the same
+    time (a fraction: 0.01 = 1%), measured by GEMM micro-benchmarks on many GPUs of one cluster; a synchronous
+    job of N GPUs waits for its slowest one (docs/accuracy-at-scale.md). 0: every GPU as fast as the others."""
 
     def __post_init__(self) -> None:
         if (self.memory_MiB is None) == (self.memory_GB is None):
@@ -146,6 +151,7 @@ class DeviceFile:
             compute_units=self.compute_units,
             peak_flops_by_dtype=tuple(sorted((k, v * _TERA) for k, v in self.peak_tflops_by_dtype.items())),
             reserved_bytes=self.reserved.total_bytes,
+            gpu_speed_cv=self.gpu_speed_cv,
         )
 
 

@@ -279,7 +279,7 @@ MODELLED = {
     "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "interleave_moe_layer_step", "moe_layers",
     "use_qk_norm", "sliding_window", "sliding_window_pattern", "hidden_activation", "layer_types",
     "experts_per_token", "num_local_experts", "decoder_sparse_step", "shared_expert_intermediate_size",
-    "mlp_only_layers", "first_k_dense_replace", "n_group", "topk_group",
+    "mlp_only_layers", "first_k_dense_replace", "n_group", "topk_group", "swiglu_limit",
 }
 """Keys the reader turns into fields of the model (docs/models.md says how)."""
 ALWAYS_REFUSED = {key for key in (*FAMILY_KEYS["qwen3_next"][1:7], *FAMILY_KEYS["deepseek_v32"][:3],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
-from paraplan.core import ConstantBandwidthModel, InputFileError, StrategyError
+from paraplan.core import ConstantBandwidthModel, InputFileError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import run_structure
@@ -112,13 +112,6 @@ def test_loss_passes_per_implementation():
     assert _memory_bytes(torch.backward) - _memory_bytes(mega.backward) == pytest.approx(
         (26 - 14) * LOGITS - 85 * tokens)
     assert mega.activation_bytes == torch.activation_bytes  # both keep one fp32 value per logit
-
-
-def test_torch_loss_with_pipeline_parallelism_is_an_error():
-    with pytest.raises(StrategyError) as err:
-        settings(pipeline_model_parallel_size=2, global_batch_size=4, cross_entropy_impl="torch").check(GPT)
-    assert str(err.value) == ("cross_entropy_impl torch with pipeline_model_parallel_size 2: expected 1 "
-                              "(torchtitan's pipelined loss is not modelled)")
 
 
 def test_torchtitan_loss_parallel_transient_and_passes():

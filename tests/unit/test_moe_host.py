@@ -79,10 +79,15 @@ def test_recomputation_and_a2a_overlap_keep_the_wait():
     assert len(overlapped.forward.host_syncs) == 1
 
 
-def test_flex_dispatcher_issues_no_preprocessing_wait():
+def test_flex_dispatcher_waits_once_for_deepeps_counts_with_nothing_queued():
+    """No preprocessing wait; DeepEP's forward dispatch polls its notify kernel's counts
+    (`moe_deepep.deepep_host_work`), the backward's cached calls do not."""
     s = settings(moe_token_dispatcher_type="flex", expert_model_parallel_size=16, data_parallel_size=16,
                  global_batch_size=16)
-    assert moe_layer_work(QWEN, s).forward.host_syncs == ()
+    work = moe_layer_work(QWEN, s)
+    ((first, end),) = work.forward.host_syncs
+    assert first == end
+    assert work.backward.host_syncs == ()
 
 
 def test_a_wait_idles_the_device_for_one_host_issue_less_what_is_still_queued():

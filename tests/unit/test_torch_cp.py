@@ -18,6 +18,7 @@ from paraplan.predict.cp_ops import (
     AttentionShape,
     cp_attention_backward,
     cp_attention_forward,
+    torch_cp_flat_copies,
     torch_cp_kernel_shapes,
     torch_cp_slowest_rank,
 )
@@ -32,13 +33,13 @@ CAUSAL_FWD_FLOPS = 4.0 * B * HEADS * S * S * D / 2
 KV_HEADS = HEADS  # torchtitan repeats keys and values to every query head before SDPA (`repeat_kv`)
 
 
-def shape(cp: int) -> AttentionShape:
-    return AttentionShape(B, S, HEADS, GROUPS, D, E, cp)
+def shape(cp: int, compiled: bool = False) -> AttentionShape:
+    return AttentionShape(B, S, HEADS, GROUPS, D, E, cp, compiled)
 
 
-def run(cp: int, comm_type: str, backward: bool):
+def run(cp: int, comm_type: str, backward: bool, compiled: bool = False):
     w = _Builder(gemm_bytes=2)
-    (cp_attention_backward if backward else cp_attention_forward)(w, shape(cp), comm_type)
+    (cp_attention_backward if backward else cp_attention_forward)(w, shape(cp, compiled), comm_type)
     return w.build()
 
 
@@ -75,24 +76,59 @@ def test_forward_and_backward_run_c_calls_that_sum_to_one_cth_of_causal_attentio
         assert seq.tolist() == [local] * cp
 
 
-def test_forward_memory_passes_convert_merge_and_cast_the_output_in_fp32():
+def memory_bytes(cp: int, comm_type: str, backward: bool, compiled: bool) -> list[float]:
+    k = run(cp, comm_type, backward, compiled).kernels
+    return k.bytes[k.kind == MEMORY].tolist()
+
+
+def test_eager_forward_runs_the_merger_op_by_op_in_fp32():
     cp = 8
-    out = B * (S / cp) * HEADS * D  # output elements on the rank
-    k = run(cp, "torch_allgather", False).kernels
-    flat = 2 * 2 * (S / cp) * B * KV_HEADS * D * E  # keys and values read and written into the flat send buffer
-    merges = [(E + 4) * out] + [(E + 8) * out] * (cp - 1)
-    assert k.bytes[k.kind == MEMORY].tolist() == [x for m in merges[:-1] for x in (flat, m)] + merges[-1:] + \
-        [(4 + E) * out]
+    n = B * (S / cp) * HEADS * D  # output elements on the rank
+    r = n / D  # softmax rows (logsumexp)
+    m = B * (S / cp) * KV_HEADS * D  # key (or value) elements on the rank
+    flat = 2 * 2 * E * m  # keys and values read and written into the flat send buffer
+    contiguous = [2 * E * m, 2 * E * m]  # key.contiguous(), value.contiguous() of torchtitan's transposed views
+    cast = (E + 4) * n
+    # out - sigmoid(block_lse - lse) * (out - block_out); lse - logsigmoid(lse - block_lse)
+    merge = [cast, 12 * r, 8 * r, 12 * n, 8 * n + 4 * r, 12 * n, 12 * r, 8 * r, 12 * r]
+    calls = [[flat, cast]] + [[flat, *merge]] * (cp - 2) + [merge]
+    assert memory_bytes(cp, "torch_allgather", False, False) == pytest.approx(
+        contiguous + [x for c in calls for x in c] + [(4 + E) * n])
 
 
-def test_backward_memory_passes_accumulate_gradients_in_fp32():
+def test_compiled_forward_fuses_each_merge_and_keeps_one_flat_copy():
+    cp = 8
+    n, m = B * (S / cp) * HEADS * D, B * (S / cp) * KV_HEADS * D
+    r = n / D
+    flat = 2 * 2 * E * m
+    merges = [(2 * E + 4) * n + 12 * r] + [(E + 8) * n + 12 * r] * (cp - 2)  # the second reads the first in 16 bits
+    assert memory_bytes(cp, "torch_allgather", False, True) == pytest.approx([flat, *merges, (4 + E) * n])
+    # alltoall: every block but the last is copied, as each travels
+    assert memory_bytes(cp, "torch_alltoall", False, True) == pytest.approx(
+        [flat, *[x for mg in merges[:-1] for x in (flat, mg)], merges[-1], (4 + E) * n])
+
+
+def test_eager_backward_accumulates_gradients_in_fp32_op_by_op():
     cp = 4
-    local = B * S / cp
-    step = (E + 8) * local * HEADS * D + (E + 16) * 2 * local * KV_HEADS * D
-    k = run(cp, "torch_allgather", True).kernels
-    flat = 2 * 2 * local * KV_HEADS * D * E
-    assert k.bytes[k.kind == MEMORY].tolist() == [pytest.approx(x) for x in [flat, step] * (cp - 1)] + \
-        [pytest.approx(step), pytest.approx((8 + E) * local * (HEADS + 2 * KV_HEADS) * D)]
+    n, m = B * (S / cp) * HEADS * D, B * (S / cp) * KV_HEADS * D
+    flat = 2 * 2 * E * m
+    enter = [4 * n, 4 * m, 4 * m, 2 * E * m, 2 * E * m]  # zeroed fp32 sums; contiguous keys and values
+    first = [(8 + E) * n, (8 + E) * m, (8 + E) * m, 16 * m]
+    # dQ added; the first halves of dK, dV added in place, each block rebuilt by torch.cat, both flattened
+    later = [(8 + E) * n, (8 + E) * m / 2, (8 + E) * m / 2, 8 * m, 8 * m, 16 * m]
+    calls = [[flat, *first]] + [[flat, *later]] * (cp - 2) + [later]
+    assert memory_bytes(cp, "torch_allgather", True, False) == pytest.approx(
+        enter + [x for c in calls for x in c] + [(4 + E) * n, (4 + E) * 2 * m])
+
+
+def test_compiled_backward_fuses_each_gradient_sum():
+    cp = 4
+    n, m = B * (S / cp) * HEADS * D, B * (S / cp) * KV_HEADS * D
+    flat = 2 * 2 * E * m
+    first = [(4 + E) * n, (8 + 2 * E) * m]  # the zeros folded in
+    later = [(8 + E) * n, (16 + E) * m]  # the flat buffer written from the received block and the two halves
+    assert memory_bytes(cp, "torch_allgather", True, True) == pytest.approx(
+        [flat, *first, *later * (cp - 1), (4 + E) * n, (4 + E) * 2 * m])
 
 
 @pytest.mark.parametrize("cp", [2, 8])
@@ -149,3 +185,28 @@ def test_keys_and_values_travel_with_every_query_head_as_torchtitan_repeats_them
     torch_gather = comms(run(cp, "torch_allgather", False))[0]
     megatron_gather = comms(run(cp, "all_gather", False))[0]
     assert torch_gather[1] == megatron_gather[1] * HEADS / GROUPS == 2 * B * S * HEADS * D * E
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_compiled_allgather_keeps_only_the_flat_copy_the_all_gather_sends(cp):
+    # `_AllGatherRotater.exchange_buffers` reads its argument once; torch.compile drops the later copies
+    assert (torch_cp_flat_copies(cp, "allgather", True), torch_cp_flat_copies(cp, "allgather", False)) == (1, cp - 1)
+    assert torch_cp_flat_copies(cp, "alltoall", True) == torch_cp_flat_copies(cp, "alltoall", False) == cp - 1
+
+
+@pytest.mark.parametrize("comm_type", ["torch_allgather", "torch_alltoall"])
+def test_compiled_ring_awaits_every_collective_where_it_is_issued(comm_type):
+    # traced functional collectives return wait_tensor(...) at once; Inductor does not move it by default
+    cp = 4
+    for backward in (False, True):
+        eager, compiled = comms(run(cp, comm_type, backward)), comms(run(cp, comm_type, backward, True))
+        assert [c[2] for c in compiled] == [NOT_HIDDEN] * len(eager)
+        assert [(c[0], c[1], c[3]) for c in compiled] == [(c[0], c[1], c[3]) for c in eager]
+        assert sum(c[2] != NOT_HIDDEN for c in eager) == len(eager) - (1 if backward else 0)
+
+
+def test_layer_work_compiles_the_ring_unless_elementwise_kernels_are_eager():
+    s = RunSettings(context_parallel_size=4, micro_batch_size=1, global_batch_size=1, cp_comm_type="torch_allgather")
+    fused = layer_work(LONG, s).forward.collectives
+    eager = layer_work(LONG, replace(s, elementwise_kernels="eager")).forward.collectives
+    assert [c.hidden_by for c in fused] == [NOT_HIDDEN] and eager[0].hidden_by != NOT_HIDDEN

@@ -68,8 +68,8 @@ predictor chose), calibration (the calibration it used) and plausibility (empty,
 why the predicted MFU is above the device's GEMM ceiling or above 65%, more than any
 published full training step; such runs are also named in a warning). With a
 measured_iteration_s column the errors are printed and logged. With --explain,
-explain_gemm_s, explain_attention_s, explain_memory_s, explain_tp_comm_s, explain_cp_comm_s,
-explain_ep_comm_s,
+explain_gemm_s, explain_attention_s, explain_straggler_s, explain_memory_s, explain_tp_comm_s,
+explain_cp_comm_s, explain_ep_comm_s,
 explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
 explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 

@@ -34,9 +34,13 @@ class Device:
     # what a training process holds before its first tensor (CUDA context, BLAS workspaces):
     # never available to weights, gradients, optimizer state or activations
     reserved_bytes: float = 0.0
+    # coefficient of variation of a compute-bound kernel's time across GPUs of this SKU
+    # (`paraplan.predict.variability`); 0: every GPU as fast as the others
+    gpu_speed_cv: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"device '{self.name}'"
+        _finite_at_least_zero(where, "gpu_speed_cv", self.gpu_speed_cv)
         _positive(where, "peak_flops", self.peak_flops)
         _positive(where, "mem_bandwidth_Bps", self.mem_bandwidth_Bps)
         _finite_at_least_zero(where, "memory_bytes", self.memory_bytes)

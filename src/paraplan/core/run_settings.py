@@ -229,7 +229,11 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     (default), Megatron-Core's `vocab_parallel_cross_entropy` without
     `--cross-entropy-loss-fusion`, in place on one fp32 copy of the logits; `torch`,
     PyTorch's `F.cross_entropy` on `logits.float()` as torchtitan runs it (with t > 1 its
-    loss parallelism; p = 1 only), whose fp32 copies and gradients coexist for a moment."""
+    loss parallelism), whose fp32 copies and gradients coexist for a moment; with p > 1 it
+    also stands for torchtitan's pipelines, `torch.distributed.pipelining`'s, which keep
+    every stage's outputs (the last stage's logits) and input gradients to the
+    iteration's end beside receive buffers allocated once per micro-batch
+    (`paraplan.predict.torch_pipelining`)."""
     flash_attention_version: int = 0
     """Megatron-LM's `--flash-attention-version` (2, 3 or 4): the FlashAttention generation
     a run that runs FlashAttention uses; 0 (not pinned): FlashAttention-2, the package

@@ -324,16 +324,15 @@ def check_torchao_float8(settings: RunSettings, model: TransformerModel) -> None
 
 
 def check_cross_entropy(settings: RunSettings) -> None:
-    """`cross_entropy_impl torch` is torchtitan's loss without pipelines (with t > 1 its
-    loss parallelism): its pipelined loss (`torch.distributed.pipelining` keeps each
-    micro-batch's logits in the last stage) is not modelled."""
+    """`cross_entropy_impl torch` is torchtitan's loss (with t > 1 its loss parallelism;
+    with p > 1 under `torch.distributed.pipelining`, `paraplan.predict.torch_pipelining`),
+    whose December 2024 schedules did not include DualPipe."""
     impl = settings.cross_entropy_impl
     if impl not in CROSS_ENTROPY_IMPLS:
         raise StrategyError(f"cross_entropy_impl '{impl}' is not one of {', '.join(CROSS_ENTROPY_IMPLS)}")
-    p = settings.pipeline_model_parallel_size
-    if impl == "torch" and p > 1:
-        raise StrategyError(f"cross_entropy_impl torch with pipeline_model_parallel_size {p}: expected 1 "
-                            "(torchtitan's pipelined loss is not modelled)")
+    if impl == "torch" and settings.schedule == "dualpipe":
+        raise StrategyError("cross_entropy_impl torch with schedule dualpipe: torchtitan's pipelines "
+                            "(torch.distributed.pipelining's buffers and kept outputs) are not modelled under DualPipe")
 
 
 # -- u3-fsdp2

@@ -148,6 +148,13 @@ class TransformerModel:
     """MLA: value head width."""
     mtp_num_layers: int = 0
     """Multi-token-prediction layers after the main model (DeepSeek-V3: 1)."""
+    activation_func_clamp_value: float = 0.0
+    """GPT-OSS's gated activation as Megatron-Core runs it (Megatron-Bridge's GPT-OSS
+    provider: `quick_gelu`, `glu_linear_offset` 1, this clamp 7.0; Hugging Face's
+    `swiglu_limit`): the gate clamped above and the linear half on both sides at this
+    value before the fused activation (0: none). Its kernels are priced in the routed
+    experts (`paraplan.predict.moe_activation`), so it needs every layer a MoE layer
+    without shared experts, as GPT-OSS is."""
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",

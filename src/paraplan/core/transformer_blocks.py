@@ -39,6 +39,7 @@ def check_extensions(m: TransformerModel) -> None:
     elif set_moe := [key for key in MOE_ONLY if getattr(m, key)]:
         raise ValueError(f"{where}: {', '.join(f'{key} {getattr(m, key)}' for key in set_moe)} "
                          f"{'needs' if len(set_moe) == 1 else 'need'} num_experts > 0, got {m.num_experts}")
+    check_activation_clamp(m)
     mla = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
     if m.multi_latent_attention:
         for key in mla[1:]:
@@ -46,6 +47,18 @@ def check_extensions(m: TransformerModel) -> None:
                 raise ValueError(f"{where}: multi_latent_attention needs {key} >= 1")
     elif any(getattr(m, key) for key in mla):
         raise ValueError(f"{where}: {', '.join(mla)} need multi_latent_attention")
+
+
+def check_activation_clamp(m: TransformerModel) -> None:
+    """`activation_func_clamp_value`: a number >= 0; when set, a gated MLP in routed experts
+    only (every layer a MoE layer, no shared experts: where paraplan prices it)."""
+    value, where = m.activation_func_clamp_value, f"model '{m.name}'"
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{where}: activation_func_clamp_value must be a number >= 0, got {value!r}")
+    if value and not (m.gated_mlp and m.is_moe and all(m.moe_layers) and not m.moe_shared_expert_intermediate_size):
+        raise ValueError(f"{where}: activation_func_clamp_value {value} is priced in the routed experts' gated "
+                         "activation only: it needs a gated MLP, every layer a MoE layer and no shared experts "
+                         "(GPT-OSS)")
 
 
 def window_keys(s: int, window: int, chunked: bool) -> float:

@@ -105,6 +105,8 @@ from paraplan.predict.rank_state import (
     rank_memory,
     rank_parameters,
 )
+from paraplan.predict.torch_pipelining import torch_pipelining_memory
+from paraplan.predict.variability import straggled
 from paraplan.predict.work import LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
@@ -284,7 +286,8 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
             recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
-                           work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings))
+                           work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
+                           torch_pipelining_memory(model, settings))
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
@@ -296,6 +299,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
     speed = with_attention_kernel(speed, cluster.device.name, settings,  # attention_backend's kernel
                                   attention_head_widths(model)[0])  # at the model's head width
+    speed = straggled(speed, cluster.device, settings.num_gpus)  # the job waits for its slowest GPU
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)
     prec = Precision.of_settings(settings)

@@ -46,9 +46,17 @@ second half of queries against the whole block, non-causal; each call does
 an fp32 result (logsumexp rescaling, `_SDPAMerger`); the backward runs c flash
 backward calls, accumulates dQ, dK, dV in fp32, and passes the key/value gradients
 (fp32) to the ring neighbour after each call (all-to-all `permute_tensor`, whatever
-the rotate method): c transfers, each beside the next call, the last awaited. The
-keys and values travel by one all-gather issued before the first call (`allgather`)
-or c - 1 neighbour transfers each beside a call (`alltoall`), again in the backward.
+the rotate method): c transfers, the last awaited. The keys and values travel by one
+all-gather issued before the first call (`allgather`) or c - 1 neighbour transfers
+(`alltoall`), again in the backward. How these run depends on torch.compile
+(`elementwise_kernels`: `fused` is torchtitan's `training.compile`, `eager` not):
+eager, every merge and sum is PyTorch's ops one by one, each transfer runs beside the
+next call (an `AsyncCollectiveTensor` waited at first use), and the keys and values
+are copied into a flat buffer before every call but the last; compiled, the ring is
+traced into the block's graph, so each merge or sum is one fused pass, a collective is
+awaited where it is issued (nothing beside it), and the all-gather rotation's unused
+flat copies are dropped (`torch_cp_merge_passes`, `torch_cp_grad_passes`,
+`torch_cp_traced`, `torch_cp_flat_copies`).
 The keys and values are those the SDPA call receives: torchtitan repeats them to all a
 query heads first (`torch_cp_shape`), so a heads travel, not g.
 
@@ -91,6 +99,7 @@ class AttentionShape:
     d: float
     e: int
     cp: int
+    compiled: bool = False  # torch_*: the block runs under torch.compile (`torch_cp_traced`)
 
     @property
     def local_tokens(self) -> float:
@@ -198,19 +207,77 @@ def torch_cp_call_flops(shape: AttentionShape) -> float:
     return ring_step_flops(shape)
 
 
-def torch_cp_merge_bytes(shape: AttentionShape) -> float:
-    """One forward merge of a partial output into the fp32 result (`_SDPAMerger`,
-    `convert_to_f32`): the partial output read, the fp32 accumulator read and written."""
-    return (shape.e + 2 * FP32_BYTES) * shape.local_tokens * shape.heads * shape.d
+def _sizes(shape: AttentionShape) -> tuple[float, float, float]:
+    """n, r, m: the rank's output (and query) elements b (s / c) a d, its softmax rows
+    b (s / c) a, and the elements of its keys (or values) b (s / c) g d."""
+    rows = shape.local_tokens * shape.heads
+    return rows * shape.d, rows, shape.local_tokens * shape.groups * shape.d
 
 
-def torch_cp_grad_bytes(shape: AttentionShape) -> float:
-    """One backward step's fp32 gradient accumulation (`_templated_ring_attention_backward`):
-    dQ's partial added into its fp32 sum, the key/value gradients' partials added into
-    the fp32 block received from the neighbour and copied into the flat buffer sent on."""
-    dq = (shape.e + 2 * FP32_BYTES) * shape.local_tokens * shape.heads * shape.d
-    dkv = (shape.e + 4 * FP32_BYTES) * 2 * shape.local_tokens * shape.groups * shape.d
-    return dq + dkv
+def torch_cp_merge_passes(shape: AttentionShape, call: int) -> tuple[float, ...]:
+    """Bytes of each kernel that merges call `call`'s output and logsumexp into the fp32
+    result (`_SDPAMerger.step`, `convert_to_f32`), on the rank priced (whole-length
+    merges). Eager, op by op: the first call's output cast to fp32, (e + 4) n; each
+    later one cast, (e + 4) n, then `out - sigmoid(block_lse - lse) * (out - block_out)`
+    (12 r, 8 r, 12 n, 8 n + 4 r, 12 n) and `lse - logsigmoid(lse - block_lse)` (12 r,
+    8 r, 12 r). Under torch.compile the chain is one fused pass per later call: the
+    result and logsumexp read and written, the call's output and logsumexp read,
+    (e + 8) n + 12 r; the second call's reads the first call's output in 16 bits in
+    place of the fp32 result, (2e + 4) n + 12 r, and the first call's alone costs
+    nothing."""
+    n, r, _ = _sizes(shape)
+    e, f = shape.e, FP32_BYTES
+    if shape.compiled:
+        if call == 0:
+            return ()
+        return ((2 * e + f if call == 1 else e + 2 * f) * n + 3 * f * r,)
+    if call == 0:
+        return ((e + f) * n,)
+    return ((e + f) * n, 3 * f * r, 2 * f * r, 3 * f * n, 2 * f * n + f * r, 3 * f * n,
+            3 * f * r, 2 * f * r, 3 * f * r)
+
+
+def torch_cp_grad_passes(shape: AttentionShape, first: bool) -> tuple[float, ...]:
+    """Bytes of each kernel accumulating one backward call's gradients
+    (`_templated_ring_attention_backward`, fp32 sums), on the rank priced (all its calls
+    after the first take the block's first half of keys: i <= rank). Eager: dQ added
+    in place, (8 + e) n; at the first call dK and dV added into their zeroed fp32 sums,
+    (8 + e) m each; at a later one into the first half of the fp32 block received from
+    the neighbour, (8 + e) m / 2 each, then each block rebuilt by `torch.cat`
+    (`_partial_update`), 8 m each; then both copied into the flat fp32 buffer sent on,
+    16 m. Under torch.compile each sum is one fused pass: dQ (8 + e) n ((4 + e) n at
+    the first call, the zeros folded in), the flat buffer written from the received
+    block and the two partial gradients, (16 + e) m ((8 + 2e) m at the first call)."""
+    n, _, m = _sizes(shape)
+    e, f = shape.e, FP32_BYTES
+    if shape.compiled:
+        return ((f + e) * n, (2 * f + 2 * e) * m) if first else ((2 * f + e) * n, (4 * f + e) * m)
+    if first:
+        return ((2 * f + e) * n, (2 * f + e) * m, (2 * f + e) * m, 4 * f * m)
+    return ((2 * f + e) * n, (2 * f + e) * m / 2, (2 * f + e) * m / 2, 2 * f * m, 2 * f * m, 4 * f * m)
+
+
+def torch_cp_enter_passes(shape: AttentionShape, backward: bool) -> tuple[float, ...]:
+    """Bytes of the kernels before the first call. Eager: `key.contiguous()` and
+    `value.contiguous()` copy the keys and values, which torchtitan passes as transposed
+    views (`Attention.forward`: `keys.transpose(1, 2)`), 2 e m each; the backward first
+    zeroes its fp32 sums of dQ, dK, dV (4 n, 4 m, 4 m). Under torch.compile nothing:
+    the graph writes the repeated keys and values in the layout the call reads, and
+    folds the zeros into the first sums."""
+    n, _, m = _sizes(shape)
+    if shape.compiled:
+        return ()
+    copies = (2 * shape.e * m, 2 * shape.e * m)
+    return (FP32_BYTES * n, FP32_BYTES * m, FP32_BYTES * m, *copies) if backward else copies
+
+
+def torch_cp_exit_passes(shape: AttentionShape, backward: bool) -> tuple[float, ...]:
+    """Bytes of the kernels after the last call: the fp32 result cast back, (4 + e) n;
+    backward, dQ cast back (4 + e) n and the key/value gradient sums received from the
+    neighbour cast back, (4 + e) 2m (`next_buffer().to(key.dtype)`)."""
+    n, _, m = _sizes(shape)
+    e = shape.e
+    return ((FP32_BYTES + e) * n, (FP32_BYTES + e) * 2 * m) if backward else ((FP32_BYTES + e) * n,)
 
 
 def torch_cp_grad_kv_bytes(shape: AttentionShape) -> float:
@@ -227,39 +294,68 @@ def torch_cp_shape(shape: AttentionShape) -> AttentionShape:
     return replace(shape, groups=shape.heads)
 
 
+def torch_cp_flat_copies(cp: int, rotate: str, compiled: bool) -> int:
+    """How many times per pass the keys and values are copied into one flat buffer
+    (`torch.cat([key.flatten(), value.flatten()])` before every call but the last, in
+    `_templated_ring_attention` and its backward). Under torch.compile only the copies
+    something reads are kept: with `allgather` only the first one, which the all-gather
+    sends (`_AllGatherRotater.exchange_buffers` ignores its argument after the first
+    call, so the later copies are dead code that the compiled graph drops); with
+    `alltoall` every one travels."""
+    return 1 if compiled and rotate == "allgather" else cp - 1
+
+
+def torch_cp_traced(shape: AttentionShape) -> bool:
+    """Whether the context-parallel collectives block the compute stream: under
+    torch.compile (torchtitan `training.compile`: `torch.compile(block, fullgraph=True)`
+    per TransformerBlock, 9dec370 `apply_compile`) the ring is traced into the block's
+    graph, and a traced functional collective is awaited where it is issued
+    (`torch.distributed._functional_collectives._maybe_wrap_tensor` returns
+    `wait_tensor(...)` while tracing, an `AsyncCollectiveTensor` waited at first use
+    only in eager mode); Inductor leaves the wait there unless
+    `reorder_for_compute_comm_overlap` is set (False by default in late-2024 PyTorch,
+    and torchtitan 9dec370 does not set it)."""
+    return shape.compiled
+
+
 def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool) -> None:
     """PyTorch's context-parallel attention on its slowest rank (module doc): the calls
-    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation, and
-    before each but the last the copy of the keys and values into the flat buffer sent
-    on (`torch.cat` of both, made whatever the rotate method)."""
+    of `torch_cp_kernel_shapes`, each followed by its fp32 merge or accumulation
+    (`torch_cp_merge_passes`, `torch_cp_grad_passes`), the copies of the keys and
+    values into the flat buffer sent on (`torch_cp_flat_copies`), the kernels before
+    the first call and after the last (`torch_cp_enter_passes`, `torch_cp_exit_passes`),
+    and the collectives, beside the calls in eager mode, awaited where issued under
+    torch.compile (`torch_cp_traced`)."""
     x = torch_cp_shape(shape)
     tokens = x.local_tokens
     factor = FLASH_BACKWARD_FLOPS if backward else 1.0
     per_pass = 4 if backward else 2  # Q, O (and dO, dQ); K, V (and dK, dV)
+    copies = torch_cp_flat_copies(x.cp, rotate, x.compiled)
+    for nbytes in torch_cp_enter_passes(x, backward):
+        w.memory(nbytes)
     kernels: list[int] = []
     for q, k, causal in torch_cp_kernel_shapes(x.cp, torch_cp_slowest_rank(x.cp)):
-        if len(kernels) < x.cp - 1:  # keys and values copied into one flat buffer to send on
+        call = len(kernels)
+        if call < copies:  # keys and values copied into one flat buffer to send on
             w.memory(2 * ring_step_kv_bytes(x))
         nbytes = x.e * per_pass * tokens * (q * x.heads + k * x.groups) * x.d
         # a non-causal row of k keys does the work of a causal row of 2k (`ops.kernel_seq_length`)
         seq = q * x.s / x.cp if causal else 2.0 * k * x.s / x.cp
         kernels.append(w.attention(torch_cp_call_flops(x) * factor, nbytes, seq, backward))
-        if backward:
-            w.memory(torch_cp_grad_bytes(x))
-        else:  # the first output converted to fp32, each later one merged into it
-            w.memory(torch_cp_merge_bytes(x) if len(kernels) > 1 else (x.e + FP32_BYTES) * tokens * x.heads * x.d)
+        for nbytes in (torch_cp_grad_passes(x, call == 0) if backward else torch_cp_merge_passes(x, call)):
+            w.memory(nbytes)
+    for nbytes in torch_cp_exit_passes(x, backward):
+        w.memory(nbytes)
+    traced = torch_cp_traced(x)
+    beside = [NOT_HIDDEN] * len(kernels) if traced else kernels  # the call each collective may run beside
     if rotate == "allgather":  # one all-gather, issued before the first call and awaited after it
-        w.comm("all_gather", all_gather_kv_bytes(x), kernels[0], CP_GROUP)
+        w.comm("all_gather", all_gather_kv_bytes(x), beside[0], CP_GROUP)
     else:  # block i + 1 travels to the ring neighbour while call i runs
-        for kernel in kernels[:-1]:
+        for kernel in beside[:-1]:
             w.comm("send_recv", ring_step_kv_bytes(x), kernel, CP_RING)
     if backward:  # the gradients of block i travel on during call i + 1; the last one is awaited
-        for kernel in [*kernels[1:], NOT_HIDDEN]:
+        for kernel in [*beside[1:], NOT_HIDDEN]:
             w.comm("send_recv", torch_cp_grad_kv_bytes(x), kernel, CP_RING)
-        # the fp32 dQ, dK, dV zeroed before the calls and cast back to 16 bits after them
-        w.memory((2 * FP32_BYTES + x.e) * tokens * (x.heads + 2 * x.groups) * x.d)
-    else:
-        w.memory((FP32_BYTES + x.e) * tokens * x.heads * x.d)  # the fp32 result cast back
 
 
 def cp_attention_forward(w: PassSink, x: AttentionShape, cp_comm_type: str) -> None:

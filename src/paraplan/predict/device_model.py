@@ -49,14 +49,15 @@ from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY, Kernels
 from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
-COMM_OVERLAP_CONTENTION = 0.862
+COMM_OVERLAP_CONTENTION = 0.850
 """`DeviceEfficiency.comm_overlap_contention` fitted on Korthikanti et al. 2022, Table 4
 (`paraplan.predict.contention_fit`, with the a100-vtrain calibration and dgx-a100): an
-overlapped tensor-parallel collective on A100 NVLink hides little (about 14% of the
+overlapped tensor-parallel collective on A100 NVLink hides little (about 15% of the
 shorter of the two). Refit when a100-vtrain is recalibrated: the fit prices the layer's
 kernels with it (0.995 with the calibration of GEMMs fitted to the runs alone; 0.884
 since the GEMM and attention ceilings come from kernel micro-benchmarks; 0.862 since
-Megatron's loss is priced kernel by kernel, `paraplan.predict.loss_ops`)."""
+Megatron's loss is priced kernel by kernel, `paraplan.predict.loss_ops`; 0.850 since the
+8 GPUs of the layer wait for the slowest one, `paraplan.predict.variability`)."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 
@@ -188,6 +189,7 @@ class DeviceSpeed:
     compute_units: int = 0  # 0: not stated, no wave quantisation
     fp8_gemm: Fp8GemmCeiling | None = None  # an fp8 run's FP8 GEMMs (`fp8_ops.device_speed`)
     attention: AttentionCeiling | None = None  # a run's attention kernel other than the calibration's
+    compute_time_factor: float = 1.0  # the job's slowest GPU on compute-bound time (`predict.variability`)
 
     @staticmethod
     def of(device: Device, dtype: str) -> DeviceSpeed:
@@ -251,7 +253,7 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
         efficiency[is_fp8] = gemm_efficiency(kernels.m[is_fp8], kernels.n[is_fp8], kernels.k[is_fp8],
                                              kernels.batch[is_fp8], speed, ceiling)
         peak[is_fp8] = fp8.peak_flops
-    compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9))
+    compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9)) * speed.compute_time_factor
     memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
     launches = np.where(kernels.kind == MEMORY, kernels.batch, 1.0)  # a memory row: `batch` launches
     return np.maximum(compute, memory) + launches * eff.kernel_latency_s

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.loss_ops import loss_backward, loss_forward
+from paraplan.predict.loss_ops import gathered_head_input_bytes, loss_backward, loss_forward
 from paraplan.predict.ops import (
     FP32_BYTES,
     MASK_BYTES,
@@ -79,4 +79,5 @@ def head_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
     _norm_backward(w, x)
     backward = w.build()
     held = 2 * x.e * x.sp_tokens * x.h + x.e * x.sp_tokens * x.h + FP32_BYTES * logits
+    held += gathered_head_input_bytes(model, settings)  # torchtitan's DTensor head keeps the gathered input
     return LayerWork(forward, backward, _Builder(gemm_bytes).build(), held)

@@ -5,7 +5,9 @@ rank's time is split into parts that sum to the iteration time exactly:
 
 - its compute ops (M micro-batches x the forward and backward of each of its model
   chunks), each op's device time split by kernel kind as the device model priced it:
-  `gemm`, `attention` (fused flash attention), `memory` (memory-bound kernels), the
+  `gemm`, `attention` (fused flash attention) as one average GPU runs them, `straggler`
+  (what the job's slowest GPU adds to them, `paraplan.predict.variability`), `memory`
+  (memory-bound kernels), the
   tensor-parallel collectives it pays for (`tp_comm`: blocking ones, overlapped ones
   where they outlast their kernel plus their contention, `PassCost.comm_s`), the
   context-parallel ones likewise (`cp_comm`: ring transfers, Ulysses all-to-alls), the
@@ -41,10 +43,11 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
 from paraplan.predict.pipeline_p2p import p2p_charges
+from paraplan.predict.variability import no_straggling_speed
 from paraplan.sim.execution import rank_ends
 
-PARTS: tuple[str, ...] = ("gemm", "attention", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm", "pp_comm",
-                          "bubble", "optimizer", "host")
+PARTS: tuple[str, ...] = ("gemm", "attention", "straggler", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
+                          "pp_comm", "bubble", "optimizer", "host")
 EXPLAIN_COLUMNS: tuple[str, ...] = tuple(f"explain_{p}_s" for p in PARTS)
 _DEVICE = 7  # gemm, attention, memory, tp_comm, cp_comm, ep_comm, dp_comm: the parts an op's device time has
 _DP = 6
@@ -114,6 +117,15 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
     return fwd, bwd
 
 
+def _average_gpu_compute_s(structure, eff: DeviceEfficiency, mine: np.ndarray, m: int) -> np.ndarray:
+    """The rank's GEMM and attention seconds (as `explain_run` sums them) without the
+    slowest-GPU factor; the rest of that time is the `straggler` part."""
+    average = replace(structure, speed=no_straggling_speed(structure.speed))
+    kernel_s = kernel_times_by_pass([average], eff)[0]
+    fwd, bwd = _stage_parts(average, _pass_parts(average, kernel_s, eff), eff)
+    return m * (fwd[mine] + bwd[mine]).sum(axis=0)[:2]
+
+
 def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
                 eff: DeviceEfficiency) -> TimeBreakdown:
     """The breakdown of one run's predicted iteration (module doc)."""
@@ -138,6 +150,8 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1)
         p2p = replace(p2p, fwd_s=np.zeros_like(p2p.fwd_s), bwd_s=np.zeros_like(p2p.bwd_s))
     device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
+    average = (device[:2] if structure.speed.compute_time_factor == 1.0  # gemm, attention as one average GPU runs them
+               else _average_gpu_compute_s(structure, eff, mine, m))
     host_s = m * float(host[mine].sum())
     blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
     busy = float(device.sum()) + host_s + blocked
@@ -150,7 +164,8 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     after_comm = float(structure.after_sync_comm_s[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
     seconds = {
-        "gemm": float(device[0]), "attention": float(device[1]), "memory": float(device[2]),
+        "gemm": float(average[0]), "attention": float(average[1]),
+        "straggler": float(device[0] + device[1] - average.sum()), "memory": float(device[2]),
         "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
         "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
         "pp_comm": transfers + blocked + exchange,

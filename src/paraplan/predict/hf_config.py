@@ -34,7 +34,7 @@ HARMLESS = frozenset({
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
     "norm_topk_prob", "topk_method", "routed_scaling_factor", "scoring_func",
     "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
-    "swiglu_limit", "initial_context_length", "router_jitter_noise", "attention_dropout",
+    "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
     "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params", "use_parallel_residual",
@@ -189,6 +189,14 @@ class _Keys:
         if not isinstance(value, list):
             raise InputFileError(self.source, f"key '{key}': expected a list, got {value!r}")
         return value
+
+
+def _clamp(keys: _Keys) -> float:
+    """GPT-OSS's `swiglu_limit`: Megatron-Core's `activation_func_clamp_value` (0: none)."""
+    value = keys.get("swiglu_limit", default=0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InputFileError(keys.source, f"key 'swiglu_limit': expected a number >= 0, got {value!r}")
+    return float(value)
 
 
 def _refuse(config: dict, source: str) -> None:
@@ -430,6 +438,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         "attention_dropout": keys.probability("attention_dropout", "attn_pdrop"),
         "kv_channels": keys.count("head_dim", default=0, minimum=0),
         "mtp_num_layers": keys.count("num_nextn_predict_layers", default=0, minimum=0),
+        "activation_func_clamp_value": _clamp(keys),
         **moe, **_mla_fields(keys), **_window_fields(keys, layers),
     }
     try:

@@ -59,9 +59,12 @@ activation (2 for bf16, fp16 and fp8 runs, whose logits are 16-bit):
   at the targets + exp(x)) * grad_output`, three fp32 tensors beside the kept x at its
   peak: 12, the larger. Its passes are PyTorch's elementwise kernels: forward the cast,
   max (4), subtract (8), exp (8), sum (4), subtract (8); backward the zero fill (4), exp
-  (8), add (12), multiply (8) and the cast. Not with p > 1: torchtitan's pipelined
-  loss (`torch.distributed.pipelining` keeps each micro-batch's logits in the last
-  stage's caches) is not modelled (`paraplan.core.run_settings_checks.check_cross_entropy`).
+  (8), add (12), multiply (8) and the cast. With p > 1 the loss runs under
+  `torch.distributed.pipelining`, which keeps each micro-batch's logits to the
+  iteration's end (`paraplan.predict.torch_pipelining`), counted there: the loss's
+  transient beyond them is the same, the backward's 8 bytes per logit (12 under loss
+  parallelism), which does not include the logits and exceeds the forward's moment
+  with or without them (e + 4, or e + 8).
 """
 
 from __future__ import annotations
@@ -163,6 +166,21 @@ def loss_backward(w: _Builder, tokens: float, vocab: float, e: int, impl: str, l
             w.memory((FP32_BYTES + e) * logits)  # cast to the logits' dtype
         return
     _issue(w, megatron_loss_kernels(e)[1], tokens, vocab)
+
+
+def gathered_head_input_bytes(model: TransformerModel, settings: RunSettings) -> float:
+    """What torchtitan's DTensor output layer keeps beyond Megatron's for its weight
+    gradient (`cross_entropy_impl torch` with t > 1): `ColwiseParallel(input_layouts=
+    Shard(1))` (torchtitan 9dec370 `parallelize_llama.apply_tp`) redistributes the final
+    norm's sequence-parallel output to `Replicate()` (an all-gather) before the matmul,
+    whose autograd saves that gathered input, e x tokens x h, where Megatron's
+    `ColumnParallelLinear` saves its sequence shard (e x tokens / t x h) and gathers it
+    again in the backward: e x (tokens - tokens / t) x h more per micro-batch, until the
+    head's backward (0 without sequence parallelism or with Megatron's loss)."""
+    if settings.cross_entropy_impl != "torch":
+        return 0.0
+    x = _shape(model, settings)
+    return float(x.e * (x.tokens - x.sp_tokens) * x.h)
 
 
 def loss_transient_bytes_per_logit(e: int, impl: str, loss_parallel: bool = False) -> int:

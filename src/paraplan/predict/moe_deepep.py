@@ -81,7 +81,7 @@ from math import comb
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import Group
 from paraplan.core.errors import StrategyError
-from paraplan.predict.work import Collective
+from paraplan.predict.work import Collective, _Builder
 
 DEEPEP_INTERNODE_GBps: dict[int, tuple[float, float]] = {16: (43.0, 43.0), 32: (58.0, 57.0), 64: (51.0, 50.0)}
 """EP size: (dispatch, combine) bottleneck bandwidth in GB/s over RDMA, DeepEP V1 normal
@@ -187,3 +187,25 @@ def ranks_hit(experts: int, topk: int, ranks: int, groups: int = 1, group_topk: 
     """Expected distinct EP ranks among a token's experts: the copies DeepEP delivers
     (one per destination rank), so each rank receives T x this from the group."""
     return nodes_hit(experts, topk, ranks, groups, group_topk)
+
+
+LAYOUT_INDEX_BYTES = 8  # a top-k expert index (int64) the layout kernel reads
+LAYOUT_COUNT_BYTES = 4  # the counts it writes (int32)
+
+
+def deepep_host_work(w: _Builder, tokens: float, topk: int, experts: int, ranks: int, cached: bool) -> None:
+    """What one DeepEP call issues besides its transfer (Megatron-Core `fused_a2a.py`
+    at 0d8e0714, `FusedDispatch` / `FusedCombine`; DeepEP's `Buffer.dispatch` /
+    `combine`): a call with a cached layout (the combine, and both backward calls, which
+    reuse the forward dispatch's handle) launches one notify kernel before its transfer;
+    the forward dispatch first runs `get_dispatch_layout` (reads the T k int64 expert
+    indices, writes the per-rank token flags and the int32 counts per rank and expert),
+    then `notify_dispatch`, and then the host waits, polling the host-mapped counters
+    the notify kernel writes, before it can size and launch the transfer: a host wait with
+    nothing queued behind it (`PassCost.sync_idle_s`). Each kernel is one row of its pass
+    (one `host_kernel_s`, one `kernel_latency_s`, its bytes)."""
+    if not cached:
+        w.memory(tokens * topk * LAYOUT_INDEX_BYTES + tokens * ranks + (ranks + experts) * LAYOUT_COUNT_BYTES)
+    w.memory(2 * (ranks * ranks + experts) * LAYOUT_COUNT_BYTES)  # notify: the rank x rank and expert counts
+    if not cached:
+        w.host_syncs.append((len(w.rows), len(w.rows)))

@@ -34,7 +34,8 @@ experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes):
   efficiently than the dense MLP's);
 - combine all-to-all (the same volume) and unpermute (the sum of each token's k
   outputs; the routing probabilities are applied inside the experts' activation,
-  Megatron-Core's experts.py `bias_act_func`).
+  Megatron-Core's experts.py `bias_act_func`); around the experts GPT-OSS's clamps,
+  fc2's bias per local expert and FP8 row padding (`moe_activation`, `moe_bias`, `moe_padding`).
 
 T is the sequence-parallel shard b s / t with sequence parallelism, else b s. Without
 sequence parallelism and t > 1 (Megatron allows it only with EP 1 and ETP = t) the
@@ -56,8 +57,11 @@ from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, ranks_hit
+from paraplan.predict.moe_activation import clamp_backward, clamp_forward, clamp_saved_bytes
+from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
+from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, deepep_host_work, ranks_hit
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
+from paraplan.predict.moe_padding import fp8_padding, fp8_unpadding, pads_fp8_rows
 from paraplan.predict.moe_router import RouterShape, fake_balanced_gate, router_passes
 from paraplan.predict.ops import (  # the dense layer's pieces, shared by both layer kinds
     FP8_OPERAND_BYTES,
@@ -113,6 +117,11 @@ class MoeShape:
     def probs_a2a_bytes(self) -> float:
         """The routing probabilities' all-to-all beside the tokens': one fp32 per dispatched token."""
         return self.a2a_bytes / (self.hidden_bytes) * FP32_BYTES
+
+    @property
+    def ranks(self) -> int:
+        """Ranks each local expert receives tokens from: EP (x ETP when gathered)."""
+        return self.ep * (self.etp if self.gathered else 1)
 
     @property
     def tokens_per_expert(self) -> float:
@@ -190,6 +199,13 @@ def _act_backward(w: _Builder, gated: bool, e: int, tokens: float, width: float,
              + ((e + FP8_OPERAND_BYTES) * inputs * tokens * width if fp8_store else 0.0))
 
 
+def _routed_act_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape) -> None:
+    """The routed experts' activation; GPT-OSS's clamps and offset copy first (`moe_activation`)."""
+    if model.activation_func_clamp_value:
+        clamp_forward(w, m.expert_tokens, m.expert_ffn, x.e, x.e)
+    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
+
+
 def _shared_forward(w: _Builder, model: TransformerModel, x: _Shape, m: MoeShape, overlap: bool) -> tuple[int, int]:
     """The shared experts as a tensor-parallel dense MLP; their two GEMMs' indices."""
     _enter_tp(w, x, overlap, len(w.rows))
@@ -247,9 +263,10 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
     w.memory((m.topk + 1) * x.e * m.routed_tokens * x.h)  # unpermute: sum of the k outputs
 
 
-def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int) -> None:
-    """A DeepEP dispatch or combine kernel (`paraplan.predict.moe_deepep`)."""
+def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int, cached: bool = True) -> None:
+    """A DeepEP call: its transfer, notify kernels and wait (`moe_deepep.deepep_host_work`)."""
     if m.ep > 1:
+        deepep_host_work(w, m.routed_tokens, m.topk, m.experts, m.ep, cached)
         groups, group_topk = m.router_groups
         w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", experts=m.experts, topk=m.topk,
                                             groups=groups, group_topk=group_topk))
@@ -276,15 +293,22 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     flex = settings.moe_token_dispatcher_type == "flex"
     dispatch_at = len(w.rows)
     if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
-        _deepep(w, m, DEEPEP_DISPATCH, hide[0])
+        _deepep(w, m, DEEPEP_DISPATCH, hide[0], cached=False)
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
         _alltoall_dispatch(w, settings, x, m, hide[0])
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
+    q, pad = probs_bytes(settings), pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ranks)
+    if pad:  # Transformer Engine's FP8 row padding per local expert (`moe_padding`)
+        fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     w.gemm(n, x.h, m.expert_in, batch)
-    _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
+    _routed_act_forward(w, model, x, m)
     w.gemm(n, m.expert_ffn, x.h, batch)
+    if pad:
+        fp8_unpadding(w, m.expert_tokens, x.h, x.e)
+    if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
+        expert_bias_forward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
     experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
@@ -321,11 +345,20 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         _sort_chunks(w, x, m)  # unpermutation 2's backward
     n, batch = m.tokens_per_expert, m.local_experts
     experts_from = len(w.rows)
+    q, pad = probs_bytes(settings), pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ranks)
+    if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
+        expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
+    if pad:  # the unpadding's backward (`moe_padding`)
+        fp8_unpadding(w, m.expert_tokens, x.h, x.e)
     w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
     w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
+    if model.activation_func_clamp_value:  # GPT-OSS's clamps (`moe_activation`)
+        clamp_backward(w, m.expert_tokens, m.expert_ffn, x.e)
     w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
     w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    if pad:  # the paddings' backward
+        fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     experts_to = len(w.rows)
     if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
@@ -382,6 +415,8 @@ def moe_activation_bytes(model: TransformerModel, settings: RunSettings) -> floa
     fc2_input = 0.0 if "moe_act" in recomputed else lin * m.expert_ffn
     expert_act_in = x.e if "moe_act" in recomputed else act_in  # moe_act's checkpoint keeps the bf16 input
     experts = m.expert_tokens * (lin * x.h + expert_act_in * m.expert_in + fc2_input)
+    if model.activation_func_clamp_value and "moe_act" not in recomputed:  # fc1's output kept (`moe_activation`)
+        experts += clamp_saved_bytes(m.expert_tokens, m.expert_in, x.e)
     shared = 0.0 if "shared_experts" in recomputed else x.tokens * (act_in * m.shared_in + lin * m.shared_ffn)
     return float(whole - dense_inner + router + experts + shared)
 
@@ -406,8 +441,7 @@ def moe_recompute(model: TransformerModel, settings: RunSettings, x: _Shape, m: 
     if "shared_experts" in modules:
         _shared_forward(w, model, x, m, settings.tp_comm_overlap)
     if "moe_act" in modules:
-        _act_forward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True,
-                     fp8_store=x.fp8_act_store)
+        _routed_act_forward(w, model, x, m)
     return w.build()
 
 

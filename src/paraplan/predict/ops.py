@@ -104,7 +104,8 @@ class _Shape:
     fp8_act_store: bool = False  # `activation_func_fp8_input_store`: the SwiGLU input kept as an FP8 cast
 
     def attention_shape(self) -> AttentionShape:
-        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp)
+        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp,
+                              compiled=not self.eager)  # torch_*: torch.compile unless eager
 
 
 def causal_scores(s: float, window: int = 0, chunked: bool = False) -> float:

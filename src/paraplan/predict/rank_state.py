@@ -23,6 +23,7 @@ from paraplan.predict.fsdp_ops import (
     unsharded_grad_params,
 )
 from paraplan.predict.placement import Precision, RunGroups
+from paraplan.predict.torch_pipelining import TorchPipeliningMemory
 from paraplan.sim.builder import rank_memory as memory_parts
 from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
@@ -207,6 +208,7 @@ class ActivationBytes:
     head: float  # the last stage's (final norm, head, loss, MTP layers)
     recomputed_layer: float = 0.0  # full recomputation: the layer being rebuilt (the largest kind)
     loss_transient: float = 0.0  # the last stage's cross-entropy, for a moment (`loss_ops.loss_transient_bytes`)
+    pipelining: TorchPipeliningMemory | None = None  # torchtitan's pipelines' buffers (`torch_pipelining`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,10 +260,38 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             gathered = fsdp_working_bytes(extra.fsdp, settings, float(root_units[:, s].sum()), n, experts,
                                           prec.weight_bytes, 0)
             working = max(working, acts.loss_transient + gathered)
+        held = _PipeliningHeld.of(acts.pipelining, s, p, v)
+        chunk_acts -= np.where(params.chunk_layers[:, s] > 0, held.received_input, 0.0)  # a block saved it
+        working += held.buffers  # allocated once, held at every moment
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
         memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]),
-                              lazy_gradient_bytes_per_chunk=lazy))
+                              lazy_gradient_bytes_per_chunk=lazy, kept_output_bytes_per_chunk=held.kept_output,
+                              kept_input_grad_bytes_per_chunk=held.kept_input_grad,
+                              iteration_end_bytes=held.iteration_end))
     return tuple(memory)
+
+
+@dataclass(frozen=True, eq=False)
+class _PipeliningHeld:
+    """What `torch.distributed.pipelining` holds on one rank, per model chunk where the
+    engine needs it (`torch_pipelining`); all zero / None without it."""
+
+    received_input: np.ndarray | float = 0.0  # per micro-batch: the saved input that is a receive buffer
+    buffers: float = 0.0
+    kept_output: np.ndarray | None = None
+    kept_input_grad: np.ndarray | None = None
+    iteration_end: float = 0.0
+
+    @staticmethod
+    def of(pipelining: TorchPipeliningMemory | None, stage: int, p: int, v: int) -> _PipeliningHeld:
+        if pipelining is None:
+            return _PipeliningHeld()
+        vstages = [c * p + stage for c in range(v)]
+        return _PipeliningHeld(np.array([pipelining.received_input_bytes(x) for x in vstages]),
+                               sum(pipelining.buffer_bytes(x) for x in vstages),
+                               np.array([pipelining.kept_output_bytes(x) for x in vstages]),
+                               np.array([pipelining.kept_input_grad_bytes(x) for x in vstages]),
+                               sum(pipelining.iteration_end_bytes(x) for x in vstages))

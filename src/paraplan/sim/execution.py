@@ -76,6 +76,19 @@ class RankMemory:
     """Per model chunk: gradients allocated by the chunk's first backward op and held to
     the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
     micro-batches: `paraplan.predict.fsdp_ops`); None: none beyond the weight state."""
+    kept_output_bytes_per_chunk: np.ndarray | None = None
+    """Per model chunk: bytes each micro-batch's forward allocates that stay held to the
+    iteration's end, past its backward (`torch.distributed.pipelining` keeps every
+    stage's outputs: `paraplan.predict.torch_pipelining`); None: none."""
+    kept_input_grad_bytes_per_chunk: np.ndarray | None = None
+    """Per model chunk: bytes each micro-batch's backward allocates that stay held to the
+    iteration's end (the input gradients left in `torch.distributed.pipelining`'s
+    receive buffers); None: none."""
+    iteration_end_bytes: float = 0.0
+    """Bytes beside the weight state alone for a moment after the last backward (no
+    activation, the accumulated gradients reduced): `torch.distributed.pipelining`'s
+    buffers, kept outputs and input gradients and the last stage's concatenated output
+    (`paraplan.predict.torch_pipelining`)."""
 
     @property
     def weight_state_bytes(self) -> float:
@@ -150,29 +163,48 @@ class IterationResult:
     memory_at_peak: MemoryAtPeak  # per pipeline rank: the parts of peak_memory_bytes
 
 
-def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[float, int]:
-    """Peak activation bytes and micro-batch count held as `order` runs."""
+@dataclass(frozen=True, eq=False)
+class _Kept:
+    """Per model chunk: bytes a forward (`output`) or a backward (`input_grad`) allocates
+    and the iteration holds to its end (`RankMemory.kept_*_bytes_per_chunk`)."""
+
+    output: np.ndarray | None = None
+    input_grad: np.ndarray | None = None
+
+    @staticmethod
+    def of(mem: RankMemory) -> _Kept:
+        out, grad = mem.kept_output_bytes_per_chunk, mem.kept_input_grad_bytes_per_chunk
+        return _Kept(None if out is None else np.asarray(out, float), None if grad is None else np.asarray(grad, float))
+
+
+def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
+                     kept: _Kept = _Kept()) -> tuple[float, int]:
+    """Peak activation bytes (with what is kept to the end) and micro-batch count held
+    as `order` runs."""
     if not len(order):
         return 0.0, 0
-    held, count = _held(order, chunk_bytes, free_kind)
+    held, count = _held(order, chunk_bytes, free_kind, kept)
     return float(held.max()), int(count.max())
 
 
-def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int) -> tuple[np.ndarray, np.ndarray]:
+def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
+          kept: _Kept = _Kept()) -> tuple[np.ndarray, np.ndarray]:
     is_fwd = order.kind == FWD
     is_free = order.kind == free_kind
     act = chunk_bytes[order.chunk]
-    held = np.cumsum(np.where(is_fwd, act, np.where(is_free, -act, 0.0)))
+    out = 0.0 if kept.output is None else kept.output[order.chunk]  # by the forward, never freed
+    grad = 0.0 if kept.input_grad is None else np.where(order.kind == BWD, kept.input_grad[order.chunk], 0.0)
+    held = np.cumsum(np.where(is_fwd, act + out, np.where(is_free, -act, 0.0)) + grad)
     count = np.cumsum(np.where(is_fwd, 1, np.where(is_free, -1, 0)))
     return held, count
 
 
 def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes: np.ndarray,
-                              free_kind: int) -> tuple[float, float]:
+                              free_kind: int, kept: _Kept = _Kept()) -> tuple[float, float]:
     """Activations and gradients held at the peak of their sum, the gradients being
     those each chunk allocates at its first weight-gradient op (the backward; ZB-H1's W)
     and holds to the end: after that op, which frees its own micro-batch's activations."""
-    held, _ = _held(order, chunk_bytes, free_kind)
+    held, _ = _held(order, chunk_bytes, free_kind, kept)
     is_grad = order.kind == free_kind
     first = np.zeros(len(order), dtype=bool)
     chunks = np.where(is_grad, order.chunk, -1)
@@ -415,12 +447,15 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     for s in range(p):
         mem = model.memory[s]
         chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
-        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind)
+        kept = _Kept.of(mem)
+        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind, kept)
         acts[s] = act_peak[s]
         if mem.lazy_gradient_bytes_per_chunk is not None and len(orders[s]):
             acts[s], grads[s] = _peak_with_lazy_gradients(
-                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind)
+                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind, kept)
         state[s], working[s] = mem.weight_state_bytes, mem.working_bytes
+        if mem.iteration_end_bytes > acts[s] + grads[s] + working[s]:  # the moment after the last backward
+            acts[s], grads[s], working[s] = 0.0, 0.0, mem.iteration_end_bytes
         peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
     return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
 
