@@ -1,6 +1,6 @@
-"""The held-out all_to_all rates stated with their NICs
+"""all_to_all across nodes: the held-out rates stated with their NICs
 (data/published/alltoall/nccl_alltoall_nic_statements.csv, `paraplan.comm.fit_a2a_nic`)
-against their closed forms and the topology model's all_to_all across nodes."""
+against their closed forms, and the topology model's all_to_all of an EP group across nodes."""
 
 from __future__ import annotations
 
@@ -70,3 +70,22 @@ def test_statement_errors_name_the_line(tmp_path, cells, why):
     bad.write_text(HEADER + cells + "\n")
     with pytest.raises(InputFileError, match=rf"statements\.csv:2.*{why}"):
         read_nic_statements(bad)
+
+
+def test_an_ep32_token_all_to_all_over_four_dgx_h100_nodes():
+    # Qwen3-235B-A22B's dispatch at TP 2 with sequence parallelism, micro-batch 1 of 4,096
+    # tokens: 2,048 tokens x top-8 x hidden 4,096 x 2 bytes = 128 MiB per rank; EP 32 holds
+    # all 8 GPUs of 4 nodes, so each rank sends 3/4 of it over its own NIC (PXN keeps it on
+    # its rail) at A2A_NIC_EFFICIENCY, plus the 4-node rail latency once per remote node
+    size_bytes = 2048 * 8 * 4096 * 2
+    cluster = load_cluster("dgx-h100")
+    comm = load_calibration().comm_model(cluster)
+    assert isinstance(comm, TopologyCommModel)
+    latency_s = comm.rail_for(4).latency_s
+    assert latency_s == pytest.approx(33.3e-6)
+    expected_s = 3 * latency_s + 3 / 4 * size_bytes / (A2A_NIC_EFFICIENCY * 50e9)
+    assert comm.time_s("all_to_all", size_bytes, Group(32, 4)) == pytest.approx(expected_s, rel=1e-12)
+    assert expected_s == pytest.approx(2.480e-3, abs=1e-6)
+    # the node's NVLink (PXN forwards the crossing share too) is far from binding: 8 ranks
+    # moving 7/8 of 128 MiB at 360 GB/s take about 0.33 ms
+    assert comm.time_s("all_to_all", size_bytes, Group(8, 1)) < 0.2 * expected_s
