@@ -181,8 +181,9 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
                 layout = chunk_buckets(total, 0.0 if expert or not first else params.embedding_params, first,
                                        buckets.bucket_params)
                 chunks += [c] * len(layout.params)
-                bucket_s += [reduce_bucket_s(comm, buckets.collective, n * buckets.reduced_bytes, over)
-                             for n in layout.params]
+                priced = {n: reduce_bucket_s(comm, buckets.collective, n * buckets.reduced_bytes, over)
+                          for n in set(layout.params)}  # the equal buckets priced once
+                bucket_s += [priced[n] for n in layout.params]
                 fractions += layout.ready_fraction
                 continue
             units = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
