@@ -19,7 +19,8 @@ same ops at the same times), by pipeline rank:
   a sharded optimizer that is not overlapped);
 - memory per rank: weights, gradients and optimizer state, activations per
   micro-batch of each model chunk (held from its forward until its backward ends,
-  so the schedule's order gives the peak), and a transient working set.
+  so the schedule's order gives the peak), and the working set each kind of op adds
+  while it runs (`paraplan.sim.rank_peak`: the peak is the largest moment).
 
 `run_iteration` runs the schedule's op orders through `paraplan.sim.engine.execute`
 and adds the reduction and the tail; the iteration time is the latest rank's end.
