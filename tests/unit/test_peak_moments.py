@@ -5,7 +5,7 @@ peak plus the largest working set whenever it happens."""
 import numpy as np
 import pytest
 
-from paraplan.sim.rank_peak import Kept, activation_peak, peak_at_ops
+from paraplan.sim.rank_peak import Kept, activation_peak, peak_at_ops, rank_peaks, stacked_orders
 from paraplan.sim.schedules import BWD, FWD, WGT, cached_orders
 
 
@@ -59,3 +59,21 @@ def test_vectorised_moments_equal_the_op_by_op_walk(schedule, p, m, v):
         acts, grads, work = peak_at_ops(order, chunk_bytes, grad_bytes, working, free_kind, kept)
         expected = _brute_force(order, chunk_bytes, grad_bytes, working, free_kind, kept.output, kept.input_grad)
         assert acts + grads + work == pytest.approx(expected, rel=1e-12), (schedule, rank)
+
+
+@pytest.mark.parametrize(("schedule", "p", "m", "v"), [("1f1b", 4, 8, 1), ("interleaved_1f1b", 4, 8, 3),
+                                                        ("zb_h1", 4, 8, 1)])
+def test_all_ranks_at_once_equal_rank_by_rank(schedule, p, m, v):
+    rng = np.random.default_rng(11)
+    free_kind = WGT if schedule == "zb_h1" else BWD
+    chunk_bytes, grad_bytes = rng.uniform(1, 5, (p, v)), rng.uniform(0, 9, (p, v))
+    kept = Kept(rng.uniform(0, 1, (p, v)), rng.uniform(0, 1, (p, v)))
+    working = rng.uniform(0, 20, (p, 2, v))
+    stacked = stacked_orders(schedule, p, m, v)
+    got = rank_peaks(stacked, chunk_bytes, kept, grad_bytes, working, free_kind)
+    for rank, order in enumerate(cached_orders(schedule, p, m, 1, v)):
+        one = Kept(kept.output[rank], kept.input_grad[rank])
+        assert (got.activation_peak_bytes[rank], got.inflight_microbatches[rank]) == pytest.approx(
+            activation_peak(order, chunk_bytes[rank], free_kind, one))
+        assert (got.activation_bytes[rank], got.gradient_accumulator_bytes[rank], got.working_bytes[rank]) == \
+            pytest.approx(peak_at_ops(order, chunk_bytes[rank], grad_bytes[rank], working[rank], free_kind, one))

@@ -42,7 +42,15 @@ from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flu
 from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
-from paraplan.sim.rank_peak import Kept, activation_peak, peak_at_ops, peak_with_lazy_gradients
+from paraplan.sim.rank_peak import (
+    Kept,
+    StackedOrders,
+    activation_peak,
+    peak_at_ops,
+    peak_with_lazy_gradients,
+    rank_peaks,
+    stacked_orders,
+)
 from paraplan.sim.schedules import BWD, WGT, Schedule, cached_orders, get_schedule
 
 
@@ -393,8 +401,12 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     """Each rank's peak memory: weight state, the activations its schedule's order holds
     at most, and its working set."""
     p = model.pipeline_stages
-    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
     free_kind = WGT if sched.split_backward else BWD
+    if all(m.working_bytes_per_op is not None for m in model.memory):  # z8-cpmem: all ranks at once
+        stacked = stacked_orders(model.schedule, p, model.microbatches, model.virtual_stages)
+        if stacked is not None and stacked.kind.shape[1]:
+            return _stacked_memory_peaks(model, stacked, free_kind)
+    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
     act_peak = np.zeros(p)
     inflight = np.zeros(p, dtype=np.int64)
     peak = np.zeros(p)
@@ -417,6 +429,33 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
             acts[s], grads[s], working[s] = 0.0, 0.0, mem.iteration_end_bytes
         peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
     return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
+
+
+def _stacked_memory_peaks(model: ExecutionModel, orders: StackedOrders, free_kind: int) -> _MemoryPeaks:
+    """`_memory_peaks` with every rank's per-op working set, all ranks in one pass
+    (`paraplan.sim.rank_peak.rank_peaks`)."""
+    mem = model.memory
+
+    def per_chunk(values: list[np.ndarray | None]) -> np.ndarray | None:
+        if all(x is None for x in values):
+            return None
+        return np.stack([np.zeros(model.virtual_stages) if x is None else np.asarray(x, float) for x in values])
+
+    chunk_bytes = per_chunk([m.activation_bytes_per_chunk for m in mem])
+    assert chunk_bytes is not None
+    kept = Kept(per_chunk([m.kept_output_bytes_per_chunk for m in mem]),
+                per_chunk([m.kept_input_grad_bytes_per_chunk for m in mem]))
+    working_per_op = np.stack([np.asarray(m.working_bytes_per_op, float) for m in mem])
+    got = rank_peaks(orders, chunk_bytes, kept, per_chunk([m.lazy_gradient_bytes_per_chunk for m in mem]),
+                     working_per_op, free_kind)
+    acts, grads, working = got.activation_bytes, got.gradient_accumulator_bytes, got.working_bytes
+    end = np.array([m.iteration_end_bytes for m in mem])
+    after = end > acts + grads + working  # the moment after the last backward
+    acts, grads, working = np.where(after, 0.0, acts), np.where(after, 0.0, grads), np.where(after, end, working)
+    state = np.array([m.weight_state_bytes for m in mem])
+    peak = state + (acts + grads) + working
+    return _MemoryPeaks(got.activation_peak_bytes, got.inflight_microbatches.astype(np.int64), peak,
+                        MemoryAtPeak(state, working, grads, acts))
 
 
 def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing, peak: np.ndarray) -> Timeline:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.sim.schedules import BWD, FWD, OpOrder
+from paraplan.sim.op_cache import OpsBoundedCache
+from paraplan.sim.schedules import BWD, FWD, OpOrder, cached_orders
 
 if TYPE_CHECKING:
     from paraplan.sim.execution import RankMemory
@@ -101,3 +102,77 @@ def peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes
     grads = np.cumsum(first_gradient_steps(order, grad_bytes, free_kind))
     at = int(np.argmax(held + grads))
     return float(held[at]), float(grads[at])
+
+
+@dataclass(frozen=True, eq=False)
+class StackedOrders:
+    """Every rank's op order as [rank, op] arrays (flushed schedules give every rank the
+    same number of ops), for `rank_peaks`."""
+
+    kind: np.ndarray
+    chunk: np.ndarray
+
+    @staticmethod
+    def of(orders: tuple[OpOrder, ...]) -> StackedOrders | None:
+        """None where the ranks' orders differ in length."""
+        if len({len(o) for o in orders}) != 1:
+            return None
+        return StackedOrders(np.stack([o.kind for o in orders]), np.stack([o.chunk for o in orders]))
+
+
+_STACKED: OpsBoundedCache[StackedOrders | None] = OpsBoundedCache()
+
+
+def stacked_orders(name: str, p: int, m: int, v: int) -> StackedOrders | None:
+    """`StackedOrders.of(cached_orders(...))` for one iteration, cached like the orders."""
+    def make() -> tuple[StackedOrders | None, int]:
+        orders = cached_orders(name, p, m, 1, v)
+        return StackedOrders.of(orders), sum(len(o) for o in orders)
+
+    return _STACKED.get((name, p, m, v), make)
+
+
+@dataclass(frozen=True, eq=False)
+class RankPeaks:
+    """Per rank: the activation peak and micro-batches held then, and at the peak moment
+    the activations, gradient accumulators and working set (`peak_at_ops`)."""
+
+    activation_peak_bytes: np.ndarray
+    inflight_microbatches: np.ndarray
+    activation_bytes: np.ndarray
+    gradient_accumulator_bytes: np.ndarray
+    working_bytes: np.ndarray
+
+
+def rank_peaks(orders: StackedOrders, chunk_bytes: np.ndarray, kept: Kept, grad_bytes: np.ndarray | None,
+               working: np.ndarray, free_kind: int) -> RankPeaks:
+    """`activation_peak` and `peak_at_ops` of every rank at once ([rank, chunk] arrays,
+    `working` [rank, kind, chunk]): one pass of numpy over [rank, op] arrays, since the
+    per-rank calls cost more in numpy's per-call overhead than in their work."""
+    kind, chunk = orders.kind, orders.chunk
+    rows = np.arange(kind.shape[0])[:, None]
+    is_fwd, is_free = kind == FWD, kind == free_kind
+    act = chunk_bytes[rows, chunk]
+    step = np.where(is_fwd, act, np.where(is_free, -act, 0.0))
+    if kept.output is not None:
+        step += np.where(is_fwd, kept.output[rows, chunk], 0.0)
+    if kept.input_grad is not None:
+        step += np.where(kind == BWD, kept.input_grad[rows, chunk], 0.0)
+    held = np.cumsum(step, axis=1)
+    count = np.cumsum(np.where(is_fwd, 1, np.where(is_free, -1, 0)), axis=1)
+    alloc = np.zeros(kind.shape)
+    if grad_bytes is not None:
+        for c in range(chunk_bytes.shape[1]):  # a chunk's gradients at its first weight-gradient op
+            mine = is_free & (chunk == c)
+            alloc += np.where(mine & (np.cumsum(mine, axis=1) == 1), grad_bytes[:, c:c + 1], 0.0)
+    grads = np.cumsum(alloc, axis=1)
+    work = working[rows, np.where(is_fwd, 0, 1), chunk]
+    end = held + grads + work
+    start = np.where(is_fwd, -np.inf, (held - step) + (grads - alloc) + work)
+    at_end, at_start = np.argmax(end, axis=1), np.argmax(start, axis=1)
+    r = rows[:, 0]
+    use_start = start[r, at_start] > end[r, at_end]
+    at = np.where(use_start, at_start, at_end)
+    acts = np.where(use_start, held[r, at] - step[r, at], held[r, at])
+    grads_at = np.where(use_start, grads[r, at] - alloc[r, at], grads[r, at])
+    return RankPeaks(held.max(axis=1), count.max(axis=1), acts, grads_at, work[r, at])
