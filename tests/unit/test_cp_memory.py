@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from paraplan.core.run_settings import RunSettings
-from paraplan.predict.cp_memory import CpTransientBytes, cp_transient, layer_cp_transient
+from paraplan.predict.cp_memory import CpTransientBytes, attention_recomputed, cp_transient, layer_cp_transient
 from paraplan.predict.cp_ops import AttentionShape
 from paraplan.predict.models import PRESETS
 from paraplan.predict.rank_state import ActivationBytes, _Moments
@@ -71,11 +71,13 @@ def test_layer_transient_takes_the_runs_shape():
                            global_batch_size=1, elementwise_kernels="fused")
     got = layer_cp_transient(replace(model, seq_length=262144), settings)
     assert got == cp_transient(shape(8), "torch_allgather")
+    full = layer_cp_transient(replace(model, seq_length=262144), replace(settings, recompute_granularity="full"))
+    assert full.recomputed and full.backward_moment_bytes == max(got.forward_bytes, got.backward_bytes)
 
 
 def test_working_set_per_moment():
     acts = ActivationBytes(layer=1.0, moe_layer=None, embedding=0.0, head=0.0, recomputed_layer=5.0,
-                           loss_transient=30.0, cp=CpTransientBytes(7.0, 11.0))
+                           loss_transient=30.0, cp=CpTransientBytes(7.0, 11.0, recomputed=True))
     moments = _Moments(gathered=2.0, backward=3.0)
     has_layers = np.array([True, False, True])
     # forward: gathered + the attention's; the last chunk of the last stage: the larger of it and the loss
@@ -85,5 +87,16 @@ def test_working_set_per_moment():
     assert moments.per_op(has_layers, acts, last_stage=False)[0].tolist() == [9, 2, 9]
     unrecomputed = ActivationBytes(1.0, None, 0.0, 0.0, 0.0, 0.0, cp=CpTransientBytes(13.0, 11.0))
     assert moments.per_op(has_layers, unrecomputed, last_stage=False)[1].tolist() == [14, 3, 14]
-    recomputed = ActivationBytes(1.0, None, 0.0, 0.0, 1.0, 0.0, cp=CpTransientBytes(13.0, 11.0))
+    recomputed = ActivationBytes(1.0, None, 0.0, 0.0, 0.0, 0.0, cp=CpTransientBytes(13.0, 11.0, recomputed=True))
     assert moments.per_op(has_layers, recomputed, last_stage=False)[1].tolist() == [16, 3, 16]
+
+
+@pytest.mark.parametrize(("settings", "recomputed"), [
+    (RunSettings(recompute_granularity="full"), True),
+    (RunSettings(recompute_granularity="selective"), True),  # Megatron's default modules: core_attn
+    (RunSettings(recompute_granularity="selective", recompute_modules=("mlp",)), False),
+    (RunSettings(recompute_granularity="selective", selective_ac_option="op"), False),  # flash outputs saved
+    (RunSettings(), False),
+])
+def test_attention_forward_rerun_in_the_backward(settings, recomputed):
+    assert attention_recomputed(settings) is recomputed

@@ -53,7 +53,7 @@ d0067d0, Aug 2026, 16-bit path, `sbhd`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
@@ -68,6 +68,13 @@ class CpTransientBytes:
 
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
+    recomputed: bool = False  # the attention's forward runs again in the backward (`attention_recomputed`)
+
+    @property
+    def backward_moment_bytes(self) -> float:
+        """What a backward holds of it: the backward's buffers, or the recomputed forward's
+        when larger."""
+        return max(self.forward_bytes, self.backward_bytes) if self.recomputed else self.backward_bytes
 
 
 def _sizes(x: AttentionShape) -> tuple[float, float, float]:
@@ -111,6 +118,17 @@ def cp_transient(shape: AttentionShape, cp_comm_type: str) -> CpTransientBytes:
     return te_cp_transient(shape, cp_comm_type)
 
 
+def attention_recomputed(settings: RunSettings) -> bool:
+    """Whether the backward runs the attention's forward again (`ops.layer_work`): full
+    recomputation, or Megatron's selective recomputation of `core_attn`; torchtitan's
+    per-op policy saves flash attention's outputs."""
+    if settings.recompute_granularity == "full":
+        return True
+    return (settings.recompute_granularity == "selective" and settings.selective_ac_option != "op"
+            and "core_attn" in settings.recompute_modules)
+
+
 def layer_cp_transient(model: TransformerModel, settings: RunSettings) -> CpTransientBytes:
     """The transient of one layer's attention as the run's settings shape it."""
-    return cp_transient(_shape(model, settings).attention_shape(), settings.cp_comm_type)
+    got = cp_transient(_shape(model, settings).attention_shape(), settings.cp_comm_type)
+    return replace(got, recomputed=attention_recomputed(settings))

@@ -288,10 +288,10 @@ class _Moments:
         """[forward, backward] x model chunk: a forward, the gathered weights with a
         layer's context-parallel attention (`cp_memory`) or, at the end of the last
         chunk of the last stage, the loss's transient (`loss_ops`); a backward, its
-        transients with a layer's attention backward (and, when the layer is
-        recomputed, its attention forward, whichever is larger)."""
+        transients with a layer's attention backward (and, when the attention is
+        recomputed, its forward, whichever is larger)."""
         cp = acts.cp
-        attention_bwd = max(cp.forward_bytes, cp.backward_bytes) if acts.recomputed_layer else cp.backward_bytes
+        attention_bwd = cp.backward_moment_bytes
         forward = self.gathered + np.where(has_layers, cp.forward_bytes, 0.0)
         if last_stage:  # the loss runs after the layers' attention, beside the gathered weights
             forward[-1] = self.gathered + max(float(np.where(has_layers[-1], cp.forward_bytes, 0.0)),

@@ -81,7 +81,9 @@ class RankMemory:
     gradients_bytes: float
     optimizer_bytes: float
     activation_bytes_per_chunk: np.ndarray  # per micro-batch, per model chunk
-    working_bytes: float = 0.0  # transient peak on top (recomputed layer, logits, buffers)
+    working_bytes: float = 0.0
+    """Transient bytes on top (recomputed layer, loss, buffers): the largest of
+    `working_bytes_per_op` where given, else added at the activation peak."""
     lazy_gradient_bytes_per_chunk: np.ndarray | None = None
     """Per model chunk: gradients allocated by the chunk's first backward op and held to
     the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
