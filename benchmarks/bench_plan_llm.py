@@ -57,7 +57,8 @@ def speed() -> None:
         plan = result.plans[0]
         print(f"{name} on {gpus} x {cluster.device.name} ({calibration.label}): {best:.2f} s wall, "
               f"{best_cpu:.2f} s CPU (best of 3; "
-              f"target < {target:.0f} s), {result.candidates} candidates, {result.retimed} re-timed, "
+              f"target < {target:.0f} s), {result.candidates} candidates, {result.retimed} re-timed "
+              f"({result.post_pass} in the post-pass: DualPipe, overlap flags), "
               f"{result.proven_slower} proven slower by a bound; {describe(plan)}: "
               f"{plan.iteration_s:.3g} s, MFU {plan.mfu:.1%}")
 

@@ -6,8 +6,10 @@ one search over tensor, pipeline and data parallelism, micro-batch size,
 interleaving, schedule (1f1b, interleaved_1f1b, zb_h1, gpipe), recomputation,
 sequence parallelism and ZeRO stage / distributed optimizer (and for
 mixture-of-experts models such as mixtral-8x7b expert and expert-tensor
-parallelism), every plan fitting device memory and re-timed by the simulator; the data-parallel baselines are
-candidates of the same search. Writes one row per plan kept, best first, in
+parallelism), every plan fitting device memory and re-timed by the simulator; then
+DualPipe and the overlaps tp_comm_overlap (Hopper and newer), overlap_moe_expert_parallel_comm
+and moe_shared_expert_overlap tried on the best plans where they can run; the data-parallel
+baselines are candidates of the same search. Writes one row per plan kept, best first, in
 `paraplan predict`'s column names (+ the baselines' iteration times and search_s).
 
 A layer profile (--profile, e.g. PipeDream's CNNs) for one or many global batch
@@ -102,6 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="context_parallel_size values to search, e.g. 1 (no context parallelism) or 1,2,4,8 "
                           "(default: 1, and for sequences of 16,384 tokens or more every power of two dividing "
                           "--gpus)")
+    # z6-plansearch: what the post-pass may try (`paraplan.plan.transformer.variants`, docs/stages/plan.md)
+    llm.add_argument("--schedules", default=None, metavar="S[,S...]",
+                     help="pipeline schedules to search among 1f1b, interleaved_1f1b, zb_h1, gpipe, dualpipe "
+                          "(default: all; dualpipe needs 1f1b beside it and a framework that runs DeepSeek's "
+                          "DualPipe, which Megatron-LM does not)")
+    llm.add_argument("--no-overlap-flags", action="store_true",
+                     help="do not try tp_comm_overlap, overlap_moe_expert_parallel_comm and "
+                          "moe_shared_expert_overlap on the best plans (e.g. for Megatron-LM's --deterministic-mode, "
+                          "which forbids tp_comm_overlap)")
     add_output_argument(parser, "plan CSV (with --study or several --shapes: a folder of <name>__<shape>.csv)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the speedup figure (PNG + PDF), named after the CSV")
@@ -181,7 +192,8 @@ def _refuse_unused(args: argparse.Namespace, model: bool) -> None:
         ("--gpus", args.gpus is not None), ("--global-batch-size", args.global_batch_size is not None),
         ("--seq-length", args.seq_length is not None), ("--fp8-recipe", bool(args.fp8_recipe)),
         ("--calibration", args.calibration is not None), ("--allow-cross-node-tp", args.allow_cross_node_tp),
-        ("--context-parallel-sizes", args.context_parallel_sizes is not None)) if given_]
+        ("--context-parallel-sizes", args.context_parallel_sizes is not None),
+        ("--schedules", args.schedules is not None), ("--no-overlap-flags", args.no_overlap_flags)) if given_]
     if unused:
         raise ConfigError(unused[0], "is for a transformer (--model), not a layer profile")
 
@@ -249,6 +261,27 @@ def _runlog(args, rows, wall, csv_path, figures, params):
                   artifacts=[csv_path, *figures], table=table)
 
 
+def _search_space(args: argparse.Namespace, cp_sizes: tuple[int, ...]):
+    """The transformer planner's search space from --allow-cross-node-tp,
+    --context-parallel-sizes, --schedules and --no-overlap-flags."""
+    from paraplan.core import ConfigError
+    from paraplan.plan.transformer.space import POST_PASS_SCHEDULES, SCHEDULES, SearchSpace
+
+    known = (*SCHEDULES, *POST_PASS_SCHEDULES)
+    schedules = known if args.schedules is None else tuple(x.strip() for x in args.schedules.split(","))
+    bad = [x for x in schedules if x not in known]
+    if bad or not schedules:
+        raise ConfigError("--schedules", f"expected schedules among {', '.join(known)} separated by commas, got "
+                          f"{args.schedules!r}")
+    if "dualpipe" in schedules and "1f1b" not in schedules:
+        raise ConfigError("--schedules", "dualpipe needs 1f1b beside it (DualPipe is tried on the best 1F1B "
+                          "candidates)")
+    off = (False,) if args.no_overlap_flags else (False, True)
+    return SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp, context_parallel_sizes=cp_sizes,
+                       schedules=schedules, tp_comm_overlap=off, overlap_moe_expert_parallel_comm=off,
+                       moe_shared_expert_overlap=off)
+
+
 def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
     """--context-parallel-sizes as integers >= 1 (empty: the search's default)."""
     from paraplan.core import ConfigError
@@ -276,7 +309,6 @@ def _run_llm(args: argparse.Namespace) -> int:
     from paraplan.plan.transformer.output import PLAN_COLUMNS, describe, plan_rows
     from paraplan.plan.transformer.request import TransformerPlanRequest
     from paraplan.plan.transformer.search import search
-    from paraplan.plan.transformer.space import SearchSpace
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.models import load_model
     from paraplan.predict.peak_memory import PEAK_MEMORY_COLUMNS
@@ -314,8 +346,7 @@ def _run_llm(args: argparse.Namespace) -> int:
               + ("" if args.fp8_recipe else " (Megatron-LM's default; --fp8-recipe to choose)"), file=sys.stderr)
     request = TransformerPlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype,
                                      top_k=args.top_k, fp8_recipe=args.fp8_recipe,
-                                     space=SearchSpace(allow_cross_node_tensor=args.allow_cross_node_tp,
-                                                       context_parallel_sizes=cp_sizes))
+                                     space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,

@@ -138,9 +138,9 @@ def output_columns(header: list[str], searched: set[str], explain: bool = False)
     from paraplan.predict.explain import EXPLAIN_COLUMNS
     from paraplan.predict.peak_memory import RETIRED_COLUMNS
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
-    from paraplan.predict.runtable import PREDICTED
+    from paraplan.predict.runtable import PLAN_ONLY_COLUMNS, PREDICTED
 
-    columns = [c for c in header if c not in PREDICTED and c not in RETIRED_COLUMNS]
+    columns = [c for c in header if c not in PREDICTED and c not in RETIRED_COLUMNS and c not in PLAN_ONLY_COLUMNS]
     for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
         if extra not in columns and extra in searched:
             columns.append(extra)

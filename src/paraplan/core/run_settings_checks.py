@@ -168,7 +168,7 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
         raise StrategyError(f"moe_shared_expert_overlap needs shared experts; '{model.name}' has none "
                             "(moe_shared_expert_intermediate_size 0)")
     if settings.overlap_moe_expert_parallel_comm:
-        check_a2a_overlap(settings)
+        check_a2a_overlap(settings, model.mtp_num_layers)
     if settings.moe_token_dispatcher_type == "flex" and etp > 1:
         raise StrategyError(f"moe_token_dispatcher_type flex with expert_tensor_parallel_size {etp} is not "
                             "modelled (DeepEP priced for ETP 1)")
@@ -213,10 +213,16 @@ def check_dualpipe_settings(settings: RunSettings) -> None:
 # -- end v5-dualpipe
 
 
-def check_a2a_overlap(settings: RunSettings) -> None:
+def check_a2a_overlap(settings: RunSettings, mtp_num_layers: int = 0) -> None:
     """Megatron-Core's rules for `overlap_moe_expert_parallel_comm` (TransformerConfig)."""
     wrong = [why for bad, why in (
         (settings.expert_model_parallel_size < 2, "expert_model_parallel_size > 1"),
+        # z6-plansearch: TransformerConfig's pipeline and multi-token-prediction rules (Megatron-Core d98e8a64)
+        (settings.pipeline_model_parallel_size > 1 and settings.virtual_pipeline_model_parallel_size == 1
+         and not settings.pipeline_model_parallel_layout,
+         "the interleaved schedule with pipelines (virtual_pipeline_model_parallel_size > 1 with "
+         "pipeline_model_parallel_size > 1)"),
+        (mtp_num_layers > 1, "at most one multi-token-prediction layer"),
         (settings.recompute_granularity == "full", "no full recomputation"),
         ("moe" in settings.recompute_modules and settings.recompute_granularity == "selective",
          "no moe in recompute_modules"),

@@ -65,6 +65,7 @@ from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict import torchao_fp8
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
+from paraplan.predict.cp_memory import layer_cp_transient
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -288,7 +289,8 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
                            work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
-                           torch_pipelining_memory(model, settings))
+                           torch_pipelining_memory(model, settings),
+                           layer_cp_transient(model, settings))  # z8-cpmem
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,

@@ -122,8 +122,13 @@ PREDICTED: tuple[str, ...] = (
     *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "chosen", "calibration", "plausibility",
 )
 OTHER: tuple[str, ...] = ("name", "model", "num_gpus", "measured_iteration_s")
+# z6-plansearch: a `paraplan plan --model` CSV is a run table; its own columns are read and dropped
+PLAN_ONLY_COLUMNS: tuple[str, ...] = (
+    "rank", "predicted_tokens_per_s", "dp_no_overlap_s", "dp_overlap_s", "dp_zero1_s", "dp_zero2_s", "dp_zero3_s",
+    "search_s")
+"""`paraplan plan`'s columns that are not a run's (`paraplan.plan.transformer.output.PLAN_COLUMNS`)."""
 KNOWN: tuple[str, ...] = (*OTHER[:2], *REQUIRED, *MODEL_COLUMNS, *SETTINGS_COLUMNS, *OTHER[2:], *PREDICTED,
-                          *RETIRED_COLUMNS)
+                          *RETIRED_COLUMNS, *PLAN_ONLY_COLUMNS)
 MAX_FIELD_CHARS = 256
 MAX_ROWS = 1_000_000
 

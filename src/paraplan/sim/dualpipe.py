@@ -35,6 +35,7 @@ per rank; 2x the weights of a p-stage 1F1B rank.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
@@ -184,11 +185,18 @@ def rank_order(layout: Layout, rank: int) -> list[RankOp]:
     return out
 
 
-def orders(schedule: str, ranks: int, microbatches: int) -> list[list[RankOp]]:
-    """Every rank's order, checked (`check_dualpipe`)."""
+def orders(schedule: str, ranks: int, microbatches: int) -> tuple[tuple[RankOp, ...], ...]:
+    """Every rank's order, checked (`check_dualpipe`); computed once per (schedule, ranks,
+    micro-batches) while it is in the cache (z6-plansearch: the planner runs many DualPipe
+    iterations of one shape; the ops are frozen)."""
     check_dualpipe(schedule, ranks, microbatches)
+    return _orders(schedule, ranks, microbatches)
+
+
+@functools.lru_cache(maxsize=16)
+def _orders(schedule: str, ranks: int, microbatches: int) -> tuple[tuple[RankOp, ...], ...]:
     layout = Layout(schedule, ranks, microbatches)  # type: ignore[arg-type]
-    return [rank_order(layout, r) for r in range(ranks)]
+    return tuple(tuple(rank_order(layout, r)) for r in range(ranks))
 
 
 @dataclass(frozen=True, eq=False)

@@ -86,6 +86,7 @@ class Estimates:
     iteration_s: np.ndarray
     peak_memory_bytes: np.ndarray
     bubble_fraction: np.ndarray
+    dualpipe_peak_memory_bytes: np.ndarray  # the candidate run as DualPipe (`_dualpipe_peak_bytes`)
 
 
 def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster, comm: CommModel,
@@ -101,6 +102,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     layers = StageLayers.of(cols)
     params = _stage_params(model, cols, layers, weights)
     peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
+    dualpipe_peak = _dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed)
@@ -113,7 +115,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
-    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan))
+    return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
 
 
 @dataclass(frozen=True, eq=False)
@@ -395,3 +397,31 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
                 + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
                 + np.maximum(working + zero2_last, loss))
     return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))
+
+
+def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,
+                         weights: _Weights, params: StageParams, prec: Precision) -> np.ndarray:
+    """The peak of a v = 1, p > 1, ZeRO-0/1 candidate run as DualPipe (`variants.py`;
+    meaningless for the others): rank r holds stages r and p - 1 - r, both stages' model
+    state (a sharded optimizer's over both copies' ranks: half of each) and p + 1
+    micro-batches of a stage's activations (DeepSeek-V3's Table 2; 1F1B's first stage
+    holds p). The larger of the end ranks' (the first and the last stage, with the
+    embedding and the head) and a middle rank's (two stages of the model's heaviest
+    layers: MoE ones where the model has both kinds)."""
+    row = cols.row
+    optimizer = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
+    state_b = prec.weight_bytes + prec.grad_bytes + optimizer / cols.shards
+    state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
+    held = np.minimum(cols.p, cols.m) + 1.0
+    working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    ends = ((params.first + params.last) * state_b + (params.first_experts + params.last_experts) * state_e
+            + held * layers.n_big * table.act_layer[row] + table.act_emb[row] + table.act_head[row]
+            + np.maximum(working, table.loss_transient[row]))
+    layer, expert_layer = weights.layer, weights.expert_layer
+    if model.is_moe and model.num_moe_layers < model.num_layers:  # the middle stages' MoE layers
+        experts = model.num_experts * model.expert_params
+        layer = (model.moe_layer_params - experts) / cols.t
+        expert_layer = experts / (cols.ep * cols.etp)
+    middle = (2 * layers.n_big * (layer * state_b + expert_layer * state_e)
+              + held * layers.n_big * table.act_layer[row] + working)
+    return np.maximum(ends, middle)

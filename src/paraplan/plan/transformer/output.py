@@ -4,7 +4,10 @@ kept, best first, with the data-parallel baselines' iteration times beside it.
 Every plan answered was re-timed by the exact engine (`search.py`), so its memory
 columns are the engine's, as `paraplan predict` writes them: the peak, the pipeline
 rank it is on and that rank's parts at that moment, adding up to the peak
-(`paraplan.predict.peak_memory.PeakMemory`)."""
+(`paraplan.predict.peak_memory.PeakMemory`).
+
+Every row names the overlaps it assumed (`tp_comm_overlap`, `overlap_p2p_comm`, the MoE
+overlaps), so `paraplan predict` on the row's settings prices the same run."""
 
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "virtual_pipeline_model_parallel_size",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
     "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
-    "overlap_param_gather", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
+    "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
+    "moe_shared_expert_overlap", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES),
     "search_s", "calibration",
@@ -65,6 +69,11 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "recompute_granularity": s.recompute_granularity, "sequence_parallel": _flag(s.sequence_parallel),
             "zero_stage": str(s.zero_stage), "use_distributed_optimizer": _flag(s.use_distributed_optimizer),
             "overlap_grad_reduce": _flag(s.overlap_grad_reduce), "overlap_param_gather": _flag(s.overlap_param_gather),
+            "tp_comm_overlap": _flag(s.tp_comm_overlap),
+            # Megatron-LM turns it off for every schedule but the interleaved one
+            "overlap_p2p_comm": _flag(s.p2p_overlapped),
+            "overlap_moe_expert_parallel_comm": _flag(s.overlap_moe_expert_parallel_comm),
+            "moe_shared_expert_overlap": _flag(s.moe_shared_expert_overlap),
             "schedule": s.pipeline_schedule, "dtype": s.dtype, "use_flash_attn": _flag(s.use_flash_attn),
             "predicted_iteration_s": f"{plan.iteration_s:.6g}", "predicted_tokens_per_s": f"{tokens:.6g}",
             "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
@@ -96,6 +105,12 @@ def describe(plan: RunPrediction) -> str:
                  else "no recomputation")
     if s.sequence_parallel:
         parts.append("sequence parallel")
+    if s.tp_comm_overlap:
+        parts.append("TP comm overlap")
+    if s.overlap_moe_expert_parallel_comm:
+        parts.append("EP all-to-all overlap")
+    if s.moe_shared_expert_overlap:
+        parts.append("shared-expert overlap")
     if s.use_distributed_optimizer:
         parts.append("distributed optimizer")
     elif s.zero_stage:

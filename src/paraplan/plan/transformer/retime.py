@@ -9,7 +9,10 @@ forward and backward (and weight-gradient) op times (`busy_lower_bound_s`). Pric
 execution models are cheap next to running them; a candidate whose bound exceeds the
 `keep`-th best iteration time (distinct settings that fit) re-timed so far cannot be
 among the `keep` plans answered, which therefore stay exactly those of re-timing
-every candidate. Candidates go in order of their estimate, so the best come first."""
+every candidate. Candidates go in order of their estimate, so the best come first.
+A DualPipe rank runs two stages (r and p - 1 - r), M / 2 micro-batches' forward and
+backward on each, each pass alone or in a pair at no more than its pair share: its bound
+is M / 2 x the sum over both stages of the lesser of each pass's two costs."""
 
 from __future__ import annotations
 
@@ -31,8 +34,13 @@ _TOL = 1 + 1e-9  # relative slack of the bound (the engine sums op times in anot
 
 def busy_lower_bound_s(model: ExecutionModel) -> float:
     """The busiest pipeline rank's compute per iteration, s: rank r runs virtual stages
-    r, r + p, ... (chunk c is virtual stage c p + r), each micro-batch once."""
+    r, r + p, ... (chunk c is virtual stage c p + r), each micro-batch once (DualPipe:
+    module doc)."""
     p, v, m = model.pipeline_stages, model.virtual_stages, model.microbatches
+    dual = model.dualpipe
+    if dual is not None:
+        stage = np.minimum(dual.fwd_s, dual.pair_fwd_s) + np.minimum(dual.bwd_s, dual.pair_bwd_s)
+        return float(m / 2 * (stage + stage[::-1]).max())
     costs = model.costs
     per_stage = costs.fwd_s + costs.bwd_s
     if get_schedule(model.schedule).split_backward:
@@ -41,18 +49,19 @@ def busy_lower_bound_s(model: ExecutionModel) -> float:
 
 
 def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cluster, comm: CommModel,
-           efficiency: DeviceEfficiency, keep: int,
-           estimate_s: np.ndarray) -> list[tuple[IterationResult, RunSettings] | None]:
+           efficiency: DeviceEfficiency, keep: int, estimate_s: np.ndarray,
+           known_s: Sequence[float] = ()) -> list[tuple[IterationResult, RunSettings] | None]:
     """The exact iteration of each of `settings`, in their order; None where the bound
     proves it slower than the `keep` best that fit. `estimate_s`: the order to time
     them in; -inf for settings that must be timed whatever their bound (the baselines,
-    which the answer reports)."""
+    which the answer reports). `known_s`: iteration times of plans re-timed before,
+    other settings than these, that fit (the post-pass's: `search.py`)."""
     structures = [run_structure(model, s, cluster, comm) for s in settings]
     kernel_s = kernel_times_by_pass(structures, efficiency)
     capacity = float(cluster.device.usable_memory_bytes)
     out: list[tuple[IterationResult, RunSettings] | None] = [None] * len(settings)
     best: dict[RunSettings, float] = {}  # distinct settings that fit: their iteration, s
-    kept: list[float] = []  # the `keep` least of `best`, sorted
+    kept = sorted(known_s)[:keep]  # the `keep` least of `best` and `known_s`, sorted
     for i in np.argsort(estimate_s, kind="stable").tolist():
         execution = price(structures[i], kernel_s[i], efficiency)
         if (estimate_s[i] != -np.inf and len(kept) >= keep
@@ -63,5 +72,5 @@ def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cl
         if float(result.peak_memory_bytes.max()) <= capacity:
             seconds = min(result.iteration_s, best.get(settings[i], np.inf))
             best[settings[i]] = seconds
-            kept = sorted(best.values())[:keep]
+            kept = sorted([*best.values(), *known_s])[:keep]
     return out

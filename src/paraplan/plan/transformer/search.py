@@ -12,7 +12,12 @@ mixture-of-experts models expert parallelism (EP) and expert tensor parallelism 
    (`paraplan.predict`), which also checks memory exactly; a candidate whose lower
    bound (its busiest rank's compute) already exceeds the `top_k`-th best re-timed
    plan is skipped, since it cannot be answered (`retime.py`).
-3. Answer the fastest re-timed plans that fit, best first. The baselines (pure data
+3. Post-pass (`variants.py`): the fastest 1F1B candidates that fit as DualPipe, then
+   the best re-timed plans again with each valid combination of the overlap flags the
+   estimate does not price (`tp_comm_overlap`, `overlap_moe_expert_parallel_comm`,
+   `moe_shared_expert_overlap`), all re-timed with the exact engine (with the same
+   bound, against the plans already re-timed).
+4. Answer the fastest re-timed plans that fit, best first. The baselines (pure data
    parallelism with and without overlapped gradient reduction, and with ZeRO stages
    1-3) are candidates of the same search, so the answer is never slower than any
    of them.
@@ -40,6 +45,12 @@ from paraplan.plan.transformer.memory_text import peak_parts_text
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
+from paraplan.plan.transformer.variants import (
+    VARIANT_PLANS,
+    dualpipe_estimate_s,
+    dualpipe_settings,
+    flag_variants,
+)
 from paraplan.predict.build import Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.peak_memory import PeakMemory
@@ -58,6 +69,7 @@ class PlanResult:
     search_s: float
     not_simulated: int = 0  # candidates that fit by estimate beyond `MAX_SIMULATED_OPS`: not re-timed
     proven_slower: int = 0  # chosen for re-timing, skipped: a lower bound proves them slower than the plans answered
+    post_pass: int = 0  # settings of the post-pass (flag variants, DualPipe) re-timed (`variants.py`)
 
 
 BASELINES: dict[str, dict[str, object]] = {
@@ -147,9 +159,50 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     unique = _distinct_fastest(p for p in predictions if p is not None)
     if not unique:
         _raise_fits_nowhere(request, cand, est, base, comm, efficiency, ~too_long)
+    dualpipe_fits = (est.dualpipe_peak_memory_bytes <= capacity * MEMORY_MARGIN) & fits
+    dualpipe_s = dualpipe_estimate_s(cand, est.iteration_s, est.bubble_fraction)
+    post = _post_pass(request, unique, cand, base, dualpipe_fits, dualpipe_s, comm, efficiency)
+    unique = _distinct_fastest([*unique, *(p for p in post if p is not None)])
     retimed = sum(p is not None for p in predictions)
-    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), retimed,
-                      time.perf_counter() - started, int(beyond.sum()), len(predictions) - retimed)
+    timed_post = sum(p is not None for p in post)
+    return PlanResult(tuple(unique[: request.top_k]), base_pred, len(cand), int(fits.sum()), retimed + timed_post,
+                      time.perf_counter() - started, int(beyond.sum()),
+                      len(predictions) - retimed + len(post) - timed_post, timed_post)
+
+
+def _post_pass(request: TransformerPlanRequest, plans: list[RunPrediction], cand: Candidates, base: RunSettings,
+               dualpipe_fits: np.ndarray, dualpipe_s: np.ndarray, comm: CommModel,
+               efficiency: DeviceEfficiency) -> list[RunPrediction | None]:
+    """The exact predictions of the post-pass's settings (module doc, step 3; None:
+    proven slower than the `top_k` plans): DualPipe runs of the 1F1B candidates of least
+    estimated DualPipe time (`dualpipe_s`) that fit as DualPipe, then the best `VARIANT_PLANS`
+    plans so far (at least `top_k`) with each valid combination of overlap flags."""
+    model, cluster, space = request.model, request.cluster, request.space
+    out: list[RunPrediction | None] = []
+    if "dualpipe" in space.schedules:
+        picked = dualpipe_settings(cand, base, model, dualpipe_fits, dualpipe_s)
+        out += _retime_pool(request, [s for _, s in picked], [float(dualpipe_s[i]) for i, _ in picked], plans,
+                            comm, efficiency)
+        plans = _distinct_fastest([*plans, *(p for p in out if p is not None)])
+    pool: list[RunSettings] = []
+    order_s: list[float] = []
+    for plan in plans[:max(VARIANT_PLANS, request.top_k)]:
+        variants = flag_variants(plan.settings, model, cluster, space)
+        pool += variants
+        order_s += [plan.iteration_s] * len(variants)
+    return out + _retime_pool(request, pool, order_s, plans, comm, efficiency)
+
+
+def _retime_pool(request: TransformerPlanRequest, pool: list[RunSettings], order_s: list[float],
+                 plans: list[RunPrediction], comm: CommModel,
+                 efficiency: DeviceEfficiency) -> list[RunPrediction | None]:
+    """`retime` of `pool` in the order of `order_s`, against the `plans` re-timed before."""
+    if not pool:
+        return []
+    known = [p.iteration_s for p in plans[:request.top_k]]
+    model, cluster = request.model, request.cluster
+    results = retime(model, pool, cluster, comm, efficiency, request.top_k, np.array(order_s), known)
+    return [None if rs is None else summarize(model, rs[1], rs[0], cluster) for rs in results]
 
 
 def _retime(request: TransformerPlanRequest, settings: list[RunSettings], estimate_s: np.ndarray, comm: CommModel,

@@ -15,7 +15,12 @@ t x d, ETP 1 or t (Megatron-Core's default) unless the space names others
 
 Dominated settings are not enumerated (each is never faster and never smaller in
 the model): gradient reduction and weight all-gather are always overlapped when they
-can be.
+can be, and so are the interleaved schedule's pipeline transfers (`overlap_p2p_comm`,
+Megatron's default, which it turns off for the other schedules).
+
+Settings the closed-form estimate does not price (DualPipe, `tp_comm_overlap`,
+`overlap_moe_expert_parallel_comm`) are not enumerated either: they are tried on the
+best candidates after the search and re-timed with the exact engine (`variants.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ from paraplan.plan.transformer.experts import expert_layouts
 from paraplan.predict.predictor import divisors
 
 SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b", "zb_h1", "gpipe")
+"""The schedules of the enumerated candidates (the closed-form estimate prices each)."""
+POST_PASS_SCHEDULES: tuple[PipelineSchedule, ...] = ("dualpipe",)
+"""Schedules tried on the best candidates after the search, re-timed by the exact
+engine only (`variants.py`): DeepSeek-V3's DualPipe."""
 RECOMPUTE: tuple[RecomputeGranularity, ...] = ("none", "selective", "full")
 ZERO: tuple[int, ...] = (0, 1, 2, 3)  # 1: Megatron's distributed optimizer (ZeRO-1)
 MIN_CP_SEQ_LENGTH = 16384
@@ -56,7 +65,8 @@ class SearchSpace:
     """TP degrees; empty: every divisor of the node's GPU count that the model allows."""
     allow_cross_node_tensor: bool = False
     """Let TP groups span nodes (degrees above the node's GPU count)."""
-    schedules: tuple[str, ...] = SCHEDULES
+    schedules: tuple[str, ...] = (*SCHEDULES, *POST_PASS_SCHEDULES)
+    """Pipeline schedules; `dualpipe` is tried on the best 1F1B candidates (`variants.py`)."""
     recompute: tuple[str, ...] = RECOMPUTE
     zero_stages: tuple[int, ...] = ZERO
     sequence_parallel: tuple[bool, ...] = (False, True)
@@ -69,11 +79,21 @@ class SearchSpace:
     """EP degrees for a mixture-of-experts model; empty: every divisor of num_experts."""
     expert_tensor_sizes: tuple[int, ...] = ()
     """ETP degrees; empty: 1 and the candidate's TP (Megatron-Core's default)."""
+    tp_comm_overlap: tuple[bool, ...] = (False, True)
+    """Transformer Engine's userbuffers overlap of tensor-parallel communication, tried on
+    the best plans where it can run (`variants.tp_comm_overlap_runs`); (False,): never."""
+    overlap_moe_expert_parallel_comm: tuple[bool, ...] = (False, True)
+    """Megatron-Core's expert-parallel all-to-all overlap, tried on the best plans where
+    it can run (`variants.a2a_overlap_runs`); (False,): never."""
+    moe_shared_expert_overlap: tuple[bool, ...] = (False, True)
+    """Megatron-Core's shared experts beside the all-to-alls, tried on the best plans where
+    it can run (`variants.shared_overlap_runs`); (False,): never."""
 
     def __post_init__(self) -> None:
-        bad = [s for s in self.schedules if s not in SCHEDULES]
+        known = (*SCHEDULES, *POST_PASS_SCHEDULES)
+        bad = [s for s in self.schedules if s not in known]
         if bad:
-            raise StrategyError(f"unknown schedule '{bad[0]}' in the search space; known: {', '.join(SCHEDULES)}")
+            raise StrategyError(f"unknown schedule '{bad[0]}' in the search space; known: {', '.join(known)}")
         bad_rc = [r for r in self.recompute if r not in RECOMPUTE]
         if bad_rc:
             raise StrategyError(f"unknown recompute_granularity '{bad_rc[0]}'; known: {', '.join(RECOMPUTE)}")
@@ -83,7 +103,11 @@ class SearchSpace:
         bad_cp = [c for c in self.context_parallel_sizes if isinstance(c, bool) or not isinstance(c, int) or c < 1]
         if bad_cp:
             raise StrategyError(f"context_parallel_size {bad_cp[0]!r} in the search space; expected an integer >= 1")
-        if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel):
+        if "dualpipe" in self.schedules and "1f1b" not in self.schedules:
+            raise StrategyError("schedule dualpipe in the search space needs 1f1b beside it: DualPipe is tried on "
+                                "the best 1F1B candidates")
+        if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel
+                and self.tp_comm_overlap and self.overlap_moe_expert_parallel_comm and self.moe_shared_expert_overlap):
             raise StrategyError("every dimension of the search space needs at least one value")
 
 
@@ -181,6 +205,8 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                 m = per_replica // b
                 pipes: list[tuple[int, int, int, int]] = []  # schedule, v, first and last stage's layers
                 for schedule in space.schedules:
+                    if schedule in POST_PASS_SCHEDULES:
+                        continue
                     if schedule == "interleaved_1f1b":
                         if p < 2 or m % p:
                             continue
