@@ -23,6 +23,12 @@ from paraplan.predict.fsdp_ops import (
     reduce_bucket_s,
     unsharded_grad_params,
 )
+from paraplan.predict.megatron_ddp import (
+    chunk_buckets,
+    first_gather_params,
+    megatron_bucket_params,
+    uses_megatron_buckets,
+)
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.predict.torch_pipelining import TorchPipeliningMemory
 from paraplan.sim.builder import rank_memory as memory_parts
@@ -146,15 +152,21 @@ def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, pa
     idle = (groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)) or reduces_every_microbatch(settings)
     zero3 = settings.zero_stage == 3
     root_apart = params.root_unit_params() if settings.use_torch_fsdp2 else None  # u3-fsdp2: reduced after (`fsdp_ops`)
-    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3, root_apart)
+    megatron = uses_megatron_buckets(settings)  # z7: Megatron-Core's bucket layout (`megatron_ddp`)
+    if megatron:
+        buckets = replace(buckets, bucket_params=megatron_bucket_params(settings))
+    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3, root_apart,
+                                                               megatron)
                  for s in range(settings.pipeline_model_parallel_size))
 
 
 def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: GradBuckets,
-                     sharding: ShardGroups, zero3: bool, root_apart: np.ndarray | None = None) -> GradSync:
+                     sharding: ShardGroups, zero3: bool, root_apart: np.ndarray | None = None,
+                     megatron: bool = False) -> GradSync:
     """One stage's buckets, later chunks first (they finish their backward first): the
     dense gradients over the data-parallel (sharding) group, the experts' over theirs;
-    `root_apart` (per virtual stage): root-unit weights reduced apart, after the backward."""
+    `root_apart` (per virtual stage): root-unit weights reduced apart, after the backward;
+    `megatron`: Megatron-Core's layout (`megatron_ddp.chunk_buckets`)."""
     chunks: list[int] = []
     fractions: list[float] = []
     bucket_s: list[float] = []
@@ -164,6 +176,16 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
         for total, over, expert in ((params.chunk_params(c, stage) - apart, sharding, False),
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
             if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
+                continue
+            if megatron:
+                first = c == 0 and stage == 0
+                layout = chunk_buckets(total, 0.0 if expert or not first else params.embedding_params, first,
+                                       buckets.bucket_params)
+                chunks += [c] * len(layout.params)
+                priced = {n: reduce_bucket_s(comm, buckets.collective, n * buckets.reduced_bytes, over)
+                          for n in set(layout.params)}  # the equal buckets priced once
+                bucket_s += [priced[n] for n in layout.params]
+                fractions += layout.ready_fraction
                 continue
             units = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
             split = equal_buckets(total, buckets.bucket_params, units if zero3 else 0)  # ZeRO-3: one per FSDP unit
@@ -188,6 +210,11 @@ def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: Comm
         after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
     if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.expert_rank_params, prec, groups.edp)
+    if (sharded and not zero3 and sharding.shard.size > 1 and settings.overlap_param_gather
+            and uses_megatron_buckets(settings)):  # z7: the first rank's first all-gather waits (`megatron_ddp`)
+        first = first_gather_params(params.chunk_params(0, 0), params.embedding_params,
+                                    megatron_bucket_params(settings))
+        after_comm[0] += float(comm.time_s("all_gather", first * prec.weight_bytes, sharding.shard))
     if not model.untie_embeddings_and_output_weights and p > 1:
         exchange = float(comm.time_s("all_reduce", params.vocab_params * prec.grad_bytes, groups.embedding_pair))
         after_comm[0] += exchange
