@@ -95,7 +95,7 @@ def test_lazy_gradients_join_the_activations_after_the_first_backward():
     2a + G at the next forward; stage 1 (warmup 0) a, then G, then a + G. All-forward-
     first (GPipe) holds 4a before any gradient, then 3a + G. (Activations, gradients)
     held at the peak of their sum."""
-    from paraplan.sim.execution import _peak_with_lazy_gradients
+    from paraplan.sim.rank_peak import peak_with_lazy_gradients as _peak_with_lazy_gradients
     from paraplan.sim.schedules import BWD, cached_orders
     a, g = 1.0, 10.0
     orders = cached_orders("1f1b", 2, 4, 1, 1)

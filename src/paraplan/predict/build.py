@@ -65,6 +65,7 @@ from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.kernels.attention_backends import with_attention_kernel
 from paraplan.predict import torchao_fp8
 from paraplan.predict.attention_mix import AttentionMix, attention_mix
+from paraplan.predict.cp_memory import layer_cp_transient
 from paraplan.predict.device_model import (
     DeviceEfficiency,
     DeviceSpeed,
@@ -79,6 +80,7 @@ from paraplan.predict.fsdp_ops import FsdpCosts, fsdp_costs, layer_device_s, sha
 from paraplan.predict.kernel_batch import KernelBatch, PassSums
 from paraplan.predict.layer_factors import layer_shape_key
 from paraplan.predict.loss_ops import loss_transient_bytes
+from paraplan.predict.megatron_ddp import unsharded_zeroing_bytes
 from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.moe_router import expert_bias_sync_s
@@ -287,7 +289,8 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
                            work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
-                           torch_pipelining_memory(model, settings))
+                           torch_pipelining_memory(model, settings),
+                           layer_cp_transient(model, settings))  # z8-cpmem
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
@@ -443,6 +446,9 @@ def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
     opt_bytes = params * optimizer_step_bytes(st.settings, st.precision.optimizer_step_bytes)  # foreach: fsdp2_passes
     step = np.array([memory_time_s(b, st.speed, eff, optimizer_kernels(st.settings, n, OPTIMIZER_KERNELS))
                      for b, n in zip(opt_bytes, params, strict=True)])
+    rank_grads = st.rank_params + (st.expert_rank_params if st.expert_rank_params is not None else 0.0)
+    zeroing = unsharded_zeroing_bytes(st.settings, rank_grads, params, st.precision.grad_bytes)  # z7: megatron_ddp
+    step = step + np.array([memory_time_s(b, st.speed, eff, 1) if b > 0 else 0.0 for b in zeroing])
     if st.fsdp is not None and st.fsdp.fsdp2 is not None:  # FSDP2's passes after the backward
         layers = StageLayers.of(st)
         p = st.settings.pipeline_model_parallel_size

@@ -60,7 +60,9 @@ flat copies are dropped (`torch_cp_merge_passes`, `torch_cp_grad_passes`,
 The keys and values are those the SDPA call receives: torchtitan repeats them to all a
 query heads first (`torch_cp_shape`), so a heads travel, not g.
 
-Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c.
+Heads here are per tensor-parallel rank (a / t, g / t); tokens b s / c. The buffers each
+variant holds for a while (gathered keys and values, fp32 accumulators, ring buffers) are
+priced in `paraplan.predict.cp_memory`.
 """
 
 from __future__ import annotations

@@ -4,14 +4,17 @@ largest and what that rank holds at that moment, in parts that add up to the pea
 The parts (`paraplan.sim.execution.MemoryAtPeak`, built in `rank_state.rank_memory`):
 - model state: weights, gradients and optimizer state as the rank keeps them for the
   whole iteration (sharded as the settings say), with FP8 weight copies;
-- working set: what the peak moment adds for a while: ZeRO-3's gathered weights, the
-  layer being recomputed, the loss's transient, unsharded gradients until their
-  reduce-scatter (ZeRO-2/3 with one micro-batch or reduced every micro-batch);
+- working set: what the op running at the peak moment adds for a while
+  (`paraplan.sim.rank_peak.peak_at_ops`): ZeRO-3's gathered weights, in a backward the
+  layer being recomputed and unsharded gradients until their reduce-scatter (ZeRO-2/3
+  with one micro-batch or reduced every micro-batch), in the last stage's last chunk's
+  forward the loss's transient, a layer's context-parallel attention buffers
+  (`paraplan.predict.cp_memory`);
 - gradient accumulators: unsharded gradients accumulated over the micro-batches
   (ZeRO-2/3 reduced after the last), each model chunk's allocated by its first
   backward, those allocated by the peak moment;
 - activations held at that moment (the rank's activation peak, or fewer where the
-  accumulators' growth moves the peak later).
+  accumulators' growth or a larger working set elsewhere moves the peak).
 """
 
 from __future__ import annotations

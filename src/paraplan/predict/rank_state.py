@@ -6,7 +6,7 @@ memory (`rank_memory`). `paraplan.predict.build` says what each piece costs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import gathers_once_per_iteration, reduces_every_microbatch, sharding_group_size
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.cp_memory import CpTransientBytes
 from paraplan.predict.fsdp_ops import (
     FsdpCosts,
     ShardGroups,
@@ -21,6 +22,12 @@ from paraplan.predict.fsdp_ops import (
     fsdp_working_bytes,
     reduce_bucket_s,
     unsharded_grad_params,
+)
+from paraplan.predict.megatron_ddp import (
+    chunk_buckets,
+    first_gather_params,
+    megatron_bucket_params,
+    uses_megatron_buckets,
 )
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.predict.torch_pipelining import TorchPipeliningMemory
@@ -145,15 +152,21 @@ def gradient_syncs(settings: RunSettings, comm: CommModel, groups: RunGroups, pa
     idle = (groups.dp.size == 1 and (not params.moe or groups.edp.size == 1)) or reduces_every_microbatch(settings)
     zero3 = settings.zero_stage == 3
     root_apart = params.root_unit_params() if settings.use_torch_fsdp2 else None  # u3-fsdp2: reduced after (`fsdp_ops`)
-    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3, root_apart)
+    megatron = uses_megatron_buckets(settings)  # z7: Megatron-Core's bucket layout (`megatron_ddp`)
+    if megatron:
+        buckets = replace(buckets, bucket_params=megatron_bucket_params(settings))
+    return tuple(GradSync.none() if idle else _stage_grad_sync(s, comm, params, buckets, sharding, zero3, root_apart,
+                                                               megatron)
                  for s in range(settings.pipeline_model_parallel_size))
 
 
 def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: GradBuckets,
-                     sharding: ShardGroups, zero3: bool, root_apart: np.ndarray | None = None) -> GradSync:
+                     sharding: ShardGroups, zero3: bool, root_apart: np.ndarray | None = None,
+                     megatron: bool = False) -> GradSync:
     """One stage's buckets, later chunks first (they finish their backward first): the
     dense gradients over the data-parallel (sharding) group, the experts' over theirs;
-    `root_apart` (per virtual stage): root-unit weights reduced apart, after the backward."""
+    `root_apart` (per virtual stage): root-unit weights reduced apart, after the backward;
+    `megatron`: Megatron-Core's layout (`megatron_ddp.chunk_buckets`)."""
     chunks: list[int] = []
     fractions: list[float] = []
     bucket_s: list[float] = []
@@ -163,6 +176,16 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
         for total, over, expert in ((params.chunk_params(c, stage) - apart, sharding, False),
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
             if over.shard.size * over.replicate.size == 1 or (expert and total == 0):
+                continue
+            if megatron:
+                first = c == 0 and stage == 0
+                layout = chunk_buckets(total, 0.0 if expert or not first else params.embedding_params, first,
+                                       buckets.bucket_params)
+                chunks += [c] * len(layout.params)
+                priced = {n: reduce_bucket_s(comm, buckets.collective, n * buckets.reduced_bytes, over)
+                          for n in set(layout.params)}  # the equal buckets priced once
+                bucket_s += [priced[n] for n in layout.params]
+                fractions += layout.ready_fraction
                 continue
             units = max(1, int(params.chunk_moe[c, stage] if expert else params.chunk_layers[c, stage]))
             split = equal_buckets(total, buckets.bucket_params, units if zero3 else 0)  # ZeRO-3: one per FSDP unit
@@ -187,6 +210,11 @@ def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: Comm
         after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
     if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.expert_rank_params, prec, groups.edp)
+    if (sharded and not zero3 and sharding.shard.size > 1 and settings.overlap_param_gather
+            and uses_megatron_buckets(settings)):  # z7: the first rank's first all-gather waits (`megatron_ddp`)
+        first = first_gather_params(params.chunk_params(0, 0), params.embedding_params,
+                                    megatron_bucket_params(settings))
+        after_comm[0] += float(comm.time_s("all_gather", first * prec.weight_bytes, sharding.shard))
     if not model.untie_embeddings_and_output_weights and p > 1:
         exchange = float(comm.time_s("all_reduce", params.vocab_params * prec.grad_bytes, groups.embedding_pair))
         after_comm[0] += exchange
@@ -209,6 +237,7 @@ class ActivationBytes:
     recomputed_layer: float = 0.0  # full recomputation: the layer being rebuilt (the largest kind)
     loss_transient: float = 0.0  # the last stage's cross-entropy, for a moment (`loss_ops.loss_transient_bytes`)
     pipelining: TorchPipeliningMemory | None = None  # torchtitan's pipelines' buffers (`torch_pipelining`)
+    cp: CpTransientBytes = field(default_factory=CpTransientBytes)  # a layer's attention under CP (`cp_memory`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,10 +254,9 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
     """Each pipeline stage's bytes: Megatron-LM's bytes per parameter for weights,
     gradients and optimizer state (sharded as the settings say: ZeRO-3's weights over
     the sharding group, the experts' over theirs), the FP8 weight copies, ZeRO-3's
-    transient gathers and the activations. The working set is the larger of two moments:
-    the backward's (the layer being recomputed, ZeRO-3's gathers and unsharded
-    gradients) and, on the last stage, the loss's (its transient beside the gathered
-    weights; the activations peak at both, when the last micro-batch's forward ends)."""
+    transient gathers and the activations. The working set is given per model chunk for
+    its two kinds of moment (`_Moments`), which the engine adds to what the schedule
+    holds when each op runs, and as their largest."""
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
     edp = settings.expert_data_parallel_size
     root_units = params.root_unit_params().reshape(v, p)
@@ -245,8 +273,11 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
             chunk_acts[0] += acts.embedding
         if s == p - 1:
             chunk_acts[v - 1] += acts.head
-        working = acts.recomputed_layer + fsdp_working_bytes(
-            extra.fsdp, settings, float(root_units[:, s].sum()), n, experts, prec.weight_bytes, prec.grad_bytes)
+        root = float(root_units[:, s].sum())
+        moments = _Moments(
+            gathered=fsdp_working_bytes(extra.fsdp, settings, root, n, experts, prec.weight_bytes, 0),
+            backward=acts.recomputed_layer + fsdp_working_bytes(extra.fsdp, settings, root, n, experts,
+                                                                prec.weight_bytes, prec.grad_bytes))
         lazy = None
         if accumulates_unsharded(settings):  # unsharded gradients, from each chunk's first backward on
             lazy = prec.grad_bytes * np.array(
@@ -254,24 +285,46 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
                  + params.chunk_expert_params[c, s] * (edp > 1) for c in range(v)])
         elif extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
             # ZeRO-2 reduced after the only micro-batch: each unit's gradient until its reduce-scatter
-            working += unsharded_grad_params(settings, params.layer_params, float(root_units[:, s].sum()),
-                                             n) * prec.grad_bytes
-        if s == p - 1:  # the loss runs before the backward's transients, beside the gathered weights only
-            gathered = fsdp_working_bytes(extra.fsdp, settings, float(root_units[:, s].sum()), n, experts,
-                                          prec.weight_bytes, 0)
-            working = max(working, acts.loss_transient + gathered)
+            moments = replace(moments, backward=moments.backward + unsharded_grad_params(
+                settings, params.layer_params, root, n) * prec.grad_bytes)
         held = _PipeliningHeld.of(acts.pipelining, s, p, v)
         chunk_acts -= np.where(params.chunk_layers[:, s] > 0, held.received_input, 0.0)  # a block saved it
-        working += held.buffers  # allocated once, held at every moment
+        per_op = moments.per_op(params.chunk_layers[:, s] > 0, acts, s == p - 1) + held.buffers  # buffers: always
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
-        memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, working, extra.fp8_copy_bytes[s]),
+        memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, float(per_op.max()),
+                                                       extra.fp8_copy_bytes[s]),
                               lazy_gradient_bytes_per_chunk=lazy, kept_output_bytes_per_chunk=held.kept_output,
                               kept_input_grad_bytes_per_chunk=held.kept_input_grad,
-                              iteration_end_bytes=held.iteration_end))
+                              iteration_end_bytes=held.iteration_end, working_bytes_per_op=per_op))
     return tuple(memory)
+
+
+@dataclass(frozen=True)
+class _Moments:
+    """A stage's transients beside the weight state: ZeRO-3's gathered weights (at every
+    moment) and what a backward adds (the layer being recomputed, ZeRO-3's gathers with
+    the unsharded gradients, ZeRO-2's unit being reduced)."""
+
+    gathered: float
+    backward: float
+
+    def per_op(self, has_layers: np.ndarray, acts: ActivationBytes, last_stage: bool) -> np.ndarray:
+        """[forward, backward] x model chunk: a forward, the gathered weights with a
+        layer's context-parallel attention (`cp_memory`) or, at the end of the last
+        chunk of the last stage, the loss's transient (`loss_ops`); a backward, its
+        transients with a layer's attention backward (and, when the attention is
+        recomputed, its forward, whichever is larger)."""
+        cp = acts.cp
+        attention_bwd = cp.backward_moment_bytes
+        forward = self.gathered + np.where(has_layers, cp.forward_bytes, 0.0)
+        if last_stage:  # the loss runs after the layers' attention, beside the gathered weights
+            forward[-1] = self.gathered + max(float(np.where(has_layers[-1], cp.forward_bytes, 0.0)),
+                                              acts.loss_transient)
+        backward = self.backward + np.where(has_layers, attention_bwd, 0.0)
+        return np.stack([forward, backward])
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,7 +19,8 @@ same ops at the same times), by pipeline rank:
   a sharded optimizer that is not overlapped);
 - memory per rank: weights, gradients and optimizer state, activations per
   micro-batch of each model chunk (held from its forward until its backward ends,
-  so the schedule's order gives the peak), and a transient working set.
+  so the schedule's order gives the peak), and the working set each kind of op adds
+  while it runs (`paraplan.sim.rank_peak`: the peak is the largest moment).
 
 `run_iteration` runs the schedule's op orders through `paraplan.sim.engine.execute`
 and adds the reduction and the tail; the iteration time is the latest rank's end.
@@ -41,7 +42,16 @@ from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flu
 from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
-from paraplan.sim.schedules import BWD, FWD, WGT, OpOrder, Schedule, cached_orders, get_schedule
+from paraplan.sim.rank_peak import (
+    Kept,
+    StackedOrders,
+    activation_peak,
+    peak_at_ops,
+    peak_with_lazy_gradients,
+    rank_peaks,
+    stacked_orders,
+)
+from paraplan.sim.schedules import BWD, WGT, Schedule, cached_orders, get_schedule
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,7 +81,9 @@ class RankMemory:
     gradients_bytes: float
     optimizer_bytes: float
     activation_bytes_per_chunk: np.ndarray  # per micro-batch, per model chunk
-    working_bytes: float = 0.0  # transient peak on top (recomputed layer, logits, buffers)
+    working_bytes: float = 0.0
+    """Transient bytes on top (recomputed layer, loss, buffers): the largest of
+    `working_bytes_per_op` where given, else added at the activation peak."""
     lazy_gradient_bytes_per_chunk: np.ndarray | None = None
     """Per model chunk: gradients allocated by the chunk's first backward op and held to
     the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
@@ -89,6 +101,12 @@ class RankMemory:
     activation, the accumulated gradients reduced): `torch.distributed.pipelining`'s
     buffers, kept outputs and input gradients and the last stage's concatenated output
     (`paraplan.predict.torch_pipelining`)."""
+
+    working_bytes_per_op: np.ndarray | None = None
+    """[forward, backward] x model chunk: the working set while an op of that kind and
+    chunk runs (a split backward's weight-gradient op counts as a backward), each at most
+    `working_bytes`; the engine adds it to what the schedule holds at that op's ends
+    (`paraplan.sim.rank_peak.peak_at_ops`). None: `working_bytes` on top of the activation peak, whenever that is."""
 
     @property
     def weight_state_bytes(self) -> float:
@@ -161,59 +179,6 @@ class IterationResult:
     exposed_sync_s: np.ndarray  # per pipeline rank: reduction time past the compute
     timeline: Timeline | None  # None when not asked for
     memory_at_peak: MemoryAtPeak  # per pipeline rank: the parts of peak_memory_bytes
-
-
-@dataclass(frozen=True, eq=False)
-class _Kept:
-    """Per model chunk: bytes a forward (`output`) or a backward (`input_grad`) allocates
-    and the iteration holds to its end (`RankMemory.kept_*_bytes_per_chunk`)."""
-
-    output: np.ndarray | None = None
-    input_grad: np.ndarray | None = None
-
-    @staticmethod
-    def of(mem: RankMemory) -> _Kept:
-        out, grad = mem.kept_output_bytes_per_chunk, mem.kept_input_grad_bytes_per_chunk
-        return _Kept(None if out is None else np.asarray(out, float), None if grad is None else np.asarray(grad, float))
-
-
-def _activation_peak(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
-                     kept: _Kept = _Kept()) -> tuple[float, int]:
-    """Peak activation bytes (with what is kept to the end) and micro-batch count held
-    as `order` runs."""
-    if not len(order):
-        return 0.0, 0
-    held, count = _held(order, chunk_bytes, free_kind, kept)
-    return float(held.max()), int(count.max())
-
-
-def _held(order: OpOrder, chunk_bytes: np.ndarray, free_kind: int,
-          kept: _Kept = _Kept()) -> tuple[np.ndarray, np.ndarray]:
-    is_fwd = order.kind == FWD
-    is_free = order.kind == free_kind
-    act = chunk_bytes[order.chunk]
-    out = 0.0 if kept.output is None else kept.output[order.chunk]  # by the forward, never freed
-    grad = 0.0 if kept.input_grad is None else np.where(order.kind == BWD, kept.input_grad[order.chunk], 0.0)
-    held = np.cumsum(np.where(is_fwd, act + out, np.where(is_free, -act, 0.0)) + grad)
-    count = np.cumsum(np.where(is_fwd, 1, np.where(is_free, -1, 0)))
-    return held, count
-
-
-def _peak_with_lazy_gradients(order: OpOrder, chunk_bytes: np.ndarray, grad_bytes: np.ndarray,
-                              free_kind: int, kept: _Kept = _Kept()) -> tuple[float, float]:
-    """Activations and gradients held at the peak of their sum, the gradients being
-    those each chunk allocates at its first weight-gradient op (the backward; ZB-H1's W)
-    and holds to the end: after that op, which frees its own micro-batch's activations."""
-    held, _ = _held(order, chunk_bytes, free_kind, kept)
-    is_grad = order.kind == free_kind
-    first = np.zeros(len(order), dtype=bool)
-    chunks = np.where(is_grad, order.chunk, -1)
-    _, index = np.unique(chunks, return_index=True)
-    first[index] = True
-    first &= is_grad
-    grads = np.cumsum(np.where(first, grad_bytes[order.chunk], 0.0))
-    at = int(np.argmax(held + grads))
-    return float(held[at]), float(grads[at])
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
@@ -438,8 +403,12 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     """Each rank's peak memory: weight state, the activations its schedule's order holds
     at most, and its working set."""
     p = model.pipeline_stages
-    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
     free_kind = WGT if sched.split_backward else BWD
+    if all(m.working_bytes_per_op is not None for m in model.memory):  # z8-cpmem: all ranks at once
+        stacked = stacked_orders(model.schedule, p, model.microbatches, model.virtual_stages)
+        if stacked is not None and stacked.kind.shape[1]:
+            return _stacked_memory_peaks(model, stacked, free_kind)
+    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
     act_peak = np.zeros(p)
     inflight = np.zeros(p, dtype=np.int64)
     peak = np.zeros(p)
@@ -447,17 +416,48 @@ def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
     for s in range(p):
         mem = model.memory[s]
         chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
-        kept = _Kept.of(mem)
-        act_peak[s], inflight[s] = _activation_peak(orders[s], chunk_bytes, free_kind, kept)
+        kept = Kept.of(mem)
+        act_peak[s], inflight[s] = activation_peak(orders[s], chunk_bytes, free_kind, kept)
         acts[s] = act_peak[s]
-        if mem.lazy_gradient_bytes_per_chunk is not None and len(orders[s]):
-            acts[s], grads[s] = _peak_with_lazy_gradients(
-                orders[s], chunk_bytes, np.asarray(mem.lazy_gradient_bytes_per_chunk, float), free_kind, kept)
+        lazy = None if mem.lazy_gradient_bytes_per_chunk is None else np.asarray(mem.lazy_gradient_bytes_per_chunk,
+                                                                                 float)
         state[s], working[s] = mem.weight_state_bytes, mem.working_bytes
+        if mem.working_bytes_per_op is not None and len(orders[s]):  # z8-cpmem: each op's own working set
+            acts[s], grads[s], working[s] = peak_at_ops(orders[s], chunk_bytes, lazy,
+                                                          np.asarray(mem.working_bytes_per_op, float), free_kind, kept)
+        elif lazy is not None and len(orders[s]):
+            acts[s], grads[s] = peak_with_lazy_gradients(orders[s], chunk_bytes, lazy, free_kind, kept)
         if mem.iteration_end_bytes > acts[s] + grads[s] + working[s]:  # the moment after the last backward
             acts[s], grads[s], working[s] = 0.0, 0.0, mem.iteration_end_bytes
         peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
     return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
+
+
+def _stacked_memory_peaks(model: ExecutionModel, orders: StackedOrders, free_kind: int) -> _MemoryPeaks:
+    """`_memory_peaks` with every rank's per-op working set, all ranks in one pass
+    (`paraplan.sim.rank_peak.rank_peaks`)."""
+    mem = model.memory
+
+    def per_chunk(values: list[np.ndarray | None]) -> np.ndarray | None:
+        if all(x is None for x in values):
+            return None
+        return np.stack([np.zeros(model.virtual_stages) if x is None else np.asarray(x, float) for x in values])
+
+    chunk_bytes = per_chunk([m.activation_bytes_per_chunk for m in mem])
+    assert chunk_bytes is not None
+    kept = Kept(per_chunk([m.kept_output_bytes_per_chunk for m in mem]),
+                per_chunk([m.kept_input_grad_bytes_per_chunk for m in mem]))
+    working_per_op = np.stack([np.asarray(m.working_bytes_per_op, float) for m in mem])
+    got = rank_peaks(orders, chunk_bytes, kept, per_chunk([m.lazy_gradient_bytes_per_chunk for m in mem]),
+                     working_per_op, free_kind)
+    acts, grads, working = got.activation_bytes, got.gradient_accumulator_bytes, got.working_bytes
+    end = np.array([m.iteration_end_bytes for m in mem])
+    after = end > acts + grads + working  # the moment after the last backward
+    acts, grads, working = np.where(after, 0.0, acts), np.where(after, 0.0, grads), np.where(after, end, working)
+    state = np.array([m.weight_state_bytes for m in mem])
+    peak = state + (acts + grads) + working
+    return _MemoryPeaks(got.activation_peak_bytes, got.inflight_microbatches.astype(np.int64), peak,
+                        MemoryAtPeak(state, working, grads, acts))
 
 
 def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing, peak: np.ndarray) -> Timeline:
