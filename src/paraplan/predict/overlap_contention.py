@@ -6,8 +6,8 @@ remaining bandwidth:
 
 - SMs: the GEMM's output tiles (`device_model.TILE` x TILE) run in waves over the free
   SMs, ceil(tiles / (units - ctas)) waves instead of ceil(tiles / units); a one-wave
-  GEMM of exactly `units` tiles needs two waves beside any collective (the 2x of the
-  NVIDIA forum report in `data/published/overlap/`), a many-wave one slows by about
+  GEMM of exactly `units` tiles needs two waves beside any collective (the NVIDIA forum
+  report in `data/published/overlap/` measured 1.70x, "nearly doubles"), a many-wave one slows by about
   units / (units - ctas).
 - HBM: the GEMM's memory time (its bytes at the device's bandwidth) grows by
   1 / (1 - f), f the fraction of the bandwidth the collective moves; this binds only
