@@ -42,10 +42,11 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
-from paraplan.plan.transformer.space import RECOMPUTE, Candidates
+from paraplan.plan.transformer.space import RECOMPUTE, SCHEDULES, Candidates
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
@@ -57,26 +58,27 @@ from paraplan.sim.schedules import get_schedule
 
 
 @functools.lru_cache(maxsize=4096)
-def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
-    """(micro-batch, chunk) pairs the first and the last stage hold at their peak, from
-    the schedule's own op orders; the count stops growing after a few p micro-batches,
-    so long runs are counted on a shorter one."""
+def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
+    """(micro-batch, chunk) pairs the first, the last and the second stage hold at their
+    peak, from the schedule's own op orders; the count stops growing after a few p
+    micro-batches, so long runs are counted on a shorter one."""
     if p == 1:
-        return (1, 1)
+        return (1, 1, 1)
     if schedule == "gpipe":
-        return (m, m)
+        return (m, m, m)
     if schedule == "1f1b":
-        return (min(p, m), 1)
+        return (min(p, m), 1, min(p - 1, m))
     step = p if v > 1 else 1
     short = min(m, max(4 * p, step))
     short -= short % step
     sched = get_schedule(schedule)
-    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1)]  # not all p stages
+    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1, 1)]  # not all p stages
     peaks = inflight_peak(ends, sched.split_backward)
-    return (int(peaks[0]), int(peaks[-1]))
+    return (int(peaks[0]), int(peaks[1]), int(peaks[2]))
 
 
 def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """(candidates, 3): `_held` of the first, the last and the second stage."""
     keys = list(zip(schedules.tolist(), p.tolist(), m.tolist(), v.tolist(), strict=True))
     return np.array([_held(str(sc), int(pp), int(mm), int(vv)) for sc, pp, mm, vv in keys], dtype=float)
 
@@ -194,7 +196,7 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
             memo[key] = float(comm.time_s(collective, nbytes, Group(size, nodes)))
         return memo[key]
 
-    for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & timed):
+    for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & ~cols.zero3_once & timed):
         size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
         if cols.zero3[i]:
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
@@ -318,12 +320,13 @@ def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, g
 def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
                      prec: Precision, timed: np.ndarray) -> np.ndarray:
     """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
-    reduce per layer: `_layer_times`); the experts' over the expert-data-parallel
-    group (stride EP x ETP)."""
+    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
+    after the last micro-batch, as the distributed optimizer); the experts' over the
+    expert-data-parallel group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
     window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
     memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
-    for i in np.flatnonzero((cols.dc > 1) & (cols.cand.zero < 2) & timed):
+    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
         sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
@@ -368,20 +371,43 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
                + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / cols.expert_shards)
-    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # (candidates, 2): first, last
+    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # first, last, second
     act_chunk = layers.n_chunk * table.act_layer[row]
-    act_first = held[:, 0] * np.where(v > 1, act_chunk, layers.n_big * table.act_layer[row])
-    act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
+    act_first = held[:, 0] * act_chunk + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
-    working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients
+    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
+    act_last = held[:, 1] * layers.n_last * table.act_layer[row]
+    once = cols.zero3_once
+    lazy = once & (cols.m > 1)
+    # with the embedding / loss counted as layers, or fewer layers set on the first / last stage, the
+    # middle stages hold the most layers: the second's
+    second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0)) & (cand.p >= 3)
+    params_second = layers.n_mid * v * weights.layer
+    act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
+    if lazy.any():  # gradients accumulating unsharded join the activations at each chunk's first backward
+        act_first, act_last, act_second = _lazy_peaks(cols, layers, table, params, params_second, prec, lazy,
+                                                      (act_first, act_last, act_second))
+    recompute = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients;
+    # under pipelines each stage's whole weights, gathered once per iteration (`space.ZERO3_PIPELINED`)
     root = weights.vocab + weights.positions + weights.head
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
-    gathered = np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
-    working = working + gathered + np.where(cols.zero3, unsharded * prec.grad_bytes, 0.0)
+    per_layer = cols.zero3 & ~once
+    gathered = np.where(per_layer, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
+    gathered_first = np.where(once, params.first * prec.weight_bytes, gathered)
+    gathered_last = np.where(once, params.last * prec.weight_bytes, gathered)
+    grads_held = np.where(per_layer, unsharded * prec.grad_bytes, 0.0)
+    # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
+    # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
+    single_mb = np.where(once & ~lazy, prec.grad_bytes, 0.0)
+    working_first = (recompute + gathered_first + grads_held
+                     + single_mb * np.maximum(weights.layer, weights.vocab + weights.positions))
+    working_last = recompute + gathered_last + grads_held + single_mb * np.maximum(weights.layer, weights.head)
     # the last stage's other moment (`rank_state.rank_memory`): the loss's transient beside the gathered
     # weights and the gradients accumulating from the previous micro-batches
-    loss = table.loss_transient[row] + gathered + np.where(cols.zero3 & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
+    accumulated = np.where(per_layer & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
+    loss_first = table.loss_transient[row] + gathered_first + accumulated
+    loss_last = table.loss_transient[row] + gathered_last + accumulated
     # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
     # or a layer) and the layer produced beside it (`unsharded_grad_params`)
     zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
@@ -390,13 +416,41 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
     zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
     mem_first = (params.first * state_b + params.first_experts * state_e + act_first
-                 + np.where(cols.single, np.maximum(working + zero2_first, loss), working + zero2_first))
+                 + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
+                            working_first + zero2_first))
     # the head's activations: the last chunk only
-    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
-    mem_last = (params.last * state_b + params.last_experts * state_e
-                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
-                + np.maximum(working + zero2_last, loss))
-    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))
+    mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_held * table.act_head[row]
+                + np.maximum(working_last + zero2_last, loss_last))
+    mem_second = (params_second * state_b + layers.n_mid * v * weights.expert_layer * state_e + act_second
+                  + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
+    return np.where(cols.single, mem_first,
+                    np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
+
+
+def _lazy_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, params: StageParams,
+                params_second: np.ndarray, prec: Precision, lazy: np.ndarray,
+                acts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first, last and second stage's activations (`acts`) with, where `lazy`, the
+    unsharded gradients each chunk allocates at its first backward added at the moment
+    of the largest sum (`lazy_gradients`; each chunk's gradients: the stage's over its v
+    chunks)."""
+    row, v = cols.row, cols.v
+    first_b, last_b, second_b = (a.copy() for a in acts)
+    index = np.flatnonzero(lazy)
+    keys = np.stack([cols.cand.schedule[index], cols.cand.p[index], np.round(cols.m[index]).astype(np.int64),
+                     cols.cand.v[index]], axis=1)
+    unique, group = np.unique(keys, axis=0, return_inverse=True)
+    grad = prec.grad_bytes
+    for g, (sched, p, m, vv) in enumerate(unique.tolist()):
+        i = index[group.ravel() == g]
+        first, last, second = lazy_gradients.moments(SCHEDULES[sched], p, m, vv)
+        r = row[i]
+        first_b[i] = lazy_gradients.peak_bytes(first, layers.n_chunk[i] * table.act_layer[r],
+                                               params.first[i] * grad / v[i], table.act_emb[r], vv)
+        last_b[i] = lazy_gradients.peak_bytes(last, layers.n_last[i] * table.act_layer[r], params.last[i] * grad / v[i])
+        second_b[i] = lazy_gradients.peak_bytes(second, layers.n_mid[i] * table.act_layer[r],
+                                                params_second[i] * grad / v[i])
+    return first_b, last_b, second_b
 
 
 def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,

@@ -102,7 +102,7 @@ def mixed_stage_params(model: TransformerModel, cols: CandidateColumns, layers: 
     t, v, single = cols.t, cols.v, cols.single
     prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
     share = moe_total / L
-    n_first = np.where(v > 1, layers.n_chunk * v, layers.n_big)
+    n_first = layers.first_rank(cols)
     n_end = layers.n_last * np.where(v > 1, v, 1)
     moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
     moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])
