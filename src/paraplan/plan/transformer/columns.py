@@ -46,7 +46,8 @@ class CandidateColumns:
     @classmethod
     def of(cls, model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster,
            index: dict[tuple[int, ...], int]) -> CandidateColumns:
-        row = np.array([index[k] for k in table_keys(cand)])
+        keys, inverse = table_keys(cand)
+        row = np.array([index[k] for k in keys], dtype=np.int64)[inverse]
         t, p, d, b, v = (cand.t.astype(float), cand.p.astype(float), cand.d.astype(float), cand.b.astype(float),
                          cand.v.astype(float))
         c = cand.cp.astype(float)

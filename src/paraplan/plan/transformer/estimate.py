@@ -79,8 +79,11 @@ def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
 
 def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
     """(candidates, 3): `_held` of the first, the last and the second stage."""
-    keys = list(zip(schedules.tolist(), p.tolist(), m.tolist(), v.tolist(), strict=True))
-    return np.array([_held(str(sc), int(pp), int(mm), int(vv)) for sc, pp, mm, vv in keys], dtype=float)
+    names, codes = np.unique(schedules, return_inverse=True)
+    keys = np.stack([codes.ravel(), p, m, v], axis=1).astype(np.int64)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    held = np.array([_held(str(names[sc]), pp, mm, vv) for sc, pp, mm, vv in unique.tolist()], dtype=float)
+    return held.reshape(-1, 3)[inverse.ravel()]
 
 
 @dataclass(frozen=True, eq=False)

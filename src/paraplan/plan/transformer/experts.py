@@ -78,7 +78,7 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
         passes = first.passes[:Pass.MOE_LAYER_FWD] + tuple(PassCost.of(w, comm, tp, groups, node)
                                                            for w in (moe.forward, moe.recompute, moe.backward))
         if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
-            head = last_stage_work(model, s)
+            head = last_stage_work(model, s, moe)
             passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups, node),
                       PassCost.of(head.backward, comm, tp, groups, node), *passes[Pass.MOE_LAYER_FWD:])
         out.append(replace(first, settings=s, passes=passes,

@@ -68,7 +68,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
 def activation_table(model: TransformerModel, cand: Candidates, base: RunSettings) -> LayerTable:
     """The rows the candidates need, with their activations (all a memory estimate
     reads) and no times yet (`priced`)."""
-    keys = sorted(set(table_keys(cand)))
+    keys, _ = table_keys(cand)
     # the probe's data-parallel size only has to let EP x ETP divide t x c x d
     probes = tuple(replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1,
                            data_parallel_size=probe_data_parallel(t * c, ep * etp), micro_batch_size=b,
@@ -144,6 +144,9 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
     out["head_bwd"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
 
 
-def table_keys(cand: Candidates) -> list[tuple[int, ...]]:
-    return [(int(t), int(b), int(sp), int(rc), int(c), int(ep), int(etp)) for t, b, sp, rc, c, ep, etp in
-            zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp, strict=True)]
+def table_keys(cand: Candidates) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct (t, b, sp, recompute, c, EP, ETP) of the candidates, sorted, and each
+    candidate's index among them (vectorised: the planner has tens of thousands)."""
+    cols = np.stack([cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp], axis=1)
+    unique, inverse = np.unique(cols, axis=0, return_inverse=True)
+    return [tuple(int(x) for x in row) for row in unique.tolist()], inverse.ravel()
