@@ -209,7 +209,12 @@ def test_planner_answer_equals_exhaustive_exact_evaluation_for_a_small_moe_model
                                                                                 CAL.efficiency)]
     best = min((p for p in preds if p.fits_memory), key=lambda p: p.iteration_s)
     result = search(request, comm, CAL.efficiency)
-    assert result.plans[0].iteration_s == pytest.approx(best.iteration_s, rel=1e-12)
+    # the best candidate is the best plan of the search's own candidates; the post-pass's overlap
+    # flags (not candidates) may only beat it
+    enumerated = set(pool)
+    assert next(p for p in result.plans if p.settings in enumerated).iteration_s == pytest.approx(
+        best.iteration_s, rel=1e-12)
+    assert result.plans[0].iteration_s <= best.iteration_s
 
 
 def test_plan_mixtral_on_64_h100_end_to_end(tmp_path):

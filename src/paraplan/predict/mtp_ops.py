@@ -88,15 +88,20 @@ def _mtp_inputs_held(x: _Shape) -> float:
     return float(2 * x.e * x.sp_tokens * x.h + x.e * x.tokens * 2 * x.h)
 
 
-def last_stage_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
+def last_stage_activation_bytes(model: TransformerModel, settings: RunSettings, head_bytes: float | None = None,
+                                moe_layer_bytes: float | None = None) -> float:
     """`last_stage_work(model, settings).activation_bytes` without building its kernels
-    (the planner asks it for thousands of settings)."""
-    head = head_work(model, settings).activation_bytes
+    (the planner asks it for thousands of settings). `head_bytes`, `moe_layer_bytes`:
+    `head_work(...).activation_bytes` and `moe_activation_bytes(...)` of these settings
+    where the caller has them already (z10-planfsdp: the planner's layer table)."""
+    head = head_work(model, settings).activation_bytes if head_bytes is None else head_bytes
     if not model.mtp_num_layers:
         return head
     last = model.num_layers - 1
-    layer = (moe_activation_bytes(model, settings) if model.moe_layers[last]
-             else layer_activation_bytes(model, settings, last))
+    if model.moe_layers[last]:
+        layer = moe_activation_bytes(model, settings) if moe_layer_bytes is None else moe_layer_bytes
+    else:
+        layer = layer_activation_bytes(model, settings, last)
     held = _mtp_inputs_held(_shape(model, settings))
     return head + model.mtp_num_layers * (held + layer + head)
 
