@@ -327,7 +327,8 @@ def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTime
     after the last micro-batch, as the distributed optimizer); the experts' over the
     expert-data-parallel group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
-    window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
+    # beside the first stage's last backward: interleaved, its chunks' last backwards, one after another
+    window = np.where(cols.single, st.whole, np.where(cols.v > 1, (cols.v - 1) * st.chunk_first + st.first, st.first))
     memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
     for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
