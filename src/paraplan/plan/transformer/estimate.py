@@ -383,10 +383,11 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     act_last = held[:, 1] * layers.n_last * table.act_layer[row]
     once = cols.zero3_once
     lazy = once & (cols.m > 1)
+    sharded_experts = cols.edp > 1  # experts held whole where their group has one rank
     # with the embedding / loss counted as layers, or fewer layers set on the first / last stage, the
     # middle stages hold the most layers: the second's
     second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0)) & (cand.p >= 3)
-    params_second = layers.n_mid * v * weights.layer
+    params_second = layers.n_mid * v * (weights.layer + weights.expert_layer * sharded_experts)  # ZeRO-3's gathers
     act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
     if lazy.any():  # gradients accumulating unsharded join the activations at each chunk's first backward
         act_first, act_last, act_second = _lazy_peaks(cols, layers, table, params, params_second, prec, lazy,
@@ -398,8 +399,10 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
     per_layer = cols.zero3 & ~once
     gathered = np.where(per_layer, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
-    gathered_first = np.where(once, params.first * prec.weight_bytes, gathered)
-    gathered_last = np.where(once, params.last * prec.weight_bytes, gathered)
+    gathered_first = np.where(once, (params.first + params.first_experts * sharded_experts) * prec.weight_bytes,
+                              gathered)
+    gathered_last = np.where(once, (params.last + params.last_experts * sharded_experts) * prec.weight_bytes,
+                             gathered)
     grads_held = np.where(per_layer, unsharded * prec.grad_bytes, 0.0)
     # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
     # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
@@ -423,9 +426,10 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
                  + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
                             working_first + zero2_first))
     # the head's activations: the last chunk only
-    mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_held * table.act_head[row]
+    head_act = np.where(lazy, 0.0, head_held * table.act_head[row])  # lazy: in `act_last` (`_lazy_peaks`)
+    mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
-    mem_second = (params_second * state_b + layers.n_mid * v * weights.expert_layer * state_e + act_second
+    mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
                   + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
     return np.where(cols.single, mem_first,
                     np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
@@ -449,9 +453,12 @@ def _lazy_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, 
         i = index[group.ravel() == g]
         first, last, second = lazy_gradients.moments(SCHEDULES[sched], p, m, vv)
         r = row[i]
+        stage_first = params.first[i] + params.first_experts[i] * (cols.edp[i] > 1)
+        stage_last = params.last[i] + params.last_experts[i] * (cols.edp[i] > 1)
         first_b[i] = lazy_gradients.peak_bytes(first, layers.n_chunk[i] * table.act_layer[r],
-                                               params.first[i] * grad / v[i], table.act_emb[r], vv)
-        last_b[i] = lazy_gradients.peak_bytes(last, layers.n_last[i] * table.act_layer[r], params.last[i] * grad / v[i])
+                                               stage_first * grad / v[i], table.act_emb[r])
+        last_b[i] = lazy_gradients.peak_bytes(last, layers.n_last[i] * table.act_layer[r], stage_last * grad / v[i],
+                                              table.act_head[r])  # the head's activations: in the moments
         second_b[i] = lazy_gradients.peak_bytes(second, layers.n_mid[i] * table.act_layer[r],
                                                 params_second[i] * grad / v[i])
     return first_b, last_b, second_b
