@@ -385,13 +385,17 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     lazy = once & (cols.m > 1)
     sharded_experts = cols.edp > 1  # experts held whole where their group has one rank
     # with the embedding / loss counted as layers, or fewer layers set on the first / last stage, the
-    # middle stages hold the most layers: the second's
-    second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0)) & (cand.p >= 3)
+    # middle stages hold the most layers, and with gradients allocated lazily a middle stage may hold
+    # more of them beside its activations: the second's
+    second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0) | lazy) & (cand.p >= 3)
     params_second = layers.n_mid * v * (weights.layer + weights.expert_layer * sharded_experts)  # ZeRO-3's gathers
     act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
-    if lazy.any():  # gradients accumulating unsharded join the activations at each chunk's first backward
-        act_first, act_last, act_second = _lazy_peaks(cols, layers, table, params, params_second, prec, lazy,
-                                                      (act_first, act_last, act_second))
+    # read from the schedule's moments: gradients accumulating unsharded join the activations at each
+    # chunk's first backward; the embedding / loss counted as layers leave the end chunks a layer short
+    moments = (lazy | (cand.acc > 0)) & ~cols.single
+    if moments.any():
+        act_first, act_last, act_second = _moment_peaks(cols, layers, table, params, params_second, prec, lazy,
+                                                        moments, (act_first, act_last, act_second))
     recompute = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
     # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients;
     # under pipelines each stage's whole weights, gathered once per iteration (`space.ZERO3_PIPELINED`)
@@ -426,7 +430,7 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
                  + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
                             working_first + zero2_first))
     # the head's activations: the last chunk only
-    head_act = np.where(lazy, 0.0, head_held * table.act_head[row])  # lazy: in `act_last` (`_lazy_peaks`)
+    head_act = np.where(moments, 0.0, head_held * table.act_head[row])  # else in `act_last` (`_moment_peaks`)
     mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
     mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
@@ -435,32 +439,36 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
                     np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
 
 
-def _lazy_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, params: StageParams,
-                params_second: np.ndarray, prec: Precision, lazy: np.ndarray,
-                acts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first, last and second stage's activations (`acts`) with, where `lazy`, the
-    unsharded gradients each chunk allocates at its first backward added at the moment
-    of the largest sum (`lazy_gradients`; each chunk's gradients: the stage's over its v
-    chunks)."""
-    row, v = cols.row, cols.v
+def _moment_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, params: StageParams,
+                  params_second: np.ndarray, prec: Precision, lazy: np.ndarray, chosen: np.ndarray,
+                  acts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first, last and second stage's activations (`acts`) where `chosen`, as the
+    largest sum over the schedule's moments (`lazy_gradients`) of the activations held,
+    the end chunk's own (chunk 0's embedding, the last chunk's head; a layer fewer there
+    where the embedding / loss count as layers) and, where `lazy`, the unsharded gradients
+    each chunk allocates at its first backward (the stage's over its v chunks); the
+    last stage's include the head's."""
+    row, v, acc = cols.row, cols.v, cols.cand.acc
     first_b, last_b, second_b = (a.copy() for a in acts)
-    index = np.flatnonzero(lazy)
+    index = np.flatnonzero(chosen)
     keys = np.stack([cols.cand.schedule[index], cols.cand.p[index], np.round(cols.m[index]).astype(np.int64),
                      cols.cand.v[index]], axis=1)
     unique, group = np.unique(keys, axis=0, return_inverse=True)
-    grad = prec.grad_bytes
+    grad = np.where(lazy, prec.grad_bytes, 0.0)
+    layer = table.act_layer[row]
+    counted = acc > 0
+    unit_first = np.where(counted, layers.n_mid, layers.n_chunk) * layer
+    unit_last = np.where(counted, layers.n_mid, layers.n_last) * layer
+    end_first = table.act_emb[row] - (acc & 1) * layer
+    end_last = table.act_head[row] - (acc >> 1) * layer
+    stage_first = (params.first + params.first_experts * (cols.edp > 1)) * grad / v
+    stage_last = (params.last + params.last_experts * (cols.edp > 1)) * grad / v
     for g, (sched, p, m, vv) in enumerate(unique.tolist()):
         i = index[group.ravel() == g]
         first, last, second = lazy_gradients.moments(SCHEDULES[sched], p, m, vv)
-        r = row[i]
-        stage_first = params.first[i] + params.first_experts[i] * (cols.edp[i] > 1)
-        stage_last = params.last[i] + params.last_experts[i] * (cols.edp[i] > 1)
-        first_b[i] = lazy_gradients.peak_bytes(first, layers.n_chunk[i] * table.act_layer[r],
-                                               stage_first * grad / v[i], table.act_emb[r])
-        last_b[i] = lazy_gradients.peak_bytes(last, layers.n_last[i] * table.act_layer[r], stage_last * grad / v[i],
-                                              table.act_head[r])  # the head's activations: in the moments
-        second_b[i] = lazy_gradients.peak_bytes(second, layers.n_mid[i] * table.act_layer[r],
-                                                params_second[i] * grad / v[i])
+        first_b[i] = lazy_gradients.peak_bytes(first, unit_first[i], stage_first[i], end_first[i])
+        last_b[i] = lazy_gradients.peak_bytes(last, unit_last[i], stage_last[i], end_last[i])
+        second_b[i] = lazy_gradients.peak_bytes(second, layers.n_mid[i] * layer[i], params_second[i] * grad[i] / v[i])
     return first_b, last_b, second_b
 
 

@@ -173,19 +173,12 @@ accumulated unsharded over the micro-batches and reduce-scattered after the last
 other two ZeRO-3 x PP settings predict prices are not searched: resharding after the
 forward gathers every layer twice per micro-batch, and reducing every micro-batch
 (Megatron-FSDP) gathers every micro-batch; each trades time for the memory of the
-gathered stage, which the planner reaches with recomputation or more stages instead."""
-
-
-ZERO3_PIPELINED_SCHEDULES: tuple[PipelineSchedule, ...] = ("1f1b", "interleaved_1f1b")
-"""The schedules ZeRO-3 under pipelines is searched with: Meta's (interleaved) and 1F1B,
-where the estimate's memory of the unsharded gradients joining the activations is
-within 1% of the engine's (`tests/unit/test_plan_zero3_pipelines.py`); with GPipe and
-ZB-H1 it overestimates small models by up to 20% (the head and loss dominate), and with
-2 stages interleaved with full recomputation by up to 15% (Llama 3 70B), which would
-reject plans the engine fits: searched from 3 stages, with those two schedules. Mixture-of-
-experts models too (Mixtral, Qwen3-MoE: within -0.4% and +2.3% of the engine on 40 samples
-each), but not those with dense layers beside the MoE ones or multi-token prediction
-(DeepSeek-V3: -9% to +7%, the estimate reading the stages at the model's mean layer)."""
+gathered stage, which the planner reaches with recomputation or more stages instead.
+Mixture-of-experts models of MoE layers alone (Mixtral, Qwen3-MoE) are searched with it,
+not those with dense layers beside the MoE ones or multi-token prediction (DeepSeek-V3:
+the estimate reads their stages at the model's mean layer, -9% to +7% of the engine's
+memory), nor ZeRO-3 with experts and no pipeline (their per-layer gathers are not
+estimated)."""
 
 
 def split_options(num_layers: int, p: int, v: int, uneven: tuple[int, int] | None) -> list[tuple[int, int, int]]:
@@ -234,7 +227,6 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
     `flash`: the run's attention is fused (context parallelism needs it)."""
     rows: list[tuple[int, ...]] = []
     sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
-    pipelined_zero3 = {sched_idx[s] for s in ZERO3_PIPELINED_SCHEDULES}
     rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
     layouts = [(c, t) for c in context_degrees(model, num_gpus, space, flash)
                for t in tensor_degrees(model, devices_per_node, num_gpus // c, space)]
@@ -274,17 +266,14 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                 # ZeRO-2 with pipelines: gradients reduce-scattered after every micro-batch (Megatron-FSDP
                 # `optim_grads`); not with experts (`check_sharding`). ZeRO-3 with pipelines: `ZERO3_PIPELINED`.
                 # experts: ZeRO-3 only under pipelines (their gathers per layer are not estimated), and only
-                # for models of MoE layers alone (`ZERO3_PIPELINED_SCHEDULES`)
+                # for models of MoE layers alone (`ZERO3_PIPELINED`)
                 mixed = model.is_moe and (model.num_moe_layers < model.num_layers or model.mtp_num_layers > 0)
-                sharded = [z for z in space.zero_stages if not (z >= 1 and d * c == 1) and not (z == 2 and model.is_moe)
-                           and not (z == 3 and mixed)]
-                zeros = [z for z in sharded if not (z == 3 and model.is_moe)]
-                flat_zeros = [z for z in zeros if z != 3]
+                zeros = [z for z in space.zero_stages if not (z >= 1 and d * c == 1) and not (z == 2 and model.is_moe)
+                         and not (z == 3 and (mixed or (model.is_moe and p == 1)))]
                 for s_i, v, first, last, acc in pipes:
                     for rc in rc_idx:
                         for sp in sps:
-                            for z in (sharded if s_i in pipelined_zero3 and p >= 3 else zeros if p == 1
-                                      else flat_zeros):
+                            for z in zeros:
                                 for ep, etp in experts[sp]:
                                     rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp, acc))
     if not rows:
