@@ -18,9 +18,13 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, the optimizer step and a sharded optimizer's weight all-gather
   (none with overlap_param_gather);
-- memory of the first and the last stage: weights, gradients and optimizer state as
-  sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
-  first stage; GPipe: M; interleaved: Megatron's warm-up count).
+- memory of the first and the last stage (and the second, where a middle stage may hold
+  more): weights, gradients and optimizer state as sharded, activations x micro-batches
+  in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
+  Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
+  its unsharded gradients, allocated at each chunk's first backward, read with the
+  activations moment by moment from the schedule's op order (`lazy_gradients`), as are
+  splits that count the embedding / loss as a layer.
 
 A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
 layers at the model's mean layer (the share of MoE layers times the MoE layer, the

@@ -6,7 +6,10 @@ recomputation, sequence parallelism, ZeRO stage) with t x c x p x d = the GPUs. 
 parallelism (ring attention, `cp_comm_type` p2p) is searched only for sequences of
 `MIN_CP_SEQ_LENGTH` tokens and more, over the powers of two that divide the GPUs and
 meet Megatron's rules. Interleaving v that does not divide the layers over the stages
-uses Megatron's uneven first/last stages (`interleaved_uneven_split`).
+uses Megatron's uneven first/last stages (`interleaved_uneven_split`); from 3 stages the
+embedding and / or the loss may also count as a layer in the split (Megatron-Core's
+`account_for_*_in_pipeline_split`, `split_options`). ZeRO-3 runs with or without
+pipelines; with them as Meta ran Llama 3 405B (`ZERO3_PIPELINED`).
 
 Mixture-of-experts models add expert parallelism (EP) and expert tensor parallelism
 (ETP) to the candidate: EP over the divisors of `num_experts` with EP x ETP dividing
