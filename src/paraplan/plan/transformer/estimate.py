@@ -50,7 +50,7 @@ from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
-from paraplan.plan.transformer.space import RECOMPUTE, SCHEDULES, Candidates
+from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
@@ -398,8 +398,8 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     # chunk's first backward; the embedding / loss counted as layers leave the end chunks a layer short
     moments = (lazy | (cand.acc > 0)) & ~cols.single
     if moments.any():
-        act_first, act_last, act_second = _moment_peaks(cols, layers, table, params, params_second, prec, lazy,
-                                                        moments, (act_first, act_last, act_second))
+        act_first, act_last, act_second = lazy_gradients.moment_peaks(
+            cols, layers, table, params, params_second, prec, lazy, moments, (act_first, act_last, act_second))
     recompute = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
     # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients;
     # under pipelines each stage's whole weights, gathered once per iteration (`space.ZERO3_PIPELINED`)
@@ -433,47 +433,14 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     mem_first = (params.first * state_b + params.first_experts * state_e + act_first
                  + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
                             working_first + zero2_first))
-    # the head's activations: the last chunk only
-    head_act = np.where(moments, 0.0, head_held * table.act_head[row])  # else in `act_last` (`_moment_peaks`)
+    # the head's activations: the last chunk only (read with the moments: in `act_last` already)
+    head_act = np.where(moments, 0.0, head_held * table.act_head[row])
     mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
     mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
                   + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
     return np.where(cols.single, mem_first,
                     np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
-
-
-def _moment_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, params: StageParams,
-                  params_second: np.ndarray, prec: Precision, lazy: np.ndarray, chosen: np.ndarray,
-                  acts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first, last and second stage's activations (`acts`) where `chosen`, as the
-    largest sum over the schedule's moments (`lazy_gradients`) of the activations held,
-    the end chunk's own (chunk 0's embedding, the last chunk's head; a layer fewer there
-    where the embedding / loss count as layers) and, where `lazy`, the unsharded gradients
-    each chunk allocates at its first backward (the stage's over its v chunks); the
-    last stage's include the head's."""
-    row, v, acc = cols.row, cols.v, cols.cand.acc
-    first_b, last_b, second_b = (a.copy() for a in acts)
-    index = np.flatnonzero(chosen)
-    keys = np.stack([cols.cand.schedule[index], cols.cand.p[index], np.round(cols.m[index]).astype(np.int64),
-                     cols.cand.v[index]], axis=1)
-    unique, group = np.unique(keys, axis=0, return_inverse=True)
-    grad = np.where(lazy, prec.grad_bytes, 0.0)
-    layer = table.act_layer[row]
-    counted = acc > 0
-    unit_first = np.where(counted, layers.n_mid, layers.n_chunk) * layer
-    unit_last = np.where(counted, layers.n_mid, layers.n_last) * layer
-    end_first = table.act_emb[row] - (acc & 1) * layer
-    end_last = table.act_head[row] - (acc >> 1) * layer
-    stage_first = (params.first + params.first_experts * (cols.edp > 1)) * grad / v
-    stage_last = (params.last + params.last_experts * (cols.edp > 1)) * grad / v
-    for g, (sched, p, m, vv) in enumerate(unique.tolist()):
-        i = index[group.ravel() == g]
-        first, last, second = lazy_gradients.moments(SCHEDULES[sched], p, m, vv)
-        first_b[i] = lazy_gradients.peak_bytes(first, unit_first[i], stage_first[i], end_first[i])
-        last_b[i] = lazy_gradients.peak_bytes(last, unit_last[i], stage_last[i], end_last[i])
-        second_b[i] = lazy_gradients.peak_bytes(second, layers.n_mid[i] * layer[i], params_second[i] * grad[i] / v[i])
-    return first_b, last_b, second_b
 
 
 def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,

@@ -5,11 +5,12 @@ holds at once when its sharded gradients accumulate unsharded over the micro-bat
 Autograd allocates a model chunk's unsharded gradients at its first backward and keeps
 them to the reduce-scatter after the last micro-batch, so they join the activations
 only from then on: the engine takes the largest sum over every moment of the stage's
-op order (`paraplan.sim.execution`). Here each moment is two counts, the (micro-batch,
-chunk) activations held and the chunks whose gradients are allocated, read once per
+op order (`paraplan.sim.execution`). Here each moment is three counts, the (micro-batch,
+chunk) activations held, the chunks whose gradients are allocated and the micro-batches
+held of the stage's end chunk (the embedding's or the head's), read once per
 (schedule, p, M, v) from the same op orders; only the moments no other moment exceeds
-in both counts can be the peak (`moments`), a handful per schedule, so the peak of
-every candidate is a maximum over a few points (`peak_bytes`)."""
+in every count can be the peak (`moments`), a handful per schedule, so the peak of
+every candidate is a maximum over a few points (`peak_bytes`, `moment_peaks`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import functools
 
 import numpy as np
 
+from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
+from paraplan.plan.transformer.layer_table import LayerTable
+from paraplan.plan.transformer.space import SCHEDULES
+from paraplan.predict.build import Precision
 from paraplan.sim.schedules import BWD, FWD, WGT, get_schedule
 
 Moments = tuple[tuple[int, int, int], ...]
@@ -75,3 +80,36 @@ def peak_bytes(points: Moments, act_bytes: np.ndarray, grad_chunk_bytes: np.ndar
     if end_chunk_bytes is not None:
         total = total + end[None, :] * end_chunk_bytes[:, None]
     return total.max(axis=1)
+
+
+def moment_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable, params: StageParams,
+                 params_second: np.ndarray, prec: Precision, lazy: np.ndarray, chosen: np.ndarray,
+                 acts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first, last and second stage's activations (`acts`) where `chosen`, as the
+    largest sum over the schedule's moments (`lazy_gradients`) of the activations held,
+    the end chunk's own (chunk 0's embedding, the last chunk's head; a layer fewer there
+    where the embedding / loss count as layers) and, where `lazy`, the unsharded gradients
+    each chunk allocates at its first backward (the stage's over its v chunks); the
+    last stage's include the head's."""
+    row, v, acc = cols.row, cols.v, cols.cand.acc
+    first_b, last_b, second_b = (a.copy() for a in acts)
+    index = np.flatnonzero(chosen)
+    keys = np.stack([cols.cand.schedule[index], cols.cand.p[index], np.round(cols.m[index]).astype(np.int64),
+                     cols.cand.v[index]], axis=1)
+    unique, group = np.unique(keys, axis=0, return_inverse=True)
+    grad = np.where(lazy, prec.grad_bytes, 0.0)
+    layer = table.act_layer[row]
+    counted = acc > 0
+    unit_first = np.where(counted, layers.n_mid, layers.n_chunk) * layer
+    unit_last = np.where(counted, layers.n_mid, layers.n_last) * layer
+    end_first = table.act_emb[row] - (acc & 1) * layer
+    end_last = table.act_head[row] - (acc >> 1) * layer
+    stage_first = (params.first + params.first_experts * (cols.edp > 1)) * grad / v
+    stage_last = (params.last + params.last_experts * (cols.edp > 1)) * grad / v
+    for g, (sched, p, m, vv) in enumerate(unique.tolist()):
+        i = index[group.ravel() == g]
+        first, last, second = moments(SCHEDULES[sched], p, m, vv)
+        first_b[i] = peak_bytes(first, unit_first[i], stage_first[i], end_first[i])
+        last_b[i] = peak_bytes(last, unit_last[i], stage_last[i], end_last[i])
+        second_b[i] = peak_bytes(second, layers.n_mid[i] * layer[i], params_second[i] * grad[i] / v[i])
+    return first_b, last_b, second_b
