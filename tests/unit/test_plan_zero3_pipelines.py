@@ -49,11 +49,11 @@ def test_llama3_405b_counts_the_embedding_and_loss_as_meta_did():
 
 def test_lazy_gradient_moments_of_1f1b():
     """1F1B's first stage holds p micro-batches before its first backward, which frees one
-    and allocates the stage's gradients: (p, 0) then (p, 1) after the next forward, which
-    dominates; the last stage one micro-batch (its head's), the second p - 1; GPipe holds
-    all M, then M - 1 beside the gradients. (held, chunks allocated, held of the end chunk.)"""
+    and allocates the stage's gradients: (p, 0) then (p, 1) after the next forward; the
+    last stage one micro-batch (its head's), the second p - 1; GPipe holds all M, then
+    M - 1 beside the gradients. (held, chunks allocated, held of the end chunk.)"""
     first, last, second = moments("1f1b", 4, 16, 1)
-    assert first == ((4, 1, 4),) and last == ((1, 1, 1),) and second == ((3, 1, 0),)
+    assert first == ((4, 0, 4), (4, 1, 4)) and last == ((1, 0, 1), (1, 1, 1)) and second == ((3, 0, 0), (3, 1, 0))
     assert moments("gpipe", 4, 16, 1)[0] == ((16, 0, 16), (15, 1, 15))
 
 

@@ -31,12 +31,20 @@ stage, which holds the head's) at the moments that can be a peak."""
 
 
 def _frontier(points: np.ndarray) -> Moments:
-    """The distinct rows of `points` that no other row reaches or exceeds in every count."""
-    unique = np.unique(points, axis=0)
-    ge = np.asarray((unique[None, :, :] >= unique[:, None, :]).all(axis=2))  # ge[i, j]: row j reaches row i
-    np.fill_diagonal(ge, False)
-    kept = unique[~ge.any(axis=1)]
-    return tuple((int(h), int(k), int(e)) for h, k, e in kept.tolist())
+    """The rows of `points` (held, allocated, end chunk's held) that can be a peak: among
+    the rows of each allocated count, those no row holds more of in both other counts (a
+    sweep down the end chunk's count; deep pipelines have thousands of moments, so no
+    comparison of every pair)."""
+    order = np.lexsort((-points[:, 0], -points[:, 2], points[:, 1]))  # by allocated, then end's, held: most first
+    out: list[tuple[int, int, int]] = []
+    chunks, most = -1, -1
+    for h, k, e in points[order].tolist():
+        if k != chunks:
+            chunks, most = k, -1
+        if h > most:
+            out.append((int(h), int(k), int(e)))
+            most = h
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4096)
