@@ -24,7 +24,9 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
   its unsharded gradients, allocated at each chunk's first backward, read with the
   activations moment by moment from the schedule's op order (`lazy_gradients`), as are
-  splits that count the embedding / loss as a layer.
+  splits that count the embedding / loss as a layer; context parallelism's attention
+  buffers (`paraplan.predict.cp_memory`) join a backward's working set and make a
+  forward's moment of their own (on the last stage the larger of them and the loss's).
 
 A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
 layers at the model's mean layer (the share of MoE layers times the MoE layer, the
@@ -415,14 +417,19 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
     # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
     single_mb = np.where(once & ~lazy, prec.grad_bytes, 0.0)
-    working_first = (recompute + gathered_first + grads_held
+    # a backward's moment: with context parallelism also a layer's attention backward (`cp_memory`)
+    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]
+    working_first = (recompute + gathered_first + grads_held + cp_bwd
                      + single_mb * np.maximum(weights.layer, weights.vocab + weights.positions))
-    working_last = recompute + gathered_last + grads_held + single_mb * np.maximum(weights.layer, weights.head)
-    # the last stage's other moment (`rank_state.rank_memory`): the loss's transient beside the gathered
-    # weights and the gradients accumulating from the previous micro-batches
+    working_last = (recompute + gathered_last + grads_held + cp_bwd
+                    + single_mb * np.maximum(weights.layer, weights.head))
+    # a forward's moment (`rank_state._Moments.per_op`): the gathered weights and a layer's attention forward,
+    # on the last stage the larger of it and the loss's transient, beside the gradients accumulating from the
+    # previous micro-batches
     accumulated = np.where(per_layer & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
-    loss_first = table.loss_transient[row] + gathered_first + accumulated
-    loss_last = table.loss_transient[row] + gathered_last + accumulated
+    loss_first = np.maximum(table.loss_transient[row], cp_fwd) + gathered_first + accumulated
+    loss_last = np.maximum(table.loss_transient[row], cp_fwd) + gathered_last + accumulated
+    forward_first = cp_fwd + gathered_first
     # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
     # or a layer) and the layer produced beside it (`unsharded_grad_params`)
     zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
@@ -431,14 +438,14 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
     zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
     mem_first = (params.first * state_b + params.first_experts * state_e + act_first
-                 + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
-                            working_first + zero2_first))
+                 + np.maximum(working_first + zero2_first, np.where(cols.single, loss_first, forward_first)))
     # the head's activations: the last chunk only (read with the moments: in `act_last` already)
     head_act = np.where(moments, 0.0, head_held * table.act_head[row])
     mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
     mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
-                  + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
+                  + np.where(once, params_second * prec.weight_bytes, gathered)
+                  + np.maximum(recompute + grads_held + zero2_last + cp_bwd, cp_fwd))
     return np.where(cols.single, mem_first,
                     np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
 
@@ -458,14 +465,15 @@ def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers
     state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
     held = np.minimum(cols.p, cols.m) + 1.0
     working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]  # a layer's attention under CP (`cp_memory`)
     ends = ((params.first + params.last) * state_b + (params.first_experts + params.last_experts) * state_e
             + held * layers.n_big * table.act_layer[row] + table.act_emb[row] + table.act_head[row]
-            + np.maximum(working, table.loss_transient[row]))
+            + np.maximum(working + cp_bwd, np.maximum(table.loss_transient[row], cp_fwd)))
     layer, expert_layer = weights.layer, weights.expert_layer
     if model.is_moe and model.num_moe_layers < model.num_layers:  # the middle stages' MoE layers
         experts = model.num_experts * model.expert_params
         layer = (model.moe_layer_params - experts) / cols.t
         expert_layer = experts / (cols.ep * cols.etp)
     middle = (2 * layers.n_big * (layer * state_b + expert_layer * state_e)
-              + held * layers.n_big * table.act_layer[row] + working)
+              + held * layers.n_big * table.act_layer[row] + np.maximum(working + cp_bwd, cp_fwd))
     return np.maximum(ends, middle)
