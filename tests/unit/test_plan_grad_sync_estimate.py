@@ -1,5 +1,5 @@
 """The transformer planner's estimate of the gradient reduction exposed after the last
-backward (`paraplan.plan.transformer.estimate._gradient_sync_s`): Megatron-Core's buckets
+backward (`paraplan.plan.transformer.grad_sync`): Megatron-Core's buckets
 as the engine cuts them and, interleaved, each model chunk reduced once its last backward
 ends. Before, the first rank's whole reduction in 40M-parameter buckets against half its
 last backward priced Llama 3 405B's PP8 DP256 plans 34-36% over the engine."""
@@ -9,7 +9,8 @@ import pytest
 
 from paraplan.clusters import load_cluster
 from paraplan.core.run_settings import RunSettings
-from paraplan.plan.transformer.estimate import _chunks_exposed_s, _megatron_bucket, estimate
+from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.grad_sync import _chunks_exposed_s, _megatron_bucket
 from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.megatron_ddp import megatron_bucket_params

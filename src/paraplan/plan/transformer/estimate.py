@@ -52,14 +52,13 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
+from paraplan.plan.transformer.grad_sync import gradient_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
-from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
+from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
-from paraplan.predict.megatron_ddp import BUCKET_PARAMS_PER_DP_RANK, MIN_BUCKET_PARAMS
 from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s
-from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
@@ -125,8 +124,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
-    iteration = (pipe + _gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
-                                                   timed)
+    iteration = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
+                                                  timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
     return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
@@ -313,88 +312,6 @@ def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: Stage
         params = StageParams(params.first, params.last, params.first_experts + np.where(single, extra, 0.0),
                              params.last_experts + extra)
     return params
-
-
-def _buckets_s(comm: CommModel, collective: str, params: float, bucket_params: float, group: Group,
-               grad_bytes: float, memo: dict[tuple[str, float, float, Group], tuple[int, float]]) -> tuple[int, float]:
-    """The count of `bucket_params` buckets (`equal_buckets`) of `params` gradients and one
-    bucket's time; `memo` per (collective, parameters, bucket, group), which many candidates
-    share (they differ in micro-batch, recomputation or schedule)."""
-    key = (collective, params, bucket_params, group)
-    if key not in memo:
-        split = equal_buckets(params, bucket_params)
-        memo[key] = split.count, float(comm.time_s(collective, split.each * grad_bytes, group))
-    return memo[key]
-
-
-def _megatron_bucket(data_context_ranks: float) -> float:
-    """`megatron_ddp.megatron_bucket_params` of a data x context-parallel group this size
-    (the experts' buckets too)."""
-    return float(max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * data_context_ranks))
-
-
-def _chunks_exposed_s(first_s: float, each_s: float, v: int, gap_s: float) -> float:
-    """The exposed part of an interleaved rank's reduction whose chunks launch one after
-    another on one stream, each once its last backward has ended (the first model chunk
-    last, `first_s` of reduction; the v - 1 others `each_s` each, ready `gap_s` apart): the
-    queue from the n-th last chunk on ends no earlier than n (each - gap) + first past the
-    backward's end, largest at n = v - 1 or 1."""
-    if v <= 1:
-        return 0.0
-    return first_s + (v - 1 if each_s > gap_s else 1) * (each_s - gap_s)
-
-
-def _gradient_sync_s(cols: CandidateColumns, params: StageParams, times: _LayerTimes, layers: StageLayers,
-                     weights: _Weights, st: _StageTimes, comm: CommModel, prec: Precision, base: RunSettings,
-                     eff: DeviceEfficiency, timed: np.ndarray) -> np.ndarray:
-    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
-    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
-    after the last micro-batch, as the distributed optimizer); the experts' over the
-    expert-data-parallel group (stride EP x ETP). The buckets as the engine cuts them
-    (`rank_state._stage_grad_sync`): Megatron-Core's DDP buckets the first rank's first
-    chunk in `megatron_bucket_params` (1M per data-parallel rank, at least 40M) with the
-    embedding apart, ready last, and reduces every other chunk in one bucket
-    (`megatron_ddp`); ZeRO-3 one bucket per layer; torch DDP `GRAD_BUCKET_PARAMS`. The
-    first chunk's buckets hide up to half its last backward, the last one and the
-    embedding's exposed. Interleaved, each other chunk is reduced once its last backward
-    ends: the first rank runs min(p, M) backwards of the next chunk between two chunks'
-    last backwards, so their reductions hide unless they queue up (`_chunks_exposed_s`)."""
-    sync = np.zeros(len(cols))
-    window = np.where(cols.single, st.whole, st.first)
-    gap = np.minimum(cols.p, cols.m) * times.op_s(layers.n_chunk, eff, True)
-    megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
-    embedding = weights.vocab + weights.positions
-    memo: dict[tuple[str, float, float, Group], tuple[int, float]] = {}
-
-    def exposed(i: int, total: float, chunk: float, group: Group, bucket: float, apart: float) -> float:
-        """`total` gradients of which each of the v - 1 later chunks holds `chunk`, `apart` of the first
-        chunk's in a bucket of their own, in buckets of `bucket` (a later chunk in one where `megatron`)."""
-        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
-        v = int(cols.v[i])
-        rest = total - (v - 1) * chunk - apart
-        count, one = _buckets_s(comm, collective, rest, bucket, group, prec.grad_bytes, memo)
-        apart_s = _buckets_s(comm, collective, apart, apart, group, prec.grad_bytes, memo)[1] if apart else 0.0
-        first = max(one, count * one - 0.5 * window[i]) + apart_s
-        if v == 1:
-            return first
-        chunk_bucket = chunk if megatron[i] else bucket
-        n, each = _buckets_s(comm, collective, chunk, chunk_bucket, group, prec.grad_bytes, memo)
-        return max(first, _chunks_exposed_s(count * one + apart_s, n * each, v, float(gap[i])))
-
-    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
-        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
-        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
-                  else float(weights.layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
-        chunk = float(layers.n_chunk[i] * weights.layer[i])
-        sync[i] = exposed(int(i), float(params.first[i]), chunk, group, max(bucket, 1.0),
-                          float(embedding[i]) if megatron[i] else 0.0)
-    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
-        group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
-        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
-                  else float(weights.expert_layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
-        chunk = float(params.first_experts[i] / cols.v[i])
-        sync[i] += exposed(int(i), float(params.first_experts[i]), chunk, group, max(bucket, 1.0), 0.0)
-    return sync
 
 
 def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, base: RunSettings,
