@@ -16,15 +16,18 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   fill/drain transfers, and M x what blocking transfers add per micro-batch
   (`paraplan.predict.pipeline_p2p`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
-  the last backward, the optimizer step and a sharded optimizer's weight all-gather
-  (none with overlap_param_gather);
+  the last backward, in the engine's buckets (Megatron-Core's grow with DP; interleaved,
+  each model chunk reduced once its last backward ends), the optimizer step and a sharded
+  optimizer's weight all-gather (none with overlap_param_gather);
 - memory of the first and the last stage (and the second, where a middle stage may hold
   more): weights, gradients and optimizer state as sharded, activations x micro-batches
   in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
   Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
   its unsharded gradients, allocated at each chunk's first backward, read with the
   activations moment by moment from the schedule's op order (`lazy_gradients`), as are
-  splits that count the embedding / loss as a layer.
+  splits that count the embedding / loss as a layer; context parallelism's attention
+  buffers (`paraplan.predict.cp_memory`) join a backward's working set and make a
+  forward's moment of their own (on the last stage the larger of them and the loss's).
 
 A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
 layers at the model's mean layer (the share of MoE layers times the MoE layer, the
@@ -49,13 +52,13 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
+from paraplan.plan.transformer.grad_sync import gradient_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
-from paraplan.predict.build import GRAD_BUCKET_PARAMS, OPTIMIZER_KERNELS, Precision, mtp_expert_params
+from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
 from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s
-from paraplan.sim.builder.grad_buckets import equal_buckets
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
@@ -121,7 +124,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
-    iteration = (pipe + _gradient_sync_s(cols, params, stages, comm, prec, timed)
+    iteration = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
+                                                  timed)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
     return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
@@ -310,42 +314,6 @@ def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: Stage
     return params
 
 
-def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, grad_bytes: float,
-                window_s: float, memo: dict[tuple[str, float, Group], tuple[int, float]]) -> float:
-    """A gradient reduction in `GRAD_BUCKET_PARAMS` buckets, overlapped with `window_s`
-    of backward: all but the last bucket hide up to half the window. `memo`: the bucket
-    count and one bucket's time per (collective, parameters, group), which many
-    candidates share (they differ in micro-batch, recomputation or schedule)."""
-    key = (collective, params, group)
-    if key not in memo:
-        split = equal_buckets(params, GRAD_BUCKET_PARAMS)
-        memo[key] = split.count, comm.time_s(collective, split.each * grad_bytes, group)
-    count, one = memo[key]
-    return max(one, count * one - 0.5 * window_s)
-
-
-def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
-                     prec: Precision, timed: np.ndarray) -> np.ndarray:
-    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
-    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
-    after the last micro-batch, as the distributed optimizer); the experts' over the
-    expert-data-parallel group (stride EP x ETP)."""
-    sync = np.zeros(len(cols))
-    # beside the first stage's last backward: interleaved, its chunks' last backwards, one after another
-    window = np.where(cols.single, st.whole, np.where(cols.v > 1, (cols.v - 1) * st.chunk_first + st.first, st.first))
-    memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
-    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
-        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
-        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
-        sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
-    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
-        group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
-        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
-        sync[i] += _bucketed_s(comm, collective, float(params.first_experts[i]), group, prec.grad_bytes, window[i],
-                               memo)
-    return sync
-
-
 def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, base: RunSettings,
                  eff: DeviceEfficiency) -> np.ndarray:
     """The optimizer step of the first stage's (sharded) state: memory-bound."""
@@ -415,14 +383,19 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
     # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
     single_mb = np.where(once & ~lazy, prec.grad_bytes, 0.0)
-    working_first = (recompute + gathered_first + grads_held
+    # a backward's moment: with context parallelism also a layer's attention backward (`cp_memory`)
+    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]
+    working_first = (recompute + gathered_first + grads_held + cp_bwd
                      + single_mb * np.maximum(weights.layer, weights.vocab + weights.positions))
-    working_last = recompute + gathered_last + grads_held + single_mb * np.maximum(weights.layer, weights.head)
-    # the last stage's other moment (`rank_state.rank_memory`): the loss's transient beside the gathered
-    # weights and the gradients accumulating from the previous micro-batches
+    working_last = (recompute + gathered_last + grads_held + cp_bwd
+                    + single_mb * np.maximum(weights.layer, weights.head))
+    # a forward's moment (`rank_state._Moments.per_op`): the gathered weights and a layer's attention forward,
+    # on the last stage the larger of it and the loss's transient, beside the gradients accumulating from the
+    # previous micro-batches
     accumulated = np.where(per_layer & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
-    loss_first = table.loss_transient[row] + gathered_first + accumulated
-    loss_last = table.loss_transient[row] + gathered_last + accumulated
+    loss_first = np.maximum(table.loss_transient[row], cp_fwd) + gathered_first + accumulated
+    loss_last = np.maximum(table.loss_transient[row], cp_fwd) + gathered_last + accumulated
+    forward_first = cp_fwd + gathered_first
     # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
     # or a layer) and the layer produced beside it (`unsharded_grad_params`)
     zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
@@ -431,14 +404,14 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
     zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
     mem_first = (params.first * state_b + params.first_experts * state_e + act_first
-                 + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
-                            working_first + zero2_first))
+                 + np.maximum(working_first + zero2_first, np.where(cols.single, loss_first, forward_first)))
     # the head's activations: the last chunk only (read with the moments: in `act_last` already)
     head_act = np.where(moments, 0.0, head_held * table.act_head[row])
     mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
     mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
-                  + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
+                  + np.where(once, params_second * prec.weight_bytes, gathered)
+                  + np.maximum(recompute + grads_held + zero2_last + cp_bwd, cp_fwd))
     return np.where(cols.single, mem_first,
                     np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
 
@@ -458,14 +431,15 @@ def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers
     state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
     held = np.minimum(cols.p, cols.m) + 1.0
     working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]  # a layer's attention under CP (`cp_memory`)
     ends = ((params.first + params.last) * state_b + (params.first_experts + params.last_experts) * state_e
             + held * layers.n_big * table.act_layer[row] + table.act_emb[row] + table.act_head[row]
-            + np.maximum(working, table.loss_transient[row]))
+            + np.maximum(working + cp_bwd, np.maximum(table.loss_transient[row], cp_fwd)))
     layer, expert_layer = weights.layer, weights.expert_layer
     if model.is_moe and model.num_moe_layers < model.num_layers:  # the middle stages' MoE layers
         experts = model.num_experts * model.expert_params
         layer = (model.moe_layer_params - experts) / cols.t
         expert_layer = experts / (cols.ep * cols.etp)
     middle = (2 * layers.n_big * (layer * state_b + expert_layer * state_e)
-              + held * layers.n_big * table.act_layer[row] + working)
+              + held * layers.n_big * table.act_layer[row] + np.maximum(working + cp_bwd, cp_fwd))
     return np.maximum(ends, middle)

@@ -25,6 +25,7 @@ from paraplan.predict.build import (
     kernel_times_by_pass,
     pass_times,
 )
+from paraplan.predict.cp_memory import layer_cp_transient
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.edge_ops import embedding_work, head_work
 from paraplan.predict.loss_ops import loss_transient_bytes
@@ -55,6 +56,8 @@ class LayerTable:
     act_emb: np.ndarray
     act_head: np.ndarray
     loss_transient: np.ndarray  # the loss's bytes for a moment on the last stage (`loss_ops.loss_transient_bytes`)
+    cp_forward: np.ndarray  # a layer's context-parallel attention buffers in a forward (`cp_memory.CpTransientBytes`)
+    cp_backward: np.ndarray  # ... and in a backward (`backward_moment_bytes`: the recomputed forward's where larger)
     probes: tuple[RunSettings, ...] = ()  # the one-stage run each row is priced on
 
 
@@ -81,7 +84,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
                    for t, b, sp, rc, c, ep, etp in keys)
     moe_share = model.num_moe_layers / model.num_layers
     n = len(keys)
-    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss")}
+    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss", "cpf", "cpb")}
     # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
     # `layer_activation_bytes` and `embedding_work` read no expert setting
     # (and the LM head's); a MoE layer's once per settings (those that differ only in recomputation
@@ -108,9 +111,11 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
             act["af"][i] = max(act["af"][i], moe_bytes(replace(s, recompute_granularity="none")))
         act["ah"][i] = last_stage_activation_bytes(model, s, head, moe_layer)
         act["loss"][i] = loss_transient_bytes(model, s)
+        cp = layer_cp_transient(model, s)  # the probes' cp_comm_type is the candidates' (`space`)
+        act["cpf"][i], act["cpb"][i] = cp.forward_bytes, cp.backward_moment_bytes
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
-                      act["al"], act["af"], act["ae"], act["ah"], act["loss"], probes)
+                      act["al"], act["af"], act["ae"], act["ah"], act["loss"], act["cpf"], act["cpb"], probes)
 
 
 def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster: Cluster, comm: CommModel,

@@ -1,0 +1,105 @@
+"""The transformer planner's estimate of the gradient reduction a pipeline's first rank
+leaves exposed past its last backward (`estimate.py`), in the buckets the engine cuts
+(`paraplan.predict.rank_state._stage_grad_sync`, `paraplan.predict.megatron_ddp`) and,
+interleaved, with each model chunk reduced once its last backward ends."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from paraplan.core.comm import CommModel, Group
+from paraplan.core.run_settings import RunSettings
+from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
+from paraplan.predict.build import GRAD_BUCKET_PARAMS, Precision
+from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.megatron_ddp import BUCKET_PARAMS_PER_DP_RANK, MIN_BUCKET_PARAMS
+from paraplan.sim.builder.grad_buckets import equal_buckets
+
+if TYPE_CHECKING:  # the estimate's own columns (estimate.py imports this module)
+    from paraplan.plan.transformer.estimate import _LayerTimes as LayerTimes
+    from paraplan.plan.transformer.estimate import _StageTimes as StageTimes
+    from paraplan.plan.transformer.estimate import _Weights as Weights
+
+
+def _buckets_s(comm: CommModel, collective: str, params: float, bucket_params: float, group: Group,
+               grad_bytes: float, memo: dict[tuple[str, float, float, Group], tuple[int, float]]) -> tuple[int, float]:
+    """The count of `bucket_params` buckets (`equal_buckets`) of `params` gradients and one
+    bucket's time; `memo` per (collective, parameters, bucket, group), which many candidates
+    share (they differ in micro-batch, recomputation or schedule)."""
+    key = (collective, params, bucket_params, group)
+    if key not in memo:
+        split = equal_buckets(params, bucket_params)
+        memo[key] = split.count, float(comm.time_s(collective, split.each * grad_bytes, group))
+    return memo[key]
+
+
+def _megatron_bucket(data_context_ranks: float) -> float:
+    """`megatron_ddp.megatron_bucket_params` of a data x context-parallel group this size
+    (the experts' buckets too)."""
+    return float(max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * data_context_ranks))
+
+
+def _chunks_exposed_s(first_s: float, each_s: float, v: int, gap_s: float) -> float:
+    """The exposed part of an interleaved rank's reduction whose chunks launch one after
+    another on one stream, each once its last backward has ended (the first model chunk
+    last, `first_s` of reduction; the v - 1 others `each_s` each, ready `gap_s` apart): the
+    queue from the n-th last chunk on ends no earlier than n (each - gap) + first past the
+    backward's end, largest at n = v - 1 or 1."""
+    if v <= 1:
+        return 0.0
+    return first_s + (v - 1 if each_s > gap_s else 1) * (each_s - gap_s)
+
+
+def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTimes, layers: StageLayers,
+                     weights: Weights, st: StageTimes, comm: CommModel, prec: Precision, base: RunSettings,
+                     eff: DeviceEfficiency, timed: np.ndarray) -> np.ndarray:
+    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
+    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
+    after the last micro-batch, as the distributed optimizer); the experts' over the
+    expert-data-parallel group (stride EP x ETP). The buckets as the engine cuts them
+    (`rank_state._stage_grad_sync`): Megatron-Core's DDP buckets the first rank's first
+    chunk in `megatron_bucket_params` (1M per data-parallel rank, at least 40M) with the
+    embedding apart, ready last, and reduces every other chunk in one bucket
+    (`megatron_ddp`); ZeRO-3 one bucket per layer; torch DDP `GRAD_BUCKET_PARAMS`. The
+    first chunk's buckets hide up to half its last backward, the last one and the
+    embedding's exposed. Interleaved, each other chunk is reduced once its last backward
+    ends: the first rank runs min(p, M) backwards of the next chunk between two chunks'
+    last backwards, so their reductions hide unless they queue up (`_chunks_exposed_s`)."""
+    sync = np.zeros(len(cols))
+    window = np.where(cols.single, st.whole, st.first)
+    gap = np.minimum(cols.p, cols.m) * times.op_s(layers.n_chunk, eff, True)
+    megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
+    embedding = weights.vocab + weights.positions
+    memo: dict[tuple[str, float, float, Group], tuple[int, float]] = {}
+
+    def exposed(i: int, total: float, chunk: float, group: Group, bucket: float, apart: float) -> float:
+        """`total` gradients of which each of the v - 1 later chunks holds `chunk`, `apart` of the first
+        chunk's in a bucket of their own, in buckets of `bucket` (a later chunk in one where `megatron`)."""
+        collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
+        v = int(cols.v[i])
+        rest = total - (v - 1) * chunk - apart
+        count, one = _buckets_s(comm, collective, rest, bucket, group, prec.grad_bytes, memo)
+        apart_s = _buckets_s(comm, collective, apart, apart, group, prec.grad_bytes, memo)[1] if apart else 0.0
+        first = max(one, count * one - 0.5 * window[i]) + apart_s
+        if v == 1:
+            return first
+        chunk_bucket = chunk if megatron[i] else bucket
+        n, each = _buckets_s(comm, collective, chunk, chunk_bucket, group, prec.grad_bytes, memo)
+        return max(first, _chunks_exposed_s(count * one + apart_s, n * each, v, float(gap[i])))
+
+    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
+        group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
+        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
+                  else float(weights.layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
+        chunk = float(layers.n_chunk[i] * weights.layer[i])
+        sync[i] = exposed(int(i), float(params.first[i]), chunk, group, max(bucket, 1.0),
+                          float(embedding[i]) if megatron[i] else 0.0)
+    for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
+        group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
+        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
+                  else float(weights.expert_layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
+        chunk = float(params.first_experts[i] / cols.v[i])
+        sync[i] += exposed(int(i), float(params.first_experts[i]), chunk, group, max(bucket, 1.0), 0.0)
+    return sync
