@@ -73,12 +73,14 @@ def test_probabilities_are_the_routers_dtype_or_fp32_for_deepep():
 def test_a_layer_with_expert_biases_issues_the_bias_calls():
     """GPT-OSS 120B at EP 8: 16 local experts, so 33 more rows forward and 66 backward
     than the same layer without biases (and the router's bias gradient, a sum over the
-    tokens: `moe_router`); `moe_act` recomputation does not repeat them."""
+    tokens: `moe_router`; and the attention output projection's bias gradient, a sum over
+    the tokens in its residual junction: `ops._row_bias_backward`); `moe_act`
+    recomputation does not repeat them."""
     s = settings()
     with_bias = moe_layer_work(GPT_OSS, s)
     without = moe_layer_work(dataclasses.replace(GPT_OSS, add_bias_linear=False), s)
     assert len(with_bias.forward.kernels) - len(without.forward.kernels) == 2 * 16 + 1
-    assert len(with_bias.backward.kernels) - len(without.backward.kernels) == 4 * 16 + 2 + 1
+    assert len(with_bias.backward.kernels) - len(without.backward.kernels) == 4 * 16 + 2 + 1 + 1
     act = settings(recompute_granularity="selective", recompute_modules=("moe_act",))
     assert len(moe_layer_work(GPT_OSS, act).recompute.kernels) == len(
         moe_layer_work(dataclasses.replace(GPT_OSS, add_bias_linear=False), act).recompute.kernels)

@@ -253,10 +253,25 @@ def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
 
 
 def _residual_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """Backward of a residual junction (`residual + dropout(y + bias)`): the dropout's
+    backward (one fused kernel), and the sum of the residual stream's two gradients where
+    it branched (autograd adds the norm path's input gradient to the skip path's: read
+    two, write one), a kernel of its own in every Megatron version (docs/execution-model.md,
+    "What the backward costs besides its GEMMs")."""
     if x.eager:
         return eager_ops.residual(w, x)
     per_token = 2 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
     w.memory(per_token * x.sp_tokens * x.h)
+    w.memory(3 * x.e * x.sp_tokens * x.h)
+
+
+def _row_bias_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
+    """The gradient of a row-parallel projection's bias, which Megatron adds in the
+    junction (`bias.expand_as(residual)`): autograd sums the junction's gradient over the
+    tokens, a reduction of its own (Megatron-LM, Megatron-DeepSpeed and Megatron-Core
+    alike). A MoE layer's experts add their biases themselves (`paraplan.predict.moe_bias`)."""
+    if model.add_bias_linear and not x.eager:
+        w.memory(x.e * x.sp_tokens * x.h)
 
 
 def _norm_forward(w: _Builder, x: _Shape) -> None:
@@ -356,6 +371,7 @@ def _backward(model: TransformerModel, x: _Shape, flash: bool, overlap: bool, as
               gemm_bytes: int, accumulate: float) -> PassWork:
     w = _Builder(gemm_bytes, accumulate)
     _residual_backward(w, model, x)
+    _row_bias_backward(w, model, x)
     _row_backward(w, x, x.ffn, x.h, overlap)  # fc2
     _activation_backward(w, model, x)
     _column_backward(w, x, x.h, x.mlp_in, async_reduce)  # fc1
@@ -368,6 +384,7 @@ def _attention_backward(w: _Builder, model: TransformerModel, x: _Shape, flash: 
                         async_reduce: bool) -> None:
     """Backward of the layer's first half (`_attention_forward`)."""
     _residual_backward(w, model, x)
+    _row_bias_backward(w, model, x)
     _row_backward(w, x, x.heads * x.v_d, x.h, overlap)  # output projection
     _attention_core_backward(w, model, x, flash)
     if model.multi_latent_attention:
