@@ -16,14 +16,17 @@ rank's time is split into parts that sum to the iteration time exactly:
   and before each chunk's first one (`dp_comm`, `fsdp_ops`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
   a layer-time factor scales its layer's parts alike;
-- the blocking pipeline transfers its own ops wait for (`pp_comm`, `pipeline_p2p`);
+- the blocking pipeline transfers its own ops wait for, and what overlapped ones take
+  from the ops beside them (`pp_comm`, `pipeline_p2p`);
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
   path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
   rest, the `bubble`;
 - DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
   blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
-- the data-parallel gradient reduction past its compute (`dp_comm`), then what
-  follows it: the weight all-gather of a sharded optimizer (`dp_comm`), the
+- the data-parallel gradient reduction past its compute, with what its buckets take
+  from the compute beside them (`dp_comm`, `sim.overlap_contention`), then what
+  follows it: the weight all-gather of a sharded optimizer, or what it adds beside the
+  forward under `overlap_param_gather` (`dp_comm`, `param_gather`), the
   tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)
   and the optimizer step (`optimizer`).
 """
@@ -38,7 +41,14 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_by_pass, price, run_structure
+from paraplan.predict.build import (
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
+    kernel_times_by_pass,
+    param_gather_contention_s,
+    price,
+    run_structure,
+)
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
@@ -139,7 +149,11 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     costs = execution.costs
     p2p = p2p_charges(settings, structure.send_s, structure.p2p_gather_s)  # blocking transfers inside the ops
     op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
-    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s
+    contended = np.zeros_like(op_s)  # z12: what overlapped transfers take from the ops beside them
+    for part in (costs.contended_fwd_s, costs.contended_bwd_s):
+        if part is not None:
+            contended = contended + part
+    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s - contended
 
     ends = rank_ends(execution)
     rank = int(np.argmax(ends.end_s))
@@ -153,7 +167,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     average = (device[:2] if structure.speed.compute_time_factor == 1.0  # gemm, attention as one average GPU runs them
                else _average_gpu_compute_s(structure, eff, mine, m))
     host_s = m * float(host[mine].sum())
-    blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
+    blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine] + contended[mine]).sum())
     busy = float(device.sum()) + host_s + blocked
     if dualpipe is not None:  # what the pairs hide of the all-to-alls: the ops alone minus what the rank ran
         device[5] -= busy - float(ends.busy_s[rank])
@@ -161,7 +175,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
     transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
-    after_comm = float(structure.after_sync_comm_s[rank])
+    after_comm = float(structure.after_sync_comm_s[rank] + param_gather_contention_s(structure, costs, eff)[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
     seconds = {
         "gemm": float(average[0]), "attention": float(average[1]),
