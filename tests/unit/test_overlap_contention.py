@@ -157,3 +157,17 @@ def test_dualpipe_ranks_pay_the_contention_of_the_buckets_beside_their_compute()
         beside = overlap_with_ops_s(spans[:, 0], spans[:, 1], run.start_s[mine], run.end_s[mine])
         assert beside > 0
         assert priced_end[r] == pytest.approx(free_end[r] + share * beside)
+
+
+def test_a_run_whose_gathers_run_beside_the_forward_is_priced_run_by_run():
+    from paraplan.predict.kernel_batch import KernelBatch
+    from paraplan.predict.price_batch import PlainRuns, is_plain
+
+    s = RunSettings(data_parallel_size=8, micro_batch_size=1, global_batch_size=32, use_distributed_optimizer=True,
+                    overlap_param_gather=True)  # reduced after the backward, gathered beside the forward
+    st = run_structure(GPT, s, H100, COMM)
+    assert st.hidden_gather_s is not None and not is_plain(st)
+    eff = DeviceEfficiency()
+    kernel_s, sums = KernelBatch.of([st]).priced(eff)
+    got = PlainRuns.of([st]).iteration_s(eff, kernel_s, sums)
+    assert got.tolist() == [iteration_time_s(price(st, kernel_s[0], eff, sums[0]))]
