@@ -14,7 +14,10 @@ collective with compute: the data-parallel gradient buckets on the communication
 (`paraplan.sim.execution`, `paraplan.sim.dualpipe_iteration`). The overlap is measured
 on the run itself: the time a bucket spends beside one of the rank's compute ops. The
 compute it slows is the rank's last ops of the iteration, so the added time lands on the
-rank's end (the reduction that follows them waits for the same ops).
+rank's end, as a pair's would: max(compute end, reduction end) + share x overlap. It is
+not passed on to the ranks upstream that wait for those ops (exact with one pipeline
+rank, or where only the first rank's buckets run beside its compute; a lower bound
+otherwise, docs/execution-model.md).
 """
 
 from __future__ import annotations
