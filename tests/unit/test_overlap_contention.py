@@ -171,3 +171,23 @@ def test_a_run_whose_gathers_run_beside_the_forward_is_priced_run_by_run():
     kernel_s, sums = KernelBatch.of([st]).priced(eff)
     got = PlainRuns.of([st]).iteration_s(eff, kernel_s, sums)
     assert got.tolist() == [iteration_time_s(price(st, kernel_s[0], eff, sums[0]))]
+
+
+def test_dualpipe_sends_take_the_contention_share_from_the_op_that_sent_them():
+    from paraplan.predict.build import build_execution
+
+    layers = TransformerModel("gpt", num_layers=8, hidden_size=2048, num_attention_heads=16, seq_length=2048,
+                              vocab_size=32000)
+    s = RunSettings(pipeline_model_parallel_size=4, data_parallel_size=8, global_batch_size=64, micro_batch_size=1,
+                    schedule="dualpipe")
+    eff = DeviceEfficiency()
+    priced = build_execution(layers, s, H100, COMM, eff).dualpipe
+    free = build_execution(layers, s, H100, COMM, replace(eff, comm_overlap_contention=0.0)).dualpipe
+    assert priced is not None and free is not None and free.contended_s is None
+    share, send = eff.comm_overlap_contention, free.send_s
+    assert (send > 0).all()
+    assert priced.fwd_s - free.fwd_s == pytest.approx(np.append(share * np.minimum(send, free.fwd_s[:-1]), 0.0))
+    assert priced.bwd_s - free.bwd_s == pytest.approx(np.insert(share * np.minimum(send, free.bwd_s[1:]), 0, 0.0))
+    assert priced.contended_s == pytest.approx((priced.fwd_s - free.fwd_s) + (priced.bwd_s - free.bwd_s))
+    assert explain_run(layers, s, H100, COMM, eff).total_s == pytest.approx(
+        explain_run(layers, s, H100, COMM, eff).iteration_s)

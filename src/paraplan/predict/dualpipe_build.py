@@ -12,7 +12,9 @@ p-stage structure priced as for 1F1B, then each rank given its two chunks.
   series.
 - Pipeline transfers: the stage boundaries' sends (`pipeline_p2p.pipeline_send_s`), on
   their own stream: a transfer delays its consumer, never its sender (the repository
-  posts them with the next op's receives; DeepSeek-V3 runs them beside the pair).
+  posts them with the next op's receives; DeepSeek-V3 runs them beside the pair); each
+  send's NCCL kernel takes the contention share of min(transfer, op) from the op that
+  sent it (`pipeline_p2p.sender_contention_s`), as interleaved transfers do.
 - Rank r holds stage r of pipeline 0 and stage p - 1 - r of pipeline 1: the weights and
   gradients of both (2x a 1F1B rank's), the activations of both chunks, each chunk's
   gradient buckets. The two copies of a stage are one model: their gradients are reduced
@@ -38,6 +40,7 @@ from paraplan.predict.device_model import DeviceEfficiency, host_bound_s, kernel
 from paraplan.predict.fp8_ops import scaled_passes
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pipeline_p2p import sender_contention_s
 from paraplan.predict.placement import RunGroups
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
@@ -87,7 +90,16 @@ def dualpipe_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     fwd, bwd = _stage_ops_s(st, times, eff)
     pair_fwd, pair_bwd = _stage_ops_s(st, _paired_times(st, times, eff), eff)
     wgt = np.minimum(weight_grad_s(st.settings, times, StageLayers.of(st)), bwd)
-    return DualPipeCosts(fwd, bwd, wgt, pair_fwd, pair_bwd, np.asarray(st.send_s, dtype=float))
+    send = np.asarray(st.send_s, dtype=float)
+    contended = None
+    if eff.comm_overlap_contention > 0.0 and send.shape[0]:  # z12: each send's kernel beside the op that sent it
+        share = eff.comm_overlap_contention
+        added_fwd, added_bwd = sender_contention_s(send, fwd, bwd, share)
+        pair_added_fwd, pair_added_bwd = sender_contention_s(send, pair_fwd, pair_bwd, share)
+        fwd, bwd = fwd + added_fwd, bwd + added_bwd
+        pair_fwd, pair_bwd = pair_fwd + pair_added_fwd, pair_bwd + pair_added_bwd
+        contended = added_fwd + added_bwd
+    return DualPipeCosts(fwd, bwd, wgt, pair_fwd, pair_bwd, send, contended)
 
 
 def _two_chunks(memory: tuple[RankMemory, ...], sharded: bool) -> tuple[RankMemory, ...]:

@@ -161,7 +161,8 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     dualpipe = execution.dualpipe  # v5-dualpipe: stages r and p - 1 - r, M / 2 micro-batches each, no blocking
     if dualpipe is not None:
         mine, m = np.array([rank, p - 1 - rank]), m // 2
-        host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1)
+        contended = dualpipe.contended_s if dualpipe.contended_s is not None else np.zeros_like(dualpipe.fwd_s)
+        host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1) - contended
         p2p = replace(p2p, fwd_s=np.zeros_like(p2p.fwd_s), bwd_s=np.zeros_like(p2p.bwd_s))
     device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
     average = (device[:2] if structure.speed.compute_time_factor == 1.0  # gemm, attention as one average GPU runs them

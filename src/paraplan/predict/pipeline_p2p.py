@@ -188,10 +188,18 @@ def overlap_contention_s(settings: RunSettings, send_s: np.ndarray, fwd_s: np.nd
     backward op that sends its gradient back gain `contention` x min(transfer, op)
     (`paraplan.sim.overlap_contention`, the pair rule less the op's own time); None
     without overlapped transfers or contention."""
-    nv = send_s.shape[0] + 1
-    if not settings.p2p_overlapped or contention <= 0.0 or nv == 1:
+    if not settings.p2p_overlapped or contention <= 0.0 or send_s.shape[0] == 0:
         return None
-    fwd, bwd = np.zeros(nv), np.zeros(nv)
+    return sender_contention_s(send_s, fwd_s, bwd_s, contention)
+
+
+def sender_contention_s(send_s: np.ndarray, fwd_s: np.ndarray, bwd_s: np.ndarray,
+                        contention: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage: `contention` x min(transfer, op) on each forward that sends its
+    activation on (all but the last stage's) and each backward that sends its gradient
+    back (all but the first's); `send_s[i]` crosses the boundary i -> i + 1."""
+    n = send_s.shape[0] + 1
+    fwd, bwd = np.zeros(n), np.zeros(n)
     fwd[:-1] = contention * np.minimum(send_s, fwd_s[:-1])
     bwd[1:] = contention * np.minimum(send_s, bwd_s[1:])
     return fwd, bwd
