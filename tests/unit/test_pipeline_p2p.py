@@ -113,6 +113,10 @@ def test_overlapped_transfers_cost_a_predicted_pipeline_their_contention():
     assert priced.costs.fwd_s - free.costs.fwd_s == pytest.approx(np.append(share * send, 0.0))
     assert priced.costs.bwd_s - free.costs.bwd_s == pytest.approx(np.insert(share * send, 0, 0.0))
     assert iteration_time_s(priced) > iteration_time_s(free)
+    parts = explain_run(model, s, cluster, comm, cal.efficiency)  # the contention is pp_comm, not host
+    assert parts.total_s == pytest.approx(parts.iteration_s)
+    assert parts.seconds["host"] == pytest.approx(
+        explain_run(model, s, cluster, comm, replace(cal.efficiency, comm_overlap_contention=0.0)).seconds["host"])
 
 
 def test_planner_closed_form_counts_the_blocking_exchanges():
