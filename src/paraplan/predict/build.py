@@ -29,7 +29,7 @@ What each piece costs:
   (Megatron's dp-cp group) in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
   the last backward, overlapped with it under `overlap_grad_reduce` (the compute beside
-  a bucket slowed by the contention share of their overlap, `sim.overlap_contention`); with
+  a bucket slowed by the contention share of their overlap, `sim.overlap_cost`); with
   `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
   dtype, always overlapped; ZeRO-3 (FSDP2) gathers each layer's weights before its forward
   and its backward, prefetched beside the previous layer's compute, and reduce-scatters

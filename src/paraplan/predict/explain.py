@@ -24,7 +24,7 @@ rank's time is split into parts that sum to the iteration time exactly:
 - DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
   blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
 - the data-parallel gradient reduction past its compute, with what its buckets take
-  from the compute beside them (`dp_comm`, `sim.overlap_contention`), then what
+  from the compute beside them (`dp_comm`, `sim.overlap_cost`), then what
   follows it: the weight all-gather of a sharded optimizer, or what it adds beside the
   forward under `overlap_param_gather` (`dp_comm`, `param_gather`), the
   tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)

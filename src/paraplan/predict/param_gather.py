@@ -8,7 +8,7 @@ bucket the forward needs first before the forward (exposed on the first pipeline
 layers before it; other sharded optimizers (`zero_stage` 1-2) prefetch the whole gather
 beside the forward likewise. That hidden part runs beside the first pipeline rank's
 forward of its first micro-batch (of each of its model chunks), and is priced as every
-overlapped collective is (`paraplan.sim.overlap_contention.pair_added_s`): what the
+overlapped collective is (`paraplan.sim.overlap_cost.pair_added_s`): what the
 forward cannot hide plus `comm_overlap_contention` x the overlap. On later pipeline
 ranks the gather runs while the rank waits for the pipeline to fill (no compute beside
 it), as `megatron_ddp` leaves it.
@@ -24,7 +24,7 @@ from paraplan.core.sharding import gathers_once_per_iteration
 from paraplan.predict.fsdp_ops import ShardGroups
 from paraplan.predict.megatron_ddp import first_gather_params, megatron_bucket_params, uses_megatron_buckets
 from paraplan.predict.placement import Precision, RunGroups
-from paraplan.sim.overlap_contention import pair_added_s
+from paraplan.sim.overlap_cost import pair_added_s
 
 
 def hidden_param_gather_s(settings: RunSettings, comm: CommModel, groups: RunGroups, stage0_params: float,

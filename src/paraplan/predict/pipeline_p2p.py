@@ -186,7 +186,7 @@ def overlap_contention_s(settings: RunSettings, send_s: np.ndarray, fwd_s: np.nd
     """With overlapped transfers, what each one's kernel takes from the op beside it
     (module doc): per virtual stage, a forward op that sends its activation on and a
     backward op that sends its gradient back gain `contention` x min(transfer, op)
-    (`paraplan.sim.overlap_contention`, the pair rule less the op's own time); None
+    (`paraplan.sim.overlap_cost`, the pair rule less the op's own time); None
     without overlapped transfers or contention."""
     if not settings.p2p_overlapped or contention <= 0.0 or send_s.shape[0] == 0:
         return None

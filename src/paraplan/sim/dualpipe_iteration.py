@@ -6,7 +6,7 @@ tail as `paraplan.sim.execution` runs them for the other schedules, and its memo
   that chunk's weight gradient (a deferred W, a whole backward or a pair's backward),
   at their `ready_fraction` of it; they run one after another on the communication
   stream, after all compute unless `overlap_grad_reduce` (then slowing the compute
-  beside them, `paraplan.sim.overlap_contention`); `after_sync_s` follows.
+  beside them, `paraplan.sim.overlap_cost`); `after_sync_s` follows.
 - Memory: the weight state, the activations of each chunk held from its forward to the
   end of its backward (a deferred one's W), at their peak over the rank's order, and the
   working set.
@@ -22,7 +22,7 @@ from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns
 from paraplan.sim.dualpipe import DualOp, DualPipeCosts, DualPipeRun, Layout, execute, orders
 from paraplan.sim.execution import ExecutionModel, IterationResult, MemoryAtPeak, RankEnds, repeat_iterations
-from paraplan.sim.overlap_contention import contended_end_s, overlap_with_ops_s
+from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s
 from paraplan.sim.pipeline import concat_columns
 
 _KIND = {DualOp.F: EventKindCode.FWD, DualOp.B: EventKindCode.BWD, DualOp.I: EventKindCode.BWD_INPUT,

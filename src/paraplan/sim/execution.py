@@ -14,7 +14,7 @@ same ops at the same times), by pipeline rank:
   of that op's span, per model chunk); reduced one after another on the
   communication stream, either after all compute (`overlap_grad_reduce` off) or as
   soon as each bucket is ready, then slowing the compute beside them by
-  `comm_overlap_contention` x the time they ran side by side (`overlap_contention`);
+  `comm_overlap_contention` x the time they ran side by side (`overlap_cost`);
 - `after_sync_s`: what follows the reduction on each rank before the next iteration
   can start (tied-embedding gradient exchange, optimizer step, weight all-gather of
   a sharded optimizer that is not overlapped);
@@ -41,7 +41,7 @@ from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
 from paraplan.sim.engine_batch import execute_batch
-from paraplan.sim.overlap_contention import contended_end_s, overlap_with_ops_s, pair_added_s
+from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s, pair_added_s
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.rank_peak import (
@@ -147,7 +147,7 @@ class ExecutionModel:
     and each rank's `memory` and `grad_sync` cover its two chunks."""
     comm_overlap_contention: float = 0.0
     """The share of the time a gradient bucket runs beside the rank's compute that the
-    compute loses to it (`paraplan.sim.overlap_contention`; the calibration's
+    compute loses to it (`paraplan.sim.overlap_cost`; the calibration's
     `comm_overlap_contention`); 0: hidden for free."""
 
     def __post_init__(self) -> None:
@@ -191,7 +191,7 @@ def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: i
               compute_end: float, overlap: bool, with_events: bool = True,
               contention: float = 0.0) -> tuple[float, list[tuple[float, float]]]:
     """When the rank's reduction ends (with its compute slowed by `contention` x the time
-    the buckets ran beside it, `overlap_contention`), and its bucket events (start, end;
+    the buckets ran beside it, `overlap_cost`), and its bucket events (start, end;
     none unless `with_events`)."""
     if sync.bucket_s.size == 0:
         return compute_end, []
@@ -342,7 +342,7 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     repeats it, shifted by whole iterations). A no-flush schedule (2BW) runs
     max(2, `iterations`) iterations as one stream; its iteration time is the steady
     period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction beside
-    the next iteration, the pair max + contention x min (`overlap_contention`). With `p3`, the single rank
+    the next iteration, the pair max + contention x min (`overlap_cost`). With `p3`, the single rank
     runs P3's per-layer synchronisation (`paraplan.sim.p3`). DualPipe runs in its own
     engine (`paraplan.sim.dualpipe_iteration`)."""
     if model.dualpipe is not None:  # v5-dualpipe

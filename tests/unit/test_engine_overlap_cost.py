@@ -1,5 +1,5 @@
 """Collectives the engine overlaps with compute pay the contention rule of every
-overlapped collective (`paraplan.sim.overlap_contention`): a collective of time c beside
+overlapped collective (`paraplan.sim.overlap_cost`): a collective of time c beside
 compute of time g takes max(c, g) + share x min(c, g). The data-parallel gradient
 buckets (`sim.execution`, DualPipe's `sim.dualpipe_iteration`), the sharded optimizer's
 all-gathers under `overlap_param_gather` (`predict.param_gather`)."""
@@ -22,7 +22,7 @@ from paraplan.predict.explain import explain_run
 from paraplan.predict.param_gather import param_gather_added_s
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory, iteration_time_s, rank_ends, run_iteration
-from paraplan.sim.overlap_contention import overlap_with_ops_s, pair_added_s
+from paraplan.sim.overlap_cost import overlap_with_ops_s, pair_added_s
 
 F, B = 1.0, 2.0  # one micro-batch's forward and backward
 
