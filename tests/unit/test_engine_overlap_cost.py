@@ -16,9 +16,11 @@ from paraplan.core import ConstantBandwidthModel
 from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict import overlap_share
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.explain import explain_run
+from paraplan.predict.overlap_share import OverlapShares
 from paraplan.predict.param_gather import param_gather_added_s
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory, iteration_time_s, rank_ends, run_iteration
@@ -94,6 +96,13 @@ H100 = load_cluster("dgx-h100")
 COMM = ConstantBandwidthModel(300e9, 40e9)
 
 
+def free_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collectives that hold no SMs: the overlaps outside tensor parallelism are free
+    (their occupancy share is CTAs / SMs, `overlap_share`)."""
+    monkeypatch.setattr(overlap_share, "NCCL_INTRA_NODE_CTAS", 0)
+    monkeypatch.setattr(overlap_share, "NCCL_INTER_NODE_CTAS", 0)
+
+
 def mcore(**kw) -> RunSettings:
     base = dict(data_parallel_size=48, micro_batch_size=4, global_batch_size=192, use_distributed_optimizer=True,
                 overlap_grad_reduce=True, overlap_param_gather=True)
@@ -118,18 +127,20 @@ def test_the_hidden_gathers_add_the_pair_rule_after_the_step():
     st = run_structure(GPT, mcore(), H100, COMM)
     kernel_s = kernel_times_by_pass([st], eff)[0]
     priced = price(st, kernel_s, eff)
-    free = price(st, kernel_s, replace(eff, comm_overlap_contention=0.0))
+    free = price(replace(st, overlap_shares=OverlapShares(0.0, 0.0, 0.0)), kernel_s, eff)
     g, fwd = float(st.hidden_gather_s[0]), float(priced.costs.fwd_s[0])
-    share = eff.comm_overlap_contention
+    share = st.overlap_shares.param_gather
+    assert share == 32 / 132  # z14: a 48-rank gather over 6 nodes holds 32 of the H100's 132 SMs
     assert priced.after_sync_s[0] - free.after_sync_s[0] == pytest.approx(max(g - fwd, 0.0) + share * min(g, fwd))
     assert param_gather_added_s(np.array([3.0, 0.0]), np.array([1.0, 5.0]), 0.5).tolist() == [2.5, 0.0]
 
 
-def test_explain_puts_the_contention_of_the_reduction_and_gathers_in_dp_comm():
+def test_explain_puts_the_contention_of_the_reduction_and_gathers_in_dp_comm(monkeypatch):
     eff = DeviceEfficiency()
     s = mcore()
     priced = explain_run(GPT, s, H100, COMM, eff)
-    free = explain_run(GPT, s, H100, COMM, replace(eff, comm_overlap_contention=0.0))
+    free_nccl(monkeypatch)
+    free = explain_run(GPT, s, H100, COMM, eff)
     assert priced.total_s == pytest.approx(priced.iteration_s)
     added = priced.iteration_s - free.iteration_s
     assert added > 0
@@ -151,6 +162,7 @@ def test_dualpipe_ranks_pay_the_contention_of_the_buckets_beside_their_compute()
     _, free_end, events = _tails(replace(model, comm_overlap_contention=0.0), run)
     _, priced_end, _ = _tails(model, run)
     share = model.comm_overlap_contention
+    assert share == 24 / 132  # z14: the buckets' occupancy share (DP 8 inside a node: 24 CTAs of 132 SMs)
     for r in range(4):
         spans = np.array([(a, b) for rank, _, a, b in events if rank == r])
         mine = run.rank == r
@@ -173,7 +185,7 @@ def test_a_run_whose_gathers_run_beside_the_forward_is_priced_run_by_run():
     assert got.tolist() == [iteration_time_s(price(st, kernel_s[0], eff, sums[0]))]
 
 
-def test_dualpipe_sends_take_the_contention_share_from_the_op_that_sent_them():
+def test_dualpipe_sends_take_the_contention_share_from_the_op_that_sent_them(monkeypatch):
     from paraplan.predict.build import build_execution
 
     layers = TransformerModel("gpt", num_layers=8, hidden_size=2048, num_attention_heads=16, seq_length=2048,
@@ -182,12 +194,13 @@ def test_dualpipe_sends_take_the_contention_share_from_the_op_that_sent_them():
                     schedule="dualpipe")
     eff = DeviceEfficiency()
     priced = build_execution(layers, s, H100, COMM, eff).dualpipe
-    free = build_execution(layers, s, H100, COMM, replace(eff, comm_overlap_contention=0.0)).dualpipe
+    explained = explain_run(layers, s, H100, COMM, eff)
+    free_nccl(monkeypatch)
+    free = build_execution(layers, s, H100, COMM, eff).dualpipe
     assert priced is not None and free is not None and free.contended_s is None
-    share, send = eff.comm_overlap_contention, free.send_s
+    share, send = 32 / 132, free.send_s  # z14: stages 8 ranks apart cross nodes: 32 CTAs of 132 SMs
     assert (send > 0).all()
     assert priced.fwd_s - free.fwd_s == pytest.approx(np.append(share * np.minimum(send, free.fwd_s[:-1]), 0.0))
     assert priced.bwd_s - free.bwd_s == pytest.approx(np.insert(share * np.minimum(send, free.bwd_s[1:]), 0, 0.0))
     assert priced.contended_s == pytest.approx((priced.fwd_s - free.fwd_s) + (priced.bwd_s - free.bwd_s))
-    assert explain_run(layers, s, H100, COMM, eff).total_s == pytest.approx(
-        explain_run(layers, s, H100, COMM, eff).iteration_s)
+    assert explained.total_s == pytest.approx(explained.iteration_s)

@@ -100,23 +100,28 @@ def test_an_overlapped_transfer_takes_the_contention_share_from_the_op_beside_it
     assert overlap_contention_s(replace(s, overlap_p2p_comm=False), send, fwd, bwd, 0.85) is None
 
 
-def test_overlapped_transfers_cost_a_predicted_pipeline_their_contention():
+def test_overlapped_transfers_cost_a_predicted_pipeline_their_contention(monkeypatch):
+    from paraplan.predict import overlap_share
+
     model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                              vocab_size=50257)
     cluster, cal = load_cluster("dgx-a100"), load_calibration()
     comm = cal.comm_model(cluster)
     s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
-    free = build_execution(model, s, cluster, comm, replace(cal.efficiency, comm_overlap_contention=0.0))
     priced = build_execution(model, s, cluster, comm, cal.efficiency)
-    share, send = cal.efficiency.comm_overlap_contention, run_structure(model, s, cluster, comm).send_s
+    parts = explain_run(model, s, cluster, comm, cal.efficiency)  # the contention is pp_comm, not host
+    st = run_structure(model, s, cluster, comm)
+    share, send = st.overlap_shares.p2p, st.send_s
+    assert share == 24 / 108  # z14: transfers inside a DGX A100 node hold 24 of its 108 SMs
+    for name in ("NCCL_INTRA_NODE_CTAS", "NCCL_INTER_NODE_CTAS"):  # NCCL kernels holding no SM: free
+        monkeypatch.setattr(overlap_share, name, 0)
+    free = build_execution(model, s, cluster, comm, cal.efficiency)
     assert priced.costs.contended_fwd_s is not None and priced.costs.contended_bwd_s is not None
     assert priced.costs.fwd_s - free.costs.fwd_s == pytest.approx(np.append(share * send, 0.0))
     assert priced.costs.bwd_s - free.costs.bwd_s == pytest.approx(np.insert(share * send, 0, 0.0))
     assert iteration_time_s(priced) > iteration_time_s(free)
-    parts = explain_run(model, s, cluster, comm, cal.efficiency)  # the contention is pp_comm, not host
     assert parts.total_s == pytest.approx(parts.iteration_s)
-    assert parts.seconds["host"] == pytest.approx(
-        explain_run(model, s, cluster, comm, replace(cal.efficiency, comm_overlap_contention=0.0)).seconds["host"])
+    assert parts.seconds["host"] == pytest.approx(explain_run(model, s, cluster, comm, cal.efficiency).seconds["host"])
 
 
 def test_planner_closed_form_counts_the_blocking_exchanges():

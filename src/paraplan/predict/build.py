@@ -89,9 +89,11 @@ from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.moe_router import expert_bias_sync_s
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
+from paraplan.predict.overlap_share import CALIBRATED_SHARES, OverlapShares, share_or_calibrated
 from paraplan.predict.param_gather import hidden_param_gather_s, param_gather_added_s
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pipeline_p2p import (
+    boundary_crosses_nodes,
     overlap_contention_s,
     p2p_charges,
     pipeline_gather_s,
@@ -188,6 +190,7 @@ class RunStructure:
     p2p_gather_s: float = 0.0  # the all-gather of each received pipeline transfer (`pipeline_p2p`)
     paired_moe_passes: tuple[PassCost, PassCost] | None = None  # dualpipe: a pair's MoE passes (`dualpipe_build`)
     hidden_gather_s: np.ndarray | None = None  # per pipeline stage: overlap_param_gather's beside the forward
+    overlap_shares: OverlapShares = CALIBRATED_SHARES  # z14: occupancy shares of the overlaps outside TP
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -355,6 +358,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
                         p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
                         hidden_gather_s=hidden_gather if hidden_gather.any() else None,
+                        overlap_shares=OverlapShares.of(  # z14: the overlaps outside TP (`overlap_share`)
+                            cluster.device.compute_units, groups.dp, sharding.shard,
+                            bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
                         paired_moe_passes=(paired_moe_passes(model, settings, comm, groups)  # v5-dualpipe
                                            if settings.pipeline_schedule == "dualpipe" else None))
 
@@ -451,7 +457,8 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
         bwd = bwd - wgt
     p2p = p2p_charges(st.settings, st.send_s, st.p2p_gather_s, sync_s(st.settings, eff.host_kernel_s))
     fwd, bwd = p2p.on_ops(fwd, bwd)
-    contended = overlap_contention_s(st.settings, st.send_s, fwd, bwd, eff.comm_overlap_contention)  # z12
+    contended = overlap_contention_s(st.settings, st.send_s, fwd, bwd,
+                                     share_or_calibrated(st.overlap_shares.p2p, eff))  # z12, z14
     if contended is not None:
         fwd, bwd = fwd + contended[0], bwd + contended[1]
     return PipelineCosts(fwd, bwd, wgt, p2p.send_fwd_s, p2p.send_bwd_s,
@@ -465,7 +472,8 @@ def param_gather_contention_s(st: RunStructure, costs: PipelineCosts, eff: Devic
     (`paraplan.predict.param_gather`); DualPipe's ranks hold stages r and p - 1 - r."""
     if st.hidden_gather_s is None:
         return np.zeros(st.settings.pipeline_model_parallel_size)
-    added = param_gather_added_s(st.hidden_gather_s, costs.fwd_s, eff.comm_overlap_contention)
+    added = param_gather_added_s(st.hidden_gather_s, costs.fwd_s,
+                                 share_or_calibrated(st.overlap_shares.param_gather, eff))  # z14
     return added + added[::-1] if st.settings.pipeline_schedule == "dualpipe" else added
 
 
@@ -507,7 +515,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,
         num_devices=settings.num_gpus,
-        comm_overlap_contention=eff.comm_overlap_contention,  # z12: the gradient buckets beside compute
+        comm_overlap_contention=share_or_calibrated(st.overlap_shares.grad_reduce, eff),  # z12, z14: the buckets
     )
     if settings.pipeline_schedule == "dualpipe":  # v5-dualpipe: each rank's two chunks
         model = dualpipe_model(st, times, eff, model)

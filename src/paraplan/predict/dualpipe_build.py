@@ -39,6 +39,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, host_bound_s, kernel_times_s
 from paraplan.predict.fp8_ops import scaled_passes
 from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pipeline_p2p import sender_contention_s
 from paraplan.predict.placement import RunGroups
@@ -92,8 +93,8 @@ def dualpipe_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     wgt = np.minimum(weight_grad_s(st.settings, times, StageLayers.of(st)), bwd)
     send = np.asarray(st.send_s, dtype=float)
     contended = None
-    if eff.comm_overlap_contention > 0.0 and send.shape[0]:  # z12: each send's kernel beside the op that sent it
-        share = eff.comm_overlap_contention
+    share = share_or_calibrated(st.overlap_shares.p2p, eff)  # z14: the transfers' occupancy share
+    if share > 0.0 and send.shape[0]:  # z12: each send's kernel beside the op that sent it
         added_fwd, added_bwd = sender_contention_s(send, fwd, bwd, share)
         pair_added_fwd, pair_added_bwd = sender_contention_s(send, pair_fwd, pair_bwd, share)
         fwd, bwd = fwd + added_fwd, bwd + added_bwd
