@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
@@ -22,6 +23,7 @@ from paraplan.predict.overlap_share import (
     OverlapShares,
     nccl_ctas,
     occupancy_share,
+    occupancy_shares,
     share_or_calibrated,
 )
 
@@ -60,8 +62,14 @@ def test_a_run_gets_the_shares_of_its_groups_and_device():
     s = RunSettings(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, data_parallel_size=8,
                     global_batch_size=64, micro_batch_size=1, use_distributed_optimizer=True)
     assert run_structure(model, s, load_cluster("dgx-h100"), comm).overlap_shares == OverlapShares(
-        32 / 132, 32 / 132, 32 / 132)
+        32 / 132, 32 / 132, 32 / 132, 32 / 132)
     inside = RunSettings(data_parallel_size=4, pipeline_model_parallel_size=2, global_batch_size=8,
                          micro_batch_size=1)  # DP 4 and its pipeline neighbour in one node
     assert run_structure(model, inside, load_cluster("dgx-a100"), comm).overlap_shares == OverlapShares(
-        24 / 108, 24 / 108, 24 / 108)
+        24 / 108, 24 / 108, 24 / 108, 24 / 108)
+
+
+def test_the_planner_prices_each_candidate_with_its_groups_share():
+    got = occupancy_shares(132, np.array([1, 2, 16]), 0.85)
+    np.testing.assert_allclose(got, [24 / 132, 32 / 132, 32 / 132])
+    np.testing.assert_allclose(occupancy_shares(0, np.array([1, 2]), 0.85), [0.85, 0.85])  # no SM count

@@ -393,7 +393,7 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     fsdp = st.fsdp.priced(st.speed, eff) if st.fsdp is not None else None  # FSDP2: its copy-ins (`fsdp_ops`)
     layer_fwd, layer_bwd, moe_fwd, moe_bwd = layer_device_s(  # ZeRO-3: beside the gathers
         fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev,
-        eff.comm_overlap_contention)
+        share_or_calibrated(st.overlap_shares.fsdp, eff))  # z14: the sharding group's occupancy share
     fwd = layers.dense * layer_fwd
     bwd = layers.dense * layer_bwd
     if st.attention_mix is not None:

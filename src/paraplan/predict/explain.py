@@ -52,6 +52,7 @@ from paraplan.predict.build import (
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
+from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pipeline_p2p import p2p_charges
 from paraplan.predict.variability import no_straggling_speed
 from paraplan.sim.execution import rank_ends
@@ -99,7 +100,8 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
     if fsdp is not None:  # ZeRO-3: what the gathers beside each layer add (`fsdp_ops`)
         layers = (layer_fwd, layer_bwd, moe_fwd, moe_bwd)
         sums = [float(part.sum()) for part in layers]
-        priced = layer_device_s(fsdp, (sums[0], sums[1]), (sums[2], sums[3]), eff.comm_overlap_contention)
+        priced = layer_device_s(fsdp, (sums[0], sums[1]), (sums[2], sums[3]),
+                                share_or_calibrated(structure.overlap_shares.fsdp, eff))  # z14
         for part, total, own in zip(layers, priced, sums, strict=True):
             part[_DP] += total - own
     moe = structure.moe_counts[:, None]

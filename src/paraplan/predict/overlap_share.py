@@ -8,7 +8,8 @@ max(c, g) + share x min(c, g). Two shares have evidence behind them:
   `comm_overlap_contention` (0.850), fitted on exactly that situation (Korthikanti et al.
   2022, Table 4: an NVLink all-reduce / reduce-scatter beside the backward GEMMs);
 - every other overlapped collective (the data-parallel gradient buckets,
-  `overlap_param_gather`'s all-gathers, overlapped pipeline transfers) takes the
+  `overlap_param_gather`'s all-gathers, overlapped pipeline transfers, ZeRO-3 / FSDP's
+  per-layer weight gathers and gradient reduce-scatters) takes the
   occupancy share of the device (`paraplan.predict.overlap_contention`): its NCCL CTAs
   hold that many of the device's SMs for the collective's life, so a GEMM of many waves
   beside it slows by units / (units - ctas), a share of 1 - 1/s = ctas / units. No
@@ -22,6 +23,9 @@ has no occupancy share: its overlaps keep the calibration's share, as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from paraplan.core.comm import Group
 from paraplan.predict.device_model import DeviceEfficiency
@@ -61,22 +65,32 @@ class OverlapShares:
     """`overlap_param_gather`'s weight all-gathers beside the forward."""
     p2p: float | None = None
     """Overlapped pipeline transfers (interleaved `overlap_p2p_comm`, DualPipe's sends)."""
+    fsdp: float | None = None
+    """ZeRO-3 / FSDP's weight gathers and gradient reduce-scatters beside each layer (`fsdp_ops`)."""
 
     @staticmethod
     def of(compute_units: int, dp: Group, shard: Group, p2p_crosses_nodes: bool) -> OverlapShares:
         """The shares on a device of `compute_units` SMs: gradient buckets over the
-        data-parallel group `dp`, weight gathers over the sharding group `shard`,
-        pipeline transfers inside a node or across nodes."""
+        data-parallel group `dp`, weight gathers (and ZeRO-3's per-layer collectives)
+        over the sharding group `shard`, pipeline transfers inside a node or across nodes."""
         p2p = Group(2, 2 if p2p_crosses_nodes else 1)
-        return OverlapShares(occupancy_share(compute_units, nccl_ctas(dp)),
-                             occupancy_share(compute_units, nccl_ctas(shard)),
-                             occupancy_share(compute_units, nccl_ctas(p2p)))
+        sharded = occupancy_share(compute_units, nccl_ctas(shard))
+        return OverlapShares(occupancy_share(compute_units, nccl_ctas(dp)), sharded,
+                             occupancy_share(compute_units, nccl_ctas(p2p)), sharded)
 
 
 def share_or_calibrated(share: float | None, eff: DeviceEfficiency) -> float:
     """`share`, or the calibration's `comm_overlap_contention` where the occupancy model
     has none (module doc)."""
     return eff.comm_overlap_contention if share is None else share
+
+
+def occupancy_shares(compute_units: int, group_nodes: npt.ArrayLike, calibrated: float) -> np.ndarray:
+    """`occupancy_share` of collectives over groups spanning `group_nodes` nodes (the
+    planner's candidates, vectorised), `calibrated` where the device has none."""
+    nodes = np.asarray(group_nodes)
+    ctas = np.where(nodes > 1, NCCL_INTER_NODE_CTAS, NCCL_INTRA_NODE_CTAS)
+    return np.where(compute_units > ctas, ctas / max(compute_units, 1), calibrated)
 
 
 CALIBRATED_SHARES = OverlapShares()
