@@ -14,13 +14,17 @@ from paraplan.core import ConstantBandwidthModel
 from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import run_structure
+from paraplan.predict.build import PassCost, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.moe_deepep import NvlinkNode
+from paraplan.predict.ops import Collective, PassWork, _Builder
 from paraplan.predict.overlap_contention import OVERLAP_DATA, many_wave_slowdown
 from paraplan.predict.overlap_share import (
+    DEEPEP_SMS,
     NCCL_INTER_NODE_CTAS,
     NCCL_INTRA_NODE_CTAS,
     OverlapShares,
+    collective_share,
     nccl_ctas,
     occupancy_share,
     occupancy_shares,
@@ -33,6 +37,7 @@ def test_the_cta_counts_are_the_published_ones():
     nvswitch = {int(r["ctas"]) for r in rows if r["ranks"] == "8" and r["algorithm"].startswith("ring")}
     assert nvswitch == {NCCL_INTRA_NODE_CTAS} == {24}
     assert [int(r["ctas"]) for r in rows if r["ranks"] == "64"] == [NCCL_INTER_NODE_CTAS] == [32]
+    assert [int(r["ctas"]) for r in rows if "DeepEP" in r["algorithm"]] == [DEEPEP_SMS] == [20]
 
 
 def test_a_collective_holds_24_ctas_in_a_node_and_32_across_nodes():
@@ -73,3 +78,33 @@ def test_the_planner_prices_each_candidate_with_its_groups_share():
     got = occupancy_shares(132, np.array([1, 2, 16]), 0.85)
     np.testing.assert_allclose(got, [24 / 132, 32 / 132, 32 / 132])
     np.testing.assert_allclose(occupancy_shares(0, np.array([1, 2]), 0.85), [0.85, 0.85])  # no SM count
+
+
+def test_tensor_parallel_collectives_keep_the_calibrations_share_the_others_take_occupancy():
+    assert np.isnan(collective_share("tp", Group(8, 1), 132))
+    assert np.isnan(collective_share("etp", Group(8, 1), 132))
+    assert collective_share("cp_ring", Group(2, 1), 132) == 24 / 132
+    assert collective_share("ep", Group(16, 2), 132) == 32 / 132
+    assert collective_share("ep", Group(16, 2), 132, deepep=True) == DEEPEP_SMS / 132 == 20 / 132
+    assert np.isnan(collective_share("ep", Group(16, 2), 0))  # no SM count: the calibration's
+
+
+def _hidden_pass(group: str, node: NvlinkNode | None) -> PassCost:
+    """One GEMM with one all-to-all (2 s at 1 B/s) beside it, over `group`."""
+    w = _Builder(2)
+    g = w.gemm(128, 128, 128)
+    work = PassWork(w.build().kernels, (Collective("all_to_all", 2.0, g, group=group),))
+    return PassCost.of(work, ConstantBandwidthModel(1.0, 1.0, 0.0, 0.0), Group(2, 1), {"ep": Group(2, 1)}, node)
+
+
+def test_a_pass_prices_each_overlapped_collective_with_its_own_share():
+    eff = DeviceEfficiency(comm_overlap_contention=0.85)
+    gemm = np.array([5.0])
+    ep = _hidden_pass("ep", NvlinkNode(132, 360.0))
+    c = float(ep.hidden_comm_s[0])
+    assert ep.comm_s(gemm, eff) == pytest.approx(24 / 132 * c)  # hidden: only its occupancy share of itself
+    assert ep.comm_s(gemm, eff, part="ep") == pytest.approx(24 / 132 * c)
+    tp = _hidden_pass("tp", NvlinkNode(132, 360.0))
+    assert tp.hidden_share is None and tp.comm_s(gemm, eff) == pytest.approx(0.85 * c)
+    no_units = _hidden_pass("ep", None)  # a pass built without the device: the calibration's
+    assert no_units.hidden_share is None and no_units.comm_s(gemm, eff) == pytest.approx(0.85 * c)

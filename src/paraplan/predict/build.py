@@ -361,7 +361,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         overlap_shares=OverlapShares.of(  # z14: the overlaps outside TP (`overlap_share`)
                             cluster.device.compute_units, groups.dp, sharding.shard,
                             bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
-                        paired_moe_passes=(paired_moe_passes(model, settings, comm, groups)  # v5-dualpipe
+                        paired_moe_passes=(paired_moe_passes(model, settings, comm, groups, NvlinkNode.of(cluster))
                                            if settings.pipeline_schedule == "dualpipe" else None))
 
 

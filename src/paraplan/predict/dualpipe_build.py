@@ -38,6 +38,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, host_bound_s, kernel_times_s
 from paraplan.predict.fp8_ops import scaled_passes
+from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pass_cost import PassCost
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 
 def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: CommModel,
-                      groups: RunGroups) -> tuple[PassCost, PassCost] | None:
+                      groups: RunGroups, node: NvlinkNode | None = None) -> tuple[PassCost, PassCost] | None:
     """A MoE layer's forward and backward as a DualPipe pair runs them, each all-to-all
     beside a module of the other pass (`moe_ops.a2a_overlap`); None: nothing to pair (a
     dense model, or EP 1)."""
@@ -59,7 +60,8 @@ def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: Comm
         return None
     work = moe_layer_work(model, replace(settings, overlap_moe_expert_parallel_comm=True))
     fwd, bwd = scaled_passes([work.forward, work.backward], ("moe_layer_fwd", "moe_layer_bwd"), settings)
-    return PassCost.of(fwd, comm, groups.tp, groups.by_name), PassCost.of(bwd, comm, groups.tp, groups.by_name)
+    return (PassCost.of(fwd, comm, groups.tp, groups.by_name, node),  # z14: node, the device's SMs
+            PassCost.of(bwd, comm, groups.tp, groups.by_name, node))
 
 
 def _paired_times(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) -> PassTimes:

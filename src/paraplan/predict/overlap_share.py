@@ -9,7 +9,8 @@ max(c, g) + share x min(c, g). Two shares have evidence behind them:
   2022, Table 4: an NVLink all-reduce / reduce-scatter beside the backward GEMMs);
 - every other overlapped collective (the data-parallel gradient buckets,
   `overlap_param_gather`'s all-gathers, overlapped pipeline transfers, ZeRO-3 / FSDP's
-  per-layer weight gathers and gradient reduce-scatters) takes the
+  per-layer weight gathers and gradient reduce-scatters, the context-parallel rings, the
+  expert-parallel all-to-alls and DeepEP's kernels) takes the
   occupancy share of the device (`paraplan.predict.overlap_contention`): its NCCL CTAs
   hold that many of the device's SMs for the collective's life, so a GEMM of many waves
   beside it slows by units / (units - ctas), a share of 1 - 1/s = ctas / units. No
@@ -38,6 +39,12 @@ NCCL_INTER_NODE_CTAS = 32
 """CTAs an NCCL collective or point-to-point transfer holds across nodes: 32 channels
 (NCCL 2.18 on H800 nodes, stated by an NCCL maintainer, NVIDIA/nccl issue 1316; later
 releases use fewer, so this is the upper end); `collective_ctas.csv`, row 4."""
+DEEPEP_SMS = 20
+"""SMs DeepEP's normal kernels hold (its default, Megatron-Core's `moe_deepep_num_sms`;
+the SM count of the H100 bandwidths `moe_deepep` prices them with); `collective_ctas.csv`, row 5."""
+TENSOR_PARALLEL_GROUPS = frozenset({"tp", "etp"})
+"""`Collective.group`s whose overlaps keep the calibration's Table-4 share (tensor and
+expert-tensor parallelism: the collectives that share was fitted on)."""
 
 
 def nccl_ctas(group: Group) -> int:
@@ -83,6 +90,17 @@ def share_or_calibrated(share: float | None, eff: DeviceEfficiency) -> float:
     """`share`, or the calibration's `comm_overlap_contention` where the occupancy model
     has none (module doc)."""
     return eff.comm_overlap_contention if share is None else share
+
+
+def collective_share(group_name: str, group: Group, compute_units: int, deepep: bool = False) -> float:
+    """The share of one overlapped collective of a pass (`PassCost`): NaN (the
+    calibration's) for the tensor-parallel groups, else the occupancy share of its NCCL
+    CTAs over `group`, or of DeepEP's SMs for DeepEP's kernels (NaN where the device has
+    no occupancy share)."""
+    if group_name in TENSOR_PARALLEL_GROUPS:
+        return float("nan")
+    share = occupancy_share(compute_units, DEEPEP_SMS if deepep else nccl_ctas(group))
+    return float("nan") if share is None else share
 
 
 def occupancy_shares(compute_units: int, group_nodes: npt.ArrayLike, calibrated: float) -> np.ndarray:
