@@ -56,10 +56,10 @@ def test_every_dimension_is_searched():
     assert set(np.unique(cand.zero)) == {0, 1, 2, 3}
     assert set(np.unique(cand.sp)) == {0, 1}
     assert set(np.unique(cand.b)) == {1, 2, 4, 8, 16, 32}
-    # ZeRO-2 with and without pipelining (gradients reduce-scattered every micro-batch), ZeRO-3
-    # without; sequence parallelism only with TP
+    # ZeRO-2 and ZeRO-3 with and without pipelining (`space.ZERO3_PIPELINED`); sequence
+    # parallelism only with TP
     assert np.any((cand.zero == 2) & (cand.p > 1))
-    assert not np.any((cand.zero == 3) & (cand.p > 1))
+    assert np.any((cand.zero == 3) & (cand.p > 1)) and np.any((cand.zero == 3) & (cand.p == 1))
     assert not np.any((cand.sp == 1) & (cand.t == 1))
 
 

@@ -93,11 +93,15 @@ def test_gpt3_175b_on_1024_a100_as_written_and_tracked(tmp_path, monkeypatch, ca
         assert sum(int(row[c]) for c in PARTS) == int(row["predicted_peak_memory_bytes"])
         assert 0 <= int(row["peak_memory_rank"]) < int(row["pipeline_model_parallel_size"])
     gb = {c: f"{int(rows[0][c]) / 1e9:.1f} GB" for c in PARTS}
+    # gradient accumulators only with ZeRO-2/3 reduced after the last micro-batch (the best plan may be
+    # either: with ZeRO-3 under pipelines the same layout is within 0.1% of the distributed optimizer)
+    sharded_grads = int(rows[0]["zero_stage"]) >= 2
+    accumulators = f"{gb['predicted_peak_gradient_accumulator_bytes']} of gradient accumulators, "
     assert (f"best plan's peak memory: pipeline rank {rows[0]['peak_memory_rank']}: "
             f"{gb['predicted_peak_model_state_bytes']} of weights, gradients and optimizer state, "
-            f"{gb['predicted_peak_working_bytes']} of working buffers, "
+            f"{gb['predicted_peak_working_bytes']} of working buffers, {accumulators if sharded_grads else ''}"
             f"{gb['predicted_peak_activation_bytes']} of activations\n") in capsys.readouterr().err
-    assert rows[0]["predicted_peak_gradient_accumulator_bytes"] == "0"  # distributed optimizer, not ZeRO-2/3
+    assert (rows[0]["predicted_peak_gradient_accumulator_bytes"] != "0") == sharded_grads
     (run,) = logged
     assert {f"best_{c}": float(rows[0][c]) for c in PEAK_MEMORY_COLUMNS}.items() <= run.metrics.items()
     assert set(PEAK_MEMORY_COLUMNS) <= set(run.table.metrics)

@@ -124,6 +124,28 @@ def test_plan_csv_round_trips_through_predict(tmp_path):
     assert "true" in flags or "dualpipe" in schedules  # the post-pass is in the answer
 
 
+def test_zero3_pipeline_plan_round_trips_through_predict(tmp_path):
+    """Llama 3 405B on 16,384 H100s: the best plan is ZeRO-3 under pipelines as Meta ran it
+    (weights gathered once per iteration, gradients reduce-scattered after the last
+    micro-batch) with the embedding and loss counted as layers; its row names those
+    settings, and `paraplan predict` on the CSV prices every row again to the digit."""
+    plans, again = tmp_path / "plans.csv", tmp_path / "again.csv"
+    assert main(["plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "16384",
+                 "--global-batch-size", "2048", "--top-k", "3", "-o", str(plans), "--no-track"]) == 0
+    assert main(["predict", str(plans), "--cluster", "dgx-h100", "-o", str(again), "--no-track"]) == 0
+    with plans.open() as a, again.open() as b:
+        planned, predicted = list(csv.DictReader(a)), list(csv.DictReader(b))
+    assert len(planned) == len(predicted) == 3
+    for row, pred in zip(planned, predicted, strict=True):
+        for column in ("predicted_iteration_s", "predicted_peak_memory_bytes", "predicted_mfu", "fits_memory"):
+            assert pred[column] == row[column], column
+        assert pred["chosen"] == ""
+    best = planned[0]
+    assert int(best["pipeline_model_parallel_size"]) > 1 and best["zero_stage"] == "3"
+    assert (best["fsdp_reshard_after_forward"], best["sharded_grad_reduce"]) == ("never", "last_microbatch")
+    assert best["account_for_embedding_in_pipeline_split"] == best["account_for_loss_in_pipeline_split"] == "true"
+
+
 def test_plan_command_search_options(tmp_path, capsys):
     out = tmp_path / "p.csv"
     args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch-size", "64",

@@ -194,7 +194,8 @@ def test_planner_searches_expert_parallelism():
     assert set(np.unique(cand.ep)) == {1, 2, 4, 8}
     etp = np.where(cand.etp > 0, cand.etp, cand.t)
     assert not np.any((cand.t * cand.d) % (cand.ep * etp))
-    assert not np.any(cand.zero == 3)
+    # ZeRO-3 with experts only under pipelines (`space.ZERO3_PIPELINED`), no ZeRO-2
+    assert np.any(cand.zero == 3) and not np.any((cand.zero == 3) & (cand.p == 1)) and not np.any(cand.zero == 2)
 
 
 def test_planner_answer_equals_exhaustive_exact_evaluation_for_a_small_moe_model():

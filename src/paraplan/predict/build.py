@@ -278,8 +278,9 @@ class RunWork:
 
     @staticmethod
     def of(model: TransformerModel, settings: RunSettings) -> RunWork:
-        return RunWork(layer_work(model, settings), embedding_work(model, settings), last_stage_work(model, settings),
-                       moe_layer_work(model, settings) if model.num_moe_layers else None)
+        moe = moe_layer_work(model, settings) if model.num_moe_layers else None
+        return RunWork(layer_work(model, settings), embedding_work(model, settings),
+                       last_stage_work(model, settings, moe), moe)  # z10-planfsdp: the MTP layer reuses `moe`
 
     def passes(self) -> list[PassWork]:
         """In `PASSES` order, then `MOE_PASSES` for a mixture-of-experts model."""

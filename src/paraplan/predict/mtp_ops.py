@@ -49,7 +49,8 @@ def concat(*works: PassWork) -> PassWork:
     syncs: list[tuple[int, int]] = []
     offset = 0
     for p in works:
-        collectives += [replace(c, hidden_by=c.hidden_by + offset if c.hidden_by >= 0 else NOT_HIDDEN)
+        # z10-planfsdp: a collective not hidden, or in the first pass, keeps its index (no copy: the planner's hot path)
+        collectives += [c if c.hidden_by < 0 or not offset else replace(c, hidden_by=c.hidden_by + offset)
                         for c in p.collectives]
         syncs += [(first + offset, end + offset) for first, end in p.host_syncs]
         offset += len(p.kernels)
@@ -87,27 +88,36 @@ def _mtp_inputs_held(x: _Shape) -> float:
     return float(2 * x.e * x.sp_tokens * x.h + x.e * x.tokens * 2 * x.h)
 
 
-def last_stage_activation_bytes(model: TransformerModel, settings: RunSettings) -> float:
+def last_stage_activation_bytes(model: TransformerModel, settings: RunSettings, head_bytes: float | None = None,
+                                moe_layer_bytes: float | None = None) -> float:
     """`last_stage_work(model, settings).activation_bytes` without building its kernels
-    (the planner asks it for thousands of settings)."""
-    head = head_work(model, settings).activation_bytes
+    (the planner asks it for thousands of settings). `head_bytes`, `moe_layer_bytes`:
+    `head_work(...).activation_bytes` and `moe_activation_bytes(...)` of these settings
+    where the caller has them already (z10-planfsdp: the planner's layer table)."""
+    head = head_work(model, settings).activation_bytes if head_bytes is None else head_bytes
     if not model.mtp_num_layers:
         return head
     last = model.num_layers - 1
-    layer = (moe_activation_bytes(model, settings) if model.moe_layers[last]
-             else layer_activation_bytes(model, settings, last))
+    if model.moe_layers[last]:
+        layer = moe_activation_bytes(model, settings) if moe_layer_bytes is None else moe_layer_bytes
+    else:
+        layer = layer_activation_bytes(model, settings, last)
     held = _mtp_inputs_held(_shape(model, settings))
     return head + model.mtp_num_layers * (held + layer + head)
 
 
-def last_stage_work(model: TransformerModel, settings: RunSettings) -> LayerWork:
+def last_stage_work(model: TransformerModel, settings: RunSettings, moe_layer: LayerWork | None = None) -> LayerWork:
     """Final norm, LM head and loss, then the MTP layers (see the module doc); their
-    recomputation is part of the backward."""
+    recomputation is part of the backward. `moe_layer`: `moe_layer_work(model, settings)`
+    where the caller has it already (z10-planfsdp: the planner's probes)."""
     head = head_work(model, settings)
     if not model.mtp_num_layers:
         return head
     last = model.num_layers - 1
-    layer = moe_layer_work(model, settings) if model.moe_layers[last] else layer_work(model, settings, last)
+    if model.moe_layers[last]:
+        layer = moe_layer if moe_layer is not None else moe_layer_work(model, settings)
+    else:
+        layer = layer_work(model, settings, last)
     inputs_fwd, inputs_bwd, inputs_held = _mtp_inputs(model, settings)
     mtp_fwd = concat(inputs_fwd, layer.forward, head.forward)
     mtp_bwd = concat(head.backward, layer.recompute, layer.backward, inputs_bwd)

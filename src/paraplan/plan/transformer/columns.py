@@ -46,7 +46,8 @@ class CandidateColumns:
     @classmethod
     def of(cls, model: TransformerModel, cand: Candidates, base: RunSettings, cluster: Cluster,
            index: dict[tuple[int, ...], int]) -> CandidateColumns:
-        row = np.array([index[k] for k in table_keys(cand)])
+        keys, inverse = table_keys(cand)
+        row = np.array([index[k] for k in keys], dtype=np.int64)[inverse]
         t, p, d, b, v = (cand.t.astype(float), cand.p.astype(float), cand.d.astype(float), cand.b.astype(float),
                          cand.v.astype(float))
         c = cand.cp.astype(float)
@@ -65,6 +66,12 @@ class CandidateColumns:
         return len(self.cand)
 
     @property
+    def zero3_once(self) -> np.ndarray:
+        """ZeRO-3 under pipelines: each stage's weights gathered once per iteration and
+        kept, gradients reduce-scattered after the last micro-batch (`space.ZERO3_PIPELINED`)."""
+        return self.zero3 & ~self.single
+
+    @property
     def shards(self) -> np.ndarray:
         """Ranks the optimizer state of a non-expert weight is sharded over."""
         return np.where(self.sharded, self.dc, 1.0)
@@ -81,9 +88,10 @@ class StageLayers:
     first L mod p stages take one more); interleaving splits each rank's layers evenly
     over its v chunks, the first and last rank holding `first` / `last` layers where
     set (Megatron's uneven split, `interleaved_uneven_split`), the middle ranks sharing
-    the rest."""
+    the rest; with the embedding / loss counted as layers (`space.ACCOUNT_FOR`) every rank
+    the same slots, the first and last one layer fewer."""
 
-    n_big: np.ndarray  # ceil(L / p)
+    n_big: np.ndarray  # ceil(L / p) (a rank's slots where the embedding / loss count as layers)
     n_small: np.ndarray  # floor(L / p)
     count_big: np.ndarray  # stages with n_big layers (v = 1)
     n_chunk: np.ndarray  # the first rank's layers per chunk
@@ -103,11 +111,24 @@ class StageLayers:
         n_mid = np.where(v > 1, per_middle / v, n_big)
         n_last = np.where(v > 1, np.where(set_last > 0, set_last, per_middle) / v,
                           np.where(count_big == p, n_big, n_small))
+        # the embedding / loss counted as a layer (`space.ACCOUNT_FOR`): every rank holds the same
+        # slots, the first gives one to the embedding, the last one to the loss (per chunk: the mean)
+        acc = cols.cand.acc
+        if acc.any():
+            counted = acc > 0
+            emb, loss = (acc & 1).astype(float), (acc >> 1).astype(float)
+            rank = (L + emb + loss) / p
+            n_chunk = np.where(counted, (rank - emb) / v, n_chunk)
+            n_mid = np.where(counted, rank / v, n_mid)
+            n_last = np.where(counted, (rank - loss) / v, n_last)
+            n_big = np.where(counted, rank, n_big)
+            n_small = np.where(counted, rank, n_small)
+            count_big = np.where(counted, cols.cand.p, count_big)
         return cls(n_big, n_small, count_big, n_chunk, n_mid, n_last)
 
     def first_rank(self, cols: CandidateColumns) -> np.ndarray:
         """Layers on the first stage's rank (all its chunks)."""
-        return np.where(cols.v > 1, self.n_chunk * cols.v, self.n_big)
+        return self.n_chunk * cols.v
 
     def last_rank(self, cols: CandidateColumns) -> np.ndarray:
         """Layers on the last stage's rank (all its chunks)."""

@@ -18,9 +18,13 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, the optimizer step and a sharded optimizer's weight all-gather
   (none with overlap_param_gather);
-- memory of the first and the last stage: weights, gradients and optimizer state as
-  sharded, activations x micro-batches in flight (1F1B and ZB-H1: min(p, M) on the
-  first stage; GPipe: M; interleaved: Megatron's warm-up count).
+- memory of the first and the last stage (and the second, where a middle stage may hold
+  more): weights, gradients and optimizer state as sharded, activations x micro-batches
+  in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
+  Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
+  its unsharded gradients, allocated at each chunk's first backward, read with the
+  activations moment by moment from the schedule's op order (`lazy_gradients`), as are
+  splits that count the embedding / loss as a layer.
 
 A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
 layers at the model's mean layer (the share of MoE layers times the MoE layer, the
@@ -42,6 +46,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
@@ -58,28 +63,32 @@ from paraplan.sim.schedules import get_schedule
 
 
 @functools.lru_cache(maxsize=4096)
-def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int]:
-    """(micro-batch, chunk) pairs the first and the last stage hold at their peak, from
-    the schedule's own op orders; the count stops growing after a few p micro-batches,
-    so long runs are counted on a shorter one."""
+def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
+    """(micro-batch, chunk) pairs the first, the last and the second stage hold at their
+    peak, from the schedule's own op orders; the count stops growing after a few p
+    micro-batches, so long runs are counted on a shorter one."""
     if p == 1:
-        return (1, 1)
+        return (1, 1, 1)
     if schedule == "gpipe":
-        return (m, m)
+        return (m, m, m)
     if schedule == "1f1b":
-        return (min(p, m), 1)
+        return (min(p, m), 1, min(p - 1, m))
     step = p if v > 1 else 1
     short = min(m, max(4 * p, step))
     short -= short % step
     sched = get_schedule(schedule)
-    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1)]  # not all p stages
+    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1, 1)]  # not all p stages
     peaks = inflight_peak(ends, sched.split_backward)
-    return (int(peaks[0]), int(peaks[-1]))
+    return (int(peaks[0]), int(peaks[1]), int(peaks[2]))
 
 
 def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    keys = list(zip(schedules.tolist(), p.tolist(), m.tolist(), v.tolist(), strict=True))
-    return np.array([_held(str(sc), int(pp), int(mm), int(vv)) for sc, pp, mm, vv in keys], dtype=float)
+    """(candidates, 3): `_held` of the first, the last and the second stage."""
+    names, codes = np.unique(schedules, return_inverse=True)
+    keys = np.stack([codes.ravel(), p, m, v], axis=1).astype(np.int64)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    held = np.array([_held(str(names[sc]), pp, mm, vv) for sc, pp, mm, vv in unique.tolist()], dtype=float)
+    return held.reshape(-1, 3)[inverse.ravel()]
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,7 +205,7 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
             memo[key] = float(comm.time_s(collective, nbytes, Group(size, nodes)))
         return memo[key]
 
-    for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & timed):
+    for i in np.flatnonzero((cols.cand.zero >= 2) & (cols.dc > 1) & ~cols.zero3_once & timed):
         size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
         if cols.zero3[i]:
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
@@ -320,12 +329,14 @@ def _bucketed_s(comm: CommModel, collective: str, params: float, group: Group, g
 def _gradient_sync_s(cols: CandidateColumns, params: StageParams, st: _StageTimes, comm: CommModel,
                      prec: Precision, timed: np.ndarray) -> np.ndarray:
     """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
-    reduce per layer: `_layer_times`); the experts' over the expert-data-parallel
-    group (stride EP x ETP)."""
+    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
+    after the last micro-batch, as the distributed optimizer); the experts' over the
+    expert-data-parallel group (stride EP x ETP)."""
     sync = np.zeros(len(cols))
-    window = np.where(cols.single, st.whole, st.first)  # beside the first stage's last backward
+    # beside the first stage's last backward: interleaved, its chunks' last backwards, one after another
+    window = np.where(cols.single, st.whole, np.where(cols.v > 1, (cols.v - 1) * st.chunk_first + st.first, st.first))
     memo: dict[tuple[str, float, Group], tuple[int, float]] = {}
-    for i in np.flatnonzero((cols.dc > 1) & (cols.cand.zero < 2) & timed):
+    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         collective = "reduce_scatter" if cols.sharded[i] else "all_reduce"
         sync[i] = _bucketed_s(comm, collective, float(params.first[i]), group, prec.grad_bytes, window[i], memo)
@@ -370,20 +381,50 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
                + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / cols.expert_shards)
-    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # (candidates, 2): first, last
+    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # first, last, second
     act_chunk = layers.n_chunk * table.act_layer[row]
-    act_first = held[:, 0] * np.where(v > 1, act_chunk, layers.n_big * table.act_layer[row])
-    act_first = act_first + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
+    act_first = held[:, 0] * act_chunk + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
-    working = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients
+    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
+    act_last = held[:, 1] * layers.n_last * table.act_layer[row]
+    once = cols.zero3_once
+    lazy = once & (cols.m > 1)
+    sharded_experts = cols.edp > 1  # experts held whole where their group has one rank
+    # with the embedding / loss counted as layers, or fewer layers set on the first / last stage, the
+    # middle stages hold the most layers, and with gradients allocated lazily a middle stage may hold
+    # more of them beside its activations: the second's
+    second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0) | lazy) & (cand.p >= 3)
+    params_second = layers.n_mid * v * (weights.layer + weights.expert_layer * sharded_experts)  # ZeRO-3's gathers
+    act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
+    # read from the schedule's moments: gradients accumulating unsharded join the activations at each
+    # chunk's first backward; the embedding / loss counted as layers leave the end chunks a layer short
+    moments = (lazy | (cand.acc > 0)) & ~cols.single
+    if moments.any():
+        act_first, act_last, act_second = lazy_gradients.moment_peaks(
+            cols, layers, table, params, params_second, prec, lazy, moments, (act_first, act_last, act_second))
+    recompute = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
+    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients;
+    # under pipelines each stage's whole weights, gathered once per iteration (`space.ZERO3_PIPELINED`)
     root = weights.vocab + weights.positions + weights.head
     unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
-    gathered = np.where(cols.zero3, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
-    working = working + gathered + np.where(cols.zero3, unsharded * prec.grad_bytes, 0.0)
+    per_layer = cols.zero3 & ~once
+    gathered = np.where(per_layer, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
+    gathered_first = np.where(once, (params.first + params.first_experts * sharded_experts) * prec.weight_bytes,
+                              gathered)
+    gathered_last = np.where(once, (params.last + params.last_experts * sharded_experts) * prec.weight_bytes,
+                             gathered)
+    grads_held = np.where(per_layer, unsharded * prec.grad_bytes, 0.0)
+    # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
+    # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
+    single_mb = np.where(once & ~lazy, prec.grad_bytes, 0.0)
+    working_first = (recompute + gathered_first + grads_held
+                     + single_mb * np.maximum(weights.layer, weights.vocab + weights.positions))
+    working_last = recompute + gathered_last + grads_held + single_mb * np.maximum(weights.layer, weights.head)
     # the last stage's other moment (`rank_state.rank_memory`): the loss's transient beside the gathered
     # weights and the gradients accumulating from the previous micro-batches
-    loss = table.loss_transient[row] + gathered + np.where(cols.zero3 & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
+    accumulated = np.where(per_layer & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
+    loss_first = table.loss_transient[row] + gathered_first + accumulated
+    loss_last = table.loss_transient[row] + gathered_last + accumulated
     # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
     # or a layer) and the layer produced beside it (`unsharded_grad_params`)
     zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
@@ -392,13 +433,16 @@ def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: Layer
     zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
     zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
     mem_first = (params.first * state_b + params.first_experts * state_e + act_first
-                 + np.where(cols.single, np.maximum(working + zero2_first, loss), working + zero2_first))
-    # the head's activations: the last chunk only
-    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
-    mem_last = (params.last * state_b + params.last_experts * state_e
-                + held[:, 1] * layers.n_last * table.act_layer[row] + head_held * table.act_head[row]
-                + np.maximum(working + zero2_last, loss))
-    return np.where(cols.single, mem_first, np.maximum(mem_first, mem_last))
+                 + np.where(cols.single, np.maximum(working_first + zero2_first, loss_first),
+                            working_first + zero2_first))
+    # the head's activations: the last chunk only (read with the moments: in `act_last` already)
+    head_act = np.where(moments, 0.0, head_held * table.act_head[row])
+    mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
+                + np.maximum(working_last + zero2_last, loss_last))
+    mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
+                  + recompute + np.where(once, params_second * prec.weight_bytes, gathered) + grads_held + zero2_last)
+    return np.where(cols.single, mem_first,
+                    np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
 
 
 def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,

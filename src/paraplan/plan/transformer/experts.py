@@ -78,7 +78,7 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
         passes = first.passes[:Pass.MOE_LAYER_FWD] + tuple(PassCost.of(w, comm, tp, groups, node)
                                                            for w in (moe.forward, moe.recompute, moe.backward))
         if mtp_expert_params(model):  # the head pass runs a MoE multi-token-prediction layer
-            head = last_stage_work(model, s)
+            head = last_stage_work(model, s, moe)
             passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups, node),
                       PassCost.of(head.backward, comm, tp, groups, node), *passes[Pass.MOE_LAYER_FWD:])
         out.append(replace(first, settings=s, passes=passes,
@@ -102,7 +102,7 @@ def mixed_stage_params(model: TransformerModel, cols: CandidateColumns, layers: 
     t, v, single = cols.t, cols.v, cols.single
     prefix = np.concatenate([[0], np.cumsum(np.array(model.moe_layers, dtype=np.int64))])
     share = moe_total / L
-    n_first = np.where(v > 1, layers.n_chunk * v, layers.n_big)
+    n_first = layers.first_rank(cols)
     n_end = layers.n_last * np.where(v > 1, v, 1)
     moe_first = np.where(v > 1, n_first * share, prefix[np.clip(n_first, 0, L).astype(np.int64)])
     moe_last = np.where(v > 1, n_end * share, moe_total - prefix[np.clip(L - n_end, 0, L).astype(np.int64)])

@@ -26,7 +26,7 @@ from paraplan.predict.build import (
     pass_times,
 )
 from paraplan.predict.device_model import DeviceEfficiency
-from paraplan.predict.edge_ops import embedding_work
+from paraplan.predict.edge_ops import embedding_work, head_work
 from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_activation_bytes
@@ -68,7 +68,7 @@ def layer_table(model: TransformerModel, cand: Candidates, base: RunSettings, cl
 def activation_table(model: TransformerModel, cand: Candidates, base: RunSettings) -> LayerTable:
     """The rows the candidates need, with their activations (all a memory estimate
     reads) and no times yet (`priced`)."""
-    keys = sorted(set(table_keys(cand)))
+    keys, _ = table_keys(cand)
     # the probe's data-parallel size only has to let EP x ETP divide t x c x d
     probes = tuple(replace(base, tensor_model_parallel_size=t, pipeline_model_parallel_size=1,
                            data_parallel_size=probe_data_parallel(t * c, ep * etp), micro_batch_size=b,
@@ -84,18 +84,29 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
     act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss")}
     # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
     # `layer_activation_bytes` and `embedding_work` read no expert setting
-    dense: dict[tuple[int, ...], tuple[float, float, float]] = {}
+    # (and the LM head's); a MoE layer's once per settings (those that differ only in recomputation
+    # share the one without it)
+    dense: dict[tuple[int, ...], tuple[float, float, float, float]] = {}
+    moe: dict[RunSettings, float] = {}
+
+    def moe_bytes(s: RunSettings) -> float:
+        if s not in moe:
+            moe[s] = moe_activation_bytes(model, s)
+        return moe[s]
+
     for i, s in enumerate(probes):
         group = keys[i][:5]
         if group not in dense:
             dense[group] = (layer_activation_bytes(model, s),
                             layer_activation_bytes(model, replace(s, recompute_granularity="none")),
-                            embedding_work(model, s).activation_bytes)
-        act["al"][i], act["af"][i], act["ae"][i] = dense[group]
+                            embedding_work(model, s).activation_bytes, head_work(model, s).activation_bytes)
+        act["al"][i], act["af"][i], act["ae"][i], head = dense[group]
+        moe_layer = None
         if moe_share:
-            act["al"][i] = (1.0 - moe_share) * act["al"][i] + moe_share * moe_activation_bytes(model, s)
-            act["af"][i] = max(act["af"][i], moe_activation_bytes(model, replace(s, recompute_granularity="none")))
-        act["ah"][i] = last_stage_activation_bytes(model, s)
+            moe_layer = moe_bytes(s)
+            act["al"][i] = (1.0 - moe_share) * act["al"][i] + moe_share * moe_layer
+            act["af"][i] = max(act["af"][i], moe_bytes(replace(s, recompute_granularity="none")))
+        act["ah"][i] = last_stage_activation_bytes(model, s, head, moe_layer)
         act["loss"][i] = loss_transient_bytes(model, s)
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
@@ -144,6 +155,9 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
     out["head_bwd"][i] = dev[Pass.HEAD_BWD], host[Pass.HEAD_BWD]
 
 
-def table_keys(cand: Candidates) -> list[tuple[int, ...]]:
-    return [(int(t), int(b), int(sp), int(rc), int(c), int(ep), int(etp)) for t, b, sp, rc, c, ep, etp in
-            zip(cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp, strict=True)]
+def table_keys(cand: Candidates) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct (t, b, sp, recompute, c, EP, ETP) of the candidates, sorted, and each
+    candidate's index among them (vectorised: the planner has tens of thousands)."""
+    cols = np.stack([cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp], axis=1)
+    unique, inverse = np.unique(cols, axis=0, return_inverse=True)
+    return [tuple(int(x) for x in row) for row in unique.tolist()], inverse.ravel()

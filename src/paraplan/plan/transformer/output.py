@@ -7,7 +7,9 @@ rank it is on and that rank's parts at that moment, adding up to the peak
 (`paraplan.predict.peak_memory.PeakMemory`).
 
 Every row names the overlaps it assumed (`tp_comm_overlap`, `overlap_p2p_comm`, the MoE
-overlaps), so `paraplan predict` on the row's settings prices the same run."""
+overlaps), how it splits the layers (`account_for_*_in_pipeline_split`) and ZeRO-3's
+choices (`fsdp_reshard_after_forward`, `sharded_grad_reduce`), so `paraplan predict` on
+the row's settings prices the same run."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "context_parallel_size",
     "cp_comm_type", "expert_model_parallel_size", "expert_tensor_parallel_size", "micro_batch_size",
     "virtual_pipeline_model_parallel_size",
-    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "recompute_granularity",
-    "sequence_parallel", "zero_stage", "use_distributed_optimizer", "overlap_grad_reduce",
+    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "recompute_granularity",
+    "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward", "sharded_grad_reduce",
+    "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
     "moe_shared_expert_overlap", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -34,6 +38,10 @@ PLAN_COLUMNS: tuple[str, ...] = (
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _chosen(value: str) -> str:
+    return "" if value == "default" else value
 
 
 def baseline_cell(prediction: RunPrediction | None) -> str:
@@ -66,8 +74,14 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "virtual_pipeline_model_parallel_size": str(s.virtual_pipeline_model_parallel_size),
             "decoder_first_pipeline_num_layers": str(s.decoder_first_pipeline_num_layers or ""),
             "decoder_last_pipeline_num_layers": str(s.decoder_last_pipeline_num_layers or ""),
+            "account_for_embedding_in_pipeline_split": _flag(s.account_for_embedding_in_pipeline_split),
+            "account_for_loss_in_pipeline_split": _flag(s.account_for_loss_in_pipeline_split),
             "recompute_granularity": s.recompute_granularity, "sequence_parallel": _flag(s.sequence_parallel),
-            "zero_stage": str(s.zero_stage), "use_distributed_optimizer": _flag(s.use_distributed_optimizer),
+            "zero_stage": str(s.zero_stage),
+            # ZeRO-3's choices where the plan makes them (`space.ZERO3_PIPELINED`); empty: the default
+            "fsdp_reshard_after_forward": _chosen(s.fsdp_reshard_after_forward),
+            "sharded_grad_reduce": _chosen(s.sharded_grad_reduce),
+            "use_distributed_optimizer": _flag(s.use_distributed_optimizer),
             "overlap_grad_reduce": _flag(s.overlap_grad_reduce), "overlap_param_gather": _flag(s.overlap_param_gather),
             "tp_comm_overlap": _flag(s.tp_comm_overlap),
             # Megatron-LM turns it off for every schedule but the interleaved one
@@ -99,6 +113,10 @@ def describe(plan: RunPrediction) -> str:
     if s.uneven_pipeline_split:
         parts.append(f"first/last stage {s.decoder_first_pipeline_num_layers or 'even'}/"
                      f"{s.decoder_last_pipeline_num_layers or 'even'} layers")
+    counted = [what for what, on in (("embedding", s.account_for_embedding_in_pipeline_split),
+                                     ("loss", s.account_for_loss_in_pipeline_split)) if on]
+    if counted:
+        parts.append(f"{' and '.join(counted)} counted as a layer")
     if s.pipeline_model_parallel_size > 1:
         parts.append(s.pipeline_schedule)
     parts.append(f"{s.recompute_granularity} recomputation" if s.recompute_granularity != "none"
@@ -113,6 +131,9 @@ def describe(plan: RunPrediction) -> str:
         parts.append("shared-expert overlap")
     if s.use_distributed_optimizer:
         parts.append("distributed optimizer")
+    elif s.zero_stage == 3 and s.fsdp_reshard_after_forward == "never":
+        parts.append("ZeRO-3 (weights gathered once per iteration, gradients reduce-scattered after the last "
+                     "micro-batch)")
     elif s.zero_stage:
         parts.append(f"ZeRO-{s.zero_stage}")
     return ", ".join(parts)

@@ -6,7 +6,10 @@ recomputation, sequence parallelism, ZeRO stage) with t x c x p x d = the GPUs. 
 parallelism (ring attention, `cp_comm_type` p2p) is searched only for sequences of
 `MIN_CP_SEQ_LENGTH` tokens and more, over the powers of two that divide the GPUs and
 meet Megatron's rules. Interleaving v that does not divide the layers over the stages
-uses Megatron's uneven first/last stages (`interleaved_uneven_split`).
+uses Megatron's uneven first/last stages (`interleaved_uneven_split`); from 3 stages the
+embedding and / or the loss may also count as a layer in the split (Megatron-Core's
+`account_for_*_in_pipeline_split`, `split_options`). ZeRO-3 runs with or without
+pipelines; with them as Meta ran Llama 3 405B (`ZERO3_PIPELINED`).
 
 Mixture-of-experts models add expert parallelism (EP) and expert tensor parallelism
 (ETP) to the candidate: EP over the divisors of `num_experts` with EP x ETP dividing
@@ -129,6 +132,7 @@ class Candidates:
     cp: np.ndarray  # context_parallel_size
     ep: np.ndarray  # expert_model_parallel_size (1 for a dense model)
     etp: np.ndarray  # expert_tensor_parallel_size (0 for a dense model: Megatron's default)
+    acc: np.ndarray  # the embedding (bit 1) / loss (bit 2) counted as a layer in the split (`ACCOUNT_FOR`)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -138,8 +142,10 @@ class Candidates:
 
     def settings(self, i: int, base: RunSettings) -> RunSettings:
         """Candidate i as run settings (the base gives batch, dtype and attention kernel)."""
-        zero = int(self.zero[i])
+        zero, acc = int(self.zero[i]), int(self.acc[i])
         replicas = int(self.d[i]) * int(self.cp[i])  # the ranks a gradient is reduced over
+        # ZeRO-3 under pipelines as Meta ran Llama 3 405B (`ZERO3_PIPELINED`); alone, the defaults
+        pipelined_zero3 = zero == 3 and int(self.p[i]) > 1
         return replace(
             base,
             tensor_model_parallel_size=int(self.t[i]), pipeline_model_parallel_size=int(self.p[i]),
@@ -147,14 +153,53 @@ class Candidates:
             virtual_pipeline_model_parallel_size=int(self.v[i]), schedule=SCHEDULES[int(self.schedule[i])],
             recompute_granularity=RECOMPUTE[int(self.recompute[i])], sequence_parallel=bool(self.sp[i]),
             use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
-            overlap_grad_reduce=replicas > 1, overlap_param_gather=zero in (1, 2) and replicas > 1,
+            overlap_grad_reduce=replicas > 1,
+            overlap_param_gather=(zero in (1, 2) or pipelined_zero3) and replicas > 1,
+            fsdp_reshard_after_forward="never" if pipelined_zero3 else "default",
+            sharded_grad_reduce="last_microbatch" if pipelined_zero3 else "default",
+            account_for_embedding_in_pipeline_split=bool(acc & 1), account_for_loss_in_pipeline_split=bool(acc & 2),
             decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
             context_parallel_size=int(self.cp[i]), cp_comm_type="p2p",
             expert_model_parallel_size=int(self.ep[i]), expert_tensor_parallel_size=int(self.etp[i]),
         )
 
 
-_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp", "ep", "etp")
+_FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "first", "last", "cp", "ep", "etp", "acc")
+ACCOUNT_FOR: tuple[int, ...] = (1, 2, 3)
+"""Megatron-Core's `account_for_embedding_in_pipeline_split` (1), `..._loss_...` (2) and
+both (3) as `Candidates.acc`: the embedding / loss take one layer's slot in the split."""
+ZERO3_PIPELINED = ("fsdp_reshard_after_forward never", "sharded_grad_reduce last_microbatch")
+"""ZeRO-3 with pipeline parallelism is searched as Meta ran Llama 3 405B (Dubey et al.
+2024, Section 3.3.2) and as PyTorch's pipeline stages run FSDP2: each stage's weights
+gathered once per iteration and kept (not resharded after the forward), gradients
+accumulated unsharded over the micro-batches and reduce-scattered after the last. The
+other two ZeRO-3 x PP settings predict prices are not searched: resharding after the
+forward gathers every layer twice per micro-batch, and reducing every micro-batch
+(Megatron-FSDP) gathers every micro-batch; each trades time for the memory of the
+gathered stage, which the planner reaches with recomputation or more stages instead.
+Mixture-of-experts models of MoE layers alone (Mixtral, Qwen3-MoE) are searched with it,
+not those with dense layers beside the MoE ones or multi-token prediction (DeepSeek-V3:
+the estimate reads their stages at the model's mean layer, -9% to +7% of the engine's
+memory), nor ZeRO-3 with experts and no pipeline (their per-layer gathers are not
+estimated)."""
+
+
+def split_options(num_layers: int, p: int, v: int, uneven: tuple[int, int] | None) -> list[tuple[int, int, int]]:
+    """(decoder_first, decoder_last, acc) splits of `num_layers` over p stages x v chunks:
+    the even or `interleaved_uneven_split` one (`uneven`, None: none), and each
+    `ACCOUNT_FOR` choice whose slots (layers + the embedding / loss) Megatron-Core can
+    split (`pipeline_split._check_embedding_loss_split`: divisible by p, each rank's
+    share by v; a virtual stage of one slot may hold the embedding or the loss alone,
+    as in Meta's 16 x 8 chunks of Llama 3 405B). Searched from 3 stages: with 2 there is
+    no middle stage to balance the ends against."""
+    out = [] if uneven is None else [(*uneven, 0)]
+    if p < 3:  # no middle stage to balance the ends against
+        return out
+    for acc in ACCOUNT_FOR:
+        slots = num_layers + (acc & 1) + (acc >> 1)
+        if slots % p == 0 and (slots // p) % v == 0:
+            out.append((0, 0, acc))
+    return out
 
 
 def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, flash: bool) -> list[int]:
@@ -196,14 +241,14 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
             d = num_gpus // (t * c * p)
             if global_batch_size % d:
                 continue
-            splits: dict[int, tuple[int, int] | None] = {}
+            splits: dict[int, list[tuple[int, int, int]]] = {}
             experts = {sp: expert_layouts(model, t, c * d, sp, space) for sp in sps}
             per_replica = global_batch_size // d
             for b in divisors(per_replica):
                 if b > space.max_micro_batch_size:
                     break
                 m = per_replica // b
-                pipes: list[tuple[int, int, int, int]] = []  # schedule, v, first and last stage's layers
+                pipes: list[tuple[int, int, int, int, int]] = []  # schedule, v, first/last stage's layers, acc
                 for schedule in space.schedules:
                     if schedule in POST_PASS_SCHEDULES:
                         continue
@@ -212,24 +257,28 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                             continue
                         for v in range(2, space.max_virtual_stages + 1):
                             if v not in splits:
-                                splits[v] = interleaved_uneven_split(model.num_layers, p, v)
-                            split = splits[v]
-                            if split is not None:
-                                pipes.append((sched_idx[schedule], v, *split))
+                                splits[v] = split_options(model.num_layers, p, v,
+                                                          interleaved_uneven_split(model.num_layers, p, v))
+                            pipes += [(sched_idx[schedule], v, *split) for split in splits[v]]
                     elif schedule in ("gpipe", "zb_h1") and p < 2:
                         continue
                     else:
-                        pipes.append((sched_idx[schedule], 1, 0, 0))
+                        if 1 not in splits:
+                            splits[1] = split_options(model.num_layers, p, 1, (0, 0))
+                        pipes += [(sched_idx[schedule], 1, *split) for split in splits[1]]
                 # ZeRO-2 with pipelines: gradients reduce-scattered after every micro-batch (Megatron-FSDP
-                # `optim_grads`); not with experts (`check_sharding`). ZeRO-3 without pipelines only.
-                zeros = [z for z in space.zero_stages if not (z == 3 and p > 1) and not (z >= 1 and d * c == 1)
-                         and not (z >= 2 and model.is_moe)]
-                for s_i, v, first, last in pipes:
+                # `optim_grads`); not with experts (`check_sharding`). ZeRO-3 with pipelines: `ZERO3_PIPELINED`.
+                # experts: ZeRO-3 only under pipelines (their gathers per layer are not estimated), and only
+                # for models of MoE layers alone (`ZERO3_PIPELINED`)
+                mixed = model.is_moe and (model.num_moe_layers < model.num_layers or model.mtp_num_layers > 0)
+                zeros = [z for z in space.zero_stages if not (z >= 1 and d * c == 1) and not (z == 2 and model.is_moe)
+                         and not (z == 3 and (mixed or (model.is_moe and p == 1)))]
+                for s_i, v, first, last, acc in pipes:
                     for rc in rc_idx:
                         for sp in sps:
                             for z in zeros:
                                 for ep, etp in experts[sp]:
-                                    rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp))
+                                    rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp, acc))
     if not rows:
         raise StrategyError(
             f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
