@@ -5,7 +5,7 @@ p-stage structure priced as for 1F1B, then each rank given its two chunks.
   weight-gradient kernels as paraplan prices them for any schedule; a pair's two passes
   priced with the MoE layers' token dispatch and combine beside the other pass's
   modules (`moe_ops.a2a_overlap`, the rule every overlapped collective follows:
-  max(c, g) + contention x min(c, g), with the calibration's `comm_overlap_contention`),
+  max(c, g) + share x min(c, g), the share of each collective, `overlap_share`),
   which is DeepSeek-V3's Figure 4 (attention, dispatch, MLP, combine of a forward and a
   backward interleaved). A dense model, or EP 1, has nothing to hide there: a pair is its
   two passes back to back. Unpaired ops (warm-up, cool-down) keep their all-to-alls in
@@ -13,7 +13,7 @@ p-stage structure priced as for 1F1B, then each rank given its two chunks.
 - Pipeline transfers: the stage boundaries' sends (`pipeline_p2p.pipeline_send_s`), on
   their own stream: a transfer delays its consumer, never its sender (the repository
   posts them with the next op's receives; DeepSeek-V3 runs them beside the pair); each
-  send's NCCL kernel takes the contention share of min(transfer, op) from the op that
+  send's NCCL kernel takes the occupancy share of min(transfer, op) from the op that
   sent it (`pipeline_p2p.sender_contention_s`), as interleaved transfers do.
 - Rank r holds stage r of pipeline 0 and stage p - 1 - r of pipeline 1: the weights and
   gradients of both (2x a 1F1B rank's), the activations of both chunks, each chunk's

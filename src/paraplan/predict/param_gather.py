@@ -9,7 +9,8 @@ layers before it; other sharded optimizers (`zero_stage` 1-2) prefetch the whole
 beside the forward likewise. That hidden part runs beside the first pipeline rank's
 forward of its first micro-batch (of each of its model chunks), and is priced as every
 overlapped collective is (`paraplan.sim.overlap_cost.pair_added_s`): what the
-forward cannot hide plus `comm_overlap_contention` x the overlap. On later pipeline
+forward cannot hide plus the sharding group's occupancy share
+(`paraplan.predict.overlap_share`) x the overlap. On later pipeline
 ranks the gather runs while the rank waits for the pipeline to fill (no compute beside
 it), as `megatron_ddp` leaves it.
 """

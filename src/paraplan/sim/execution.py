@@ -14,7 +14,7 @@ same ops at the same times), by pipeline rank:
   of that op's span, per model chunk); reduced one after another on the
   communication stream, either after all compute (`overlap_grad_reduce` off) or as
   soon as each bucket is ready, then slowing the compute beside them by
-  `comm_overlap_contention` x the time they ran side by side (`overlap_cost`);
+  the model's `comm_overlap_contention` share x the time they ran side by side (`overlap_cost`);
 - `after_sync_s`: what follows the reduction on each rank before the next iteration
   can start (tied-embedding gradient exchange, optimizer step, weight all-gather of
   a sharded optimizer that is not overlapped);
@@ -147,8 +147,9 @@ class ExecutionModel:
     and each rank's `memory` and `grad_sync` cover its two chunks."""
     comm_overlap_contention: float = 0.0
     """The share of the time a gradient bucket runs beside the rank's compute that the
-    compute loses to it (`paraplan.sim.overlap_cost`; the calibration's
-    `comm_overlap_contention`); 0: hidden for free."""
+    compute loses to it (`paraplan.sim.overlap_cost`; the data-parallel group's occupancy
+    share, `paraplan.predict.overlap_share`, or the calibration's `comm_overlap_contention`
+    on a device without an SM count); 0: hidden for free."""
 
     def __post_init__(self) -> None:
         p, v = self.pipeline_stages, self.virtual_stages

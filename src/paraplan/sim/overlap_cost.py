@@ -7,9 +7,9 @@ it run slower. A collective of time c beside compute of time g takes, as a pair,
 
     max(c, g) + share x min(c, g)
 
-with `share` the calibration's `comm_overlap_contention` (0: hidden for free, 1: no
-overlap at all), the rule `paraplan.predict.pass_cost.PassCost.comm_s` applies to the
-tensor-parallel overlaps. Here it is applied where the engine itself overlaps a
+with `share` in [0, 1] (0: hidden for free, 1: no overlap at all; which share applies
+where: `paraplan.predict.overlap_share`), the rule `paraplan.predict.pass_cost.PassCost.comm_s`
+applies to the overlaps inside a pass. Here it is applied where the engine itself overlaps a
 collective with compute: the data-parallel gradient buckets on the communication stream
 (`paraplan.sim.execution`, `paraplan.sim.dualpipe_iteration`). The overlap is measured
 on the run itself: the time a bucket spends beside one of the rank's compute ops. The
