@@ -25,6 +25,7 @@ GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_head
 A100 = load_cluster("dgx-a100")  # 8 GPUs per node
 COMM = ConstantBandwidthModel(100e9, 20e9)
 EFF = DeviceEfficiency(comm_overlap_contention=0.25)  # no host time: an op's time is its device time
+IN_NODE = 24 / 108  # ZeRO-3's collectives inside a DGX A100 node: 24 NCCL CTAs of 108 SMs (`overlap_share`)
 W, G = 2, 4  # bf16 weights, fp32 gradients (bytes per parameter)
 
 
@@ -55,8 +56,8 @@ def test_zero3_forward_is_each_layer_beside_the_next_gather_plus_the_first_gathe
     assert st3.fsdp is not None and st3.fsdp.layer_gather_s == pytest.approx(a)
     g_f, g_b = times.device_s[0], times.device_s[1] + times.device_s[2]
     n = GPT.num_layers
-    fwd = n * (paired_s(a, g_f, 0.25) - g_f) + a + root
-    bwd = n * (paired_s(a, g_b, 0.25) - g_b) + a + root  # resharded after the forward: gathered again
+    fwd = n * (paired_s(a, g_f, IN_NODE) - g_f) + a + root
+    bwd = n * (paired_s(a, g_b, IN_NODE) - g_b) + a + root  # resharded after the forward: gathered again
     assert em3.costs.fwd_s[0] - em0.costs.fwd_s[0] == pytest.approx(fwd, rel=1e-9)
     assert em3.costs.bwd_s[0] - em0.costs.bwd_s[0] == pytest.approx(bwd, rel=1e-9)
 
@@ -237,7 +238,9 @@ def test_explain_puts_what_the_gathers_add_under_dp_comm_and_sums_to_the_iterati
     a, root = st.fsdp.layer_gather_s, float(st.fsdp.root_gather_s[0])
     g_f, g_b = times.device_s[0], times.device_s[1] + times.device_s[2]
     n = GPT.num_layers
-    added = n * (paired_s(a, g_f, 0.25) - g_f + paired_s(a, g_b, 0.25) - g_b) + 2 * (a + root)
+    across = 32 / 108  # over two nodes: 32 CTAs
+    assert st.overlap_shares.fsdp == across
+    added = n * (paired_s(a, g_f, across) - g_f + paired_s(a, g_b, across) - g_b) + 2 * (a + root)
     reduced = float(em.grad_sync[0].bucket_s.sum())  # beside the backward, past it where it outlasts it
     assert breakdown.seconds["dp_comm"] >= added - 1e-12
     assert breakdown.seconds["dp_comm"] <= added + reduced + 1e-12

@@ -29,6 +29,7 @@ GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_head
 A100 = load_cluster("dgx-a100")  # 8 GPUs per node
 COMM = ConstantBandwidthModel(100e9, 20e9)
 EFF = DeviceEfficiency(comm_overlap_contention=0.25)  # no host time: an op's time is its device time
+IN_NODE = 24 / 108  # ZeRO-3's collectives inside a DGX A100 node: 24 NCCL CTAs of 108 SMs (`overlap_share`)
 L = GPT.layer_params  # one FSDP unit (a transformer block), whole on the rank (t = 1)
 ROOT = GPT.embedding_params() + GPT.norm_params  # the root unit: embedding, final norm (tied head)
 N = GPT.num_layers
@@ -88,8 +89,8 @@ def test_forward_adds_the_copy_ins_to_each_gather_and_a_copy_out_per_unit():
     c_in, c_in_root = mem(10 * L / 8, st.speed, 2), mem(10 * ROOT / 8, st.speed, 2)
     c_out, c_out_root = mem(4 * L, st.speed), mem(4 * ROOT, st.speed)
     g_f = times.device_s[0]
-    ours = N * paired_s(a + c_in, g_f, 0.25) + a + c_in + root + c_in_root + N * c_out + c_out_root
-    theirs = N * paired_s(a, g_f, 0.25) + a + root
+    ours = N * paired_s(a + c_in, g_f, IN_NODE) + a + c_in + root + c_in_root + N * c_out + c_out_root
+    theirs = N * paired_s(a, g_f, IN_NODE) + a + root
     assert em.costs.fwd_s[0] - plain.costs.fwd_s[0] == pytest.approx(ours - theirs, rel=1e-9)
 
 
@@ -103,8 +104,8 @@ def test_backward_keeps_the_root_and_the_last_block_and_copies_each_gradient_in(
     root = COMM.time_s("all_gather", ROOT * 2, Group(8, 1))
     c_in = mem(10 * L / 8, st.speed, 2)
     g_b = times.device_s[1] + times.device_s[2]
-    ours = N * paired_s(a + c_in, g_b, 0.25) + (N - 1) * mem(4 * L, st.speed) + N * mem(6 * L, st.speed)
-    theirs = N * paired_s(a, g_b, 0.25) + a + root
+    ours = N * paired_s(a + c_in, g_b, IN_NODE) + (N - 1) * mem(4 * L, st.speed) + N * mem(6 * L, st.speed)
+    theirs = N * paired_s(a, g_b, IN_NODE) + a + root
     assert em.costs.bwd_s[0] - plain.costs.bwd_s[0] == pytest.approx(ours - theirs, rel=1e-9)
 
 

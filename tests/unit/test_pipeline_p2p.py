@@ -21,6 +21,7 @@ from paraplan.predict.pipeline_p2p import (
     blocking_per_microbatch_s,
     boundary_crosses_nodes,
     exchange_s,
+    overlap_contention_s,
     p2p_charges,
     pipeline_gather_s,
     pipeline_send_s,
@@ -78,12 +79,49 @@ def test_blocking_transfers_slow_a_predicted_pipeline_by_at_most_their_time():
     comm = cal.comm_model(cluster)
     s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
     send = run_structure(model, s, cluster, comm).send_s[0]
-    overlapped = iteration_time_s(build_execution(model, s, cluster, comm, cal.efficiency))
+    free = replace(cal.efficiency, comm_overlap_contention=0.0)  # overlapped transfers hidden for free
+    overlapped = iteration_time_s(build_execution(model, s, cluster, comm, free))
     blocking_run = replace(s, overlap_p2p_comm=False, batch_p2p_sync=False)  # the transfers alone
-    blocking = iteration_time_s(build_execution(model, blocking_run, cluster, comm, cal.efficiency))
+    blocking = iteration_time_s(build_execution(model, blocking_run, cluster, comm, free))
     assert send > 0
     # one exchange per forward/backward pair: M v of them on a rank, at most
     assert 0 < blocking - overlapped <= 8 * 2 * send + 1e-12
+
+
+def test_an_overlapped_transfer_takes_the_contention_share_from_the_op_beside_it():
+    # z12: NCCL's send/recv are SM kernels: each op that sends gains share x min(transfer, op)
+    s = RunSettings(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, global_batch_size=4)
+    send, fwd, bwd = np.array([0.5, 3.0, 0.5]), np.full(4, 2.0), np.full(4, 4.0)
+    got = overlap_contention_s(s, send, fwd, bwd, 0.85)
+    assert got is not None
+    assert got[0] == pytest.approx([0.85 * 0.5, 0.85 * 2.0, 0.85 * 0.5, 0.0])  # the last sends nothing on
+    assert got[1] == pytest.approx([0.0, 0.85 * 0.5, 0.85 * 3.0, 0.85 * 0.5])  # the first sends nothing back
+    assert overlap_contention_s(s, send, fwd, bwd, 0.0) is None
+    assert overlap_contention_s(replace(s, overlap_p2p_comm=False), send, fwd, bwd, 0.85) is None
+
+
+def test_overlapped_transfers_cost_a_predicted_pipeline_their_contention(monkeypatch):
+    from paraplan.predict import overlap_share
+
+    model = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
+                             vocab_size=50257)
+    cluster, cal = load_cluster("dgx-a100"), load_calibration()
+    comm = cal.comm_model(cluster)
+    s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8)
+    priced = build_execution(model, s, cluster, comm, cal.efficiency)
+    parts = explain_run(model, s, cluster, comm, cal.efficiency)  # the contention is pp_comm, not host
+    st = run_structure(model, s, cluster, comm)
+    share, send = st.overlap_shares.p2p, st.send_s
+    assert share == 24 / 108  # z14: transfers inside a DGX A100 node hold 24 of its 108 SMs
+    for name in ("NCCL_INTRA_NODE_CTAS", "NCCL_INTER_NODE_CTAS"):  # NCCL kernels holding no SM: free
+        monkeypatch.setattr(overlap_share, name, 0)
+    free = build_execution(model, s, cluster, comm, cal.efficiency)
+    assert priced.costs.contended_fwd_s is not None and priced.costs.contended_bwd_s is not None
+    assert priced.costs.fwd_s - free.costs.fwd_s == pytest.approx(np.append(share * send, 0.0))
+    assert priced.costs.bwd_s - free.costs.bwd_s == pytest.approx(np.insert(share * send, 0, 0.0))
+    assert iteration_time_s(priced) > iteration_time_s(free)
+    assert parts.total_s == pytest.approx(parts.iteration_s)
+    assert parts.seconds["host"] == pytest.approx(explain_run(model, s, cluster, comm, cal.efficiency).seconds["host"])
 
 
 def test_planner_closed_form_counts_the_blocking_exchanges():

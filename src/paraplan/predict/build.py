@@ -20,14 +20,16 @@ What each piece costs:
   the multi-token-prediction layers, `edge_ops.head_work`);
 - pipeline transfers: one micro-batch's activation b s h / t per rank (Megatron
   scatters it over the tensor-parallel ranks), point to point, across nodes where the
-  neighbours sit on two; blocking (on the ops that wait for them) unless overlapped,
+  neighbours sit on two; blocking (on the ops that wait for them) unless overlapped
+  (then the op beside each pays the contention share, `pipeline_p2p.overlap_contention_s`),
   `paraplan.predict.pipeline_p2p`;
 - context-parallel attention (`paraplan.predict.cp_ops`): ring transfers between CP
   neighbours beside the attention steps, or Ulysses all-to-alls over the CP group;
 - data-parallel gradient reduction over the d x c ranks that hold the same weights
   (Megatron's dp-cp group) in buckets of `GRAD_BUCKET_PARAMS` parameters
   (all-reduce; reduce-scatter with a sharded optimizer), ready layer by layer during
-  the last backward, overlapped with it under `overlap_grad_reduce`; with
+  the last backward, overlapped with it under `overlap_grad_reduce` (the compute beside
+  a bucket slowed by the contention share of their overlap, `sim.overlap_cost`); with
   `DDP_impl` torch, buckets of `TORCH_DDP_BUCKET_BYTES` of gradients in the weights'
   dtype, always overlapped; ZeRO-3 (FSDP2) gathers each layer's weights before its forward
   and its backward, prefetched beside the previous layer's compute, and reduce-scatters
@@ -35,7 +37,8 @@ What each piece costs:
   state is sharded inside a group and each bucket all-reduced over its replicas;
 - after the reduction: the tied-embedding gradient exchange between the first and
   last pipeline stage, the optimizer step (memory-bound, `optimizer_step_bytes`)
-  and, with a sharded optimizer, the weight all-gather unless `overlap_param_gather`;
+  and, with a sharded optimizer, the weight all-gather unless `overlap_param_gather`
+  (then beside the forward, with the contention share, `paraplan.predict.param_gather`);
 - memory: Megatron-LM's bytes per parameter for weights, gradients and optimizer
   state (sharded as the settings say) and the activations of `ops.layer_activation_bytes`.
 
@@ -86,8 +89,17 @@ from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.moe_router import expert_bias_sync_s
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
+from paraplan.predict.overlap_share import CALIBRATED_SHARES, OverlapShares, share_or_calibrated
+from paraplan.predict.param_gather import hidden_param_gather_s, param_gather_added_s
 from paraplan.predict.pass_cost import PassCost
-from paraplan.predict.pipeline_p2p import p2p_charges, pipeline_gather_s, pipeline_send_s, sync_s
+from paraplan.predict.pipeline_p2p import (
+    boundary_crosses_nodes,
+    overlap_contention_s,
+    p2p_charges,
+    pipeline_gather_s,
+    pipeline_send_s,
+    sync_s,
+)
 from paraplan.predict.placement import (
     Placement,
     Precision,
@@ -177,6 +189,8 @@ class RunStructure:
     fsdp: FsdpCosts | None = None  # zero_stage 3's weight gathers (`fsdp_ops`)
     p2p_gather_s: float = 0.0  # the all-gather of each received pipeline transfer (`pipeline_p2p`)
     paired_moe_passes: tuple[PassCost, PassCost] | None = None  # dualpipe: a pair's MoE passes (`dualpipe_build`)
+    hidden_gather_s: np.ndarray | None = None  # per pipeline stage: overlap_param_gather's beside the forward
+    overlap_shares: OverlapShares = CALIBRATED_SHARES  # z14: occupancy shares of the overlaps outside TP
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -321,6 +335,9 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                       prec.grad_bytes, torchao_fp8.gather_weight_bytes(settings),
                       torchao_fp8.gather_amax_s(comm, sharding.shard, settings, linears))
     syncs = gradient_syncs(settings, comm, groups, params, prec, sharding)
+    hidden_gather = hidden_param_gather_s(  # z12: overlap_param_gather's all-gathers beside the forward
+        settings, comm, groups, float(params.rank_params[0]), float(params.expert_rank_params[0]),
+        params.chunk_params(0, 0), params.embedding_params, params.moe, prec, sharding)
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
     after_comm = after_comm + np.array([torchao_fp8.precompute_s(comm, sharding.shard, settings, int(n), linears)
                                         for n in params.chunk_layers.sum(axis=0)])
@@ -341,7 +358,11 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         moe_layers_per_vstage=moe_counts,
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
                         p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
-                        paired_moe_passes=(paired_moe_passes(model, settings, comm, groups)  # v5-dualpipe
+                        hidden_gather_s=hidden_gather if hidden_gather.any() else None,
+                        overlap_shares=OverlapShares.of(  # z14: the overlaps outside TP (`overlap_share`)
+                            cluster.device.compute_units, groups.dp, sharding.shard,
+                            bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
+                        paired_moe_passes=(paired_moe_passes(model, settings, comm, groups, NvlinkNode.of(cluster))
                                            if settings.pipeline_schedule == "dualpipe" else None))
 
 
@@ -373,7 +394,7 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     fsdp = st.fsdp.priced(st.speed, eff) if st.fsdp is not None else None  # FSDP2: its copy-ins (`fsdp_ops`)
     layer_fwd, layer_bwd, moe_fwd, moe_bwd = layer_device_s(  # ZeRO-3: beside the gathers
         fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev,
-        eff.comm_overlap_contention)
+        share_or_calibrated(st.overlap_shares.fsdp, eff))  # z14: the sharding group's occupancy share
     fwd = layers.dense * layer_fwd
     bwd = layers.dense * layer_bwd
     if st.attention_mix is not None:
@@ -436,8 +457,25 @@ def pipeline_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     if st.settings.pipeline_schedule == "zb_h1":
         bwd = bwd - wgt
     p2p = p2p_charges(st.settings, st.send_s, st.p2p_gather_s, sync_s(st.settings, eff.host_kernel_s))
-    return PipelineCosts(*p2p.on_ops(fwd, bwd), wgt, p2p.send_fwd_s, p2p.send_bwd_s,
-                         p2p.fwd_s if p2p.blocking else None, p2p.bwd_s if p2p.blocking else None)
+    fwd, bwd = p2p.on_ops(fwd, bwd)
+    contended = overlap_contention_s(st.settings, st.send_s, fwd, bwd,
+                                     share_or_calibrated(st.overlap_shares.p2p, eff))  # z12, z14
+    if contended is not None:
+        fwd, bwd = fwd + contended[0], bwd + contended[1]
+    return PipelineCosts(fwd, bwd, wgt, p2p.send_fwd_s, p2p.send_bwd_s,
+                         p2p.fwd_s if p2p.blocking else None, p2p.bwd_s if p2p.blocking else None,
+                         contended_fwd_s=contended[0] if contended is not None else None,
+                         contended_bwd_s=contended[1] if contended is not None else None)
+
+
+def param_gather_contention_s(st: RunStructure, costs: PipelineCosts, eff: DeviceEfficiency) -> np.ndarray:
+    """Per pipeline rank: what `overlap_param_gather`'s all-gathers add beside the forward
+    (`paraplan.predict.param_gather`); DualPipe's ranks hold stages r and p - 1 - r."""
+    if st.hidden_gather_s is None:
+        return np.zeros(st.settings.pipeline_model_parallel_size)
+    added = param_gather_added_s(st.hidden_gather_s, costs.fwd_s,
+                                 share_or_calibrated(st.overlap_shares.param_gather, eff))  # z14
+    return added + added[::-1] if st.settings.pipeline_schedule == "dualpipe" else added
 
 
 def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
@@ -464,12 +502,13 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
     sums per pass, when already summed: `KernelBatch.priced`)."""
     st, settings = structure, structure.settings
     times = pass_times(st, kernel_s, eff, sums)
+    costs = pipeline_costs(st, times, eff)
     model = ExecutionModel(
         schedule=settings.pipeline_schedule,
         pipeline_stages=settings.pipeline_model_parallel_size,
         virtual_stages=settings.virtual_pipeline_model_parallel_size,
         microbatches=settings.num_microbatches,
-        costs=pipeline_costs(st, times, eff),
+        costs=costs,
         grad_sync=st.grad_sync,
         overlap_grad_reduce=(settings.overlap_grad_reduce or settings.zero_stage >= 2
                              or settings.DDP_impl == "torch"),
@@ -477,9 +516,12 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,
         num_devices=settings.num_gpus,
+        comm_overlap_contention=share_or_calibrated(st.overlap_shares.grad_reduce, eff),  # z12, z14: the buckets
     )
     if settings.pipeline_schedule == "dualpipe":  # v5-dualpipe: each rank's two chunks
-        return dualpipe_model(st, times, eff, model)
+        model = dualpipe_model(st, times, eff, model)
+    if st.hidden_gather_s is not None:  # z12: overlap_param_gather beside the forward
+        model = replace(model, after_sync_s=model.after_sync_s + param_gather_contention_s(st, costs, eff))
     return model
 
 

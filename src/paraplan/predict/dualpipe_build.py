@@ -5,14 +5,16 @@ p-stage structure priced as for 1F1B, then each rank given its two chunks.
   weight-gradient kernels as paraplan prices them for any schedule; a pair's two passes
   priced with the MoE layers' token dispatch and combine beside the other pass's
   modules (`moe_ops.a2a_overlap`, the rule every overlapped collective follows:
-  max(c, g) + contention x min(c, g), with the calibration's `comm_overlap_contention`),
+  max(c, g) + share x min(c, g), the share of each collective, `overlap_share`),
   which is DeepSeek-V3's Figure 4 (attention, dispatch, MLP, combine of a forward and a
   backward interleaved). A dense model, or EP 1, has nothing to hide there: a pair is its
   two passes back to back. Unpaired ops (warm-up, cool-down) keep their all-to-alls in
   series.
 - Pipeline transfers: the stage boundaries' sends (`pipeline_p2p.pipeline_send_s`), on
   their own stream: a transfer delays its consumer, never its sender (the repository
-  posts them with the next op's receives; DeepSeek-V3 runs them beside the pair).
+  posts them with the next op's receives; DeepSeek-V3 runs them beside the pair); each
+  send's NCCL kernel takes the occupancy share of min(transfer, op) from the op that
+  sent it (`pipeline_p2p.sender_contention_s`), as interleaved transfers do.
 - Rank r holds stage r of pipeline 0 and stage p - 1 - r of pipeline 1: the weights and
   gradients of both (2x a 1F1B rank's), the activations of both chunks, each chunk's
   gradient buckets. The two copies of a stage are one model: their gradients are reduced
@@ -36,8 +38,11 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, host_bound_s, kernel_times_s
 from paraplan.predict.fp8_ops import scaled_passes
+from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pipeline_p2p import sender_contention_s
 from paraplan.predict.placement import RunGroups
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 
 
 def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: CommModel,
-                      groups: RunGroups) -> tuple[PassCost, PassCost] | None:
+                      groups: RunGroups, node: NvlinkNode | None = None) -> tuple[PassCost, PassCost] | None:
     """A MoE layer's forward and backward as a DualPipe pair runs them, each all-to-all
     beside a module of the other pass (`moe_ops.a2a_overlap`); None: nothing to pair (a
     dense model, or EP 1)."""
@@ -55,7 +60,8 @@ def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: Comm
         return None
     work = moe_layer_work(model, replace(settings, overlap_moe_expert_parallel_comm=True))
     fwd, bwd = scaled_passes([work.forward, work.backward], ("moe_layer_fwd", "moe_layer_bwd"), settings)
-    return PassCost.of(fwd, comm, groups.tp, groups.by_name), PassCost.of(bwd, comm, groups.tp, groups.by_name)
+    return (PassCost.of(fwd, comm, groups.tp, groups.by_name, node),  # z14: node, the device's SMs
+            PassCost.of(bwd, comm, groups.tp, groups.by_name, node))
 
 
 def _paired_times(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) -> PassTimes:
@@ -87,7 +93,16 @@ def dualpipe_costs(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) ->
     fwd, bwd = _stage_ops_s(st, times, eff)
     pair_fwd, pair_bwd = _stage_ops_s(st, _paired_times(st, times, eff), eff)
     wgt = np.minimum(weight_grad_s(st.settings, times, StageLayers.of(st)), bwd)
-    return DualPipeCosts(fwd, bwd, wgt, pair_fwd, pair_bwd, np.asarray(st.send_s, dtype=float))
+    send = np.asarray(st.send_s, dtype=float)
+    contended = None
+    share = share_or_calibrated(st.overlap_shares.p2p, eff)  # z14: the transfers' occupancy share
+    if share > 0.0 and send.shape[0]:  # z12: each send's kernel beside the op that sent it
+        added_fwd, added_bwd = sender_contention_s(send, fwd, bwd, share)
+        pair_added_fwd, pair_added_bwd = sender_contention_s(send, pair_fwd, pair_bwd, share)
+        fwd, bwd = fwd + added_fwd, bwd + added_bwd
+        pair_fwd, pair_bwd = pair_fwd + pair_added_fwd, pair_bwd + pair_added_bwd
+        contended = added_fwd + added_bwd
+    return DualPipeCosts(fwd, bwd, wgt, pair_fwd, pair_bwd, send, contended)
 
 
 def _two_chunks(memory: tuple[RankMemory, ...], sharded: bool) -> tuple[RankMemory, ...]:

@@ -16,14 +16,17 @@ rank's time is split into parts that sum to the iteration time exactly:
   and before each chunk's first one (`dp_comm`, `fsdp_ops`); `host` is what the host's issue time
   adds on top of the device time (the smooth maximum of `device_model.host_bound_s`);
   a layer-time factor scales its layer's parts alike;
-- the blocking pipeline transfers its own ops wait for (`pp_comm`, `pipeline_p2p`);
+- the blocking pipeline transfers its own ops wait for, and what overlapped ones take
+  from the ops beside them (`pp_comm`, `pipeline_p2p`);
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
   path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
   rest, the `bubble`;
 - DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
   blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
-- the data-parallel gradient reduction past its compute (`dp_comm`), then what
-  follows it: the weight all-gather of a sharded optimizer (`dp_comm`), the
+- the data-parallel gradient reduction past its compute, with what its buckets take
+  from the compute beside them (`dp_comm`, `sim.overlap_cost`), then what
+  follows it: the weight all-gather of a sharded optimizer, or what it adds beside the
+  forward under `overlap_param_gather` (`dp_comm`, `param_gather`), the
   tied-embedding gradient all-reduce between the first and last stage (`pp_comm`)
   and the optimizer step (`optimizer`).
 """
@@ -38,10 +41,18 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import LAYER_PASSES, MOE_LAYER_PASSES, kernel_times_by_pass, price, run_structure
+from paraplan.predict.build import (
+    LAYER_PASSES,
+    MOE_LAYER_PASSES,
+    kernel_times_by_pass,
+    param_gather_contention_s,
+    price,
+    run_structure,
+)
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
+from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pipeline_p2p import p2p_charges
 from paraplan.predict.variability import no_straggling_speed
 from paraplan.sim.execution import rank_ends
@@ -89,7 +100,8 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
     if fsdp is not None:  # ZeRO-3: what the gathers beside each layer add (`fsdp_ops`)
         layers = (layer_fwd, layer_bwd, moe_fwd, moe_bwd)
         sums = [float(part.sum()) for part in layers]
-        priced = layer_device_s(fsdp, (sums[0], sums[1]), (sums[2], sums[3]), eff.comm_overlap_contention)
+        priced = layer_device_s(fsdp, (sums[0], sums[1]), (sums[2], sums[3]),
+                                share_or_calibrated(structure.overlap_shares.fsdp, eff))  # z14
         for part, total, own in zip(layers, priced, sums, strict=True):
             part[_DP] += total - own
     moe = structure.moe_counts[:, None]
@@ -139,7 +151,11 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     costs = execution.costs
     p2p = p2p_charges(settings, structure.send_s, structure.p2p_gather_s)  # blocking transfers inside the ops
     op_s = costs.fwd_s + costs.bwd_s + costs.wgt_s  # one micro-batch's ops per virtual stage
-    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s
+    contended = np.zeros_like(op_s)  # z12: what overlapped transfers take from the ops beside them
+    for part in (costs.contended_fwd_s, costs.contended_bwd_s):
+        if part is not None:
+            contended = contended + part
+    host = op_s - fwd.sum(axis=1) - bwd.sum(axis=1) - p2p.fwd_s - p2p.bwd_s - contended
 
     ends = rank_ends(execution)
     rank = int(np.argmax(ends.end_s))
@@ -147,13 +163,14 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     dualpipe = execution.dualpipe  # v5-dualpipe: stages r and p - 1 - r, M / 2 micro-batches each, no blocking
     if dualpipe is not None:
         mine, m = np.array([rank, p - 1 - rank]), m // 2
-        host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1)
+        contended = dualpipe.contended_s if dualpipe.contended_s is not None else np.zeros_like(dualpipe.fwd_s)
+        host = dualpipe.fwd_s + dualpipe.bwd_s - fwd.sum(axis=1) - bwd.sum(axis=1) - contended
         p2p = replace(p2p, fwd_s=np.zeros_like(p2p.fwd_s), bwd_s=np.zeros_like(p2p.bwd_s))
     device = m * (fwd[mine] + bwd[mine]).sum(axis=0)
     average = (device[:2] if structure.speed.compute_time_factor == 1.0  # gemm, attention as one average GPU runs them
                else _average_gpu_compute_s(structure, eff, mine, m))
     host_s = m * float(host[mine].sum())
-    blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine]).sum())
+    blocked = m * float((p2p.fwd_s[mine] + p2p.bwd_s[mine] + contended[mine]).sum())
     busy = float(device.sum()) + host_s + blocked
     if dualpipe is not None:  # what the pairs hide of the all-to-alls: the ops alone minus what the rank ran
         device[5] -= busy - float(ends.busy_s[rank])
@@ -161,7 +178,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
     transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
-    after_comm = float(structure.after_sync_comm_s[rank])
+    after_comm = float(structure.after_sync_comm_s[rank] + param_gather_contention_s(structure, costs, eff)[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
     seconds = {
         "gemm": float(average[0]), "attention": float(average[1]),

@@ -11,8 +11,9 @@ the next layer's gather of time a takes
 
     pair(a, g) = max(a, g) + contention x min(a, g)
 
-(the contention share of `DeviceEfficiency.comm_overlap_contention`, the same rule
-`PassCost.comm_s` applies to an overlapped tensor-parallel collective), and the
+(the rule `PassCost.comm_s` applies to an overlapped tensor-parallel collective, with
+the occupancy share of the sharding group's NCCL CTAs on the device's SMs,
+`paraplan.predict.overlap_share`), and the
 first unit's gather of each model chunk has nothing to hide behind (`exposed`). The
 backward gathers each unit again unless the weights were kept after the forward
 (`fsdp_reshard_after_forward`), likewise prefetched. Under pipeline parallelism with
@@ -97,7 +98,7 @@ def reduce_bucket_s(comm: CommModel, collective: str, nbytes: float, groups: Sha
     return seconds
 
 
-def paired_s(comm_s: float | np.ndarray, compute_s: float | np.ndarray, contention: float) -> np.ndarray:
+def paired_s(comm_s: float | np.ndarray, compute_s: float | np.ndarray, contention: float | np.ndarray) -> np.ndarray:
     """A collective of `comm_s` beside compute of `compute_s`: max + contention x min."""
     c, g = np.asarray(comm_s, dtype=float), np.asarray(compute_s, dtype=float)
     return np.maximum(c, g) + contention * np.minimum(c, g)

@@ -21,7 +21,8 @@ backward reduce-scatter runs beside the weight gradient and the re-gather of the
 beside the input gradient, always (Megatron and Megatron-DeepSpeed alike);
 `tp_comm_overlap` also puts the forward collectives and the row-parallel backward
 re-gathers beside their GEMMs. An overlapped collective is not free: the step builder
-charges the contention of `DeviceEfficiency.comm_overlap_contention`. The device model
+charges the contention of `DeviceEfficiency.comm_overlap_contention` (tensor-parallel
+collectives; the others' share is the device's occupancy, `overlap_share`). The device model
 (`paraplan.predict.device_model`) prices the kernels; the step builder prices the
 collectives with the communication model.
 

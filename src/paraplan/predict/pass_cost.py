@@ -15,6 +15,7 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.moe_deepep import DeepEpTransfer, NvlinkNode
+from paraplan.predict.overlap_share import collective_share
 from paraplan.predict.work import NOT_HIDDEN, Kernels, PassWork
 
 PART_OF_GROUP: dict[str, str] = {"tp": "tp", CP_GROUP: "cp", CP_RING: "cp", "ep": "ep", "etp": "ep",
@@ -36,6 +37,7 @@ class PassCost:
     hidden_part: np.ndarray | None = None  # per overlapped collective: its part (None: all tp)
     hidden_span: np.ndarray | None = None  # per overlapped collective: kernels beside it (None: one each)
     host_syncs: tuple[tuple[int, int], ...] = ()  # host waits for the device (`PassWork.host_syncs`)
+    hidden_share: np.ndarray | None = None  # z14: per overlapped collective, its occupancy share (NaN: calibrated)
 
     @staticmethod
     def of(work: PassWork, comm: CommModel, group: Group, others: Mapping[str, Group] | None = None,
@@ -45,7 +47,8 @@ class PassCost:
         cluster's GPU and NVLink) DeepEP's kernels inside one node."""
         blocking = 0.0
         other: dict[str, float] = {}
-        hidden_s, hidden_by, hidden_part, hidden_span = [], [], [], []
+        hidden_s, hidden_by, hidden_part, hidden_span, hidden_share = [], [], [], [], []
+        units = node.compute_units if node is not None else 0  # z14: the device's SMs (0: no occupancy share)
         for c in work.collectives:
             g = group if c.group == "tp" else (others or {})[c.group]
             part = PART_OF_GROUP[c.group]
@@ -58,6 +61,7 @@ class PassCost:
                 hidden_by.append(c.hidden_by)
                 hidden_part.append(part)
                 hidden_span.append(c.hidden_span)
+                hidden_share.append(collective_share(c.group, g, units, isinstance(c, DeepEpTransfer)))
             else:
                 blocking += cost
                 if part != "tp":
@@ -66,13 +70,16 @@ class PassCost:
                         np.array(hidden_by, dtype=np.int64), len(work.collectives), tuple(other.items()),
                         np.array(hidden_part) if any(p != "tp" for p in hidden_part) else None,
                         np.array(hidden_span, dtype=np.int64) if any(n != 1 for n in hidden_span) else None,
-                        work.host_syncs)
+                        work.host_syncs,
+                        None if np.isnan(hidden_share).all() else np.array(hidden_share))
 
     def comm_s(self, kernel_s: np.ndarray, eff: DeviceEfficiency, part: str = "all") -> float:
         """What the pass's collectives add to its kernels: the blocking ones in full; an
         overlapped collective of time c beside a kernel (or a run of kernels) of time g adds
-        max(c - g, 0) + contention x min(c, g), i.e. the pair takes
-        max(c, g) + contention x min(c, g) (`DeviceEfficiency.comm_overlap_contention`).
+        max(c - g, 0) + share x min(c, g), i.e. the pair takes max(c, g) + share x min(c, g):
+        the calibration's `comm_overlap_contention` for tensor-parallel collectives, the
+        occupancy share of the device for the others (`hidden_share`,
+        `paraplan.predict.overlap_share`).
         `part`: `all`, or only the tensor-parallel (`tp`), context-parallel (`cp`) or
         expert-parallel (`ep`: all-to-alls and expert-tensor-parallel) ones."""
         if part == "all":
@@ -90,7 +97,9 @@ class PassCost:
                 ends = np.concatenate(([0.0], np.cumsum(kernel_s)))
                 beside = ends[self.hidden_by + self.hidden_span] - ends[self.hidden_by]
             c = self.hidden_comm_s
-            each = np.maximum(c - beside, 0.0) + eff.comm_overlap_contention * np.minimum(c, beside)
+            share = (eff.comm_overlap_contention if self.hidden_share is None  # z14: per collective
+                     else np.where(np.isnan(self.hidden_share), eff.comm_overlap_contention, self.hidden_share))
+            each = np.maximum(c - beside, 0.0) + share * np.minimum(c, beside)
             if part != "all":
                 labels = self.hidden_part if self.hidden_part is not None else np.full(c.shape, "tp")
                 each = each[labels == part]

@@ -41,7 +41,11 @@ How the engine (`paraplan.sim.engine`, transfers on their own stream) is given t
   exchange after each forward is not on the forward ops (about (v + 1) p of the M v
   forwards of the first rank).
 - with overlap (interleaved only): the transfers run beside the next op, as the engine
-  runs them.
+  runs them. NCCL's send/recv are CUDA kernels on the SMs like its collectives (no
+  copy engine unless NCCL's opt-in zero-CTA path over registered buffers), so each
+  exchange takes from the op beside it what every overlapped collective takes
+  (`overlap_contention_s`): the rank's batched send and receive after each op, as long
+  as the transfer out of that op, priced beside the op of the same kind.
 """
 
 from __future__ import annotations
@@ -175,6 +179,30 @@ def p2p_charges(settings: RunSettings, send_s: np.ndarray, gather_s: float = 0.0
     bwd[1:] = send_s + gather_s  # the gradient back to vs - 1, the next activation from it
     none = np.zeros_like(send_s)
     return P2PCharges(fwd, bwd, none, none.copy(), gets_gradient * synchronize_s, gets_activation * synchronize_s)
+
+
+def overlap_contention_s(settings: RunSettings, send_s: np.ndarray, fwd_s: np.ndarray, bwd_s: np.ndarray,
+                         contention: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """With overlapped transfers, what each one's kernel takes from the op beside it
+    (module doc): per virtual stage, a forward op that sends its activation on and a
+    backward op that sends its gradient back gain `contention` x min(transfer, op)
+    (`paraplan.sim.overlap_cost`, the pair rule less the op's own time); None
+    without overlapped transfers or contention."""
+    if not settings.p2p_overlapped or contention <= 0.0 or send_s.shape[0] == 0:
+        return None
+    return sender_contention_s(send_s, fwd_s, bwd_s, contention)
+
+
+def sender_contention_s(send_s: np.ndarray, fwd_s: np.ndarray, bwd_s: np.ndarray,
+                        contention: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage: `contention` x min(transfer, op) on each forward that sends its
+    activation on (all but the last stage's) and each backward that sends its gradient
+    back (all but the first's); `send_s[i]` crosses the boundary i -> i + 1."""
+    n = send_s.shape[0] + 1
+    fwd, bwd = np.zeros(n), np.zeros(n)
+    fwd[:-1] = contention * np.minimum(send_s, fwd_s[:-1])
+    bwd[1:] = contention * np.minimum(send_s, bwd_s[1:])
+    return fwd, bwd
 
 
 def blocking_per_microbatch_s(v: np.ndarray, overlapped: np.ndarray, send_s: np.ndarray,

@@ -4,11 +4,11 @@ arrays.
 
 A plain run is one the fit meets most: dense layers all alike, no ZeRO-3, a flushed
 schedule with one model chunk per rank (1F1B, GPipe), blocking pipeline transfers,
-gradients reduced after the compute, no collective overlapped with a kernel and no host
-wait inside a pass. For those, `price` (`paraplan.predict.build`) is a few elementwise
-operations per virtual stage; `PlainRuns` does the same operations, in the same order
-on the same numbers, on all rows at once (elementwise IEEE operations do not depend
-on the array's shape), and runs the engine per pipeline shape
+gradients reduced after the compute, no collective overlapped with a kernel (nor the
+weight all-gathers with the forward) and no host wait inside a pass. For those, `price`
+(`paraplan.predict.build`) is a few elementwise operations per virtual stage; `PlainRuns`
+does the same operations, in the same order on the same numbers, on all rows at once
+(elementwise IEEE operations do not depend on the array's shape), and runs the engine per pipeline shape
 (`paraplan.sim.engine_batch`), so each time is byte-identical to `price` and
 `iteration_time_s` run by run (tests/unit/test_calibrate_speed.py). Every other run,
 and every run of an evaluation with measured layer factors, is priced run by run.
@@ -41,7 +41,8 @@ def is_plain(st: RunStructure) -> bool:
             and s.pipeline_schedule in PLAIN_SCHEDULES and s.virtual_pipeline_model_parallel_size == 1
             and not s.p2p_overlapped and not (s.overlap_grad_reduce or s.zero_stage >= 2 or s.DDP_impl == "torch")
             and not (p > 1 and 2 * p * m >= RECURRENCE_MIN_OPS)
-            and all(c.hidden_by.size == 0 and not c.host_syncs for c in st.passes))
+            and all(c.hidden_by.size == 0 and not c.host_syncs for c in st.passes)
+            and st.hidden_gather_s is None)  # z12: overlap_param_gather beside the forward (`param_gather`)
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,7 +26,8 @@ micro-batch plus the transfer across that boundary; B, I or the pair's backward 
 needs the forward at g and the backward at g + 1 plus its transfer; W follows its I
 on the same rank. Transfers run on their own stream: each delays its consumer by its
 cost and never holds the sender (the pair's pipeline sends, like its all-to-alls, run
-beside compute). Each rank runs its ops in order, each as soon as its inputs allow.
+beside compute; what their kernels take from it is in the op times the builder
+gives). Each rank runs its ops in order, each as soon as its inputs allow.
 
 Table 2 of the report (the repository's README): bubble (p/2 - 1)(F&B + B - 3W) for
 DualPipe, where F&B is a pair's time; activations of p + 1 micro-batch chunks at most
@@ -212,6 +213,9 @@ class DualPipeCosts:
     pair_fwd_s: np.ndarray
     pair_bwd_s: np.ndarray
     send_s: np.ndarray
+    contended_s: np.ndarray | None = None
+    """Per stage: what the transfers' kernels take from its forward and backward together
+    (already in `fwd_s`, `bwd_s` and the pair's; `paraplan.predict.dualpipe_build`); None: none."""
 
     @staticmethod
     def uniform(stages: int, fwd_s: float, bwd_s: float, wgt_s: float = 0.0, pair_s: float | None = None,

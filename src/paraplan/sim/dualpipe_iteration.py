@@ -5,7 +5,8 @@ tail as `paraplan.sim.execution` runs them for the other schedules, and its memo
 - Gradient buckets of a chunk become ready during the rank's last op that computes
   that chunk's weight gradient (a deferred W, a whole backward or a pair's backward),
   at their `ready_fraction` of it; they run one after another on the communication
-  stream, after all compute unless `overlap_grad_reduce`; `after_sync_s` follows.
+  stream, after all compute unless `overlap_grad_reduce` (then slowing the compute
+  beside them, `paraplan.sim.overlap_cost`); `after_sync_s` follows.
 - Memory: the weight state, the activations of each chunk held from its forward to the
   end of its backward (a deferred one's W), at their peak over the rank's order, and the
   working set.
@@ -21,6 +22,7 @@ from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns
 from paraplan.sim.dualpipe import DualOp, DualPipeCosts, DualPipeRun, Layout, execute, orders
 from paraplan.sim.execution import ExecutionModel, IterationResult, MemoryAtPeak, RankEnds, repeat_iterations
+from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s
 from paraplan.sim.pipeline import concat_columns
 
 _KIND = {DualOp.F: EventKindCode.FWD, DualOp.B: EventKindCode.BWD, DualOp.I: EventKindCode.BWD_INPUT,
@@ -54,11 +56,17 @@ def _tails(model: ExecutionModel, run: DualPipeRun) -> tuple[np.ndarray, np.ndar
         else:
             ready = [float(compute_end[r])] * sync.bucket_s.size
         clock = -np.inf
+        spans_s: list[tuple[float, float]] = []
         for rdy, dur in sorted(zip(ready, sync.bucket_s.tolist(), strict=True)):
             start = max(rdy, clock)
             clock = start + dur
+            spans_s.append((start, clock))
             events.append((r, EventKindCode.ALLREDUCE, start, clock))
-        sync_end[r] = max(compute_end[r], clock)
+        beside = 0.0
+        if model.comm_overlap_contention > 0.0 and model.overlap_grad_reduce:  # z12: the compute it slows
+            span, mine = np.array(spans_s), run.rank == r
+            beside = overlap_with_ops_s(span[:, 0], span[:, 1], run.start_s[mine], run.end_s[mine])
+        sync_end[r] = contended_end_s(clock, float(compute_end[r]), beside, model.comm_overlap_contention)
     for r in range(p):
         if model.after_sync_s[r] > 0:
             events.append((r, EventKindCode.OPTIMIZER, float(sync_end[r]), float(sync_end[r] + model.after_sync_s[r])))

@@ -8,8 +8,9 @@ by the caller):
   with a split backward, B is the input gradient and W(vs, m) needs B(vs, m).
 - A device runs its compute ops one at a time in the given order: an op starts at
   max(the device's previous op end, its inputs' arrival).
-- Transfers run on their own (communication) stream and never contend: a transfer
-  delays its consumer by its cost; it does not occupy the sender's compute stream.
+- Transfers run on their own (communication) stream: a transfer delays its consumer by
+  its cost; it does not occupy the sender's compute stream (what its kernel takes from
+  the compute beside it is in the op times the builder gives, `PipelineCosts`).
 
 The loop visits each op once (a work list of devices woken by the ops they wait
 on) with plain Python lists, so a 64-stage x 1024-micro-batch 1F1B run takes a
@@ -38,6 +39,9 @@ class PipelineCosts:
     gradient from i + 1 back to i: shape (V - 1,). `blocked_fwd_s` / `blocked_bwd_s`
     (shape (V,), None: none): the tail of each forward / backward op that is a blocking
     transfer the op waits for (already in `fwd_s` / `bwd_s`; timelines draw it as a send).
+    `contended_fwd_s` / `contended_bwd_s` (shape (V,), None: none): what the overlapped
+    transfers beside each op take from it (already in `fwd_s` / `bwd_s`,
+    `paraplan.predict.pipeline_p2p.overlap_contention_s`).
     """
 
     fwd_s: np.ndarray
@@ -47,6 +51,8 @@ class PipelineCosts:
     send_bwd_s: np.ndarray
     blocked_fwd_s: np.ndarray | None = None
     blocked_bwd_s: np.ndarray | None = None
+    contended_fwd_s: np.ndarray | None = None
+    contended_bwd_s: np.ndarray | None = None
 
     @staticmethod
     def uniform(

@@ -13,7 +13,8 @@ same ops at the same times), by pipeline rank:
   become ready during the rank's last backward of the iteration (`ready_fraction`
   of that op's span, per model chunk); reduced one after another on the
   communication stream, either after all compute (`overlap_grad_reduce` off) or as
-  soon as each bucket is ready;
+  soon as each bucket is ready, then slowing the compute beside them by
+  the model's `comm_overlap_contention` share x the time they ran side by side (`overlap_cost`);
 - `after_sync_s`: what follows the reduction on each rank before the next iteration
   can start (tied-embedding gradient exchange, optimizer step, weight all-gather of
   a sharded optimizer that is not overlapped);
@@ -40,6 +41,7 @@ from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
 from paraplan.sim.engine_batch import execute_batch
+from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s, pair_added_s
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.rank_peak import (
@@ -143,6 +145,11 @@ class ExecutionModel:
     dualpipe: DualPipeCosts | None = None
     """DualPipe's per-stage costs (`paraplan.sim.dualpipe`): with them `costs` is unused
     and each rank's `memory` and `grad_sync` cover its two chunks."""
+    comm_overlap_contention: float = 0.0
+    """The share of the time a gradient bucket runs beside the rank's compute that the
+    compute loses to it (`paraplan.sim.overlap_cost`; the data-parallel group's occupancy
+    share, `paraplan.predict.overlap_share`, or the calibration's `comm_overlap_contention`
+    on a device without an SM count); 0: hidden for free."""
 
     def __post_init__(self) -> None:
         p, v = self.pipeline_stages, self.virtual_stages
@@ -182,9 +189,11 @@ class IterationResult:
 
 
 def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
-              compute_end: float, overlap: bool, with_events: bool = True) -> tuple[float, list[tuple[float, float]]]:
-    """When the rank's reduction ends, and its bucket events (start, end; none unless
-    `with_events`)."""
+              compute_end: float, overlap: bool, with_events: bool = True,
+              contention: float = 0.0) -> tuple[float, list[tuple[float, float]]]:
+    """When the rank's reduction ends (with its compute slowed by `contention` x the time
+    the buckets ran beside it, `overlap_cost`), and its bucket events (start, end;
+    none unless `with_events`)."""
     if sync.bucket_s.size == 0:
         return compute_end, []
     if not overlap:
@@ -206,7 +215,12 @@ def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: i
         start = max(rdy, clock)
         clock = start + dur
         events.append((start, clock))
-    return max(compute_end, clock), events
+    if contention <= 0.0:
+        return max(compute_end, clock), events
+    mine = run.device == rank
+    span = np.array(events)
+    beside = overlap_with_ops_s(span[:, 0], span[:, 1], run.start_s[mine], run.end_s[mine])
+    return contended_end_s(clock, compute_end, beside, contention), events
 
 
 @dataclass(frozen=True, eq=False)
@@ -227,7 +241,7 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_
     events: list[tuple[int, int, float, float]] = []
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
-                                         model.overlap_grad_reduce, with_events)
+                                         model.overlap_grad_reduce, with_events, model.comm_overlap_contention)
         if not with_events:
             continue
         events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
@@ -328,8 +342,8 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
     A flushed schedule's iteration is one run (with `iterations` > 1 the timeline
     repeats it, shifted by whole iterations). A no-flush schedule (2BW) runs
     max(2, `iterations`) iterations as one stream; its iteration time is the steady
-    period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction hidden
-    behind the next iteration except where it is longer. With `p3`, the single rank
+    period ((makespan of K - makespan of one) / (K - 1)), its gradient reduction beside
+    the next iteration, the pair max + contention x min (`overlap_cost`). With `p3`, the single rank
     runs P3's per-layer synchronisation (`paraplan.sim.p3`). DualPipe runs in its own
     engine (`paraplan.sim.dualpipe_iteration`)."""
     if model.dualpipe is not None:  # v5-dualpipe
@@ -374,7 +388,8 @@ def _iteration_timing(model: ExecutionModel, sched: Schedule) -> _Timing:
     else:
         one = _execute(model, 1).makespan_s
         period = (run.makespan_s - one) / (iters - 1)
-        iteration = float(max(period, max(g.total_s for g in model.grad_sync)))
+        reduce_s = max(g.total_s for g in model.grad_sync)  # beside the next iteration's compute
+        iteration = period + float(pair_added_s(reduce_s, period, model.comm_overlap_contention))
         busy_per_iteration = busy / iters
     bubble = float(1.0 - busy_per_iteration.sum() / (p * iteration)) if iteration > 0 else 0.0
     p3_cols = None

@@ -58,6 +58,7 @@ from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
+from paraplan.predict.overlap_share import occupancy_shares
 from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
 from paraplan.sim.engine import inflight_peak
@@ -117,15 +118,16 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     dualpipe_peak = _dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
-    times = _layer_times(cols, table, weights, comm, prec, eff, timed)
+    times = _layer_times(cols, table, weights, comm, prec, eff, timed, cluster.device.compute_units)
     stages = _stage_times(cols, layers, times, table, eff)
     send, gather = _send_s(model, cols, base, comm, timed, cluster.devices_per_node)
     pipe, busy = _pipeline_s(cols, layers, stages, send)
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
+    bucket_share = occupancy_shares(cluster.device.compute_units, cols.dp_nodes, eff.comm_overlap_contention)
     iteration = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
-                                                  timed)
+                                        timed, bucket_share)
                  + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
     return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
@@ -191,11 +193,12 @@ class _LayerTimes:
 
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
-                 prec: Precision, eff: DeviceEfficiency, timed: np.ndarray) -> _LayerTimes:
+                 prec: Precision, eff: DeviceEfficiency, timed: np.ndarray, units: int) -> _LayerTimes:
     """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
     runs beside the next one's weight gather, the backward beside its gradients'
     reduce-scatter too (the engine's per-layer buckets; ZeRO-2's gradients, reduced after
-    every micro-batch, likewise): max + contention x min."""
+    every micro-batch, likewise): max + share x min, the occupancy share of a device of
+    `units` SMs (`paraplan.predict.overlap_share`)."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
@@ -212,7 +215,7 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
         if cols.zero3[i]:
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
         zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
-    kappa = eff.comm_overlap_contention
+    kappa = occupancy_shares(units, cols.dp_nodes, eff.comm_overlap_contention)  # z14: `overlap_share`
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
                        table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row])

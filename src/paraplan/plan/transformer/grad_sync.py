@@ -54,7 +54,7 @@ def _chunks_exposed_s(first_s: float, each_s: float, v: int, gap_s: float) -> fl
 
 def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTimes, layers: StageLayers,
                      weights: Weights, st: StageTimes, comm: CommModel, prec: Precision, base: RunSettings,
-                     eff: DeviceEfficiency, timed: np.ndarray) -> np.ndarray:
+                     eff: DeviceEfficiency, timed: np.ndarray, share: np.ndarray) -> np.ndarray:
     """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
     reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
     after the last micro-batch, as the distributed optimizer); the experts' over the
@@ -66,7 +66,10 @@ def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTim
     first chunk's buckets hide up to half its last backward, the last one and the
     embedding's exposed. Interleaved, each other chunk is reduced once its last backward
     ends: the first rank runs min(p, M) backwards of the next chunk between two chunks'
-    last backwards, so their reductions hide unless they queue up (`_chunks_exposed_s`)."""
+    last backwards, so their reductions hide unless they queue up (`_chunks_exposed_s`).
+    The part that hides still slows the compute beside it by `share` (per candidate: the
+    occupancy share of its data-parallel group, `paraplan.predict.overlap_share`), as the
+    engine charges its buckets (`paraplan.sim.overlap_cost`): exposed + share x hidden."""
     sync = np.zeros(len(cols))
     window = np.where(cols.single, st.whole, st.first)
     gap = np.minimum(cols.p, cols.m) * times.op_s(layers.n_chunk, eff, True)
@@ -84,10 +87,11 @@ def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTim
         apart_s = _buckets_s(comm, collective, apart, apart, group, prec.grad_bytes, memo)[1] if apart else 0.0
         first = max(one, count * one - 0.5 * window[i]) + apart_s
         if v == 1:
-            return first
+            return first + share[i] * max(count * one + apart_s - first, 0.0)
         chunk_bucket = chunk if megatron[i] else bucket
         n, each = _buckets_s(comm, collective, chunk, chunk_bucket, group, prec.grad_bytes, memo)
-        return max(first, _chunks_exposed_s(count * one + apart_s, n * each, v, float(gap[i])))
+        shown = max(first, _chunks_exposed_s(count * one + apart_s, n * each, v, float(gap[i])))
+        return shown + share[i] * max(count * one + apart_s + (v - 1) * n * each - shown, 0.0)
 
     for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))

@@ -1,0 +1,59 @@
+"""The sharded optimizer's weight all-gather overlapped with the forward
+(`overlap_param_gather`): which part of it runs beside compute, and what that costs.
+
+Without `overlap_param_gather` the all-gather follows the optimizer step in full
+(`rank_state.after_sync_comm_s`). With it, Megatron-Core launches the all-gather of the
+bucket the forward needs first before the forward (exposed on the first pipeline rank,
+`megatron_ddp.first_gather_params`) and each later bucket's beside the forward of the
+layers before it; other sharded optimizers (`zero_stage` 1-2) prefetch the whole gather
+beside the forward likewise. That hidden part runs beside the first pipeline rank's
+forward of its first micro-batch (of each of its model chunks), and is priced as every
+overlapped collective is (`paraplan.sim.overlap_cost.pair_added_s`): what the
+forward cannot hide plus the sharding group's occupancy share
+(`paraplan.predict.overlap_share`) x the overlap. On later pipeline
+ranks the gather runs while the rank waits for the pipeline to fill (no compute beside
+it), as `megatron_ddp` leaves it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.core.comm import CommModel
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.sharding import gathers_once_per_iteration
+from paraplan.predict.fsdp_ops import ShardGroups
+from paraplan.predict.megatron_ddp import first_gather_params, megatron_bucket_params, uses_megatron_buckets
+from paraplan.predict.placement import Precision, RunGroups
+from paraplan.sim.overlap_cost import pair_added_s
+
+
+def hidden_param_gather_s(settings: RunSettings, comm: CommModel, groups: RunGroups, stage0_params: float,
+                          stage0_expert_params: float, first_chunk_params: float, embedding_params: float,
+                          moe: bool, prec: Precision, sharding: ShardGroups) -> np.ndarray:
+    """Per pipeline rank: the time of the weight all-gathers that run beside its forward
+    (module doc): on the first rank, its whole gather (dense over the sharding group, the
+    experts' over theirs) less the first bucket's exposed one; 0 elsewhere."""
+    p = settings.pipeline_model_parallel_size
+    out = np.zeros(p)
+    sharded = settings.use_distributed_optimizer or settings.zero_stage >= 1
+    zero3 = settings.zero_stage == 3 and not gathers_once_per_iteration(settings)
+    if not (settings.overlap_param_gather and sharded) or zero3:
+        return out
+    if sharding.shard.size > 1:
+        out[0] += float(comm.time_s("all_gather", stage0_params * prec.weight_bytes, sharding.shard))
+        if uses_megatron_buckets(settings):  # the first bucket's gather is exposed (`after_sync_comm_s`)
+            first = first_gather_params(first_chunk_params, embedding_params, megatron_bucket_params(settings))
+            out[0] -= float(comm.time_s("all_gather", first * prec.weight_bytes, sharding.shard))
+    if moe and groups.edp.size > 1 and stage0_expert_params > 0:
+        out[0] += float(comm.time_s("all_gather", stage0_expert_params * prec.weight_bytes, groups.edp))
+    return np.maximum(out, 0.0)
+
+
+def param_gather_added_s(hidden_s: np.ndarray, fwd_s: np.ndarray, contention: float) -> np.ndarray:
+    """Per pipeline rank: what its hidden all-gathers (`hidden_param_gather_s`) add beside
+    the forward of its first micro-batch, `fwd_s` per virtual stage (chunk c of rank r is
+    virtual stage c p + r)."""
+    p = hidden_s.shape[0]
+    beside = np.asarray(fwd_s, dtype=float).reshape(-1, p).sum(axis=0)
+    return np.where(hidden_s > 0, pair_added_s(hidden_s, beside, contention), 0.0)
