@@ -39,6 +39,7 @@ from paraplan.core.run_settings import (
     RunSettings,
     interleaved_uneven_split,
 )
+from paraplan.core.sharding import GradReduce, ReshardAfterForward
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import expert_layouts
 from paraplan.predict.predictor import divisors
@@ -155,8 +156,8 @@ class Candidates:
             use_distributed_optimizer=zero == 1, zero_stage=0 if zero == 1 else zero,
             overlap_grad_reduce=replicas > 1,
             overlap_param_gather=(zero in (1, 2) or pipelined_zero3) and replicas > 1,
-            fsdp_reshard_after_forward="never" if pipelined_zero3 else "default",
-            sharded_grad_reduce="last_microbatch" if pipelined_zero3 else "default",
+            fsdp_reshard_after_forward=ZERO3_PIPELINED.fsdp_reshard_after_forward if pipelined_zero3 else "default",
+            sharded_grad_reduce=ZERO3_PIPELINED.sharded_grad_reduce if pipelined_zero3 else "default",
             account_for_embedding_in_pipeline_split=bool(acc & 1), account_for_loss_in_pipeline_split=bool(acc & 2),
             decoder_first_pipeline_num_layers=int(self.first[i]), decoder_last_pipeline_num_layers=int(self.last[i]),
             context_parallel_size=int(self.cp[i]), cp_comm_type="p2p",
@@ -168,7 +169,17 @@ _FIELDS = ("t", "p", "d", "b", "v", "schedule", "recompute", "sp", "zero", "firs
 ACCOUNT_FOR: tuple[int, ...] = (1, 2, 3)
 """Megatron-Core's `account_for_embedding_in_pipeline_split` (1), `..._loss_...` (2) and
 both (3) as `Candidates.acc`: the embedding / loss take one layer's slot in the split."""
-ZERO3_PIPELINED = ("fsdp_reshard_after_forward never", "sharded_grad_reduce last_microbatch")
+
+
+@dataclass(frozen=True)
+class PipelinedZero3:
+    """The ZeRO-3 settings the planner gives a candidate with pipeline parallelism."""
+
+    fsdp_reshard_after_forward: ReshardAfterForward = "never"
+    sharded_grad_reduce: GradReduce = "last_microbatch"
+
+
+ZERO3_PIPELINED = PipelinedZero3()
 """ZeRO-3 with pipeline parallelism is searched as Meta ran Llama 3 405B (Dubey et al.
 2024, Section 3.3.2) and as PyTorch's pipeline stages run FSDP2: each stage's weights
 gathered once per iteration and kept (not resharded after the forward), gradients
