@@ -38,7 +38,7 @@ def one_rank(buckets_s: list[float], ready: list[float], share: float, overlap: 
         grad_sync=(GradSync(np.array(buckets_s), np.zeros(n, dtype=np.int64), np.array(ready)),),
         overlap_grad_reduce=overlap, after_sync_s=np.zeros(1),
         memory=(RankMemory(0.0, 0.0, 0.0, np.zeros(1)),), samples_per_iteration=microbatches, num_devices=1,
-        comm_overlap_contention=share)
+        grad_bucket_overlap_share=share)
 
 
 def test_the_pair_rule_less_the_compute_is_what_a_collective_adds():
@@ -85,7 +85,7 @@ def test_a_no_flush_schedules_reduction_pairs_with_the_next_iteration():
     # 2BW: period = F + B per micro-batch; the reduction runs beside the next iteration
     free = one_rank([1.0], [1.0], 0.0, microbatches=2, schedule="2bw")
     period = run_iteration(free, timeline=False).iteration_s
-    got = run_iteration(replace(free, comm_overlap_contention=0.85), timeline=False).iteration_s
+    got = run_iteration(replace(free, grad_bucket_overlap_share=0.85), timeline=False).iteration_s
     assert got == pytest.approx(period + 0.85 * min(1.0, period))
 
 
@@ -159,9 +159,9 @@ def test_dualpipe_ranks_pay_the_contention_of_the_buckets_beside_their_compute()
     model = price(st, kernel_times_by_pass([st], eff)[0], eff)
     assert model.dualpipe is not None
     run = dualpipe_execute(model.schedule, 4, model.microbatches, model.dualpipe)
-    _, free_end, events = _tails(replace(model, comm_overlap_contention=0.0), run)
+    _, free_end, events = _tails(replace(model, grad_bucket_overlap_share=0.0), run)
     _, priced_end, _ = _tails(model, run)
-    share = model.comm_overlap_contention
+    share = model.grad_bucket_overlap_share
     assert share == 24 / 132  # z14: the buckets' occupancy share (DP 8 inside a node: 24 CTAs of 132 SMs)
     for r in range(4):
         spans = np.array([(a, b) for rank, _, a, b in events if rank == r])

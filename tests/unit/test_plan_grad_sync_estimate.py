@@ -10,10 +10,10 @@ import pytest
 from paraplan.clusters import load_cluster
 from paraplan.core.run_settings import RunSettings
 from paraplan.plan.transformer.estimate import estimate
-from paraplan.plan.transformer.grad_sync import _chunks_exposed_s, _megatron_bucket
+from paraplan.plan.transformer.grad_sync import _chunks_exposed_s
 from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
-from paraplan.predict.megatron_ddp import megatron_bucket_params
+from paraplan.predict.megatron_ddp import bucket_params_for, megatron_bucket_params
 from paraplan.predict.models import PRESETS
 from paraplan.predict.predictor import predict_settings
 
@@ -31,9 +31,9 @@ def test_chunks_queue_closed_form():
 
 def test_megatron_bucket_grows_with_data_parallelism():
     """Megatron-Core's default bucket: max(40M, 1M x DP x CP) parameters, as the engine's."""
-    assert _megatron_bucket(32) == 40e6 and _megatron_bucket(256) == 256e6
+    assert bucket_params_for(32) == 40e6 and bucket_params_for(256) == 256e6
     s = RunSettings(global_batch_size=2048, data_parallel_size=128, context_parallel_size=2)
-    assert _megatron_bucket(256) == megatron_bucket_params(s)
+    assert bucket_params_for(256) == megatron_bucket_params(s)
 
 
 def test_wide_data_parallel_estimate_tracks_the_engine():

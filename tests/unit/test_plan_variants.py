@@ -104,21 +104,29 @@ def test_post_pass_only_improves_and_schedules_are_kept_out():
     assert times == sorted(times) and all(p.fits_memory for p in full.plans)
 
 
-def test_plan_csv_round_trips_through_predict(tmp_path):
-    """Every row of `paraplan plan`'s CSV, given to `paraplan predict` as it is, is
-    predicted again to the digit (its flags and schedule are columns of the row)."""
-    assert set(PLAN_COLUMNS) <= set(KNOWN)
+def _planned_rows_repriced(tmp_path, args: list[str], top_k: int) -> list[dict[str, str]]:
+    """`paraplan plan ARGS` on dgx-h100 (top_k rows), then `paraplan predict` on its CSV as
+    it is: every row is priced again to the digit and nothing is left for predict to
+    choose. Returns the plan's rows."""
     plans, again = tmp_path / "plans.csv", tmp_path / "again.csv"
-    assert main(["plan", "--model", "qwen3-30b-a3b", "--seq-length", "4096", "--cluster", "dgx-h100", "--gpus", "64",
-                 "--global-batch-size", "256", "--top-k", "8", "-o", str(plans), "--no-track"]) == 0
+    assert main(["plan", *args, "--cluster", "dgx-h100", "--top-k", str(top_k), "-o", str(plans), "--no-track"]) == 0
     assert main(["predict", str(plans), "--cluster", "dgx-h100", "-o", str(again), "--no-track"]) == 0
     with plans.open() as a, again.open() as b:
         planned, predicted = list(csv.DictReader(a)), list(csv.DictReader(b))
-    assert len(planned) == len(predicted) == 8
+    assert len(planned) == len(predicted) == top_k
     for row, pred in zip(planned, predicted, strict=True):
         for column in ("predicted_iteration_s", "predicted_peak_memory_bytes", "predicted_mfu", "fits_memory"):
             assert pred[column] == row[column], column
         assert pred["chosen"] == ""  # nothing left for predict to choose
+    return planned
+
+
+def test_plan_csv_round_trips_through_predict(tmp_path):
+    """Every row of `paraplan plan`'s CSV, given to `paraplan predict` as it is, is
+    predicted again to the digit (its flags and schedule are columns of the row)."""
+    assert set(PLAN_COLUMNS) <= set(KNOWN)
+    planned = _planned_rows_repriced(tmp_path, ["--model", "qwen3-30b-a3b", "--seq-length", "4096", "--gpus", "64",
+                                                "--global-batch-size", "256"], 8)
     schedules = {r["schedule"] for r in planned}
     flags = {r["tp_comm_overlap"] for r in planned} | {r["overlap_moe_expert_parallel_comm"] for r in planned}
     assert "true" in flags or "dualpipe" in schedules  # the post-pass is in the answer
@@ -129,17 +137,8 @@ def test_zero3_pipeline_plan_round_trips_through_predict(tmp_path):
     (weights gathered once per iteration, gradients reduce-scattered after the last
     micro-batch) with the embedding and loss counted as layers; its row names those
     settings, and `paraplan predict` on the CSV prices every row again to the digit."""
-    plans, again = tmp_path / "plans.csv", tmp_path / "again.csv"
-    assert main(["plan", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "16384",
-                 "--global-batch-size", "2048", "--top-k", "3", "-o", str(plans), "--no-track"]) == 0
-    assert main(["predict", str(plans), "--cluster", "dgx-h100", "-o", str(again), "--no-track"]) == 0
-    with plans.open() as a, again.open() as b:
-        planned, predicted = list(csv.DictReader(a)), list(csv.DictReader(b))
-    assert len(planned) == len(predicted) == 3
-    for row, pred in zip(planned, predicted, strict=True):
-        for column in ("predicted_iteration_s", "predicted_peak_memory_bytes", "predicted_mfu", "fits_memory"):
-            assert pred[column] == row[column], column
-        assert pred["chosen"] == ""
+    planned = _planned_rows_repriced(tmp_path, ["--model", "llama3-405b", "--gpus", "16384",
+                                                "--global-batch-size", "2048"], 3)
     best = planned[0]
     assert int(best["pipeline_model_parallel_size"]) > 1 and best["zero_stage"] == "3"
     assert (best["fsdp_reshard_after_forward"], best["sharded_grad_reduce"]) == ("never", "last_microbatch")

@@ -516,7 +516,7 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         memory=st.memory,
         samples_per_iteration=settings.global_batch_size,
         num_devices=settings.num_gpus,
-        comm_overlap_contention=share_or_calibrated(st.overlap_shares.grad_reduce, eff),  # z12, z14: the buckets
+        grad_bucket_overlap_share=share_or_calibrated(st.overlap_shares.grad_reduce, eff),  # z12, z14: the buckets
     )
     if settings.pipeline_schedule == "dualpipe":  # v5-dualpipe: each rank's two chunks
         model = dualpipe_model(st, times, eff, model)

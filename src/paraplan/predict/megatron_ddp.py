@@ -44,10 +44,15 @@ BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 """Megatron-Core's default bucket grows by this many parameters per data-parallel rank."""
 
 
+def bucket_params_for(data_context_ranks: float) -> float:
+    """Megatron-Core's default bucket size in parameters for a data x context-parallel
+    group of this many ranks (the group the gradients are reduced over)."""
+    return float(max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * data_context_ranks))
+
+
 def megatron_bucket_params(settings: RunSettings) -> float:
-    """Megatron-Core's default bucket size in parameters for this run's data-parallel
-    group (its data x context-parallel ranks, the group the gradients are reduced over)."""
-    return float(max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * settings.data_context_parallel_size))
+    """`bucket_params_for` this run's data x context-parallel group."""
+    return bucket_params_for(settings.data_context_parallel_size)
 
 
 def uses_megatron_buckets(settings: RunSettings) -> bool:

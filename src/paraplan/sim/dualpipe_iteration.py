@@ -63,10 +63,10 @@ def _tails(model: ExecutionModel, run: DualPipeRun) -> tuple[np.ndarray, np.ndar
             spans_s.append((start, clock))
             events.append((r, EventKindCode.ALLREDUCE, start, clock))
         beside = 0.0
-        if model.comm_overlap_contention > 0.0 and model.overlap_grad_reduce:  # z12: the compute it slows
+        if model.grad_bucket_overlap_share > 0.0 and model.overlap_grad_reduce:  # z12: the compute it slows
             span, mine = np.array(spans_s), run.rank == r
             beside = overlap_with_ops_s(span[:, 0], span[:, 1], run.start_s[mine], run.end_s[mine])
-        sync_end[r] = contended_end_s(clock, float(compute_end[r]), beside, model.comm_overlap_contention)
+        sync_end[r] = contended_end_s(clock, float(compute_end[r]), beside, model.grad_bucket_overlap_share)
     for r in range(p):
         if model.after_sync_s[r] > 0:
             events.append((r, EventKindCode.OPTIMIZER, float(sync_end[r]), float(sync_end[r] + model.after_sync_s[r])))

@@ -14,7 +14,7 @@ same ops at the same times), by pipeline rank:
   of that op's span, per model chunk); reduced one after another on the
   communication stream, either after all compute (`overlap_grad_reduce` off) or as
   soon as each bucket is ready, then slowing the compute beside them by
-  the model's `comm_overlap_contention` share x the time they ran side by side (`overlap_cost`);
+  the model's `grad_bucket_overlap_share` x the time they ran side by side (`overlap_cost`);
 - `after_sync_s`: what follows the reduction on each rank before the next iteration
   can start (tied-embedding gradient exchange, optimizer step, weight all-gather of
   a sharded optimizer that is not overlapped);
@@ -145,7 +145,7 @@ class ExecutionModel:
     dualpipe: DualPipeCosts | None = None
     """DualPipe's per-stage costs (`paraplan.sim.dualpipe`): with them `costs` is unused
     and each rank's `memory` and `grad_sync` cover its two chunks."""
-    comm_overlap_contention: float = 0.0
+    grad_bucket_overlap_share: float = 0.0
     """The share of the time a gradient bucket runs beside the rank's compute that the
     compute loses to it (`paraplan.sim.overlap_cost`; the data-parallel group's occupancy
     share, `paraplan.predict.overlap_share`, or the calibration's `comm_overlap_contention`
@@ -241,7 +241,7 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_
     events: list[tuple[int, int, float, float]] = []
     for s in range(p):
         sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
-                                         model.overlap_grad_reduce, with_events, model.comm_overlap_contention)
+                                         model.overlap_grad_reduce, with_events, model.grad_bucket_overlap_share)
         if not with_events:
             continue
         events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
@@ -389,7 +389,7 @@ def _iteration_timing(model: ExecutionModel, sched: Schedule) -> _Timing:
         one = _execute(model, 1).makespan_s
         period = (run.makespan_s - one) / (iters - 1)
         reduce_s = max(g.total_s for g in model.grad_sync)  # beside the next iteration's compute
-        iteration = period + float(pair_added_s(reduce_s, period, model.comm_overlap_contention))
+        iteration = period + float(pair_added_s(reduce_s, period, model.grad_bucket_overlap_share))
         busy_per_iteration = busy / iters
     bubble = float(1.0 - busy_per_iteration.sum() / (p * iteration)) if iteration > 0 else 0.0
     p3_cols = None

@@ -14,7 +14,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, Precision
 from paraplan.predict.device_model import DeviceEfficiency
-from paraplan.predict.megatron_ddp import BUCKET_PARAMS_PER_DP_RANK, MIN_BUCKET_PARAMS
+from paraplan.predict.megatron_ddp import bucket_params_for
 from paraplan.sim.builder.grad_buckets import equal_buckets
 
 if TYPE_CHECKING:  # the estimate's own columns (estimate.py imports this module)
@@ -33,12 +33,6 @@ def _buckets_s(comm: CommModel, collective: str, params: float, bucket_params: f
         split = equal_buckets(params, bucket_params)
         memo[key] = split.count, float(comm.time_s(collective, split.each * grad_bytes, group))
     return memo[key]
-
-
-def _megatron_bucket(data_context_ranks: float) -> float:
-    """`megatron_ddp.megatron_bucket_params` of a data x context-parallel group this size
-    (the experts' buckets too)."""
-    return float(max(MIN_BUCKET_PARAMS, BUCKET_PARAMS_PER_DP_RANK * data_context_ranks))
 
 
 def _chunks_exposed_s(first_s: float, each_s: float, v: int, gap_s: float) -> float:
@@ -95,14 +89,14 @@ def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTim
 
     for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
-        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
+        bucket = (bucket_params_for(cols.dc[i]) if megatron[i]
                   else float(weights.layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
         chunk = float(layers.n_chunk[i] * weights.layer[i])
         sync[i] = exposed(int(i), float(params.first[i]), chunk, group, max(bucket, 1.0),
                           float(embedding[i]) if megatron[i] else 0.0)
     for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
         group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
-        bucket = (_megatron_bucket(cols.dc[i]) if megatron[i]
+        bucket = (bucket_params_for(cols.dc[i]) if megatron[i]
                   else float(weights.expert_layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
         chunk = float(params.first_experts[i] / cols.v[i])
         sync[i] += exposed(int(i), float(params.first_experts[i]), chunk, group, max(bucket, 1.0), 0.0)
