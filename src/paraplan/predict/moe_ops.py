@@ -57,6 +57,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.core.run_settings import DTYPE_BYTES, MOE_RECOMPUTE_MODULES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.layer_shape import _Shape, _shape
 from paraplan.predict.moe_activation import clamp_backward, clamp_forward, clamp_saved_bytes
 from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
 from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, deepep_host_work, ranks_hit
@@ -82,8 +83,6 @@ from paraplan.predict.ops import (  # the dense layer's pieces, shared by both l
     _residual_forward,
     _row_backward,
     _selective_recompute,
-    _Shape,
-    _shape,
     accumulate_bytes_per_param,
     layer_activation_bytes,
 )
