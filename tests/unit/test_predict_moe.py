@@ -26,7 +26,8 @@ from paraplan.predict.build import (
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.device_model import host_bound_s
 from paraplan.predict.models import PRESETS
-from paraplan.predict.moe_ops import moe_layer_work, moe_shape
+from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.moe_shape import moe_shape
 from paraplan.predict.ops import GEMM
 
 CAL = load_calibration()
