@@ -98,7 +98,7 @@ def moe_rows() -> None:
     published = importlib.import_module("published")
 
     from paraplan.predict.explain import explain_run
-    from paraplan.predict.moe_ops import moe_shape
+    from paraplan.predict.moe_shape import moe_shape
     from paraplan.predict.placement import expert_parallel_groups, placement
 
     print("\nMoE test rows with the EP group across nodes (printed, never fitted): one token all-to-all, and "

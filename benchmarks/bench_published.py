@@ -284,7 +284,8 @@ def layer_check(calibration: Calibration) -> None:
 
     from paraplan.core.run_settings import RunSettings
     from paraplan.core.transformer import TransformerModel
-    from paraplan.predict.build import kernel_times_by_pass, pass_times, run_structure
+    from paraplan.predict.build import kernel_times_by_pass, run_structure
+    from paraplan.predict.pass_times import pass_times
 
     cluster = load_cluster("dgx-a100")
     comm = calibration.comm_model(cluster)

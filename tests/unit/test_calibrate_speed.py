@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
+from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import KernelBatch, kernel_times_by_pass, price, run_structure
@@ -19,7 +20,7 @@ from paraplan.predict.price_batch import PlainRuns, is_plain
 from paraplan.sim.engine import PipelineCosts, execute
 from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.execution import BATCH_MIN_RUNS, iteration_time_s, iteration_times_s
-from paraplan.sim.schedules import cached_orders
+from paraplan.sim.schedules import BWD, FWD, OpOrder, cached_orders
 
 EFF = DeviceEfficiency(gemm_efficiency=0.7, gemm_k_half=150.0, memory_efficiency=0.6, kernel_latency_s=3e-6,
                        host_kernel_s=20e-6, host_collective_s=40e-6, host_microbatch_s=5e-4)
@@ -90,18 +91,32 @@ def test_pass_sums_equal_each_pass_summed_alone():
 
 
 @pytest.mark.parametrize("schedule,p,m,v", [("1f1b", 4, 8, 1), ("gpipe", 3, 5, 1), ("zb_h1", 4, 6, 1),
-                                            ("interleaved_1f1b", 2, 4, 2), ("1f1b", 1, 3, 1)])
+                                            ("interleaved_1f1b", 2, 4, 2), ("1f1b", 1, 3, 1),
+                                            ("interleaved_1f1b", 4, 8, 3), ("eager_1f1b", 3, 6, 1),
+                                            ("2bw", 3, 5, 1), ("distir_greedy", 3, 4, 1)])
 def test_execute_batch_runs_each_pipeline_as_execute_does(schedule, p, m, v):
+    """Byte for byte, with random op times, and with free ops and transfers (the order
+    the batch runs its ops in comes from a run with unit op times, whatever the costs)."""
     rng = np.random.default_rng(7)
     nv = p * v
     costs = [PipelineCosts(*(rng.lognormal(-5, 1, size) for size in (nv, nv, nv, nv - 1, nv - 1)))
              for _ in range(6)]
+    costs.append(PipelineCosts(np.zeros(nv), rng.lognormal(-5, 1, nv), np.zeros(nv), np.zeros(nv - 1),
+                               rng.lognormal(-5, 1, nv - 1)))
     orders = cached_orders(schedule, p, m, 1, v)
     for run, c in zip(execute_batch(orders, costs, m), costs, strict=True):
         alone = execute(orders, c, m)
         assert run.start_s.tobytes() == alone.start_s.tobytes()
         assert run.end_s.tobytes() == alone.end_s.tobytes()
         assert (run.device == alone.device).all() and (run.vstage == alone.vstage).all()
+
+
+def test_execute_batch_names_a_deadlocking_order_as_execute_does():
+    bad = (OpOrder(np.array([BWD, FWD], dtype=np.int8), np.array([0, 0]), np.array([0, 0])),
+           OpOrder(np.array([FWD, BWD], dtype=np.int8), np.array([0, 0]), np.array([0, 0])))
+    costs = PipelineCosts.uniform(2, 1.0, 2.0)
+    with pytest.raises(StrategyError, match=r"deadlocks: device 0 waits forever at op 0, B\(stage 0, micro-batch 0\)"):
+        execute_batch(bad, [costs, costs], 1)
 
 
 def test_iteration_times_s_of_models_equals_iteration_time_s():

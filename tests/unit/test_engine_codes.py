@@ -7,8 +7,9 @@ from paraplan.clusters import load_cluster
 from paraplan.core import ConstantBandwidthModel
 from paraplan.core.glossary import EVENT_KINDS, NO_MICROBATCH, STREAMS, EventKindCode, StreamCode
 from paraplan.core.run_settings import RunSettings
-from paraplan.predict.build import MOE_PASSES, PASSES, Pass, run_structure
+from paraplan.predict.build import run_structure
 from paraplan.predict.models import PRESETS
+from paraplan.predict.pass_times import MOE_PASSES, PASSES, Pass
 from paraplan.predict.work import KernelKind, _Builder
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory, run_iteration

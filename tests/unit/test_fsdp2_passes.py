@@ -14,7 +14,7 @@ from paraplan.core import ConstantBandwidthModel, StrategyError
 from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import OPTIMIZER_KERNELS, kernel_times_by_pass, pass_times, price, run_structure
+from paraplan.predict.build import OPTIMIZER_KERNELS, kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, memory_time_s
 from paraplan.predict.fsdp2_passes import (
     copy_in_bytes_per_element,
@@ -23,6 +23,7 @@ from paraplan.predict.fsdp2_passes import (
     optimizer_step_bytes,
 )
 from paraplan.predict.fsdp_ops import paired_s
+from paraplan.predict.pass_times import pass_times
 
 GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                        vocab_size=50257)

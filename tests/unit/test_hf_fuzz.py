@@ -20,8 +20,8 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.attention_mix import attention_core_kernels
 from paraplan.predict.hf_config import HARMLESS, read_hf_config
+from paraplan.predict.layer_shape import causal_scores, kernel_seq_length
 from paraplan.predict.models import PRESETS
-from paraplan.predict.ops import causal_scores, kernel_seq_length
 
 HF = Path(__file__).resolve().parents[1] / "data" / "hf"
 LAYERS = 48

@@ -12,7 +12,7 @@ from paraplan.core import InputFileError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict import calibrate
-from paraplan.predict.build import LAYER_PASSES, PASSES, kernel_times_by_pass, pass_times, run_structure
+from paraplan.predict.build import kernel_times_by_pass, run_structure
 from paraplan.predict.calibrate import (
     IterationTimes,
     fit_efficiency,
@@ -24,6 +24,7 @@ from paraplan.predict.calibration import Calibration, load_calibration
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.layer_factors import LayerTimeFactors, layer_shape_key
 from paraplan.predict.models import PRESETS
+from paraplan.predict.pass_times import LAYER_PASSES, PASSES, pass_times
 
 TRUE = DeviceEfficiency(gemm_efficiency=0.7, gemm_k_half=150.0, memory_efficiency=0.6, kernel_latency_s=3e-6,
                         host_kernel_s=20e-6, host_collective_s=40e-6, host_microbatch_s=5e-4)

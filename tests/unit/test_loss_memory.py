@@ -156,7 +156,7 @@ def test_run_table_bad_value_names_the_column(tmp_path):
 
 def test_peak_adds_the_loss_transient_to_the_held_activations():
     """One stage, one micro-batch: peak = weight state + the micro-batch's activations +
-    the loss's transient (the engine's `_memory_peaks`)."""
+    the loss's transient (the engine's `iteration_memory.memory_peaks`)."""
     from paraplan.predict.build import kernel_times_by_pass, price
     from paraplan.predict.device_model import DeviceEfficiency
     from paraplan.sim.execution import run_iteration

@@ -18,7 +18,8 @@ from paraplan.predict.moe_deepep import (
     DeepEpTransfer,
     nodes_hit,
 )
-from paraplan.predict.moe_ops import moe_layer_work, moe_shape
+from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.moe_shape import moe_shape
 from paraplan.predict.ops import MEMORY
 
 QWEN = PRESETS["qwen3-30b-a3b"]  # h 2048, 128 experts, top-8, s 4096

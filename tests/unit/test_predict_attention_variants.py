@@ -13,11 +13,10 @@ from paraplan.predict.attention_mix import attention_core_kernels
 from paraplan.predict.build import build_execution, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
 from paraplan.predict.edge_ops import head_work
+from paraplan.predict.layer_shape import causal_scores, kernel_seq_length
 from paraplan.predict.mtp_ops import last_stage_activation_bytes, last_stage_work
 from paraplan.predict.ops import (
     ATTENTION,
-    causal_scores,
-    kernel_seq_length,
     layer_activation_bytes,
     layer_work,
 )

@@ -18,7 +18,6 @@ from paraplan.plan.transformer.space import SCHEDULES, SearchSpace, enumerate_ca
 from paraplan.predict.build import (
     kernel_times_by_pass,
     moe_layers_per_virtual_stage,
-    pass_times,
     placement,
     price,
     run_structure,
@@ -26,8 +25,10 @@ from paraplan.predict.build import (
 from paraplan.predict.calibration import load_calibration
 from paraplan.predict.device_model import host_bound_s
 from paraplan.predict.models import PRESETS
-from paraplan.predict.moe_ops import moe_layer_work, moe_shape
+from paraplan.predict.moe_ops import moe_layer_work
+from paraplan.predict.moe_shape import moe_shape
 from paraplan.predict.ops import GEMM
+from paraplan.predict.pass_times import pass_times
 
 CAL = load_calibration()
 H100 = load_cluster("dgx-h100")

@@ -81,7 +81,8 @@ def test_full_contention_costs_what_a_blocking_all_reduce_costs():
     eff = DeviceEfficiency(comm_overlap_contention=1.0)
     a = run_structure(GPT, TP4, cluster, comm)
     b = run_structure(GPT, replace(TP4, async_tensor_model_parallel_allreduce=False), cluster, comm)
-    from paraplan.predict.build import kernel_times_by_pass, pass_times
+    from paraplan.predict.build import kernel_times_by_pass
+    from paraplan.predict.pass_times import pass_times
 
     ka, kb = kernel_times_by_pass([a, b], eff)
     assert pass_times(a, ka, eff).device_s[2] == pytest.approx(pass_times(b, kb, eff).device_s[2])

@@ -12,9 +12,10 @@ from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import reduces_every_microbatch
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import kernel_times_by_pass, pass_times, price, run_structure
+from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import paired_s
+from paraplan.predict.pass_times import pass_times
 
 GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                        vocab_size=50257)

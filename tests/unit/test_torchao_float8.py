@@ -14,10 +14,11 @@ from paraplan.core.comm import Group
 from paraplan.core.errors import InputFileError
 from paraplan.core.run_settings import RunSettings
 from paraplan.predict import torchao_fp8
-from paraplan.predict.build import MOE_PASSES, PASSES, RunWork, run_structure
+from paraplan.predict.build import RunWork, run_structure
 from paraplan.predict.fp8_ops import scaled_passes, stage_weight_copy_bytes
 from paraplan.predict.models import load_model
 from paraplan.predict.ops import MEMORY
+from paraplan.predict.pass_times import MOE_PASSES, PASSES
 from paraplan.predict.runtable import read_run_table
 
 SEQ = 4096

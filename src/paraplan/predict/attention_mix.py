@@ -7,7 +7,7 @@ cores cost beyond layer 0's: for each layer, its core's device time minus layer 
 (negative where the stage holds fewer windowed layers than layer 0 is), forward,
 backward and, when the core is recomputed (selective or full recomputation), the
 recomputed forward. Only the fused kernel skips the keys outside the window (priced at
-its ceilings' efficiency for rows of w keys, `ops.kernel_seq_length`); the unfused path
+its ceilings' efficiency for rows of w keys, `layer_shape.kernel_seq_length`); the unfused path
 masks the full score matrix, so its layers all cost the same. A window
 changes neither activations (flash keeps per-row statistics; the unfused path keeps
 the full scores) nor collectives.
@@ -22,7 +22,8 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
-from paraplan.predict.ops import Kernels, _attention_core_backward, _attention_core_forward, _Builder, _shape
+from paraplan.predict.layer_shape import _shape
+from paraplan.predict.ops import Kernels, _attention_core_backward, _attention_core_forward, _Builder
 
 
 def attention_core_kernels(model: TransformerModel, settings: RunSettings, layer: int) -> tuple[Kernels, Kernels]:

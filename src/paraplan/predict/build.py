@@ -6,7 +6,8 @@ phases (`RunWork` and the passes' costs, ZeRO-3's per-layer collectives, the lay
 the pipeline transfers, then each rank's parameters, gradient buckets, after-sync
 communication and memory: `paraplan.predict.rank_state`), over the groups of
 `paraplan.predict.placement` (Megatron-Core's rank order tp-cp-dp-pp); `price` turns it
-into an `ExecutionModel` with the device calibration, phase by phase too.
+into an `ExecutionModel` with the device calibration, phase by phase too (first each
+pass's time: `paraplan.predict.pass_times`).
 
 What each piece costs:
 - a layer's forward, recomputation and backward on one rank: its kernels
@@ -56,7 +57,6 @@ a distributed optimizer or ZeRO.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 import numpy as np
 
@@ -92,6 +92,7 @@ from paraplan.predict.ops import layer_work
 from paraplan.predict.overlap_share import CALIBRATED_SHARES, OverlapShares, share_or_calibrated
 from paraplan.predict.param_gather import hidden_param_gather_s, param_gather_added_s
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pass_times import MOE_PASSES, PASSES, Pass, PassTimes, pass_times
 from paraplan.predict.pipeline_p2p import (
     boundary_crosses_nodes,
     overlap_contention_s,
@@ -126,11 +127,11 @@ from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 __all__ = [  # also what other modules and the tests import from here
-    "GRAD_BUCKET_PARAMS", "LAYER_PASSES", "MOE_LAYER_PASSES", "MOE_PASSES", "OPTIMIZER_KERNELS", "PASSES",
-    "TORCH_DDP_BUCKET_BYTES", "KernelBatch", "Pass", "PassCost", "PassSums", "PassTimes", "Placement", "Precision",
+    "GRAD_BUCKET_PARAMS", "OPTIMIZER_KERNELS",
+    "TORCH_DDP_BUCKET_BYTES", "KernelBatch", "PassCost", "PassSums", "Placement", "Precision",
     "RunStructure", "RunWork",
     "build_execution", "context_parallel_groups", "expert_parallel_groups", "kernel_times_by_pass",
-    "layers_per_virtual_stage", "moe_layers_per_virtual_stage", "mtp_expert_params", "pass_times", "placement",
+    "layers_per_virtual_stage", "moe_layers_per_virtual_stage", "mtp_expert_params", "placement",
     "price", "run_structure",
 ]
 
@@ -142,27 +143,6 @@ def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarr
     even, uneven first/last, embedding/loss counted as layers, or a layout); the embedding
     stays on the first virtual stage, the output layer, loss and MTP layers on the last."""
     return np.array(settings.layers_per_virtual_stage(num_layers), dtype=np.int64)
-
-
-class Pass(IntEnum):
-    """A pass of a run's structure: its index in `RunStructure.passes` and `PassTimes`."""
-
-    LAYER_FWD = 0
-    LAYER_RECOMPUTE = 1
-    LAYER_BWD = 2
-    EMBEDDING_FWD = 3
-    EMBEDDING_BWD = 4
-    HEAD_FWD = 5
-    HEAD_BWD = 6
-    MOE_LAYER_FWD = 7
-    """The mixture-of-experts layer's passes: a MoE model's structure only."""
-    MOE_LAYER_RECOMPUTE = 8
-    MOE_LAYER_BWD = 9
-
-
-PASSES: tuple[str, ...] = tuple(p.name.lower() for p in Pass if p < Pass.MOE_LAYER_FWD)
-MOE_PASSES: tuple[str, ...] = tuple(p.name.lower() for p in Pass if p >= Pass.MOE_LAYER_FWD)
-"""A mixture-of-experts model's structure has these three after `PASSES`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,55 +187,10 @@ class RunStructure:
         return dense + self.expert_rank_params / self.settings.expert_optimizer_shards
 
 
-LAYER_PASSES = (Pass.LAYER_FWD, Pass.LAYER_RECOMPUTE, Pass.LAYER_BWD)  # the transformer layer's passes
-MOE_LAYER_PASSES = (Pass.MOE_LAYER_FWD, Pass.MOE_LAYER_RECOMPUTE, Pass.MOE_LAYER_BWD)  # a MoE model's structure
-
-
 def kernel_times_by_pass(structures: list[RunStructure], eff: DeviceEfficiency) -> list[list[np.ndarray]]:
     """Kernel device times of every pass of every structure, priced in one vectorised
     call per device speed (`KernelBatch`)."""
     return KernelBatch.of(structures).times(eff)
-
-
-@dataclass(frozen=True)
-class PassTimes:
-    """Each pass's device time (kernels and collectives) and host issue time, and the
-    weight-gradient kernels of the layer and head backward (ZB-H1 splits them off)."""
-
-    device_s: list[float]  # in PASSES (then MOE_PASSES) order
-    host_s: list[float]
-    layer_weight_grad_s: float
-    head_weight_grad_s: float
-    moe_layer_weight_grad_s: float = 0.0
-
-
-def pass_times(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency,
-               sums: PassSums | None = None) -> PassTimes:
-    """The passes' times given their kernels' times (and, when already summed, their
-    sums: `KernelBatch.priced`); a layer shape with a measured
-    factor (`DeviceEfficiency.layer_time_factors`) has its layer passes (device and
-    host time alike, so the whole op) scaled by it."""
-    moe = len(structure.passes) > len(PASSES)
-    if sums is None:
-        dev = [c.device_s(k, eff) for c, k in zip(structure.passes, kernel_s, strict=True)]
-        layer_wgt = structure.passes[Pass.LAYER_BWD].weight_grad_s(kernel_s[Pass.LAYER_BWD])
-        moe_wgt = structure.passes[Pass.MOE_LAYER_BWD].weight_grad_s(kernel_s[Pass.MOE_LAYER_BWD]) if moe else 0.0
-        head_wgt = structure.passes[Pass.HEAD_BWD].weight_grad_s(kernel_s[Pass.HEAD_BWD])
-    else:
-        dev = [c.device_s(k, eff, total) for c, k, total in zip(structure.passes, kernel_s, sums.kernel_s,
-                                                                 strict=True)]
-        layer_wgt = sums.weight_grad_s[Pass.LAYER_BWD]
-        moe_wgt = sums.weight_grad_s[Pass.MOE_LAYER_BWD] if moe else 0.0
-        head_wgt = sums.weight_grad_s[Pass.HEAD_BWD]
-    host = [c.host_s(eff) for c in structure.passes]
-    factor = eff.layer_time_factors.factor(structure.layer_key)
-    if factor != 1.0:
-        for j in LAYER_PASSES + (MOE_LAYER_PASSES if moe else ()):
-            dev[j] *= factor
-            host[j] *= factor
-        layer_wgt *= factor
-        moe_wgt *= factor
-    return PassTimes(dev, host, layer_wgt, head_wgt, moe_wgt)
 
 
 def moe_layers_per_virtual_stage(model: TransformerModel, counts: np.ndarray) -> np.ndarray:

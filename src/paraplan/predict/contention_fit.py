@@ -30,8 +30,9 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import LAYER_PASSES, kernel_times_by_pass, run_structure
+from paraplan.predict.build import kernel_times_by_pass, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.pass_times import LAYER_PASSES
 
 TABLE4 = Path(__file__).resolve().parents[3] / "data/published/korthikanti2022_table4.csv"
 MODEL_22B = TransformerModel("korthikanti-22b", num_layers=48, hidden_size=6144, num_attention_heads=64,

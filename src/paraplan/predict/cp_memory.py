@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.cp_ops import FP32_BYTES, TORCH_ROTATE_METHODS, AttentionShape, torch_cp_shape
-from paraplan.predict.ops import _shape
+from paraplan.predict.layer_shape import _shape
 
 
 @dataclass(frozen=True)

@@ -341,7 +341,7 @@ def _torch_ring(w: PassSink, shape: AttentionShape, rotate: str, backward: bool)
         if call < copies:  # keys and values copied into one flat buffer to send on
             w.memory(2 * ring_step_kv_bytes(x))
         nbytes = x.e * per_pass * tokens * (q * x.heads + k * x.groups) * x.d
-        # a non-causal row of k keys does the work of a causal row of 2k (`ops.kernel_seq_length`)
+        # a non-causal row of k keys does the work of a causal row of 2k (`layer_shape.kernel_seq_length`)
         seq = q * x.s / x.cp if causal else 2.0 * k * x.s / x.cp
         kernels.append(w.attention(torch_cp_call_flops(x) * factor, nbytes, seq, backward))
         for nbytes in (torch_cp_grad_passes(x, call == 0) if backward else torch_cp_merge_passes(x, call)):

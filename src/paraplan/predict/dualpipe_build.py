@@ -42,13 +42,14 @@ from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.overlap_share import share_or_calibrated
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pass_times import Pass, PassTimes
 from paraplan.predict.pipeline_p2p import sender_contention_s
 from paraplan.predict.placement import RunGroups
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
 
 if TYPE_CHECKING:
-    from paraplan.predict.build import PassTimes, RunStructure
+    from paraplan.predict.build import RunStructure
 
 
 def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: CommModel,
@@ -66,8 +67,6 @@ def paired_moe_passes(model: TransformerModel, settings: RunSettings, comm: Comm
 
 def _paired_times(st: RunStructure, times: PassTimes, eff: DeviceEfficiency) -> PassTimes:
     """The pass times with the MoE layer's forward and backward as a pair runs them."""
-    from paraplan.predict.build import Pass
-
     if st.paired_moe_passes is None:
         return times
     factor = eff.layer_time_factors.factor(st.layer_key)

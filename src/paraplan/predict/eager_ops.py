@@ -42,7 +42,7 @@ FP32 = 4
 
 
 class EagerShape(Protocol):
-    """The sizes of `paraplan.predict.ops`' layer shape that eager pricing reads."""
+    """The sizes of `paraplan.predict.layer_shape` that eager pricing reads."""
 
     @property
     def tokens(self) -> float: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.layer_shape import _shape
 from paraplan.predict.loss_ops import gathered_head_input_bytes, loss_backward, loss_forward
 from paraplan.predict.ops import (
     FP32_BYTES,
@@ -16,7 +17,6 @@ from paraplan.predict.ops import (
     _enter_tp,
     _norm_backward,
     _norm_forward,
-    _shape,
     accumulate_bytes_per_param,
 )
 

@@ -42,8 +42,6 @@ from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
-    LAYER_PASSES,
-    MOE_LAYER_PASSES,
     kernel_times_by_pass,
     param_gather_contention_s,
     price,
@@ -53,6 +51,7 @@ from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.fsdp_ops import layer_device_s
 from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY
 from paraplan.predict.overlap_share import share_or_calibrated
+from paraplan.predict.pass_times import LAYER_PASSES, MOE_LAYER_PASSES
 from paraplan.predict.pipeline_p2p import p2p_charges
 from paraplan.predict.variability import no_straggling_speed
 from paraplan.sim.execution import rank_ends

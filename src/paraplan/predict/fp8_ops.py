@@ -121,7 +121,7 @@ def fp8_recipe(settings: RunSettings) -> str:
 
 
 def pass_role(name: str) -> str:
-    """`forward`, `recompute` or `backward` from a pass name of `paraplan.predict.build`
+    """`forward`, `recompute` or `backward` from a pass name of `paraplan.predict.pass_times`
     (`layer_fwd`, `moe_layer_recompute`, `head_bwd`, ...)."""
     if name.endswith("_bwd"):
         return "backward"

@@ -73,7 +73,8 @@ from dataclasses import dataclass
 
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.ops import FP32_BYTES, _Builder, _shape
+from paraplan.predict.layer_shape import _shape
+from paraplan.predict.ops import FP32_BYTES, _Builder
 
 NLL_GRAD_BYTES = FP32_BYTES  # nll_loss's gradient of log_softmax's output (fp32)
 SOFTMAX_PASS_BYTES = 4 * FP32_BYTES  # PyTorch's row softmax: three reads and one write, forward and backward

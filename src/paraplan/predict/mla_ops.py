@@ -33,7 +33,8 @@ from paraplan.predict.work import NOT_HIDDEN
 
 if TYPE_CHECKING:
     from paraplan.core.transformer import TransformerModel
-    from paraplan.predict.ops import _Builder, _Shape
+    from paraplan.predict.layer_shape import _Shape
+    from paraplan.predict.ops import _Builder
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.edge_ops import head_work
+from paraplan.predict.layer_shape import _Shape, _shape
 from paraplan.predict.moe_ops import moe_activation_bytes, moe_layer_work
 from paraplan.predict.ops import (
     KERNEL_FIELDS_ORDER,
@@ -30,8 +31,6 @@ from paraplan.predict.ops import (
     _Builder,
     _norm_backward,
     _norm_forward,
-    _Shape,
-    _shape,
     accumulate_bytes_per_param,
     layer_activation_bytes,
     layer_work,

@@ -1,6 +1,7 @@
 """What one transformer layer (and the embedding and LM head) runs on one
 tensor-parallel rank for one micro-batch: its kernels with their shapes, FLOPs and
-bytes, and its collectives, for the forward, the backward and the recomputation.
+bytes, and its collectives, for the forward, the backward and the recomputation, at
+the sizes that rank sees (`paraplan.predict.layer_shape`).
 
 This is Megatron-LM's layer (Narayanan et al. 2021; Korthikanti et al. 2022):
 norm, fused QKV projection, attention core, output projection, bias-dropout-add,
@@ -36,20 +37,17 @@ the masked half of the score matrix); the closed-form model FLOPs of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings, main_grad_bytes
 from paraplan.core.transformer import TransformerModel
-from paraplan.core.transformer_blocks import attention_head_widths
 from paraplan.predict import eager_ops, torchtitan_ac
 from paraplan.predict.cp_ops import (
     FLASH_BACKWARD_FLOPS,
-    AttentionShape,
     cp_attention_backward,
     cp_attention_forward,
 )
+from paraplan.predict.layer_shape import _Shape, _shape
 from paraplan.predict.mla_ops import mla_activation_bytes, mla_backward, mla_forward, mla_up_forward
 from paraplan.predict.work import (
     ATTENTION,
@@ -68,90 +66,12 @@ from paraplan.predict.work import (
 
 __all__ = [  # with the pass vocabulary of `paraplan.predict.work`, which this module's users import from here too
     "ATTENTION", "FP8_GEMM", "FP8_OPERAND_BYTES", "FP32_BYTES", "GEMM", "KERNEL_FIELDS_ORDER", "MASK_BYTES", "MEMORY",
-    "NOT_HIDDEN", "Collective", "Kernels", "LayerWork", "PassWork", "accumulate_bytes_per_param", "causal_scores",
-    "fused_softmax_available", "kernel_seq_length", "layer_activation_bytes",
-    "layer_work",
+    "NOT_HIDDEN", "Collective", "Kernels", "LayerWork", "PassWork", "accumulate_bytes_per_param",
+    "fused_softmax_available", "layer_activation_bytes", "layer_work",
 ]
 
 MASK_BYTES = 1  # dropout masks are stored as bytes
 FP32_BYTES = 4
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """The sizes one rank sees."""
-
-    tokens: float  # b s / c: the tokens of this rank (c context-parallel ranks split the sequence)
-    sp_tokens: float  # tokens in the sequence-parallel regions (b s / (c t) with SP)
-    b: float
-    s: float  # the whole sequence
-    h: float
-    t: int
-    heads: float  # query heads per rank
-    groups: float  # key/value heads per rank
-    d: float  # head width
-    qk_d: float  # query/key head width (d; MLA: qk_head_dim + qk_pos_emb_head_dim)
-    v_d: float  # value head width (d; MLA: v_head_dim)
-    causal_scores: float  # (query, key) pairs per sequence a causal kernel computes
-    kernel_seq: float  # the length the fused kernel's ceilings price it at (`kernel_seq_length`)
-    qkv: float  # QKV output width per rank
-    ffn: float  # f per rank
-    mlp_in: float  # first MLP projection's output width per rank
-    e: int  # activation bytes
-    sp: bool
-    cp: int = 1
-    cp_comm_type: str = "p2p"
-    eager: bool = False  # `elementwise_kernels eager`: PyTorch's unfused ops (`paraplan.predict.eager_ops`)
-    fp8_act_store: bool = False  # `activation_func_fp8_input_store`: the SwiGLU input kept as an FP8 cast
-
-    def attention_shape(self) -> AttentionShape:
-        return AttentionShape(self.b, self.s, self.heads, self.groups, self.d, self.e, self.cp,
-                              compiled=not self.eager)  # torch_*: torch.compile unless eager
-
-
-def causal_scores(s: float, window: int = 0, chunked: bool = False) -> float:
-    """(query, key) pairs of one sequence a causal flash kernel computes: s^2 / 2 (the
-    masked half skipped); with a sliding window w < s each query sees at most w keys,
-    s w - w^2 / 2; with aligned chunks of w (`chunked_attention`) each query sees its
-    chunk's prefix, floor(s / w) w^2 / 2 + r^2 / 2 with r = s mod w."""
-    if chunked and window:
-        full, rest = divmod(s, window)
-        return (full * window * window + rest * rest) / 2
-    if window and window < s:
-        return s * window - window * window / 2
-    return s * s / 2
-
-
-def kernel_seq_length(s: float, window: int = 0, chunked: bool = False) -> float:
-    """The length whose causal kernel does a windowed row's work: the fused ceilings'
-    s / (s + attention_seq_half) prices each row's fixed work against the s / 2 keys a
-    causal row of length s sees; a window w < s row sees w keys, as at length 2w; a
-    chunked layer's rows see 2 causal_scores / s keys on average (w when w divides s)."""
-    if chunked and window:
-        return 2.0 * causal_scores(s, window, chunked) / s
-    return min(s, 2.0 * window) if window else s
-
-
-def _shape(model: TransformerModel, settings: RunSettings, layer: int = 0) -> _Shape:
-    t = settings.tensor_model_parallel_size
-    b, s = float(settings.micro_batch_size), float(model.seq_length)
-    sp = settings.sequence_parallel and t > 1
-    cp = settings.context_parallel_size
-    tokens = b * s / cp if cp > 1 else b * s
-    qk_d, v_d = attention_head_widths(model)
-    window = model.window_size if model.windowed_layers[layer] else 0
-    chunked = model.chunked_attention
-    mla = model.multi_latent_attention
-    return _Shape(
-        tokens=tokens, sp_tokens=tokens / t if sp else tokens, b=b, s=s, h=float(model.hidden_size), t=t,
-        heads=model.num_attention_heads / t, groups=(model.num_attention_heads if mla else model.query_groups) / t,
-        d=float(model.kv_channels), qk_d=float(qk_d), v_d=float(v_d), causal_scores=causal_scores(s, window, chunked),
-        kernel_seq=kernel_seq_length(s, window, chunked),
-        qkv=model.qkv_size / t, ffn=model.ffn_size / t, mlp_in=model.mlp_in_size / t,
-        e=2 if settings.dtype == "fp8" else DTYPE_BYTES[settings.dtype], sp=sp, cp=cp,
-        cp_comm_type=settings.cp_comm_type, eager=settings.elementwise_kernels == "eager",
-        fp8_act_store=settings.activation_func_fp8_input_store,
-    )
 
 
 def _enter_tp(w: _Builder, x: _Shape, overlap: bool, next_gemm: int = NOT_HIDDEN) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
-from paraplan.predict.build import LAYER_PASSES, kernel_times_by_pass, run_structure
+from paraplan.predict.build import kernel_times_by_pass, run_structure
 from paraplan.predict.contention_fit import MODEL_22B, SETTINGS_22B, LayerTimes, layer_times, read_table4
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.overlap_contention import (
@@ -29,6 +29,7 @@ from paraplan.predict.overlap_contention import (
     gemm_tiles,
     overlapped_pair_s,
 )
+from paraplan.predict.pass_times import LAYER_PASSES
 
 ALL_REDUCE_HBM_BYTES_PER_BYTE = 5.0  # times (n - 1) / n: module doc
 

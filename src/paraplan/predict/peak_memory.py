@@ -1,7 +1,7 @@
 """A run's memory as `paraplan predict` reports it: the pipeline rank whose peak is the
 largest and what that rank holds at that moment, in parts that add up to the peak.
 
-The parts (`paraplan.sim.execution.MemoryAtPeak`, built in `rank_state.rank_memory`):
+The parts (`paraplan.sim.iteration_memory.MemoryAtPeak`, built in `rank_state.rank_memory`):
 - model state: weights, gradients and optimizer state as the rank keeps them for the
   whole iteration (sharded as the settings say), with FP8 weight copies;
 - working set: what the op running at the peak moment adds for a while

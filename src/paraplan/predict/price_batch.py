@@ -21,10 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.predict.build import OPTIMIZER_KERNELS, PASSES, Pass, RunStructure, price
+from paraplan.predict.build import OPTIMIZER_KERNELS, RunStructure, price
 from paraplan.predict.device_model import DeviceEfficiency, host_bound_s
 from paraplan.predict.fsdp2_passes import optimizer_kernels, optimizer_step_bytes
 from paraplan.predict.kernel_batch import PassSums
+from paraplan.predict.pass_times import PASSES, Pass
 from paraplan.sim.engine_batch import execute_batch_arrays
 from paraplan.sim.execution import RECURRENCE_MIN_OPS, iteration_times_s
 from paraplan.sim.schedules import cached_orders

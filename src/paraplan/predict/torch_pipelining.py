@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.ops import _shape
+from paraplan.predict.layer_shape import _shape
 
 
 def runs_torch_pipelining(settings: RunSettings) -> bool:

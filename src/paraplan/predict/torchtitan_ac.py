@@ -21,7 +21,7 @@ from collections.abc import Callable
 from paraplan.predict.eager_ops import FP32, EagerShape
 from paraplan.predict.work import _Builder
 
-SacShape = EagerShape  # the same sizes of `paraplan.predict.ops`' layer shape
+SacShape = EagerShape  # the same sizes of `paraplan.predict.layer_shape`
 
 
 def op_sac_activation_bytes(x: SacShape) -> float:

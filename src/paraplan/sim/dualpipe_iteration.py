@@ -21,7 +21,8 @@ import numpy as np
 from paraplan.core.glossary import NO_MICROBATCH, EventKindCode, StreamCode
 from paraplan.core.timeline import Timeline, TimelineColumns
 from paraplan.sim.dualpipe import DualOp, DualPipeCosts, DualPipeRun, Layout, execute, orders
-from paraplan.sim.execution import ExecutionModel, IterationResult, MemoryAtPeak, RankEnds, repeat_iterations
+from paraplan.sim.execution import ExecutionModel, IterationResult, RankEnds, repeat_iterations
+from paraplan.sim.iteration_memory import MemoryAtPeak
 from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s
 from paraplan.sim.pipeline import concat_columns
 

@@ -1,18 +1,22 @@
 """The pipeline engine for many pipelines of one shape at once (a calibration's runs).
 
-`paraplan.sim.engine.execute` visits each op of one pipeline in a Python loop. Which
-op it visits next depends only on which ops have run, never on their times, so the
-visiting order of a set of orders is fixed: `execute_batch` records it once (cached
-like the engine's own preparation) and then runs each op for all R pipelines of that
-shape at once, as numpy vectors of length R. Each op's start and end are the same
-IEEE operations on the same numbers as in `execute` (a maximum of two times, one
-addition of a duration or a transfer), so every time is byte-identical to R separate
-`execute` calls (tested); only the number of Python steps changes, from R x ops to ops.
+`paraplan.sim.engine.execute` runs each op of one pipeline in a Python loop. An op
+starts when the ops it waits on (its inputs and its device's previous op) have ended,
+and which ops those are depends on the orders alone, never on the times. So
+`execute_batch` takes one order of the ops in which each comes after those it waits on
+(the engine's own run with unit op times, sorted by start: the engine's wake-up logic is
+the only one; cached like the engine's own preparation) and then runs each op for all R
+pipelines of that shape at once, as numpy vectors of length R. Each op's start and end
+are the same IEEE operations on the same numbers as in `execute` (a maximum of two
+times, one addition of a duration or a transfer), so every time is byte-identical to R
+separate `execute` calls (tested); only the number of Python steps changes, from R x ops
+to ops.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -21,61 +25,40 @@ from paraplan.sim.engine import (
     PipelineCosts,
     PipelineRun,
     Prepared,
+    _OpTimes,
     _prepare_cached,
     _raise_if_stuck,
+    _run_as_soon_as_possible,
 )
 from paraplan.sim.op_cache import OpsBoundedCache
 from paraplan.sim.schedules import BWD, FWD, OpOrder
 
-Plan = tuple[list[tuple[int, int, int, int, int]], np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-"""(kind, op index vs x n + m, virtual stage, device, position) per op in visiting
-order, then the run's device, kind, virtual stage and micro-batch arrays (device by
-device in run order, `PipelineRun`'s layout)."""
+Plan = tuple[tuple[list[int], list[int], list[int], list[int], list[int]], np.ndarray, np.ndarray, np.ndarray,
+             np.ndarray]
+"""Kind, op index vs x n + m, virtual stage, device and position of each op, each op
+after those it waits on (`_visiting_plan`), then the run's device, kind, virtual stage
+and micro-batch arrays (device by device in run order, `PipelineRun`'s layout)."""
 _PLANS: OpsBoundedCache[tuple[Sequence[OpOrder], Plan]] = OpsBoundedCache()
 
 
 def _visiting_plan(orders: tuple[OpOrder, ...], prepared: Prepared, n: int, nv: int) -> Plan:
-    """The order in which `engine._run_as_soon_as_possible` visits the ops (a device runs
-    until an op waits on an input not yet produced; the producer wakes it)."""
-    kinds, mbs, vss = prepared
+    """An order of the ops in which each comes after every op it waits on (its inputs and
+    its device's previous op): the engine's own run (`engine._run_as_soon_as_possible`)
+    with every op taking 1 s and free transfers, its ops sorted by start (an op starts at
+    least 1 s after each op it waits on starts, so the sort keeps them first)."""
+    kinds = prepared[0]
     p = len(kinds)
-    done = ([False] * (nv * n), [False] * (nv * n), [False] * (nv * n))
-    offsets = np.cumsum([0, *[len(k) for k in kinds]]).tolist()
-    ptr, waiting = [0] * p, [False] * p
-    last_v = nv - 1
-    visits: list[tuple[int, int, int, int, int]] = []
-    work = list(range(p - 1, -1, -1))
-    while work:
-        d = work.pop()
-        waiting[d] = False
-        i = ptr[d]
-        kd, md, vd = kinds[d], mbs[d], vss[d]
-        while i < len(kd):
-            k, m, vs = kd[i], md[i], vd[i]
-            idx = vs * n + m
-            if k == FWD:
-                ready = vs == 0 or done[FWD][idx - n]
-            elif k == BWD:
-                ready = done[FWD][idx] and (vs == last_v or done[BWD][idx + n])
-            else:
-                ready = done[BWD][idx]
-            if not ready:
-                break
-            visits.append((k, idx, vs, d, offsets[d] + i))
-            done[k][idx] = True
-            nb = (vs + 1) % p if k == FWD and vs < last_v else (vs - 1) % p if k == BWD and vs > 0 else -1
-            if nb >= 0 and waiting[nb]:
-                waiting[nb] = False
-                work.append(nb)
-            i += 1
-        ptr[d] = i
-        if i < len(kd):
-            waiting[d] = True
-    _raise_if_stuck(prepared, ptr)
+    unit = _OpTimes(([1.0] * nv, [1.0] * nv, [1.0] * nv), [0.0] * nv, [0.0] * nv)
+    starts, ran = _run_as_soon_as_possible(prepared, unit, n)
+    _raise_if_stuck(prepared, ran)
     device = np.repeat(np.arange(p, dtype=np.int32), [len(o) for o in orders])
     kind = np.concatenate([o.kind for o in orders]).astype(np.int8)
     vstage = np.concatenate([o.chunk * p + s for s, o in enumerate(orders)]).astype(np.int32)
     microbatch = np.concatenate([o.microbatch for o in orders]).astype(np.int32)
+    position = np.argsort(np.fromiter(chain.from_iterable(starts), float, device.shape[0]), kind="stable")
+    op_index = vstage.astype(np.int64) * n + microbatch
+    visits = (kind[position].tolist(), op_index[position].tolist(), vstage[position].tolist(),
+              device[position].tolist(), position.tolist())
     return visits, device, kind, vstage, microbatch
 
 
@@ -131,7 +114,7 @@ def _run(orders: tuple[OpOrder, ...], fwd_s: np.ndarray, bwd_s: np.ndarray, wgt_
     starts = np.empty((device.shape[0], r))
     clock = [np.zeros(r)] * p
     last_v = nv - 1
-    for k, idx, vs, d, pos in visits:
+    for k, idx, vs, d, pos in zip(*visits, strict=True):
         if k == FWD:
             ready = done[FWD, idx - n] + sendf[vs - 1] if vs > 0 else 0.0
         elif k == BWD:

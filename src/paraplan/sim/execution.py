@@ -21,7 +21,7 @@ same ops at the same times), by pipeline rank:
 - memory per rank: weights, gradients and optimizer state, activations per
   micro-batch of each model chunk (held from its forward until its backward ends,
   so the schedule's order gives the peak), and the working set each kind of op adds
-  while it runs (`paraplan.sim.rank_peak`: the peak is the largest moment).
+  while it runs (`paraplan.sim.iteration_memory`: the peak is the largest moment).
 
 `run_iteration` runs the schedule's op orders through `paraplan.sim.engine.execute`
 and adds the reduction and the tail; the iteration time is the latest rank's end.
@@ -41,18 +41,10 @@ from paraplan.core.timeline import Timeline, TimelineColumns, timeline_columns
 from paraplan.sim.dualpipe import DualPipeCosts
 from paraplan.sim.engine import PipelineCosts, PipelineRun, execute, execute_flushed
 from paraplan.sim.engine_batch import execute_batch
+from paraplan.sim.iteration_memory import MemoryAtPeak, memory_peaks
 from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s, pair_added_s
 from paraplan.sim.p3 import p3_steady_state
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
-from paraplan.sim.rank_peak import (
-    Kept,
-    StackedOrders,
-    activation_peak,
-    peak_at_ops,
-    peak_with_lazy_gradients,
-    rank_peaks,
-    stacked_orders,
-)
 from paraplan.sim.schedules import BWD, WGT, Schedule, cached_orders, get_schedule
 
 
@@ -161,17 +153,6 @@ class ExecutionModel:
             raise StrategyError(f"costs describe {self.costs.num_virtual_stages} virtual stages, need {p * v}")
         if len(self.grad_sync) != p or len(self.memory) != p or self.after_sync_s.shape != (p,):
             raise StrategyError(f"grad_sync, memory and after_sync_s need one entry per pipeline rank ({p})")
-
-
-@dataclass(frozen=True, eq=False)
-class MemoryAtPeak:
-    """Per pipeline rank, what its memory holds at the moment of its peak; the four
-    parts add up to `IterationResult.peak_memory_bytes`."""
-
-    state_bytes: np.ndarray  # weights (with held copies), gradients, optimizer state: `RankMemory.weight_state_bytes`
-    working_bytes: np.ndarray  # the transient working set: `RankMemory.working_bytes`
-    gradient_accumulator_bytes: np.ndarray  # of `RankMemory.lazy_gradient_bytes_per_chunk`, those allocated by then
-    activation_bytes: np.ndarray  # held then: the activation peak, or less where the accumulators move the peak
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,7 +332,7 @@ def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResu
         return run_dualpipe_iteration(model, timeline)
     sched = get_schedule(model.schedule)
     timing = _iteration_timing(model, sched)
-    memory = _memory_peaks(model, sched)
+    memory = memory_peaks(model, sched)
     exposed = timing.tail.sync_end_s - timing.tail.compute_end_s
     events = _iteration_timeline(model, sched, timing, memory.peak_bytes) if timeline else None
     return IterationResult(timing.iteration_s, timing.bubble_fraction, memory.peak_bytes, memory.activation_bytes,
@@ -401,78 +382,6 @@ def _iteration_timing(model: ExecutionModel, sched: Schedule) -> _Timing:
         bubble = float(1.0 - busy_one / iteration) if iteration > 0 else 0.0
         comm_events = ()
     return _Timing(run, tail, iters, iteration, bubble, comm_events, p3_cols)
-
-
-@dataclass(frozen=True, eq=False)
-class _MemoryPeaks:
-    """Per pipeline rank: the activation peak, the micro-batches it holds, the total peak
-    and its parts."""
-
-    activation_bytes: np.ndarray
-    inflight_microbatches: np.ndarray
-    peak_bytes: np.ndarray
-    at_peak: MemoryAtPeak
-
-
-def _memory_peaks(model: ExecutionModel, sched: Schedule) -> _MemoryPeaks:
-    """Each rank's peak memory: weight state, the activations its schedule's order holds
-    at most, and its working set."""
-    p = model.pipeline_stages
-    free_kind = WGT if sched.split_backward else BWD
-    if all(m.working_bytes_per_op is not None for m in model.memory):  # z8-cpmem: all ranks at once
-        stacked = stacked_orders(model.schedule, p, model.microbatches, model.virtual_stages)
-        if stacked is not None and stacked.kind.shape[1]:
-            return _stacked_memory_peaks(model, stacked, free_kind)
-    orders = cached_orders(model.schedule, p, model.microbatches, 1, model.virtual_stages)
-    act_peak = np.zeros(p)
-    inflight = np.zeros(p, dtype=np.int64)
-    peak = np.zeros(p)
-    state, working, grads, acts = np.zeros(p), np.zeros(p), np.zeros(p), np.zeros(p)
-    for s in range(p):
-        mem = model.memory[s]
-        chunk_bytes = np.asarray(mem.activation_bytes_per_chunk, float)
-        kept = Kept.of(mem)
-        act_peak[s], inflight[s] = activation_peak(orders[s], chunk_bytes, free_kind, kept)
-        acts[s] = act_peak[s]
-        lazy = None if mem.lazy_gradient_bytes_per_chunk is None else np.asarray(mem.lazy_gradient_bytes_per_chunk,
-                                                                                 float)
-        state[s], working[s] = mem.weight_state_bytes, mem.working_bytes
-        if mem.working_bytes_per_op is not None and len(orders[s]):  # z8-cpmem: each op's own working set
-            acts[s], grads[s], working[s] = peak_at_ops(orders[s], chunk_bytes, lazy,
-                                                          np.asarray(mem.working_bytes_per_op, float), free_kind, kept)
-        elif lazy is not None and len(orders[s]):
-            acts[s], grads[s] = peak_with_lazy_gradients(orders[s], chunk_bytes, lazy, free_kind, kept)
-        if mem.iteration_end_bytes > acts[s] + grads[s] + working[s]:  # the moment after the last backward
-            acts[s], grads[s], working[s] = 0.0, 0.0, mem.iteration_end_bytes
-        peak[s] = state[s] + (acts[s] + grads[s]) + working[s]
-    return _MemoryPeaks(act_peak, inflight, peak, MemoryAtPeak(state, working, grads, acts))
-
-
-def _stacked_memory_peaks(model: ExecutionModel, orders: StackedOrders, free_kind: int) -> _MemoryPeaks:
-    """`_memory_peaks` with every rank's per-op working set, all ranks in one pass
-    (`paraplan.sim.rank_peak.rank_peaks`)."""
-    mem = model.memory
-
-    def per_chunk(values: list[np.ndarray | None]) -> np.ndarray | None:
-        if all(x is None for x in values):
-            return None
-        return np.stack([np.zeros(model.virtual_stages) if x is None else np.asarray(x, float) for x in values])
-
-    chunk_bytes = per_chunk([m.activation_bytes_per_chunk for m in mem])
-    assert chunk_bytes is not None
-    kept = Kept(per_chunk([m.kept_output_bytes_per_chunk for m in mem]),
-                per_chunk([m.kept_input_grad_bytes_per_chunk for m in mem]))
-    working_per_op = np.stack([np.asarray(m.working_bytes_per_op, float) for m in mem])
-    got = rank_peaks(orders, chunk_bytes, kept, per_chunk([m.lazy_gradient_bytes_per_chunk for m in mem]),
-                     working_per_op, free_kind)
-    acts, grads, working = got.activation_bytes, got.gradient_accumulator_bytes, got.working_bytes
-    end = np.array([m.iteration_end_bytes for m in mem])
-    after = end > acts + grads + working  # the moment after the last backward
-    acts, grads, working = np.where(after, 0.0, acts), np.where(after, 0.0, grads), np.where(after, end, working)
-    state = np.array([m.weight_state_bytes for m in mem])
-    peak = state + (acts + grads) + working
-    return _MemoryPeaks(got.activation_peak_bytes, got.inflight_microbatches.astype(np.int64), peak,
-                        MemoryAtPeak(state, working, grads, acts))
 
 
 def _iteration_timeline(model: ExecutionModel, sched: Schedule, timing: _Timing, peak: np.ndarray) -> Timeline:

@@ -15,7 +15,6 @@ from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
-    Pass,
     RunStructure,
     context_parallel_groups,
     expert_parallel_groups,
@@ -28,6 +27,7 @@ from paraplan.predict.moe_deepep import NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.pass_cost import PassCost
+from paraplan.predict.pass_times import Pass
 from paraplan.predict.predictor import divisors
 
 if TYPE_CHECKING:

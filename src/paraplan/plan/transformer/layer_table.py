@@ -17,13 +17,8 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import probe_data_parallel, probe_structures
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import (
-    LAYER_PASSES,
-    MOE_LAYER_PASSES,
-    Pass,
-    PassTimes,
     RunStructure,
     kernel_times_by_pass,
-    pass_times,
 )
 from paraplan.predict.cp_memory import layer_cp_transient
 from paraplan.predict.device_model import DeviceEfficiency
@@ -32,6 +27,7 @@ from paraplan.predict.loss_ops import loss_transient_bytes
 from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_activation_bytes
 from paraplan.predict.ops import layer_activation_bytes
+from paraplan.predict.pass_times import LAYER_PASSES, MOE_LAYER_PASSES, Pass, PassTimes, pass_times
 
 
 @dataclass(frozen=True, eq=False)
