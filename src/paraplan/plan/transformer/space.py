@@ -39,6 +39,7 @@ from paraplan.core.run_settings import (
     RunSettings,
     interleaved_uneven_split,
 )
+from paraplan.core.run_settings_checks import context_parallel_unpriced
 from paraplan.core.sharding import GradReduce, ReshardAfterForward
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import expert_layouts
@@ -217,10 +218,18 @@ def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, 
     """CP degrees to search: the space's, else 1 and, for sequences of at least
     `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
     the GPUs and leave chunks of `MIN_CP_CHUNK_TOKENS` or more; each must divide the GPUs
-    and split the sequence into 2c chunks."""
+    and split the sequence into 2c chunks. A model whose attention context parallelism is
+    not priced for (`context_parallel_unpriced`) is searched without it; naming CP
+    sizes above 1 for it is an error."""
+    unpriced = context_parallel_unpriced(model)
     if space.context_parallel_sizes:
         options = space.context_parallel_sizes
-    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash:
+        if unpriced and max(options) > 1:
+            raise StrategyError(f"context_parallel_size {max(options)} with {unpriced} is not modelled (the "
+                                "context-parallel attention core prices full causal attention with one head "
+                                "width); search context_parallel_size 1 only "
+                                "(--context-parallel-sizes 1)")
+    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash and not unpriced:
         options = tuple(1 << k for k in range(num_gpus.bit_length())
                         if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
     else:
