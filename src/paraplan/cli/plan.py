@@ -26,10 +26,11 @@ or several --shapes, -o is a folder of <name>__<shape>.csv.
 Examples:
   paraplan plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-size 1536 -o plans.csv
   paraplan plan --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch-size 1024 --top-k 10 -o p.csv
-  paraplan plan --profile data/pipedream-profiles/vgg-19-pbs-32.txt \
+  paraplan plan --model qwen3-30b-a3b --seq-length 32768 --cluster dgx-h100 --gpus 64 --global-batch-size 256 -o q.csv
+  paraplan plan --profile data/pipedream-profiles/vgg-19-pbs-32.txt \\
       --cluster dgx1-v100 --shapes 2x8 --global-batch-sizes 32,64,128 -o vgg.csv
-  paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \
-      --comm-model results/fits/local-cpu/comm_model.json --global-batch-sizes 8,16,32 -o mlp.csv
+  paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \\
+      --comm-model results/fits/local-cpu/comm_model.json --global-batch-sizes 8,16,32 -o mlp.csv  # after the workflow
   paraplan plan --study dapple_resnet50 -o results/plans/dapple_resnet50
 """
 

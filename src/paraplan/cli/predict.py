@@ -74,9 +74,9 @@ explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
 explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
-  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv
-  paraplan predict runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
-  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv --explain
+  paraplan predict config/runs/llm_a100.csv --cluster dgx-a100 -o predicted.csv
+  paraplan predict config/runs/llm_h100.csv --cluster dgx-h100 -o out/predicted.csv --explain
+  paraplan predict my_runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
 """
 
 from __future__ import annotations

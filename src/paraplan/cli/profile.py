@@ -4,7 +4,7 @@ iterations) or computed analytically for a device of a cluster file (--analytic)
 
 Examples:
   paraplan profile --model mlp --num-layers 4 --hidden-dim 1024 --profile-batch-size 32 -o results/profiles/mlp.csv
-  paraplan profile --model gpt --profile-batch-sizes 2,4,8 --threads 1 -o results/profiles/gpt.csv \
+  paraplan profile --model gpt --profile-batch-sizes 2,4,8 --threads 1 -o results/profiles/gpt.csv \\
       --plots results/figures/profile
   paraplan profile --model resnet --profile-batch-size 32 --analytic --cluster dgx1-v100 -o resnet_v100.csv
 """
