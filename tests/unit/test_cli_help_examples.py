@@ -68,3 +68,19 @@ def _run_as_printed(example: str, tmp_path, monkeypatch, repo_root) -> int:
 def test_cheap_examples_run_as_printed(command, index, tmp_path, monkeypatch, repo_root):
     examples = _examples(command)
     assert _run_as_printed(examples[index], tmp_path, monkeypatch, repo_root) == 0
+
+
+def test_plan_help_names_every_preset():
+    from paraplan.predict.models import PRESETS
+
+    text = " ".join(_help("plan").split())
+    assert "a preset (gpt3-125m, gpt3-350m," in text
+    for name in PRESETS:
+        assert name in text, name
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_never_splits_a_name_at_its_hyphen(command):
+    """`--kernel-\\nceilings` or `gpt-\\noss-20b` cannot be pasted or searched for."""
+    split = [line for line in _help(command).splitlines() if line.rstrip().endswith("-")]
+    assert not split, split

@@ -56,7 +56,6 @@ DEFAULT_GROUP_BY = "hidden_size,num_layers,num_attention_heads,seq_length"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", type=Path, nargs="?", default=None,
                         help="run table (CSV) with a measured_iteration_s column")
     parser.add_argument("--profile", type=Path, default=None,

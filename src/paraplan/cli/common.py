@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from paraplan.core import ConfigError, ParaplanError
@@ -15,7 +16,12 @@ from paraplan.typed import deprecated_option, say_deprecated
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions keep their line breaks (each example on its own line); an option's
-    default is shown only when it says something (not None, empty, off or required)."""
+    default is shown only when it says something (not None, empty, off or required).
+    Option help wraps at spaces only, so a name such as `--kernel-ceilings` or
+    `gpt-oss-120b` is never split at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

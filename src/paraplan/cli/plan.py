@@ -87,8 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups["search"].add_argument("--jobs", type=int, default=0,
                                   help="processes for the batch-size sweep (0: all cores)")
     llm = parser.add_argument_group("transformer (--model)")
+    from paraplan.predict.models import PRESETS
+
     llm.add_argument("--model", default=None, metavar="NAME|FILE",
-                     help="preset (gpt3-125m .. gpt3-175b, llama3-8b/70b/405b), Hugging Face config.json or model YAML")
+                     help=f"a preset ({', '.join(PRESETS)}), a Hugging Face config.json or a model YAML "
+                          "(docs/models.md)")
     llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")

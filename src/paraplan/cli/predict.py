@@ -96,7 +96,6 @@ ORDER = 55
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", type=Path, help="run table (CSV), one training run per row")
     parser.add_argument("--cluster", required=True,
                         help="cluster name in config/clusters (e.g. dgx-a100, dgx-h100) or a YAML file")
