@@ -71,8 +71,9 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
     return save_figure(fig, stem)
 
 
-_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
-                 "#2ca02c", "#e377c2")
+PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
+                "#2ca02c", "#e377c2", "#393b79")
+"""One colour per part of `paraplan.predict.explain.PARTS`, in its order (host: dark blue)."""
 
 
 def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,
@@ -85,7 +86,7 @@ def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str,
     y = np.arange(len(names))[::-1]
     left = np.zeros(len(names))
     for j, part in enumerate(parts):
-        ax.barh(y, seconds[:, j], left=left, height=0.7, color=_PART_COLOURS[j % len(_PART_COLOURS)],
+        ax.barh(y, seconds[:, j], left=left, height=0.7, color=PART_COLOURS[j % len(PART_COLOURS)],
                 label=part.replace("_", " "))
         left += seconds[:, j]
     ax.set_yticks(y, names)
