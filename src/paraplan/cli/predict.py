@@ -221,6 +221,9 @@ class _Figures:
             self.parts_s.extend(breakdown.seconds[k] for k in PARTS)
 
 
+_UNFIT_NAMED = 5  # runs that do not fit named in the summary line
+
+
 @dataclass
 class _Written:
     """What writing the rows counted: rows, rows not fitting, implausible rows, and
@@ -229,6 +232,7 @@ class _Written:
     rows: int = 0
     unfit: int = 0
     implausible: int = 0
+    unfit_named: list[str] = field(default_factory=list)  # the first few: line, name, peak
     used: set[str] = field(default_factory=set)
 
 
@@ -313,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
                           "anything published, check the calibration and the settings", file=sys.stderr)
                 written.rows += 1
                 written.unfit += not pred.fits_memory
+                if not pred.fits_memory and len(written.unfit_named) < _UNFIT_NAMED:
+                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB")
                 written.implausible += bool(flag)
                 written.used.update(pred.chosen)
                 if row.measured_iteration_s is not None:
@@ -337,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     unfit = written.unfit
     print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
-          + (f"; {unfit} do not fit in {cluster.device.capacity_text()}" if unfit else ""),
+          + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
+             + ", ".join(written.unfit_named) + (", ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}
