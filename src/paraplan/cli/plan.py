@@ -37,6 +37,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -301,6 +302,17 @@ def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
     return sizes
 
 
+def model_reference(spec: str, table: Path) -> str:
+    """The `model` cell of a plan row written to `table`: a preset's name, else the
+    model file's path relative to the table's folder, where `paraplan predict` looks for
+    it (the model's name alone would be read as a preset, or as no model at all)."""
+    from paraplan.predict.models import PRESETS
+
+    if spec in PRESETS:
+        return spec
+    return os.path.relpath(Path(spec).resolve(), table.resolve().parent)
+
+
 def _run_llm(args: argparse.Namespace) -> int:
     """The transformer planner (--model): search, write the ranked plans, track them."""
     import csv
@@ -356,6 +368,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)
+    for row in rows:  # what `paraplan predict` on this CSV reads the same model from
+        row["model"] = model_reference(args.model, args.output)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(PLAN_COLUMNS), lineterminator="\n")
         writer.writeheader()
