@@ -1,7 +1,8 @@
 """`paraplan predict` on a plan CSV prices the plan's own model and recipe: a model file's
 row names the file (relative to the CSV's folder), not the model's name, which predict
 read as a preset of that name (a Mixtral config.json of 8 layers re-priced as the
-32-layer preset, 4x slower) or as no model at all."""
+32-layer preset, 4x slower) or as no model at all; an FP8 plan names its recipe, which
+predict otherwise replaced by Megatron-LM's default."""
 
 import csv
 import json
@@ -45,3 +46,10 @@ def test_a_preset_row_names_the_preset(tmp_path):
     assert {r["model"] for r in planned} == {"llama3-8b"}
     assert [r["predicted_iteration_s"] for r in again] == [r["predicted_iteration_s"] for r in planned]
 
+
+def test_an_fp8_plan_names_its_recipe(tmp_path, capsys):
+    planned, again = _plan_then_predict(tmp_path, tmp_path / "plans.csv",
+                                        ["--model", "llama3-8b", "--dtype", "fp8", "--fp8-recipe", "blockwise"])
+    assert {r["fp8_recipe"] for r in planned} == {"blockwise"}
+    assert [r["predicted_iteration_s"] for r in again] == [r["predicted_iteration_s"] for r in planned]
+    assert "empty fp8_recipe" not in capsys.readouterr().err
