@@ -42,6 +42,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.cli.common import (
     add_output_argument,
@@ -49,6 +50,9 @@ from paraplan.cli.common import (
     deprecated,
     warn_deprecated,
 )
+
+if TYPE_CHECKING:
+    from paraplan.core.transformer import TransformerModel
 
 NAME = "plan"
 HELP = "the best parallel strategy: transformers over TP/PP/DP/micro-batch/v/schedule/recompute/ZeRO, or DAPPLE-style"
@@ -302,6 +306,23 @@ def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
     return sizes
 
 
+ATTENTION_MFU_NOTE = 1.2
+"""Where the MFU with the attention FLOPs is this many times the 6 x parameters x tokens
+one, the plan's summary says both (long sequences: at 128K tokens Llama 3.1 8B's
+attention is most of its FLOPs, and an MFU of 12% sits beside 646 TFLOP/s per H100)."""
+
+
+def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str:
+    """'MFU x%' as predict's column counts it (6 x active parameters x tokens), and
+    beside it, where attention is a large share, the MFU counting the attention FLOPs
+    (PaLM's convention; forward and backward, no recomputation)."""
+    with_attention = mfu * (model.model_flops_per_iteration(global_batch_size, False)
+                            / model.mfu_flops_per_iteration(global_batch_size))
+    if with_attention < ATTENTION_MFU_NOTE * mfu:
+        return f"MFU {mfu:.1%}"
+    return f"MFU {mfu:.1%} (6 x parameters x tokens; {with_attention:.1%} counting the attention FLOPs)"
+
+
 def model_reference(spec: str, table: Path) -> str:
     """The `model` cell of a plan row written to `table`: a preset's name, else the
     model file's path relative to the table's folder, where `paraplan predict` looks for
@@ -376,7 +397,8 @@ def _run_llm(args: argparse.Namespace) -> int:
         writer.writerows(rows)
     best = result.plans[0]
     print(f"paraplan plan: best: {describe(best)}: {best.iteration_s:.3g} s per iteration, "
-          f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
+          f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, {mfu_text(model, args.global_batch_size, best.mfu)}, "
+          f"{best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
     print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
