@@ -116,6 +116,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _format(value: float) -> str:
     return f"{value:.6g}"
+
+
+def explain_cells(seconds: dict[str, float], iteration_s: float) -> dict[str, str]:
+    """The explain_*_s cells; a part that is a difference of sums (the bubble) and
+    within rounding of zero (1e-9 of the iteration) is written 0, not -1.24345e-14."""
+    return {f"explain_{k}_s": _format(0.0 if abs(v) <= 1e-9 * iteration_s else v) for k, v in seconds.items()}
+
+
 def searched_settings(row) -> set[str]:
     """The columns a row's prediction may fill in: the sizes it leaves to the predictor
     and, with a searched virtual pipeline size and no split of its own, Megatron's
@@ -173,7 +181,7 @@ def output_cells(columns: list[str], row, pred, calibration_label: str, flag: st
         "plausibility": flag,
     })
     if breakdown is not None:
-        cells.update({f"explain_{k}_s": _format(v) for k, v in breakdown.seconds.items()})
+        cells.update(explain_cells(breakdown.seconds, pred.iteration_s))
     return cells
 
 
