@@ -165,7 +165,7 @@ def _comm(comm_path: Path | None, cluster):
 
 def _request(args: argparse.Namespace):
     """The plan request: the study's settings (if any) with the options given here on top."""
-    from paraplan.config_files import find_study
+    from paraplan.cli.common import study_path
     from paraplan.plan.hybrid.request import PlanRequest
     from paraplan.studies.plan import PlanStudy
     from paraplan.typed import Source, given, load, read_yaml, upgrade_keys
@@ -173,7 +173,7 @@ def _request(args: argparse.Namespace):
     options = given(PlanRequest, args, REQUEST)
     if args.study is None:
         return load(PlanRequest, options, Source.command_line()), None
-    path = find_study("plan", args.study)
+    path = study_path("plan", args.study)
     in_file = Source.file(path)
     raw = read_yaml(path, "a planning study (config/studies/plan/*.yaml)")
     if not isinstance(raw, dict):

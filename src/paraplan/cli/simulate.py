@@ -128,7 +128,7 @@ def _run_tables(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paraplan.config_files import find_study
+    from paraplan.cli.common import study_path
     from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
     from paraplan.progress import bar
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_tables(args)
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    study_file = find_study("simulate", args.study)
+    study_file = study_path("simulate", args.study)
     study = st.load_study(study_file)
     modes = tuple(name_list(args.modes, "--modes", MODES)) if args.modes.strip() else ()
     chosen = [m for m in (modes or study.modes.names) if m in study.modes.names]
