@@ -157,6 +157,10 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     if not seq_length:
         print(f"{prog}: warning: {path}: no sequence length given; using max_position_embeddings "
               f"{read.max_position_embeddings:,} (pass --seq-length to train at another length)", file=sys.stderr)
+    elif seq_length > read.max_position_embeddings:
+        print(f"{prog}: warning: {path}: sequence length {seq_length:,} is beyond the model's "
+              f"max_position_embeddings {read.max_position_embeddings:,}; priced as asked (the positions' extension, "
+              "e.g. YaRN or a rope_scaling change, costs nothing paraplan counts)", file=sys.stderr)
     return with_seq_length(read.model, seq_length)
 
 
