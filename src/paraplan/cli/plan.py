@@ -95,8 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from paraplan.predict.models import PRESETS
 
     llm.add_argument("--model", default=None, metavar="NAME|FILE",
-                     help=f"a preset ({', '.join(PRESETS)}), a Hugging Face config.json or a model YAML "
-                          "(docs/models.md)")
+                     help=f"a preset ({', '.join(PRESETS)}), a Hugging Face config.json (or the model folder "
+                          "holding it) or a model YAML (docs/models.md)")
     llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")

@@ -139,8 +139,11 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     if name_or_path in PRESETS:
         return with_seq_length(PRESETS[name_or_path], seq_length)
     path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+        path = path / "config.json"
     if not path.is_file():
-        raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+        raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file "
+                                   "(or a folder holding a config.json)")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
     name = path.parent.name if path.name == "config.json" else path.stem

@@ -41,7 +41,7 @@ class ModelCache:
         target = spec if spec in PRESETS else str(table.parent / spec)
         key = (target, seq_length)
         if key not in self._models:
-            if spec not in PRESETS and not Path(target).is_file():
+            if spec not in PRESETS and not (Path(target).is_file() or (Path(target) / "config.json").is_file()):
                 raise InputFileError(table, f"'{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file "
                                      f"(looked for {target})", line=line, field="column 'model'")
             try:
