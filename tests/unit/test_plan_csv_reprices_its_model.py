@@ -53,3 +53,13 @@ def test_an_fp8_plan_names_its_recipe(tmp_path, capsys):
     assert {r["fp8_recipe"] for r in planned} == {"blockwise"}
     assert [r["predicted_iteration_s"] for r in again] == [r["predicted_iteration_s"] for r in planned]
     assert "empty fp8_recipe" not in capsys.readouterr().err
+
+
+def test_a_model_folder_named_like_a_preset_stays_a_path(tmp_path, monkeypatch):
+    from paraplan.cli.plan import model_reference
+
+    (tmp_path / "deepseek-v3").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert model_reference("./deepseek-v3", tmp_path / "plans.csv") == "./deepseek-v3"
+    assert model_reference("deepseek-v3", tmp_path / "plans.csv") == "deepseek-v3"  # the preset, as planned
+    assert model_reference("./deepseek-v3", tmp_path / "out" / "plans.csv") == "../deepseek-v3"

@@ -332,7 +332,8 @@ def model_reference(spec: str, table: Path) -> str:
 
     if spec in PRESETS:
         return spec
-    return os.path.relpath(Path(spec).resolve(), table.resolve().parent)
+    relative = os.path.relpath(Path(spec).resolve(), table.resolve().parent)
+    return f"./{relative}" if relative in PRESETS else relative  # a bare preset name would read the preset
 
 
 def _run_llm(args: argparse.Namespace) -> int:

@@ -137,6 +137,9 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     said in a warning). What a Hugging Face file holds that paraplan does not model is
     printed as warnings on stderr."""
     if name_or_path in PRESETS:
+        if Path(name_or_path).exists():
+            print(f"{prog}: warning: '{name_or_path}' is a preset, which is used; the file or folder of that name "
+                  f"is not read (name it ./{name_or_path} to read it)", file=sys.stderr)
         return with_seq_length(PRESETS[name_or_path], seq_length)
     path = Path(name_or_path)
     if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
