@@ -33,3 +33,16 @@ def test_naming_context_parallel_sizes_for_sliding_windows_is_one_error():
         "core prices full causal attention with one head width); search context_parallel_size 1 only "
         "(--context-parallel-sizes 1)")
     assert context_degrees(model, 256, SearchSpace(context_parallel_sizes=(1,)), flash=True) == [1]
+
+
+@pytest.mark.parametrize(("sizes", "message"), [
+    ((1, 3), "context_parallel_size 3 does not divide the 64 GPUs; expected sizes that do"),
+    ((1, 4, 8), "context_parallel_size 8 does not split seq_length 1000 into 2 x 8 chunks; expected sizes that do"),
+])
+def test_named_context_parallel_sizes_that_cannot_run_are_one_error(sizes, message):
+    """They were dropped without a word; CP 3 alone on 64 GPUs then read 'no parallel
+    layout ... (TP must divide the heads ...; DP the global batch)'."""
+    with pytest.raises(StrategyError) as err:
+        context_degrees(replace(PRESETS["llama3-8b"], seq_length=1000), 64, SearchSpace(context_parallel_sizes=sizes),
+                        flash=True)
+    assert str(err.value) == message

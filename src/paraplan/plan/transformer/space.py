@@ -234,7 +234,14 @@ def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, 
                         if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
     else:
         options = (1,)
-    return [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
+    runnable = [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
+    if space.context_parallel_sizes and len(runnable) < len(options):
+        bad = next(c for c in options if c not in runnable)
+        why = (f"does not divide the {num_gpus} GPUs" if num_gpus % bad else
+               "needs flash attention" if not flash else
+               f"does not split seq_length {model.seq_length} into 2 x {bad} chunks")
+        raise StrategyError(f"context_parallel_size {bad} {why}; expected sizes that do")
+    return runnable
 
 
 def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
