@@ -6,7 +6,8 @@ Required columns: num_layers, hidden_size, num_attention_heads, seq_length,
 vocab_size, tensor_model_parallel_size, pipeline_model_parallel_size,
 data_parallel_size, global_batch_size; or, instead of the model's dimensions, a
 model column naming a preset (deepseek-v3, llama3-70b, ...) or a model file (a Hugging
-Face config.json, relative to the table's folder), with seq_length optional. Optional:
+Face config.json or the folder holding it, relative to the table's folder), with
+seq_length optional. Optional:
 name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
 normalization, position_embedding_type, add_bias_linear, hidden_dropout,
 attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
