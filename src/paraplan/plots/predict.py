@@ -64,9 +64,11 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
         ax.grid(axis="y", visible=False)
     axes[0][0].set_yticks(rows, names)
     axes[0][1].set_yticks(rows, [""] * len(names))
-    if not all(fits_memory):
-        axes[0][1].bar(0, 0, color="0.75", hatch="//", label="does not fit device memory")
-        axes[0][1].legend(loc="lower right")
+    if not all(fits_memory):  # above the bars, where it hides no value
+        from matplotlib.patches import Patch
+
+        axes[0][1].legend(handles=[Patch(facecolor="0.75", hatch="//", label="does not fit device memory")],
+                          loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, stem)
 
