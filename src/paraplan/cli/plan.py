@@ -52,7 +52,10 @@ from paraplan.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from paraplan.core.transformer import TransformerModel
+    from paraplan.predict.predictor import RunPrediction
 
 NAME = "plan"
 HELP = "the best parallel strategy: transformers over TP/PP/DP/micro-batch/v/schedule/recompute/ZeRO, or DAPPLE-style"
@@ -324,6 +327,17 @@ def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str
     return f"MFU {mfu:.1%} (6 x parameters x tokens; {with_attention:.1%} counting the attention FLOPs)"
 
 
+def baseline_text(best_s: float, baselines: Mapping[str, RunPrediction | None]) -> str:
+    """The answer's speedup over the fastest data-parallel baseline that fits memory
+    (the search's own candidates: no overlap, overlap, ZeRO-1/2/3), or that none fits."""
+    fitting = {name: b.iteration_s for name, b in baselines.items() if b is not None and b.fits_memory}
+    if not fitting:
+        return "no data-parallel baseline fits memory: the model needs the split"
+    name = min(fitting, key=lambda n: fitting[n])
+    return (f"speedup over the fastest data-parallel baseline ({name}, {fitting[name]:.3g} s): "
+            f"{fitting[name] / best_s:.2f}x")
+
+
 def model_reference(spec: str, table: Path) -> str:
     """The `model` cell of a plan row written to `table`: a preset's name, else the
     model file's path relative to the table's folder, where `paraplan predict` looks for
@@ -410,6 +424,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     for name, base in result.baselines.items():
         if base is not None and base.fits_memory:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)
+    print(f"paraplan plan: {baseline_text(best.iteration_s, result.baselines)}", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
     numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
                "predicted_peak_memory_bytes", *PEAK_MEMORY_COLUMNS, "bubble_fraction")
