@@ -11,6 +11,7 @@ each kind of file (`paraplan.comm.results.SWEEP_RULES`, `paraplan.profile.io.LAY
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
 import math
@@ -290,11 +291,15 @@ def read_csv_table(
 
 
 def csv_records(
-    lines: Iterable[str], path: str | Path, required: Sequence[str], known: Sequence[str] | None = None
+    lines: Iterable[str], path: str | Path, required: Sequence[str], known: Sequence[str] | None = None,
+    columns_listed_by: str = "",
 ) -> tuple[tuple[str, ...], Iterator[tuple[int, dict[str, str]]]]:
     """`read_csv_table` one record at a time: the header, checked now, and an iterator
     over the records (line, cells), each checked as it is read. `lines` is any iterable
-    of text lines (`iter_text_lines` for a file of any length)."""
+    of text lines (`iter_text_lines` for a file of any length). An unknown column is
+    named with the known one it most resembles; `columns_listed_by` (e.g. "`paraplan
+    predict --help`") says where the known columns are listed, for tables with too many
+    to print in one error line."""
     reader = csv.reader(lines, strict=True)
     position = [1]  # the line the next record starts on
 
@@ -316,7 +321,10 @@ def csv_records(
     source = rows()
     first = next(source, None)
     if first is None:
-        raise InputFileError(path, f"empty file; expected a header row with {', '.join(required)}")
+        expected = (f"a header row with {', '.join(required)}" if required
+                    else f"a header row of the columns {columns_listed_by} lists" if columns_listed_by
+                    else "a header row of column names")
+        raise InputFileError(path, f"empty file; expected {expected}")
     header_line, raw_header = first
     header = tuple(cell.strip() for cell in raw_header)
     duplicated = sorted({c for c in header if header.count(c) > 1})
@@ -330,10 +338,12 @@ def csv_records(
     if known is not None:
         unknown = [c for c in header if c not in known]
         if unknown:
-            raise InputFileError(
-                path, f"unknown column {shown(unknown[0])}; expected columns among {', '.join(known)}",
-                line=header_line,
-            )
+            close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.8)
+            guess = f" (did you mean '{close[0]}'?)" if close else ""
+            expected = (f"one of the columns {columns_listed_by} lists" if columns_listed_by
+                        else f"columns among {', '.join(known)}")
+            raise InputFileError(path, f"unknown column {shown(unknown[0])}{guess}; expected {expected}",
+                                 line=header_line)
 
     def records() -> Iterator[tuple[int, dict[str, str]]]:
         for line, row in source:

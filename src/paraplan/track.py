@@ -100,9 +100,18 @@ def tracking_uri() -> str:
     return uri or f"sqlite:///{Path.cwd() / DEFAULT_DB}"
 
 
+_TRACKING_ON = ("on", "1", "true", "yes", "")
+_TRACKING_OFF = ("off", "0", "false", "no")
+
+
 def tracking_enabled() -> bool:
-    """False when `PARAPLAN_TRACKING` is off (config `mlflow.enabled: false`)."""
-    return os.environ.get(ENV_TRACKING, "on").strip().lower() not in ("off", "0", "false", "no")
+    """False when `PARAPLAN_TRACKING` is off (config `mlflow.enabled: false`); any
+    value but on or off (a typo such as `of`) is an error, not tracking by default."""
+    text = os.environ.get(ENV_TRACKING, "on").strip().lower()
+    if text not in _TRACKING_ON + _TRACKING_OFF:
+        raise TrackingError(tracking_uri(), f"{ENV_TRACKING}={text!r}: expected on or off (also 1/0, true/false, "
+                            "yes/no)")
+    return text in _TRACKING_ON
 
 
 def timeout_s() -> float:

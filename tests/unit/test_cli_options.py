@@ -30,7 +30,7 @@ def test_examples_stay_on_their_own_lines():
     lines = text.splitlines()
     assert "Examples:" in lines
     examples = [line for line in lines if line.strip().startswith("paraplan plan ")]
-    assert len(examples) == 5  # two transformer plans, two profile plans, one study
+    assert len(examples) == 6  # three transformer plans, two profile plans, one study
     assert "--shapes NxG[,NxG]" in text and "--cluster NAME|FILE" in text
 
 

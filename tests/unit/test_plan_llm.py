@@ -120,7 +120,8 @@ def test_plan_command_writes_ranked_plans_in_predict_columns(tmp_path, capsys):
     for r in rows:
         tp, pp, dp = (int(r[k]) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                                           "data_parallel_size"))
-        assert tp * pp * dp == 8 and r["fits_memory"] == "true" and r["model"] == "small"
+        # the model file, relative to the CSV's folder, as `paraplan predict` reads it
+        assert tp * pp * dp == 8 and r["fits_memory"] == "true" and r["model"] == "small.yaml"
         # 8 x 12 h^2 + 13 h per layer, embedding V h + s h, final LayerNorm 2h (tied head)
         assert r["num_parameters"] == r["active_parameters"] == str(
             8 * (12 * 1024**2 + 13 * 1024) + 32000 * 1024 + 1024 * 1024 + 2 * 1024)

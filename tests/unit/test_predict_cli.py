@@ -61,7 +61,9 @@ def test_predict_reports_runs_that_do_not_fit(tmp_path, capsys):
     assert main(["predict", str(runs), "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 0
     (row,) = read(out)
     assert row["fits_memory"] == "false" and float(row["predicted_peak_memory_bytes"]) > 80e9
-    assert "1 do not fit in 84.7 GB usable of 85.1 GB" in capsys.readouterr().err
+    peak_gb = float(row["predicted_peak_memory_bytes"]) / 1e9
+    assert ("1 run(s) in" in (err := capsys.readouterr().err)
+            and f"; 1 does not fit in 84.7 GB usable of 85.1 GB (line 2 'big' {peak_gb:.1f} GB)\n" in err)
 
 
 def test_calibrate_writes_a_cross_validated_calibration(tmp_path):

@@ -36,7 +36,7 @@ def test_profile_tiny_mlp_with_batch_scaling_and_chart(tmp_path, capsys, keep_th
     assert meta["threads"] == 1 and meta["method"] == "torch" and meta["batches"] == [2, 4]
     assert meta["model_settings"]["hidden_dim"] == 32 and set(meta["per_batch"]) == {"2", "4"}
     assert (tmp_path / "fig" / "mlp.png").is_file() and (tmp_path / "fig" / "mlp.pdf").is_file()
-    assert "sum of layers vs whole step" in capsys.readouterr().out
+    assert "paraplan profile: sum of layers vs whole step" in capsys.readouterr().err
 
 
 def test_unknown_model_exits_2_listing_known_models(tmp_path, capsys):
@@ -134,3 +134,13 @@ def test_a_bad_workflow_entry_names_the_config_key():
                        match=r"'profile.models.m.settings.width': expected an integer >= 1 and <= 2\^24, got 0"):
         profile_cli_args({"model": "resnet", "profile_batch_sizes": [2], "settings": {"width": 0}},
                          "profile.models.m")
+
+
+def test_an_analytic_profile_says_no_thread_count(tmp_path, capsys):
+    """An analytic profile measured nothing: its line has no 'threads None'."""
+    out = tmp_path / "resnet_v100.csv"
+    assert main(["profile", "--model", "resnet", "--profile-batch-size", "32", "--analytic", "--cluster", "dgx1-v100",
+                 "-o", str(out), "--no-track"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("paraplan profile: resnet_v100: 18 layers at batch 32 (analytic-roofline, V100-SXM2-16GB): ")
+    assert err.endswith(f"paraplan profile: wrote {out} and {tmp_path / 'resnet_v100.meta.json'}\n")

@@ -19,12 +19,14 @@ slower than the analytic model (see paraplan.predict.layer_factors). Shapes neve
 measured are predicted by the analytic model alone; --no-layer-factors leaves the
 table out. Each cross-validation fold fits its own factors on its training runs.
 
-examples:
-  paraplan ingest --format vtrain vtrain_a100_single_node_measured.csv -o runs.csv
-  paraplan fit a100_all_reduce.csv -o comm_model.json
-  paraplan calibrate runs.csv --cluster dgx-a100 --comm-model comm_model.json \\
-      --name a100-vtrain -o a100-vtrain.json --predictions cv.csv
-  paraplan calibrate --profile results/profiles/gpt.csv --cluster my-gpu -o my-gpu.json
+examples (the shipped a100-vtrain's recipe: cross-validated, minutes on 2 cores; with
+--no-cross-validation about 10 s):
+  paraplan ingest --format vtrain data/published/vtrain_a100_single_node_measured.csv -o runs.csv
+  paraplan ingest --format nccl-tests data/nccl-tests/05_a100_oci_bm_gpu4_1x8_all_reduce.txt -o a100_ar.csv
+  paraplan fit a100_ar.csv -o comm_model.json
+  paraplan calibrate runs.csv --cluster dgx-a100 --comm-model comm_model.json --kernel-ceilings device \\
+      --no-layer-factors --name my-a100 -o my-a100.json --predictions cv.csv
+  paraplan calibrate --profile results/profiles/gpt.csv --cluster local-cpu -o my-cpu.json  # after `paraplan profile`
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ DEFAULT_GROUP_BY = "hidden_size,num_layers,num_attention_heads,seq_length"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", type=Path, nargs="?", default=None,
                         help="run table (CSV) with a measured_iteration_s column")
     parser.add_argument("--profile", type=Path, default=None,

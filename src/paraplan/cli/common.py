@@ -7,15 +7,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.core import ConfigError, ParaplanError
 from paraplan.typed import deprecated_option, say_deprecated
 
+if TYPE_CHECKING:
+    from paraplan.config_files import Kind, StudyStage
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Descriptions keep their line breaks (each example on its own line); an option's
-    default is shown only when it says something (not None, empty, off or required)."""
+    default is shown only when it says something (not None, empty, off or required).
+    Option help wraps at spaces only, so a name such as `--kernel-ceilings` or
+    `gpt-oss-120b` is never split at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -153,3 +164,17 @@ def name_list(text: str, key: str, allowed: tuple[str, ...]) -> list[str]:
     if not names:
         raise ConfigError(key, "expected at least one value")
     return names
+
+
+def study_path(stage: StudyStage, name_or_path: str) -> Path:
+    """The study file `--study` names; a name that is no study is a `ConfigError`
+    listing the studies there are (a path that is no file: the reader's error)."""
+    from paraplan.config_files import find_study, is_path, known_names
+
+    path = find_study(stage, name_or_path)
+    kind: Kind = "studies/simulate" if stage == "simulate" else "studies/plan"
+    if path.is_file() or is_path(name_or_path, kind):
+        return path
+    known = known_names(kind)
+    raise ConfigError("--study", f"no {stage} study named '{name_or_path}' ({path})"
+                      + (f"; known: {', '.join(known)}" if known else ""))

@@ -1,6 +1,9 @@
 """Write paraplan results in other tools' formats.
 
-  paraplan export --format pipedream results/profiles/gpt.csv -o gpt-pbs-8.txt
+Examples:
+  paraplan export --format pipedream results/profiles/gpt.csv -o gpt-pbs-8.txt  # after `paraplan profile`
+  paraplan ingest --format pipedream data/pipedream-profiles/resnet50-pbs-32.txt -o resnet50.csv
+  paraplan export --format pipedream resnet50.csv -o resnet50-pbs-32.txt
 
 pipedream: a profile CSV (+ meta) as PipeDream/DAPPLE TorchGraph text, a chain of
 nodes; `paraplan ingest --format pipedream` reads it back exactly (names, times,
@@ -11,6 +14,7 @@ Name the file `<model>-pbs-<batch>.txt` so the batch size travels with it.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,8 +35,9 @@ def _export_pipedream(source: Path, output: Path) -> dict[str, object]:
     if named is not None and named != profile.batch_size:
         raise ConfigError("--output", f"the name says -pbs-{named} but the profile is at batch {profile.batch_size}")
     write_pipedream(profile, output)
-    print(f"wrote {output}: {profile.num_layers} layers at batch {profile.batch_size}"
-          + ("" if named is not None else f" (name it *-pbs-{profile.batch_size}.txt to carry the batch size)"))
+    print(f"paraplan export: wrote {output}: {profile.num_layers} layers at batch {profile.batch_size}"
+          + ("" if named is not None else f" (name it *-pbs-{profile.batch_size}.txt to carry the batch size)"),
+          file=sys.stderr)
     return {"layers": profile.num_layers, "batch_size": profile.batch_size}
 
 

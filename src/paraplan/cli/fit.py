@@ -29,11 +29,11 @@ quantisation over the cluster file's compute units, small-k penalty) and attenti
 efficiencies, each with its held-out error (docs/kernels.md).
 
 Examples:
-  paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/
+  paraplan fit results/collectives/local-cpu/*.csv -o comm_model.json --plots figs/  # after `paraplan bench`
   paraplan ingest --format nccl-tests data/nccl-tests/10_h100_ndr400_2x8_all_reduce.txt -o h100_2x8.csv
   paraplan fit h100_2x8.csv --cluster dgx-h100 -o h100_comm_model.json
-  paraplan fit --kind kernels data/published/gemm/*.csv data/published/attention/*.csv \
-      --cluster dgx-h100 -o config/kernels/H100-SXM5-80GB.json
+  paraplan fit --kind kernels data/published/gemm/mamf_best_shapes_bf16.csv \\
+      data/published/attention/flash2_fwd_bwd.csv --cluster dgx-a100 -o a100_kernels.json
 """
 
 from __future__ import annotations

@@ -12,11 +12,12 @@ printed value (>= 1.00 GB/s) more than 5% off is reported as a warning naming th
 file and line. Lines that are not table rows are skipped; a row that starts like
 one but cannot be read, or a file without any, is an error.
 
-Examples:
-  paraplan ingest --format nccl-tests all_reduce_perf.txt -o a100.csv
-  paraplan ingest --format pipedream resnet50-pbs-32.txt -o resnet50.csv
+Examples (the first three read files of the repository's data/):
+  paraplan ingest --format nccl-tests data/nccl-tests/05_a100_oci_bm_gpu4_1x8_all_reduce.txt -o a100.csv
+  paraplan ingest --format pipedream data/pipedream-profiles/resnet50-pbs-32.txt -o resnet50.csv
+  paraplan ingest --format vtrain data/published/vtrain_a100_single_node_measured.csv -o runs.csv
   paraplan ingest --format mamf mamf-h100.txt --device H100-SXM5-80GB -o h100_gemm.csv
-  paraplan ingest --format xla-matmul default_matmul_perf_table.txtpb --device-key sm_90 \
+  paraplan ingest --format xla-matmul default_matmul_perf_table.txtpb --device-key sm_90 \\
       --device H100-SXM5-80GB -o h100_xla.csv
 """
 

@@ -26,20 +26,23 @@ or several --shapes, -o is a folder of <name>__<shape>.csv.
 Examples:
   paraplan plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --global-batch-size 1536 -o plans.csv
   paraplan plan --model llama3-70b --cluster dgx-h100 --gpus 1024 --global-batch-size 1024 --top-k 10 -o p.csv
-  paraplan plan --profile data/pipedream-profiles/vgg-19-pbs-32.txt \
+  paraplan plan --model qwen3-30b-a3b --seq-length 32768 --cluster dgx-h100 --gpus 64 --global-batch-size 256 -o q.csv
+  paraplan plan --profile data/pipedream-profiles/vgg-19-pbs-32.txt \\
       --cluster dgx1-v100 --shapes 2x8 --global-batch-sizes 32,64,128 -o vgg.csv
-  paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \
-      --comm-model results/fits/local-cpu/comm_model.json --global-batch-sizes 8,16,32 -o mlp.csv
+  paraplan plan --profile results/profiles/mlp.csv --cluster local-cpu \\
+      --comm-model results/fits/local-cpu/comm_model.json --global-batch-sizes 8,16,32 -o mlp.csv  # after the workflow
   paraplan plan --study dapple_resnet50 -o results/plans/dapple_resnet50
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paraplan.cli.common import (
     add_output_argument,
@@ -47,6 +50,12 @@ from paraplan.cli.common import (
     deprecated,
     warn_deprecated,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from paraplan.core.transformer import TransformerModel
+    from paraplan.predict.predictor import RunPrediction
 
 NAME = "plan"
 HELP = "the best parallel strategy: transformers over TP/PP/DP/micro-batch/v/schedule/recompute/ZeRO, or DAPPLE-style"
@@ -86,8 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups["search"].add_argument("--jobs", type=int, default=0,
                                   help="processes for the batch-size sweep (0: all cores)")
     llm = parser.add_argument_group("transformer (--model)")
+    from paraplan.predict.models import PRESETS
+
     llm.add_argument("--model", default=None, metavar="NAME|FILE",
-                     help="preset (gpt3-125m .. gpt3-175b, llama3-8b/70b/405b), Hugging Face config.json or model YAML")
+                     help=f"a preset ({', '.join(PRESETS)}), a Hugging Face config.json (or the model folder "
+                          "holding it) or a model YAML (docs/models.md)")
     llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
     llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
@@ -156,7 +168,7 @@ def _comm(comm_path: Path | None, cluster):
 
 def _request(args: argparse.Namespace):
     """The plan request: the study's settings (if any) with the options given here on top."""
-    from paraplan.config_files import find_study
+    from paraplan.cli.common import study_path
     from paraplan.plan.hybrid.request import PlanRequest
     from paraplan.studies.plan import PlanStudy
     from paraplan.typed import Source, given, load, read_yaml, upgrade_keys
@@ -164,7 +176,7 @@ def _request(args: argparse.Namespace):
     options = given(PlanRequest, args, REQUEST)
     if args.study is None:
         return load(PlanRequest, options, Source.command_line()), None
-    path = find_study("plan", args.study)
+    path = study_path("plan", args.study)
     in_file = Source.file(path)
     raw = read_yaml(path, "a planning study (config/studies/plan/*.yaml)")
     if not isinstance(raw, dict):
@@ -297,6 +309,47 @@ def _context_parallel_sizes(text: str | None) -> tuple[int, ...]:
     return sizes
 
 
+ATTENTION_MFU_NOTE = 1.5
+"""Where the MFU with the attention FLOPs is this many times the 6 x parameters x tokens
+one, the plan's summary says both (long sequences: at 128K tokens Llama 3.1 8B's
+attention is most of its FLOPs, and an MFU of 12% sits beside 646 TFLOP/s per H100; at
+8K tokens attention adds about 20%, and the line says the MFU alone)."""
+
+
+def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str:
+    """'MFU x%' as predict's column counts it (6 x active parameters x tokens), and
+    beside it, where attention is a large share, the MFU counting the attention FLOPs
+    (PaLM's convention; forward and backward, no recomputation)."""
+    with_attention = mfu * (model.model_flops_per_iteration(global_batch_size, False)
+                            / model.mfu_flops_per_iteration(global_batch_size))
+    if with_attention < ATTENTION_MFU_NOTE * mfu:
+        return f"MFU {mfu:.1%}"
+    return f"MFU {mfu:.1%} (6 x parameters x tokens; {with_attention:.1%} counting the attention FLOPs)"
+
+
+def baseline_text(best_s: float, baselines: Mapping[str, RunPrediction | None]) -> str:
+    """The answer's speedup over the fastest data-parallel baseline that fits memory
+    (the search's own candidates: no overlap, overlap, ZeRO-1/2/3), or that none fits."""
+    fitting = {name: b.iteration_s for name, b in baselines.items() if b is not None and b.fits_memory}
+    if not fitting:
+        return "no data-parallel baseline fits memory: the model needs the split"
+    name = min(fitting, key=lambda n: fitting[n])
+    return (f"speedup over the fastest data-parallel baseline ({name}, {fitting[name]:.3g} s): "
+            f"{fitting[name] / best_s:.2f}x")
+
+
+def model_reference(spec: str, table: Path) -> str:
+    """The `model` cell of a plan row written to `table`: a preset's name, else the
+    model file's path relative to the table's folder, where `paraplan predict` looks for
+    it (the model's name alone would be read as a preset, or as no model at all)."""
+    from paraplan.predict.models import PRESETS
+
+    if spec in PRESETS:
+        return spec
+    relative = os.path.relpath(Path(spec).resolve(), table.resolve().parent)
+    return f"./{relative}" if relative in PRESETS else relative  # a bare preset name would read the preset
+
+
 def _run_llm(args: argparse.Namespace) -> int:
     """The transformer planner (--model): search, write the ranked plans, track them."""
     import csv
@@ -352,13 +405,16 @@ def _run_llm(args: argparse.Namespace) -> int:
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)
+    for row in rows:  # what `paraplan predict` on this CSV reads the same model from
+        row["model"] = model_reference(args.model, args.output)
     with atomic_open(args.output, "w") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(PLAN_COLUMNS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     best = result.plans[0]
     print(f"paraplan plan: best: {describe(best)}: {best.iteration_s:.3g} s per iteration, "
-          f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {best.mfu:.1%}, {best.peak_memory_bytes / 1e9:.1f} GB "
+          f"{best.tflops_per_gpu:.0f} TFLOP/s per GPU, {mfu_text(model, args.global_batch_size, best.mfu)}, "
+          f"{best.peak_memory_bytes / 1e9:.1f} GB "
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
     print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
@@ -368,6 +424,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     for name, base in result.baselines.items():
         if base is not None and base.fits_memory:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)
+    print(f"paraplan plan: {baseline_text(best.iteration_s, result.baselines)}", file=sys.stderr)
     print(f"paraplan plan: {len(rows)} plan(s) -> {args.output}", file=sys.stderr)
     numeric = ("predicted_iteration_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu",
                "predicted_peak_memory_bytes", *PEAK_MEMORY_COLUMNS, "bubble_fraction")

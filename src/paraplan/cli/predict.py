@@ -6,7 +6,8 @@ Required columns: num_layers, hidden_size, num_attention_heads, seq_length,
 vocab_size, tensor_model_parallel_size, pipeline_model_parallel_size,
 data_parallel_size, global_batch_size; or, instead of the model's dimensions, a
 model column naming a preset (deepseek-v3, llama3-70b, ...) or a model file (a Hugging
-Face config.json, relative to the table's folder), with seq_length optional. Optional:
+Face config.json or the folder holding it, relative to the table's folder), with
+seq_length optional. Optional:
 name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
 normalization, position_embedding_type, add_bias_linear, hidden_dropout,
 attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
@@ -74,9 +75,9 @@ explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
 explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
-  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv
-  paraplan predict runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
-  paraplan predict runs.csv --cluster dgx-a100 -o predicted.csv --explain
+  paraplan predict config/runs/llm_a100.csv --cluster dgx-a100 -o predicted.csv
+  paraplan predict config/runs/llm_h100.csv --cluster dgx-h100 -o out/predicted.csv --explain
+  paraplan predict my_runs.csv --cluster dgx-h100 --calibration my-h100.json -o out.csv
 """
 
 from __future__ import annotations
@@ -96,7 +97,6 @@ ORDER = 55
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("runs", type=Path, help="run table (CSV), one training run per row")
     parser.add_argument("--cluster", required=True,
                         help="cluster name in config/clusters (e.g. dgx-a100, dgx-h100) or a YAML file")
@@ -117,6 +117,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _format(value: float) -> str:
     return f"{value:.6g}"
+
+
+def explain_cells(seconds: dict[str, float], iteration_s: float) -> dict[str, str]:
+    """The explain_*_s cells; a part that is a difference of sums (the bubble) and
+    within rounding of zero (1e-9 of the iteration) is written 0, not -1.24345e-14."""
+    return {f"explain_{k}_s": _format(0.0 if abs(v) <= 1e-9 * iteration_s else v) for k, v in seconds.items()}
+
+
 def searched_settings(row) -> set[str]:
     """The columns a row's prediction may fill in: the sizes it leaves to the predictor
     and, with a searched virtual pipeline size and no split of its own, Megatron's
@@ -174,7 +182,7 @@ def output_cells(columns: list[str], row, pred, calibration_label: str, flag: st
         "plausibility": flag,
     })
     if breakdown is not None:
-        cells.update({f"explain_{k}_s": _format(v) for k, v in breakdown.seconds.items()})
+        cells.update(explain_cells(breakdown.seconds, pred.iteration_s))
     return cells
 
 
@@ -222,6 +230,9 @@ class _Figures:
             self.parts_s.extend(breakdown.seconds[k] for k in PARTS)
 
 
+_UNFIT_NAMED = 5  # runs that do not fit named in the summary line
+
+
 @dataclass
 class _Written:
     """What writing the rows counted: rows, rows not fitting, implausible rows, and
@@ -230,6 +241,7 @@ class _Written:
     rows: int = 0
     unfit: int = 0
     implausible: int = 0
+    unfit_named: list[str] = field(default_factory=list)  # the first few: line, name, peak
     used: set[str] = field(default_factory=set)
 
 
@@ -314,6 +326,8 @@ def run(args: argparse.Namespace) -> int:
                           "anything published, check the calibration and the settings", file=sys.stderr)
                 written.rows += 1
                 written.unfit += not pred.fits_memory
+                if not pred.fits_memory and len(written.unfit_named) < _UNFIT_NAMED:
+                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB")
                 written.implausible += bool(flag)
                 written.used.update(pred.chosen)
                 if row.measured_iteration_s is not None:
@@ -338,7 +352,8 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     unfit = written.unfit
     print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
-          + (f"; {unfit} do not fit in {cluster.device.capacity_text()}" if unfit else ""),
+          + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
+             + ", ".join(written.unfit_named) + (", ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}

@@ -4,7 +4,7 @@ iterations) or computed analytically for a device of a cluster file (--analytic)
 
 Examples:
   paraplan profile --model mlp --num-layers 4 --hidden-dim 1024 --profile-batch-size 32 -o results/profiles/mlp.csv
-  paraplan profile --model gpt --profile-batch-sizes 2,4,8 --threads 1 -o results/profiles/gpt.csv \
+  paraplan profile --model gpt --profile-batch-sizes 2,4,8 --threads 1 -o results/profiles/gpt.csv \\
       --plots results/figures/profile
   paraplan profile --model resnet --profile-batch-size 32 --analytic --cluster dgx1-v100 -o resnet_v100.csv
 """
@@ -189,16 +189,19 @@ def run(args: argparse.Namespace) -> int:
         artifacts += plot_profile(profile, args.plots / profile.name)
 
     fwd, bwd = float(profile.fwd_s.sum()), float(profile.bwd_s.sum())
-    print(f"{profile.name}: {profile.num_layers} layers at batch {profile.batch_size} "
-          f"({meta['method']}, {meta['device']}, threads {meta.get('threads')}): "
-          f"fwd {fwd * 1e3:.3f} ms, bwd {bwd * 1e3:.3f} ms, params {profile.total_param_bytes / 1e6:.3f} MB")
+    threads = f", {meta['threads']} thread(s)" if meta.get("threads") is not None else ""  # measured only
+    print(f"paraplan profile: {profile.name}: {profile.num_layers} layers at batch {profile.batch_size} "
+          f"({meta['method']}, {meta['device']}{threads}): "
+          f"fwd {fwd * 1e3:.3f} ms, bwd {bwd * 1e3:.3f} ms, params {profile.total_param_bytes / 1e6:.3f} MB",
+          file=sys.stderr)
     if checks:
         err = checks["sum_vs_whole_rel_err"]
-        print(f"  sum of layers vs whole step ({checks['whole_step_s'] * 1e3:.3f} ms): {err:+.1%}")
+        print(f"paraplan profile: sum of layers vs whole step ({checks['whole_step_s'] * 1e3:.3f} ms): {err:+.1%}",
+              file=sys.stderr)
         problem = profile_inconsistency(checks)
         if problem:  # results/summary.md says it too (`paraplan report`)
-            print(f"  warning: {problem}", file=sys.stderr)
-    print(f"wrote {csv_path} and {mpath}")
+            print(f"paraplan profile: warning: {problem}", file=sys.stderr)
+    print(f"paraplan profile: wrote {csv_path} and {mpath}", file=sys.stderr)
 
     metrics = {"fwd_s": fwd, "bwd_s": bwd, "param_bytes": profile.total_param_bytes,
                "activation_bytes": float(profile.activation_bytes.max()), "layers": profile.num_layers}

@@ -2,11 +2,13 @@
 reproduced DistIR figures vs published, best plans per batch size, validation
 errors), each with the command that reproduces it.
 
-Give it the result files of the other stages (any order; unknown files are
-ignored): results/collectives/<cluster>/*.csv, results/fits/<cluster>/comm_model.json,
+Give it the result files of the other stages, in any order; each is told by where it
+lies: results/collectives/<cluster>/*.csv, results/fits/<cluster>/comm_model.json,
 results/profiles/<model>.csv (+ .meta.json), results/simulations/<exp>/results.csv
-(+ timing.json, published_comparison.csv), results/plans/*.csv,
-results/validation/*.csv.
+(+ timing.json, published_comparison.csv), results/plans/*.csv, results/plans/llm/*.csv,
+results/validation/*.csv, results/calibrations/*.json,
+results/predict/<table>/predicted.csv, results/kernels/**/*.json. Other files are left
+out (a CSV or JSON among them named in a note); none of these at all is an error.
 
 Example:
   paraplan report results/*/*.csv results/fits/*/comm_model.json -o results/summary.md
@@ -117,7 +119,9 @@ def _read_comm_model(path: Path) -> dict:
     return data
 
 
-def collect(paths: list[Path]):
+def collect(paths: list[Path], ignored: list[Path] | None = None):
+    """The stages' result files among `paths`, each told by where it lies
+    (results/<stage>/...); the others are appended to `ignored`."""
     from paraplan.report.summary import StageFiles
 
     collectives, fits, profiles, simulations, plans, validations = {}, {}, {}, {}, {}, {}
@@ -151,6 +155,8 @@ def collect(paths: list[Path]):
             predictions[parts[-2]] = _read_csv(path)
         elif path.suffix == ".json" and "kernels" in parts[-3:-1]:
             kernels[str(Path(*parts[parts.index("kernels") + 1:]).with_suffix(""))] = _read_kernel_fit(path)
+        elif ignored is not None:
+            ignored.append(path)
     return StageFiles(collectives, fits, profiles, simulations, plans, validations, calibrations, predictions,
                       llm_plans, kernels)
 
@@ -163,9 +169,21 @@ def run(args: argparse.Namespace) -> int:
     missing = [p for p in args.inputs if not p.exists()]
     if missing:
         raise InputFileError(missing[0], "no such file")
-    files = collect(list(args.inputs))
+    ignored: list[Path] = []
+    files = collect(list(args.inputs), ignored)
+    if len(ignored) == len(args.inputs):
+        others = f", nor are the other {len(ignored) - 1} file(s)" if len(ignored) > 1 else ""
+        raise InputFileError(ignored[0], f"no stage's result by its path{others}; expected files where the workflow "
+                             "writes them, e.g. results/fits/<cluster>/comm_model.json, results/plans/*.csv, "
+                             "results/predict/<table>/predicted.csv")
+    tables = [p for p in ignored if p.suffix in (".csv", ".json")]  # not figures or folders the workflow passes
+    if tables:
+        named = ", ".join(str(p) for p in tables[:5]) + (", ..." if len(tables) > 5 else "")
+        print(f"paraplan report: note: {len(tables)} file(s) are no stage's result by their path, left out: {named}",
+              file=sys.stderr)
     write_text(args.output, render(files))
-    print(f"paraplan report: wrote {args.output}", file=sys.stderr)
+    print(f"paraplan report: wrote {args.output} from {len(args.inputs) - len(ignored)} result file(s)",
+          file=sys.stderr)
     counts = {
         "collective_sweeps": len(files.collectives), "fits": len(files.fits),
         "profiles": len(files.profiles), "simulations": len(files.simulations),

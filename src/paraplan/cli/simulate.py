@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="run table (see paraplan predict --help): one timeline per row")
     runs.add_argument("--cluster", default=None, metavar="NAME|FILE", help="cluster of the runs (with --runs)")
     runs.add_argument("--calibration", default=None,
-                      help="calibration file (default: the shipped a100-vtrain; with --runs)")
+                      help="calibration name or file (default: as paraplan predict, the shipped one made for "
+                           "the cluster's device, else a100-vtrain with a warning; with --runs)")
     add_output_argument(parser, "output folder (results.csv, timing.json, figures/, traces/)")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="folder for the figures (PNG + PDF); default: OUTPUT/figures")
@@ -84,7 +85,7 @@ def _run_tables(args: argparse.Namespace) -> int:
     from paraplan.core.names import file_stems
     from paraplan.files import check_outputs, write_json
     from paraplan.plots.gantt import save_gantt
-    from paraplan.predict.calibration import DEFAULT_CALIBRATION, load_calibration
+    from paraplan.predict.calibration import calibration_for
     from paraplan.predict.runtable import read_run_table
     from paraplan.predict.timelines import run_timelines
     from paraplan.sim import to_chrome_trace
@@ -94,7 +95,8 @@ def _run_tables(args: argparse.Namespace) -> int:
         raise ConfigError("--cluster", "needed with --runs (e.g. dgx-a100)")
     check_outputs([args.output / "timelines.json"])
     cluster = load_cluster(args.cluster)
-    calibration = load_calibration(args.calibration or DEFAULT_CALIBRATION)
+    calibration = calibration_for(cluster, args.calibration,
+                                  warn=lambda m: print(f"paraplan simulate: warning: {m}", file=sys.stderr))
     comm = calibration.comm_model(cluster)
     _, rows = read_run_table(args.runs)
     stems, collision = file_stems(row.name for row in rows)
@@ -126,7 +128,7 @@ def _run_tables(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paraplan.config_files import find_study
+    from paraplan.cli.common import study_path
     from paraplan.core import ConfigError
     from paraplan.files import write_csv, write_json
     from paraplan.progress import bar
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_tables(args)
     if args.repeats < 1:
         raise ConfigError("--repeats", f"must be >= 1, got {args.repeats}")
-    study_file = find_study("simulate", args.study)
+    study_file = study_path("simulate", args.study)
     study = st.load_study(study_file)
     modes = tuple(name_list(args.modes, "--modes", MODES)) if args.modes.strip() else ()
     chosen = [m for m in (modes or study.modes.names) if m in study.modes.names]

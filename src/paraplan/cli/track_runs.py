@@ -24,7 +24,6 @@ ORDER = 80
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--spool", type=Path, default=None, metavar="DIR",
                         help="the records' folder (default: $PARAPLAN_TRACKING_SPOOL, else .paraplan/runs)")
 

@@ -93,10 +93,9 @@ def check_context_parallel(settings: RunSettings, model: TransformerModel) -> No
     if not settings.use_flash_attn:
         raise StrategyError(f"context_parallel_size {c} needs use_flash_attn (context parallelism runs "
                             "Transformer Engine's fused attention; the unfused path has none)")
-    if model.multi_latent_attention or model.window_size:
-        what = "multi-latent attention" if model.multi_latent_attention else \
-            "chunked attention" if model.chunked_attention else "sliding-window attention"
-        raise StrategyError(f"context_parallel_size {c} with {what} is not modelled (the context-parallel "
+    unpriced = context_parallel_unpriced(model)
+    if unpriced:
+        raise StrategyError(f"context_parallel_size {c} with {unpriced} is not modelled (the context-parallel "
                             "attention core prices full causal attention with one head width)")
     if settings.cp_comm_type == "a2a":
         for key, heads in (("num_attention_heads", model.num_attention_heads),
@@ -105,6 +104,16 @@ def check_context_parallel(settings: RunSettings, model: TransformerModel) -> No
                 raise StrategyError(f"cp_comm_type a2a splits heads over context_parallel_size {c}: {key} "
                                     f"{heads} / tensor_model_parallel_size {t} = {heads // t} is not divisible "
                                     f"by {c}")
+
+
+def context_parallel_unpriced(model: TransformerModel) -> str:
+    """The model's attention that context parallelism is not priced for ("" when it
+    is): multi-latent attention, chunked or sliding-window layers."""
+    if model.multi_latent_attention:
+        return "multi-latent attention"
+    if model.window_size:
+        return "chunked attention" if model.chunked_attention else "sliding-window attention"
+    return ""
 
 
 def check_experts(settings: RunSettings, model: TransformerModel) -> None:

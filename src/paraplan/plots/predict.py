@@ -64,15 +64,18 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
         ax.grid(axis="y", visible=False)
     axes[0][0].set_yticks(rows, names)
     axes[0][1].set_yticks(rows, [""] * len(names))
-    if not all(fits_memory):
-        axes[0][1].bar(0, 0, color="0.75", hatch="//", label="does not fit device memory")
-        axes[0][1].legend(loc="lower right")
+    if not all(fits_memory):  # above the bars, where it hides no value
+        from matplotlib.patches import Patch
+
+        axes[0][1].legend(handles=[Patch(facecolor="0.75", hatch="//", label="does not fit device memory")],
+                          loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7)
     fig.suptitle(title, fontsize=9)
     return save_figure(fig, stem)
 
 
-_PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
-                 "#2ca02c", "#e377c2")
+PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
+                "#2ca02c", "#e377c2", "#393b79")
+"""One colour per part of `paraplan.predict.explain.PARTS`, in its order (host: dark blue)."""
 
 
 def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,
@@ -85,7 +88,7 @@ def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str,
     y = np.arange(len(names))[::-1]
     left = np.zeros(len(names))
     for j, part in enumerate(parts):
-        ax.barh(y, seconds[:, j], left=left, height=0.7, color=_PART_COLOURS[j % len(_PART_COLOURS)],
+        ax.barh(y, seconds[:, j], left=left, height=0.7, color=PART_COLOURS[j % len(PART_COLOURS)],
                 label=part.replace("_", " "))
         left += seconds[:, j]
     ax.set_yticks(y, names)

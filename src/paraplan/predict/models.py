@@ -137,10 +137,16 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     said in a warning). What a Hugging Face file holds that paraplan does not model is
     printed as warnings on stderr."""
     if name_or_path in PRESETS:
+        if Path(name_or_path).exists():
+            print(f"{prog}: warning: '{name_or_path}' is a preset, which is used; the file or folder of that name "
+                  f"is not read (name it ./{name_or_path} to read it)", file=sys.stderr)
         return with_seq_length(PRESETS[name_or_path], seq_length)
     path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+        path = path / "config.json"
     if not path.is_file():
-        raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file")
+        raise ConfigError("model", f"'{name_or_path}' is neither a preset ({', '.join(PRESETS)}) nor a file "
+                                   "(or a folder holding a config.json)")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
     name = path.parent.name if path.name == "config.json" else path.stem
@@ -157,6 +163,10 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
     if not seq_length:
         print(f"{prog}: warning: {path}: no sequence length given; using max_position_embeddings "
               f"{read.max_position_embeddings:,} (pass --seq-length to train at another length)", file=sys.stderr)
+    elif seq_length > read.max_position_embeddings:
+        print(f"{prog}: warning: {path}: sequence length {seq_length:,} is beyond the model's "
+              f"max_position_embeddings {read.max_position_embeddings:,}; priced as asked (the positions' extension, "
+              "e.g. YaRN or a rope_scaling change, costs nothing paraplan counts)", file=sys.stderr)
     return with_seq_length(read.model, seq_length)
 
 

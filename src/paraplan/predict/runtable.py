@@ -436,7 +436,7 @@ def iter_run_table(path: str | Path, models: ModelCache | None = None) -> tuple[
     the same errors as every other reader)."""
     path = Path(path)
     lines = iter_text_lines(path, "a run table (CSV with a header of Megatron-LM argument names)")
-    raw_header, records = csv_records(lines, path, (), KNOWN)
+    raw_header, records = csv_records(lines, path, (), KNOWN, columns_listed_by="`paraplan predict --help`")
     header = list(raw_header)
     required = REQUIRED_SETTINGS if "model" in header else REQUIRED
     missing = [c for c in required if c not in header]

@@ -39,9 +39,11 @@ class ModelCache:
         from paraplan.predict.models import PRESETS
 
         target = spec if spec in PRESETS else str(table.parent / spec)
+        if spec not in PRESETS and target in PRESETS:  # ./deepseek-v3 beside the table: the folder, not the preset
+            target = f"./{target}"
         key = (target, seq_length)
         if key not in self._models:
-            if spec not in PRESETS and not Path(target).is_file():
+            if spec not in PRESETS and not (Path(target).is_file() or (Path(target) / "config.json").is_file()):
                 raise InputFileError(table, f"'{spec}' is neither a preset ({', '.join(PRESETS)}) nor a file "
                                      f"(looked for {target})", line=line, field="column 'model'")
             try:

@@ -7,12 +7,13 @@ rank it is on and that rank's parts at that moment, adding up to the peak
 (`paraplan.predict.peak_memory.PeakMemory`).
 
 Every row names the overlaps it assumed (`tp_comm_overlap`, `overlap_p2p_comm`, the MoE
-overlaps), how it splits the layers (`account_for_*_in_pipeline_split`) and ZeRO-3's
-choices (`fsdp_reshard_after_forward`, `sharded_grad_reduce`), so `paraplan predict` on
-the row's settings prices the same run."""
+overlaps), its FP8 recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
+(`account_for_*_in_pipeline_split`) and ZeRO-3's choices (`fsdp_reshard_after_forward`,
+`sharded_grad_reduce`), so `paraplan predict` on the row's settings prices the same run."""
 
 from __future__ import annotations
 
+from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.search import BASELINES, PlanResult
 from paraplan.predict.device_model import DeviceEfficiency
@@ -29,7 +30,7 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward", "sharded_grad_reduce",
     "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
-    "moe_shared_expert_overlap", "schedule", "dtype", "use_flash_attn", "predicted_iteration_s",
+    "moe_shared_expert_overlap", "schedule", "dtype", "fp8_recipe", "use_flash_attn", "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES),
     "search_s", "calibration",
@@ -88,7 +89,9 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "overlap_p2p_comm": _flag(s.p2p_overlapped),
             "overlap_moe_expert_parallel_comm": _flag(s.overlap_moe_expert_parallel_comm),
             "moe_shared_expert_overlap": _flag(s.moe_shared_expert_overlap),
-            "schedule": s.pipeline_schedule, "dtype": s.dtype, "use_flash_attn": _flag(s.use_flash_attn),
+            "schedule": s.pipeline_schedule, "dtype": s.dtype,
+            "fp8_recipe": (s.fp8_recipe or DEFAULT_FP8_RECIPE) if s.dtype == "fp8" else "",
+            "use_flash_attn": _flag(s.use_flash_attn),
             "predicted_iteration_s": f"{plan.iteration_s:.6g}", "predicted_tokens_per_s": f"{tokens:.6g}",
             "predicted_tflops_per_gpu": f"{plan.tflops_per_gpu:.6g}", "predicted_mfu": f"{plan.mfu:.6g}",
             "predicted_peak_memory_bytes": f"{plan.peak_memory_bytes:.0f}", **plan.peak_memory.cells(),

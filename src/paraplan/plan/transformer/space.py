@@ -39,6 +39,7 @@ from paraplan.core.run_settings import (
     RunSettings,
     interleaved_uneven_split,
 )
+from paraplan.core.run_settings_checks import context_parallel_unpriced
 from paraplan.core.sharding import GradReduce, ReshardAfterForward
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import expert_layouts
@@ -217,15 +218,30 @@ def context_degrees(model: TransformerModel, num_gpus: int, space: SearchSpace, 
     """CP degrees to search: the space's, else 1 and, for sequences of at least
     `MIN_CP_SEQ_LENGTH` tokens run with flash attention, the powers of two that divide
     the GPUs and leave chunks of `MIN_CP_CHUNK_TOKENS` or more; each must divide the GPUs
-    and split the sequence into 2c chunks."""
+    and split the sequence into 2c chunks. A model whose attention context parallelism is
+    not priced for (`context_parallel_unpriced`) is searched without it; naming CP
+    sizes above 1 for it is an error."""
+    unpriced = context_parallel_unpriced(model)
     if space.context_parallel_sizes:
         options = space.context_parallel_sizes
-    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash:
+        if unpriced and max(options) > 1:
+            raise StrategyError(f"context_parallel_size {max(options)} with {unpriced} is not modelled (the "
+                                "context-parallel attention core prices full causal attention with one head "
+                                "width); search context_parallel_size 1 only "
+                                "(--context-parallel-sizes 1)")
+    elif model.seq_length >= MIN_CP_SEQ_LENGTH and flash and not unpriced:
         options = tuple(1 << k for k in range(num_gpus.bit_length())
                         if model.seq_length >= 2 * MIN_CP_CHUNK_TOKENS << k)
     else:
         options = (1,)
-    return [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
+    runnable = [c for c in options if num_gpus % c == 0 and (c == 1 or (model.seq_length % (2 * c) == 0 and flash))]
+    if space.context_parallel_sizes and len(runnable) < len(options):
+        bad = next(c for c in options if c not in runnable)
+        why = (f"does not divide the {num_gpus} GPUs" if num_gpus % bad else
+               "needs flash attention" if not flash else
+               f"does not split seq_length {model.seq_length} into 2 x {bad} chunks")
+        raise StrategyError(f"context_parallel_size {bad} {why}; expected sizes that do")
+    return runnable
 
 
 def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int, space: SearchSpace) -> list[int]:
