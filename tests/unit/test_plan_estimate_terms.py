@@ -5,6 +5,7 @@ rank's exposed first gather, ZB-H1's and the interleaved schedule's fill and dra
 second rank's reduction. Before, the estimate sat 5-11% below the engine on the best plans
 (GPT-3 175B on 1,024 A100: 0.941 on its best plan)."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -149,23 +150,46 @@ def test_param_gather_closed_form(monkeypatch):
 
 # GPT-3 175B on 1,024 A100 (`a100-vtrain`): the best plans of `paraplan plan` and the other
 # schedules' best (TP, PP, DP, micro-batch, v, schedule, ZeRO); estimate / engine measured
-# 0.999-1.016 over the 128 candidates the search re-times (before: 0.896-1.058, the best plan 0.941)
+# 0.999-1.016 over the 128 candidates the search re-times (before: 0.896-1.058, the best plan
+# 0.941), 0.999-1.007 on these; without the param-gather term 0.985-1.000, without the p2p
+# contention 0.986-1.007, without the straggler factor 0.977-0.983
 GPT3_ROWS = [(4, 8, 32, 2, 12, "interleaved_1f1b", 1), (4, 8, 32, 2, 12, "interleaved_1f1b", 3),
              (4, 8, 32, 2, 6, "interleaved_1f1b", 1), (2, 16, 32, 1, 6, "interleaved_1f1b", 1),
              (2, 16, 32, 1, 1, "zb_h1", 1), (4, 8, 32, 1, 1, "zb_h1", 3)]
-WITHIN = 0.025
+WITHIN = 0.01
 
 
 def test_estimate_tracks_the_engine_on_gpt3_plans():
-    """The estimate within 2.5% of the engine's iteration on those plans (each term the
-    engine charges and the estimate lost moves them by 1-6%: a lost term fails)."""
+    """The estimate within 1% of the engine's iteration on those plans (each term it lost
+    moves some of them by 1.3-2.3%: a lost term fails)."""
     request, cluster, comm, eff, base, cand = _gpt3()
-    pick = np.array([_pick(cand, *row) for row in GPT3_ROWS])
-    rows = cand.take(pick)
+    ratio = _ratios(request, cluster, comm, eff, base, cand.take(np.array([_pick(cand, *row) for row in GPT3_ROWS])))
+    assert ratio.shape == (len(GPT3_ROWS),) and np.all(np.abs(ratio - 1.0) < WITHIN), ratio
+
+
+def _ratios(request, cluster, comm, eff, base, rows) -> np.ndarray:
     est = estimate(request.model, rows, base, cluster, comm, eff).iteration_s
     engine = []
     for i in range(len(rows)):
         st = run_structure(request.model, rows.settings(i, base), cluster, comm)
         engine.append(run_iteration(price(st, kernel_times_by_pass([st], eff)[0], eff), timeline=False).iteration_s)
-    ratio = est / np.array(engine)
-    assert np.all(np.abs(ratio - 1.0) < WITHIN), ratio
+    return est / np.array(engine)
+
+
+def test_estimate_takes_the_second_ranks_reduction_on_deepseek_v3():
+    """DeepSeek-V3 (4,096 tokens) on 2,048 H100 (`h100-transfer`), TP 4, PP 16, DP 32, EP 8,
+    1F1B, the distributed optimizer: its first rank holds the 3 dense layers, the second only
+    MoE ones, whose experts' reduction ends the iteration there. The estimate takes the later
+    of the two ranks' ends: 0.990 of the engine (without the second rank 0.962)."""
+    cluster = load_cluster("dgx-h100")
+    cal = calibration_for(cluster)
+    model = replace(PRESETS["deepseek-v3"], seq_length=4096)
+    request = TransformerPlanRequest(model, cluster, 2048, 4096)
+    base = request.base_settings()
+    cand = enumerate_candidates(model, 2048, 4096, 8, request.space, base.use_flash_attn)
+    hit = np.flatnonzero((cand.t == 4) & (cand.p == 16) & (cand.d == 32) & (cand.ep == 8) & (cand.b == 1)
+                         & (cand.schedule == SCHEDULES.index("1f1b")) & (cand.zero == 1) & (cand.sp == 1)
+                         & (cand.recompute == 0) & (cand.acc == 0) & (cand.first == 0) & (cand.etp == 1))
+    assert hit.size
+    ratio = _ratios(request, cluster, cal.comm_model(cluster), cal.efficiency, base, cand.take(hit[:1]))
+    assert ratio.shape == (1,) and abs(ratio[0] - 1.0) < 0.02, ratio

@@ -45,8 +45,9 @@ def test_wide_data_parallel_estimate_tracks_the_engine():
     the engine (0.891-0.955): it charged its buckets' contention but not `overlap_param_gather`'s
     or the pipeline transfers'. With those priced as the engine prices them
     (`overlap_terms.py`), the 2 (p v - 1) transfers on the interleaved critical path and the end
-    chunks' own layers where the embedding and loss count as layers, it is within +1.9% and
-    +2.9% (y3); within 3.5% here, so a lost term fails."""
+    chunks' own layers where the embedding and loss count as layers, it is +1.3% to +2.1% of
+    the engine (y3; the remainder: the first rank's buckets); within 3% here, so a lost term
+    (each 1-6%) fails."""
     cluster = load_cluster("dgx-h100")
     comm = CAL.comm_model(cluster)
     model = PRESETS["llama3-405b"]
@@ -60,4 +61,4 @@ def test_wide_data_parallel_estimate_tracks_the_engine():
     est = estimate(model, cand, base, cluster, comm, CAL.efficiency).iteration_s
     exact = predict_settings(model, [cand.settings(i, base) for i in range(len(cand))], cluster, comm, CAL.efficiency)
     ratio = est / np.array([r.iteration_s for r, _ in exact])
-    assert np.all(np.abs(ratio - 1.0) < 0.035), ratio
+    assert np.all(np.abs(ratio - 1.0) < 0.03), ratio
