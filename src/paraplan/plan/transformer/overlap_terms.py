@@ -39,10 +39,15 @@ def comm_s(comm: CommModel, collective: str, nbytes: np.ndarray, size: np.ndarra
     idx = np.flatnonzero(where)
     if idx.size == 0:
         return out
-    keys = np.stack([np.broadcast_to(nbytes, where.shape)[idx], np.broadcast_to(size, where.shape)[idx],
-                     np.broadcast_to(nodes, where.shape)[idx]], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    seconds = np.array([float(comm.time_s(collective, b, Group(int(s), int(n)))) for b, s, n in unique.tolist()])
+    b = np.broadcast_to(nbytes, where.shape)[idx]
+    size_i = np.broadcast_to(size, where.shape)[idx].astype(np.int64)
+    nodes_i = np.broadcast_to(nodes, where.shape)[idx].astype(np.int64)
+    # one integer key per (bytes, size, nodes): np.unique over rows (axis=0) sorts far slower
+    code_b = np.unique(b, return_inverse=True)[1].ravel()
+    key = (code_b * (int(size_i.max()) + 1) + size_i) * (int(nodes_i.max()) + 1) + nodes_i
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    seconds = np.array([float(comm.time_s(collective, float(b[j]), Group(int(size_i[j]), int(nodes_i[j]))))
+                        for j in first.tolist()])
     out[idx] = seconds[inverse.ravel()]
     return out
 
