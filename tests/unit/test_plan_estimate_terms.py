@@ -15,8 +15,9 @@ from paraplan.clusters import load_cluster
 from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.plan.transformer import estimate as est_mod
-from paraplan.plan.transformer.estimate import _pipeline_s, _StageTimes, estimate
+from paraplan.plan.transformer.estimate import _StageTimes, estimate
 from paraplan.plan.transformer.overlap_terms import p2p_crosses_nodes, p2p_share, sender_contention_s
+from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.space import RECOMPUTE, SCHEDULES, enumerate_candidates
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
@@ -76,7 +77,7 @@ def test_zb_h1_closed_form_is_the_engines(p, m, wgt):
     gradients fill gaps of one forward; as the engine runs the schedule's op order."""
     F, B, W = 1.0, 1.05, wgt
     cols, layers, st = _uniform(p, m, 1, "zb_h1", F + B + W, W, F)
-    pipe, _ = _pipeline_s(cols, layers, st, np.zeros(1))  # type: ignore[arg-type]
+    pipe, _ = pipeline_s(cols, layers, st, np.zeros(1))  # type: ignore[arg-type]
     saved = (p - 1) * W + min(m - 1, p - 1) * min(W, F)
     assert pipe[0] == pytest.approx((p + m - 1) * (F + B + W) - saved, rel=1e-12)
     run = execute(cached_orders("zb_h1", p, m), PipelineCosts.uniform(p, F, B, W), m)
@@ -90,7 +91,7 @@ def test_interleaved_transfers_on_the_critical_path(p, v, m):
     (the first forward and the last backward cross every virtual stage; was 2 (p - 1))."""
     cols, layers, st = _uniform(p, m, v, "interleaved_1f1b", 3.0)
     send = 0.01
-    pipe, _ = _pipeline_s(cols, layers, st, np.array([send]))  # type: ignore[arg-type]
+    pipe, _ = pipeline_s(cols, layers, st, np.array([send]))  # type: ignore[arg-type]
     assert pipe[0] == pytest.approx((m * v + p - 1) * 3.0 + 2 * (p * v - 1) * send, rel=1e-12)
     run = execute(cached_orders("interleaved_1f1b", p, m, 1, v), PipelineCosts.uniform(p * v, 1.0, 2.0, 0.0, send), m)
     assert pipe[0] == pytest.approx(run.end_s[run.device == 0].max(), rel=1e-9)

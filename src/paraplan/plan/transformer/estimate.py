@@ -16,12 +16,17 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
   1F1B less (p - 1) W + min(M - 1, p - 1) min(W, F) of a middle stage (Qi et al. 2023:
   2 (p - 1) W, the fill and drain run the weight gradients); plus the
-  fill/drain transfers, and M x what blocking transfers add per micro-batch
-  (`paraplan.predict.pipeline_p2p`);
+  fill/drain transfers, M x what blocking transfers add per micro-batch
+  (`paraplan.predict.pipeline_p2p`), and what overlapped transfers take from the ops
+  beside them (`overlap_terms`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, in the engine's buckets (Megatron-Core's grow with DP; interleaved,
-  each model chunk reduced once its last backward ends), the optimizer step and a sharded
-  optimizer's weight all-gather (none with overlap_param_gather);
+  each model chunk reduced once its last backward ends), the optimizer step (with the
+  distributed optimizer's zeroing of the whole gradient buffer) and the sharded state's
+  weight all-gather (`overlap_param_gather`'s: the first bucket exposed, the rest beside
+  the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
+  rank's end, or the second rank's where later (its compute ends a backward earlier, its
+  whole reduction after it: `grad_sync.second_rank_sync_s`);
 - memory of the first and the last stage (and the second, where a middle stage may hold
   more): weights, gradients and optimizer state as sharded, activations x micro-batches
   in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
@@ -58,6 +63,7 @@ from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.grad_sync import gradient_sync_s, second_rank_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
+from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
@@ -129,7 +135,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
     p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
     stages = _stage_times(cols, layers, times, table, eff, send, p2p)
-    pipe, busy = _pipeline_s(cols, layers, stages, send)
+    pipe, busy = pipeline_s(cols, layers, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
     share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
@@ -324,41 +330,6 @@ def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, 
             t = int(cols.t[i])
             gather[i] = comm.time_s("all_gather", whole[i], Group(t, -(-t // devices_per_node)))
     return send, gather
-
-
-def _pipeline_s(cols: CandidateColumns, layers: StageLayers, st: _StageTimes,
-                send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pipeline's time per iteration by schedule, and the busy time of an average
-    rank (for the bubble)."""
-    p, m, v = cols.p, cols.m, cols.v
-    count_big = layers.count_big
-    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
-    stages_sum = (st.first + st.last + np.maximum(count_big - 2, 0) * st.mid
-                  + np.maximum(p - count_big - (count_big < p), 0) * st.mid_small)
-    slowest = np.maximum(np.maximum(st.first, st.last), st.mid)
-    flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
-    # interleaved: M x a rank's work per micro-batch (its v chunks, the embedding or the head on the
-    # first / last) + the fill and drain through one chunk of each other rank (the first rank's first,
-    # the last rank's last), the latest over the first, the last and a middle rank; the first
-    # micro-batch's forward and the last one's backward cross every one of the p v - 1 virtual-stage
-    # boundaries: 2 (p v - 1) transfers (y3: against the engine's op order, uniform and uneven ends)
-    rank_first = (v - 1) * st.chunk_first + st.first
-    rank_last = (v - 1) * st.chunk_last + st.last
-    through_middle = np.where(p >= 3, m * v * st.mid + st.first + st.last + (p - 3) * st.mid, 0.0)
-    interleaved = (np.maximum(np.maximum(m * rank_first + st.last, m * rank_last + st.first) + (p - 2) * st.mid,
-                              through_middle) + 2 * (p * v - 1) * send)
-    # ZB-H1's bubble is (p - 1)(F + B - W) where 1F1B's is (p - 1)(F + B + W) (Qi et al. 2023,
-    # Zero Bubble Pipeline Parallelism, section 2): a middle stage's weight gradients leave the fill
-    # and the drain, those of the drain into gaps of a forward (as the engine runs the schedule's op
-    # order, y3: min(M - 1, p - 1) of them, each at most F)
-    zb = (flushed - (p - 1) * st.weight_grad_mid
-          - np.minimum(m - 1, p - 1) * np.minimum(st.weight_grad_mid, st.forward_mid))
-    sched = cols.schedule
-    pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
-    pipe = np.where(cols.single, m * st.whole, pipe)
-    busy = m * np.where(cols.single, st.whole,
-                        (st.first + st.last + (p - 2) * np.where(v > 1, v * st.mid, st.mid)) / np.maximum(p, 1))
-    return pipe, busy
 
 
 def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: StageLayers,
