@@ -12,24 +12,37 @@
    their prediction; the planner's pick is within 5% of the measured-fastest, and the
    measured-fastest is in its top 3, for how many questions and shapes (target >= 90%).
    Predictions are the cross-validated ones of the workflow's calibrate rule
-   (results/predict/a100-vtrain/cross_validated.csv) when present, else in-sample.
+   (results/predict/a100-vtrain/cross_validated.csv) when present, else in-sample;
+3. the closed-form estimate against the engine on the candidates the search re-times
+   (the `retime` fastest by estimate of each schedule that fit by estimate, every one
+   timed here, none skipped by the bound): estimate / engine per candidate (the spread,
+   and the engine's fastest 8), and whether the estimate orders them as the engine does
+   (Spearman's rank correlation over those that fit by the engine, and whether the
+   estimate's fastest of them is the engine's: top-1).
 
-    python benchmarks/bench_plan_llm.py
+    python benchmarks/bench_plan_llm.py [--speed | --estimate | --ranking]
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 from paraplan.clusters import load_cluster
+from paraplan.core.limits import MAX_SIMULATED_OPS
+from paraplan.core.run_settings import RunSettings
+from paraplan.plan.transformer.estimate import estimate
 from paraplan.plan.transformer.output import describe
 from paraplan.plan.transformer.request import TransformerPlanRequest
-from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.retime import retime
+from paraplan.plan.transformer.search import MEMORY_MARGIN, pipeline_ops, search
+from paraplan.plan.transformer.space import enumerate_candidates
 from paraplan.predict.calibration import calibration_for
 from paraplan.predict.models import PRESETS
 
@@ -37,17 +50,25 @@ ROOT = Path(__file__).resolve().parents[1]
 CROSS_VALIDATED = ROOT / "results/predict/a100-vtrain/cross_validated.csv"
 
 
+CASES = (("gpt3-175b", "dgx-a100", 1024, 1536, 1.0),
+         ("llama3-70b", "dgx-h100", 1024, 1024, 5.0),
+         ("llama3-405b", "dgx-h100", 16384, 2048, 30.0),
+         ("mixtral-8x7b", "dgx-h100", 64, 256, 10.0),
+         ("qwen3-235b-a22b", "dgx-h100", 256, 512, 10.0),
+         ("deepseek-v3", "dgx-h100", 2048, 4096, 2.0))  # model, cluster, GPUs, global batch, search target (s)
+
+
+def _case(name: str, cluster_name: str):
+    cluster = load_cluster(cluster_name)
+    calibration = calibration_for(cluster)  # what `paraplan plan` uses: the device's shipped one
+    model = replace(PRESETS[name], seq_length=4096) if PRESETS[name].is_moe else PRESETS[name]
+    return model, cluster, calibration
+
+
 def speed() -> None:
-    for name, cluster_name, gpus, batch, target in (("gpt3-175b", "dgx-a100", 1024, 1536, 1.0),
-                                                    ("llama3-70b", "dgx-h100", 1024, 1024, 5.0),
-                                                    ("llama3-405b", "dgx-h100", 16384, 2048, 30.0),
-                                                    ("mixtral-8x7b", "dgx-h100", 64, 256, 10.0),
-                                                    ("qwen3-235b-a22b", "dgx-h100", 256, 512, 10.0),
-                                                    ("deepseek-v3", "dgx-h100", 2048, 4096, 2.0)):
-        cluster = load_cluster(cluster_name)
-        calibration = calibration_for(cluster)  # what `paraplan plan` uses: the device's shipped one
+    for name, cluster_name, gpus, batch, target in CASES:
+        model, cluster, calibration = _case(name, cluster_name)
         comm = calibration.comm_model(cluster)
-        model = replace(PRESETS[name], seq_length=4096) if PRESETS[name].is_moe else PRESETS[name]
         best, best_cpu = np.inf, np.inf
         for _ in range(3):
             started, started_cpu = time.perf_counter(), time.process_time()
@@ -87,6 +108,49 @@ def ranking() -> None:
     print(per_shape.round(3).to_string())
 
 
+def estimate_vs_engine() -> None:
+    for name, cluster_name, gpus, batch, _ in CASES:
+        model, cluster, calibration = _case(name, cluster_name)
+        comm, eff = calibration.comm_model(cluster), calibration.efficiency
+        request = TransformerPlanRequest(model, cluster, gpus, batch)
+        base = request.base_settings()
+        cand = enumerate_candidates(model, gpus, batch, cluster.devices_per_node, request.space, base.use_flash_attn)
+        capacity = cluster.device.usable_memory_bytes
+        est = estimate(model, cand, base, cluster, comm, eff, fits_bytes=capacity * MEMORY_MARGIN)
+        # the candidates `search` re-times: the `retime` fastest by estimate of each schedule that fit
+        fits = (est.peak_memory_bytes <= capacity * MEMORY_MARGIN) & (pipeline_ops(cand, batch) <= MAX_SIMULATED_OPS)
+        order = np.flatnonzero(fits)[np.argsort(est.iteration_s[fits], kind="stable")]
+        chosen = np.concatenate([order[cand.schedule[order] == k][: request.retime]
+                                 for k in np.unique(cand.schedule[order])])
+        settings = [cand.settings(int(i), base) for i in chosen]
+        results = retime(model, settings, cluster, comm, eff, len(settings), est.iteration_s[chosen])  # no skipping
+        engine_s = np.array([rs[0].iteration_s for rs in results if rs is not None])
+        engine_fits = np.array([float(rs[0].peak_memory_bytes.max()) <= capacity for rs in results if rs is not None])
+        estimate_s = est.iteration_s[chosen]
+        ratio = estimate_s / engine_s
+        rho = spearmanr(estimate_s[engine_fits], engine_s[engine_fits]).statistic
+        fit_idx = np.flatnonzero(engine_fits)
+        pick, best = fit_idx[np.argmin(estimate_s[fit_idx])], fit_idx[np.argmin(engine_s[fit_idx])]
+        top1 = "agrees" if engine_s[pick] <= engine_s[best] * (1 + 1e-4) else (  # ties (0.01%): timed alike
+            f"differs: the estimate's fastest is {engine_s[pick] / engine_s[best] - 1:+.2%} on the engine")
+        print(f"{name} on {gpus} x {cluster.device.name}: {len(chosen)} candidates re-timed, estimate / engine "
+              f"{ratio.min():.3f}-{ratio.max():.3f} (median {np.median(ratio):.3f}, mean |1 - ratio| "
+              f"{np.mean(np.abs(ratio - 1)):.1%}); over the {int(engine_fits.sum())} that fit: Spearman "
+              f"{rho:.3f}, top-1 {top1}")
+        for k in fit_idx[np.argsort(engine_s[fit_idx], kind="stable")][:8]:
+            print(f"    engine {engine_s[k]:7.3f} s  estimate {estimate_s[k]:7.3f} s  ratio {ratio[k]:.3f}  "
+                  f"{describe_settings(settings[k])}")
+
+
+def describe_settings(s: RunSettings) -> str:
+    return (f"TP {s.tensor_model_parallel_size} PP {s.pipeline_model_parallel_size} DP {s.data_parallel_size}"
+            + (f" EP {s.expert_model_parallel_size}" if s.expert_model_parallel_size > 1 else "")
+            + f" mb {s.micro_batch_size} v {s.virtual_pipeline_model_parallel_size} {s.pipeline_schedule} "
+            f"recompute {s.recompute_granularity} ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}")
+
+
 if __name__ == "__main__":
-    speed()
-    ranking()
+    parts = {"--speed": speed, "--estimate": estimate_vs_engine, "--ranking": ranking}
+    for flag, part in parts.items():
+        if len(sys.argv) == 1 or flag in sys.argv[1:]:
+            part()

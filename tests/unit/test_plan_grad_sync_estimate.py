@@ -41,10 +41,13 @@ def test_wide_data_parallel_estimate_tracks_the_engine():
     parallel, interleaved, the embedding and loss counted as layers), PP 4 to 16 at DP 512
     to 128 with the distributed optimizer and ZeRO-3 under pipelines: the estimate was
     within 5% of the engine's iteration (-3.0% to +0.4%; before +134% at PP 4 v 32 DP 512,
-    +34% to +36% at PP 8 DP 256, +8% at PP 16 DP 128). Since every overlapped collective
-    pays contention in the engine, the closed form charges its buckets' (exposed + share x
-    hidden) but not `overlap_param_gather`'s or the pipeline transfers', so it sits below
-    the engine, never above it: measured -11% to -5% (0.891-0.955)."""
+    +34% to +36% at PP 8 DP 256, +8% at PP 16 DP 128). The estimate then sat 5-11% below
+    the engine (0.891-0.955): it charged its buckets' contention but not `overlap_param_gather`'s
+    or the pipeline transfers'. With those priced as the engine prices them
+    (`overlap_terms.py`), the 2 (p v - 1) transfers on the interleaved critical path and the end
+    chunks' own layers where the embedding and loss count as layers, it is +1.3% to +2.1% of
+    the engine (y3; the remainder: the first rank's buckets); within 3% here, so a lost term
+    (each 1-6%) fails."""
     cluster = load_cluster("dgx-h100")
     comm = CAL.comm_model(cluster)
     model = PRESETS["llama3-405b"]
@@ -58,4 +61,4 @@ def test_wide_data_parallel_estimate_tracks_the_engine():
     est = estimate(model, cand, base, cluster, comm, CAL.efficiency).iteration_s
     exact = predict_settings(model, [cand.settings(i, base) for i in range(len(cand))], cluster, comm, CAL.efficiency)
     ratio = est / np.array([r.iteration_s for r, _ in exact])
-    assert np.all((ratio > 0.87) & (ratio < 1.0)), ratio
+    assert np.all(np.abs(ratio - 1.0) < 0.03), ratio

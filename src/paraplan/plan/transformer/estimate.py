@@ -8,17 +8,25 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
 - stage op times: layers per stage x the layer's device and host time (smooth
   maximum, as the exact model), the embedding on the first stage, the head on the last;
 - pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
-  (exact for uniform stages); interleaved M x the busiest rank's (F + B) over its v
-  chunks + (p - 1) x one middle chunk's (with an even split: (M v + p - 1) x one
-  chunk's plus the first or last device's extra per micro-batch); a v that does not
+  (exact for uniform stages); interleaved M x a rank's (F + B) over its v chunks + one
+  chunk of each other rank (the first rank's first, the last rank's last), the latest of
+  the first, the last and a middle rank (with an even split: (M v + p - 1) x one chunk's
+  plus the first or last device's extra per micro-batch) + 2 (p v - 1) transfers (the
+  first forward and the last backward cross every virtual stage); a v that does not
   divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
-  1F1B less (p - 1) W (the weight gradients leave the fill and drain); plus the
-  fill/drain transfers, and M x what blocking transfers add per micro-batch
-  (`paraplan.predict.pipeline_p2p`);
+  1F1B less (p - 1) W + min(M - 1, p - 1) min(W, F) of a middle stage (Qi et al. 2023:
+  2 (p - 1) W, the fill and drain run the weight gradients); plus the
+  fill/drain transfers, M x what blocking transfers add per micro-batch
+  (`paraplan.predict.pipeline_p2p`), and what overlapped transfers take from the ops
+  beside them (`overlap_terms`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, in the engine's buckets (Megatron-Core's grow with DP; interleaved,
-  each model chunk reduced once its last backward ends), the optimizer step and a sharded
-  optimizer's weight all-gather (none with overlap_param_gather);
+  each model chunk reduced once its last backward ends), the optimizer step (with the
+  distributed optimizer's zeroing of the whole gradient buffer) and the sharded state's
+  weight all-gather (`overlap_param_gather`'s: the first bucket exposed, the rest beside
+  the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
+  rank's end, or the second rank's where later (its compute ends a backward earlier, its
+  whole reduction after it: `grad_sync.second_rank_sync_s`);
 - memory of the first and the last stage (and the second, where a middle stage may hold
   more): weights, gradients and optimizer state as sharded, activations x micro-batches
   in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
@@ -52,8 +60,10 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
-from paraplan.plan.transformer.grad_sync import gradient_sync_s
+from paraplan.plan.transformer.grad_sync import gradient_sync_s, second_rank_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
+from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
+from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
 from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
@@ -117,18 +127,37 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
     dualpipe_peak = _dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
-    table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff)
+    num_gpus = int(cand.t[0] * cand.cp[0] * cand.p[0] * cand.d[0]) if len(cand) else None
+    table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff, num_gpus)
     times = _layer_times(cols, table, weights, comm, prec, eff, timed, cluster.device.compute_units)
-    stages = _stage_times(cols, layers, times, table, eff)
     send, gather = _send_s(model, cols, base, comm, timed, cluster.devices_per_node)
-    pipe, busy = _pipeline_s(cols, layers, stages, send)
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
+    units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
+    p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
+    stages = _stage_times(cols, layers, times, table, eff, send, p2p)
+    pipe, busy = pipeline_s(cols, layers, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
-    bucket_share = occupancy_shares(cluster.device.compute_units, cols.dp_nodes, eff.comm_overlap_contention)
-    iteration = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
-                                        timed, bucket_share)
-                 + _optimizer_s(cols, params, cluster, base, eff) + _tied_exchange_s(cols, weights, comm, prec, timed))
+    share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
+    megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
+    # the first rank's forwards of its first micro-batch, with what blocking transfers (v = 1: after
+    # each forward) and the received activations' all-gathers (chunks after the first) add to them
+    blocked = (cols.p > 1) & (cols.v == 1)
+    forward = stages.first_rank_forward + np.where(blocked, send + gather + synchronize,
+                                                   np.where(overlapped, (cols.v - 1) * gather, 0.0))
+    optimizer = _optimizer_s(cols, params, cluster, base, eff)
+    first_end = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
+                                        timed, share)
+                 + param_gather_s(cols, params, weights.vocab + weights.positions, comm, prec, megatron, share,
+                                  forward, timed)
+                 + optimizer + _tied_exchange_s(cols, weights, comm, prec, timed))
+    # the second rank's compute ends one backward of the first rank's before it (ZB-H1: that backward
+    # less its weight gradients, which the first rank runs last), its whole reduction after it
+    last_backward = times.op_s(layers.n_chunk, eff, True, times.emb_bwd)
+    last_backward = last_backward - np.where(cols.schedule == "zb_h1", stages.weight_grad_first, 0.0)
+    second_end = np.where(cols.single, 0.0, pipe - last_backward + optimizer + second_rank_sync_s(
+        cols, layers, weights, times, comm, prec, base, eff, timed, share, p2p, send))
+    iteration = np.maximum(first_end, second_end)
     bubble = np.clip(1.0 - busy / np.maximum(iteration, 1e-30), 0.0, 1.0)
     return Estimates(np.where(timed, iteration, np.inf), peak, np.where(timed, bubble, np.nan), dualpipe_peak)
 
@@ -226,7 +255,10 @@ class _StageTimes:
     """Forward + backward of one micro-batch on a stage (s): a middle (virtual) stage,
     a v = 1 stage of the smaller layer count, the first and last stage (their first
     and last chunk when interleaved), the whole model on one stage; the first chunk's
-    weight-gradient part, and a whole chunk of the first and last rank."""
+    weight-gradient part, and a whole chunk of the first and last rank; with what
+    overlapped transfers take from each op (`overlap_terms.sender_contention_s`). The
+    first rank's forward of one micro-batch over its chunks (`param_gather_s` sets the
+    weight all-gathers beside it)."""
 
     mid: np.ndarray
     mid_small: np.ndarray
@@ -234,22 +266,51 @@ class _StageTimes:
     last: np.ndarray
     whole: np.ndarray
     weight_grad_first: np.ndarray
+    weight_grad_mid: np.ndarray
+    forward_mid: np.ndarray
     chunk_first: np.ndarray
     chunk_last: np.ndarray
+    first_rank_forward: np.ndarray
 
 
 def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes, table: LayerTable,
-                 eff: DeviceEfficiency) -> _StageTimes:
+                 eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
+    """`p2p_share`: of each overlapped transfer beside an op (0 where they block): every
+    forward sends its activation on but the last virtual stage's, every backward its
+    gradient back but the first's (`pipeline_p2p.overlap_contention_s`)."""
     L = cols.num_layers
+
+    def ops(n_layers, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
+        return times.op_s(n_layers, eff, False, fwd_extra), times.op_s(n_layers, eff, True, bwd_extra)
+
+    def contended(op: np.ndarray) -> np.ndarray:
+        return op + sender_contention_s(send, op, p2p_share)
+
+    # the embedding / loss counted as a layer take a layer's slot from the end chunks, not from
+    # every chunk of the end ranks (`StageLayers` keeps the mean, which their sums read)
+    acc = cols.cand.acc
+    emb, loss = np.where(acc > 0, acc & 1, 0), np.where(acc > 0, acc >> 1, 0)
+    chunk_first_n = np.where(acc > 0, layers.n_mid, layers.n_chunk)
+    chunk_last_n = np.where(acc > 0, layers.n_mid, layers.n_last)
+    mid_f, mid_b = ops(layers.n_mid)
+    first_f, first_b = ops(chunk_first_n - emb, times.emb_fwd, times.emb_bwd)
+    last_f, last_b = ops(chunk_last_n - loss, times.head_fwd, times.head_bwd)
+    chunk_first_f, chunk_first_b = ops(chunk_first_n)
+    chunk_last_f, chunk_last_b = ops(chunk_last_n)
+    whole_f, whole_b = ops(L, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
+    first_f, chunk_first_f = contended(first_f), contended(chunk_first_f)
     return _StageTimes(
-        mid=times.fb_s(layers.n_mid, eff),
+        mid=contended(mid_f) + contended(mid_b),
         mid_small=times.fb_s(layers.n_small, eff),
-        first=times.fb_s(layers.n_chunk, eff, times.emb_fwd, times.emb_bwd),
-        last=times.fb_s(layers.n_last, eff, times.head_fwd, times.head_bwd),
-        whole=times.fb_s(L, eff, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd),
+        first=first_f + first_b,
+        last=last_f + contended(last_b),
+        whole=whole_f + whole_b,
         weight_grad_first=layers.n_chunk * table.wgt_dev[cols.row],
-        chunk_first=times.fb_s(layers.n_chunk, eff),
-        chunk_last=times.fb_s(layers.n_last, eff),
+        weight_grad_mid=layers.n_mid * table.wgt_dev[cols.row],
+        forward_mid=contended(mid_f),
+        chunk_first=chunk_first_f + contended(chunk_first_b),
+        chunk_last=contended(chunk_last_f) + contended(chunk_last_b),
+        first_rank_forward=np.where(cols.single, whole_f, first_f + (cols.v - 1) * chunk_first_f),
     )
 
 
@@ -269,32 +330,6 @@ def _send_s(model: TransformerModel, cols: CandidateColumns, base: RunSettings, 
             t = int(cols.t[i])
             gather[i] = comm.time_s("all_gather", whole[i], Group(t, -(-t // devices_per_node)))
     return send, gather
-
-
-def _pipeline_s(cols: CandidateColumns, layers: StageLayers, st: _StageTimes,
-                send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pipeline's time per iteration by schedule, and the busy time of an average
-    rank (for the bubble)."""
-    p, m, v = cols.p, cols.m, cols.v
-    count_big = layers.count_big
-    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
-    stages_sum = (st.first + st.last + np.maximum(count_big - 2, 0) * st.mid
-                  + np.maximum(p - count_big - (count_big < p), 0) * st.mid_small)
-    slowest = np.maximum(np.maximum(st.first, st.last), st.mid)
-    flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
-    # interleaved: M x the busiest rank's work per micro-batch (its v chunks, the
-    # embedding or the head on the first / last) + the fill and drain of one chunk
-    rank_first = (v - 1) * st.chunk_first + st.first
-    rank_last = (v - 1) * st.chunk_last + st.last
-    busiest = np.maximum(np.maximum(rank_first, rank_last), v * st.mid)
-    interleaved = m * busiest + (p - 1) * st.mid + 2 * (p - 1) * send
-    zb = flushed - (p - 1) * st.weight_grad_first  # each stage's weight gradients leave the fill/drain path
-    sched = cols.schedule
-    pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
-    pipe = np.where(cols.single, m * st.whole, pipe)
-    busy = m * np.where(cols.single, st.whole,
-                        (st.first + st.last + (p - 2) * np.where(v > 1, v * st.mid, st.mid)) / np.maximum(p, 1))
-    return pipe, busy
 
 
 def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: StageLayers,
@@ -319,11 +354,18 @@ def _stage_params(model: TransformerModel, cols: CandidateColumns, layers: Stage
 
 def _optimizer_s(cols: CandidateColumns, params: StageParams, cluster: Cluster, base: RunSettings,
                  eff: DeviceEfficiency) -> np.ndarray:
-    """The optimizer step of the first stage's (sharded) state: memory-bound."""
+    """The optimizer step of the first stage's (sharded) state: memory-bound; with
+    Megatron-Core's distributed optimizer also the zeroing of the rest of the rank's
+    gradient buffer (`megatron_ddp.unsharded_zeroing_bytes`: one more kernel)."""
     prec = Precision.of_settings(base)
     speed = DeviceSpeed.of(cluster.device, base.dtype)
-    return ((params.first / cols.shards + params.first_experts / cols.expert_shards) * prec.optimizer_step_bytes
-            / (speed.mem_bandwidth_Bps * eff.memory_efficiency) + OPTIMIZER_KERNELS * eff.kernel_latency_s)
+    bandwidth_Bps = speed.mem_bandwidth_Bps * eff.memory_efficiency
+    stepped = params.first / cols.shards + params.first_experts / cols.expert_shards
+    zeroing = ((cols.cand.zero == 1) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
+               & (params.first + params.first_experts > stepped))  # `megatron_ddp.zeroes_whole_grad_buffer`
+    zeroing_s = np.where(zeroing, (params.first + params.first_experts - stepped) * prec.grad_bytes / bandwidth_Bps
+                         + eff.kernel_latency_s, 0.0)
+    return stepped * prec.optimizer_step_bytes / bandwidth_Bps + OPTIMIZER_KERNELS * eff.kernel_latency_s + zeroing_s
 
 
 def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel, prec: Precision,

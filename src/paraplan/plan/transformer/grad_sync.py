@@ -12,6 +12,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
+from paraplan.plan.transformer.overlap_terms import comm_s
 from paraplan.predict.build import GRAD_BUCKET_PARAMS, Precision
 from paraplan.predict.device_model import DeviceEfficiency
 from paraplan.predict.megatron_ddp import bucket_params_for
@@ -101,3 +102,45 @@ def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTim
         chunk = float(params.first_experts[i] / cols.v[i])
         sync[i] += exposed(int(i), float(params.first_experts[i]), chunk, group, max(bucket, 1.0), 0.0)
     return sync
+
+
+def second_rank_sync_s(cols: CandidateColumns, layers: StageLayers, weights: Weights, times: LayerTimes,
+                       comm: CommModel, prec: Precision, base: RunSettings, eff: DeviceEfficiency,
+                       timed: np.ndarray, share: np.ndarray, p2p_share: np.ndarray,
+                       send: np.ndarray) -> np.ndarray:
+    """The gradient reduction a middle pipeline rank (the second) leaves exposed past its
+    last backward, vectorised (`overlap_terms.comm_s`): it holds a middle rank's layers
+    (a mixture-of-experts model's mean layer, so its experts: DeepSeek-V3's first rank
+    holds its dense layers, the others MoE ones) and Megatron-Core reduces each of its
+    chunks in one bucket once the chunk's last backward has ended (`megatron_ddp`: no
+    bucketing past the first rank), ZeRO-3 one bucket per layer, torch DDP
+    `GRAD_BUCKET_PARAMS`; the buckets of the last chunk hide up to half its last backward
+    as the first rank's (`gradient_sync_s`), interleaved chunks queue as there
+    (`_chunks_exposed_s`), and what hides costs `share` of it. Its compute ends a
+    backward of the first rank before the first rank's (`estimate.py` takes the later end)."""
+    megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
+    sharded = cols.sharded
+    bwd = times.op_s(layers.n_mid, eff, True)
+    bwd = bwd + p2p_share * np.minimum(send, bwd)  # `overlap_terms.sender_contention_s`
+    chunk_s = np.zeros(len(cols))
+    last_s = np.zeros(len(cols))  # the chunk's last bucket
+    per_layer = np.maximum(layers.n_mid, 1.0)
+    for params, size, nodes, on in (
+            (layers.n_mid * weights.layer, cols.dc, cols.dp_nodes,
+             (cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once)),
+            (layers.n_mid * weights.expert_layer, cols.edp, cols.edp_nodes,
+             (cols.edp > 1) & (weights.expert_layer > 0))):
+        on = on & (cols.p > 1) & timed
+        bucket = np.where(megatron, np.maximum(params, 1.0), np.where(cols.zero3_once, params / per_layer,
+                                                                          GRAD_BUCKET_PARAMS))
+        count = np.maximum(np.ceil(params / np.maximum(bucket, 1.0) - 1e-9), 1.0)  # `equal_buckets`
+        each_bytes = params / count * prec.grad_bytes
+        one = (comm_s(comm, "reduce_scatter", each_bytes, size, nodes, on & sharded)
+               + comm_s(comm, "all_reduce", each_bytes, size, nodes, on & ~sharded))
+        chunk_s += count * one
+        last_s += one
+    first = np.maximum(last_s, chunk_s - 0.5 * bwd)
+    gap = np.minimum(cols.p, cols.m) * bwd
+    queued = first + np.where(chunk_s > gap, cols.v - 1, 1.0) * (chunk_s - gap)  # `_chunks_exposed_s`, vectorised
+    shown = np.where(cols.v > 1, np.maximum(first, queued), first)
+    return np.where(chunk_s > 0, shown + share * np.maximum(cols.v * chunk_s - shown, 0.0), 0.0)

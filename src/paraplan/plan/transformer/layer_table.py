@@ -28,6 +28,7 @@ from paraplan.predict.moe_ops import moe_activation_bytes
 from paraplan.predict.mtp_ops import last_stage_activation_bytes
 from paraplan.predict.ops import layer_activation_bytes
 from paraplan.predict.pass_times import LAYER_PASSES, MOE_LAYER_PASSES, Pass, PassTimes, pass_times
+from paraplan.predict.variability import straggled
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,11 +116,15 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
 
 
 def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster: Cluster, comm: CommModel,
-           eff: DeviceEfficiency) -> LayerTable:
-    """`table` with the times of `rows` priced on their probes (the other rows as they were)."""
+           eff: DeviceEfficiency, num_gpus: int | None = None) -> LayerTable:
+    """`table` with the times of `rows` priced on their probes (the other rows as they were).
+    `num_gpus`: the candidates' GPU count, whose slowest GPU sets the compute-bound time
+    (`paraplan.predict.variability`; the probes themselves run a few GPUs); None: the probes'."""
     rows_list = [int(r) for r in rows]
     probes = [table.probes[r] for r in rows_list]
     structures = probe_structures(model, probes, cluster, comm)
+    if num_gpus is not None:  # y3: the job's straggler factor, as the engine prices the candidate
+        structures = [replace(st, speed=straggled(st.speed, cluster.device, num_gpus)) for st in structures]
     kernel_s = kernel_times_by_pass(structures, eff)
     out = {k: getattr(table, k).copy() for k in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "wgt_dev",
                                                   "emb_fwd", "emb_bwd", "head_fwd", "head_bwd")}
