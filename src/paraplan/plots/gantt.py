@@ -5,11 +5,18 @@ blocks green with the number in blue; micro-batches numbered across iterations
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
+from typing import cast
 
 import numpy as np
-from matplotlib.collections import PatchCollection
-from matplotlib.patches import Rectangle
+from matplotlib.collections import PathCollection, PolyCollection
+from matplotlib.colors import to_rgba_array
+from matplotlib.font_manager import FontProperties
+from matplotlib.path import Path as GlyphPath
+from matplotlib.textpath import TextPath
+from matplotlib.transforms import Affine2D, IdentityTransform
 
 from paraplan.core.glossary import StreamCode
 from paraplan.core.timeline import KINDS, Timeline
@@ -28,50 +35,80 @@ _STYLE_ODD_CHUNK = {
     "bwd_input": ("mediumseagreen", "navy"),
     "bwd_weight": ("goldenrod", "black"),
 }
+_OTHER = ("lightgrey", "black")
+LABEL_SIZE_PT = 8.0
+LABEL_PAD_PT = 1.0
+"""A micro-batch number is drawn where its glyphs and this much space on either side fit
+inside its block; a narrower block shows no number (it would spill over its neighbours)."""
+
+
+def _colours() -> tuple[np.ndarray, np.ndarray]:
+    """RGBA face and label colours indexed by 2 x kind + chunk parity."""
+    pairs = [(_STYLE_ODD_CHUNK if odd else _STYLE).get(kind, _OTHER) for kind in KINDS for odd in (0, 1)]
+    return to_rgba_array([f for f, _ in pairs]), to_rgba_array([t for _, t in pairs])
 
 
 def _chunk_parity(device: np.ndarray, stage: np.ndarray) -> np.ndarray:
     """Rank of each event's stage among the stages its device runs, modulo 2
     (0 everywhere unless a device holds several model chunks)."""
-    pairs = np.unique(np.stack([device, stage]), axis=1)
-    rank = {}
-    for d in np.unique(pairs[0]):
-        for i, st in enumerate(pairs[1][pairs[0] == d].tolist()):
-            rank[(int(d), st)] = i % 2
-    return np.array([rank[(d, st)] for d, st in zip(device.tolist(), stage.tolist(), strict=True)], dtype=int)
+    pairs, pair_of_event = np.unique(np.stack([device, stage]), axis=1, return_inverse=True)
+    # pairs are sorted by device, then stage: a pair's rank is its index minus its device's first
+    first = np.searchsorted(pairs[0], pairs[0], side="left")
+    return ((np.arange(pairs.shape[1]) - first) % 2)[pair_of_event.reshape(-1)]
+
+
+@cache
+def _label_glyphs(text: str) -> tuple[GlyphPath, float]:
+    """`text` as a filled outline in points, the centre of its ink at (0, 0), and the ink's
+    width in points: one path drawn many times costs a fraction of a text artist each."""
+    path = TextPath((0.0, 0.0), text, prop=FontProperties(size=LABEL_SIZE_PT))
+    box = path.get_extents()
+    centred = path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+    return centred, float(box.width)
+
+
+def _rows(timeline: Timeline, devices: list[int] | None) -> list[int]:
+    compute = timeline.stream == StreamCode.COMPUTE
+    return sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)
+
+
+def _row_index(rows: list[int], device: np.ndarray) -> np.ndarray:
+    """The row of each of `device` (all in `rows`, which need not be sorted)."""
+    order = np.argsort(rows)
+    return order[np.searchsorted(np.asarray(rows)[order], device)] if rows else np.zeros(0, dtype=int)
 
 
 def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
                  devices: list[int] | None = None, unit_name: str | None = None):
     """Draw the compute stream of `devices` (default: all) with times in units of
     `time_unit_s` (1.0: the reference charts' unit steps), the axis labelled `unit_name` when
-    given (e.g. "ms"). Returns the matplotlib figure."""
-    compute = timeline.stream == StreamCode.COMPUTE
-    rows = sorted(int(d) for d in np.unique(timeline.device[compute])) if devices is None else list(devices)
-    row_of = {d: i for i, d in enumerate(rows)}
-    sel = compute & np.isin(timeline.device, rows)
+    given (e.g. "ms"). Returns the matplotlib figure, laid out (`_margins`): its axes hold
+    the blocks as one `PolyCollection` (one path per event, in event order), then the
+    micro-batch numbers as `PathCollection`s (one per number, an offset per block it labels)."""
+    rows = _rows(timeline, devices)
+    sel = (timeline.stream == StreamCode.COMPUTE) & np.isin(timeline.device, rows)
     start = timeline.start_s[sel] / time_unit_s
     end = timeline.end_s[sel] / time_unit_s
     span = float(end.max()) if end.size else 1.0
     n_rows = max(len(rows), 1)
     width = float(np.clip(0.32 * span + 1.5, 6.0, 60.0))
     fig, axes = new_figure(width, 0.55 * n_rows + 1.2)
+    margins = _margins(rows)
+    margins.apply(fig)
     ax = axes[0, 0]
     ax.set_title(title or _default_title(timeline))
-    patches, label_pos = [], []
-    odd = _chunk_parity(timeline.device[sel], timeline.stage[sel]) if sel.any() else np.zeros(0, dtype=int)
-    for d, k, mb, s0, s1, c in zip(timeline.device[sel].tolist(), timeline.kind[sel].tolist(),
-                                   timeline.microbatch[sel].tolist(), start.tolist(), end.tolist(),
-                                   odd.tolist(), strict=True):
-        face, text_colour = (_STYLE_ODD_CHUNK if c else _STYLE).get(KINDS[k], ("lightgrey", "black"))
-        y = row_of[d]
-        patches.append(Rectangle((s0, y - 0.5), s1 - s0, 1.0, facecolor=face, edgecolor="black", linewidth=0.8))
-        label_pos.append(((s0 + s1) / 2, y, str(mb + 1), text_colour, s1 - s0))
-    ax.add_collection(PatchCollection(patches, match_original=True))
-    min_width = span / 400
-    for x, y, text, colour, w in label_pos:
-        if w >= min_width:
-            ax.text(x, y, text, color=colour, ha="center", va="center", fontsize=8, clip_on=True)
+    device = timeline.device[sel]
+    y = _row_index(rows, device).astype(float)
+    odd = _chunk_parity(device, timeline.stage[sel]) if sel.any() else np.zeros(0, dtype=int)
+    style = 2 * timeline.kind[sel].astype(int) + odd
+    faces, label_colours = _colours()
+    corners = np.stack([np.stack([start, y - 0.5], axis=-1), np.stack([end, y - 0.5], axis=-1),
+                        np.stack([end, y + 0.5], axis=-1), np.stack([start, y + 0.5], axis=-1)], axis=1)
+    # an (N, 4, 2) array takes PolyCollection's fast path (a list of N arrays would not)
+    ax.add_collection(PolyCollection(cast(Sequence, corners), closed=True, facecolors=faces[style], edgecolors="black",
+                                     linewidths=0.8), autolim=False)
+    _add_labels(ax, (start + end) / 2, y, (end - start) * _points_per_unit(fig, margins, span),
+                timeline.microbatch[sel] + 1, label_colours[style])
     ax.set_xlim(0, span)
     ax.set_ylim(n_rows - 0.5, -0.5)
     ax.set_yticks(range(n_rows), labels=[f"worker-{d}" for d in rows])
@@ -86,6 +123,29 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     return fig
 
 
+def _points_per_unit(fig, margins: Margins, span: float) -> float:
+    """Points of axis per unit of time: the layout is fixed, so known before drawing."""
+    width_in = fig.get_size_inches()[0] - margins.left_in - margins.right_in
+    return 72.0 * width_in / span
+
+
+def _add_labels(ax, x: np.ndarray, y: np.ndarray, block_pt: np.ndarray, number: np.ndarray,
+                colour: np.ndarray) -> None:
+    """The micro-batch numbers centred on their blocks, where they fit (`LABEL_PAD_PT`): one
+    collection per number, its one path drawn at every block that shows it (a PDF then
+    holds each number's outline once)."""
+    for n in np.unique(number).tolist():
+        glyphs, ink_pt = _label_glyphs(str(n))
+        at = np.flatnonzero((number == n) & (block_pt >= ink_pt + 2 * LABEL_PAD_PT))
+        if at.size == 0:
+            continue
+        labels = PathCollection([glyphs], sizes=[1.0],  # the path is in points
+                                offsets=np.column_stack([x[at], y[at]]), offset_transform=ax.transData,
+                                facecolors=colour[at], edgecolors="none", linewidths=0.0)
+        labels.set_transform(IdentityTransform())
+        ax.add_collection(labels, autolim=False)
+
+
 def _default_title(tl: Timeline) -> str:
     parts = [f"Pipeline ({tl.schedule})" if tl.schedule else "Timeline"]
     if tl.microbatches:
@@ -95,10 +155,10 @@ def _default_title(tl: Timeline) -> str:
     return ", ".join(parts)
 
 
-def _margins(fig) -> Margins:
+def _margins(rows: list[int]) -> Margins:
     """A fixed layout with room for the row labels ("worker-N": tight_layout gave 0.79 in
     for one digit), the last time tick's label, the time axis' label and the title."""
-    digits = max((len(t.get_text()) for t in fig.axes[0].get_yticklabels()), default=8) - len("worker-")
+    digits = max((len(str(d)) for d in rows), default=1)
     return Margins(left_in=0.82 + 0.07 * max(digits - 1, 0), right_in=0.27, bottom_in=0.5, top_in=0.32)
 
 
@@ -106,4 +166,4 @@ def save_gantt(timeline: Timeline, stem: str | Path, title: str = "", time_unit_
                devices: list[int] | None = None, unit_name: str | None = None) -> list[Path]:
     """Draw and save as `<stem>.png` and `<stem>.pdf`."""
     fig = gantt_figure(timeline, title, time_unit_s, devices, unit_name)
-    return save_figure(fig, stem, _margins(fig))
+    return save_figure(fig, stem, _margins(_rows(timeline, devices)))
