@@ -23,10 +23,11 @@ def _blocks(fig) -> PolyCollection:
 
 
 def _labels(fig) -> Counter[tuple[float, float]]:
-    """Label positions (data x, row) -> how many labels are drawn there."""
+    """Label positions (data x, row) -> how many micro-batch numbers are drawn there (the
+    time axis' numbers, outside the axes, are not clipped)."""
     at: Counter[tuple[float, float]] = Counter()
     for c in fig.axes[0].collections:
-        if isinstance(c, PathCollection):
+        if isinstance(c, PathCollection) and c.get_clip_on():
             at.update((float(x), float(y)) for x, y in np.asarray(c.get_offsets()))
     return at
 
@@ -72,7 +73,8 @@ def test_interleaved_odd_chunks_are_darker_and_numbers_count_across_iterations()
     np.testing.assert_allclose(first[:, 1], np.where(tl.device == 1, 0, 1) - 0.5)
     faces = Counter(tuple(f) for f in blocks.get_facecolor())
     assert faces == {to_rgba(c): 16 for c in ("royalblue", "navy", "lightgreen", "mediumseagreen")}
-    numbers = sorted(int(c.get_offsets().shape[0]) for c in fig.axes[0].collections if isinstance(c, PathCollection))
+    numbers = sorted(int(c.get_offsets().shape[0]) for c in fig.axes[0].collections
+                     if isinstance(c, PathCollection) and c.get_clip_on())
     assert numbers == [8] * 8  # micro-batches 1..8 over two iterations, 2 devices x 2 chunks x F, B each
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["worker-1", "worker-0"]
     plt.close(fig)
@@ -85,3 +87,31 @@ def test_gantt_saves_png_and_pdf(tmp_path, events):
     paths = save_gantt(tl, tmp_path / "zb", devices=[7] if events == 0 else None)
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_the_step_axis_has_a_tick_and_number_per_step_and_its_label_where_matplotlib_puts_it():
+    from matplotlib.lines import Line2D
+
+    from paraplan.plots.gantt import _margins
+    from paraplan.plots.style import new_figure
+
+    tl = simulate_pipeline("zb_h1", 4, 4, 1.0, 2.0)  # 15 steps: ticks 0..15
+    fig = gantt_figure(tl)
+    ax = fig.axes[0]
+    (ticks,) = [a for a in ax.get_children() if isinstance(a, Line2D) and a.get_marker() is not None
+                and len(a.get_xdata()) > 1]
+    assert list(ticks.get_xdata()) == list(range(16))
+    numbers = [c for c in ax.collections if isinstance(c, PathCollection) and not c.get_clip_on()]
+    assert len(numbers) == 1 and len(numbers[0].get_paths()) == 16
+    # the same chart with matplotlib's own axis (one Tick artist per step) places the axis label
+    ref, axes = new_figure(*fig.get_size_inches())
+    _margins([0, 1, 2, 3]).apply(ref)
+    axes[0, 0].set_xlim(ax.get_xlim())
+    axes[0, 0].set_xticks(range(16))
+    axes[0, 0].set_xlabel("time (steps)")
+    for f in (fig, ref):
+        f.canvas.draw()  # places the axis label
+    ours, theirs = (f.axes[0].xaxis.label.get_window_extent() for f in (fig, ref))
+    assert ours.y0 == pytest.approx(theirs.y0, abs=0.5) and ours.x0 == pytest.approx(theirs.x0, abs=0.5)
+    plt.close(fig)
+    plt.close(ref)
