@@ -1,7 +1,7 @@
 """Gantt charts (`paraplan.plots.gantt`): every compute event is drawn as one block where
 the timeline puts it, in its kind's colour, and its micro-batch number is drawn on it
-wherever the number fits (the charts are drawn as a few collections, not an artist per
-event: a regression that drops events or labels fails here)."""
+wherever the number fits (the charts are drawn as a patch per colour and a few
+collections, not an artist per event: a regression that drops events or labels fails here)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,32 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from matplotlib.collections import PathCollection, PolyCollection
+from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgba
+from matplotlib.path import Path
 
 from paraplan.plots.gantt import gantt_figure, save_gantt
 from paraplan.sim import simulate_pipeline
 
 
-def _blocks(fig) -> PolyCollection:
-    (blocks,) = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
-    return blocks
+def _blocks(fig) -> tuple[np.ndarray, list[tuple[float, ...]]]:
+    """Every rectangle drawn, as rows (x0, x1, y0, y1) sorted, and the face colour of each
+    (in the same order): the blocks' patches hold one closed rectangle per event."""
+    rows, faces = [], []
+    for patch in fig.axes[0].patches:
+        path = patch.get_path()
+        assert list(path.codes) == [Path.MOVETO, *[Path.LINETO] * 3, Path.CLOSEPOLY] * (len(path.vertices) // 5)
+        corners = path.vertices.reshape(-1, 5, 2)
+        rows += [(c[0, 0], c[2, 0], c[0, 1], c[2, 1]) for c in corners]
+        faces += [tuple(patch.get_facecolor())] * len(corners)
+    order = np.lexsort(np.array(rows).T[::-1]) if rows else np.zeros(0, dtype=int)
+    return np.array(rows)[order], [faces[i] for i in order]
+
+
+def _events(tl, rows: np.ndarray) -> np.ndarray:
+    """The timeline's compute events as the rectangles (x0, x1, y0, y1) they should be, sorted."""
+    events = np.column_stack([tl.start_s, tl.end_s, rows - 0.5, rows + 0.5])
+    return events[np.lexsort(events.T[::-1])]
 
 
 def _labels(fig) -> Counter[tuple[float, float]]:
@@ -35,20 +51,15 @@ def _labels(fig) -> Counter[tuple[float, float]]:
 def test_every_zb_h1_op_is_one_block_at_its_times_with_its_number():
     tl = simulate_pipeline("zb_h1", 4, 4, 1.0, 2.0)  # 4 stages x 4 micro-batches x F, B, W
     fig = gantt_figure(tl)
-    paths = _blocks(fig).get_paths()
-    assert len(paths) == tl.num_events == 48
-    corners = np.array([p.vertices[[0, 2]] for p in paths])  # (x0, y0), (x1, y1) per block
-    np.testing.assert_allclose(corners[:, 0, 0], tl.start_s)
-    np.testing.assert_allclose(corners[:, 1, 0], tl.end_s)
-    np.testing.assert_allclose(corners[:, 0, 1], tl.device - 0.5)
-    np.testing.assert_allclose(corners[:, 1, 1], tl.device + 0.5)
+    blocks, faces = _blocks(fig)
+    assert len(blocks) == tl.num_events == 48
+    np.testing.assert_allclose(blocks, _events(tl, tl.device))
     # every block is at least one unit step (0.32 in) wide: all 48 numbers are drawn, centred
     labels = _labels(fig)
     assert sum(labels.values()) == 48
     assert set(labels) == {((s + e) / 2, float(d)) for s, e, d in zip(tl.start_s, tl.end_s, tl.device, strict=True)}
     # forward blue, backward (input) green, weight-gradient khaki
-    faces = {tuple(f) for f in _blocks(fig).get_facecolor()}
-    assert faces == {to_rgba("royalblue"), to_rgba("lightgreen"), to_rgba("khaki")}
+    assert Counter(faces) == {to_rgba("royalblue"): 16, to_rgba("lightgreen"): 16, to_rgba("khaki"): 16}
     plt.close(fig)
 
 
@@ -56,7 +67,8 @@ def test_a_block_too_narrow_for_its_number_is_drawn_without_it():
     # 1F1B, 2 stages, 2 micro-batches: 1 s forwards, 0.01 s backwards (0.2 pt wide on the chart)
     tl = simulate_pipeline("1f1b", 2, 2, 1.0, 0.01)
     fig = gantt_figure(tl)
-    assert len(_blocks(fig).get_paths()) == tl.num_events == 8
+    np.testing.assert_allclose(_blocks(fig)[0], _events(tl, tl.device))
+    assert tl.num_events == 8
     forward = tl.kind == 0
     assert sum(_labels(fig).values()) == int(forward.sum()) == 4
     assert set(_labels(fig)) == {((s + e) / 2, float(d)) for s, e, d in
@@ -67,12 +79,10 @@ def test_a_block_too_narrow_for_its_number_is_drawn_without_it():
 def test_interleaved_odd_chunks_are_darker_and_numbers_count_across_iterations():
     tl = simulate_pipeline("interleaved_1f1b", 2, 4, 1.0, 2.0, virtual_stages=2, iterations=2)
     fig = gantt_figure(tl, devices=[1, 0])  # rows in the order given
-    blocks = _blocks(fig)
-    assert len(blocks.get_paths()) == tl.num_events == 2 * 2 * 4 * 2 * 2
-    first = np.array([p.vertices[0] for p in blocks.get_paths()])
-    np.testing.assert_allclose(first[:, 1], np.where(tl.device == 1, 0, 1) - 0.5)
-    faces = Counter(tuple(f) for f in blocks.get_facecolor())
-    assert faces == {to_rgba(c): 16 for c in ("royalblue", "navy", "lightgreen", "mediumseagreen")}
+    blocks, faces = _blocks(fig)
+    assert len(blocks) == tl.num_events == 2 * 2 * 4 * 2 * 2
+    np.testing.assert_allclose(blocks, _events(tl, np.where(tl.device == 1, 0, 1)))
+    assert Counter(faces) == {to_rgba(c): 16 for c in ("royalblue", "navy", "lightgreen", "mediumseagreen")}
     numbers = sorted(int(c.get_offsets().shape[0]) for c in fig.axes[0].collections
                      if isinstance(c, PathCollection) and c.get_clip_on())
     assert numbers == [8] * 8  # micro-batches 1..8 over two iterations, 2 devices x 2 chunks x F, B each

@@ -5,19 +5,18 @@ blocks green with the number in blue; micro-batches numbered across iterations
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import cast
 
 import matplotlib
 import numpy as np
-from matplotlib.collections import LineCollection, PathCollection, PolyCollection
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.colors import to_rgba_array
 from matplotlib.font_manager import FontProperties, findfont, get_font
 from matplotlib.lines import Line2D
 from matplotlib.markers import TICKDOWN, MarkerStyle
-from matplotlib.path import Path as GlyphPath
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path as MplPath
 from matplotlib.textpath import TextPath
 from matplotlib.transforms import Affine2D, Bbox, IdentityTransform, blended_transform_factory
 
@@ -61,14 +60,14 @@ def _chunk_parity(device: np.ndarray, stage: np.ndarray) -> np.ndarray:
 
 
 @cache
-def _glyphs(text: str, size_pt: float) -> tuple[GlyphPath, Bbox]:
+def _glyphs(text: str, size_pt: float) -> tuple[MplPath, Bbox]:
     """`text` as a filled outline in points (baseline at y = 0) and its ink's extents: one
     path drawn at many places costs a fraction of a text artist each."""
     path = TextPath((0.0, 0.0), text, prop=FontProperties(size=size_pt))
     return path, path.get_extents()
 
 
-def _centred(text: str, size_pt: float, baseline_pt: float | None = None) -> tuple[GlyphPath, float]:
+def _centred(text: str, size_pt: float, baseline_pt: float | None = None) -> tuple[MplPath, float]:
     """`text`'s outline with its ink centred on x = 0 and, vertically, on y = 0 or with its
     baseline at `baseline_pt`; and the ink's width in points."""
     path, box = _glyphs(text, size_pt)
@@ -106,7 +105,7 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     """Draw the compute stream of `devices` (default: all) with times in units of
     `time_unit_s` (1.0: the reference charts' unit steps), the axis labelled `unit_name` when
     given (e.g. "ms"). Returns the matplotlib figure, laid out (`_margins`): its axes hold
-    the blocks as one `PolyCollection` (one path per event, in event order), then the
+    the blocks as a `PathPatch` per colour (a closed rectangle per event), then the
     micro-batch numbers as `PathCollection`s (one per number, an offset per block it labels)."""
     rows = _rows(timeline, devices)
     sel = (timeline.stream == StreamCode.COMPUTE) & np.isin(timeline.device, rows)
@@ -125,11 +124,7 @@ def gantt_figure(timeline: Timeline, title: str = "", time_unit_s: float = 1.0,
     odd = _chunk_parity(device, timeline.stage[sel]) if sel.any() else np.zeros(0, dtype=int)
     style = 2 * timeline.kind[sel].astype(int) + odd
     faces, label_colours = _colours()
-    corners = np.stack([np.stack([start, y - 0.5], axis=-1), np.stack([end, y - 0.5], axis=-1),
-                        np.stack([end, y + 0.5], axis=-1), np.stack([start, y + 0.5], axis=-1)], axis=1)
-    # an (N, 4, 2) array takes PolyCollection's fast path (a list of N arrays would not)
-    ax.add_collection(PolyCollection(cast(Sequence, corners), closed=True, facecolors=faces[style], edgecolors="black",
-                                     linewidths=0.8), autolim=False)
+    _add_blocks(ax, start, end, y, style, faces)
     _add_labels(ax, (start + end) / 2, y, (end - start) * _points_per_unit(fig, margins, span),
                 timeline.microbatch[sel] + 1, label_colours[style])
     ax.set_xlim(0, span)
@@ -183,6 +178,23 @@ def _step_axis(ax, steps: np.ndarray, axes_height_in: float) -> None:
     ax.add_collection(labels, autolim=False)
     # the axis' label below the numbers, as matplotlib places it
     ax.xaxis.set_label_coords(0.5, (bottom_pt - rc["axes.labelpad"]) / (72 * axes_height_in))
+
+
+def _add_blocks(ax, start: np.ndarray, end: np.ndarray, y: np.ndarray, style: np.ndarray,
+                faces: np.ndarray) -> None:
+    """One patch per colour whose path holds a closed rectangle per event of that colour, in
+    event order: a PDF then gets one path operation per colour instead of one per event
+    (compute blocks of one device never overlap, so drawing the colours one after the other
+    looks as drawing the events in order). Snapped to pixels, as matplotlib snaps a lone
+    rectangle."""
+    corners = np.stack([np.stack([start, y - 0.5], axis=-1), np.stack([end, y - 0.5], axis=-1),
+                        np.stack([end, y + 0.5], axis=-1), np.stack([start, y + 0.5], axis=-1),
+                        np.stack([start, y - 0.5], axis=-1)], axis=1)  # (events, 5, 2)
+    rectangle = [MplPath.MOVETO, MplPath.LINETO, MplPath.LINETO, MplPath.LINETO, MplPath.CLOSEPOLY]
+    for key in np.unique(style).tolist():
+        mine = corners[style == key]
+        path = MplPath(mine.reshape(-1, 2), np.tile(rectangle, len(mine)))
+        ax.add_artist(PathPatch(path, facecolor=faces[key], edgecolor="black", linewidth=0.8, snap=True))
 
 
 def _points_per_unit(fig, margins: Margins, span: float) -> float:
