@@ -75,7 +75,7 @@ def test_published_slowdowns_as_transcribed():
 
 def test_occupancy_explains_a_quarter_of_table4():
     """With 24 CTAs the occupancy model's pairs act as a share of 0.23-0.24 (the fitted
-    one: 0.603): its backward / forward misses Table 4 by 5.0% RMS, the fitted share's by
+    one: 0.607): its backward / forward misses Table 4 by 5.0% RMS, the fitted share's by
     0.6%, a free overlap's by 8.2% (a100-vtrain of Nov 2026, ceilings held at 400 W)."""
     cal = load_calibration("a100-vtrain")
     cluster = load_cluster("dgx-a100")
