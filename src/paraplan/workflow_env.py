@@ -124,7 +124,7 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
         try:
             load_cluster(str(name))
         except ParaplanError as exc:
-            problems.append((key, str(exc).removeprefix("config key 'cluster': ")))
+            problems.append((key, getattr(exc, "reason", str(exc))))
 
     def file(key: str, path: object, what: str) -> None:
         if not os.path.isfile(str(path)):

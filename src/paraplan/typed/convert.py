@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from paraplan.core.errors import ParaplanError
+from paraplan.core.errors import ConfigError, ParaplanError
 from paraplan.core.glossary import TERMS_BY_NAME
 from paraplan.typed.constraints import reason, violated
 from paraplan.typed.source import Path_, Source
@@ -86,10 +86,7 @@ def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
 
 def _reason(exc: ParaplanError) -> str:
     """A nested error's own words (a ConfigError's message without its key prefix)."""
-    key = getattr(exc, "key", None)
-    text = str(exc)
-    prefix = f"config key '{key}': "
-    return text[len(prefix):] if key is not None and text.startswith(prefix) else text
+    return exc.reason if isinstance(exc, ConfigError) else str(exc)
 
 
 def upgrade_keys(cls: type, data: Mapping, source: Source, path: Path_) -> dict:
