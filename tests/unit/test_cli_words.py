@@ -37,3 +37,35 @@ def test_plan_names_the_option_the_bad_value_came_from(repo_root, tmp_path, caps
     err = capsys.readouterr().err
     assert err.startswith(f"paraplan plan: error: {line}") and err.count("\n") == 1, err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_predict_warns_once_when_it_reprices_a_plan_with_another_calibration(repo_root, tmp_path, capsys,
+                                                                             monkeypatch):
+    from paraplan.predict.calibration import load_calibration
+
+    monkeypatch.chdir(repo_root)
+    plans, out = tmp_path / "plans.csv", tmp_path / "out.csv"
+    assert main(["plan", "--model", "gpt3-125m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "64",
+                 "--top-k", "2", "--calibration", "a100-vtrain", "-o", str(plans), "--no-track"]) == 0
+    planned, shipped = load_calibration("a100-vtrain").label, load_calibration("h100-transfer").label
+    capsys.readouterr()
+    assert main(["predict", str(plans), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        f"paraplan predict: warning: {plans}: its calibration column says its rows were priced with {planned}; this "
+        f"prediction uses {shipped}, so its figures may differ from the table's; to re-price with the table's, give "
+        "--calibration a100-vtrain"]
+    # with the plan's own calibration: no warning
+    assert main(["predict", str(plans), "--cluster", "dgx-h100", "--calibration", "a100-vtrain", "-o", str(out),
+                 "--no-track"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_warning_names_a_calibration_it_cannot_find_by_its_file():
+    from paraplan.cli.predict import other_calibration_warning
+
+    assert other_calibration_warning("t.csv", ["h100-transfer@8bc98a0d", ""], "h100-transfer@8bc98a0d") is None
+    assert other_calibration_warning("t.csv", ["mine@1234abcd", "mine@1234abcd", "x@0", "y@1", "z@2"], "used@5") == (
+        "t.csv: its calibration column says its rows were priced with mine@1234abcd (and 3 other(s): x@0, y@1 ...); "
+        "this prediction uses used@5, so its figures may differ from the table's; to re-price with the table's, give "
+        "--calibration <file> (the file of calibration 'mine' that `paraplan calibrate` wrote)")
