@@ -69,3 +69,36 @@ def test_the_warning_names_a_calibration_it_cannot_find_by_its_file():
         "t.csv: its calibration column says its rows were priced with mine@1234abcd (and 3 other(s): x@0, y@1 ...); "
         "this prediction uses used@5, so its figures may differ from the table's; to re-price with the table's, give "
         "--calibration <file> (the file of calibration 'mine' that `paraplan calibrate` wrote)")
+
+
+def test_track_says_the_background_logger_logged_what_it_waited_for(tmp_path, capsys):
+    """`paraplan track` right after a command: the command's background logger holds its
+    record while it logs it, then removes it; track waits, finds it gone, and says who
+    logged it (it said "logged 0 MLflow run(s)")."""
+    import fcntl
+    import threading
+
+    spool = tmp_path / "runs"
+    spool.mkdir()
+    record = spool / "1795688252256-20756-1bc91173.json"
+    record.write_text("{}")
+    held = open(record)  # the background logger's lock  # noqa: SIM115
+    fcntl.flock(held, fcntl.LOCK_EX)
+
+    def logger_finishes() -> None:
+        record.unlink()  # logged: removed, then unlocked
+        held.close()
+
+    timer = threading.Timer(0.3, logger_finishes)
+    timer.start()
+    assert main(["track", "--spool", str(spool)]) == 0
+    timer.join()
+    assert capsys.readouterr().err == ("paraplan track: 0 pending, 1 already logged by the background logger "
+                                       "(this pass waited for it)\n")
+
+
+def test_track_with_an_empty_spool_says_every_run_there_is_logged(tmp_path, capsys):
+    assert main(["track", "--spool", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == (f"paraplan track: 0 pending in {tmp_path}: every run recorded there is already "
+                                       "logged (each command's background logger logs its run when the command "
+                                       "ends)\n")
