@@ -102,3 +102,29 @@ def test_track_with_an_empty_spool_says_every_run_there_is_logged(tmp_path, caps
     assert capsys.readouterr().err == (f"paraplan track: 0 pending in {tmp_path}: every run recorded there is already "
                                        "logged (each command's background logger logs its run when the command "
                                        "ends)\n")
+
+
+def test_a_workflow_config_key_is_named_with_the_file_it_was_given_in(repo_root, tmp_path, monkeypatch, capsys):
+    """Snakemake merges config/config.yaml, the --configfile files and --config: the
+    error names the key and which of them gave it."""
+    import yaml
+
+    from paraplan import workflow_env
+
+    monkeypatch.chdir(repo_root)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("plan:\n  llm:\n    my.model:\n      cluster: nope\n")
+    config = yaml.safe_load((repo_root / "config/config.yaml").read_text())
+    workflow_env.upgrade_config(config, str(repo_root / "workflow/schemas/config.schema.yaml"))
+    entry = next(iter(config["plan"]["llm"].values()))
+    config["plan"]["llm"] = {"my.model": {**entry, "cluster": "nope"}}  # an entry name with a dot
+    config["bench"].update(min_bytes=4096, max_bytes=1024)  # as from --config
+    with pytest.raises(SystemExit):
+        workflow_env.check_config(config, local=False, configfiles=["config/config.yaml", mine])
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(
+        "paraplan: error: config key 'plan.llm.my.model.cluster' in mine.yaml: no cluster file "
+        "config/clusters/nope.yaml; known clusters: dgx-a100, "), lines
+    # the default file holds bench.min_bytes too, with another value: --config gave this one
+    assert lines[1] == ("paraplan: error: config key 'bench.min_bytes' in --config: 4096 is above bench.max_bytes "
+                        "(1024); expected min_bytes <= max_bytes")
