@@ -68,7 +68,8 @@ def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
     unknown = [k for k in data if k not in keys]
     if unknown:
         known = ", ".join(source.key_name(path, k) for k in keys)
-        raise source.error((*path, str(unknown[0])), f"unknown key; expected one of {known}")
+        what = "does not apply here" if source.text_values((*path, str(unknown[0]))) else "unknown key"
+        raise source.error((*path, str(unknown[0])), f"{what}; expected one of {known}")
     kwargs: dict[str, Any] = {}
     for key, f in fields:
         if key not in data:
