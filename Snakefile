@@ -21,7 +21,7 @@ check_config_keys(config, workflow.configfiles)
 validate(config, "workflow/schemas/config.schema.yaml")
 # what the schema cannot see (missing files, min_bytes > max_bytes, more ranks than
 # this machine runs): one line naming the key, before any job starts
-check_config(config, local=workflow.local_exec and not workflow.remote_exec)
+check_config(config, local=workflow.local_exec and not workflow.remote_exec, configfiles=workflow.configfiles)
 
 
 include: "workflow/rules/common.smk"

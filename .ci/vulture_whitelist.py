@@ -18,8 +18,9 @@ on_files
 on_page_markdown
 # signal handlers take (signum, frame)
 signum
-# argparse reads the parser's formatter_class
+# argparse reads the parser's formatter_class and calls its overridden hooks
 _.formatter_class
+_._split_lines  # cli/common.py HelpFormatter
 # a hook's handle is kept with the bucket that registered it (validate/data_parallel.py)
 _._handles
 # record fields: part of the result a caller reads, whether or not paraplan does

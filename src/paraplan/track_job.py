@@ -45,16 +45,23 @@ class LogOutcome:
     killed: list[str] = field(default_factory=list)  # run ids logged as KILLED
     errors: dict[str, str] = field(default_factory=dict)  # store -> its first error
     left: int = 0  # records left in the spool (still running, or not logged)
+    logged: int = 0  # records this pass logged (each holds one or more runs)
+    by_other: int = 0  # records another logging process logged while this one waited for them
+
+
+_GONE = "gone"  # what `_claimed` yields for a record another process logged and removed
 
 
 @contextmanager
-def _claimed(path: Path, wait: bool) -> Iterator[dict[str, Any] | None]:
-    """The record at `path` under an exclusive lock, or None when another logging
-    process holds it (without `wait`) or it is gone."""
+def _claimed(path: Path, wait: bool) -> Iterator[dict[str, Any] | str | None]:
+    """The record at `path` under an exclusive lock; `_GONE` when another logging
+    process logged and removed it (before this one opened it, or while this one waited
+    for its lock); None when another process holds it (without `wait`) or it is not a
+    record of this version."""
     try:
         handle = open(path)  # noqa: SIM115 (held open for the lock, closed by the with below)
     except OSError:
-        yield None
+        yield _GONE
         return
     with handle:
         try:
@@ -66,7 +73,7 @@ def _claimed(path: Path, wait: bool) -> Iterator[dict[str, Any] | None]:
             same = os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
         except OSError:
             same = False  # logged and removed by the process that held the lock
-        yield read_record(path) if same else None
+        yield read_record(path) if same else _GONE
 
 
 def _status(record: dict[str, Any], workflow_end: str | None) -> str | None:
@@ -130,7 +137,8 @@ def log_pending(spool: Path | None = None, wait: bool = False, workflow_end: str
     commits: dict[str, str] = {}
     for path in records(spool):
         with _claimed(path, wait) as record:
-            if record is None:
+            if record is None or isinstance(record, str):
+                outcome.by_other += record == _GONE
                 continue
             status = _status(record, workflow_end)
             uri = record["uri"]
@@ -159,6 +167,7 @@ def log_pending(spool: Path | None = None, wait: bool = False, workflow_end: str
                 continue
             path.unlink()
             outcome.run_ids += ids
+            outcome.logged += 1
             if status == "KILLED":
                 outcome.killed.append(ids[-1])
     return outcome
@@ -176,9 +185,24 @@ def describe(outcome: LogOutcome, spool: Path) -> list[str]:
              "the next command or `paraplan track` logs them)" for uri, error in outcome.errors.items()]
     lines += [f"MLflow run {run_id}: its job ended without finishing it (killed?): logged KILLED"
               for run_id in outcome.killed]
-    lines.append(f"logged {len(outcome.run_ids)} MLflow run(s)" + (f"; {outcome.left} record(s) left in {spool}"
-                                                                    if outcome.left else ""))
+    lines.append(_summary(outcome, spool))
     return lines
+
+
+def _summary(outcome: LogOutcome, spool: Path) -> str:
+    """What was logged, and by whom: a record gone from the spool was logged (records
+    are removed only once their runs are in the store), so an empty spool means every
+    run recorded there is logged, by the background logger of the command that wrote
+    it (or an earlier pass) rather than by this one."""
+    other = (f"{outcome.by_other} already logged by the background logger (this pass waited for it)"
+             if outcome.by_other else "")
+    if not outcome.logged and not outcome.left and not outcome.errors:
+        return (f"0 pending, {other}" if other else
+                f"0 pending in {spool}: every run recorded there is already logged (each command's background "
+                "logger logs its run when the command ends)")
+    return (f"logged {len(outcome.run_ids)} MLflow run(s) from {outcome.logged} pending record(s)"
+            + (f", {other}" if other else "")
+            + (f"; {outcome.left} record(s) left in {spool}" if outcome.left else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

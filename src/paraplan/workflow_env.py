@@ -81,12 +81,26 @@ def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.
 
     import yaml
 
-    from paraplan.core import ParaplanError
     from paraplan.typed.config_check import config_key_problems
+
+    files, problems = _read_configfiles(configfiles)
+    path = Path(schema_path)
+    problems += config_key_problems(config, yaml.safe_load(path.read_text()), path.parent, files)
+    for problem in problems:
+        print(f"paraplan: error: {problem}", file=sys.stderr)
+    if problems:
+        raise SystemExit(1)
+
+
+def _read_configfiles(configfiles: Sequence[str | os.PathLike]) -> tuple[list[tuple[str, object]], list[str]]:
+    """(name, data) of each config file Snakemake merged, the one that wins first (the
+    last --configfile, ..., the first, the Snakefile's own `configfile:`, which
+    Snakemake lists after the command line's), and one line per file that cannot be read."""
+    from pathlib import Path
+
+    from paraplan.core import ParaplanError
     from paraplan.typed.files import read_yaml
 
-    # the file that wins first: the last --configfile, ..., the first, the Snakefile's
-    # own `configfile:` (Snakemake lists it after the command line's)
     default = Path(DEFAULT_CONFIGFILE).resolve()
     ordered = sorted(reversed(list(configfiles)), key=lambda f: Path(f).resolve() == default)
     files: list[tuple[str, object]] = []
@@ -96,12 +110,7 @@ def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.
             files.append((Path(configfile).name, read_yaml(configfile, "the workflow config (YAML)")))
         except ParaplanError as exc:
             problems.append(str(exc))
-    path = Path(schema_path)
-    problems += config_key_problems(config, yaml.safe_load(path.read_text()), path.parent, files)
-    for problem in problems:
-        print(f"paraplan: error: {problem}", file=sys.stderr)
-    if problems:
-        raise SystemExit(1)
+    return files, problems
 
 
 def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[str, str]]:
@@ -124,7 +133,7 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
         try:
             load_cluster(str(name))
         except ParaplanError as exc:
-            problems.append((key, str(exc).removeprefix("config key 'cluster': ")))
+            problems.append((key, getattr(exc, "reason", str(exc))))
 
     def file(key: str, path: object, what: str) -> None:
         if not os.path.isfile(str(path)):
@@ -167,13 +176,18 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
     return problems
 
 
-def check_config(config: Mapping[str, Any], local: bool) -> None:
+def check_config(config: Mapping[str, Any], local: bool, configfiles: Sequence[str | os.PathLike] = ()) -> None:
     """Stop Snakemake before any job starts when `config_problems` finds anything: one
-    line per problem, naming the key, then exit status 1. `local`: jobs run on this
-    machine (no cluster executor)."""
+    line per problem, naming the key and the file it was given in (of `configfiles`,
+    the files Snakemake merged; `--config` when none holds it), then exit status 1.
+    `local`: jobs run on this machine (no cluster executor)."""
+    from paraplan.typed.config_check import given_in, key_named
+
     problems = config_problems(config, (os.cpu_count() or 1) if local else None)
+    files = _read_configfiles(configfiles)[0] if problems and configfiles else []
     for key, problem in problems:
-        print(f"paraplan: error: config key '{key}': {problem}", file=sys.stderr)
+        origin = given_in(key, config, files) if files else ""
+        print(f"paraplan: error: {key_named(key, origin)}: {problem}", file=sys.stderr)
     if problems:
         raise SystemExit(1)
 

@@ -101,14 +101,15 @@ def test_workflow_jobs_only_record_and_the_workflow_end_logs_them(store, tmp_pat
     assert workflow_env.log_invocation(failed=True, log="snakemake.log") is True
     by_status = {r.info.status: r for r in _runs(store, "simulate")}
     assert set(by_status) == {"FINISHED", "FAILED", "KILLED"}
-    assert "file not found; expected a simulation study" in by_status["FAILED"].data.tags["error"]
+    assert by_status["FAILED"].data.tags["error"].startswith(
+        "option --study: no simulate study named 'no_such_study' (")
     assert by_status["FINISHED"].info.run_name == "schedules"
     (summary,) = _runs(store, "invocation")
     assert summary.info.status == "FAILED" and summary.data.metrics["runs_failed"] == 1.0
     assert summary.info.end_time - summary.info.start_time >= 60_000
     assert not records(spool)
     err = capsys.readouterr().err
-    assert "logged KILLED" in err and "logged 3 MLflow run(s)" in err
+    assert "logged KILLED" in err and "logged 3 MLflow run(s) from 3 pending record(s)\n" in err
 
 
 def test_untracked_creates_no_store(tmp_path, monkeypatch):

@@ -36,7 +36,8 @@ def test_plan_command_bad_input_is_a_clean_error(tmp_path):
            "--global-batch-sizes", "32:16:8", "-o", str(tmp_path / "x.csv"), "--no-track"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "--global-batch-sizes': expected 1 <= A <= B" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == ("paraplan plan: error: option --global-batch-sizes: expected 1 <= A <= B "
+                                            "and S >= 1 in A:B:S, got '32:16:8'"), done.stderr
     assert not (tmp_path / "x.csv").exists()
 
 

@@ -46,13 +46,14 @@ def test_tracking_off_from_the_command_line(workdir):
 
 
 @pytest.mark.parametrize(("config", "line"), [
-    ("cluster=nope", "paraplan: error: config key 'cluster': no cluster file config/clusters/nope.yaml; "
+    ("cluster=nope", "paraplan: error: config key 'cluster' in --config: no cluster file config/clusters/nope.yaml; "
                      "known clusters: "),
     ("bench={min_bytes: 4096, max_bytes: 1024}",
-     "paraplan: error: config key 'bench.min_bytes': 4096 is above bench.max_bytes (1024); "
+     "paraplan: error: config key 'bench.min_bytes' in --config: 4096 is above bench.max_bytes (1024); "
      "expected min_bytes <= max_bytes"),
     (f"bench={{world_sizes: [2, {4 * (os.cpu_count() or 1)}]}}",
-     f"paraplan: error: config key 'bench.world_sizes': {4 * (os.cpu_count() or 1)} ranks on this machine's "),
+     f"paraplan: error: config key 'bench.world_sizes' in --config: {4 * (os.cpu_count() or 1)} ranks on this "
+     "machine's "),
 ])
 def test_a_config_that_cannot_run_stops_before_any_job(workdir, config, line):
     out = _dry_run(workdir, "--config", config)
@@ -67,15 +68,15 @@ def test_a_missing_fit_log_stops_before_any_job(workdir):
         "fit:\n  logs:\n    - {name: a100, path: ../nowhere/a100.txt, format: nccl-tests}\n")
     out = _dry_run(workdir, "--configfile", "logs.yaml")
     assert out.returncode == 1
-    assert ("paraplan: error: config key 'fit.logs[0].path': ../nowhere/a100.txt does not exist; expected the "
-            "nccl-tests log named 'a100'") in out.stderr
+    assert ("paraplan: error: config key 'fit.logs[0].path' in logs.yaml: ../nowhere/a100.txt does not exist; "
+            "expected the nccl-tests log named 'a100'") in out.stderr
 
 
 @pytest.mark.parametrize(("text", "line"), [
     ("clustr: local-cpu\n", "unknown key 'clustr' in mine.yaml; did you mean 'cluster'?"),
     ("bench:\n  itres: 3\n", "unknown key 'bench.itres' in mine.yaml; did you mean 'bench.iters'?"),
     ("predict:\n  tables:\n    '..': {runs: config/runs/llm_a100.csv, cluster: dgx-a100, calibration: a100-vtrain}\n",
-     "config key 'predict.tables': '..' is not a usable name; expected letters, digits"),
+     "config key 'predict.tables' in mine.yaml: '..' is not a usable name; expected letters, digits"),
     ("bench:\n  iters: 3\n  iters: 4\n",
      "mine.yaml:3: key 'iters' appears twice (lines 2 and 3); expected each key once"),
 ])

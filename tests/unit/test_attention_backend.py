@@ -178,7 +178,7 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
         assert fitted[kernel] == pytest.approx(params, rel=1e-6), kernel
     assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-a100",
                  "--attention-kernel", "flash-attention-2,cudnn", "-o", str(tmp_path / "a100.json")]) != 0
-    assert ("config key '--attention-kernel': no attention rows of 'A100-SXM4-80GB' (cudnn) in the inputs to fit; "
+    assert ("option --attention-kernel: no attention rows of 'A100-SXM4-80GB' (cudnn) in the inputs to fit; "
             "expected one of the kernels there: flash-attention-2") in capsys.readouterr().err
     assert not (tmp_path / "a100.json").exists()
 

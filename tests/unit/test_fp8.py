@@ -244,6 +244,6 @@ def test_plan_refuses_a_recipe_without_fp8(tmp_path, capsys):
     out = tmp_path / "plans.csv"
     assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size",
                  "64", "--fp8-recipe", "tensorwise", "-o", str(out), "--no-track"]) != 0
-    assert ("config key '--fp8-recipe': applies to --dtype fp8 only, got --dtype bf16"
+    assert ("option --fp8-recipe: applies to --dtype fp8 only, got --dtype bf16"
             in capsys.readouterr().err)
     assert not out.exists()

@@ -129,7 +129,7 @@ def test_the_root_unit_is_reduced_after_the_layers_buckets():
     assert len(em.grad_sync[0].bucket_s) == N
     np.testing.assert_allclose(em.grad_sync[0].bucket_s, layer_rs, rtol=1e-9)
     root_rs = COMM.time_s("reduce_scatter", 4 * ROOT, Group(8, 1))
-    step = mem((N * L + ROOT) / 8 * 38, st.speed, OPTIMIZER_KERNELS)  # Megatron's fused step
+    step = mem((N * L + ROOT) / 8 * 42, st.speed, OPTIMIZER_KERNELS)  # Megatron's fused step (placement.Precision)
     assert em.after_sync_s[0] == pytest.approx(root_rs + step + mem(6 * ROOT, st.speed), rel=1e-9)
 
 

@@ -95,4 +95,5 @@ def test_in_place_is_refused_for_param(data_dir, tmp_path, capsys):
     args = ["ingest", "--no-track", "--format", "param", "--in-place", str(_param_file(data_dir)),
             "-o", str(tmp_path / "p.csv")]
     assert main(args) == 2
-    assert "config key 'in_place'" in capsys.readouterr().err
+    assert capsys.readouterr().err == ("paraplan ingest: error: option --in-place: PARAM output has one time per "
+                                       "size; --in-place applies to nccl-tests logs\n")

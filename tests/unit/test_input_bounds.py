@@ -93,22 +93,22 @@ def _request(**options: str) -> PlanRequest:
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"global_batch_sizes": "2000000000000"},
-     "config key '--global-batch-sizes': expected a global batch size of at most 2^40, got 2,000,000,000,000: "
+     "option --global-batch-sizes: expected a global batch size of at most 2^40, got 2,000,000,000,000: "
      "more samples per iteration than any data set holds"),
     ({"global_batch_sizes": "1:100000000:1"},
-     "config key '--global-batch-sizes': '1:100000000:1' holds 100,000,000 batch sizes; expected at most 10,000"),
-    ({"global_batch_sizes": "64.5"}, "config key '--global-batch-sizes': expected a list of integers >= 1"),
+     "option --global-batch-sizes: '1:100000000:1' holds 100,000,000 batch sizes; expected at most 10,000"),
+    ({"global_batch_sizes": "64.5"}, "option --global-batch-sizes: expected a list of integers >= 1"),
     ({"shapes": "10000000x1"},
-     "config key '--shapes (item 1)': expected at most 1,048,576 devices, got '10000000x1' (10,000,000): "
+     "option --shapes (item 1): expected at most 1,048,576 devices, got '10000000x1' (10,000,000): "
      "more devices than any machine built"),
     ({"memory_GB": "1e300"},
-     "config key '--memory-gb': expected a number >= 1e-6 and <= 1000000, got '1e300': above 1 PB per device; "
+     "option --memory-gb: expected a number >= 1e-6 and <= 1000000, got '1e300': above 1 PB per device; "
      "wrong unit? (GB, 1e9 bytes)"),
-    ({"memory_GB": "inf"}, "config key '--memory-gb': expected a number >= 1e-6 and <= 1000000, got 'inf': "
+    ({"memory_GB": "inf"}, "option --memory-gb: expected a number >= 1e-6 and <= 1000000, got 'inf': "
                            "not a finite number"),
-    ({"min_micro_batch_size": "-8"}, "config key '--min-micro-batch-size': expected an integer >= 1, got '-8'"),
-    ({"min_micro_batch_size": "1_0"}, "config key '--min-micro-batch-size': expected an integer >= 1, got '1_0'"),
-    ({"candidates": "1000000"}, "config key '--candidates': expected an integer >= 1 and <= 100, got '1000000': "
+    ({"min_micro_batch_size": "-8"}, "option --min-micro-batch-size: expected an integer >= 1, got '-8'"),
+    ({"min_micro_batch_size": "1_0"}, "option --min-micro-batch-size: expected an integer >= 1, got '1_0'"),
+    ({"candidates": "1000000"}, "option --candidates: expected an integer >= 1 and <= 100, got '1000000': "
                                 "each candidate is simulated"),
 ])
 def test_absurd_plan_requests_are_refused_with_the_reason(options, message):

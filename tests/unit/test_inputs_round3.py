@@ -195,14 +195,14 @@ def _fit(tmp_path, capsys, *options: str, inputs=KERNEL_INPUTS) -> str:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (("--attention-head-dim", "128,abc"), "config key '--attention-head-dim': expected distinct positive integers, "
+    (("--attention-head-dim", "128,abc"), "option --attention-head-dim: expected distinct positive integers, "
                                           "comma-separated; got '128,abc'"),
-    (("--attention-head-dim", "0"), "config key '--attention-head-dim': expected distinct positive integers, "
+    (("--attention-head-dim", "0"), "option --attention-head-dim: expected distinct positive integers, "
                                     "comma-separated; got '0'"),
-    (("--attention-head-dim", "128,128"), "config key '--attention-head-dim': expected distinct positive integers, "
+    (("--attention-head-dim", "128,128"), "option --attention-head-dim: expected distinct positive integers, "
                                           "comma-separated; got '128,128'"),
     # was: the trailing empty name dropped silently
-    (("--attention-kernel", "flash-attention-2,"), "config key '--attention-kernel': expected distinct kernel "
+    (("--attention-kernel", "flash-attention-2,"), "option --attention-kernel: expected distinct kernel "
                                                    "names, comma-separated; got 'flash-attention-2,'"),
 ])
 def test_kernel_fit_options_are_checked_before_the_inputs_are_read(tmp_path, capsys, options, message):
@@ -213,14 +213,14 @@ def test_kernel_fit_options_are_checked_before_the_inputs_are_read(tmp_path, cap
 def test_kernel_fit_of_a_kernel_absent_from_the_inputs(tmp_path, capsys):
     """was: a kernel file written without attention ceilings ('attention not fitted' on stderr)."""
     assert _fit(tmp_path, capsys, "--attention-kernel", "flash-atention-2") == (
-        "config key '--attention-kernel': no attention rows of 'H100-SXM5-80GB' (flash-atention-2) in the inputs to "
+        "option --attention-kernel: no attention rows of 'H100-SXM5-80GB' (flash-atention-2) in the inputs to "
         "fit; expected one of the kernels there: cudnn, flash-attention-2, flash-attention-3")
 
 
 def test_kernel_fit_of_a_head_dim_absent_from_the_inputs(tmp_path, capsys):
     """was: the error named the first input, a GEMM file, and not the head dims there."""
     assert _fit(tmp_path, capsys, "--attention-head-dim", "100") == (
-        "config key '--attention-head-dim': no causal attention rows of 'H100-SXM5-80GB' (flash-attention-2) with "
+        "option --attention-head-dim: no causal attention rows of 'H100-SXM5-80GB' (flash-attention-2) with "
         "head_dim 100 in the inputs (head_dim there: 64, 128, 256)")
 
 
@@ -249,7 +249,7 @@ def test_sustained_gemm_rows(tmp_path, capsys, column, value, message):
 def test_sustained_from_an_unknown_device(tmp_path, capsys):
     inputs = [*KERNEL_INPUTS, PUBLISHED / "gemm/mamf_msmf_sustained.csv"]
     assert _fit(tmp_path, capsys, "--sustained-from", "H300", inputs=inputs) == (
-        "config key '--sustained-from': no sustained-GEMM rows of 'H300' in the inputs (devices: B200-SXM, "
+        "option --sustained-from: no sustained-GEMM rows of 'H300' in the inputs (devices: B200-SXM, "
         "H200-SXM-141GB)")
 
 

@@ -118,17 +118,17 @@ _FOR_PROFILE = ("is for a layer profile (--profile or --study), not --model (a t
 
 @pytest.mark.parametrize(("argv", "message"), [
     # was: five plans written, --memory-gb nan / -1 ignored without a word
-    ([*_LLM, "--memory-gb", "nan"], f"config key '--memory-gb': {_FOR_PROFILE}"),
-    ([*_LLM, "--memory-gb", "-1"], f"config key '--memory-gb': {_FOR_PROFILE}"),
-    ([*_LLM, "--model-state-factor", "4"], f"config key '--model-state-factor': {_FOR_PROFILE}"),
-    ([*_LLM, "--shapes", "1x8"], f"config key '--shapes': {_FOR_PROFILE}"),
-    ([*_LLM, "--comm-model", "x.json"], f"config key '--comm-model': {_FOR_PROFILE}"),
-    ([*_LLM, "--plots", "figures"], f"config key '--plots': {_FOR_PROFILE}"),
+    ([*_LLM, "--memory-gb", "nan"], f"option --memory-gb: {_FOR_PROFILE}"),
+    ([*_LLM, "--memory-gb", "-1"], f"option --memory-gb: {_FOR_PROFILE}"),
+    ([*_LLM, "--model-state-factor", "4"], f"option --model-state-factor: {_FOR_PROFILE}"),
+    ([*_LLM, "--shapes", "1x8"], f"option --shapes: {_FOR_PROFILE}"),
+    ([*_LLM, "--comm-model", "x.json"], f"option --comm-model: {_FOR_PROFILE}"),
+    ([*_LLM, "--plots", "figures"], f"option --plots: {_FOR_PROFILE}"),
     # was: the profile planned, --gpus / --seq-length / --fp8-recipe ignored
-    ([*_PROFILE, "--gpus", "8"], "config key '--gpus': is for a transformer (--model), not a layer profile"),
-    ([*_PROFILE, "--seq-length", "8"], "config key '--seq-length': is for a transformer (--model), not a layer "
+    ([*_PROFILE, "--gpus", "8"], "option --gpus: is for a transformer (--model), not a layer profile"),
+    ([*_PROFILE, "--seq-length", "8"], "option --seq-length: is for a transformer (--model), not a layer "
                                        "profile"),
-    ([*_PROFILE, "--fp8-recipe", "tensorwise"], "config key '--fp8-recipe': is for a transformer (--model), not a "
+    ([*_PROFILE, "--fp8-recipe", "tensorwise"], "option --fp8-recipe: is for a transformer (--model), not a "
                                                 "layer profile"),
 ])
 def test_plan_refuses_the_other_planners_options(tmp_path, capsys, monkeypatch, argv, message) -> None:
@@ -152,7 +152,7 @@ def test_plan_seq_length_longer_than_any_model_is_one_line(tmp_path, capsys) -> 
     out = tmp_path / "plans.csv"
     assert main([*_LLM, "--seq-length", "20000000", "-o", str(out), "--no-track"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "paraplan plan: error: config key '--seq-length': 20,000,000 is above 16,777,216: wider than any trained "
+        "paraplan plan: error: option --seq-length: 20,000,000 is above 16,777,216: wider than any trained "
         "model (the widest dimensions hold a few hundred thousand)"]
     assert not out.exists()
 

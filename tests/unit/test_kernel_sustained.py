@@ -87,7 +87,7 @@ def test_fit_scales_the_burst_ceiling_by_the_named_device_factor(tmp_path, capsy
     capsys.readouterr()
     assert main(["fit", "--kind", "kernels", "--no-track", str(xla), str(sustained), "--cluster", "dgx-h100",
                  "--sustained-from", "B200-SXM", "-o", str(tmp_path / "x.json")]) != 0
-    assert ("config key '--sustained-from': no sustained-GEMM rows of 'B200-SXM' in the inputs "
+    assert ("option --sustained-from: no sustained-GEMM rows of 'B200-SXM' in the inputs "
             "(devices: H200-SXM-141GB)") in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
 

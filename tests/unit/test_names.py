@@ -240,12 +240,12 @@ def test_a_model_file_whose_name_is_a_formula_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (["plan", "--study", "x" * 300, "-o", "OUT"], "paraplan plan: error: config key 'study': 'xxxxxxxxxxxxxxxxxxxx...' "
+    (["plan", "--study", "x" * 300, "-o", "OUT"], "paraplan plan: error: option --study: 'xxxxxxxxxxxxxxxxxxxx...' "
                                                    "(300 characters) is longer than 64 characters"),
-    (["simulate", "--study", "../x", "-o", "OUT"], "paraplan simulate: error: config key 'study': '../x' is not a "
+    (["simulate", "--study", "../x", "-o", "OUT"], "paraplan simulate: error: option --study: '../x' is not a "
                                                    "usable name"),
     (["plan", "--model", "gpt3-125m", "--cluster", "/abs/x", "--gpus", "8", "--global-batch-size", "8", "-o",
-      "OUT/p.csv"], "paraplan plan: error: config key 'cluster': '/abs/x' is not a usable name"),
+      "OUT/p.csv"], "paraplan plan: error: option --cluster: '/abs/x' is not a usable name"),
     (["simulate", "--runs", "RUNS", "--cluster", "dgx-a100", "-o", "OUT/" + "x" * 300],
      "paraplan simulate: error: cannot write 'OUT/xxxx"),
 ])

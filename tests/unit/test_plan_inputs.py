@@ -52,7 +52,7 @@ def test_request_from_the_command_line_names_the_option():
     assert request.global_batch_sizes == GlobalBatchSizes((32, 64))
     assert request.shapes == (ClusterShape(2, 8), ClusterShape(16, 1))
     assert request.model_state_factor == 4.0
-    with pytest.raises(ConfigError, match=r"--min-micro-batch-size': expected an integer >= 1, got '0'"):
+    with pytest.raises(ConfigError, match=r"^option --min-micro-batch-size: expected an integer >= 1, got '0'$"):
         load(PlanRequest, {"min_micro_batch_size": "0"}, Source.command_line())
 
 

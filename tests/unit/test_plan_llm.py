@@ -94,8 +94,13 @@ def test_plans_fit_and_no_baseline_is_faster():
 def test_a_model_that_fits_nowhere_says_how_much_memory_it_needs():
     cluster = load_cluster("dgx-a100")
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=0.2e9, reserved_bytes=0.0))
-    with pytest.raises(StrategyError, match=r"small fits nowhere on 8 x A100-SXM4-80GB \(0.2 GB each\).*"
-                                            r"the smallest plan needs [0-9.]+ GB per device"):
+    # 2.4 GB of model state over 8 devices of 0.2 GB: the model state alone says it, and how many would do
+    with pytest.raises(StrategyError, match=r"^small fits nowhere on 8 x A100-SXM4-80GB at global batch 32: its "
+                                            r"weights, gradients and optimizer state alone are 2.4 GB \(0.1B "
+                                            r"parameters x 18 bytes, bf16\), 0.3 GB per GPU even sharded over all 8, "
+                                            r"against 0.2 GB each; the smallest plan needs 0.3 GB per device \(.*\)\. "
+                                            r"It takes at least 13 GPUs \(the model state alone, before "
+                                            r"activations\), a smaller model or a device with more memory$"):
         search(TransformerPlanRequest(SMALL, cluster, 8, 32), CAL.comm_model(cluster), CAL.efficiency)
 
 
@@ -139,8 +144,14 @@ def test_plan_command_errors(tmp_path, capsys):
     assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "8",
                  "--global-batch-size", "8", "-o", str(out), "--no-track"]) == 2
     err = capsys.readouterr().err
-    assert "gpt3-175b fits nowhere on 8 x A100-SXM4-80GB (84.7 GB usable of 85.1 GB each)" in err
-    assert "GB per device" in err
+    # one message, the model-state bound (the more specific reason) first
+    assert err.splitlines()[-1] == (
+        "paraplan plan: error: gpt3-175b fits nowhere on 8 x A100-SXM4-80GB at global batch 8: its weights, "
+        "gradients and optimizer state alone are 3.14 TB (174.6B parameters x 18 bytes, bf16), 392.9 GB per GPU even "
+        "sharded over all 8, against 84.7 GB usable of 85.1 GB each; the smallest plan needs 394.1 GB per device "
+        "(pipeline rank 0: 393.3 GB of weights, gradients and optimizer state, 0.1 GB of working buffers, 0.7 GB of "
+        "activations; TP 8, PP 1, DP 1, micro-batch 1, recompute full, ZeRO 0). It takes at least 38 GPUs (the "
+        "model state alone, before activations), a smaller model or a device with more memory")
     assert not out.exists() and "Traceback" not in err
     assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "-o", str(out), "--no-track"]) == 2
     assert "--gpus" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from paraplan.cli.main import main
+from paraplan.predict.calibrate import FIT_BOUNDS
 
 HEADER = ["name", "num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size",
           "tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "global_batch_size",
@@ -114,8 +115,8 @@ def test_calibrate_without_ranking_questions_writes_the_calibration_and_says_why
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ([], "give a run table or --profile"),
-    (["--fit", "speed"], "unknown parameter 'speed'"),
+    ([], "option --profile: give a run table or --profile (one of them)"),
+    (["--fit", "speed"], f"option --fit: unknown parameter 'speed'; expected some of {', '.join(FIT_BOUNDS)}"),
 ])
 def test_calibrate_usage_errors(tmp_path, capsys, args, message):
     runs = write_table(tmp_path / "runs.csv", [["a", 4, 1024, 16, 1024, 50257, 1, 1, 1, 8, 2, "full", "fp16"]],
@@ -123,7 +124,7 @@ def test_calibrate_usage_errors(tmp_path, capsys, args, message):
     base = [] if not args else [str(runs)]
     code = main(["calibrate", *base, *args, "--cluster", "dgx-a100", "-o", str(tmp_path / "c.json"), "--no-track"])
     assert code == 2
-    assert message in capsys.readouterr().err
+    assert capsys.readouterr().err == f"paraplan calibrate: error: {message}\n"
 
 
 def test_calibrate_holds_the_kernel_ceilings_of_the_device(tmp_path):

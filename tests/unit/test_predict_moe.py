@@ -247,7 +247,13 @@ def test_a_moe_model_that_fits_nowhere_says_so_with_its_expert_state():
     with pytest.raises(StrategyError) as err:
         search(request, CAL.comm_model(H100), CAL.efficiency)
     text = str(err.value)
-    assert "qwen3-235b-a22b fits nowhere on 32 x H100-SXM5-80GB (84.6 GB usable of 85.0 GB each)" in text
+    # the model state alone (235.1B x 18 bytes over 32 GPUs) does not fit: said first, with the GPUs it would take
+    assert text.startswith("qwen3-235b-a22b fits nowhere on 32 x H100-SXM5-80GB at global batch 256: its weights, "
+                           "gradients and optimizer state alone are 4.23 TB (235.1B parameters x 18 bytes, bf16), "
+                           "132.2 GB per GPU even sharded over all 32, against 84.6 GB usable of 85.0 GB each; the "
+                           "smallest plan needs ")
+    assert text.endswith("). It takes at least 51 GPUs (the model state alone, before activations), a smaller model "
+                         "or a device with more memory")
     assert "EP " in text
     need_gb = float(text.split("needs ")[1].split(" GB")[0])
     # the routed experts alone, split over all 32 ranks (EP x ETP = t d) with no expert-data-parallel
@@ -311,8 +317,12 @@ def test_planner_memory_estimate_counts_the_stages_own_layer_kinds():
 def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1024():
     model = replace(PRESETS["deepseek-v3"], seq_length=4096)
     comm = CAL.comm_model(H100)
-    with pytest.raises(StrategyError, match=r"deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB .* 192 GB per GPU even "
-                                            r"sharded over all of them"):
+    with pytest.raises(StrategyError, match=r"^deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB at global batch 1024: "
+                                            r"its weights, gradients and optimizer state alone are 12.29 TB \(682.6B "
+                                            r"parameters x 18 bytes, bf16\), 192.0 GB per GPU even sharded over all "
+                                            r"64, against 84.6 GB usable of 85.0 GB each; the smallest plan needs .*"
+                                            r"\. It takes at least 146 GPUs \(the model state alone, before "
+                                            r"activations\), a smaller model or a device with more memory$"):
         search(TransformerPlanRequest(model, H100, 64, 1024), comm, CAL.efficiency)
     best = search(TransformerPlanRequest(model, H100, 1024, 1024), comm, CAL.efficiency).plans[0]
     assert best.fits_memory and best.settings.expert_model_parallel_size > 1

@@ -7,9 +7,9 @@ from paraplan.cli.main import main
 
 
 @pytest.mark.parametrize(("command", "name", "message"), [
-    ("plan", "dapple_resnet", "paraplan plan: error: config key '--study': no plan study named 'dapple_resnet' "
+    ("plan", "dapple_resnet", "paraplan plan: error: option --study: no plan study named 'dapple_resnet' "
      "({root}/config/studies/plan/dapple_resnet.yaml); known: dapple_resnet50\n"),
-    ("simulate", "schedule", "paraplan simulate: error: config key '--study': no simulate study named 'schedule' "
+    ("simulate", "schedule", "paraplan simulate: error: option --study: no simulate study named 'schedule' "
      "({root}/config/studies/simulate/schedule.yaml); known: distir_fig3, distir_fig4, schedules\n"),
 ])
 def test_a_misspelt_study_lists_the_known_ones(command, name, message, tmp_path, capsys, repo_root, monkeypatch):

@@ -96,7 +96,7 @@ def test_the_options_come_from_the_fields(capsys):
     values = given(Outer, args, "o_")
     assert values == {"name": "n", "micro_batch_size": "3", "overlap": False}
     assert load(Outer, values, Source.command_line()).micro_batch_size == 3
-    with pytest.raises(ConfigError, match=r"'--micro-batch-size': expected an integer >= 1, got 'none'"):
+    with pytest.raises(ConfigError, match=r"^option --micro-batch-size: expected an integer >= 1, got 'none'$"):
         load(Outer, {"name": "n", "micro_batch_size": "none"}, Source.command_line())
 
 

@@ -57,9 +57,9 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
 
     if args.dtype not in bench.DTYPES:
         raise ConfigError("--dtype", f"kernels: expected one of {', '.join(bench.DTYPES)}, got {args.dtype!r}")
-    for key, value in (("warmup", args.warmup), ("iters", args.iters)):
-        if value < (0 if key == "warmup" else 1):
-            raise ConfigError(key, f"must be >= {0 if key == 'warmup' else 1}, got {value}")
+    for key, value in (("--warmup", args.warmup), ("--iters", args.iters)):
+        if value < (0 if key == "--warmup" else 1):
+            raise ConfigError(key, f"must be >= {0 if key == '--warmup' else 1}, got {value}")
     check_outputs(folders=[args.output])
     device = bench.torch_device(args.device)
     name = args.device_name or bench.device_name(device)
@@ -67,7 +67,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
         import torch
 
         if args.threads < 1:
-            raise ConfigError("threads", f"must be >= 1, got {args.threads}")
+            raise ConfigError("--threads", f"must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
 
     def show(row: dict) -> None:
@@ -77,16 +77,16 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
 
     if args.kind == "gemm":
         shapes = [bench.GemmShape(m, n, k, b) for m, n, k, b in itertools.product(
-            _positive_list(args.m, "m"), _positive_list(args.n, "n"), _positive_list(args.k, "k"),
-            _positive_list(args.gemm_batch, "gemm_batch"))]
+            _positive_list(args.m, "--m"), _positive_list(args.n, "--n"), _positive_list(args.k, "--k"),
+            _positive_list(args.gemm_batch, "--gemm-batch"))]
         rows = bench.time_gemms(shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
         columns = GEMM_COLUMNS
     else:
         if args.heads < 1 or args.tokens < 1:
-            raise ConfigError("heads" if args.heads < 1 else "tokens", "must be >= 1")
+            raise ConfigError("--heads" if args.heads < 1 else "--tokens", "must be >= 1")
         attention_shapes = [bench.AttentionShape(max(args.tokens // s, 1), args.heads, s, d, not args.non_causal)
-                            for s in _positive_list(args.seq_lengths, "seq_lengths")
-                            for d in _positive_list(args.head_dims, "head_dims")]
+                            for s in _positive_list(args.seq_lengths, "--seq-lengths")
+                            for d in _positive_list(args.head_dims, "--head-dims")]
         rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show,
                                     backend=args.sdpa_backend)
         columns = ATTENTION_COLUMNS

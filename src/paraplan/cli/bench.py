@@ -96,17 +96,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
-    worlds = int_list(args.world_size, "world_size")
+    worlds = int_list(args.world_size, "--world-size")
     if any(w < 1 for w in worlds):
-        raise ConfigError("world_size", f"every world size must be >= 1, got {args.world_size}")
-    collectives = list(dict.fromkeys(name_list(args.collectives, "collectives", BENCH_COLLECTIVES)))
-    for key, value, low in (("warmup", args.warmup, 0), ("iters", args.iters, 1), ("nodes", args.nodes, 1)):
+        raise ConfigError("--world-size", f"every world size must be >= 1, got {args.world_size}")
+    collectives = list(dict.fromkeys(name_list(args.collectives, "--collectives", BENCH_COLLECTIVES)))
+    for key, value, low in (("--warmup", args.warmup, 0), ("--iters", args.iters, 1), ("--nodes", args.nodes, 1)):
         if value < low:
             raise ConfigError(key, f"must be >= {low}, got {value}")
     if not args.timeout_s > 0:
         raise ConfigError("--timeout-s", f"must be positive, got {args.timeout_s}")
     if "all_to_allv" in collectives and args.a2a_samples < 1:
-        raise ConfigError("a2a_samples", "all_to_allv needs at least one sample (--a2a-samples N, N >= 1)")
+        raise ConfigError("--a2a-samples", "all_to_allv needs at least one sample (--a2a-samples N, N >= 1)")
     return worlds, collectives
 
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.track import RunLog
 
     if args.plots is None:
-        raise ConfigError("plots", "the folder for the figures is required (--plots DIR)")
+        raise ConfigError("--plots", "the folder for the figures is required (--plots DIR)")
     check_outputs(folders=[args.plots])
     frames = [(path, read_bench_csv(path)) for path in args.csvs]  # every file checked before any figure
     from paraplan.plots.bench import bench_figure

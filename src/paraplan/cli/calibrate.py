@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.transfer is not None:
         return _transfer(args)
     if (args.runs is None) == (args.profile is None):
-        raise ConfigError("runs", "give a run table or --profile (one of them)")
+        raise ConfigError("--profile", "give a run table or --profile (one of them)")
     asked = _asked(args.fit)
     cluster = load_cluster(args.cluster)
     comm_doc = _comm_document(args.comm_model)

@@ -178,3 +178,19 @@ def study_path(stage: StudyStage, name_or_path: str) -> Path:
     known = known_names(kind)
     raise ConfigError("--study", f"no {stage} study named '{name_or_path}' ({path})"
                       + (f"; known: {', '.join(known)}" if known else ""))
+
+
+def named_as_given(exc: ParaplanError, args: argparse.Namespace) -> ParaplanError:
+    """`exc` in the user's words: the core names a value by its key (`cluster`,
+    `seq_length`); when this command has that option (`--cluster`) and the user gave it
+    (its value is not the default), the value came from the command line and the error
+    names the option. Keys of files and of the workflow config are named where they
+    are read (`paraplan.typed.Source`), so they never reach here as bare keys."""
+    parser = getattr(args, "_parser", None)
+    if not isinstance(exc, ConfigError) or exc.key.startswith("-") or parser is None:
+        return exc
+    option = "--" + exc.key.lower().replace("_", "-")
+    action = parser._option_string_actions.get(option)
+    if action is None or getattr(args, action.dest, action.default) == action.default:
+        return exc
+    return exc.as_option(option)

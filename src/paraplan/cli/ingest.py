@@ -45,7 +45,7 @@ def _collective_log(args: argparse.Namespace, reader_name: str) -> dict:
     from paraplan.files import write_csv
 
     if args.in_place and reader_name == "param":
-        raise ConfigError("in_place", "PARAM output has one time per size; --in-place applies to nccl-tests logs")
+        raise ConfigError("--in-place", "PARAM output has one time per size; --in-place applies to nccl-tests logs")
     options = ImportOptions(
         in_place=args.in_place, world_size=args.world_size, nodes=args.nodes, collective=args.collective
     )

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import paraplan
 import paraplan.cli
-from paraplan.cli.common import HelpFormatter, missing_required, open_tracking
+from paraplan.cli.common import HelpFormatter, missing_required, named_as_given, open_tracking
 from paraplan.core import ParaplanError
 
 _NOT_COMMANDS = {"main", "common"}
@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         code = int(args._run(args) or 0)
         if tracker is not None and code == 0:
             tracker.close()
-    except ParaplanError as exc:
+    except ParaplanError as raised:
+        exc = named_as_given(raised, args)
         _failed(tracker, str(exc))
         print(f"paraplan {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -384,7 +384,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         if exc.key != "seq_length":
             raise
-        raise ConfigError("--seq-length", str(exc).removeprefix("config key 'seq_length': ")) from None
+        raise exc.as_option("--seq-length") from None
     cluster_name = getattr(args, REQUEST + "cluster", None)
     if cluster_name is None:
         raise ConfigError("--cluster", "needed with --model (e.g. dgx-a100, dgx-h100)")

@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.core import ParaplanError
 
 NAME = "predict"
 HELP = "predict iteration time, throughput, MFU and memory of LLM training runs (a run table)"
@@ -245,6 +246,32 @@ class _Written:
     used: set[str] = field(default_factory=set)
 
 
+def other_calibration_warning(table: str, recorded: list[str], used: str) -> str | None:
+    """One warning when `table`'s `calibration` column (a `paraplan plan` CSV's: the
+    label, name@digest, its plans were priced with) names calibrations other than the
+    one this prediction `used`: the re-priced figures differ from the plan's for that
+    reason alone. It says how to re-price with the plan's: by name when a calibration
+    of that name and digest is found (`paraplan.config_files`), else by its file."""
+    others = list(dict.fromkeys(label.strip() for label in recorded if label.strip() and label.strip() != used))
+    if not others:
+        return None
+    first = others[0]
+    name = first.rpartition("@")[0] or first
+    option = f"--calibration <file> (the file of calibration '{name}' that `paraplan calibrate` wrote)"
+    try:
+        from paraplan.predict.calibration import load_calibration
+
+        if load_calibration(name).label == first:
+            option = f"--calibration {name}"
+    except ParaplanError:  # not found by name, or not readable: the user knows the file
+        pass
+    more = f" (and {len(others) - 1} other(s): {', '.join(others[1:3])}{' ...' if len(others) > 3 else ''})" \
+        if len(others) > 1 else ""
+    return (f"{table}: its calibration column says its rows were priced with {first}{more}; this prediction uses "
+            f"{used}, so its figures may differ from the table's; to re-price with the table's, "
+            f"give {option}")
+
+
 def _copy_columns(body, handle, columns: list[str], keep: list[str]) -> None:
     """Rows written without a header in `columns` order, rewritten to `handle` with a
     header of `keep` (a subsequence), one row in memory at a time."""
@@ -287,10 +314,15 @@ def run(args: argparse.Namespace) -> int:
     header, rows = iter_run_table(args.runs, models)
     searched: set[str] = set()
     default_fp8: list[str] = []
+    recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
     for row in rows:
         searched |= searched_settings(row)
+        recorded.append(row.cells.get("calibration", ""))
         if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
             default_fp8.append(str(row.line))
+    other = other_calibration_warning(str(args.runs), recorded, calibration.label)
+    if other:
+        print(f"paraplan predict: warning: {other}", file=sys.stderr)
     if default_fp8:
         from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
 

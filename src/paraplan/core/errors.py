@@ -11,11 +11,26 @@ class ParaplanError(Exception):
 
 
 class ConfigError(ParaplanError):
-    """A config key or command-line value is missing, unknown or out of range."""
+    """A config key or command-line value is missing, unknown or out of range.
+
+    `key` names it as its author wrote it: an option (`--gpus`, or several joined by
+    ", ") reads `option --gpus: <reason>`; anything else is a key of the workflow
+    config, `config key 'bench.min_bytes': <reason>`. `reason`: the message alone."""
 
     def __init__(self, key: str, message: str):
         self.key = key
-        super().__init__(f"config key '{key}': {message}")
+        self.reason = message
+        super().__init__(f"{_named(key)}: {message}")
+
+    def as_option(self, option: str) -> ConfigError:
+        """The same problem, named as the command-line option that gave the value."""
+        return ConfigError(option, self.reason)
+
+
+def _named(key: str) -> str:
+    if key.startswith("--"):
+        return f"option{'s' if ', --' in key else ''} {key}"
+    return f"config key '{key}'"
 
 
 class InputFileError(ParaplanError):

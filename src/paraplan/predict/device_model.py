@@ -49,17 +49,19 @@ from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY, Kernels
 from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
-COMM_OVERLAP_CONTENTION = 0.656
+COMM_OVERLAP_CONTENTION = 0.607
 """`DeviceEfficiency.comm_overlap_contention` fitted on Korthikanti et al. 2022, Table 4
 (`paraplan.predict.contention_fit`, with the a100-vtrain calibration and dgx-a100): an
-overlapped tensor-parallel collective on A100 NVLink hides about a third of the
+overlapped tensor-parallel collective on A100 NVLink hides about two fifths of the
 shorter of the two). Refit when a100-vtrain is recalibrated: the fit prices the layer's
 kernels with it (0.995 with the calibration of GEMMs fitted to the runs alone; 0.884
 since the GEMM and attention ceilings come from kernel micro-benchmarks; 0.862 since
 Megatron's loss is priced kernel by kernel, `paraplan.predict.loss_ops`; 0.850 since the
 8 GPUs of the layer wait for the slowest one, `paraplan.predict.variability`; 0.656 since
 the backward's residual junctions price their bias gradient and the sum of the residual
-stream's two gradients, `paraplan.predict.ops._residual_backward`)."""
+stream's two gradients, `paraplan.predict.ops._residual_backward`; 0.603 then 0.607 since the A100's
+GEMM and attention ceilings are held at its 400 W limit, docs/kernels.md, with the
+optimizer step's bytes as counted from Megatron-LM's source)."""
 PEAK_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp8": "float8", "fp32": "float32"}
 
 

@@ -77,7 +77,8 @@ def precision_aware_bytes(settings: LowPrecisionStorageSettings, dtype: str, fp8
         copy = 4 if grad_bytes < 4 else 0
         state = 4 + copy + moments
         grads_step = (grad_bytes + 4 if copy else 0) + 4 + 4 + grad_bytes
-        return state, grads_step + 2 * 4 + weight_write + moment_step + overflow_check
+        main_read = 4  # its copy to the model weights reads the fp32 shard (`shard_model_param.data.copy_`)
+        return state, grads_step + 2 * 4 + main_read + weight_write + moment_step + overflow_check
     if s.main_params_dtype == "fp16":
         main, main_step = STATE_BYTES["fp16"], SCALED_STATE_STEP_BYTES["fp16"] + weight_write
     elif dtype in ("bf16", "fp8"):  # bf16 weights: the remainder

@@ -35,16 +35,21 @@ class Precision:
         of the optimizer's gradient shard (2 + 2 + 16 = 20; the copy is sharded with the
         optimizer, so 4 + 16 / shards per parameter); fp16: 2-byte gradients plus an fp32
         copy in the optimizer (20); fp32: 16.
-        A step reads the gradient, reads and writes main weights and both moments,
-        writes the model weights, and passes over the gradients for the norm and zeroing
-        (fp16 also copies them to fp32 and checks for overflow)."""
+        A step (Megatron-LM's `Float16OptimizerWithFloat16Params.step` at 6985e589 and
+        d898a899, core_r0.8.0's alike, with apex's and torch's multi-tensor kernels) reads
+        the gradient, reads and writes main weights and both moments (apex
+        `multi_tensor_adam`, 4 + 24), copies the main weights to the
+        model's (`multi_tensor_scale`: reads 4, writes 2), reads the gradients for the
+        norm (`multi_tensor_l2norm`, 4) and zeroes the gradient buffer; 16-bit gradients
+        are first copied to fp32 (`.float()`: 2 + 4), and fp16 unscales them and checks
+        for overflow in place (`_amp_foreach_non_finite_check_and_unscale_`: 4 + 4)."""
         if dtype == "fp32":
             return Precision(4, 4, 8, 4 + 24 + 4 + 4)
         if dtype == "fp16":
-            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 4 + 2)
+            return Precision(2, 2, 16, 4 + 24 + (4 + 2) + (2 + 4) + 4 + (4 + 4) + 2)
         if grad_reduce_in_bf16:  # the fp16 path without its overflow check
-            return Precision(2, 2, 16, 4 + 24 + 2 + (2 + 4) + 4 + 2)
-        return Precision(2, 4, 12, 4 + 24 + 2 + 4 + 4)
+            return Precision(2, 2, 16, 4 + 24 + (4 + 2) + (2 + 4) + 4 + 2)
+        return Precision(2, 4, 12, 4 + 24 + (4 + 2) + 4 + 4)
 
     @staticmethod
     def of_settings(settings: RunSettings) -> Precision:

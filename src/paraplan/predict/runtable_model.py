@@ -50,7 +50,7 @@ class ModelCache:
                 self._models[key] = self._loader(target, seq_length)
             except ConfigError as exc:
                 if exc.key == "seq_length":  # y1-hostile: the length the row asks of its model
-                    raise InputFileError(table, str(exc).removeprefix("config key 'seq_length': "), line=line,
+                    raise InputFileError(table, exc.reason, line=line,
                                          field="column 'seq_length'") from None
                 raise InputFileError(table, str(exc), line=line, field="column 'model'") from None
             except InputFileError as exc:

@@ -106,7 +106,7 @@ def study_work_problem(study: SimulateStudy) -> tuple[int | None, str] | None:
         try:
             configurations = expand(series)
         except ConfigError as exc:
-            return i, str(exc).removeprefix(f"config key '{exc.key}': ")
+            return i, exc.reason
         except StrategyError as exc:
             return i, str(exc)
         for conf in configurations:

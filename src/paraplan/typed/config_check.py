@@ -63,9 +63,49 @@ def _unknown(key: object, where: str, known: Sequence[str], origin: str) -> str:
     return f"unknown key '{path}' in {origin}; {hint}"
 
 
-def _name(value: object, where: str) -> str | None:
+def _name(value: object, where: str, parts: tuple[object, ...], files: Sequence[tuple[str, object]]) -> str | None:
     problem = name_problem(value)
-    return f"config key '{where}': {problem}" if problem else None
+    return f"{key_named(where, _given_in(parts, files) if files else '')}: {problem}" if problem else None
+
+
+def key_named(where: str, origin: str = "") -> str:
+    """`config key 'bench.min_bytes'`, and where it was given when known: `in my.yaml`
+    (a config file's name) or `in --config` (Snakemake's command line)."""
+    return f"config key '{where}'" + (f" in {origin}" if origin else "")
+
+
+def given_in(dotted: str, config: Mapping, files: Sequence[tuple[str, object]]) -> str:
+    """Where the value of the key `dotted` (`plan.llm.ok.cluster`, `fit.logs[1].path`)
+    of the merged `config` was given: the first of `files` (the one that wins first)
+    that holds the key, when it holds that value; else `--config`, which wins over every
+    file. Entry names may hold dots: each step takes the longest key that fits."""
+    parts: list[object] = []
+    node: Any = config
+    rest = dotted
+    while rest:
+        if rest.startswith("["):
+            index, _, rest = rest[1:].partition("]")
+            parts.append(int(index))
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+        else:
+            keys = [str(k) for k in node] if isinstance(node, Mapping) else []
+            fits = [k for k in keys if rest == k or rest.startswith((k + ".", k + "["))]
+            key = max(fits, key=len) if fits else rest.split(".")[0].split("[")[0]
+            parts.append(key)
+            node = node.get(key) if isinstance(node, Mapping) else None
+            rest = rest[len(key):]
+        rest = rest.removeprefix(".")
+    for name, data in files:
+        held: Any = data
+        for part in parts:
+            inside = part in held if isinstance(held, Mapping) else (
+                isinstance(held, list) and isinstance(part, int) and part < len(held))
+            if not inside:
+                break
+            held = held[part]
+        else:
+            return name if held == node else "--config"
+    return "--config"
 
 
 def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
@@ -80,7 +120,8 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
     for part in parts:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
     problems: list[str] = []
-    if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (problem := _name(data, where)):
+    if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (
+            problem := _name(data, where, parts, files)):
         return [problem]
     for option in schema.get("anyOf", []):  # e.g. an object or null: check against the object
         if isinstance(data, Mapping) and option.get("type") == "object":
@@ -101,7 +142,7 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
             problems.append(_unknown(key, where, list(properties), _given_in((*parts, key), files)))
             continue
         elif isinstance(extra, Mapping):
-            if names and (problem := _name(key, where)):
+            if names and (problem := _name(key, where, (*parts, key), files)):
                 problems.append(problem)
                 continue
             sub = extra

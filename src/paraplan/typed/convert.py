@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from paraplan.core.errors import ParaplanError
+from paraplan.core.errors import ConfigError, ParaplanError
 from paraplan.core.glossary import TERMS_BY_NAME
 from paraplan.typed.constraints import reason, violated
 from paraplan.typed.source import Path_, Source
@@ -68,7 +68,8 @@ def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
     unknown = [k for k in data if k not in keys]
     if unknown:
         known = ", ".join(source.key_name(path, k) for k in keys)
-        raise source.error((*path, str(unknown[0])), f"unknown key; expected one of {known}")
+        what = "does not apply here" if source.text_values((*path, str(unknown[0]))) else "unknown key"
+        raise source.error((*path, str(unknown[0])), f"{what}; expected one of {known}")
     kwargs: dict[str, Any] = {}
     for key, f in fields:
         if key not in data:
@@ -86,10 +87,7 @@ def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
 
 def _reason(exc: ParaplanError) -> str:
     """A nested error's own words (a ConfigError's message without its key prefix)."""
-    key = getattr(exc, "key", None)
-    text = str(exc)
-    prefix = f"config key '{key}': "
-    return text[len(prefix):] if key is not None and text.startswith(prefix) else text
+    return exc.reason if isinstance(exc, ConfigError) else str(exc)
 
 
 def upgrade_keys(cls: type, data: Mapping, source: Source, path: Path_) -> dict:

@@ -104,13 +104,20 @@ def baseline_settings(request: TransformerPlanRequest) -> dict[str, RunSettings 
     return out
 
 
-def check_model_state_fits(model: TransformerModel, num_gpus: int, dtype: str, capacity_bytes: float) -> None:
-    """Raise `StrategyError` when the weights, gradients and optimizer state alone
-    (`Precision` bytes per parameter, multi-token-prediction layers included) exceed
-    the devices' memory even sharded evenly over all `num_gpus`: no split can fit."""
+def model_state_bytes(model: TransformerModel, dtype: str) -> tuple[float, float]:
+    """(parameters, bytes of weights, gradients and optimizer state) of `model` in
+    `dtype`'s `Precision`, multi-token-prediction layers included: what every split
+    holds in total, so no split of it over n devices needs less than 1/n of it each."""
     params = model.num_parameters + model.mtp_parameters
     per_param = Precision.of(dtype)
-    state = params * (per_param.weight_bytes + per_param.grad_bytes + per_param.optimizer_bytes)
+    return params, params * (per_param.weight_bytes + per_param.grad_bytes + per_param.optimizer_bytes)
+
+
+def check_model_state_fits(model: TransformerModel, num_gpus: int, dtype: str, capacity_bytes: float) -> None:
+    """Raise `StrategyError` when the weights, gradients and optimizer state alone
+    (`model_state_bytes`) exceed the devices' memory even sharded evenly over all
+    `num_gpus`: no split can fit."""
+    params, state = model_state_bytes(model, dtype)
     if state / num_gpus > capacity_bytes:
         raise StrategyError(
             f"model '{model.name}' does not fit on {num_gpus:,} GPUs: {params / 1e9:,.1f}B parameters x "
@@ -261,18 +268,25 @@ def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, 
     s = best[1]
     experts = (f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}, "
                if request.model.is_moe else "")
-    state_bound = ""
-    try:  # the model state alone, sharded over every GPU: the least any split needs
-        check_model_state_fits(request.model, request.num_gpus, request.dtype,
-                               request.cluster.device.usable_memory_bytes)
-    except StrategyError as err:
-        state_bound = f"; {err}"
-    raise StrategyError(
-        f"{request.model.name} fits nowhere on {request.num_gpus} x {request.cluster.device.name} "
-        f"({request.cluster.device.capacity_text()} each) at global batch {request.global_batch_size}: "
+    needs = (
         f"the smallest plan needs {need / 1e9:.1f} GB per device ({peak_parts_text(PeakMemory.of(best[0]))}; "
         f"TP {s.tensor_model_parallel_size}, "
         + (f"CP {s.context_parallel_size}, " if s.context_parallel_size > 1 else "")
         + f"PP {s.pipeline_model_parallel_size}, DP {s.data_parallel_size}, {experts}micro-batch {s.micro_batch_size}, "
-        f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)}); "
-        "more GPUs, a smaller model or a device with more memory would do" + state_bound)
+        f"recompute {s.recompute_granularity}, ZeRO {s.zero_stage or ('1' if s.use_distributed_optimizer else 0)})")
+    device, n = request.cluster.device, request.num_gpus
+    where = f"{request.model.name} fits nowhere on {n:,} x {device.name} at global batch {request.global_batch_size}"
+    usable = f"{device.capacity_text()} each"
+    params, state = model_state_bytes(request.model, request.dtype)
+    if state / n > device.usable_memory_bytes:
+        # the more specific reason first: the model state alone, sharded over every GPU,
+        # is the least any split needs, and it says how many GPUs it would take
+        raise StrategyError(
+            f"{where}: its weights, gradients and optimizer state alone are {_size(state)} ({params / 1e9:,.1f}B "
+            f"parameters x {state / params:.0f} bytes, {request.dtype}), {_size(state / n)} per GPU even "
+            f"sharded over all {n:,}, against {usable}; {needs}. It takes at least "
+            f"{math.ceil(state / device.usable_memory_bytes):,} GPUs (the model state alone, before activations), "
+            "a smaller model or a device with more memory")
+    raise StrategyError(
+        f"{where}: {needs}, against {usable}; more GPUs, a smaller model or a device with more memory "
+        "would do")
