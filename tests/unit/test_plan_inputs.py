@@ -71,6 +71,7 @@ def test_dapple_study_file(repo_root):
 
 def test_a_0_1_study_still_loads_with_a_deprecation_line(tmp_path, capsys):
     old = tmp_path / "old.yaml"
+    (tmp_path / "p.txt").write_text("")  # a study's profile is read beside it (paraplan.studies.paths)
     old.write_text("name: x\nstage: plan\nprofile: p.txt\npbs: 32\nmbs: 32\noptimizer_factor: 2\nmemory_gb: 16\n"
                    "cluster_file: dgx1-v100\nlayouts: [2x8, 16x1]\ngbs_range: '32:4096:64'\n")
     study = load_plan_study(old)

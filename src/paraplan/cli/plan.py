@@ -170,7 +170,7 @@ def _request(args: argparse.Namespace):
     """The plan request: the study's settings (if any) with the options given here on top."""
     from paraplan.cli.common import study_path
     from paraplan.plan.hybrid.request import PlanRequest
-    from paraplan.studies.plan import PlanStudy
+    from paraplan.studies.plan import PlanStudy, with_study_paths
     from paraplan.typed import Source, given, load, read_yaml, upgrade_keys
 
     options = given(PlanRequest, args, REQUEST)
@@ -182,7 +182,8 @@ def _request(args: argparse.Namespace):
     if not isinstance(raw, dict):
         raise in_file.error((), f"expected a mapping, got {type(raw).__name__}")
     merged = {**upgrade_keys(PlanStudy, raw, in_file, ()), **options}
-    return load(PlanStudy, merged, Source("file", str(path), frozenset(options))), path
+    study = load(PlanStudy, merged, Source("file", str(path), frozenset(options)))
+    return with_study_paths(study, path, frozenset(options)), path
 
 
 def _refuse_unused(args: argparse.Namespace, model: bool) -> None:

@@ -169,32 +169,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _published(study: SimulateStudy, study_file: Path) -> tuple[pd.DataFrame | None, str]:
-    """The study's published numbers (None: it names none, or their file is missing:
-    then a note for timing.json, and a warning)."""
+    """The study's published numbers, read from the study's root (paraplan.studies.paths);
+    None: it names none, or their file is missing: then a note for timing.json, and a warning
+    naming the study and the path tried."""
     from paraplan.studies import published as pb
+    from paraplan.studies.paths import missing, resolve
 
     if study.published is None:
         return None, ""
-    source = _published_source(Path(study.published.file), study_file)
+    source = resolve(study_file, study.published.file)
     if not source.is_file():
-        print(f"paraplan simulate: published numbers {source} not found; no comparison", file=sys.stderr)
+        print(f"paraplan simulate: warning: {missing(study_file, ('published', 'file'), study.published.file)}; "
+              "no comparison", file=sys.stderr)
         return None, f"not compared: {study.published.file} not found"
     return pb.load_published(source, study.published.format), ""
-
-
-def _published_source(path: Path, study_file: Path) -> Path:
-    """A relative published-numbers path is relative to the working directory (the
-    repository root under Snakemake); failing that, to the checkout that holds the
-    study file (`<checkout>/config/studies/simulate/x.yaml`), so a run from any
-    directory finds the same reference data."""
-    if path.is_absolute() or path.is_file():
-        return path
-    config_dir = next((p for p in study_file.resolve().parents if p.name == "config"), None)
-    if config_dir is None:
-        return path
-    checkout = config_dir.parent
-    beside = checkout / path
-    return beside if beside.is_file() else path
 
 
 def _figures(study, result, rows, published, figures: Path, traces: Path) -> list[Path]:

@@ -146,7 +146,8 @@ class Published:
     """Published numbers to compare with."""
 
     file: str
-    """CSV path, relative to the working directory (or the checkout holding the study)."""
+    """CSV path, relative to the root the study came from (`paraplan.studies.paths`: the
+    checkout holding config/studies/simulate/), whatever the working directory."""
     format: Literal["distir_fig3", "distir_fig4"]
     """How to read it."""
 
