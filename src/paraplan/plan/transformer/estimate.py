@@ -65,6 +65,7 @@ from paraplan.plan.transformer.layer_table import LayerTable, activation_table, 
 from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
 from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
+from paraplan.plan.transformer.stage_kinds import StageKinds, stage_kinds
 from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
@@ -134,8 +135,9 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
     p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
-    stages = _stage_times(cols, layers, times, table, eff, send, p2p)
-    pipe, busy = pipeline_s(cols, layers, stages, send)
+    kinds = stage_kinds(model, cand, base)
+    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p)
+    pipe, busy = pipeline_s(cols, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
     share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
@@ -153,7 +155,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
                  + optimizer + _tied_exchange_s(cols, weights, comm, prec, timed))
     # the second rank's compute ends one backward of the first rank's before it (ZB-H1: that backward
     # less its weight gradients, which the first rank runs last), its whole reduction after it
-    last_backward = times.op_s(layers.n_chunk, eff, True, times.emb_bwd)
+    last_backward = times.kinds_op_s(kinds.first, eff, True, times.emb_bwd)
     last_backward = last_backward - np.where(cols.schedule == "zb_h1", stages.weight_grad_first, 0.0)
     second_end = np.where(cols.single, 0.0, pipe - last_backward + optimizer + second_rank_sync_s(
         cols, layers, weights, times, comm, prec, base, eff, timed, share, p2p, send))
@@ -207,6 +209,19 @@ class _LayerTimes:
     emb_bwd: np.ndarray
     head_fwd: np.ndarray
     head_bwd: np.ndarray
+    kind_fwd_dev: np.ndarray  # (n, 2): a dense layer's and a MoE layer's (`layer_table.KIND_COLUMNS`)
+    kind_fwd_host: np.ndarray
+    kind_bwd_dev: np.ndarray
+    kind_bwd_host: np.ndarray
+
+    def kinds_op_s(self, kinds: np.ndarray, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
+        """One micro-batch's forward (or backward) of `kinds` ((n, 2): dense and MoE layers) plus `extra`."""
+        layer_dev, layer_host = ((self.kind_bwd_dev, self.kind_bwd_host) if backward
+                                 else (self.kind_fwd_dev, self.kind_fwd_host))
+        dev, host = (kinds * layer_dev).sum(axis=1), (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
+        if extra is not None:
+            dev, host = dev + extra[:, 0], host + extra[:, 1]
+        return host_bound_s(dev, host, eff)
 
     def op_s(self, n_layers, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `n_layers` layers plus `extra`."""
@@ -245,23 +260,27 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
         zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = occupancy_shares(units, cols.dp_nodes, eff.comm_overlap_contention)  # z14: `overlap_share`
+    gather, both, share = zero3_gather[:, None], (zero3_gather + zero3_scatter)[:, None], kappa[:, None]
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
-                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row])
+                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row],
+                       paired_s(gather, table.kind_fwd_dev[row], share), table.kind_fwd_host[row],
+                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row])
 
 
 @dataclass(frozen=True, eq=False)
 class _StageTimes:
-    """Forward + backward of one micro-batch on a stage (s): a middle (virtual) stage,
-    a v = 1 stage of the smaller layer count, the first and last stage (their first
-    and last chunk when interleaved), the whole model on one stage; the first chunk's
-    weight-gradient part, and a whole chunk of the first and last rank; with what
-    overlapped transfers take from each op (`overlap_terms.sender_contention_s`). The
-    first rank's forward of one micro-batch over its chunks (`param_gather_s` sets the
-    weight all-gathers beside it)."""
+    """Forward + backward of one micro-batch on a stage (s): the slowest middle (virtual)
+    stage and the sum over the middle ones (each from its own dense and MoE layers,
+    `stage_kinds`), the first and last stage (their first and last chunk when
+    interleaved), the whole model on one stage; the first chunk's and the slowest middle
+    stage's weight-gradient part and the latter's forward; a mean other chunk of the
+    first and last rank; with what overlapped transfers take from each op
+    (`overlap_terms.sender_contention_s`). The first rank's forward of one micro-batch
+    over its chunks (`param_gather_s` sets the weight all-gathers beside it)."""
 
     mid: np.ndarray
-    mid_small: np.ndarray
+    middle_sum: np.ndarray
     first: np.ndarray
     last: np.ndarray
     whole: np.ndarray
@@ -273,41 +292,44 @@ class _StageTimes:
     first_rank_forward: np.ndarray
 
 
-def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes, table: LayerTable,
-                 eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
+def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKinds, times: _LayerTimes,
+                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
     """`p2p_share`: of each overlapped transfer beside an op (0 where they block): every
     forward sends its activation on but the last virtual stage's, every backward its
     gradient back but the first's (`pipeline_p2p.overlap_contention_s`)."""
-    L = cols.num_layers
 
-    def ops(n_layers, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
-        return times.op_s(n_layers, eff, False, fwd_extra), times.op_s(n_layers, eff, True, bwd_extra)
+    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
+        return times.kinds_op_s(layers, eff, False, fwd_extra), times.kinds_op_s(layers, eff, True, bwd_extra)
 
     def contended(op: np.ndarray) -> np.ndarray:
         return op + sender_contention_s(send, op, p2p_share)
 
-    # the embedding / loss counted as a layer take a layer's slot from the end chunks, not from
-    # every chunk of the end ranks (`StageLayers` keeps the mean, which their sums read)
-    acc = cols.cand.acc
-    emb, loss = np.where(acc > 0, acc & 1, 0), np.where(acc > 0, acc >> 1, 0)
-    chunk_first_n = np.where(acc > 0, layers.n_mid, layers.n_chunk)
-    chunk_last_n = np.where(acc > 0, layers.n_mid, layers.n_last)
-    mid_f, mid_b = ops(layers.n_mid)
-    first_f, first_b = ops(chunk_first_n - emb, times.emb_fwd, times.emb_bwd)
-    last_f, last_b = ops(chunk_last_n - loss, times.head_fwd, times.head_bwd)
-    chunk_first_f, chunk_first_b = ops(chunk_first_n)
-    chunk_last_f, chunk_last_b = ops(chunk_last_n)
-    whole_f, whole_b = ops(L, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
+    wgt = table.kind_wgt_dev[cols.row]
+    # the middle virtual stages: each distinct (dense, MoE) count's F + B; their sum and the slowest
+    mid_f, mid_fb, mid_w = [], [], []
+    for j in range(kinds.middle.shape[1]):
+        f, b = ops(kinds.middle[:, j])
+        mid_f.append(contended(f))
+        mid_fb.append(contended(f) + contended(b))
+        mid_w.append((kinds.middle[:, j] * wgt).sum(axis=1))
+    fb, count = np.stack(mid_fb, axis=1), kinds.middle_count
+    slowest = np.argmax(np.where(count > 0, fb, -np.inf), axis=1)[:, None]  # p <= 2: column 0, vstage 0's layers
+    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd)
+    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd)
+    chunk_first_f, chunk_first_b = ops(kinds.chunk_first)
+    chunk_last_f, chunk_last_b = ops(kinds.chunk_last)
+    whole = np.tile([model.num_layers - model.num_moe_layers, model.num_moe_layers], (len(cols), 1)).astype(float)
+    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
     first_f, chunk_first_f = contended(first_f), contended(chunk_first_f)
     return _StageTimes(
-        mid=contended(mid_f) + contended(mid_b),
-        mid_small=times.fb_s(layers.n_small, eff),
+        mid=np.take_along_axis(fb, slowest, axis=1)[:, 0],
+        middle_sum=(np.where(count > 0, fb, 0.0) * count).sum(axis=1),
         first=first_f + first_b,
         last=last_f + contended(last_b),
         whole=whole_f + whole_b,
-        weight_grad_first=layers.n_chunk * table.wgt_dev[cols.row],
-        weight_grad_mid=layers.n_mid * table.wgt_dev[cols.row],
-        forward_mid=contended(mid_f),
+        weight_grad_first=(kinds.first * wgt).sum(axis=1),
+        weight_grad_mid=np.take_along_axis(np.stack(mid_w, axis=1), slowest, axis=1)[:, 0],
+        forward_mid=np.take_along_axis(np.stack(mid_f, axis=1), slowest, axis=1)[:, 0],
         chunk_first=chunk_first_f + contended(chunk_first_b),
         chunk_last=contended(chunk_last_f) + contended(chunk_last_b),
         first_rank_forward=np.where(cols.single, whole_f, first_f + (cols.v - 1) * chunk_first_f),

@@ -1,8 +1,11 @@
 """The layer table of the transformer planner's estimate (`estimate.py`): what a
 layer costs depends only on (t, b, sequence parallelism, recomputation, c, EP, ETP),
 so those few combinations are priced once with the exact device model
-(`paraplan.predict.build`) on probe runs of one stage; a mixture-of-experts model's
-layer is its mean layer (the share of MoE layers times the MoE layer, the rest dense)."""
+(`paraplan.predict.build`) on probe runs of one stage. A mixture-of-experts model's
+dense and MoE layers are priced apart (the `kind_*` columns: a stage's time reads its
+own count of each, `stage_kinds`); its mean layer (the share of MoE layers times the
+MoE layer, the rest dense) serves what reads a stage-independent layer (gradient
+buckets, ZeRO-3 gathers)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ from paraplan.predict.ops import layer_activation_bytes
 from paraplan.predict.pass_times import LAYER_PASSES, MOE_LAYER_PASSES, Pass, PassTimes, pass_times
 from paraplan.predict.variability import straggled
 
+KIND_COLUMNS = ("kind_fwd_dev", "kind_fwd_host", "kind_bwd_dev", "kind_bwd_host", "kind_wgt_dev")
+
 
 @dataclass(frozen=True, eq=False)
 class LayerTable:
@@ -55,6 +60,12 @@ class LayerTable:
     loss_transient: np.ndarray  # the loss's bytes for a moment on the last stage (`loss_ops.loss_transient_bytes`)
     cp_forward: np.ndarray  # a layer's context-parallel attention buffers in a forward (`cp_memory.CpTransientBytes`)
     cp_backward: np.ndarray  # ... and in a backward (`backward_moment_bytes`: the recomputed forward's where larger)
+    # (rows, 2): a dense layer's (column 0) and a MoE layer's (column 1; a dense model's: its dense layer)
+    kind_fwd_dev: np.ndarray
+    kind_fwd_host: np.ndarray
+    kind_bwd_dev: np.ndarray
+    kind_bwd_host: np.ndarray
+    kind_wgt_dev: np.ndarray
     probes: tuple[RunSettings, ...] = ()  # the one-stage run each row is priced on
 
 
@@ -112,7 +123,8 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
         act["cpf"][i], act["cpb"][i] = cp.forward_bytes, cp.backward_moment_bytes
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
-                      act["al"], act["af"], act["ae"], act["ah"], act["loss"], act["cpf"], act["cpb"], probes)
+                      act["al"], act["af"], act["ae"], act["ah"], act["loss"], act["cpf"], act["cpb"],
+                      nan2, nan2, nan2, nan2, nan2, probes)
 
 
 def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster: Cluster, comm: CommModel,
@@ -127,7 +139,7 @@ def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster
         structures = [replace(st, speed=straggled(st.speed, cluster.device, num_gpus)) for st in structures]
     kernel_s = kernel_times_by_pass(structures, eff)
     out = {k: getattr(table, k).copy() for k in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "wgt_dev",
-                                                  "emb_fwd", "emb_bwd", "head_fwd", "head_bwd")}
+                                                  "emb_fwd", "emb_bwd", "head_fwd", "head_bwd", *KIND_COLUMNS)}
     for i, st, ks in zip(rows_list, structures, kernel_s, strict=True):
         _price_row(out, i, model, pass_times(st, ks, eff), st, eff)
     return replace(table, **out)
@@ -142,19 +154,29 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
     out["fwd_dev"][i], out["fwd_host"][i] = dev[fwd], host[fwd]
     out["bwd_dev"][i], out["bwd_host"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
     out["wgt_dev"][i] = times.layer_weight_grad_s
+    kinds = {"kind_fwd_dev": (dev[fwd], dev[fwd]), "kind_fwd_host": (host[fwd], host[fwd]),
+             "kind_bwd_dev": (dev[rec] + dev[bwd],) * 2, "kind_bwd_host": (host[rec] + host[bwd],) * 2,
+             "kind_wgt_dev": (times.layer_weight_grad_s,) * 2}
     if moe_share:
         def mean(dense: float, moe: float) -> float:
             return (1.0 - moe_share) * dense + moe_share * moe
         mf, mr, mb = MOE_LAYER_PASSES
-        out["fwd_dev"][i], out["fwd_host"][i] = mean(dev[fwd], dev[mf]), mean(host[fwd], host[mf])
-        out["bwd_dev"][i], out["bwd_host"][i] = (mean(dev[rec] + dev[bwd], dev[mr] + dev[mb]),
-                                                 mean(host[rec] + host[bwd], host[mr] + host[mb]))
-        out["wgt_dev"][i] = mean(times.layer_weight_grad_s, times.moe_layer_weight_grad_s)
+        kinds = {"kind_fwd_dev": (dev[fwd], dev[mf]), "kind_fwd_host": (host[fwd], host[mf]),
+                 "kind_bwd_dev": (dev[rec] + dev[bwd], dev[mr] + dev[mb]),
+                 "kind_bwd_host": (host[rec] + host[bwd], host[mr] + host[mb]),
+                 "kind_wgt_dev": (times.layer_weight_grad_s, times.moe_layer_weight_grad_s)}
+        out["fwd_dev"][i], out["fwd_host"][i] = mean(*kinds["kind_fwd_dev"]), mean(*kinds["kind_fwd_host"])
+        out["bwd_dev"][i], out["bwd_host"][i] = mean(*kinds["kind_bwd_dev"]), mean(*kinds["kind_bwd_host"])
+        out["wgt_dev"][i] = mean(*kinds["kind_wgt_dev"])
+    for k, pair in kinds.items():
+        out[k][i] = pair
     if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
         factor = eff.layer_time_factors.factor(st.layer_key)
         added_fwd, added_bwd = st.attention_mix.added_s(st.speed, eff)
         out["fwd_dev"][i] += factor * float(added_fwd.sum()) / model.num_layers
         out["bwd_dev"][i] += factor * float(added_bwd.sum()) / model.num_layers
+        out["kind_fwd_dev"][i] += factor * float(added_fwd.sum()) / model.num_layers
+        out["kind_bwd_dev"][i] += factor * float(added_bwd.sum()) / model.num_layers
     out["emb_fwd"][i] = dev[Pass.EMBEDDING_FWD], host[Pass.EMBEDDING_FWD]
     out["emb_bwd"][i] = dev[Pass.EMBEDDING_BWD], host[Pass.EMBEDDING_BWD]
     out["head_fwd"][i] = dev[Pass.HEAD_FWD], host[Pass.HEAD_FWD]

@@ -1,0 +1,81 @@
+"""Dense and mixture-of-experts layers of each pipeline-stage role of the transformer
+planner's estimate (`estimate.py`), from the engine's own layer assignment
+(`paraplan.predict.build.layers_per_virtual_stage` and `moe_layers_per_virtual_stage`:
+Megatron's split with `decoder_first/last_pipeline_num_layers` and
+`account_for_embedding/loss_in_pipeline_split`). A model whose first layers are dense
+(DeepSeek-V3's first three) holds them on the first stage alone, so a middle stage of
+MoE layers only is slower than the model's mean layer says.
+
+The split depends only on (p, v, first, last, acc), which tens of thousands of
+candidates share a few dozen of: each distinct split is assigned once and its counts
+gathered onto the candidates (no per-candidate loop)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.core.run_settings import RunSettings
+from paraplan.core.transformer import TransformerModel
+from paraplan.plan.transformer.space import Candidates
+from paraplan.predict.build import layers_per_virtual_stage, moe_layers_per_virtual_stage
+
+
+@dataclass(frozen=True, eq=False)
+class StageKinds:
+    """Per candidate, (dense, MoE) transformer layers (columns 0, 1; shape (n, 2)) of:
+    virtual stage 0 (beside the embedding), the last virtual stage (beside the head),
+    a mean other chunk of the first and of the last rank (interleaved), the slowest
+    middle virtual stage's candidates (`middle`, shape (n, J, 2)) with how many middle
+    virtual stages hold each (`middle_count`, (n, J), 0: padding). Where the pipeline
+    has no middle stage (p <= 2) `middle` holds virtual stage 0's layers with count 0."""
+
+    first: np.ndarray
+    last: np.ndarray
+    chunk_first: np.ndarray
+    chunk_last: np.ndarray
+    middle: np.ndarray
+    middle_count: np.ndarray
+
+
+def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) -> StageKinds:
+    """The engine's split of every distinct (p, v, first, last, acc), gathered onto the candidates."""
+    keys_arr = np.stack([cand.p, cand.v, cand.first, cand.last, cand.acc], axis=1).astype(np.int64)
+    unique, inverse = np.unique(keys_arr, axis=0, return_inverse=True)
+    splits = [_split(model, base, *(int(x) for x in key)) for key in unique.tolist()]
+    width = max((len(s[4]) for s in splits), default=1)
+    first, last, chunk_first, chunk_last = (np.array([s[k] for s in splits], dtype=float).reshape(-1, 2)
+                                            for k in range(4))
+    middle = np.zeros((len(splits), width, 2))
+    count = np.zeros((len(splits), width))
+    for i, s in enumerate(splits):
+        for j, (pair, n) in enumerate(s[4]):
+            middle[i, j], count[i, j] = pair, n
+    inv = inverse.ravel()
+    return StageKinds(first[inv], last[inv], chunk_first[inv], chunk_last[inv], middle[inv], count[inv])
+
+
+def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: int, last: int, acc: int):
+    """(vstage 0, last vstage, rank 0's mean other chunk, rank p - 1's mean other chunk,
+    [((dense, moe), how many middle vstages)]) of one split."""
+    settings = replace(base, pipeline_model_parallel_size=p, virtual_pipeline_model_parallel_size=v,
+                       decoder_first_pipeline_num_layers=first, decoder_last_pipeline_num_layers=last,
+                       account_for_embedding_in_pipeline_split=bool(acc & 1),
+                       account_for_loss_in_pipeline_split=bool(acc & 2), pipeline_model_parallel_layout="")
+    counts = layers_per_virtual_stage(model.num_layers, settings)
+    moe = moe_layers_per_virtual_stage(model, counts)
+    pairs = np.stack([counts - moe, moe], axis=1).astype(float)  # vstage c p + r: chunk c of rank r
+    by_rank = pairs.reshape(v, p, 2)
+
+    def mean_other(chunks: np.ndarray) -> tuple[float, float]:
+        return (float(chunks[:, 0].mean()), float(chunks[:, 1].mean())) if len(chunks) else (0.0, 0.0)
+
+    middle_pairs = by_rank[:, 1:p - 1].reshape(-1, 2)
+    if len(middle_pairs):
+        distinct, n = np.unique(middle_pairs, axis=0, return_counts=True)
+        middle = [(tuple(d), int(k)) for d, k in zip(distinct.tolist(), n.tolist(), strict=True)]
+    else:
+        middle = [(tuple(pairs[0]), 0)]
+    return (tuple(pairs[0]), tuple(pairs[-1]), mean_other(by_rank[1:, 0]), mean_other(by_rank[:-1, p - 1]),
+            middle)
