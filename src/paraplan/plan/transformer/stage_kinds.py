@@ -41,9 +41,14 @@ class StageKinds:
 
 def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) -> StageKinds:
     """The engine's split of every distinct (p, v, first, last, acc), gathered onto the candidates."""
-    keys_arr = np.stack([cand.p, cand.v, cand.first, cand.last, cand.acc], axis=1).astype(np.int64)
-    unique, inverse = np.unique(keys_arr, axis=0, return_inverse=True)
-    splits = [_split(model, base, *(int(x) for x in key)) for key in unique.tolist()]
+    # one int64 per split (each field < 2^12: layers, stages and chunks of a model), as np.unique of
+    # rows is several times slower than of a flat array
+    packed = np.zeros(len(cand), dtype=np.int64)
+    for column in (cand.p, cand.v, cand.first, cand.last, cand.acc):
+        packed = (packed << 12) | column.astype(np.int64)
+    unique, inverse = np.unique(packed, return_inverse=True)
+    keys = [[(int(k) >> (12 * shift)) & 0xFFF for shift in (4, 3, 2, 1, 0)] for k in unique.tolist()]
+    splits = [_split(model, base, *key) for key in keys]
     width = max((len(s[4]) for s in splits), default=1)
     first, last, chunk_first, chunk_last = (np.array([s[k] for s in splits], dtype=float).reshape(-1, 2)
                                             for k in range(4))
