@@ -66,6 +66,7 @@ class LayerTable:
     kind_bwd_dev: np.ndarray
     kind_bwd_host: np.ndarray
     kind_wgt_dev: np.ndarray
+    act_kind: np.ndarray  # (rows, 2): a dense and a MoE layer's activations (`act_layer`: their mean)
     probes: tuple[RunSettings, ...] = ()  # the one-stage run each row is priced on
 
 
@@ -92,7 +93,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
                    for t, b, sp, rc, c, ep, etp in keys)
     moe_share = model.num_moe_layers / model.num_layers
     n = len(keys)
-    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss", "cpf", "cpb")}
+    act = {k: np.zeros(n) for k in ("al", "af", "ae", "ah", "loss", "cpf", "cpb", "ad", "am")}
     # a dense layer's and the embedding's activations, once per (t, b, sp, recompute, c):
     # `layer_activation_bytes` and `embedding_work` read no expert setting
     # (and the LM head's); a MoE layer's once per settings (those that differ only in recomputation
@@ -112,9 +113,10 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
                             layer_activation_bytes(model, replace(s, recompute_granularity="none")),
                             embedding_work(model, s).activation_bytes, head_work(model, s).activation_bytes)
         act["al"][i], act["af"][i], act["ae"][i], head = dense[group]
+        act["ad"][i] = act["am"][i] = act["al"][i]
         moe_layer = None
         if moe_share:
-            moe_layer = moe_bytes(s)
+            moe_layer = act["am"][i] = moe_bytes(s)
             act["al"][i] = (1.0 - moe_share) * act["al"][i] + moe_share * moe_layer
             act["af"][i] = max(act["af"][i], moe_bytes(replace(s, recompute_granularity="none")))
         act["ah"][i] = last_stage_activation_bytes(model, s, head, moe_layer)
@@ -124,7 +126,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
     return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
                       act["al"], act["af"], act["ae"], act["ah"], act["loss"], act["cpf"], act["cpb"],
-                      nan2, nan2, nan2, nan2, nan2, probes)
+                      nan2, nan2, nan2, nan2, nan2, np.stack([act["ad"], act["am"]], axis=1), probes)
 
 
 def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster: Cluster, comm: CommModel,
