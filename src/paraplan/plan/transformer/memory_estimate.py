@@ -26,42 +26,45 @@ if TYPE_CHECKING:  # the estimate's parameters per rank (estimate.py imports thi
 
 
 @functools.lru_cache(maxsize=4096)
-def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
-    """(micro-batch, chunk) pairs the first, the last and the second stage hold at their
-    peak, from the schedule's own op orders; the count stops growing after a few p
-    micro-batches, so long runs are counted on a shorter one."""
+def _held(schedule: str, p: int, m: int, v: int, k: int) -> tuple[int, int, int, int]:
+    """(micro-batch, chunk) pairs the first, the last, the second and the k-th stage hold
+    at their peak, from the schedule's own op orders; the count stops growing after a few
+    p micro-batches, so long runs are counted on a shorter one."""
     if p == 1:
-        return (1, 1, 1)
+        return (1, 1, 1, 1)
     if schedule == "gpipe":
-        return (m, m, m)
+        return (m, m, m, m)
     if schedule == "1f1b":
-        return (min(p, m), 1, min(p - 1, m))
+        return (min(p, m), 1, min(p - 1, m), min(p - k, m))
     step = p if v > 1 else 1
     short = min(m, max(4 * p, step))
     short -= short % step
     sched = get_schedule(schedule)
-    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1, 1)]  # not all p stages
+    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1, 1, k)]  # not all p stages
     peaks = inflight_peak(ends, sched.split_backward)
-    return (int(peaks[0]), int(peaks[1]), int(peaks[2]))
+    return (int(peaks[0]), int(peaks[1]), int(peaks[2]), int(peaks[3]))
 
 
-def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """(candidates, 3): `_held` of the first, the last and the second stage."""
+def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(candidates, 4): `_held` of the first, the last, the second and the k-th stage."""
     names, codes = np.unique(schedules, return_inverse=True)
-    keys = np.stack([codes.ravel(), p, m, v], axis=1).astype(np.int64)
+    keys = np.stack([codes.ravel(), p, m, v, k], axis=1).astype(np.int64)
     unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    held = np.array([_held(str(names[sc]), pp, mm, vv) for sc, pp, mm, vv in unique.tolist()], dtype=float)
-    return held.reshape(-1, 3)[inverse.ravel()]
+    held = np.array([_held(str(names[sc]), pp, mm, vv, kk) for sc, pp, mm, vv, kk in unique.tolist()],
+                    dtype=float)
+    return held.reshape(-1, 4)[inverse.ravel()]
 
 
 
 def peak_memory_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, kinds: StageKinds,
                       table: LayerTable, weights: Weights, params: StageParams, prec: Precision) -> np.ndarray:
-    """The larger of the first and the last stage's peak: model state as sharded,
-    activations x the micro-batches (and chunks) their schedule holds in flight, and a
-    working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
-    two gathered layers and the unsharded gradients; on the last stage at least the
-    loss's transient beside the gathered weights)."""
+    """The larger of the first and the last stage's peak (and the second's, and for a
+    model of dense and MoE layers also the first stage of MoE layers alone: `stage_kinds`):
+    model state as sharded, activations x the micro-batches (and chunks) their schedule
+    holds in flight, each stage's from its own dense and MoE layers, and a working set
+    (full recomputation: one layer's activations; ZeRO-3: the root unit, two gathered
+    layers and the unsharded gradients; on the last stage at least the loss's transient
+    beside the gathered weights)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
     weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
     grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
@@ -69,12 +72,18 @@ def peak_memory_bytes(model: TransformerModel, cols: CandidateColumns, layers: S
     state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
                + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
                + prec.optimizer_bytes / cols.expert_shards)
-    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # first, last, second
-    act_chunk = layers.n_chunk * table.act_layer[row]
+    # first, last, second, and the first stage of MoE layers alone
+    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v, kinds.moe_rank)
+    act_kind, per_chunk = table.act_kind[row], v[:, None]
+
+    def activations(layer_kinds: np.ndarray) -> np.ndarray:  # a chunk's of (dense, MoE) layers, per micro-batch
+        return (layer_kinds * act_kind).sum(axis=1)
+
+    act_chunk = activations((kinds.first + (per_chunk - 1) * kinds.chunk_first) / per_chunk)  # the rank's mean chunk
     act_first = held[:, 0] * act_chunk + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
     act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
     head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
-    act_last = held[:, 1] * layers.n_last * table.act_layer[row]
+    act_last = held[:, 1] * activations((kinds.last + (per_chunk - 1) * kinds.chunk_last) / per_chunk)
     once = cols.zero3_once
     lazy = once & (cols.m > 1)
     sharded_experts = cols.edp > 1  # experts held whole where their group has one rank
@@ -84,6 +93,17 @@ def peak_memory_bytes(model: TransformerModel, cols: CandidateColumns, layers: S
     second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0) | lazy) & (cand.p >= 3)
     params_second = layers.n_mid * v * (weights.layer + weights.expert_layer * sharded_experts)  # ZeRO-3's gathers
     act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
+    state_second = layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e)
+    # dense layers first (DeepSeek-V3's first three): a middle stage holds the most state and activations
+    # per micro-batch where it holds MoE layers alone, the second beside the micro-batches it keeps more
+    mixed = model.is_moe and model.num_moe_layers < model.num_layers
+    state_moe, act_moe = np.zeros(len(cols)), np.zeros(len(cols))
+    if mixed:
+        state_of, params_of = _rank_state(model, cols, state_b, state_e, sharded_experts)
+        second = second | (cand.p >= 3)
+        params_second, state_second = params_of(kinds.second), state_of(kinds.second)
+        act_second = held[:, 2] * activations(kinds.second)
+        state_moe, act_moe = state_of(kinds.moe_rank_layers), held[:, 3] * activations(kinds.moe_rank_layers)
     # read from the schedule's moments: gradients accumulating unsharded join the activations at each
     # chunk's first backward; the embedding / loss counted as layers leave the end chunks a layer short
     moments = (lazy | (cand.acc > 0)) & ~cols.single
@@ -131,11 +151,30 @@ def peak_memory_bytes(model: TransformerModel, cols: CandidateColumns, layers: S
     head_act = np.where(moments, 0.0, head_held * table.act_head[row])
     mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
                 + np.maximum(working_last + zero2_last, loss_last))
-    mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
-                  + np.where(once, params_second * prec.weight_bytes, gathered)
-                  + np.maximum(recompute + grads_held + zero2_last + cp_bwd, cp_fwd))
-    return np.where(cols.single, mem_first,
-                    np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
+    working_middle = (np.where(once, params_second * prec.weight_bytes, gathered)
+                      + np.maximum(recompute + grads_held + zero2_last + cp_bwd, cp_fwd))
+    mem_second = state_second + act_second + working_middle
+    mem_moe = np.where(mixed & (cand.p >= 3), state_moe + act_moe + working_middle, 0.0)
+    return np.where(cols.single, mem_first, np.maximum(np.maximum(mem_first, mem_last),
+                                                       np.maximum(np.where(second, mem_second, 0.0), mem_moe)))
+
+
+def _rank_state(model: TransformerModel, cols: CandidateColumns, state_b: np.ndarray, state_e: np.ndarray,
+                sharded_experts: np.ndarray):
+    """For a model of dense and MoE layers: a rank's model state bytes, and its parameters
+    as ZeRO-3 gathers them, from its mean chunk's (dense, MoE) layers ((n, 2)) x v chunks."""
+    experts = model.num_experts * model.expert_params
+    dense = model.dense_layer_params / cols.t
+    moe_dense, moe_experts = (model.moe_layer_params - experts) / cols.t, experts / (cols.ep * cols.etp)
+
+    def state_of(layer_kinds: np.ndarray) -> np.ndarray:
+        return cols.v * (layer_kinds[:, 0] * dense * state_b + layer_kinds[:, 1] * (moe_dense * state_b
+                                                                                   + moe_experts * state_e))
+
+    def params_of(layer_kinds: np.ndarray) -> np.ndarray:
+        return cols.v * (layer_kinds[:, 0] * dense + layer_kinds[:, 1] * (moe_dense + moe_experts * sharded_experts))
+
+    return state_of, params_of
 
 
 def dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,

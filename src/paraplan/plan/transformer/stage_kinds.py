@@ -29,7 +29,11 @@ class StageKinds:
     a mean other chunk of the first and of the last rank (interleaved), the slowest
     middle virtual stage's candidates (`middle`, shape (n, J, 2)) with how many middle
     virtual stages hold each (`middle_count`, (n, J), 0: padding). Where the pipeline
-    has no middle stage (p <= 2) `middle` holds virtual stage 0's layers with count 0."""
+    has no middle stage (p <= 2) `middle` holds virtual stage 0's layers with count 0.
+    For the memory estimate: a mean chunk of the second rank, and which rank is the
+    first to hold MoE layers alone (`moe_rank`; 1 where none of the middle ranks is)
+    with its mean chunk: where the first stages hold the dense layers, it holds the
+    most state and the most activations per micro-batch."""
 
     first: np.ndarray
     last: np.ndarray
@@ -37,6 +41,9 @@ class StageKinds:
     chunk_last: np.ndarray
     middle: np.ndarray
     middle_count: np.ndarray
+    second: np.ndarray
+    moe_rank: np.ndarray
+    moe_rank_layers: np.ndarray
 
 
 def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) -> StageKinds:
@@ -50,20 +57,23 @@ def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) ->
     keys = [[(int(k) >> (12 * shift)) & 0xFFF for shift in (4, 3, 2, 1, 0)] for k in unique.tolist()]
     splits = [_split(model, base, *key) for key in keys]
     width = max((len(s[4]) for s in splits), default=1)
-    first, last, chunk_first, chunk_last = (np.array([s[k] for s in splits], dtype=float).reshape(-1, 2)
-                                            for k in range(4))
+    first, last, chunk_first, chunk_last, second, moe_rank_layers = (
+        np.array([s[k] for s in splits], dtype=float).reshape(-1, 2) for k in (0, 1, 2, 3, 5, 7))
+    moe_rank = np.array([s[6] for s in splits], dtype=np.int64)
     middle = np.zeros((len(splits), width, 2))
     count = np.zeros((len(splits), width))
     for i, s in enumerate(splits):
         for j, (pair, n) in enumerate(s[4]):
             middle[i, j], count[i, j] = pair, n
     inv = inverse.ravel()
-    return StageKinds(first[inv], last[inv], chunk_first[inv], chunk_last[inv], middle[inv], count[inv])
+    return StageKinds(first[inv], last[inv], chunk_first[inv], chunk_last[inv], middle[inv], count[inv], second[inv],
+                      moe_rank[inv], moe_rank_layers[inv])
 
 
 def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: int, last: int, acc: int):
     """(vstage 0, last vstage, rank 0's mean other chunk, rank p - 1's mean other chunk,
-    [((dense, moe), how many middle vstages)]) of one split."""
+    [((dense, moe), how many middle vstages)], rank 1's mean chunk, the first middle rank of
+    MoE layers alone (else 1), its mean chunk) of one split."""
     settings = replace(base, pipeline_model_parallel_size=p, virtual_pipeline_model_parallel_size=v,
                        decoder_first_pipeline_num_layers=first, decoder_last_pipeline_num_layers=last,
                        account_for_embedding_in_pipeline_split=bool(acc & 1),
@@ -82,5 +92,8 @@ def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: in
         middle = [(tuple(d), int(k)) for d, k in zip(distinct.tolist(), n.tolist(), strict=True)]
     else:
         middle = [(tuple(pairs[0]), 0)]
+    rank_mean = by_rank.mean(axis=0)  # (p, 2)
+    moe_only = [r for r in range(1, p - 1) if by_rank[:, r, 0].sum() == 0 and by_rank[:, r, 1].sum() > 0]
+    moe_rank = moe_only[0] if moe_only else min(1, p - 1)
     return (tuple(pairs[0]), tuple(pairs[-1]), mean_other(by_rank[1:, 0]), mean_other(by_rank[:-1, p - 1]),
-            middle)
+            middle, tuple(rank_mean[min(1, p - 1)]), moe_rank, tuple(rank_mean[moe_rank]))
