@@ -27,8 +27,9 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
   rank's end, or the second rank's where later (its compute ends a backward earlier, its
   whole reduction after it: `grad_sync.second_rank_sync_s`);
-- memory of the first and the last stage (and the second, where a middle stage may hold
-  more): weights, gradients and optimizer state as sharded, activations x micro-batches
+- memory (`memory_estimate.py`) of the first and the last stage (and the second, where a
+  middle stage may hold more, and for a model of dense and MoE layers the first stage of
+  MoE layers alone): weights, gradients and optimizer state as sharded, activations x micro-batches
   in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
   Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
   its unsharded gradients, allocated at each chunk's first backward, read with the
@@ -37,10 +38,13 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   buffers (`paraplan.predict.cp_memory`) join a backward's working set and make a
   forward's moment of their own (on the last stage the larger of them and the loss's).
 
-A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
-layers at the model's mean layer (the share of MoE layers times the MoE layer, the
-rest dense): exact for uniform models (Mixtral, Qwen3-MoE), an average for mixed ones
-(the exact re-timing counts each stage's own layers). Expert weights are split over
+A mixture-of-experts model's layer is priced per kind (dense, MoE), and each stage's
+time, activations and state come from its own count of each kind, as the engine assigns
+layers to stages (`stage_kinds`: DeepSeek-V3's first three dense layers sit on the first
+stage; 1F1B and GPipe sum every stage's own F + B, the slowest middle one taking the
+M - 1 steady steps). What reads a stage-independent layer (gradient buckets, ZeRO-3
+gathers, the interleaved middle chunks' fill) takes the slowest middle stage's or the
+model's mean layer (the share of MoE layers times the MoE layer, the rest dense). Expert weights are split over
 EP x ETP and their state sharded over the expert-data-parallel group, which also
 reduces their gradients. The estimate ranks; the planner re-times its best
 candidates with the exact engine.
