@@ -51,29 +51,47 @@ def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) ->
     # one int64 per split (each field < 2^12: layers, stages and chunks of a model), as np.unique of
     # rows is several times slower than of a flat array
     packed = np.zeros(len(cand), dtype=np.int64)
-    for column in (cand.p, cand.v, cand.first, cand.last, cand.acc):
-        packed = (packed << 12) | column.astype(np.int64)
+    for field in (cand.p, cand.v, cand.first, cand.last, cand.acc):
+        packed = (packed << 12) | field.astype(np.int64)
     unique, inverse = np.unique(packed, return_inverse=True)
     keys = [[(int(k) >> (12 * shift)) & 0xFFF for shift in (4, 3, 2, 1, 0)] for k in unique.tolist()]
     splits = [_split(model, base, *key) for key in keys]
-    width = max((len(s[4]) for s in splits), default=1)
-    first, last, chunk_first, chunk_last, second, moe_rank_layers = (
-        np.array([s[k] for s in splits], dtype=float).reshape(-1, 2) for k in (0, 1, 2, 3, 5, 7))
-    moe_rank = np.array([s[6] for s in splits], dtype=np.int64)
+    width = max((len(sp.middle) for sp in splits), default=1)
+
+    def column(name: str) -> np.ndarray:
+        return np.array([getattr(sp, name) for sp in splits], dtype=float).reshape(-1, 2)
+
     middle = np.zeros((len(splits), width, 2))
     count = np.zeros((len(splits), width))
-    for i, s in enumerate(splits):
-        for j, (pair, n) in enumerate(s[4]):
+    for i, sp in enumerate(splits):
+        for j, (pair, n) in enumerate(sp.middle):
             middle[i, j], count[i, j] = pair, n
     inv = inverse.ravel()
-    return StageKinds(first[inv], last[inv], chunk_first[inv], chunk_last[inv], middle[inv], count[inv], second[inv],
-                      moe_rank[inv], moe_rank_layers[inv])
+    return StageKinds(column("first")[inv], column("last")[inv], column("chunk_first")[inv],
+                      column("chunk_last")[inv], middle[inv], count[inv], column("second")[inv],
+                      np.array([sp.moe_rank for sp in splits], dtype=np.int64)[inv], column("moe_rank_layers")[inv])
 
 
-def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: int, last: int, acc: int):
-    """(vstage 0, last vstage, rank 0's mean other chunk, rank p - 1's mean other chunk,
-    [((dense, moe), how many middle vstages)], rank 1's mean chunk, the first middle rank of
-    MoE layers alone (else 1), its mean chunk) of one split."""
+Pair = tuple[float, float]  # (dense, MoE) layers
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One split's `StageKinds` entries: the middle virtual stages as distinct (dense, MoE)
+    pairs with how many hold each."""
+
+    first: Pair
+    last: Pair
+    chunk_first: Pair
+    chunk_last: Pair
+    middle: tuple[tuple[Pair, int], ...]
+    second: Pair
+    moe_rank: int
+    moe_rank_layers: Pair
+
+
+def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: int, last: int, acc: int) -> _Split:
+    """The engine's split of `model`'s layers under (p, v, first, last, acc)."""
     settings = replace(base, pipeline_model_parallel_size=p, virtual_pipeline_model_parallel_size=v,
                        decoder_first_pipeline_num_layers=first, decoder_last_pipeline_num_layers=last,
                        account_for_embedding_in_pipeline_split=bool(acc & 1),
@@ -83,17 +101,20 @@ def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: in
     pairs = np.stack([counts - moe, moe], axis=1).astype(float)  # vstage c p + r: chunk c of rank r
     by_rank = pairs.reshape(v, p, 2)
 
-    def mean_other(chunks: np.ndarray) -> tuple[float, float]:
-        return (float(chunks[:, 0].mean()), float(chunks[:, 1].mean())) if len(chunks) else (0.0, 0.0)
+    def pair(x: np.ndarray) -> Pair:
+        return (float(x[0]), float(x[1]))
+
+    def mean_other(chunks: np.ndarray) -> Pair:
+        return pair(chunks.mean(axis=0)) if len(chunks) else (0.0, 0.0)
 
     middle_pairs = by_rank[:, 1:p - 1].reshape(-1, 2)
     if len(middle_pairs):
         distinct, n = np.unique(middle_pairs, axis=0, return_counts=True)
-        middle = [(tuple(d), int(k)) for d, k in zip(distinct.tolist(), n.tolist(), strict=True)]
+        middle = tuple((pair(d), int(k)) for d, k in zip(distinct, n.tolist(), strict=True))
     else:
-        middle = [(tuple(pairs[0]), 0)]
+        middle = ((pair(pairs[0]), 0),)
     rank_mean = by_rank.mean(axis=0)  # (p, 2)
     moe_only = [r for r in range(1, p - 1) if by_rank[:, r, 0].sum() == 0 and by_rank[:, r, 1].sum() > 0]
     moe_rank = moe_only[0] if moe_only else min(1, p - 1)
-    return (tuple(pairs[0]), tuple(pairs[-1]), mean_other(by_rank[1:, 0]), mean_other(by_rank[:-1, p - 1]),
-            middle, tuple(rank_mean[min(1, p - 1)]), moe_rank, tuple(rank_mean[moe_rank]))
+    return _Split(pair(pairs[0]), pair(pairs[-1]), mean_other(by_rank[1:, 0]), mean_other(by_rank[:-1, p - 1]),
+                  middle, pair(rank_mean[min(1, p - 1)]), moe_rank, pair(rank_mean[moe_rank]))
