@@ -203,9 +203,6 @@ class _LayerTimes:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
 
-    def fb_s(self, n_layers, eff: DeviceEfficiency, fwd_extra=None, bwd_extra=None) -> np.ndarray:
-        """Forward + backward of one micro-batch."""
-        return self.op_s(n_layers, eff, False, fwd_extra) + self.op_s(n_layers, eff, True, bwd_extra)
 
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,

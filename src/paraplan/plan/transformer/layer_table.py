@@ -39,8 +39,9 @@ KIND_COLUMNS = ("kind_fwd_dev", "kind_fwd_host", "kind_bwd_dev", "kind_bwd_host"
 @dataclass(frozen=True, eq=False)
 class LayerTable:
     """Per (t, b, sp, recompute, cp, EP, ETP): device and host time of a layer's forward and
-    backward (with recomputation), of the embedding and head passes, the weight-grad
-    part, and activation bytes; a mixture-of-experts model's layer is its mean layer
+    backward (with recomputation), of the embedding and head passes, a dense and a MoE
+    layer's apart with their weight-grad part (`KIND_COLUMNS`), and activation bytes; the
+    un-suffixed layer columns are a mixture-of-experts model's mean layer
     (module doc). The times are NaN on rows not priced (`activation_table`)."""
 
     index: dict[tuple[int, ...], int]  # (t, b, sp, recompute, cp, EP, ETP)
@@ -48,7 +49,6 @@ class LayerTable:
     fwd_host: np.ndarray
     bwd_dev: np.ndarray
     bwd_host: np.ndarray
-    wgt_dev: np.ndarray
     emb_fwd: np.ndarray  # (dev, host) pairs
     emb_bwd: np.ndarray
     head_fwd: np.ndarray
@@ -124,7 +124,7 @@ def activation_table(model: TransformerModel, cand: Candidates, base: RunSetting
         cp = layer_cp_transient(model, s)  # the probes' cp_comm_type is the candidates' (`space`)
         act["cpf"][i], act["cpb"][i] = cp.forward_bytes, cp.backward_moment_bytes
     nan, nan2 = np.full(n, np.nan), np.full((n, 2), np.nan)
-    return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
+    return LayerTable({k: i for i, k in enumerate(keys)}, nan, nan, nan, nan, nan2, nan2, nan2, nan2,
                       act["al"], act["af"], act["ae"], act["ah"], act["loss"], act["cpf"], act["cpb"],
                       nan2, nan2, nan2, nan2, nan2, np.stack([act["ad"], act["am"]], axis=1), probes)
 
@@ -140,8 +140,8 @@ def priced(table: LayerTable, model: TransformerModel, rows: np.ndarray, cluster
     if num_gpus is not None:  # y3: the job's straggler factor, as the engine prices the candidate
         structures = [replace(st, speed=straggled(st.speed, cluster.device, num_gpus)) for st in structures]
     kernel_s = kernel_times_by_pass(structures, eff)
-    out = {k: getattr(table, k).copy() for k in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "wgt_dev",
-                                                  "emb_fwd", "emb_bwd", "head_fwd", "head_bwd", *KIND_COLUMNS)}
+    out = {k: getattr(table, k).copy() for k in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "emb_fwd", "emb_bwd",
+                                                  "head_fwd", "head_bwd", *KIND_COLUMNS)}
     for i, st, ks in zip(rows_list, structures, kernel_s, strict=True):
         _price_row(out, i, model, pass_times(st, ks, eff), st, eff)
     return replace(table, **out)
@@ -155,7 +155,6 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
     fwd, rec, bwd = LAYER_PASSES
     out["fwd_dev"][i], out["fwd_host"][i] = dev[fwd], host[fwd]
     out["bwd_dev"][i], out["bwd_host"][i] = dev[rec] + dev[bwd], host[rec] + host[bwd]
-    out["wgt_dev"][i] = times.layer_weight_grad_s
     kinds = {"kind_fwd_dev": (dev[fwd], dev[fwd]), "kind_fwd_host": (host[fwd], host[fwd]),
              "kind_bwd_dev": (dev[rec] + dev[bwd],) * 2, "kind_bwd_host": (host[rec] + host[bwd],) * 2,
              "kind_wgt_dev": (times.layer_weight_grad_s,) * 2}
@@ -169,7 +168,6 @@ def _price_row(out: dict[str, np.ndarray], i: int, model: TransformerModel, time
                  "kind_wgt_dev": (times.layer_weight_grad_s, times.moe_layer_weight_grad_s)}
         out["fwd_dev"][i], out["fwd_host"][i] = mean(*kinds["kind_fwd_dev"]), mean(*kinds["kind_fwd_host"])
         out["bwd_dev"][i], out["bwd_host"][i] = mean(*kinds["kind_bwd_dev"]), mean(*kinds["kind_bwd_host"])
-        out["wgt_dev"][i] = mean(*kinds["kind_wgt_dev"])
     for k, pair in kinds.items():
         out[k][i] = pair
     if st.attention_mix is not None:  # sliding windows: the mean layer's attention core, not layer 0's
