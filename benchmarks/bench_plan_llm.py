@@ -18,7 +18,8 @@
    timed here, none skipped by the bound): estimate / engine per candidate (the spread,
    and the engine's fastest 8), and whether the estimate orders them as the engine does
    (Spearman's rank correlation over those that fit by the engine, and whether the
-   estimate's fastest of them is the engine's: top-1).
+   estimate's fastest of them is the engine's: top-1), and the ratio's range by schedule
+   (ZB-H1 with fewer micro-batches than stages apart).
 
     python benchmarks/bench_plan_llm.py [--speed | --estimate | --ranking]
 """
@@ -137,6 +138,13 @@ def estimate_vs_engine() -> None:
               f"{ratio.min():.3f}-{ratio.max():.3f} (median {np.median(ratio):.3f}, mean |1 - ratio| "
               f"{np.mean(np.abs(ratio - 1)):.1%}); over the {int(engine_fits.sum())} that fit: Spearman "
               f"{rho:.3f}, top-1 {top1}")
+        kinds = np.array([s.pipeline_schedule for s in settings])
+        few = np.array([s.global_batch_size < s.pipeline_model_parallel_size * s.data_parallel_size
+                        * s.micro_batch_size for s in settings])  # fewer micro-batches than stages
+        by_schedule = [f"{k}{' M < p' if f else ''} {ratio[(kinds == k) & (few == f)].min():.3f}-"
+                       f"{ratio[(kinds == k) & (few == f)].max():.3f}"
+                       for k in np.unique(kinds) for f in (False, True) if ((kinds == k) & (few == f)).any()]
+        print(f"    by schedule: {', '.join(by_schedule)}")
         for k in fit_idx[np.argsort(engine_s[fit_idx], kind="stable")][:8]:
             print(f"    engine {engine_s[k]:7.3f} s  estimate {estimate_s[k]:7.3f} s  ratio {ratio[k]:.3f}  "
                   f"{describe_settings(settings[k])}")

@@ -60,12 +60,11 @@ def test_p2p_crossing_and_share_match_the_engine():
 def _uniform(p: float, m: float, v: float, schedule: str, fb: float, wgt: float = 0.0, fwd: float = 0.0) -> tuple:
     cols = SimpleNamespace(p=np.array([p]), m=np.array([m]), v=np.array([v]), schedule=np.array([schedule]),
                            single=np.array([False]))
-    layers = SimpleNamespace(count_big=np.array([p]))
     one, w = np.array([fb]), np.array([wgt])
-    st = _StageTimes(mid=one, mid_small=one, first=one, last=one, whole=one, weight_grad_first=w,
+    st = _StageTimes(mid=one, middle_sum=(p - 2) * one, first=one, last=one, whole=one, weight_grad_first=w,
                      chunk_first=one, chunk_last=one, first_rank_forward=one, weight_grad_mid=w,
                      forward_mid=np.array([fwd]))
-    return cols, layers, st
+    return cols, st
 
 
 @pytest.mark.parametrize(("p", "m", "wgt"), [(4, 8, 0.95), (8, 8, 0.95), (8, 4, 0.95), (16, 48, 0.95), (4, 8, 1.5),
@@ -76,8 +75,8 @@ def test_zb_h1_closed_form_is_the_engines(p, m, wgt):
     al. 2023: bubble (p - 1)(F + B - W) for 1F1B's (p - 1)(F + B + W)); the drain's weight
     gradients fill gaps of one forward; as the engine runs the schedule's op order."""
     F, B, W = 1.0, 1.05, wgt
-    cols, layers, st = _uniform(p, m, 1, "zb_h1", F + B + W, W, F)
-    pipe, _ = pipeline_s(cols, layers, st, np.zeros(1))  # type: ignore[arg-type]
+    cols, st = _uniform(p, m, 1, "zb_h1", F + B + W, W, F)
+    pipe, _ = pipeline_s(cols, st, np.zeros(1))  # type: ignore[arg-type]
     saved = (p - 1) * W + min(m - 1, p - 1) * min(W, F)
     assert pipe[0] == pytest.approx((p + m - 1) * (F + B + W) - saved, rel=1e-12)
     run = execute(cached_orders("zb_h1", p, m), PipelineCosts.uniform(p, F, B, W), m)
@@ -89,9 +88,9 @@ def test_interleaved_transfers_on_the_critical_path(p, v, m):
     """Interleaved with uniform chunks (F + B = 3 s) and a 10 ms transfer per boundary:
     (M v + p - 1) chunks + 2 (p v - 1) transfers, as the engine runs Megatron's op order
     (the first forward and the last backward cross every virtual stage; was 2 (p - 1))."""
-    cols, layers, st = _uniform(p, m, v, "interleaved_1f1b", 3.0)
+    cols, st = _uniform(p, m, v, "interleaved_1f1b", 3.0)
     send = 0.01
-    pipe, _ = pipeline_s(cols, layers, st, np.array([send]))  # type: ignore[arg-type]
+    pipe, _ = pipeline_s(cols, st, np.array([send]))  # type: ignore[arg-type]
     assert pipe[0] == pytest.approx((m * v + p - 1) * 3.0 + 2 * (p * v - 1) * send, rel=1e-12)
     run = execute(cached_orders("interleaved_1f1b", p, m, 1, v), PipelineCosts.uniform(p * v, 1.0, 2.0, 0.0, send), m)
     assert pipe[0] == pytest.approx(run.end_s[run.device == 0].max(), rel=1e-9)
@@ -177,20 +176,23 @@ def _ratios(request, cluster, comm, eff, base, rows) -> np.ndarray:
     return est / np.array(engine)
 
 
-def test_estimate_takes_the_second_ranks_reduction_on_deepseek_v3():
-    """DeepSeek-V3 (4,096 tokens) on 2,048 H100 (`h100-transfer`), TP 4, PP 16, DP 32, EP 8,
-    1F1B, the distributed optimizer: its first rank holds the 3 dense layers, the second only
-    MoE ones, whose experts' reduction ends the iteration there. The estimate takes the later
-    of the two ranks' ends: 0.990 of the engine (without the second rank 0.962)."""
+@pytest.mark.parametrize(("p", "d", "ep", "schedule"), [(16, 32, 8, "1f1b"), (8, 64, 16, "1f1b"), (8, 64, 16, "zb_h1")])
+def test_estimate_times_deepseek_v3_stages_by_their_own_layers(p, d, ep, schedule):
+    """DeepSeek-V3 (4,096 tokens) on 2,048 H100, TP 4, the distributed optimizer: its first
+    stage holds the 3 dense layers, the middle and last stages MoE layers only (PP 8: 61
+    layers as 8 x 5 + 7 x 3, the 5 stages of 8 the first), each stage timed from its own
+    count of each kind (`stage_kinds`), and the later of the first and the second rank's
+    ends (the second's experts' reduction ends the iteration there). Within 0.5% of the
+    engine (at the model's mean layer: PP 16 0.990, PP 8 0.973-0.974)."""
     cluster = load_cluster("dgx-h100")
     cal = calibration_for(cluster)
     model = replace(PRESETS["deepseek-v3"], seq_length=4096)
     request = TransformerPlanRequest(model, cluster, 2048, 4096)
     base = request.base_settings()
     cand = enumerate_candidates(model, 2048, 4096, 8, request.space, base.use_flash_attn)
-    hit = np.flatnonzero((cand.t == 4) & (cand.p == 16) & (cand.d == 32) & (cand.ep == 8) & (cand.b == 1)
-                         & (cand.schedule == SCHEDULES.index("1f1b")) & (cand.zero == 1) & (cand.sp == 1)
+    hit = np.flatnonzero((cand.t == 4) & (cand.p == p) & (cand.d == d) & (cand.ep == ep) & (cand.b == 1)
+                         & (cand.schedule == SCHEDULES.index(schedule)) & (cand.zero == 1) & (cand.sp == 1)
                          & (cand.recompute == 0) & (cand.acc == 0) & (cand.first == 0) & (cand.etp == 1))
     assert hit.size
     ratio = _ratios(request, cluster, cal.comm_model(cluster), cal.efficiency, base, cand.take(hit[:1]))
-    assert ratio.shape == (1,) and abs(ratio[0] - 1.0) < 0.02, ratio
+    assert ratio.shape == (1,) and abs(ratio[0] - 1.0) < 0.005, ratio

@@ -354,5 +354,5 @@ def test_layer_table_probes_sharing_their_dense_passes_price_as_whole_structures
                         lambda m, probes, cluster, c: [run_structure(m, s, cluster, c) for s in probes])
     whole = space.layer_table(model, cand, request.base_settings(), H100, comm, CAL.efficiency)
     assert len({k[5:] for k in shared.index}) > 3  # several (EP, ETP) per (t, b, sp, recompute, cp)
-    for name in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "wgt_dev", "head_fwd", "head_bwd"):
+    for name in ("fwd_dev", "fwd_host", "bwd_dev", "bwd_host", "head_fwd", "head_bwd", *space.KIND_COLUMNS):
         assert np.array_equal(getattr(shared, name), getattr(whole, name)), name

@@ -27,8 +27,9 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
   rank's end, or the second rank's where later (its compute ends a backward earlier, its
   whole reduction after it: `grad_sync.second_rank_sync_s`);
-- memory of the first and the last stage (and the second, where a middle stage may hold
-  more): weights, gradients and optimizer state as sharded, activations x micro-batches
+- memory (`memory_estimate.py`) of the first and the last stage (and the second, where a
+  middle stage may hold more, and for a model of dense and MoE layers the first stage of
+  MoE layers alone): weights, gradients and optimizer state as sharded, activations x micro-batches
   in flight (1F1B and ZB-H1: min(p, M) on the first stage; GPipe: M; interleaved:
   Megatron's warm-up count); ZeRO-3 under pipelines also the stage's gathered weights and
   its unsharded gradients, allocated at each chunk's first backward, read with the
@@ -37,10 +38,13 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   buffers (`paraplan.predict.cp_memory`) join a backward's working set and make a
   forward's moment of their own (on the last stage the larger of them and the loss's).
 
-A mixture-of-experts model's layer is priced per kind (dense, MoE) and a stage's
-layers at the model's mean layer (the share of MoE layers times the MoE layer, the
-rest dense): exact for uniform models (Mixtral, Qwen3-MoE), an average for mixed ones
-(the exact re-timing counts each stage's own layers). Expert weights are split over
+A mixture-of-experts model's layer is priced per kind (dense, MoE), and each stage's
+time, activations and state come from its own count of each kind, as the engine assigns
+layers to stages (`stage_kinds`: DeepSeek-V3's first three dense layers sit on the first
+stage; 1F1B and GPipe sum every stage's own F + B, the slowest middle one taking the
+M - 1 steady steps). What reads a stage-independent layer (gradient buckets, ZeRO-3
+gathers, the interleaved middle chunks' fill) takes the slowest middle stage's or the
+model's mean layer (the share of MoE layers times the MoE layer, the rest dense). Expert weights are split over
 EP x ETP and their state sharded over the expert-data-parallel group, which also
 reduces their gradients. The estimate ranks; the planner re-times its best
 candidates with the exact engine.
@@ -48,7 +52,6 @@ candidates with the exact engine.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,51 +60,21 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import DTYPE_BYTES, RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.plan.transformer import lazy_gradients
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.grad_sync import gradient_sync_s, second_rank_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
+from paraplan.plan.transformer.memory_estimate import dualpipe_peak_bytes, peak_memory_bytes
 from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
 from paraplan.plan.transformer.pipeline_estimate import pipeline_s
-from paraplan.plan.transformer.space import RECOMPUTE, Candidates
+from paraplan.plan.transformer.space import Candidates
+from paraplan.plan.transformer.stage_kinds import StageKinds, stage_kinds
 from paraplan.predict.build import OPTIMIZER_KERNELS, Precision, mtp_expert_params
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, host_bound_s
 from paraplan.predict.fsdp_ops import paired_s
 from paraplan.predict.overlap_share import occupancy_shares
 from paraplan.predict.pipeline_p2p import blocking_per_microbatch_s
 from paraplan.sim.builder.transformer_params import position_params, rank_head_params, rank_vocab_params
-from paraplan.sim.engine import inflight_peak
-from paraplan.sim.schedules import get_schedule
-
-
-@functools.lru_cache(maxsize=4096)
-def _held(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
-    """(micro-batch, chunk) pairs the first, the last and the second stage hold at their
-    peak, from the schedule's own op orders; the count stops growing after a few p
-    micro-batches, so long runs are counted on a shorter one."""
-    if p == 1:
-        return (1, 1, 1)
-    if schedule == "gpipe":
-        return (m, m, m)
-    if schedule == "1f1b":
-        return (min(p, m), 1, min(p - 1, m))
-    step = p if v > 1 else 1
-    short = min(m, max(4 * p, step))
-    short -= short % step
-    sched = get_schedule(schedule)
-    ends = [sched.stage_order(p, max(short, step), v, stage) for stage in (0, p - 1, 1)]  # not all p stages
-    peaks = inflight_peak(ends, sched.split_backward)
-    return (int(peaks[0]), int(peaks[1]), int(peaks[2]))
-
-
-def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """(candidates, 3): `_held` of the first, the last and the second stage."""
-    names, codes = np.unique(schedules, return_inverse=True)
-    keys = np.stack([codes.ravel(), p, m, v], axis=1).astype(np.int64)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    held = np.array([_held(str(names[sc]), pp, mm, vv) for sc, pp, mm, vv in unique.tolist()], dtype=float)
-    return held.reshape(-1, 3)[inverse.ravel()]
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +97,9 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     weights = _weights(model, cols)
     layers = StageLayers.of(cols)
     params = _stage_params(model, cols, layers, weights)
-    peak = _peak_memory_bytes(cols, layers, table, weights, params, prec)
-    dualpipe_peak = _dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
+    kinds = stage_kinds(model, cand, base)
+    peak = peak_memory_bytes(model, cols, layers, kinds, table, weights, params, prec)
+    dualpipe_peak = dualpipe_peak_bytes(model, cols, layers, table, weights, params, prec)
     timed = np.ones(len(cols), bool) if fits_bytes is None else peak <= fits_bytes
     num_gpus = int(cand.t[0] * cand.cp[0] * cand.p[0] * cand.d[0]) if len(cand) else None
     table = priced(table, model, np.unique(cols.row[timed]), cluster, comm, eff, num_gpus)
@@ -134,8 +108,8 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
     p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
-    stages = _stage_times(cols, layers, times, table, eff, send, p2p)
-    pipe, busy = pipeline_s(cols, layers, stages, send)
+    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p)
+    pipe, busy = pipeline_s(cols, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
     pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
     share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
@@ -153,7 +127,7 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
                  + optimizer + _tied_exchange_s(cols, weights, comm, prec, timed))
     # the second rank's compute ends one backward of the first rank's before it (ZB-H1: that backward
     # less its weight gradients, which the first rank runs last), its whole reduction after it
-    last_backward = times.op_s(layers.n_chunk, eff, True, times.emb_bwd)
+    last_backward = times.kinds_op_s(kinds.first, eff, True, times.emb_bwd)
     last_backward = last_backward - np.where(cols.schedule == "zb_h1", stages.weight_grad_first, 0.0)
     second_end = np.where(cols.single, 0.0, pipe - last_backward + optimizer + second_rank_sync_s(
         cols, layers, weights, times, comm, prec, base, eff, timed, share, p2p, send))
@@ -207,6 +181,19 @@ class _LayerTimes:
     emb_bwd: np.ndarray
     head_fwd: np.ndarray
     head_bwd: np.ndarray
+    kind_fwd_dev: np.ndarray  # (n, 2): a dense layer's and a MoE layer's (`layer_table.KIND_COLUMNS`)
+    kind_fwd_host: np.ndarray
+    kind_bwd_dev: np.ndarray
+    kind_bwd_host: np.ndarray
+
+    def kinds_op_s(self, kinds: np.ndarray, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
+        """One micro-batch's forward (or backward) of `kinds` ((n, 2): dense and MoE layers) plus `extra`."""
+        layer_dev, layer_host = ((self.kind_bwd_dev, self.kind_bwd_host) if backward
+                                 else (self.kind_fwd_dev, self.kind_fwd_host))
+        dev, host = (kinds * layer_dev).sum(axis=1), (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
+        if extra is not None:
+            dev, host = dev + extra[:, 0], host + extra[:, 1]
+        return host_bound_s(dev, host, eff)
 
     def op_s(self, n_layers, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `n_layers` layers plus `extra`."""
@@ -216,9 +203,6 @@ class _LayerTimes:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
 
-    def fb_s(self, n_layers, eff: DeviceEfficiency, fwd_extra=None, bwd_extra=None) -> np.ndarray:
-        """Forward + backward of one micro-batch."""
-        return self.op_s(n_layers, eff, False, fwd_extra) + self.op_s(n_layers, eff, True, bwd_extra)
 
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
@@ -245,23 +229,27 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
         zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = occupancy_shares(units, cols.dp_nodes, eff.comm_overlap_contention)  # z14: `overlap_share`
+    gather, both, share = zero3_gather[:, None], (zero3_gather + zero3_scatter)[:, None], kappa[:, None]
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
-                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row])
+                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row],
+                       paired_s(gather, table.kind_fwd_dev[row], share), table.kind_fwd_host[row],
+                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row])
 
 
 @dataclass(frozen=True, eq=False)
 class _StageTimes:
-    """Forward + backward of one micro-batch on a stage (s): a middle (virtual) stage,
-    a v = 1 stage of the smaller layer count, the first and last stage (their first
-    and last chunk when interleaved), the whole model on one stage; the first chunk's
-    weight-gradient part, and a whole chunk of the first and last rank; with what
-    overlapped transfers take from each op (`overlap_terms.sender_contention_s`). The
-    first rank's forward of one micro-batch over its chunks (`param_gather_s` sets the
-    weight all-gathers beside it)."""
+    """Forward + backward of one micro-batch on a stage (s): the slowest middle (virtual)
+    stage and the sum over the middle ones (each from its own dense and MoE layers,
+    `stage_kinds`), the first and last stage (their first and last chunk when
+    interleaved), the whole model on one stage; the first chunk's and the slowest middle
+    stage's weight-gradient part and the latter's forward; a mean other chunk of the
+    first and last rank; with what overlapped transfers take from each op
+    (`overlap_terms.sender_contention_s`). The first rank's forward of one micro-batch
+    over its chunks (`param_gather_s` sets the weight all-gathers beside it)."""
 
     mid: np.ndarray
-    mid_small: np.ndarray
+    middle_sum: np.ndarray
     first: np.ndarray
     last: np.ndarray
     whole: np.ndarray
@@ -273,41 +261,44 @@ class _StageTimes:
     first_rank_forward: np.ndarray
 
 
-def _stage_times(cols: CandidateColumns, layers: StageLayers, times: _LayerTimes, table: LayerTable,
-                 eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
+def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKinds, times: _LayerTimes,
+                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
     """`p2p_share`: of each overlapped transfer beside an op (0 where they block): every
     forward sends its activation on but the last virtual stage's, every backward its
     gradient back but the first's (`pipeline_p2p.overlap_contention_s`)."""
-    L = cols.num_layers
 
-    def ops(n_layers, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
-        return times.op_s(n_layers, eff, False, fwd_extra), times.op_s(n_layers, eff, True, bwd_extra)
+    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
+        return times.kinds_op_s(layers, eff, False, fwd_extra), times.kinds_op_s(layers, eff, True, bwd_extra)
 
     def contended(op: np.ndarray) -> np.ndarray:
         return op + sender_contention_s(send, op, p2p_share)
 
-    # the embedding / loss counted as a layer take a layer's slot from the end chunks, not from
-    # every chunk of the end ranks (`StageLayers` keeps the mean, which their sums read)
-    acc = cols.cand.acc
-    emb, loss = np.where(acc > 0, acc & 1, 0), np.where(acc > 0, acc >> 1, 0)
-    chunk_first_n = np.where(acc > 0, layers.n_mid, layers.n_chunk)
-    chunk_last_n = np.where(acc > 0, layers.n_mid, layers.n_last)
-    mid_f, mid_b = ops(layers.n_mid)
-    first_f, first_b = ops(chunk_first_n - emb, times.emb_fwd, times.emb_bwd)
-    last_f, last_b = ops(chunk_last_n - loss, times.head_fwd, times.head_bwd)
-    chunk_first_f, chunk_first_b = ops(chunk_first_n)
-    chunk_last_f, chunk_last_b = ops(chunk_last_n)
-    whole_f, whole_b = ops(L, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
+    wgt = table.kind_wgt_dev[cols.row]
+    # the middle virtual stages: each distinct (dense, MoE) count's F + B; their sum and the slowest
+    mid_f, mid_fb, mid_w = [], [], []
+    for j in range(kinds.middle.shape[1]):
+        f, b = ops(kinds.middle[:, j])
+        mid_f.append(contended(f))
+        mid_fb.append(contended(f) + contended(b))
+        mid_w.append((kinds.middle[:, j] * wgt).sum(axis=1))
+    fb, count = np.stack(mid_fb, axis=1), kinds.middle_count
+    slowest = np.argmax(np.where(count > 0, fb, -np.inf), axis=1)[:, None]  # p <= 2: column 0, vstage 0's layers
+    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd)
+    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd)
+    chunk_first_f, chunk_first_b = ops(kinds.chunk_first)
+    chunk_last_f, chunk_last_b = ops(kinds.chunk_last)
+    whole = np.tile([model.num_layers - model.num_moe_layers, model.num_moe_layers], (len(cols), 1)).astype(float)
+    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
     first_f, chunk_first_f = contended(first_f), contended(chunk_first_f)
     return _StageTimes(
-        mid=contended(mid_f) + contended(mid_b),
-        mid_small=times.fb_s(layers.n_small, eff),
+        mid=np.take_along_axis(fb, slowest, axis=1)[:, 0],
+        middle_sum=(np.where(count > 0, fb, 0.0) * count).sum(axis=1),
         first=first_f + first_b,
         last=last_f + contended(last_b),
         whole=whole_f + whole_b,
-        weight_grad_first=layers.n_chunk * table.wgt_dev[cols.row],
-        weight_grad_mid=layers.n_mid * table.wgt_dev[cols.row],
-        forward_mid=contended(mid_f),
+        weight_grad_first=(kinds.first * wgt).sum(axis=1),
+        weight_grad_mid=np.take_along_axis(np.stack(mid_w, axis=1), slowest, axis=1)[:, 0],
+        forward_mid=np.take_along_axis(np.stack(mid_f, axis=1), slowest, axis=1)[:, 0],
         chunk_first=chunk_first_f + contended(chunk_first_b),
         chunk_last=contended(chunk_last_f) + contended(chunk_last_b),
         first_rank_forward=np.where(cols.single, whole_f, first_f + (cols.v - 1) * chunk_first_f),
@@ -376,115 +367,3 @@ def _tied_exchange_s(cols: CandidateColumns, weights: _Weights, comm: CommModel,
         exchange[i] = comm.time_s("all_reduce", weights.vocab[i] * prec.grad_bytes,
                                   Group(2, 2 if cols.cross[i] else 1))
     return exchange
-
-
-def _peak_memory_bytes(cols: CandidateColumns, layers: StageLayers, table: LayerTable, weights: _Weights,
-                       params: StageParams, prec: Precision) -> np.ndarray:
-    """The larger of the first and the last stage's peak: model state as sharded,
-    activations x the micro-batches (and chunks) their schedule holds in flight, and a
-    working set (full recomputation: one layer's activations; ZeRO-3: the root unit,
-    two gathered layers and the unsharded gradients; on the last stage at least the
-    loss's transient beside the gathered weights)."""
-    cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
-    weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
-    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
-    state_b = weights_b + grads_b + prec.optimizer_bytes / cols.shards
-    state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
-               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
-               + prec.optimizer_bytes / cols.expert_shards)
-    held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v)  # first, last, second
-    act_chunk = layers.n_chunk * table.act_layer[row]
-    act_first = held[:, 0] * act_chunk + np.ceil(held[:, 0] / v) * table.act_emb[row]  # the embedding: chunk 0 only
-    act_first = act_first + np.where(cols.single, table.act_head[row], 0.0)
-    head_held = np.where(cols.schedule == "gpipe", cols.m, np.where(cols.schedule == "zb_h1", held[:, 1], 1.0))
-    act_last = held[:, 1] * layers.n_last * table.act_layer[row]
-    once = cols.zero3_once
-    lazy = once & (cols.m > 1)
-    sharded_experts = cols.edp > 1  # experts held whole where their group has one rank
-    # with the embedding / loss counted as layers, or fewer layers set on the first / last stage, the
-    # middle stages hold the most layers, and with gradients allocated lazily a middle stage may hold
-    # more of them beside its activations: the second's
-    second = ((cand.acc > 0) | (cand.first > 0) | (cand.last > 0) | lazy) & (cand.p >= 3)
-    params_second = layers.n_mid * v * (weights.layer + weights.expert_layer * sharded_experts)  # ZeRO-3's gathers
-    act_second = held[:, 2] * layers.n_mid * table.act_layer[row]
-    # read from the schedule's moments: gradients accumulating unsharded join the activations at each
-    # chunk's first backward; the embedding / loss counted as layers leave the end chunks a layer short
-    moments = (lazy | (cand.acc > 0)) & ~cols.single
-    if moments.any():
-        act_first, act_last, act_second = lazy_gradients.moment_peaks(
-            cols, layers, table, params, params_second, prec, lazy, moments, (act_first, act_last, act_second))
-    recompute = np.where(cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    # ZeRO-3 runs one stage: its root unit (`fsdp_working_bytes`), and its unsharded gradients;
-    # under pipelines each stage's whole weights, gathered once per iteration (`space.ZERO3_PIPELINED`)
-    root = weights.vocab + weights.positions + weights.head
-    unsharded = np.where(cols.m > 1, params.first + params.first_experts, np.maximum(weights.layer, root))
-    per_layer = cols.zero3 & ~once
-    gathered = np.where(per_layer, (root + 2 * weights.layer) * prec.weight_bytes, 0.0)
-    gathered_first = np.where(once, (params.first + params.first_experts * sharded_experts) * prec.weight_bytes,
-                              gathered)
-    gathered_last = np.where(once, (params.last + params.last_experts * sharded_experts) * prec.weight_bytes,
-                             gathered)
-    grads_held = np.where(per_layer, unsharded * prec.grad_bytes, 0.0)
-    # under pipelines with one micro-batch: each unit's gradients until its reduce-scatter, the
-    # stage's own root unit (the embedding or the head) or a layer (`unsharded_grad_params`)
-    single_mb = np.where(once & ~lazy, prec.grad_bytes, 0.0)
-    # a backward's moment: with context parallelism also a layer's attention backward (`cp_memory`)
-    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]
-    working_first = (recompute + gathered_first + grads_held + cp_bwd
-                     + single_mb * np.maximum(weights.layer, weights.vocab + weights.positions))
-    working_last = (recompute + gathered_last + grads_held + cp_bwd
-                    + single_mb * np.maximum(weights.layer, weights.head))
-    # a forward's moment (`rank_state._Moments.per_op`): the gathered weights and a layer's attention forward,
-    # on the last stage the larger of it and the loss's transient, beside the gradients accumulating from the
-    # previous micro-batches
-    accumulated = np.where(per_layer & (cols.m > 1), unsharded * prec.grad_bytes, 0.0)
-    loss_first = np.maximum(table.loss_transient[row], cp_fwd) + gathered_first + accumulated
-    loss_last = np.maximum(table.loss_transient[row], cp_fwd) + gathered_last + accumulated
-    forward_first = cp_fwd + gathered_first
-    # ZeRO-2, reduced after every micro-batch: the unit being reduce-scattered (the stage's root unit
-    # or a layer) and the layer produced beside it (`unsharded_grad_params`)
-    zero2 = np.where((cand.zero == 2) & (cols.dc > 1), prec.grad_bytes, 0.0)
-    beside = np.where(cols.m > 1, weights.layer, 0.0)
-    root_first = weights.vocab + weights.positions + np.where(cols.single, weights.head, 0.0)
-    zero2_first = zero2 * (np.maximum(weights.layer, root_first) + beside)
-    zero2_last = zero2 * (np.maximum(weights.layer, weights.head) + beside)
-    mem_first = (params.first * state_b + params.first_experts * state_e + act_first
-                 + np.maximum(working_first + zero2_first, np.where(cols.single, loss_first, forward_first)))
-    # the head's activations: the last chunk only (read with the moments: in `act_last` already)
-    head_act = np.where(moments, 0.0, head_held * table.act_head[row])
-    mem_last = (params.last * state_b + params.last_experts * state_e + act_last + head_act
-                + np.maximum(working_last + zero2_last, loss_last))
-    mem_second = (layers.n_mid * v * (weights.layer * state_b + weights.expert_layer * state_e) + act_second
-                  + np.where(once, params_second * prec.weight_bytes, gathered)
-                  + np.maximum(recompute + grads_held + zero2_last + cp_bwd, cp_fwd))
-    return np.where(cols.single, mem_first,
-                    np.maximum(np.maximum(mem_first, mem_last), np.where(second, mem_second, 0.0)))
-
-
-def _dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers: StageLayers, table: LayerTable,
-                         weights: _Weights, params: StageParams, prec: Precision) -> np.ndarray:
-    """The peak of a v = 1, p > 1, ZeRO-0/1 candidate run as DualPipe (`variants.py`;
-    meaningless for the others): rank r holds stages r and p - 1 - r, both stages' model
-    state (a sharded optimizer's over both copies' ranks: half of each) and p + 1
-    micro-batches of a stage's activations (DeepSeek-V3's Table 2; 1F1B's first stage
-    holds p). The larger of the end ranks' (the first and the last stage, with the
-    embedding and the head) and a middle rank's (two stages of the model's heaviest
-    layers: MoE ones where the model has both kinds)."""
-    row = cols.row
-    optimizer = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
-    state_b = prec.weight_bytes + prec.grad_bytes + optimizer / cols.shards
-    state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
-    held = np.minimum(cols.p, cols.m) + 1.0
-    working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
-    cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]  # a layer's attention under CP (`cp_memory`)
-    ends = ((params.first + params.last) * state_b + (params.first_experts + params.last_experts) * state_e
-            + held * layers.n_big * table.act_layer[row] + table.act_emb[row] + table.act_head[row]
-            + np.maximum(working + cp_bwd, np.maximum(table.loss_transient[row], cp_fwd)))
-    layer, expert_layer = weights.layer, weights.expert_layer
-    if model.is_moe and model.num_moe_layers < model.num_layers:  # the middle stages' MoE layers
-        experts = model.num_experts * model.expert_params
-        layer = (model.moe_layer_params - experts) / cols.t
-        expert_layer = experts / (cols.ep * cols.etp)
-    middle = (2 * layers.n_big * (layer * state_b + expert_layer * state_e)
-              + held * layers.n_big * table.act_layer[row] + np.maximum(working + cp_bwd, cp_fwd))
-    return np.maximum(ends, middle)

@@ -8,21 +8,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.plan.transformer.columns import CandidateColumns, StageLayers
+from paraplan.plan.transformer.columns import CandidateColumns
 
 if TYPE_CHECKING:  # the estimate's own stage times (estimate.py imports this module)
     from paraplan.plan.transformer.estimate import _StageTimes as StageTimes
 
 
-def pipeline_s(cols: CandidateColumns, layers: StageLayers, st: StageTimes,
-               send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pipeline_s(cols: CandidateColumns, st: StageTimes, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pipeline's time per iteration by schedule, and the busy time of an average
     rank (for the bubble)."""
     p, m, v = cols.p, cols.m, cols.v
-    count_big = layers.count_big
-    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest
-    stages_sum = (st.first + st.last + np.maximum(count_big - 2, 0) * st.mid
-                  + np.maximum(p - count_big - (count_big < p), 0) * st.mid_small)
+    # 1F1B and GPipe: every stage once (the fill and drain) + M - 1 times the slowest; each stage
+    # from its own dense and MoE layers (`stage_kinds`)
+    stages_sum = st.first + st.last + st.middle_sum
     slowest = np.maximum(np.maximum(st.first, st.last), st.mid)
     flushed = stages_sum + (m - 1) * slowest + 2 * (p - 1) * send
     # interleaved: M x a rank's work per micro-batch (its v chunks, the embedding or the head on the
@@ -45,5 +43,5 @@ def pipeline_s(cols: CandidateColumns, layers: StageLayers, st: StageTimes,
     pipe = np.where(sched == "interleaved_1f1b", interleaved, np.where(sched == "zb_h1", zb, flushed))
     pipe = np.where(cols.single, m * st.whole, pipe)
     busy = m * np.where(cols.single, st.whole,
-                        (st.first + st.last + (p - 2) * np.where(v > 1, v * st.mid, st.mid)) / np.maximum(p, 1))
+                        (st.first + st.last + st.middle_sum) / np.maximum(p, 1))
     return pipe, busy

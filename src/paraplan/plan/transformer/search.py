@@ -145,7 +145,9 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
     est = estimate(model, cand, base, cluster, comm, efficiency, fits_bytes=capacity * MEMORY_MARGIN)
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN
     if progress:
-        progress(f"{len(cand)} candidates estimated, {int(fits.sum())} fit in memory by estimate")
+        within = int(fits.sum()) - int((est.peak_memory_bytes <= capacity).sum())  # w3: the margin apart
+        progress(f"{len(cand)} candidates estimated, {int(fits.sum()) - within} fit in memory by estimate"
+                 + (f" ({within} more within its {MEMORY_MARGIN - 1:.0%} margin, re-timed)" if within else ""))
     # the exact engine's memory and time grow with a candidate's pipeline operations:
     # beyond the bound every stage and tool keeps to, a candidate is estimated only
     too_long = pipeline_ops(cand, request.global_batch_size) > MAX_SIMULATED_OPS
