@@ -24,8 +24,10 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
-from paraplan.predict.build import kernel_times_by_pass, price, run_structure
+from paraplan.predict.build import kernel_times_by_pass, pipeline_costs, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency
+from paraplan.predict.pass_times import pass_times
+from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, IterationResult, run_iteration
 from paraplan.sim.schedules import get_schedule
 
@@ -41,9 +43,14 @@ def busy_lower_bound_s(model: ExecutionModel) -> float:
     if dual is not None:
         stage = np.minimum(dual.fwd_s, dual.pair_fwd_s) + np.minimum(dual.bwd_s, dual.pair_bwd_s)
         return float(m / 2 * (stage + stage[::-1]).max())
-    costs = model.costs
+    return costs_lower_bound_s(model.costs, model.schedule, p, v, m)
+
+
+def costs_lower_bound_s(costs: PipelineCosts, schedule: str, p: int, v: int, m: int) -> float:
+    """`busy_lower_bound_s` of a schedule other than DualPipe, from its pipeline costs
+    alone (p stages, v chunks each, m micro-batches)."""
     per_stage = costs.fwd_s + costs.bwd_s
-    if get_schedule(model.schedule).split_backward:
+    if get_schedule(schedule).split_backward:
         per_stage = per_stage + costs.wgt_s
     return float(m * per_stage.reshape(v, p).sum(axis=0).max())
 
@@ -63,10 +70,21 @@ def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cl
     best: dict[RunSettings, float] = {}  # distinct settings that fit: their iteration, s
     kept = sorted(known_s)[:keep]  # the `keep` least of `best` and `known_s`, sorted
     for i in np.argsort(estimate_s, kind="stable").tolist():
-        execution = price(structures[i], kernel_s[i], efficiency)
-        if (estimate_s[i] != -np.inf and len(kept) >= keep
-                and busy_lower_bound_s(execution) > kept[keep - 1] * _TOL):
-            continue
+        st, s = structures[i], settings[i]
+        bounded = estimate_s[i] != -np.inf and len(kept) >= keep
+        if bounded and s.pipeline_schedule != "dualpipe":
+            # the bound from the pipeline costs alone: a skipped candidate's gradient
+            # buckets and memory are never built (`RunStructure`)
+            times = pass_times(st, kernel_s[i], efficiency)
+            costs = pipeline_costs(st, times, efficiency)
+            if costs_lower_bound_s(costs, s.pipeline_schedule, s.pipeline_model_parallel_size,
+                                   s.virtual_pipeline_model_parallel_size, s.num_microbatches) > kept[keep - 1] * _TOL:
+                continue
+            execution = price(st, kernel_s[i], efficiency, priced=(times, costs))
+        else:
+            execution = price(st, kernel_s[i], efficiency)
+            if bounded and busy_lower_bound_s(execution) > kept[keep - 1] * _TOL:
+                continue
         result = run_iteration(execution, timeline=False)
         out[i] = (result, settings[i])
         if float(result.peak_memory_bytes.max()) <= capacity:
