@@ -5,7 +5,8 @@ answer can hold.
 Every pipeline rank runs its ops one after another and its iteration ends no earlier
 than its last op (the gradient reduction and the optimizer step only add to it), so
 the iteration is at least the busiest rank's compute: M x the sum of its chunks'
-forward and backward (and weight-gradient) op times (`busy_lower_bound_s`). Priced
+forward and backward (and weight-gradient) op times (`busy_lower_bound_s`), after (for
+a flushed schedule) the first forward has reached it (`costs_lower_bound_s`). Priced
 execution models are cheap next to running them; a candidate whose bound exceeds the
 `keep`-th best iteration time (distinct settings that fit) re-timed so far cannot be
 among the `keep` plans answered, which therefore stay exactly those of re-timing
@@ -48,11 +49,20 @@ def busy_lower_bound_s(model: ExecutionModel) -> float:
 
 def costs_lower_bound_s(costs: PipelineCosts, schedule: str, p: int, v: int, m: int) -> float:
     """`busy_lower_bound_s` of a schedule other than DualPipe, from its pipeline costs
-    alone (p stages, v chunks each, m micro-batches)."""
+    alone (p stages, v chunks each, m micro-batches). A flushed schedule's rank r also
+    starts no earlier than the forward of micro-batch 0 has crossed virtual stages 0 to
+    r - 1 (every op of rank r waits on a forward of a virtual stage >= r, which waits on
+    theirs and their transfers): its busy time counts from there (op times and
+    transfers >= 0; the iteration ends no earlier than the last rank's compute)."""
+    sched = get_schedule(schedule)
     per_stage = costs.fwd_s + costs.bwd_s
-    if get_schedule(schedule).split_backward:
+    if sched.split_backward:
         per_stage = per_stage + costs.wgt_s
-    return float(m * per_stage.reshape(v, p).sum(axis=0).max())
+    busy = m * per_stage.reshape(v, p).sum(axis=0)
+    fill = costs.fwd_s[:p - 1] + costs.send_fwd_s[:p - 1]
+    if sched.flush and p > 1 and (costs.fwd_s >= 0).all() and (costs.send_fwd_s >= 0).all():
+        busy = busy + np.concatenate([[0.0], np.cumsum(fill)])
+    return float(busy.max())
 
 
 def retime(model: TransformerModel, settings: Sequence[RunSettings], cluster: Cluster, comm: CommModel,
