@@ -56,7 +56,9 @@ a distributed optimizer or ZeRO.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -113,6 +115,7 @@ from paraplan.predict.rank_state import (
     GRAD_BUCKET_PARAMS,
     TORCH_DDP_BUCKET_BYTES,
     ActivationBytes,
+    RankParams,
     ShardedState,
     after_sync_comm_s,
     gradient_syncs,
@@ -149,18 +152,20 @@ def layers_per_virtual_stage(num_layers: int, settings: RunSettings) -> np.ndarr
 class RunStructure:
     """Everything about a run that does not depend on the device calibration: the
     passes' kernels and collectives, the layer split, transfers, gradient buckets,
-    parameters and activations. `price` turns it into an `ExecutionModel`."""
+    parameters and activations. `price` turns it into an `ExecutionModel`. The gradient
+    buckets and the ranks' memory are built when first read (`grad_sync`, `memory`): the
+    planner prices many structures only for their pass times or a lower bound."""
 
     settings: RunSettings
     speed: DeviceSpeed
     passes: tuple[PassCost, ...]  # in PASSES order, then MOE_PASSES for a mixture-of-experts model
     layers_per_vstage: np.ndarray
     send_s: np.ndarray
-    grad_sync: tuple[GradSync, ...]
+    grad_sync_of: Callable[[], tuple[GradSync, ...]]  # builds `grad_sync`
     rank_params: np.ndarray
     precision: Precision
     after_sync_comm_s: np.ndarray
-    memory: tuple[RankMemory, ...]
+    memory_of: Callable[[], tuple[RankMemory, ...]]  # builds `memory`
     layer_key: str = ""  # `layer_factors.layer_shape_key` of its transformer layers
     embedding_exchange_s: float = 0.0  # the tied-embedding gradient all-reduce (part of after_sync_comm_s)
     attention_mix: AttentionMix | None = None  # layers whose attention core is unlike layer 0's (windows)
@@ -171,6 +176,16 @@ class RunStructure:
     paired_moe_passes: tuple[PassCost, PassCost] | None = None  # dualpipe: a pair's MoE passes (`dualpipe_build`)
     hidden_gather_s: np.ndarray | None = None  # per pipeline stage: overlap_param_gather's beside the forward
     overlap_shares: OverlapShares = CALIBRATED_SHARES  # z14: occupancy shares of the overlaps outside TP
+
+    @cached_property
+    def grad_sync(self) -> tuple[GradSync, ...]:
+        """Each pipeline stage's gradient reduction (`rank_state.gradient_syncs`)."""
+        return self.grad_sync_of()
+
+    @cached_property
+    def memory(self) -> tuple[RankMemory, ...]:
+        """Each pipeline stage's memory (`rank_state.rank_memory`)."""
+        return self.memory_of()
 
     @property
     def moe_counts(self) -> np.ndarray:
@@ -269,7 +284,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
                       prec.grad_bytes, torchao_fp8.gather_weight_bytes(settings),
                       torchao_fp8.gather_amax_s(comm, sharding.shard, settings, linears))
-    syncs = gradient_syncs(settings, comm, groups, params, prec, sharding)
+    syncs = partial(gradient_syncs, settings, comm, groups, params, prec, sharding)
     hidden_gather = hidden_param_gather_s(  # z12: overlap_param_gather's all-gathers beside the forward
         settings, comm, groups, float(params.rank_params[0]), float(params.expert_rank_params[0]),
         params.chunk_params(0, 0), params.embedding_params, params.moe, prec, sharding)
@@ -284,8 +299,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     fp8_copies = stage_weight_copy_bytes(
         work.layer.forward, work.moe_layer.forward if work.moe_layer is not None else None, work.head.forward,
         params.chunk_layers.sum(axis=0) - stage_moe, stage_moe, settings)
-    memory = rank_memory(settings, params, activation_bytes(model, settings, work), prec,
-                         ShardedState(fsdp, fp8_copies))
+    memory = partial(_rank_memory, model, settings, work, params, prec, ShardedState(fsdp, fp8_copies))
     return RunStructure(settings, speed, passes, counts, send, syncs,
                         params.rank_params, prec, after_comm, memory,
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
@@ -299,6 +313,11 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                             bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
                         paired_moe_passes=(paired_moe_passes(model, settings, comm, groups, NvlinkNode.of(cluster))
                                            if settings.pipeline_schedule == "dualpipe" else None))
+
+
+def _rank_memory(model: TransformerModel, settings: RunSettings, work: RunWork, params: RankParams, prec: Precision,
+                 extra: ShardedState) -> tuple[RankMemory, ...]:
+    return rank_memory(settings, params, activation_bytes(model, settings, work), prec, extra)
 
 
 @dataclass(frozen=True)
@@ -432,12 +451,16 @@ def after_sync_s(st: RunStructure, eff: DeviceEfficiency) -> np.ndarray:
 
 
 def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEfficiency,
-          sums: PassSums | None = None) -> ExecutionModel:
+          sums: PassSums | None = None, priced: tuple[PassTimes, PipelineCosts] | None = None) -> ExecutionModel:
     """The execution model of a structure, with its kernels' device times (and their
-    sums per pass, when already summed: `KernelBatch.priced`)."""
+    sums per pass, when already summed: `KernelBatch.priced`; its pass times and
+    pipeline costs, when already priced: `priced`, as `pipeline_costs` gives them)."""
     st, settings = structure, structure.settings
-    times = pass_times(st, kernel_s, eff, sums)
-    costs = pipeline_costs(st, times, eff)
+    if priced is None:
+        times = pass_times(st, kernel_s, eff, sums)
+        costs = pipeline_costs(st, times, eff)
+    else:
+        times, costs = priced
     model = ExecutionModel(
         schedule=settings.pipeline_schedule,
         pipeline_stages=settings.pipeline_model_parallel_size,

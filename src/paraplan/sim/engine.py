@@ -104,7 +104,11 @@ class PipelineRun:
         return float(1.0 - self.busy_s().sum() / (self.num_devices * span))
 
 
-Prepared = tuple[list[list[int]], list[list[int]], list[list[int]]]
+Prepared = tuple[list[list[int]], list[list[int]], list[list[int]], list[list[int]], list[list[int]],
+                 list[list[int]]]
+"""Per device, per op in its order: kind, micro-batch, virtual stage vs, op index vs x n + m, the op
+index it waits on besides its own forward (F: F(vs - 1); B: B(vs + 1); W: B(vs); -1: none) and the
+device it may wake (-1: none)."""
 _PREPARED: OpsBoundedCache[tuple[Sequence[OpOrder], Prepared]] = OpsBoundedCache()
 
 
@@ -129,7 +133,18 @@ def _prepare(orders: Sequence[OpOrder], n: int, nv: int) -> Prepared:
     kinds = [o.kind.tolist() for o in orders]
     mbs = [o.microbatch.tolist() for o in orders]
     vss = [(o.chunk * p + s).tolist() for s, o in enumerate(orders)]
-    return kinds, mbs, vss
+    idxs, deps, wakes = [], [], []
+    last_v = nv - 1
+    for s, o in enumerate(orders):
+        vs = o.chunk.astype(np.int64) * p + s
+        idx = vs * n + o.microbatch
+        fwd, bwd = o.kind == FWD, o.kind == BWD
+        dep = np.where(fwd, np.where(vs > 0, idx - n, -1), np.where(bwd, np.where(vs < last_v, idx + n, -1), idx))
+        wake = np.where(fwd & (vs < last_v), (vs + 1) % p, np.where(bwd & (vs > 0), (vs - 1) % p, -1))
+        idxs.append(idx.tolist())
+        deps.append(dep.tolist())
+        wakes.append(wake.tolist())
+    return kinds, mbs, vss, idxs, deps, wakes
 
 
 def execute(orders: Sequence[OpOrder], costs: PipelineCosts, num_microbatches: int) -> PipelineRun:
@@ -170,57 +185,67 @@ class _OpTimes:
 def _run_as_soon_as_possible(prepared: Prepared, times: _OpTimes, n: int) -> tuple[list[list[float]], list[int]]:
     """Each op's start time, device by device, and how many ops of each device ran (all
     of them unless the orders deadlock). A device runs its ops in order until one
-    waits on an input not yet produced; the op that produces it wakes the device."""
-    kinds, mbs, vss = prepared
+    waits on an input not yet produced; the op that produces it wakes the device.
+    (The hot loop of the planner's re-timing: each op's index, dependency and the
+    device it wakes are read from `prepared`, computed once per order.)"""
+    kinds, _, vss, idxs, deps, wakes = prepared
     p, nv = len(kinds), len(times.duration[0])
-    dur, sendf, sendb = times.duration, times.send_fwd, times.send_bwd
-    done = ([NOT_DONE] * (nv * n), [NOT_DONE] * (nv * n), [NOT_DONE] * (nv * n))
-    done_f, done_b = done[0], done[1]
+    dur_f, dur_b, dur_w = times.duration
+    sendf, sendb = times.send_fwd, times.send_bwd
+    done_f, done_b = [NOT_DONE] * (nv * n), [NOT_DONE] * (nv * n)
     starts: list[list[float]] = [[0.0] * len(k) for k in kinds]
     ptr, clock, waiting = [0] * p, [0.0] * p, [False] * p
-    last_v = nv - 1
     work = list(range(p - 1, -1, -1))
     while work:
         d = work.pop()
         waiting[d] = False
         i, t = ptr[d], clock[d]
-        kd, md, vd, st = kinds[d], mbs[d], vss[d], starts[d]
+        kd, vd, xd, dd, wd, st = kinds[d], vss[d], idxs[d], deps[d], wakes[d], starts[d]
         end = len(kd)
         while i < end:
-            k, m, vs = kd[i], md[i], vd[i]
-            idx = vs * n + m
+            k = kd[i]
+            j = dd[i]
             if k == FWD:
-                if vs > 0:
-                    r = done_f[idx - n]
+                if j >= 0:
+                    r = done_f[j]
                     if r < 0:
                         break
-                    r += sendf[vs - 1]
-                else:
-                    r = 0.0
+                    r += sendf[vd[i] - 1]
+                    if r > t:
+                        t = r
+                elif t < 0.0:
+                    t = 0.0
+                st[i] = t
+                t += dur_f[vd[i]]
+                done_f[xd[i]] = t
             elif k == BWD:
-                own = done_f[idx]
+                own = done_f[xd[i]]
                 if own < 0:
                     break
-                if vs < last_v:
-                    r = done_b[idx + n]
+                if j >= 0:
+                    r = done_b[j]
                     if r < 0:
                         break
-                    r += sendb[vs + 1]
+                    r += sendb[vd[i] + 1]
                     if own > r:
                         r = own
                 else:
                     r = own
-            else:
-                r = done_b[idx]
+                if r > t:
+                    t = r
+                st[i] = t
+                t += dur_b[vd[i]]
+                done_b[xd[i]] = t
+            else:  # W(vs, m) waits on B(vs, m); nothing waits on it
+                r = done_b[j]
                 if r < 0:
                     break
-            if r > t:
-                t = r
-            st[i] = t
-            t += dur[k][vs]
-            done[k][idx] = t
+                if r > t:
+                    t = r
+                st[i] = t
+                t += dur_w[vd[i]]
             # wake the neighbour that may wait on this op: F feeds vs + 1, B feeds vs - 1
-            nb = (vs + 1) % p if k == FWD and vs < last_v else (vs - 1) % p if k == BWD and vs > 0 else -1
+            nb = wd[i]
             if nb >= 0 and waiting[nb]:
                 waiting[nb] = False
                 work.append(nb)
@@ -233,7 +258,7 @@ def _run_as_soon_as_possible(prepared: Prepared, times: _OpTimes, n: int) -> tup
 
 def _raise_if_stuck(prepared: Prepared, ran: list[int]) -> None:
     """`StrategyError` naming the first device whose order could not complete."""
-    kinds, mbs, vss = prepared
+    kinds, mbs, vss = prepared[:3]
     stuck = [d for d in range(len(kinds)) if ran[d] < len(kinds[d])]
     if stuck:
         d = stuck[0]

@@ -169,12 +169,13 @@ class IterationResult:
     memory_at_peak: MemoryAtPeak  # per pipeline rank: the parts of peak_memory_bytes
 
 
-def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: int,
+def _sync_end(run, rank: int, p: int, sync: GradSync, last_grad_op: dict[int, int],
               compute_end: float, overlap: bool, with_events: bool = True,
               contention: float = 0.0) -> tuple[float, list[tuple[float, float]]]:
     """When the rank's reduction ends (with its compute slowed by `contention` x the time
     the buckets ran beside it, `overlap_cost`), and its bucket events (start, end;
-    none unless `with_events`)."""
+    none unless `with_events`). `last_grad_op`: per virtual stage, the run's index of its
+    last micro-batch's gradient op (`_last_grad_ops`)."""
     if sync.bucket_s.size == 0:
         return compute_end, []
     if not overlap:
@@ -185,9 +186,8 @@ def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: i
         return float(ends[-1]), list(zip(starts.tolist(), ends.tolist(), strict=True))
     ready = np.empty(sync.bucket_s.shape[0])
     for chunk in np.unique(sync.chunk):
-        vs = int(chunk) * p + rank
-        sel = (run.vstage == vs) & (run.kind == grad_kind) & (run.microbatch == last_mb)
-        op_start, op_end = float(run.start_s[sel][0]), float(run.end_s[sel][0])
+        j = last_grad_op[int(chunk) * p + rank]
+        op_start, op_end = float(run.start_s[j]), float(run.end_s[j])
         mask = sync.chunk == chunk
         ready[mask] = op_start + (op_end - op_start) * sync.ready_fraction[mask]
     clock = -np.inf
@@ -202,6 +202,16 @@ def _sync_end(run, rank: int, p: int, sync: GradSync, grad_kind: int, last_mb: i
     span = np.array(events)
     beside = overlap_with_ops_s(span[:, 0], span[:, 1], run.start_s[mine], run.end_s[mine])
     return contended_end_s(clock, compute_end, beside, contention), events
+
+
+def _last_grad_ops(run, grad_kind: int, last_mb: int) -> dict[int, int]:
+    """Per virtual stage: the run's index of the first op of kind `grad_kind` on micro-batch
+    `last_mb` (the op whose end makes the stage's gradients ready), found once per run."""
+    out: dict[int, int] = {}
+    hits = np.flatnonzero((run.kind == grad_kind) & (run.microbatch == last_mb))
+    for j, vs in zip(hits.tolist(), run.vstage[hits].tolist(), strict=True):
+        out.setdefault(vs, j)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,8 +230,9 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_
     np.maximum.at(compute_end, run.device, run.end_s)
     sync_end = np.zeros(p)
     events: list[tuple[int, int, float, float]] = []
+    last_grad_op = _last_grad_ops(run, grad_kind, m - 1)
     for s in range(p):
-        sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], grad_kind, m - 1, float(compute_end[s]),
+        sync_end[s], buckets = _sync_end(run, s, p, model.grad_sync[s], last_grad_op, float(compute_end[s]),
                                          model.overlap_grad_reduce, with_events, model.grad_bucket_overlap_share)
         if not with_events:
             continue

@@ -19,6 +19,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.experts import probe_data_parallel, probe_structures
 from paraplan.plan.transformer.space import RECOMPUTE, Candidates
+from paraplan.plan.transformer.unique_rows import unique_rows
 from paraplan.predict.build import (
     RunStructure,
     kernel_times_by_pass,
@@ -187,5 +188,5 @@ def table_keys(cand: Candidates) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """The distinct (t, b, sp, recompute, c, EP, ETP) of the candidates, sorted, and each
     candidate's index among them (vectorised: the planner has tens of thousands)."""
     cols = np.stack([cand.t, cand.b, cand.sp, cand.recompute, cand.cp, cand.ep, cand.etp], axis=1)
-    unique, inverse = np.unique(cols, axis=0, return_inverse=True)
-    return [tuple(int(x) for x in row) for row in unique.tolist()], inverse.ravel()
+    unique, inverse = unique_rows(cols)
+    return [tuple(int(x) for x in row) for row in unique.tolist()], inverse

@@ -21,6 +21,7 @@ import numpy as np
 from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, StageParams
 from paraplan.plan.transformer.layer_table import LayerTable
 from paraplan.plan.transformer.space import SCHEDULES
+from paraplan.plan.transformer.unique_rows import unique_rows
 from paraplan.predict.build import Precision
 from paraplan.sim.schedules import BWD, FWD, WGT, get_schedule
 
@@ -104,7 +105,7 @@ def moment_peaks(cols: CandidateColumns, layers: StageLayers, table: LayerTable,
     index = np.flatnonzero(chosen)
     keys = np.stack([cols.cand.schedule[index], cols.cand.p[index], np.round(cols.m[index]).astype(np.int64),
                      cols.cand.v[index]], axis=1)
-    unique, group = np.unique(keys, axis=0, return_inverse=True)
+    unique, group = unique_rows(keys)
     grad = np.where(lazy, prec.grad_bytes, 0.0)
     layer = table.act_layer[row]
     counted = acc > 0

@@ -17,6 +17,7 @@ from paraplan.plan.transformer.columns import CandidateColumns, StageLayers, Sta
 from paraplan.plan.transformer.layer_table import LayerTable
 from paraplan.plan.transformer.space import RECOMPUTE
 from paraplan.plan.transformer.stage_kinds import StageKinds
+from paraplan.plan.transformer.unique_rows import unique_rows
 from paraplan.predict.build import Precision
 from paraplan.sim.engine import inflight_peak
 from paraplan.sim.schedules import get_schedule
@@ -49,7 +50,7 @@ def inflight(schedules: np.ndarray, p: np.ndarray, m: np.ndarray, v: np.ndarray,
     """(candidates, 4): `_held` of the first, the last, the second and the k-th stage."""
     names, codes = np.unique(schedules, return_inverse=True)
     keys = np.stack([codes.ravel(), p, m, v, k], axis=1).astype(np.int64)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    unique, inverse = unique_rows(keys)
     held = np.array([_held(str(names[sc]), pp, mm, vv, kk) for sc, pp, mm, vv, kk in unique.tolist()],
                     dtype=float)
     return held.reshape(-1, 4)[inverse.ravel()]
