@@ -61,7 +61,8 @@ def test_failed_job_leaves_a_failed_run_with_the_error(store, capsys, tmp_path):
     _logged(tmp_path)
     (run,) = _runs(store, "simulate")
     assert run.info.status == "FAILED"
-    assert "file not found; expected a simulation study" in run.data.tags["error"]
+    assert run.data.tags["error"].startswith("option --study: no simulate study named 'no_such_study' (")
+    assert run.data.tags["error"].endswith("known: distir_fig3, distir_fig4, schedules")
     assert "marked FAILED" in capsys.readouterr().err
 
 
