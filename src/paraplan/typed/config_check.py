@@ -40,19 +40,24 @@ def _path(where: str, key: object) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
+_MISSING = object()
+
+
+def _held(data: object, parts: Sequence[object]) -> Any:
+    """The value at the key path `parts` of `data` (mappings and lists), or `_MISSING`."""
+    node: Any = data
+    for part in parts:
+        inside = part in node if isinstance(node, Mapping) else (
+            isinstance(node, list) and isinstance(part, int) and part < len(node))
+        if not inside:
+            return _MISSING
+        node = node[part]
+    return node
+
+
 def _given_in(parts: tuple[object, ...], files: Sequence[tuple[str, object]]) -> str:
     """The name of the first file whose data holds the key path `parts`."""
-    for name, data in files:
-        node: Any = data
-        for part in parts:
-            inside = part in node if isinstance(node, Mapping) else (
-                isinstance(node, list) and isinstance(part, int) and part < len(node))
-            if not inside:
-                break
-            node = node[part]
-        else:
-            return name
-    return "--config"
+    return next((name for name, data in files if _held(data, parts) is not _MISSING), "--config")
 
 
 def _unknown(key: object, where: str, known: Sequence[str], origin: str) -> str:
@@ -96,14 +101,8 @@ def given_in(dotted: str, config: Mapping, files: Sequence[tuple[str, object]]) 
             rest = rest[len(key):]
         rest = rest.removeprefix(".")
     for name, data in files:
-        held: Any = data
-        for part in parts:
-            inside = part in held if isinstance(held, Mapping) else (
-                isinstance(held, list) and isinstance(part, int) and part < len(held))
-            if not inside:
-                break
-            held = held[part]
-        else:
+        held = _held(data, parts)
+        if held is not _MISSING:
             return name if held == node else "--config"
     return "--config"
 
