@@ -85,7 +85,7 @@ F = "results/fits/c/comm_model.json"
     (C, {**CALIBRATION, "errors": {"cross_validated": {"mape": "x"}}},
      f"{C}: errors.cross_validated.mape: expected a number, got 'x'"),
     # was: AttributeError: 'list' object has no attribute 'get'
-    (F, [1], f"{F}: expected an object with a 'fits' list (paraplan fit's comm_model.json)"),
+    (F, [1], f"{F}: expected a comm model (paraplan fit's comm_model.json) (a JSON object), got a JSON list"),
     (F, {"fits": [3]}, f"{F}: fits[0]: expected a JSON object, got 3"),
     (F, {"fits": [{"collective": "all_reduce", "model": "table", "world_size": "8"}]},
      f"{F}: fits[0].world_size: expected an integer, got '8'"),

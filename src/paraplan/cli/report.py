@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -35,20 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tracking_arguments(parser)
 
 
-def _read_csv(path: Path):
-    import pandas as pd
+def _read_csv(path: Path, kind: str):
+    """A result CSV of `kind` (a `paraplan.report.read` name), checked before pandas reads it."""
+    from paraplan.report import read
 
-    try:
-        return pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise InputFileError(path, f"cannot read CSV: {exc}") from None
+    return read.read_result_csv(path, getattr(read, kind))
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputFileError(path, f"cannot read JSON: {exc}") from None
+def _read_json(path: Path, what: str) -> dict:
+    from paraplan.inputs import read_json_object
+
+    return read_json_object(path, what)
 
 
 # the numbers the summary's tables print beyond the loaders' checks (dotted keys)
@@ -92,7 +88,7 @@ def _read_calibration(path: Path) -> dict:
     from paraplan.predict.calibration import load_calibration
 
     load_calibration(path)
-    data = _read_json(path)
+    data = _read_json(path, "a calibration (make one with `paraplan calibrate`)")
     _check_numbers(path, data, _CALIBRATION_SUMMARY_NUMBERS)
     if not isinstance(data.get("layer_time_factors", []), list):
         raise InputFileError(path, f"expected a list, got {data['layer_time_factors']!r}", field="layer_time_factors")
@@ -102,7 +98,7 @@ def _read_calibration(path: Path) -> dict:
 def _read_comm_model(path: Path) -> dict:
     """comm_model.json as the summary reads it: a `fits` list of objects, each with the
     keys its table prints (the fitted parameters are `FittedCommModel`'s to check)."""
-    data = _read_json(path)
+    data = _read_json(path, "a comm model (paraplan fit's comm_model.json)")
     fits = data.get("fits", []) if isinstance(data, dict) else None
     if not isinstance(fits, list):
         raise InputFileError(path, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
@@ -129,30 +125,31 @@ def collect(paths: list[Path], ignored: list[Path] | None = None):
     for path in paths:
         parts = path.parts
         if path.suffix == ".csv" and len(parts) >= 3 and parts[-3] == "collectives":
-            collectives[f"{parts[-2]}/{path.stem}"] = _read_csv(path)
+            collectives[f"{parts[-2]}/{path.stem}"] = _read_csv(path, "COLLECTIVES")
         elif path.name == "comm_model.json" and len(parts) >= 3 and parts[-3] == "fits":
             fits[parts[-2]] = _read_comm_model(path)
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "profiles":
             meta_path = path.with_name(path.stem + ".meta.json")
-            profiles[path.stem] = (_read_csv(path), _read_json(meta_path) if meta_path.exists() else {})
+            profiles[path.stem] = (_read_csv(path, "PROFILE"),
+                                   _read_json(meta_path, "a profile's meta JSON") if meta_path.exists() else {})
         elif path.name == "results.csv" and len(parts) >= 3 and parts[-3] == "simulations":
             timing = path.with_name("timing.json")
             comparison = path.with_name("published_comparison.csv")
             simulations[parts[-2]] = (
-                _read_csv(path),
-                _read_json(timing) if timing.exists() else {},
-                _read_csv(comparison) if comparison.exists() else None,
+                _read_csv(path, "SIMULATION"),
+                _read_json(timing, "a simulation's timing.json") if timing.exists() else {},
+                _read_csv(comparison, "COMPARISON") if comparison.exists() else None,
             )
         elif path.suffix == ".csv" and len(parts) >= 3 and parts[-2] == "llm" and parts[-3] == "plans":
-            llm_plans[path.stem] = _read_csv(path)
+            llm_plans[path.stem] = _read_csv(path, "LLM_PLAN")
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "plans":
-            plans[path.stem] = _read_csv(path)
+            plans[path.stem] = _read_csv(path, "PLAN")
         elif path.suffix == ".csv" and len(parts) >= 2 and parts[-2] == "validation":
-            validations[path.stem] = _read_csv(path)
+            validations[path.stem] = _read_csv(path, "VALIDATION")
         elif path.suffix == ".json" and len(parts) >= 2 and parts[-2] == "calibrations":
             calibrations[path.stem] = _read_calibration(path)
         elif path.name == "predicted.csv" and len(parts) >= 3 and parts[-3] == "predict":
-            predictions[parts[-2]] = _read_csv(path)
+            predictions[parts[-2]] = _read_csv(path, "PREDICTION")
         elif path.suffix == ".json" and "kernels" in parts[-3:-1]:
             kernels[str(Path(*parts[parts.index("kernels") + 1:]).with_suffix(""))] = _read_kernel_fit(path)
         elif ignored is not None:

@@ -20,11 +20,10 @@ false).
 
 from __future__ import annotations
 
-import csv
-import math
 from pathlib import Path
 
 from paraplan.core.errors import InputFileError
+from paraplan.inputs import NumberRule, parse_number, read_csv_table, read_text
 
 COLUMNS: dict[str, str] = {
     "# GPUs": "num_gpus",
@@ -53,41 +52,22 @@ ASSUMPTIONS: dict[str, str] = {
 RUN_TABLE_COLUMNS: tuple[str, ...] = ("name", *COLUMNS.values(), *ASSUMPTIONS, "measured_iteration_s")
 
 
+_COUNT = NumberRule("a count", 1, 2**40, integer=True)
+_MS = NumberRule("a time in ms", 0, 1e10, low_inclusive=False)
+
+
 def read_vtrain(path: str | Path) -> list[dict[str, str]]:
-    """Rows of the run table (strings, in `RUN_TABLE_COLUMNS`)."""
+    """Rows of the run table (strings, in `RUN_TABLE_COLUMNS`). The file is read as every
+    input is (`paraplan.inputs`): UTF-8 with or without a byte-order mark, each column
+    once, each record as wide as the header, whole numbers in plain ASCII digits."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(path, "file not found") from None
-    except UnicodeDecodeError as exc:
-        raise InputFileError(path, f"not UTF-8 text (byte {exc.start})") from None
-    reader = csv.reader(text.splitlines())
-    header = [h.strip() for h in next(reader, [])]
-    missing = [c for c in (*COLUMNS, TIME_COLUMN) if c not in header]
-    if missing:
-        raise InputFileError(path, f"missing column '{missing[0]}'; expected vTrain's columns "
-                             f"({', '.join((*COLUMNS, TIME_COLUMN))})", line=1)
+    text = read_text(path, "a vTrain measurement CSV (its data/ground_truth_*.csv)")
+    table = read_csv_table(text, path, required=(*COLUMNS, TIME_COLUMN))
     rows = []
-    for line, fields in enumerate(reader, start=2):
-        if not any(f.strip() for f in fields):
-            continue
-        if len(fields) != len(header):
-            raise InputFileError(path, f"expected {len(header)} fields, got {len(fields)}", line=line)
-        cells = dict(zip(header, (f.strip() for f in fields), strict=True))
-        row = {}
-        for source, target in COLUMNS.items():
-            value = cells[source]
-            if not value.isdigit() or int(value) < 1:
-                raise InputFileError(path, f"column '{source}': expected an integer >= 1, got '{value}'", line=line)
-            row[target] = value
-        try:
-            ms = float(cells[TIME_COLUMN])
-        except ValueError:
-            ms = float("nan")
-        if not math.isfinite(ms) or ms <= 0 or ms > 1e10:
-            raise InputFileError(path, f"column '{TIME_COLUMN}': expected a time in ms > 0, "
-                                 f"got '{cells[TIME_COLUMN]}'", line=line)
+    for line, cells in table.records:
+        row = {target: str(parse_number(path, line, f"column '{source}'", cells[source], _COUNT))
+               for source, target in COLUMNS.items()}
+        ms = parse_number(path, line, f"column '{TIME_COLUMN}'", cells[TIME_COLUMN], _MS)
         name = (f"h{row['hidden_size']}-a{row['num_attention_heads']}-L{row['num_layers']}"
                 f"-s{row['seq_length']}")
         rows.append({"name": name, **row, **ASSUMPTIONS, "measured_iteration_s": repr(ms / 1e3)})
