@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paraplan.cli._paths import output_path
 from paraplan.cli.common import add_tracking_arguments, track
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "byte-identical for any number, default 1)")
     parser.add_argument("--plots", type=Path, default=None,
                         help="folder for the predicted-vs-measured figure (PNG + PDF)")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="calibration file (JSON)")
+    parser.add_argument("-o", "--output", required=True, type=output_path, help="calibration file (JSON)")
     add_tracking_arguments(parser)
 
 

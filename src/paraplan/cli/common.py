@@ -57,9 +57,9 @@ def deprecated(parser, old: str | Sequence[str], new: str, dest: str, convert=No
 
 def add_output_argument(parser, help: str, old: Sequence[str] = (), type=None) -> None:
     """`-o/--output` (required; checked after parsing so an old spelling also counts)."""
-    from pathlib import Path
+    from paraplan.cli._paths import output_path
 
-    kind = type or Path
+    kind = type or output_path
     parser.add_argument("-o", "--output", type=kind, default=None, metavar="PATH", help=f"{help} (required)")
     for name in old:
         deprecated(parser, name, "-o/--output", "output", convert=kind)

@@ -21,6 +21,7 @@ from types import ModuleType
 
 import paraplan
 import paraplan.cli
+from paraplan.cli._paths import check_outputs_apart
 from paraplan.cli.common import HelpFormatter, missing_required, named_as_given, open_tracking
 from paraplan.core import ParaplanError
 
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         tracker = open_tracking(args)
         args._tracker = tracker
+        check_outputs_apart(args)  # an output that would replace one of the inputs
         code = int(args._run(args) or 0)
         if tracker is not None and code == 0:
             tracker.close()

@@ -89,6 +89,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paraplan.cli._paths import output_path
 from paraplan.cli.common import add_tracking_arguments, track
 from paraplan.core import ParaplanError
 
@@ -104,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", default=None,
                         help="calibration name or file from `paraplan calibrate` (default: the shipped one made "
                              "for the cluster's device, else a100-vtrain with a warning)")
-    parser.add_argument("-o", "--output", required=True, type=Path, help="output CSV")
+    parser.add_argument("-o", "--output", required=True, type=output_path, help="output CSV")
     parser.add_argument("--plots", type=Path, default=None,
                         help="folder for the figures: each run's predicted iteration time and MFU, predicted vs "
                         "measured (with a measured_iteration_s column) and, with --explain, the time breakdown "
