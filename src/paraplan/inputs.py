@@ -250,6 +250,8 @@ def _duplicate_json_key(text: str) -> tuple[str, int, int] | None:
 def read_json_object(path: str | Path, expected: str) -> dict:
     """A JSON object from a UTF-8 file; NaN and Infinity (not JSON) are refused."""
     text = read_text(path, expected)
+    if not text.strip():
+        raise InputFileError(path, f"empty file; expected {expected} (a JSON object)")
 
     def refuse(name: str) -> None:
         raise ValueError(f"{name} is not a JSON value")

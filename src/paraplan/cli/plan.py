@@ -180,7 +180,9 @@ def _request(args: argparse.Namespace):
     in_file = Source.file(path)
     raw = read_yaml(path, "a planning study (config/studies/plan/*.yaml)")
     if not isinstance(raw, dict):
-        raise in_file.error((), f"expected a mapping, got {type(raw).__name__}")
+        from paraplan.typed.convert import not_a_mapping
+
+        raise in_file.error((), not_a_mapping(raw))
     merged = {**upgrade_keys(PlanStudy, raw, in_file, ()), **options}
     study = load(PlanStudy, merged, Source("file", str(path), frozenset(options)))
     return with_study_paths(study, path, frozenset(options)), path

@@ -54,9 +54,17 @@ def load(cls: type[T], data: object, source: Source, path: Path_ = ()) -> T:
     return _record(cls, data, source, path)
 
 
+def not_a_mapping(data: object, path: Path_ = ()) -> str:
+    """Why `data` (at key `path`; () for a whole file) is no mapping: a file YAML reads
+    as None holds nothing but blanks and comments."""
+    if data is None and not path:
+        return "empty file (blanks or comments only); expected a mapping"
+    return f"expected a mapping, got {shown(data)}"
+
+
 def _record(cls: type[T], data: object, source: Source, path: Path_) -> T:
     if not isinstance(data, Mapping):
-        raise source.error(path, f"expected a mapping, got {shown(data)}")
+        raise source.error(path, not_a_mapping(data, path))
     klass: type = cls  # (a class is hashable: the field descriptions are cached per class)
     data = upgrade_keys(klass, data, source, path)
     fields = fields_of(klass)
