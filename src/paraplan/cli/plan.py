@@ -196,7 +196,8 @@ def _refuse_unused(args: argparse.Namespace, model: bool) -> None:
     if model:
         unused = [f"--{name.replace('_', '-').lower()}" for names in _GROUPS.values() for name in names
                   if hasattr(args, REQUEST + name)]
-        unused += [flag for flag, value in (("--comm-model", args.comm_model), ("--plots", args.plots))
+        unused += [flag for flag, value in (("--comm-model", args.comm_model), ("--plots", args.plots),
+                                            ("--jobs", args.jobs or None))  # q4-hostile: --jobs -1 was ignored
                    if value is not None]
         if unused:
             raise ConfigError(unused[0], "is for a layer profile (--profile or --study), not --model (a "

@@ -147,6 +147,31 @@ def _check_table(params: Mapping, where: str, source: str) -> None:
                              "within [-60, 40]", field=f"{where}.params")
 
 
+def _check_one_chosen(entries: list[_Entry], nodes: list[int], source: str) -> None:
+    """Each sweep (collective, ranks, nodes) has each model once and exactly one of them
+    chosen, as `paraplan fit` writes it: with two chosen, which one predicts would
+    depend on the order of the entries (q4-hostile: a second `chosen: true` moved a
+    plan's times without a word)."""
+    models: dict[tuple, int] = {}
+    chosen: dict[tuple, list[int]] = {}
+    for i, (e, n) in enumerate(zip(entries, nodes, strict=True)):
+        sweep = (e.collective, e.world_size, n, e.tier)
+        if (*sweep, e.model) in models:
+            raise InputFileError(source, f"a second {e.model} fit of the {e.collective} sweep at {e.world_size} ranks "
+                                 f"on {n} node(s) (the first is fits[{models[(*sweep, e.model)]}]); expected each "
+                                 "model once per sweep", field=f"fits[{i}]")
+        models[(*sweep, e.model)] = i
+        chosen.setdefault(sweep, [])
+        if e.chosen:
+            chosen[sweep].append(i)
+    for (collective, world, n, _tier), indices in chosen.items():
+        if len(indices) != 1:
+            which = ", ".join(f"fits[{i}]" for i in indices) or "none"
+            raise InputFileError(source, f"the {collective} sweep at {world} ranks on {n} node(s) has {len(indices)} "
+                                 f"chosen models ({which}); expected exactly one (the model paraplan fit predicts "
+                                 "with)", field="fits")
+
+
 def _entry(fit: object, where: str, source: str) -> _Entry:
     """One checked entry of a comm_model.json's `fits`."""
     def bad(key: str, expected: str, value: object) -> InputFileError:
@@ -218,6 +243,7 @@ class FittedCommModel:
         if not isinstance(fits, list):
             raise InputFileError(source, "expected an object with a 'fits' list (paraplan fit's comm_model.json)")
         entries = [_entry(fit, f"fits[{i}]", source) for i, fit in enumerate(fits)]
+        _check_one_chosen(entries, [fit["nodes"] for fit in fits], source)
         sweeps = {(e.collective, e.world_size, e.tier) for e in entries}
         with_ab = {(e.collective, e.world_size, e.tier) for e in entries if e.model == "alpha_beta"}
         for collective, world, tier in sorted(sweeps - with_ab):
