@@ -36,6 +36,9 @@ def check_extensions(m: TransformerModel) -> None:
                              f"got {k!r}")
         moe_layer_pattern(m)  # checks moe_layer_freq
         check_group_limited_routing(m)
+    elif isinstance(m.moe_router_topk, bool) or not isinstance(m.moe_router_topk, int):
+        # q4-hostile: a dense model's top-k is not read, but a text or list there was a TypeError later
+        raise ValueError(f"{where}: moe_router_topk must be an integer, got {m.moe_router_topk!r}")
     elif set_moe := [key for key in MOE_ONLY if getattr(m, key)]:
         raise ValueError(f"{where}: {', '.join(f'{key} {getattr(m, key)}' for key in set_moe)} "
                          f"{'needs' if len(set_moe) == 1 else 'need'} num_experts > 0, got {m.num_experts}")
