@@ -284,7 +284,7 @@ def read_pipedream(path: str | Path, batch_size: int | None = None) -> ModelProf
     if batch_size is None:
         batch_size = batch_size_from_name(path)
         if batch_size is None:
-            raise InputFileError(path, "no '-pbs-N' in the file name; give the batch size (--batch-size)")
+            raise InputFileError(path, "no '-pbs-N' in the file name; give the batch size (--profile-batch-size)")
     parse_number(path, None, "batch size", str(batch_size), BATCH_SIZE_RULE)
     graph = parse_torchgraph(read_text(path, "a PipeDream TorchGraph text profile"), path)
     name = _PBS.split(path.stem)[0] or path.stem
