@@ -15,8 +15,9 @@ configfile: "config/config.yaml"
 # paraplan 0.1's key names still work (with a warning) until 0.2; a nested
 # --config bench='{iters: 50}' arrives as text and is read as numbers here
 upgrade_config(config)
-# unknown keys ("did you mean ...?"), unusable names and keys given twice: one line
-# each, before Snakemake's schema check would print the whole schema around them
+# unknown keys ("did you mean ...?"), unusable names, keys given twice and values of
+# the wrong type or range: one line each, before Snakemake's schema check would print
+# the whole schema around them
 check_config_keys(config, workflow.configfiles)
 validate(config, "workflow/schemas/config.schema.yaml")
 # what the schema cannot see (missing files, min_bytes > max_bytes, more ranks than

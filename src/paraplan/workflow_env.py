@@ -86,6 +86,10 @@ def check_config_keys(config: Mapping[str, Any], configfiles: Sequence[str | os.
     files, problems = _read_configfiles(configfiles)
     path = Path(schema_path)
     problems += config_key_problems(config, yaml.safe_load(path.read_text()), path.parent, files)
+    if not problems:  # q4-hostile: wrong values one line each too, not Snakemake's schema dump
+        from paraplan.typed.config_values import config_value_problems
+
+        problems = config_value_problems(config, path, files)
     for problem in problems:
         print(f"paraplan: error: {problem}", file=sys.stderr)
     if problems:

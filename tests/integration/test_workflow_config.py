@@ -79,6 +79,8 @@ def test_a_missing_fit_log_stops_before_any_job(workdir):
      "config key 'predict.tables' in mine.yaml: '..' is not a usable name; expected letters, digits"),
     ("bench:\n  iters: 3\n  iters: 4\n",
      "mine.yaml:3: key 'iters' appears twice (lines 2 and 3); expected each key once"),
+    # q4-hostile: a wrong value was Snakemake's 10-line schema quote, naming neither path nor file
+    ("bench:\n  iters: abc\n", "config key 'bench.iters' in mine.yaml: 'abc' is not of type 'integer'"),
 ])
 def test_a_config_mistake_costs_one_line(workdir, text, line):
     """Issue 21: before, a misspelled key printed 140 (nested) to 1,297 lines (top level)

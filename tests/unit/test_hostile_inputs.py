@@ -356,3 +356,60 @@ def test_report_reads_a_calibration_saved_with_a_byte_order_mark(tmp_path, capsy
     bom = _report_input(tmp_path / "bom", "calibrations/a.json", b"\xef\xbb\xbf" + CALIBRATION.read_bytes())
     assert main(["report", str(bom), "-o", str(tmp_path / "bom.md"), "--no-track"]) == 0
     assert (tmp_path / "plain.md").read_text() == (tmp_path / "bom.md").read_text()
+
+
+# ---- the workflow config's values ------------------------------------------------------------
+
+
+def _config() -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    (("bench", "iters"), "abc", "config key 'bench.iters' in mine.yaml: 'abc' is not of type 'integer'"),
+    (("bench", "world_sizes"), [1], "config key 'bench.world_sizes[0]' in mine.yaml: 1 is less than the minimum of 2"),
+    (("plan", "llm", "llama3-8b__8xH100", "gpus"), 0,
+     "config key 'plan.llm.llama3-8b__8xH100.gpus' in mine.yaml: 0 is less than the minimum of 1"),
+    (("mlflow", "enabled"), "yes", "config key 'mlflow.enabled' in mine.yaml: 'yes' is not of type 'boolean'"),
+])
+def test_a_wrong_config_value_is_one_line_naming_key_and_file(capsys, key, value, message):
+    """was: Snakemake's schema check, 8 to 17 lines quoting the schema, naming neither the
+    key's dotted path nor the file that gave it."""
+    config = _config()
+    node = config
+    for part in key[:-1]:
+        node = node[part]
+    node[key[-1]] = value
+    mine = {key[0]: config[key[0]]}
+    with pytest.raises(SystemExit) as exit_:
+        _check(config, mine)
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"paraplan: error: {message}"]
+
+
+def _check(config: dict, mine: dict) -> None:
+    """`check_config_keys` as the Snakefile calls it, with `mine` as the config file 'mine.yaml'."""
+    from unittest import mock
+
+    from paraplan import workflow_env
+
+    with mock.patch.object(workflow_env, "_read_configfiles", return_value=([("mine.yaml", mine)], [])):
+        workflow_env.check_config_keys(config, ["mine.yaml"], str(REPO / "workflow/schemas/config.schema.yaml"))
+
+
+def test_every_wrong_value_is_said_not_only_the_first():
+    from paraplan.typed.config_values import config_value_problems
+
+    config = _config()
+    config["bench"]["iters"], config["validate"]["steps"] = -1, "many"
+    assert config_value_problems(config, REPO / "workflow/schemas/config.schema.yaml") == [
+        "config key 'bench.iters': -1 is less than the minimum of 1",
+        "config key 'validate.steps': 'many' is not of type 'integer'"]
+
+
+def test_the_shipped_config_has_no_wrong_value():
+    from paraplan.typed.config_values import config_value_problems
+
+    assert config_value_problems(_config(), REPO / "workflow/schemas/config.schema.yaml") == []

@@ -10,7 +10,7 @@ one at the top). This walk runs first and says the same in one line per mistake:
   `plan.llm`, ..., or a value such as `cluster`) that breaks the rule of
   `paraplan.core.names` (where the schema carries its pattern).
 
-What it does not see (types, ranges) Snakemake's schema check still reports.
+Types and ranges are checked after it, one line each too (`paraplan.typed.config_values`).
 """
 
 from __future__ import annotations
