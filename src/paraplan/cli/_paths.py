@@ -32,6 +32,15 @@ def _given(value: object) -> Iterator[Path]:
             yield from _given(item)
 
 
+def _is_file(path: Path) -> bool:
+    """`path.is_file()`; False for a path the system refuses (a name too long): the
+    command's own reader or writer says what is wrong with it."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _spelling(parser: argparse.ArgumentParser | None, dest: str) -> str:
     for action in getattr(parser, "_actions", ()):
         if action.dest == dest:
@@ -50,10 +59,10 @@ def check_outputs_apart(args: argparse.Namespace) -> None:
         if dest in OUTPUT_DESTS or dest in _NOT_PATHS or dest.startswith("_"):
             continue
         for source in _given(value):
-            if not source.is_file():
+            if not _is_file(source):
                 continue
             for out_dest, out in outputs.items():
-                if out.is_file() and os.path.samefile(out, source):
+                if _is_file(out) and os.path.samefile(out, source):
                     raise ConfigError(f"--{out_dest.replace('_', '-')}",
                                       f"'{out}' is also this command's input ({_spelling(parser, dest)}); expected "
                                       "another path, or writing would replace the input")
