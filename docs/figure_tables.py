@@ -6,6 +6,8 @@ docs/gen_pages.py), so a change that moves a prediction moves the docs with it:
 - `benchmarks/results/plans.md`: the best plan `paraplan plan --model` finds for the models
   of benchmarks/bench_plan_llm.py, from the summary line the command prints (less the search
   time, which varies from run to run: bench_plan_llm.py measures it);
+- `benchmarks/results/dapple-plans.md`: `paraplan plan --profile` (the DAPPLE planner) on the
+  PipeDream profiles of data/pipedream-profiles/ at global batch 128 on 2 x 8 V100;
 - `benchmarks/results/calibrations.md`: the errors each shipped calibration records
   (config/calibrations/*.json, as `paraplan calibrate` wrote them);
 - `benchmarks/results/published-summary.md`: written by `benchmarks/bench_published.py
@@ -87,6 +89,35 @@ def plans_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+DAPPLE_PROFILES = ("amoeba-18", "bert-24", "gnmt-16", "gnmt-32", "resnet50", "vgg-19", "xlnet-36")
+"""The PipeDream profiles of data/pipedream-profiles/ (one file each, `<name>-pbs-<batch>.txt`)."""
+
+
+def dapple_table() -> str:
+    """`paraplan plan --profile` at global batch 128 on 2 x 8 V100 for each profile."""
+    import csv
+
+    from paraplan.cli.main import main
+
+    lines = [NOTE.format(source="`paraplan plan --profile data/pipedream-profiles/<name>-pbs-*.txt --cluster "
+                                "dgx1-v100 --shapes 2x8 --global-batch-sizes 128 --no-track`"), "",
+             "| profile | best plan | best | DP | DP + overlap | DP + P3 |", "|---|---|---|---|---|---|"]
+    for name in DAPPLE_PROFILES:
+        (profile,) = sorted((REPO_ROOT / "data" / "pipedream-profiles").glob(f"{name}-pbs-*.txt"))
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()) as err:
+            out = Path(tmp) / "plan.csv"
+            code = main(["plan", "--profile", str(profile), "--cluster", "dgx1-v100", "--shapes", "2x8",
+                         "--global-batch-sizes", "128", "--no-track", "-o", str(out)])
+            if code != 0:
+                raise RuntimeError(f"`paraplan plan --profile {profile}` ended with status {code}:\n{err.getvalue()}")
+            with out.open() as handle:
+                (row,) = csv.DictReader(handle)
+        stages = row["stages"].replace("|", "\\|")
+        lines.append(f"| {name} | `{stages}` | " + " | ".join(
+            f"{float(row[k]):.2f}" for k in ("best_hybrid", "dp_no_overlap", "dp_overlap", "dp_p3")) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _percent(value: float) -> str:
     return f"{value:.2%}"
 
@@ -136,6 +167,7 @@ def published_summary() -> str:
 
 TABLES: dict[Path, Callable[[], str]] = {
     RESULTS / "plans.md": plans_table,
+    RESULTS / "dapple-plans.md": dapple_table,
     RESULTS / "calibrations.md": calibrations_table,
     RESULTS / "published-summary.md": published_summary,
 }

@@ -13,6 +13,8 @@ them, and `--check` fails when one is not what its command prints now:
 
 - `benchmarks/results/plans.md`: the best plan of `paraplan plan --model` for the benchmark
   models (`docs/figure_tables.py`);
+- `benchmarks/results/dapple-plans.md`: `paraplan plan --profile` on the PipeDream profiles
+  (`docs/figure_tables.py`);
 - `benchmarks/results/calibrations.md`: the errors each shipped calibration
   (`config/calibrations/*.json`) records (`docs/figure_tables.py`);
 - `benchmarks/results/published-summary.md`: `benchmarks/bench_published.py --markdown`.
