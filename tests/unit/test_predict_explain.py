@@ -95,6 +95,28 @@ def test_pipeline_bubble_and_transfers():
     assert b.total_s == pytest.approx(b.iteration_s)
 
 
+def test_interleaved_fill_and_drain_transfers_cross_every_virtual_stage():
+    """Interleaved 1F1B, p = 4, v = 2, M = 8, transfers overlapped: the first micro-batch's
+    forward and the last one's backward wait for every one of the p v - 1 = 7 boundaries'
+    transfers (`tests/unit/test_sim_schedules.py`), so `pp_comm` holds 2 x 7 of them (not
+    1F1B's 2 (p - 1) = 6), what the overlapped sends take from the rank's own ops, and the
+    tied-embedding gradient all-reduce; the bubble the rest of the idle time."""
+    comm = CAL.comm_model(CLUSTER)
+    s = RunSettings(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, global_batch_size=8,
+                    micro_batch_size=1)
+    b = explain_run(GPT, s, CLUSTER, comm, CAL.efficiency)
+    structure = run_structure(GPT, s, CLUSTER, comm)
+    costs = build_execution(GPT, s, CLUSTER, comm, CAL.efficiency).costs
+    send = structure.send_s[0]
+    assert structure.send_s.shape == (7,) and (structure.send_s == send).all() and send > 0
+    assert costs.contended_fwd_s is not None and costs.contended_bwd_s is not None
+    mine = [b.rank, 4 + b.rank]
+    contended = 8 * float(costs.contended_fwd_s[mine].sum() + costs.contended_bwd_s[mine].sum())
+    exchange = structure.embedding_exchange_s if b.rank in (0, 3) else 0.0
+    assert b.seconds["pp_comm"] == pytest.approx(14 * send + contended + exchange, rel=1e-9)
+    assert b.seconds["bubble"] > 0 and b.total_s == pytest.approx(b.iteration_s)
+
+
 def test_cli_explain_columns_sum_and_figure(tmp_path):
     runs = tmp_path / "runs.csv"
     runs.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,tensor_model_parallel_size,"

@@ -19,7 +19,9 @@ rank's time is split into parts that sum to the iteration time exactly:
 - the blocking pipeline transfers its own ops wait for, and what overlapped ones take
   from the ops beside them (`pp_comm`, `pipeline_p2p`);
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
-  path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
+  path (`pp_comm`: 2 (p v - 1) point-to-point transfers, at most the idle time: the
+  first micro-batch's forward and the last one's backward cross every virtual-stage
+  boundary, docs/pipeline-schedules.md#where-the-interleaved-bubble-goes) and the
   rest, the `bubble`;
 - DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
   blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
@@ -175,7 +177,7 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
         device[5] -= busy - float(ends.busy_s[rank])
         busy = float(ends.busy_s[rank])
     idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
-    transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
+    transfers = min(idle, 2 * float(structure.send_s.sum()))  # q3-bubble: every virtual-stage boundary, both ways
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
     after_comm = float(structure.after_sync_comm_s[rank] + param_gather_contention_s(structure, costs, eff)[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
