@@ -71,8 +71,9 @@ published full training step; such runs are also named in a warning). With a
 measured_iteration_s column the errors are printed and logged. With --explain,
 explain_gemm_s, explain_attention_s, explain_straggler_s, explain_memory_s, explain_tp_comm_s,
 explain_cp_comm_s, explain_ep_comm_s,
-explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
-explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
+explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_imbalance_s (the wait
+for pipeline ranks with more work), explain_optimizer_s and explain_host_s split each
+run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
   paraplan predict config/runs/llm_a100.csv --cluster dgx-a100 -o predicted.csv
@@ -111,8 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default for that one: the output's folder)")
     parser.add_argument("--explain", action="store_true",
                         help="add explain_*_s columns (where each run's iteration time goes: GEMM, attention, "
-                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, optimizer, host; they "
-                        "sum to predicted_iteration_s) and a stacked-bar figure <runs>_explain.png/.pdf")
+                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, load imbalance between "
+                        "pipeline ranks, optimizer, host; they sum to predicted_iteration_s) and a stacked-bar "
+                        "figure <runs>_explain.png/.pdf")
     add_tracking_arguments(parser)
 
 
