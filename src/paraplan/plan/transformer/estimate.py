@@ -65,7 +65,12 @@ from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.grad_sync import gradient_sync_s, second_rank_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.memory_estimate import dualpipe_peak_bytes, peak_memory_bytes
-from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
+from paraplan.plan.transformer.overlap_terms import (
+    p2p_share,
+    param_gather_s,
+    sender_contention_s,
+    sharded_unit_exposed_s,
+)
 from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.space import Candidates
 from paraplan.plan.transformer.stage_kinds import StageKinds, stage_kinds
@@ -185,12 +190,15 @@ class _LayerTimes:
     kind_fwd_host: np.ndarray
     kind_bwd_dev: np.ndarray
     kind_bwd_host: np.ndarray
+    exposed_fwd: np.ndarray  # per op holding a layer: what per-layer sharding leaves exposed (`ExposedUnits`)
+    exposed_bwd: np.ndarray
 
     def kinds_op_s(self, kinds: np.ndarray, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `kinds` ((n, 2): dense and MoE layers) plus `extra`."""
         layer_dev, layer_host = ((self.kind_bwd_dev, self.kind_bwd_host) if backward
                                  else (self.kind_fwd_dev, self.kind_fwd_host))
-        dev, host = (kinds * layer_dev).sum(axis=1), (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
+        exposed = np.where(kinds.sum(axis=1) > 0, self.exposed_bwd if backward else self.exposed_fwd, 0.0)
+        dev, host = (kinds * layer_dev).sum(axis=1) + exposed, (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
         if extra is not None:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
@@ -198,7 +206,8 @@ class _LayerTimes:
     def op_s(self, n_layers, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `n_layers` layers plus `extra`."""
         layer_dev, layer_host = (self.bwd_dev, self.bwd_host) if backward else (self.fwd_dev, self.fwd_host)
-        dev, host = n_layers * layer_dev, n_layers * layer_host + eff.host_microbatch_s
+        exposed = np.where(np.asarray(n_layers) > 0, self.exposed_bwd if backward else self.exposed_fwd, 0.0)
+        dev, host = n_layers * layer_dev + exposed, n_layers * layer_host + eff.host_microbatch_s
         if extra is not None:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
@@ -207,11 +216,14 @@ class _LayerTimes:
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
                  prec: Precision, eff: DeviceEfficiency, timed: np.ndarray, units: int) -> _LayerTimes:
-    """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
-    runs beside the next one's weight gather, the backward beside its gradients'
-    reduce-scatter too (the engine's per-layer buckets; ZeRO-2's gradients, reduced after
-    every micro-batch, likewise): max + share x min, the occupancy share of a device of
-    `units` SMs (`paraplan.predict.overlap_share`)."""
+    """The table's layer times; with ZeRO-3 without pipelines (`paraplan.predict.fsdp_ops`)
+    each layer runs beside the next one's weight gather (forward and backward: resharded
+    after the forward), with ZeRO-2 (gradients reduce-scattered after every micro-batch)
+    each backward beside the next layer's reduce-scatter: max + share x min, the occupancy
+    share of a device of `units` SMs (`paraplan.predict.overlap_share`); what no layer hides
+    (each op's first gather, last reduce-scatter and root unit's: `sharded_unit_exposed_s`)
+    joins each op. ZeRO-3 without pipelines reduce-scatters after the last micro-batch
+    (`gradient_sync_s`), as under pipelines."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
@@ -227,14 +239,25 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
         size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
         if cols.zero3[i]:
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
-        zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
+        else:  # ZeRO-2 reduces every micro-batch; ZeRO-3 after the last only (`gradient_sync_s`)
+            zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = occupancy_shares(units, cols.dp_nodes, eff.comm_overlap_contention)  # z14: `overlap_share`
     gather, both, share = zero3_gather[:, None], (zero3_gather + zero3_scatter)[:, None], kappa[:, None]
+    exposed = sharded_unit_exposed_s(cols, weights.layer, weights.vocab + weights.positions, weights.head, comm,
+                                     prec, timed)
+
+    def with_root(pair: np.ndarray, root_s: np.ndarray) -> np.ndarray:  # (device, host): the root unit's device
+        return pair + np.stack([root_s, np.zeros_like(root_s)], axis=1)
+
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
-                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row],
+                       with_root(table.emb_fwd[row], exposed.first_fwd),
+                       with_root(table.emb_bwd[row], exposed.first_bwd),
+                       with_root(table.head_fwd[row], exposed.last_fwd),
+                       with_root(table.head_bwd[row], exposed.last_bwd),
                        paired_s(gather, table.kind_fwd_dev[row], share), table.kind_fwd_host[row],
-                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row])
+                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row],
+                       exposed.layer_fwd, exposed.layer_bwd)
 
 
 @dataclass(frozen=True, eq=False)
