@@ -26,7 +26,11 @@
    under pipelines or per layer without them), all timed by the engine; estimate / engine
    of iteration time and of peak memory per feature value, worst first (`GRID_CASES`).
 
-    python benchmarks/bench_plan_llm.py [--speed | --estimate | --ranking | --grid [N]]
+5. the top plans of each `CASES` search (`--plans`): settings and engine-priced
+   iteration time of the 5 best, to compare two trees (the estimate only chooses what
+   is re-timed, so a better estimate answers the same plans or faster ones).
+
+    python benchmarks/bench_plan_llm.py [--speed | --estimate | --ranking | --grid [N] | --plans]
 """
 
 from __future__ import annotations
@@ -89,6 +93,16 @@ def speed() -> None:
               f"({result.post_pass} in the post-pass: DualPipe, overlap flags), "
               f"{result.proven_slower} proven slower by a bound; {describe(plan)}: "
               f"{plan.iteration_s:.3g} s, MFU {plan.mfu:.1%}")
+
+
+def plans() -> None:
+    for name, cluster_name, gpus, batch, _ in CASES:
+        model, cluster, calibration = _case(name, cluster_name)
+        result = search(TransformerPlanRequest(model, cluster, gpus, batch), calibration.comm_model(cluster),
+                        calibration.efficiency)
+        print(f"{name} on {gpus} x {cluster.device.name}: {result.retimed} re-timed")
+        for plan in result.plans[:5]:
+            print(f"    {plan.iteration_s:.6g} s  {plan.peak_memory_bytes / 1e9:.2f} GB  {describe(plan)}")
 
 
 def ranking() -> None:
@@ -237,6 +251,8 @@ if __name__ == "__main__":
     if "--grid" in sys.argv[1:]:
         after = sys.argv[sys.argv.index("--grid") + 1:]
         grid(int(after[0]) if after and after[0].isdigit() else 4)
+    if "--plans" in sys.argv[1:]:
+        plans()
     parts = {"--speed": speed, "--estimate": estimate_vs_engine, "--ranking": ranking}
     for flag, part in parts.items():
         if len(sys.argv) == 1 or flag in sys.argv[1:]:

@@ -113,17 +113,21 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
     p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
-    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p)
-    pipe, busy = pipeline_s(cols, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
-    pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
+    # one chunk per stage: each blocking transfer (and its all-gather and host synchronisation) on the
+    # op that sends it, as the engine charges it (`pipeline_p2p.p2p_charges`): every forward but the
+    # last stage's, every backward but the first's
+    blocked = (cols.p > 1) & (cols.v == 1)
+    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p,
+                          np.where(blocked, send + gather + synchronize, 0.0))
+    pipe, busy = pipeline_s(cols, stages, send)
+    pipe = pipe + np.where(blocked, 0.0, cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather,
+                                                                            synchronize))
     share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
     megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
-    # the first rank's forwards of its first micro-batch, with what blocking transfers (v = 1: after
-    # each forward) and the received activations' all-gathers (chunks after the first) add to them
-    blocked = (cols.p > 1) & (cols.v == 1)
-    forward = stages.first_rank_forward + np.where(blocked, send + gather + synchronize,
-                                                   np.where(overlapped, (cols.v - 1) * gather, 0.0))
+    # the first rank's forwards of its first micro-batch (with the blocking transfer after it, one
+    # chunk) and the received activations' all-gathers (chunks after the first)
+    forward = stages.first_rank_forward + np.where(overlapped, (cols.v - 1) * gather, 0.0)
     optimizer = _optimizer_s(cols, params, cluster, base, eff)
     first_end = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
                                         timed, share)
@@ -269,7 +273,8 @@ class _StageTimes:
     stage's weight-gradient part and the latter's forward; a mean other chunk of the
     first and last rank; with what overlapped transfers take from each op
     (`overlap_terms.sender_contention_s`). The first rank's forward of one micro-batch
-    over its chunks (`param_gather_s` sets the weight all-gathers beside it)."""
+    over its chunks (`param_gather_s` sets the weight all-gathers beside it). Each stage's
+    forward and backward apart, for 1F1B's and GPipe's paths (one chunk per stage)."""
 
     mid: np.ndarray
     middle_sum: np.ndarray
@@ -282,42 +287,60 @@ class _StageTimes:
     chunk_first: np.ndarray
     chunk_last: np.ndarray
     first_rank_forward: np.ndarray
+    # one chunk per stage (1F1B's and GPipe's paths, `pipeline_estimate`): the first and last stage's
+    # forward and backward, and each middle entry's ((n, J) as `StageKinds.middle`) with how many
+    # stages hold it and the lowest and highest of them
+    first_fwd: np.ndarray
+    first_bwd: np.ndarray
+    last_fwd: np.ndarray
+    last_bwd: np.ndarray
+    middle_fwd: np.ndarray
+    middle_bwd: np.ndarray
+    middle_count: np.ndarray
+    middle_low: np.ndarray
+    middle_high: np.ndarray
 
 
 def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKinds, times: _LayerTimes,
-                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
+                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray,
+                 blocking: np.ndarray) -> _StageTimes:
     """`p2p_share`: of each overlapped transfer beside an op (0 where they block): every
     forward sends its activation on but the last virtual stage's, every backward its
-    gradient back but the first's (`pipeline_p2p.overlap_contention_s`)."""
+    gradient back but the first's (`pipeline_p2p.overlap_contention_s`). `blocking`: what
+    a blocking transfer adds to the op that sends it, on the same ops (one chunk per
+    stage; 0 elsewhere)."""
 
-    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
-        return times.kinds_op_s(layers, eff, False, fwd_extra), times.kinds_op_s(layers, eff, True, bwd_extra)
+    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None, sends=(True, True)) -> tuple[np.ndarray, np.ndarray]:
+        return (times.kinds_op_s(layers, eff, False, fwd_extra) + sends[0] * blocking,
+                times.kinds_op_s(layers, eff, True, bwd_extra) + sends[1] * blocking)
 
     def contended(op: np.ndarray) -> np.ndarray:
         return op + sender_contention_s(send, op, p2p_share)
 
     wgt = table.kind_wgt_dev[cols.row]
     # the middle virtual stages: each distinct (dense, MoE) count's F + B; their sum and the slowest
-    mid_f, mid_fb, mid_w = [], [], []
+    mid_f, mid_b, mid_fb, mid_w = [], [], [], []
     for j in range(kinds.middle.shape[1]):
         f, b = ops(kinds.middle[:, j])
         mid_f.append(contended(f))
+        mid_b.append(contended(b))
         mid_fb.append(contended(f) + contended(b))
         mid_w.append((kinds.middle[:, j] * wgt).sum(axis=1))
     fb, count = np.stack(mid_fb, axis=1), kinds.middle_count
     slowest = np.argmax(np.where(count > 0, fb, -np.inf), axis=1)[:, None]  # p <= 2: column 0, vstage 0's layers
-    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd)
-    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd)
+    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd, (True, False))
+    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd, (False, True))
     chunk_first_f, chunk_first_b = ops(kinds.chunk_first)
     chunk_last_f, chunk_last_b = ops(kinds.chunk_last)
     whole = np.tile([model.num_layers - model.num_moe_layers, model.num_moe_layers], (len(cols), 1)).astype(float)
-    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
+    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd, (False, False))
     first_f, chunk_first_f = contended(first_f), contended(chunk_first_f)
+    last_b = contended(last_b)
     return _StageTimes(
         mid=np.take_along_axis(fb, slowest, axis=1)[:, 0],
         middle_sum=(np.where(count > 0, fb, 0.0) * count).sum(axis=1),
         first=first_f + first_b,
-        last=last_f + contended(last_b),
+        last=last_f + last_b,
         whole=whole_f + whole_b,
         weight_grad_first=(kinds.first * wgt).sum(axis=1),
         weight_grad_mid=np.take_along_axis(np.stack(mid_w, axis=1), slowest, axis=1)[:, 0],
@@ -325,6 +348,9 @@ def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKi
         chunk_first=chunk_first_f + contended(chunk_first_b),
         chunk_last=contended(chunk_last_f) + contended(chunk_last_b),
         first_rank_forward=np.where(cols.single, whole_f, first_f + (cols.v - 1) * chunk_first_f),
+        first_fwd=first_f, first_bwd=first_b, last_fwd=last_f, last_bwd=last_b,
+        middle_fwd=np.stack(mid_f, axis=1), middle_bwd=np.stack(mid_b, axis=1), middle_count=count,
+        middle_low=kinds.middle_low, middle_high=kinds.middle_high,
     )
 
 
