@@ -3,22 +3,28 @@ and peak memory, vectorised with numpy over the candidate arrays (`space.Candida
 one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
 
 - the layer: its device and host time and activations per (t, b, sp, recompute, c,
-  EP, ETP), priced once with the exact device model (`layer_table.py`); a ZeRO-3
-  layer is no faster than its weight all-gather and gradient reduce-scatter;
+  EP, ETP), priced once with the exact device model (`layer_table.py`); a ZeRO-3 layer
+  without pipelines is no faster than its weight all-gather, a ZeRO-2 layer's backward
+  than its gradients' reduce-scatter (every micro-batch), and each op of theirs waits for
+  what no layer hides (`overlap_terms.sharded_unit_exposed_s`);
 - stage op times: layers per stage x the layer's device and host time (smooth
   maximum, as the exact model), the embedding on the first stage, the head on the last;
-- pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
-  (exact for uniform stages); interleaved M x a rank's (F + B) over its v chunks + one
+- pipeline (`pipeline_estimate.py`): 1F1B and GPipe the sum of the stages' (F + B) + the
+  longest path's other M - 1 steps (GPipe: the slowest forward's and the slowest
+  backward's; 1F1B: the longest turn at one stage, a path of the engine's op order, so
+  never above it; both exact for uniform stages), each op with the blocking transfers it
+  sends (one chunk per stage: every forward but the last stage's, every backward but the
+  first's, `pipeline_p2p.p2p_charges`); interleaved M x a rank's (F + B) over its v chunks + one
   chunk of each other rank (the first rank's first, the last rank's last), the latest of
   the first, the last and a middle rank (with an even split: (M v + p - 1) x one chunk's
   plus the first or last device's extra per micro-batch) + 2 (p v - 1) transfers (the
   first forward and the last backward cross every virtual stage); a v that does not
   divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
   1F1B less (p - 1) W + min(M - 1, p - 1) min(W, F) of a middle stage (Qi et al. 2023:
-  2 (p - 1) W, the fill and drain run the weight gradients); plus the
-  fill/drain transfers, M x what blocking transfers add per micro-batch
-  (`paraplan.predict.pipeline_p2p`), and what overlapped transfers take from the ops
-  beside them (`overlap_terms`);
+  2 (p - 1) W, the fill and drain run the weight gradients; from M - 1 times the slowest
+  stage's F + B); interleaved with blocking transfers plus M x what they add per
+  micro-batch (`paraplan.predict.pipeline_p2p`); and what overlapped transfers take from
+  the ops beside them (`overlap_terms`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, in the engine's buckets (Megatron-Core's grow with DP; interleaved,
   each model chunk reduced once its last backward ends), the optimizer step (with the
