@@ -60,10 +60,12 @@ def test_p2p_crossing_and_share_match_the_engine():
 def _uniform(p: float, m: float, v: float, schedule: str, fb: float, wgt: float = 0.0, fwd: float = 0.0) -> tuple:
     cols = SimpleNamespace(p=np.array([p]), m=np.array([m]), v=np.array([v]), schedule=np.array([schedule]),
                            single=np.array([False]))
-    one, w = np.array([fb]), np.array([wgt])
+    one, w, f = np.array([fb]), np.array([wgt]), np.array([fwd])
     st = _StageTimes(mid=one, middle_sum=(p - 2) * one, first=one, last=one, whole=one, weight_grad_first=w,
                      chunk_first=one, chunk_last=one, first_rank_forward=one, weight_grad_mid=w,
-                     forward_mid=np.array([fwd]))
+                     forward_mid=f, first_fwd=f, first_bwd=one - f, last_fwd=f, last_bwd=one - f,
+                     middle_fwd=f[:, None], middle_bwd=(one - f)[:, None], middle_count=np.array([[p - 2.0]]),
+                     middle_low=np.array([[1.0]]), middle_high=np.array([[p - 2.0]]))
     return cols, st
 
 
