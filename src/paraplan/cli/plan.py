@@ -317,6 +317,20 @@ attention is most of its FLOPs, and an MFU of 12% sits beside 646 TFLOP/s per H1
 8K tokens attention adds about 20%, and the line says the MFU alone)."""
 
 
+def context_parallel_note(model: TransformerModel, cp_sizes: tuple[int, ...]) -> str:
+    """Why a long sequence is planned without context parallelism, when the search
+    would otherwise try it (`--context-parallel-sizes` not given, `MIN_CP_SEQ_LENGTH`
+    tokens or more) but the model's attention is not priced for it; '' otherwise."""
+    from paraplan.core.run_settings_checks import context_parallel_unpriced
+    from paraplan.plan.transformer.space import MIN_CP_SEQ_LENGTH
+
+    unpriced = context_parallel_unpriced(model)
+    if cp_sizes or model.seq_length < MIN_CP_SEQ_LENGTH or not unpriced:
+        return ""
+    return (f"context parallelism is not searched: it is not priced for {model.name}'s {unpriced} "
+            f"(docs/stages/plan.md), so its {model.seq_length:,}-token sequences are planned without it")
+
+
 def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str:
     """'MFU x%' as predict's column counts it (6 x active parameters x tokens), and
     beside it, where attention is a large share, the MFU counting the attention FLOPs
@@ -403,6 +417,9 @@ def _run_llm(args: argparse.Namespace) -> int:
                                      space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
+    unsearched = context_parallel_note(model, cp_sizes)
+    if unsearched:
+        print(f"paraplan plan: note: {unsearched}", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)

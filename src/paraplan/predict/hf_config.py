@@ -212,7 +212,7 @@ def _refuse(config: dict, source: str) -> None:
 
 def _language_model(config: dict, source: str) -> tuple[dict, list[str], str]:
     """The language model's mapping (`text_config` when nested), notes, and where it is."""
-    notes = [f"{tower} ignored: that tower is not modelled (only the language model is)"
+    notes = [f"{source}: {tower} ignored: that tower is not modelled (only the language model is)"
              for tower in OTHER_TOWERS if tower in config]
     text = config.get("text_config")
     if text is None:
@@ -408,8 +408,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     keys = _Keys({**text, **filled}, where)
     family = _FAMILIES.get(model_type)
     if family is None:
-        notes.append(f"model_type '{model_type}' is not one paraplan knows; read from its keys alone (compare the "
-                     "parameter count with the model card)")
+        notes.append(f"{where}: model_type '{model_type}' is not one paraplan knows; read from its keys alone "
+                     "(compare the parameter count with the model card)")
         family = _Family(rope=False)
     layers = keys.count("num_hidden_layers", "n_layer", "num_layers")
     hidden = keys.count("hidden_size", "n_embd", "d_model")

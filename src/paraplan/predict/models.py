@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core.errors import ConfigError, InputFileError
+from paraplan.core.moe_router_settings import ScoreFunction
 from paraplan.core.names import formula_problem
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import read_json_object
@@ -112,6 +113,16 @@ PRESETS.update({
                                         **_MODERN),
 })
 _FIELDS = {f.name for f in fields(TransformerModel)}
+
+
+def planned_router_score_function(model: TransformerModel) -> ScoreFunction:
+    """The router score function `paraplan plan` gives `model`'s runs: Megatron-Core's
+    default `softmax`, except with top-1 routing, which Megatron-Core refuses with a
+    softmax over the one chosen expert (`check_router`): there Llama 4's own router, a
+    sigmoid of the chosen expert's logit (transformers' `Llama4TextMoe`; Megatron-Bridge's
+    `Llama4ModelProvider` sets `moe_router_score_function sigmoid`). The plan's rows
+    carry it in the `moe_router_score_function` column."""
+    return "sigmoid" if model.is_moe and model.moe_router_topk == 1 else "softmax"
 
 
 def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:

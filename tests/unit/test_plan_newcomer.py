@@ -1,0 +1,148 @@
+"""What a new user meets planning mixture-of-experts and long-context models (issues 24
+and 25, tried from a clean folder): Llama 4 is planned at all (its top-1 router was
+refused) and its plan CSV prices again to the digit; an answer of no says what would
+change it (the global batch a layout can divide, the largest part of the smallest
+plan's memory, the multi-token-prediction share of the parameter count); a long
+sequence planned without context parallelism says why."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+
+import pytest
+
+from paraplan.cli.main import main
+from paraplan.cli.plan import context_parallel_note
+from paraplan.clusters import load_cluster
+from paraplan.core.errors import StrategyError
+from paraplan.plan.transformer.memory_text import fits_nowhere_advice
+from paraplan.plan.transformer.request import TransformerPlanRequest
+from paraplan.plan.transformer.search import search
+from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
+from paraplan.predict.calibration import load_calibration
+from paraplan.predict.models import PRESETS, planned_router_score_function
+from paraplan.predict.peak_memory import PeakMemory
+
+CAL = load_calibration()
+
+SCOUT_4_LAYERS = {  # meta-llama/Llama-4-Scout-17B-16E's text_config, 4 of its 48 layers
+    "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
+    "attn_temperature_tuning": True, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+    "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "initializer_range": 0.02, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760, "model_type": "llama4_text",
+    "moe_layers": [0, 1, 2, 3], "no_rope_layers": [1, 1, 1, 0], "num_attention_heads": 40, "num_experts_per_tok": 1,
+    "num_hidden_layers": 4, "num_key_value_heads": 8, "num_local_experts": 16, "output_router_logits": False,
+    "pad_token_id": 200018, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0, "torch_dtype": "bfloat16",
+    "use_cache": True, "use_qk_norm": True, "vocab_size": 202048,
+}
+
+
+def test_top1_models_are_planned_with_llama4s_sigmoid_router():
+    """Megatron-Core refuses top-1 routing with a softmax over the one chosen expert;
+    the planner gave every MoE model Megatron's default softmax, so both Llama 4 presets
+    stopped on that error before any search."""
+    assert planned_router_score_function(PRESETS["llama4-scout"]) == "sigmoid"
+    assert planned_router_score_function(PRESETS["llama4-maverick"]) == "sigmoid"
+    assert planned_router_score_function(PRESETS["qwen3-30b-a3b"]) == "softmax"
+    assert planned_router_score_function(PRESETS["llama3-8b"]) == "softmax"
+    request = TransformerPlanRequest(PRESETS["llama4-scout"], load_cluster("dgx-h100"), 64, 256)
+    assert request.base_settings().moe_router_score_function == "sigmoid"
+
+
+def test_a_llama4_plan_names_its_router_and_prices_again_to_the_digit(tmp_path):
+    (tmp_path / "scout").mkdir()
+    (tmp_path / "scout" / "config.json").write_text(json.dumps(SCOUT_4_LAYERS))
+    plans, again = tmp_path / "plans.csv", tmp_path / "again.csv"
+    assert main(["plan", "--model", str(tmp_path / "scout"), "--seq-length", "8192", "--cluster", "dgx-h100",
+                 "--gpus", "8", "--global-batch-size", "16", "--top-k", "2", "-o", str(plans), "--no-track"]) == 0
+    assert main(["predict", str(plans), "--cluster", "dgx-h100", "-o", str(again), "--no-track"]) == 0
+    with plans.open() as a, again.open() as b:
+        planned, priced = list(csv.DictReader(a)), list(csv.DictReader(b))
+    assert [r["moe_router_score_function"] for r in planned] == ["sigmoid", "sigmoid"]
+    assert [r["predicted_iteration_s"] for r in priced] == [r["predicted_iteration_s"] for r in planned]
+    assert [r["predicted_peak_memory_bytes"] for r in priced] == [r["predicted_peak_memory_bytes"] for r in planned]
+
+
+def test_a_dense_plan_leaves_the_router_column_empty(tmp_path):
+    plans = tmp_path / "plans.csv"
+    assert main(["plan", "--model", "gpt3-350m", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size",
+                 "64", "--top-k", "1", "-o", str(plans), "--no-track"]) == 0
+    with plans.open() as handle:
+        assert [r["moe_router_score_function"] for r in csv.DictReader(handle)] == [""]
+
+
+def test_a_global_batch_no_layout_divides_names_one_that_would_do():
+    """1,024 GPUs of 8 per node: TP <= 8 and PP <= 80 layers leave DP >= 2 for Llama 3 70B."""
+    with pytest.raises(StrategyError) as err:
+        enumerate_candidates(PRESETS["llama3-70b"], 1024, 1, 8, SearchSpace())
+    assert str(err.value) == (
+        "no parallel layout of llama3-70b fits the divisibility rules on 1024 GPUs at global batch 1 (TP must "
+        "divide the heads, groups and MLP width; DP the global batch); the fewest data-parallel replicas of a "
+        "layout that runs are 2 (TP 8, PP 64): a global batch divisible by 2 would do")
+    assert len(enumerate_candidates(PRESETS["llama3-70b"], 1024, 2, 8, SearchSpace())) > 0
+
+
+def _peak(state_gb: float, working_gb: float, activations_gb: float) -> PeakMemory:
+    return PeakMemory(0, (state_gb + working_gb + activations_gb) * 1e9, state_gb * 1e9, working_gb * 1e9, 0.0,
+                      activations_gb * 1e9)
+
+
+def test_fits_nowhere_says_what_to_change_from_the_largest_part():
+    scout = replace(PRESETS["llama4-scout"], seq_length=10485760)
+    assert fits_nowhere_advice(_peak(32.1, 531.5, 1183.8), scout, 1) == (
+        "its activations are the largest part (1183.8 GB): a shorter sequence than its 10,485,760 tokens "
+        "(--seq-length), more GPUs or a device with more memory would do; context parallelism, which splits a "
+        "sequence's activations, is not priced for chunked attention")
+    llama = replace(PRESETS["llama3-70b"], seq_length=131072)
+    assert fits_nowhere_advice(_peak(10.0, 2.0, 40.0), llama, 1) == (
+        "its activations are the largest part (40.0 GB): a shorter sequence than its 131,072 tokens "
+        "(--seq-length), context parallelism (--context-parallel-sizes, e.g. 1,2,4,8), more GPUs or a device with "
+        "more memory would do")
+    assert fits_nowhere_advice(_peak(10.0, 2.0, 40.0), llama, 8) == (
+        "its activations are the largest part (40.0 GB): a shorter sequence than its 131,072 tokens "
+        "(--seq-length), more GPUs or a device with more memory would do")
+    assert fits_nowhere_advice(_peak(40.0, 2.0, 10.0), llama, 8) == (
+        "more GPUs, a smaller model or a device with more memory would do")
+
+
+def test_the_model_state_count_says_its_multi_token_prediction_share():
+    """The plan CSV's num_parameters leaves DeepSeek-V3's MTP layer out; the memory
+    message counts it, and now says so (671.0B there, 682.6B here, was unexplained).
+    4 of its 61 layers: 3 MoE layers of 11.5B, a dense one of 0.6B, embedding and head
+    1.85B, the MTP layer 11.6B."""
+    model = replace(PRESETS["deepseek-v3"], num_layers=4, moe_layer_freq=(0, 1, 1, 1))
+    cluster = load_cluster("dgx-h100")
+    with pytest.raises(StrategyError, match=r"its weights, gradients and optimizer state alone are 874.2 GB \(48.6B "
+                                            r"parameters, 11.6B of them multi-token prediction, x 18 bytes, bf16\)"):
+        search(TransformerPlanRequest(model, cluster, 8, 8), CAL.comm_model(cluster), CAL.efficiency)
+
+
+def test_a_long_sequence_planned_without_context_parallelism_says_why():
+    long_ds = replace(PRESETS["deepseek-v3"], seq_length=32768)
+    assert context_parallel_note(long_ds, ()) == (
+        "context parallelism is not searched: it is not priced for deepseek-v3's multi-latent attention "
+        "(docs/stages/plan.md), so its 32,768-token sequences are planned without it")
+    assert context_parallel_note(long_ds, (1,)) == ""  # the user chose
+    assert context_parallel_note(PRESETS["deepseek-v3"], ()) == ""  # 4,096 tokens: CP is not searched anyway
+    assert context_parallel_note(replace(PRESETS["llama3-70b"], seq_length=131072), ()) == ""  # searched
+
+
+def test_predict_on_a_device_without_calibration_says_so_once(tmp_path, capsys):
+    """The warning of `calibration_for` and predict's own note said the same thing twice;
+    the note stays for a calibration named with --calibration."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "global_batch_size,micro_batch_size\nllama3-8b,1,1,8,64,1\n")
+    assert main(["predict", str(runs), "--cluster", "dgx-h200", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("A100-SXM4-80GB") == 1 and "note: calibration" not in err
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "--calibration", "a100-vtrain", "-o",
+                 str(tmp_path / "b.csv"), "--no-track"]) == 0
+    assert ("paraplan predict: note: calibration 'a100-vtrain' was fitted on A100-SXM4-80GB; H100-SXM5-80GB gets "
+            "its efficiencies as fractions of its own datasheet peaks") in capsys.readouterr().err
