@@ -146,3 +146,18 @@ def test_predict_on_a_device_without_calibration_says_so_once(tmp_path, capsys):
                  str(tmp_path / "b.csv"), "--no-track"]) == 0
     assert ("paraplan predict: note: calibration 'a100-vtrain' was fitted on A100-SXM4-80GB; H100-SXM5-80GB gets "
             "its efficiencies as fractions of its own datasheet peaks") in capsys.readouterr().err
+
+
+def test_a_llama4_run_row_without_router_columns_says_which_to_set(tmp_path, capsys):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "expert_model_parallel_size,sequence_parallel,global_batch_size,micro_batch_size\n"
+                    "llama4-scout,4,1,16,16,true,256,1\n")
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "runs.csv:2: impossible run: moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
+        "(Megatron-Core: a softmax over one expert has a zero gradient), or moe_router_score_function sigmoid "
+        "(Llama 4's router)\n")
+    runs.write_text(runs.read_text().replace("micro_batch_size\n", "micro_batch_size,moe_router_score_function\n")
+                    .replace(",1\n", ",1,sigmoid\n"))
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
