@@ -161,3 +161,28 @@ def test_a_llama4_run_row_without_router_columns_says_which_to_set(tmp_path, cap
     runs.write_text(runs.read_text().replace("micro_batch_size\n", "micro_batch_size,moe_router_score_function\n")
                     .replace(",1\n", ",1,sigmoid\n"))
     assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+
+
+def test_an_expert_row_that_leaves_etp_empty_is_told_it_is_tp(tmp_path, capsys):
+    """Megatron-Core's ETP defaults to TP; the plan writes ETP 1, a hand-written row with
+    EP alone did not know why 8 x 2 came up."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "expert_model_parallel_size,sequence_parallel,global_batch_size,micro_batch_size\n"
+                    "mixtral-8x22b,2,8,4,8,true,256,1\n")
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "runs.csv:2: impossible run: expert_model_parallel_size x expert_tensor_parallel_size = 8 x 2 does not "
+        "divide the tensor x data-parallel ranks of a pipeline stage, 2 x 4 (Megatron-Core: EP x ETP x PP must "
+        "divide the world size); expert_tensor_parallel_size left empty is the tensor-parallel size, 2 "
+        "(Megatron-Core's default): set it, e.g. 1\n")
+
+
+def test_a_csv_named_as_the_model_says_what_a_model_file_is(tmp_path, capsys):
+    plan = tmp_path / "plans.csv"
+    plan.write_text("rank,model\n1,llama3-8b\n")
+    assert main(["plan", "--model", str(plan), "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "8",
+                 "-o", str(tmp_path / "x.csv"), "--no-track"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "plans.csv: expected a model description (a Hugging Face config.json or TransformerModel fields) (a YAML "
+        "mapping), got a YAML str\n")

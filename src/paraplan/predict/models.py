@@ -160,6 +160,8 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
                                    "(or a folder holding a config.json)")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
+    if not isinstance(data, dict):  # a YAML read of e.g. a run table or plan CSV named as the model
+        raise InputFileError(path, f"expected {expected} (a YAML mapping), got a YAML {type(data).__name__}")
     name = path.parent.name if path.name == "config.json" else path.stem
     problem = formula_problem(name)
     if problem:  # the name is written into plan CSVs
