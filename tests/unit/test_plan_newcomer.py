@@ -186,3 +186,12 @@ def test_a_csv_named_as_the_model_says_what_a_model_file_is(tmp_path, capsys):
     assert capsys.readouterr().err.endswith(
         "plans.csv: expected a model description (a Hugging Face config.json or TransformerModel fields) (a YAML "
         "mapping), got a YAML str\n")
+
+
+def test_a_mistyped_calibration_name_lists_the_known_ones(tmp_path, capsys):
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "8",
+                 "--calibration", "h100", "-o", str(tmp_path / "x.csv"), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paraplan plan: error: option --calibration: no calibration named 'h100' (")
+    assert err.endswith("h100.json not found); known calibrations: a100-vtrain, h100-transfer; or a path to a "
+                        "`paraplan calibrate` JSON\n")
