@@ -195,3 +195,32 @@ def test_a_mistyped_calibration_name_lists_the_known_ones(tmp_path, capsys):
     assert err.startswith("paraplan plan: error: option --calibration: no calibration named 'h100' (")
     assert err.endswith("h100.json not found); known calibrations: a100-vtrain, h100-transfer; or a path to a "
                         "`paraplan calibrate` JSON\n")
+
+
+KIMI_K2 = {  # the architecture keys of moonshotai/Kimi-K2-Instruct's config.json
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 131072, "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 1,
+    "n_routed_experts": 384, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "routed_scaling_factor": 2.827,
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc",
+    "v_head_dim": 128, "vocab_size": 163840, "attention_bias": False, "rms_norm_eps": 1e-06,
+}
+
+
+def test_kimi_k2_is_read_as_deepseek_v3s_architecture():
+    """Its model_type was unknown: read from its keys alone, the shared expert was
+    ignored with a warning (1,023.8B, 30.2B active). Moonshot's card: 1T total, 32B
+    activated; 60 MoE layers of 384 experts of 3 x 7,168 x 2,048 are 1,014.7B of it."""
+    from paraplan.predict.hf_config import read_hf_config
+
+    read = read_hf_config(KIMI_K2, "kimi-k2", "config.json")
+    assert (read.notes, read.ignored) == ((), ())
+    m = read.model
+    assert (m.num_parameters, m.active_parameters) == (1_026_408_209_408, 32_861_477_888)
+    assert m.multi_latent_attention and m.moe_shared_expert_intermediate_size == 2048 and m.num_moe_layers == 60
+    # a file of a known RMSNorm family that states neither rms_norm_eps nor attention_bias
+    # is read as its transformers class builds it (was LayerNorm with biases: +261.6M)
+    trimmed = {k: v for k, v in KIMI_K2.items() if k not in ("rms_norm_eps", "attention_bias")}
+    assert read_hf_config(trimmed, "kimi-k2", "config.json").model == m
