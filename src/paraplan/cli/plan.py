@@ -102,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "holding it) or a model YAML (docs/models.md)")
     llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
-    llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
+    llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: a preset's "
+                     "pre-training length, 2,048-8,192; a config.json's max_position_embeddings, said in a warning)")
     llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
     llm.add_argument("--fp8-recipe", default="", choices=("delayed", "tensorwise", "blockwise", "mxfp8"),
                      help="with --dtype fp8: Megatron-LM's --fp8-recipe (default: its default, delayed; docs/fp8.md)")
