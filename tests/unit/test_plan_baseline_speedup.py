@@ -18,8 +18,8 @@ def test_the_summary_gives_the_speedup_over_the_fastest_baseline(tmp_path, capsy
     name = min(times, key=lambda n: times[n])
     speedup = times[name] / float(row["predicted_iteration_s"])
     assert speedup > 1
-    assert (f"paraplan plan: speedup over the fastest data-parallel baseline ({name}: DP 8, micro-batch 1, full "
-            f"recomputation; {times[name]:.3g} s): {speedup:.2f}x\n") in capsys.readouterr().err
+    assert (f"paraplan plan: speedup over the fastest data-parallel baseline ({name}, {times[name]:.3g} s): "
+            f"{speedup:.2f}x\n") in capsys.readouterr().err
 
 
 def test_no_fitting_baseline_is_said():

@@ -224,3 +224,14 @@ def test_kimi_k2_is_read_as_deepseek_v3s_architecture():
     # is read as its transformers class builds it (was LayerNorm with biases: +261.6M)
     trimmed = {k: v for k, v in KIMI_K2.items() if k not in ("rms_norm_eps", "attention_bias")}
     assert read_hf_config(trimmed, "kimi-k2", "config.json").model == m
+
+
+def test_the_baselines_say_what_they_run(tmp_path, capsys):
+    """On one GPU the best plan and the baselines share TP 1, PP 1, DP 1; the speedup
+    over them is the micro-batch and recomputation, which the line above them says."""
+    assert main(["plan", "--model", "gpt3-350m", "--cluster", "dgx-h100", "--gpus", "1", "--global-batch-size", "8",
+                 "--top-k", "1", "-o", str(tmp_path / "x.csv"), "--no-track"]) == 0
+    err = capsys.readouterr().err
+    assert ("paraplan plan: data-parallel baselines (DP 1, micro-batch 1, full recomputation, each with its own "
+            "overlap or ZeRO stage):\nparaplan plan: baseline dp_no_overlap: ") in err
+    assert "best: TP 1, PP 1, DP 1, micro-batch 8, no recomputation" in err
