@@ -22,7 +22,7 @@ from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.search import search
 from paraplan.plan.transformer.space import SearchSpace, enumerate_candidates
 from paraplan.predict.calibration import load_calibration
-from paraplan.predict.models import PRESETS, planned_router_score_function
+from paraplan.predict.models import PRESETS
 from paraplan.predict.peak_memory import PeakMemory
 
 CAL = load_calibration()
@@ -46,13 +46,14 @@ SCOUT_4_LAYERS = {  # meta-llama/Llama-4-Scout-17B-16E's text_config, 4 of its 4
 def test_top1_models_are_planned_with_llama4s_sigmoid_router():
     """Megatron-Core refuses top-1 routing with a softmax over the one chosen expert;
     the planner gave every MoE model Megatron's default softmax, so both Llama 4 presets
-    stopped on that error before any search."""
-    assert planned_router_score_function(PRESETS["llama4-scout"]) == "sigmoid"
-    assert planned_router_score_function(PRESETS["llama4-maverick"]) == "sigmoid"
-    assert planned_router_score_function(PRESETS["qwen3-30b-a3b"]) == "softmax"
-    assert planned_router_score_function(PRESETS["llama3-8b"]) == "softmax"
+    stopped on that error before any search. Each model now plans with its own router."""
+    assert PRESETS["llama4-scout"].moe_router_score_function == "sigmoid"
+    assert PRESETS["llama4-maverick"].moe_router_score_function == "sigmoid"
+    assert PRESETS["qwen3-30b-a3b"].moe_router_score_function == "softmax"
     request = TransformerPlanRequest(PRESETS["llama4-scout"], load_cluster("dgx-h100"), 64, 256)
     assert request.base_settings().moe_router_score_function == "sigmoid"
+    dense = TransformerPlanRequest(PRESETS["llama3-8b"], load_cluster("dgx-h100"), 8, 64).base_settings()
+    assert (dense.moe_router_score_function, dense.moe_router_topk_scaling_factor) == ("softmax", 0.0)
 
 
 def test_a_llama4_plan_names_its_router_and_prices_again_to_the_digit(tmp_path):
@@ -148,19 +149,21 @@ def test_predict_on_a_device_without_calibration_says_so_once(tmp_path, capsys):
             "its efficiencies as fractions of its own datasheet peaks") in capsys.readouterr().err
 
 
-def test_a_llama4_run_row_without_router_columns_says_which_to_set(tmp_path, capsys):
+def test_a_llama4_run_row_takes_its_models_router_and_a_stated_softmax_says_why_not(tmp_path, capsys):
+    """A row that leaves the router columns empty runs Llama 4's own sigmoid router; one
+    that states Megatron-Core's softmax for top-1 routing is refused, naming the fix."""
     runs = tmp_path / "runs.csv"
     runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
                     "expert_model_parallel_size,sequence_parallel,global_batch_size,micro_batch_size\n"
                     "llama4-scout,4,1,16,16,true,256,1\n")
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+    runs.write_text(runs.read_text().replace("micro_batch_size\n", "micro_batch_size,moe_router_score_function\n")
+                    .replace(",1\n", ",1,softmax\n"))
     assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 2
     assert capsys.readouterr().err.endswith(
         "runs.csv:2: impossible run: moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
         "(Megatron-Core: a softmax over one expert has a zero gradient), or moe_router_score_function sigmoid "
         "(Llama 4's router)\n")
-    runs.write_text(runs.read_text().replace("micro_batch_size\n", "micro_batch_size,moe_router_score_function\n")
-                    .replace(",1\n", ",1,sigmoid\n"))
-    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
 
 
 def test_an_expert_row_that_leaves_etp_empty_is_told_it_is_tp(tmp_path, capsys):

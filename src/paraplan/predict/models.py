@@ -15,7 +15,8 @@ Presets (architecture numbers from the papers that introduced them):
   MLA, 1 shared + 256 routed experts, top-8, first 3 layers dense, one MTP layer),
   GPT-OSS 20B / 120B (OpenAI 2025: sliding window 128 on every other layer,
   attention sinks, biases), Llama 4 Scout / Maverick (Meta 2025: one shared expert,
-  chunked attention of 8,192 tokens on three layers in four). Sequence lengths are
+  chunked attention of 8,192 tokens on three layers in four), each with its own router
+  (score function, expert bias, scaling factor: a run's defaults). Sequence lengths are
   those of the main pre-training phase (4,096 for DeepSeek-V3 and Qwen3, 8,192 for
   Llama 4, 4,096 for Mixtral and GPT-OSS).
 
@@ -32,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core.errors import ConfigError, InputFileError
-from paraplan.core.moe_router_settings import ScoreFunction
 from paraplan.core.names import formula_problem
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import read_json_object
@@ -74,6 +74,14 @@ _MODERN: dict[str, Any] = {
     "swiglu": True, "untie_embeddings_and_output_weights": True, "normalization": "RMSNorm",
     "position_embedding_type": "rope", "add_bias_linear": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
 }
+# The MoE presets' own routers (`paraplan.core.moe_router_model`), as their Hugging Face
+# files read (`paraplan.predict.hf_router`): DeepSeek-V3 a sigmoid with an expert bias
+# (`topk_method noaux_tc`) and weights scaled by 2.5; Llama 4 a sigmoid of the top-1
+# logit; Mixtral, Qwen3 (`norm_topk_prob true`) and GPT-OSS a softmax over the k chosen,
+# Megatron-Core's default
+_DEEPSEEK_V3_ROUTER: dict[str, Any] = {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+                                       "moe_router_topk_scaling_factor": 2.5}
+_LLAMA4_ROUTER: dict[str, Any] = {"moe_router_score_function": "sigmoid"}
 PRESETS.update({
     "mixtral-8x7b": TransformerModel("mixtral-8x7b", 32, 4096, 32, 4096, 32000, num_query_groups=8,
                                      ffn_hidden_size=14336, num_experts=8, moe_router_topk=2, **_MODERN),
@@ -88,7 +96,7 @@ PRESETS.update({
     "deepseek-v3": TransformerModel("deepseek-v3", 61, 7168, 128, 4096, 129280, ffn_hidden_size=18432,
                                     num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
                                     moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
-                                    moe_router_num_groups=8, moe_router_group_topk=4,
+                                    moe_router_num_groups=8, moe_router_group_topk=4, **_DEEPSEEK_V3_ROUTER,
                                     multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                                     qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1, **_MODERN),
     "gpt-oss-20b": TransformerModel("gpt-oss-20b", 24, 2880, 64, 4096, 201088, num_query_groups=8, kv_channels=64,
@@ -101,28 +109,18 @@ PRESETS.update({
                                      **{**_MODERN, "add_bias_linear": True}),
     "llama4-scout": TransformerModel("llama4-scout", 48, 5120, 40, 8192, 202048, num_query_groups=8,
                                      kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=16,
-                                     moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                     moe_router_topk=1, moe_ffn_hidden_size=8192, **_LLAMA4_ROUTER,
                                      moe_shared_expert_intermediate_size=8192, window_size=8192,
                                      window_attn_skip_freq=4, chunked_attention=True, **_MODERN),
     "llama4-maverick": TransformerModel("llama4-maverick", 48, 5120, 40, 8192, 202048, num_query_groups=8,
                                         kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=128,
-                                        moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                        moe_router_topk=1, moe_ffn_hidden_size=8192, **_LLAMA4_ROUTER,
                                         moe_shared_expert_intermediate_size=8192,
                                         moe_layer_freq=tuple(i % 2 for i in range(48)),  # HF: layers 1, 3, ..
                                         window_size=8192, window_attn_skip_freq=4, chunked_attention=True,
                                         **_MODERN),
 })
 _FIELDS = {f.name for f in fields(TransformerModel)}
-
-
-def planned_router_score_function(model: TransformerModel) -> ScoreFunction:
-    """The router score function `paraplan plan` gives `model`'s runs: Megatron-Core's
-    default `softmax`, except with top-1 routing, which Megatron-Core refuses with a
-    softmax over the one chosen expert (`check_router`): there Llama 4's own router, a
-    sigmoid of the chosen expert's logit (transformers' `Llama4TextMoe`; Megatron-Bridge's
-    `Llama4ModelProvider` sets `moe_router_score_function sigmoid`). The plan's rows
-    carry it in the `moe_router_score_function` column."""
-    return "sigmoid" if model.is_moe and model.moe_router_topk == 1 else "softmax"
 
 
 def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:
