@@ -66,6 +66,15 @@ def test_a_kimi_k2_style_file_reads_as_deepseek_v3s_router_with_its_own_scaling(
     assert _router(m) == ("sigmoid", True, 2.827, False) and m.router_groups == (1, 1)
 
 
+def test_a_deepseek_v2_style_file_reads_its_unnormalised_softmax_router():
+    """DeepSeek-V2-Lite's keys: scoring_func softmax, topk_method greedy, routed_scaling_factor
+    1.0, norm_topk_prob false: Megatron-Core's pre-softmax, weights scaled by 1."""
+    config = {**_config("deepseek-v3"), "model_type": "deepseek_v2", "n_routed_experts": 64, "n_group": 1,
+              "topk_group": 1, "num_experts_per_tok": 6, "scoring_func": "softmax", "topk_method": "greedy",
+              "routed_scaling_factor": 1.0, "norm_topk_prob": False}
+    assert _router(_read(config).model) == ("softmax", False, 1.0, True)
+
+
 def test_a_llama4_file_reads_its_sigmoid_top1_router():
     scout = {  # Llama-4-Scout-17B-16E's text_config, 4 of its 48 layers, the keys the reader needs
         "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 40,
