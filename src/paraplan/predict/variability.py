@@ -32,6 +32,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
+from scipy.special import log_ndtr
 
 from paraplan.core.cluster import Device
 from paraplan.predict.device_model import DeviceSpeed
@@ -50,8 +51,6 @@ def expected_max_std_normal(n: int) -> float:
         raise ValueError(f"the number of GPUs must be an integer >= 1, got {n!r}")
     if n == 1:
         return 0.0
-    from scipy.special import log_ndtr  # here: a cluster without gpu_speed_cv never imports scipy.special
-
     above = -np.expm1(int(n) * log_ndtr(_UPPER))  # 1 - Phi^n, accurate where Phi^n is near 1
     below = np.exp(int(n) * log_ndtr(_LOWER))
     return float(np.trapezoid(above, dx=_STEP) - np.trapezoid(below, dx=_STEP))
