@@ -1,5 +1,5 @@
 """How long `paraplan` takes as a user types it: the whole process, start-up included
-(a script, not a test; docs/development.md, "Start-up and whole-process latency").
+(a script, not a test; docs/measurements.md, "Start-up and whole-process latency").
 
 Each command runs in a subprocess, `--repeats` times (best of them is printed, with the
 median): wall seconds, CPU seconds of the process (user + system) and, for `plan`, the
