@@ -39,7 +39,8 @@ moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatche
 moe_router_load_balancing_type (aux_loss|seq_aux_loss|global_aux_loss|none), moe_aux_loss_coeff,
 moe_z_loss_coeff, moe_router_force_load_balancing, moe_router_score_function (softmax|sigmoid),
 moe_router_enable_expert_bias, moe_router_topk_scaling_factor, moe_router_pre_softmax (these four
-empty: the model's own router), moe_router_dtype (fp32), moe_router_fusion and NeMo AutoModel's fake_balanced_gate (docs/moe.md),
+empty: the model's own router), moe_router_dtype (fp32), moe_router_fusion and NeMo AutoModel's
+fake_balanced_gate (docs/moe.md),
 fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
 default; torchao_tensorwise: torchao's Float8Linear as torchtitan runs it; docs/fp8.md),
