@@ -53,3 +53,4 @@ def test_on_the_engine_run_p2_v2():
     run = execute(cached_orders("interleaved_1f1b", 2, 2, 1, 2), PipelineCosts.uniform(4, 1.0, 2.0), 2)
     gathers = ChunkGathers(np.array([[0.5, 1.0], [0.5, 1.0]]), SHARE)
     assert run_gather_added_s(gathers, run, 2) == pytest.approx([0.5 + SHARE * 1.0, SHARE * 0.5])
+

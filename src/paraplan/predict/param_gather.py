@@ -7,7 +7,7 @@ bucket the forward needs first before the forward (exposed on the first pipeline
 `megatron_ddp.first_gather_params`) and each later bucket's beside the forward of the
 layers before it; other sharded optimizers (`zero_stage` 1-2) prefetch the whole gather
 beside the forward likewise. That hidden part runs beside the first pipeline rank's
-forward of its first micro-batch (of each of its model chunks), and is priced as every
+forward of its first micro-batch, and is priced as every
 overlapped collective is (`paraplan.sim.overlap_cost.pair_added_s`): what the
 forward cannot hide plus the sharding group's occupancy share
 (`paraplan.predict.overlap_share`) x the overlap. On later pipeline

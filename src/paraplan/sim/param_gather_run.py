@@ -78,11 +78,13 @@ def gather_added_s(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_
 
 def run_gather_added_s(gathers: ChunkGathers, run, p: int) -> np.ndarray:
     """Per pipeline rank: `gather_added_s` on the engine's run (`engine.PipelineRun`)."""
+    order = np.lexsort((run.start_s, run.device))  # rank by rank, each in the order it runs its ops
+    bounds = np.searchsorted(run.device[order], np.arange(p + 1))
+    kind, start, end, chunk = run.kind[order], run.start_s[order], run.end_s[order], run.vstage[order] // p
     out = np.zeros(p)
     for r in range(p):
-        mine = run.device == r
-        fwd = mine & (run.kind == FWD)
-        order = np.argsort(run.start_s[fwd], kind="stable")
-        out[r] = gather_added_s(gathers.chunk_s[r], r, run.start_s[fwd][order], run.vstage[fwd][order] // p,
-                                run.start_s[mine], run.end_s[mine], gathers.share)
+        mine = slice(int(bounds[r]), int(bounds[r + 1]))
+        fwd = kind[mine] == FWD
+        out[r] = gather_added_s(gathers.chunk_s[r], r, start[mine][fwd], chunk[mine][fwd], start[mine], end[mine],
+                                gathers.share)
     return out
