@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from paraplan.sim.engine import PipelineCosts, execute
-from paraplan.sim.param_gather_run import ChunkGathers, gather_added_s, run_gather_added_s
+from paraplan.sim.param_gather_run import ChunkGathers, gather_added_s, place_gathers, run_gather_added_s
 from paraplan.sim.schedules import cached_orders
 
 # one rank's forwards, 1 s each, two micro-batches per chunk, waiting 3 s before chunks 1 and 2
@@ -54,3 +54,12 @@ def test_on_the_engine_run_p2_v2():
     gathers = ChunkGathers(np.array([[0.5, 1.0], [0.5, 1.0]]), SHARE)
     assert run_gather_added_s(gathers, run, 2) == pytest.approx([0.5 + SHARE * 1.0, SHARE * 0.5])
 
+
+
+def test_placed_intervals_in_the_runs_time():
+    # the first case's gathers as the timeline shows them: chunk 0 before the first forward
+    # (which the rank then starts 0.5 s late), chunk 1 beside chunk 0's forwards, chunk 2
+    # from chunk 1's first forward
+    placed = place_gathers(np.array([0.5, 2.0, 2.0]), 0, FWD_START, FWD_CHUNK, FWD_START, FWD_START + 1.0, SHARE)
+    assert placed.start_s == pytest.approx([0.0, 0.0, 5.0])
+    assert placed.end_s == pytest.approx([0.5, 2.0, 7.0])

@@ -13,6 +13,7 @@ import pytest
 
 from paraplan.clusters import load_cluster
 from paraplan.core.comm import Group
+from paraplan.core.glossary import EventKindCode
 from paraplan.core.run_settings import RunSettings
 from paraplan.plan.transformer import estimate as est_mod
 from paraplan.plan.transformer.estimate import _StageTimes, estimate
@@ -153,6 +154,8 @@ def test_param_gather_closed_form(monkeypatch):
     # micro-batches coming round), where it slows nothing: 1.7% less than the closed form
     assert rank_ends(engine).param_gather_s[0] == pytest.approx(seen["out"], rel=0.02)
     assert rank_ends(engine).param_gather_s[0] <= seen["out"]
+    timeline = run_iteration(engine).timeline
+    assert timeline is not None and int((timeline.kind == EventKindCode.ALLGATHER).sum()) == 8 * 12  # one per chunk
 
 
 # GPT-3 175B on 1,024 A100 (`a100-vtrain`): the best plans of `paraplan plan` and the other

@@ -44,7 +44,7 @@ from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.iteration_memory import MemoryAtPeak, memory_peaks
 from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s, pair_added_s
 from paraplan.sim.p3 import p3_steady_state
-from paraplan.sim.param_gather_run import ChunkGathers, run_gather_added_s
+from paraplan.sim.param_gather_run import ChunkGathers, run_gathers
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, WGT, Schedule, cached_orders, get_schedule
 
@@ -246,7 +246,11 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_
             events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
     if model.param_gather is None or iterations != 1:  # q9: the interleaved chunks' gathers, on the run
         return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
-    gather = run_gather_added_s(model.param_gather, run, p)
+    placed = run_gathers(model.param_gather, run, p)
+    gather = np.array([g.added_s for g in placed])
+    if with_events:
+        events.extend((s, EventKindCode.ALLGATHER, a, b) for s, g in enumerate(placed)
+                      for a, b in zip(g.start_s.tolist(), g.end_s.tolist(), strict=True) if b > a)
     return _Tail(compute_end, sync_end, sync_end + model.after_sync_s + gather, tuple(events), gather)
 
 

@@ -46,9 +46,20 @@ class ChunkGathers:
     share: float
 
 
-def gather_added_s(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_chunk: np.ndarray,
-                   op_start_s: np.ndarray, op_end_s: np.ndarray, share: float) -> float:
-    """What one rank's chunk gathers (`chunk_s`, per chunk) add to its end (module doc).
+@dataclass(frozen=True, eq=False)
+class PlacedGathers:
+    """One rank's chunk gathers as placed: what they add to its end, and when each ran, in
+    the run's time (the rank's ops as the engine ran them; a gather its chunk's first
+    forward waits for runs past that forward's start there)."""
+
+    added_s: float
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+
+def place_gathers(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_chunk: np.ndarray,
+                  op_start_s: np.ndarray, op_end_s: np.ndarray, share: float) -> PlacedGathers:
+    """One rank's chunk gathers (`chunk_s`, per chunk) placed as the module doc says.
     `fwd_start_s`, `fwd_chunk`: the rank's forward ops in the order it runs them (its
     virtual micro-batches); `op_start_s`, `op_end_s`: all its ops."""
     v = chunk_s.shape[0]
@@ -56,7 +67,7 @@ def gather_added_s(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_
     deadline = fwd_start_s[first]
     shift = 0.0  # how much later the rank's ops run than in the run, from waiting for gathers
     clock = 0.0  # when the communicator is free
-    starts, ends = [], []
+    starts, ends, beside_ends = [], [], []
     for c in range(v):
         if c < FIRST_LAUNCHED_CHUNKS:
             launch = 0.0
@@ -68,23 +79,35 @@ def gather_added_s(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_
         due = float(deadline[c]) + shift
         # in the run's time: the ops beside it have run `shift` later; past its chunk's forward the rank waits
         starts.append(start - shift)
-        ends.append(min(clock, due) - shift)
+        ends.append(clock - shift)
+        beside_ends.append(min(clock, due) - shift)
         shift += max(clock - due, 0.0)
-    a, b = np.array(starts), np.array(ends)
+    a, b = np.array(starts), np.array(beside_ends)
     keep = b > a
     beside = overlap_with_ops_s(a[keep], b[keep], op_start_s, op_end_s) if keep.any() else 0.0
-    return shift + share * beside
+    return PlacedGathers(shift + share * beside, a, np.array(ends))
 
 
-def run_gather_added_s(gathers: ChunkGathers, run, p: int) -> np.ndarray:
-    """Per pipeline rank: `gather_added_s` on the engine's run (`engine.PipelineRun`)."""
+def gather_added_s(chunk_s: np.ndarray, rank: int, fwd_start_s: np.ndarray, fwd_chunk: np.ndarray,
+                   op_start_s: np.ndarray, op_end_s: np.ndarray, share: float) -> float:
+    """What one rank's chunk gathers add to its end (`place_gathers`)."""
+    return place_gathers(chunk_s, rank, fwd_start_s, fwd_chunk, op_start_s, op_end_s, share).added_s
+
+
+def run_gathers(gathers: ChunkGathers, run, p: int) -> list[PlacedGathers]:
+    """Per pipeline rank: `place_gathers` on the engine's run (`engine.PipelineRun`)."""
     order = np.lexsort((run.start_s, run.device))  # rank by rank, each in the order it runs its ops
     bounds = np.searchsorted(run.device[order], np.arange(p + 1))
     kind, start, end, chunk = run.kind[order], run.start_s[order], run.end_s[order], run.vstage[order] // p
-    out = np.zeros(p)
+    out = []
     for r in range(p):
         mine = slice(int(bounds[r]), int(bounds[r + 1]))
         fwd = kind[mine] == FWD
-        out[r] = gather_added_s(gathers.chunk_s[r], r, start[mine][fwd], chunk[mine][fwd], start[mine], end[mine],
-                                gathers.share)
+        out.append(place_gathers(gathers.chunk_s[r], r, start[mine][fwd], chunk[mine][fwd], start[mine], end[mine],
+                                 gathers.share))
     return out
+
+
+def run_gather_added_s(gathers: ChunkGathers, run, p: int) -> np.ndarray:
+    """Per pipeline rank: what its gathers add to its end (`run_gathers`)."""
+    return np.array([g.added_s for g in run_gathers(gathers, run, p)])
