@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paraplan.core import ConfigError, ParaplanError
-from paraplan.typed import deprecated_option, say_deprecated
 
 if TYPE_CHECKING:
     from paraplan.config_files import Kind, StudyStage
@@ -46,12 +45,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def warn_deprecated(prog: str, old: str, new: str) -> None:
+    from paraplan.typed import say_deprecated
+
     say_deprecated(f"{old} is deprecated, use {new}", prog)
 
 
 def deprecated(parser, old: str | Sequence[str], new: str, dest: str, convert=None, flag: bool = False,
                const: object = True) -> None:
     """Accept `old` (hidden from --help) as `new`, storing into `dest`."""
+    from paraplan.typed import deprecated_option
+
     deprecated_option(parser, old, new, dest, convert=convert, flag=flag, const=const)
 
 
@@ -105,9 +108,11 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def tracking_wanted(args: argparse.Namespace) -> bool:
+    if not hasattr(args, "no_track") or args.no_track:
+        return False
     from paraplan.track import tracking_enabled
 
-    return hasattr(args, "no_track") and not args.no_track and tracking_enabled()
+    return tracking_enabled()
 
 
 def open_tracking(args: argparse.Namespace):

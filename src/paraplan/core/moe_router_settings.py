@@ -131,4 +131,5 @@ def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
                             "(Megatron-Core: expert bias for aux-loss-free routing only supports sigmoid)")
     if model.moe_router_topk == 1 and s.moe_router_score_function == "softmax" and not s.moe_router_pre_softmax:
         raise StrategyError("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
-                            "(Megatron-Core: a softmax over one expert has a zero gradient)")
+                            "(Megatron-Core: a softmax over one expert has a zero gradient), or "
+                            "moe_router_score_function sigmoid (Llama 4's router)")

@@ -110,6 +110,8 @@ class _Family:
     dense_width_key: str = "intermediate_size"
     shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size
     rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
+    rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
+    # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -120,10 +122,13 @@ _FAMILIES: dict[str, _Family] = {
     "qwen2_moe": _Family(gated=True, qkv_bias=True), "qwen3_moe": _Family(gated=True, qk_norm=True),
     "deepseek_v2": _Family(gated=True, shared_expert="deepseek"),
     "deepseek_v3": _Family(gated=True, shared_expert="deepseek"),
+    # Moonshot's Kimi K2: DeepSeek-V3's architecture (`DeepseekV3ForCausalLM`) under its own model_type
+    "kimi_k2": _Family(gated=True, shared_expert="deepseek"),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
-    "gpt2": _Family(gated=False, rope=False), "gpt_neox": _Family(gated=False), "opt": _Family(gated=False, rope=False),
+    "gpt2": _Family(gated=False, rope=False, rms_norm=False), "gpt_neox": _Family(gated=False, rms_norm=False),
+    "opt": _Family(gated=False, rope=False, rms_norm=False),
 }
 
 
@@ -212,7 +217,7 @@ def _refuse(config: dict, source: str) -> None:
 
 def _language_model(config: dict, source: str) -> tuple[dict, list[str], str]:
     """The language model's mapping (`text_config` when nested), notes, and where it is."""
-    notes = [f"{tower} ignored: that tower is not modelled (only the language model is)"
+    notes = [f"{source}: {tower} ignored: that tower is not modelled (only the language model is)"
              for tower in OTHER_TOWERS if tower in config]
     text = config.get("text_config")
     if text is None:
@@ -408,9 +413,9 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     keys = _Keys({**text, **filled}, where)
     family = _FAMILIES.get(model_type)
     if family is None:
-        notes.append(f"model_type '{model_type}' is not one paraplan knows; read from its keys alone (compare the "
-                     "parameter count with the model card)")
-        family = _Family(rope=False)
+        notes.append(f"{where}: model_type '{model_type}' is not one paraplan knows; read from its keys alone "
+                     "(compare the parameter count with the model card)")
+        family = _Family(rope=False, rms_norm=False)
     layers = keys.count("num_hidden_layers", "n_layer", "num_layers")
     hidden = keys.count("hidden_size", "n_embd", "d_model")
     heads = keys.count("num_attention_heads", "n_head")
@@ -418,7 +423,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     gated = family.gated if family.gated is not None else act in GATED_ACTIVATIONS
     moe = _moe_fields(keys, family, layers, hidden)
     dense_width = keys.count(family.dense_width_key, "n_inner", "ffn_dim", default=4 * hidden)
-    rms = keys.has("rms_norm_eps") or keys.has("norm_eps")
+    rms = family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps")
     bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
     fields: dict[str, Any] = {
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,

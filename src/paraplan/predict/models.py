@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.core.errors import ConfigError, InputFileError
+from paraplan.core.moe_router_settings import ScoreFunction
 from paraplan.core.names import formula_problem
 from paraplan.core.transformer import TransformerModel
 from paraplan.inputs import read_json_object
@@ -114,6 +115,16 @@ PRESETS.update({
 _FIELDS = {f.name for f in fields(TransformerModel)}
 
 
+def planned_router_score_function(model: TransformerModel) -> ScoreFunction:
+    """The router score function `paraplan plan` gives `model`'s runs: Megatron-Core's
+    default `softmax`, except with top-1 routing, which Megatron-Core refuses with a
+    softmax over the one chosen expert (`check_router`): there Llama 4's own router, a
+    sigmoid of the chosen expert's logit (transformers' `Llama4TextMoe`; Megatron-Bridge's
+    `Llama4ModelProvider` sets `moe_router_score_function sigmoid`). The plan's rows
+    carry it in the `moe_router_score_function` column."""
+    return "sigmoid" if model.is_moe and model.moe_router_topk == 1 else "softmax"
+
+
 def from_hf_config(config: object, name: str, source: str = "<config.json>") -> TransformerModel:
     """A `TransformerModel` from a Hugging Face `config.json` mapping
     (`paraplan.predict.hf_config.read_hf_config`, whose warnings this drops)."""
@@ -149,6 +160,8 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
                                    "(or a folder holding a config.json)")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
+    if not isinstance(data, dict):  # a YAML read of e.g. a run table or plan CSV named as the model
+        raise InputFileError(path, f"expected {expected} (a YAML mapping), got a YAML {type(data).__name__}")
     name = path.parent.name if path.name == "config.json" else path.stem
     problem = formula_problem(name)
     if problem:  # the name is written into plan CSVs

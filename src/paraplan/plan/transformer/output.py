@@ -7,7 +7,9 @@ rank it is on and that rank's parts at that moment, adding up to the peak
 (`paraplan.predict.peak_memory.PeakMemory`).
 
 Every row names the overlaps it assumed (`tp_comm_overlap`, `overlap_p2p_comm`, the MoE
-overlaps), its FP8 recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
+overlaps), a MoE model's router score function (`moe_router_score_function`: sigmoid
+for top-1 routing, `paraplan.predict.models.planned_router_score_function`), its FP8
+recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
 (`account_for_*_in_pipeline_split`) and ZeRO-3's choices (`fsdp_reshard_after_forward`,
 `sharded_grad_reduce`), so `paraplan predict` on the row's settings prices the same run."""
 
@@ -30,7 +32,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward", "sharded_grad_reduce",
     "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
-    "moe_shared_expert_overlap", "schedule", "dtype", "fp8_recipe", "use_flash_attn", "predicted_iteration_s",
+    "moe_shared_expert_overlap", "moe_router_score_function", "schedule", "dtype", "fp8_recipe", "use_flash_attn",
+    "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES),
     "search_s", "calibration",
@@ -89,6 +92,7 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "overlap_p2p_comm": _flag(s.p2p_overlapped),
             "overlap_moe_expert_parallel_comm": _flag(s.overlap_moe_expert_parallel_comm),
             "moe_shared_expert_overlap": _flag(s.moe_shared_expert_overlap),
+            "moe_router_score_function": s.moe_router_score_function if model.is_moe else "",
             "schedule": s.pipeline_schedule, "dtype": s.dtype,
             "fp8_recipe": (s.fp8_recipe or DEFAULT_FP8_RECIPE) if s.dtype == "fp8" else "",
             "use_flash_attn": _flag(s.use_flash_attn),

@@ -11,6 +11,7 @@ from paraplan.core.cluster import Cluster
 from paraplan.core.run_settings import Dtype, Fp8Recipe, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.space import SearchSpace
+from paraplan.predict.models import planned_router_score_function
 from paraplan.predict.runtable import default_flash_attention
 from paraplan.typed import Count
 
@@ -41,7 +42,9 @@ class TransformerPlanRequest:
     """Candidates of least estimated time per schedule re-timed with the exact engine."""
 
     def base_settings(self) -> RunSettings:
-        """The settings every candidate shares: batch, precision, attention kernel."""
+        """The settings every candidate shares: batch, precision, attention kernel, the
+        router's score function (`planned_router_score_function`)."""
         flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
         return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype, use_flash_attn=flash,
-                           fp8_recipe=self.fp8_recipe)
+                           fp8_recipe=self.fp8_recipe,
+                           moe_router_score_function=planned_router_score_function(self.model))
