@@ -200,11 +200,13 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
     after_comm = float(structure.after_sync_comm_s[rank] + param_gather_contention_s(structure, costs, eff)[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
+    gathers = float(ends.param_gather_s[rank]) if ends.param_gather_s is not None else 0.0  # q9: interleaved chunks
     seconds = {
         "gemm": float(average[0]), "attention": float(average[1]),
         "straggler": float(device[0] + device[1] - average.sum()), "memory": float(device[2]),
         "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
-        "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
+        "dp_comm": (float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm
+                    + gathers - exchange),
         "pp_comm": transfers + blocked + exchange,
         "bubble": bubble,
         "imbalance": imbalance,

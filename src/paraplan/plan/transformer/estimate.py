@@ -30,9 +30,9 @@ one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
   each model chunk reduced once its last backward ends), the optimizer step (with the
   distributed optimizer's zeroing of the whole gradient buffer) and the sharded state's
   weight all-gather (`overlap_param_gather`'s: the first bucket exposed, the rest beside
-  the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
-  rank's end, or the second rank's where later (its compute ends a backward earlier, its
-  whole reduction after it: `grad_sync.second_rank_sync_s`);
+  the first micro-batch's forwards at the occupancy share; interleaved, chunk by chunk,
+  `overlap_terms`): the first rank's end, or the second rank's where later (its compute
+  ends a backward earlier, its whole reduction after it: `grad_sync.second_rank_sync_s`);
 - memory (`memory_estimate.py`) of the first and the last stage (and the second, where a
   middle stage may hold more, and for a model of dense and MoE layers the first stage of
   MoE layers alone): weights, gradients and optimizer state as sharded, activations x micro-batches
