@@ -23,7 +23,7 @@ from paraplan.validate.strategies import strategy_for
 def test_rel_err_is_predicted_over_measured_minus_one():
     assert rel_err(1.1, 1.0) == pytest.approx(0.1)
     assert rel_err(0.5, 2.0) == pytest.approx(-0.75)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^measured time must be > 0, got 0\.0$"):
         rel_err(1.0, 0.0)
 
 

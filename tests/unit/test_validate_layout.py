@@ -38,7 +38,7 @@ def test_balanced_boundary_minimises_the_slower_stage():
     assert balanced_boundary([1, 1, 1, 1]) == 2
     assert balanced_boundary([5, 1, 1, 1]) == 1
     assert balanced_boundary([1, 1, 1, 4]) == 3
-    with pytest.raises(StrategyError):
+    with pytest.raises(StrategyError, match=r"^2 pipeline stages need at least 2 layers, the model has 1$"):
         balanced_boundary([1.0])
 
 
