@@ -237,6 +237,15 @@ class _Figures:
 _UNFIT_NAMED = 5  # runs that do not fit named in the summary line
 
 
+def largest_memory_part(peak) -> str:
+    """The largest of a `PeakMemory`'s four parts, for the summary line of a run that
+    does not fit: "activations 75.2 GB" (1e9 bytes; the first of equal parts)."""
+    parts = {"model state": peak.model_state_bytes, "working buffers": peak.working_bytes,
+             "gradient accumulators": peak.gradient_accumulator_bytes, "activations": peak.activation_bytes}
+    name = max(parts, key=lambda k: parts[k])
+    return f"{name} {parts[name] / 1e9:.1f} GB"
+
+
 @dataclass
 class _Written:
     """What writing the rows counted: rows, rows not fitting, implausible rows, and
@@ -362,7 +371,8 @@ def run(args: argparse.Namespace) -> int:
                 written.rows += 1
                 written.unfit += not pred.fits_memory
                 if not pred.fits_memory and len(written.unfit_named) < _UNFIT_NAMED:
-                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB")
+                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB, "
+                                               f"largest part {largest_memory_part(pred.peak_memory)}")
                 written.implausible += bool(flag)
                 written.used.update(pred.chosen)
                 if row.measured_iteration_s is not None:
@@ -388,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     unfit = written.unfit
     print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
-             + ", ".join(written.unfit_named) + (", ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
+             + "; ".join(written.unfit_named) + ("; ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}
