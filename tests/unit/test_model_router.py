@@ -170,3 +170,37 @@ def test_a_stated_run_table_cell_overrides_the_models_router(tmp_path):
     got = [(r.settings.moe_router_score_function, r.settings.moe_router_enable_expert_bias,
             r.settings.moe_router_topk_scaling_factor) for r in rows]
     assert got == [("sigmoid", True, 2.5), ("softmax", False, 2.5), ("sigmoid", True, 1.0)]
+
+
+def test_predict_writes_the_router_it_priced_into_the_cells_a_row_left_empty(tmp_path):
+    """`paraplan predict` states what was priced: the empty router cells of each
+    DeepSeek-V3 row get the values used (the model's own router, Megatron-Core's default
+    expert bias where a stated softmax drops the model's); stated cells are kept as written;
+    the output, predicted again, prices the same."""
+    import csv
+
+    from paraplan.cli.main import main
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text(RUNS)
+    out, again = tmp_path / "out.csv", tmp_path / "again.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    router = ("moe_router_score_function", "moe_router_enable_expert_bias", "moe_router_topk_scaling_factor",
+              "moe_router_pre_softmax")
+    assert [tuple(r[k] for k in router) for r in rows] == [
+        ("sigmoid", "true", "2.5", "false"), ("softmax", "false", "2.5", "false"), ("sigmoid", "true", "1", "false")]
+    assert main(["predict", str(out), "--cluster", "dgx-h100", "-o", str(again), "--no-track"]) == 0
+    assert [r["predicted_iteration_s"] for r in csv.DictReader(again.open())] == \
+        [r["predicted_iteration_s"] for r in rows]
+
+
+def test_a_dense_row_gets_no_router_columns(tmp_path):
+    from paraplan.cli.main import main
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "global_batch_size,micro_batch_size\nllama3-8b,1,1,8,64,1\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(runs), "--cluster", "dgx-h100", "-o", str(out), "--no-track"]) == 0
+    assert "moe_router" not in out.read_text().splitlines()[0]

@@ -10,12 +10,22 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from paraplan.core import ConfigError, ParaplanError
 
 if TYPE_CHECKING:
     from paraplan.config_files import Kind, StudyStage
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The dispatcher's and every command's parser: a bad command line (an unknown
+    option, a value outside an option's choices, a missing value) is one line,
+    `paraplan <command>: error: <message>`, with where the options are documented,
+    not argparse's usage block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -23,7 +23,7 @@ from types import ModuleType
 
 import paraplan
 import paraplan.cli
-from paraplan.cli.common import HelpFormatter, missing_required, named_as_given, open_tracking
+from paraplan.cli.common import ArgumentParser, HelpFormatter, missing_required, named_as_given, open_tracking
 from paraplan.core import ParaplanError
 
 _NOT_COMMANDS = {"main", "common"}
@@ -41,7 +41,7 @@ def _commands() -> list[ModuleType]:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every command with its options; with `only`, every command is listed (its
     one-line help) but only that one gets its options (`main`: the command asked for)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="paraplan",
         description=(
             "How should this model be split over this cluster, and what speedup will it get?\n"
@@ -73,7 +73,9 @@ def _command_asked(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(only=_command_asked(sys.argv[1:] if argv is None else argv))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command's parser, which knows the options it lacks
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     missing = missing_required(args)
     if missing:
         args._parser.error(f"the following arguments are required: {missing}")
