@@ -6,15 +6,25 @@
 - `config-keys.md`: every key of the workflow config, read from
   `workflow/schemas/config.schema.yaml` (and the schemas it references).
 
-A hand-written page shows a file a benchmark script writes with a marker
-`<!-- include: PATH -->` (`on_page_markdown`): the figures are the script's, never copied.
+A hand-written page shows a committed table of figures with a marker
+`<!-- include: PATH -->` (`on_page_markdown`): the figures are a command's, never copied.
+Those tables (`FIGURE_TABLES`) are written by this file or by the benchmark script that owns
+them, and `--check` fails when one is not what its command prints now:
+
+- `benchmarks/results/plans.md`: the best plan of `paraplan plan --model` for the benchmark
+  models (`docs/figure_tables.py`);
+- `benchmarks/results/dapple-plans.md`: `paraplan plan --profile` on the PipeDream profiles
+  (`docs/figure_tables.py`);
+- `benchmarks/results/calibrations.md`: the errors each shipped calibration
+  (`config/calibrations/*.json`) records (`docs/figure_tables.py`);
+- `benchmarks/results/published-summary.md`: `benchmarks/bench_published.py --markdown`.
 
 mkdocs runs this file as a hook (`hooks:` in mkdocs.yml): the three pages are made
 in memory at every `mkdocs build` or `mkdocs serve`, so they cannot go stale. The
 same key table is also committed as `config/README.md`, for readers of the folder:
 
-    python docs/gen_pages.py             # rewrite config/README.md
-    python docs/gen_pages.py --check     # exit 1 if config/README.md is stale
+    python docs/gen_pages.py             # rewrite config/README.md and the tables of figures
+    python docs/gen_pages.py --check     # exit 1 if any of them is stale
     python docs/gen_pages.py --out DIR   # also write the three pages into DIR
 """
 
@@ -262,19 +272,40 @@ def on_files(files: Any, config: Any) -> Any:
     return files
 
 
+def figure_tables() -> Any:
+    """docs/figure_tables.py, loaded by path (mkdocs loads this file as a hook, not as a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("figure_tables", Path(__file__).with_name("figure_tables.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def written_files() -> dict[Path, Callable[[], str]]:
+    """Every committed file this command writes, with the function that writes it."""
+    return {CONFIG_README: config_readme, **figure_tables().TABLES}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if config/README.md is stale")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if config/README.md or a table of figures is stale (write nothing)")
     parser.add_argument("--out", type=Path, help="also write the generated pages into this folder")
     args = parser.parse_args(argv)
-    text = config_readme()
-    if args.check:
-        if CONFIG_README.read_text() != text:
-            print("config/README.md is stale: run `python docs/gen_pages.py`", file=sys.stderr)
-            return 1
-        return 0
-    CONFIG_README.write_text(text)
-    if args.out:
+    stale = []
+    for path, make in written_files().items():
+        text = make()
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path))
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale: {', '.join(stale)}: run `python docs/gen_pages.py`", file=sys.stderr)
+        return 1
+    if args.out and not args.check:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, make in PAGES.items():
             (args.out / name).write_text(make())

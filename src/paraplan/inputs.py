@@ -25,6 +25,7 @@ from typing import IO
 from paraplan.core import InputFileError
 
 MAX_FILE_BYTES = 256 * 2**20  # no log, profile or sweep comes near; a bigger file is a mistake
+_READ_PIECE_BYTES = 2**20
 _SHOWN_CHARS = 40
 _MAX_INT_DIGITS = 40  # longer digit strings are read as floats (int() refuses > 4300 digits)
 
@@ -131,11 +132,14 @@ def _open_binary(path: Path, expected: str) -> IO[bytes]:
 def read_bytes(path: str | Path, expected: str) -> bytes:
     """The file's bytes (at most `MAX_FILE_BYTES`); unreadable is an `InputFileError`."""
     path = Path(path)
+    data = bytearray()
     with _open_binary(path, expected) as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
+        # in pieces up to the bound: read(n) sets n bytes aside first, 256 MiB for a 4 kB file
+        while len(data) <= MAX_FILE_BYTES and (piece := handle.read(_READ_PIECE_BYTES)):
+            data += piece
     if len(data) > MAX_FILE_BYTES:
         raise InputFileError(path, f"larger than {MAX_FILE_BYTES // 2**20} MiB; expected {expected}")
-    return data
+    return bytes(data)
 
 
 def _position(data: bytes, offset: int) -> tuple[int, int]:

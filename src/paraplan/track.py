@@ -29,8 +29,6 @@ import math
 import os
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,6 +143,9 @@ def probe(uri: str, seconds: float | None = None) -> None:
     answer counts); local stores (SQLite, files) are checked by their first use."""
     if not uri.startswith(("http://", "https://")):
         return
+    import urllib.error  # here, not at the top: http.client and email cost every command ~30 ms
+    import urllib.request
+
     seconds = timeout_s() if seconds is None else seconds
     http_defaults(seconds)
     try:

@@ -148,6 +148,7 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
     plan = config.get("plan", {})
     for name, entry in plan.get("llm", {}).items():
         cluster(f"plan.llm.{name}.cluster", entry["cluster"])
+        problems += plan_llm_problems(f"plan.llm.{name}", entry)
     for name, entry in config.get("profile", {}).get("models", {}).items():
         if entry.get("analytic"):
             cluster(f"profile.models.{name}.analytic.cluster", entry["analytic"]["cluster"])
@@ -177,6 +178,39 @@ def config_problems(config: Mapping[str, Any], cores: int | None) -> list[tuple[
     for name, entry in predict.get("tables", {}).items():
         file(f"predict.tables.{name}.runs", entry["runs"], "a run table (CSV)")
         cluster(f"predict.tables.{name}.cluster", entry["cluster"])
+    return problems
+
+
+def plan_llm_args(entry: Mapping[str, Any]) -> list[str]:
+    """A schema-valid plan.llm entry as `paraplan plan` options, one item per shell word
+    (the config keys are the options' names with underscores)."""
+    args = ["--model", str(entry["model"]), "--cluster", str(entry["cluster"]), "--gpus", str(entry["gpus"]),
+            "--global-batch-size", str(entry["global_batch_size"])]
+    if entry.get("seq_length"):
+        args += ["--seq-length", str(entry["seq_length"])]
+    args += ["--dtype", str(entry.get("dtype", "bf16")), "--top-k", str(entry.get("top_k", 5))]
+    if entry.get("fp8_recipe"):
+        args += ["--fp8-recipe", str(entry["fp8_recipe"])]
+    for key in ("context_parallel_sizes", "schedules"):
+        if entry.get(key):
+            args += ["--" + key.replace("_", "-"), ",".join(str(value) for value in entry[key])]
+    if entry.get("no_overlap_flags"):
+        args.append("--no-overlap-flags")
+    return args
+
+
+def plan_llm_problems(key: str, entry: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What `paraplan plan` would refuse in a schema-valid plan.llm entry (`key`, its
+    dotted path) across its keys, as (key, what is wrong): the same rules as the
+    command's --fp8-recipe and --schedules."""
+    problems: list[tuple[str, str]] = []
+    dtype = entry.get("dtype", "bf16")
+    if entry.get("fp8_recipe") and dtype != "fp8":
+        problems.append((f"{key}.fp8_recipe", f"applies to dtype fp8 only, got dtype {dtype}"))
+    schedules = entry.get("schedules") or ()
+    if "dualpipe" in schedules and "1f1b" not in schedules:
+        problems.append((f"{key}.schedules", "dualpipe needs 1f1b beside it (DualPipe is tried on the best "
+                         "1F1B candidates); expected e.g. [1f1b, dualpipe]"))
     return problems
 
 

@@ -69,5 +69,20 @@ def test_missing_output_is_a_one_line_usage_error(capsys):
     assert "required: -o/--output" in capsys.readouterr().err
 
 
-
-
+@pytest.mark.parametrize(("argv", "line"), [
+    (["plan", "--dtype", "fp9", "--model", "gpt3-13b"],
+     "paraplan plan: error: argument --dtype: invalid choice: 'fp9' (choose from 'bf16', 'fp16', 'fp8', 'fp32') "
+     "(see paraplan plan --help)"),
+    (["plan", "--model", "gpt3-13b", "--bogus"],
+     "paraplan plan: error: unrecognized arguments: --bogus (see paraplan plan --help)"),
+    (["simulate", "--study", "schedules"],
+     "paraplan simulate: error: the following arguments are required: -o/--output (see paraplan simulate --help)"),
+    (["plsn"], "paraplan: error: argument <command>: invalid choice: 'plsn' (choose from 'bench', 'bench-figures', "
+               "'ingest', 'fit', 'profile', 'export', 'simulate', 'plan', 'calibrate', 'predict', 'validate', "
+               "'report', 'track') (see paraplan --help)"),
+])
+def test_a_bad_command_line_is_one_error_line_without_the_usage_block(capsys, argv, line):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == line + "\n"

@@ -49,6 +49,52 @@ def test_config_readme_is_the_schemas_key_table(repo_root, gen_pages):
         "config/README.md is stale: run `python docs/gen_pages.py`")
 
 
+def test_the_tables_of_figures_are_what_the_commands_print_now(repo_root, gen_pages):
+    """The plans, calibration errors and published-test summary the pages include are the
+    commands' output for the code and calibrations as they are, never hand-edited copies."""
+    tables = gen_pages.figure_tables()
+    stale = [path.name for path, make in tables.TABLES.items()
+             if make is not tables.published_summary and path.read_text() != make()]  # (test_published_tables)
+    assert stale == [], f"stale: {stale}: run `python docs/gen_pages.py`"
+    pages = "".join(p.read_text() for p in (repo_root / "docs").rglob("*.md"))
+    for path in tables.TABLES:
+        assert f"<!-- include: {path.relative_to(repo_root).as_posix()} -->" in pages, path.name
+
+
+def test_the_plan_table_reads_the_commands_summary_line(gen_pages):
+    printed = (
+        "paraplan plan: 21564 candidates estimated, 6068 fit in memory by estimate\n"
+        "paraplan plan: best: TP 4, PP 8, DP 32, micro-batch 2, v 12, interleaved_1f1b, no recomputation, sequence "
+        "parallel, distributed optimizer: 16.2 s per iteration, 204 TFLOP/s per GPU, MFU 63.6%, 80.1 GB per GPU "
+        "(21564 candidates, 44 re-timed, 0.78 s)\n"
+        "paraplan plan: no data-parallel baseline fits memory: the model needs the split\n")
+    plan = gen_pages.figure_tables().parse_plan_summary(printed)
+    assert plan == {"plan": "TP 4, PP 8, DP 32, micro-batch 2, v 12, interleaved_1f1b, no recomputation, sequence "
+                            "parallel, distributed optimizer", "s": "16.2", "tflops": "204", "mfu": "63.6%",
+                    "gb": "80.1", "candidates": "21564", "retimed": "44", "baseline": "none fits memory"}
+    long = gen_pages.figure_tables().parse_plan_summary(
+        "paraplan plan: best: TP 2, CP 4 (p2p), PP 2, DP 4: 204 s per iteration, 647 TFLOP/s per GPU, MFU 12.5% "
+        "(6 x parameters x tokens; 65.4% counting the attention FLOPs), 81.0 GB per GPU (37056 candidates, 23 "
+        "re-timed, 0.98 s)\n"
+        "paraplan plan: speedup over the fastest data-parallel baseline (dp_zero3, 8.66 s): 1.19x\n")
+    assert long["mfu"] == "12.5% (6 x parameters x tokens; 65.4% counting the attention FLOPs)"
+    assert long["baseline"] == "1.19x (dp_zero3, 8.66 s)"
+    with pytest.raises(RuntimeError, match="no summary line"):
+        gen_pages.figure_tables().parse_plan_summary("paraplan plan: best: TP 4\n")
+
+
+def test_gen_pages_check_names_a_stale_table_and_writes_nothing(gen_pages, tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "calibrations.md"
+    stale.write_text("an old copy\n")
+    monkeypatch.setattr(gen_pages, "written_files", lambda: {stale: lambda: "what the command prints\n"})
+    assert gen_pages.main(["--check"]) == 1
+    assert stale.read_text() == "an old copy\n"
+    assert capsys.readouterr().err == f"stale: {stale}: run `python docs/gen_pages.py`\n"
+    assert gen_pages.main([]) == 0
+    assert stale.read_text() == "what the command prints\n"
+    assert gen_pages.main(["--check"]) == 0
+
+
 def _key_patterns(table: str) -> list[re.Pattern[str]]:
     keys = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
     return [re.compile(re.escape(k).replace(re.escape("<name>"), r"[^.\[]+") + r"$") for k in keys]

@@ -6,5 +6,5 @@ from paraplan.predict.explain import PARTS
 
 
 def test_every_part_has_a_colour_of_its_own():
-    assert len(PARTS) == 12
+    assert len(PARTS) == 13
     assert len(set(PART_COLOURS[: len(PARTS)])) == len(PARTS)

@@ -100,7 +100,7 @@ def test_json_round_trip_and_bad_files(tmp_path):
     bad.write_text("{\n  oops")
     with pytest.raises(InputFileError, match=r"bad\.json:2: not valid JSON"):
         FittedCommModel.from_json(bad)
-    with pytest.raises(InputFileError, match="no fits"):
+    with pytest.raises(InputFileError, match=r"^<dict>: no fits: a comm model needs at least one fitted sweep$"):
         FittedCommModel.from_dict({"schema_version": 1, "fits": []})
 
 

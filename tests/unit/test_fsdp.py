@@ -4,7 +4,6 @@ sharding settings' rules with their exact messages."""
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
@@ -191,7 +190,17 @@ def test_sharding_settings_are_checked(kw, message):
 
 
 def test_zero3_runs_with_pipeline_parallelism_as_fsdp2_does():
-    fsdp(pipeline_model_parallel_size=2).check(GPT)
+    """Accepted, not resharded after the forward (torchtitan's default under pipelines), and
+    each stage's state sharded over its 8 data-parallel ranks: stage 0 holds 4 layers and
+    the embeddings, stage 1 4 layers, the final norm and the untied head (padded vocabulary)."""
+    s = fsdp(pipeline_model_parallel_size=2)
+    s.check(GPT)
+    st = run_structure(GPT, s, A100, COMM)
+    assert st.fsdp is not None and not st.fsdp.reshard_after_forward and st.fsdp.shard_ranks == 8
+    half = 4 * GPT.layer_params
+    stages = [half + GPT.embedding_params(), half + GPT.norm_params + GPT.padded_vocab_size() * GPT.hidden_size]
+    assert [m.weight_state_bytes for m in st.memory] == pytest.approx([(W + G + 12) * p / 8 for p in stages],
+                                                                      rel=1e-12)
 
 
 def _table(tmp_path, extra_header: str, extra_cells: str):
@@ -219,9 +228,12 @@ def test_run_table_refuses_a_sharding_strategy_that_contradicts_zero_stage(tmp_p
 
 
 def test_more_shards_hold_less_state_per_rank():
+    """Each rank holds 1/k of every parameter's bf16 weight, fp32 gradient and fp32 Adam state
+    (master copy, two moments): (2 + 4 + 12) bytes per parameter over a shard group of k."""
+    params = GPT.layer_params * GPT.num_layers + GPT.embedding_params() + GPT.norm_params
     per_rank = [run_structure(GPT, fsdp(data_parallel_size=16, global_batch_size=16, data_parallel_shard_degree=k),
                               A100, COMM).memory[0].weight_state_bytes for k in (2, 4, 8, 16)]
-    assert np.all(np.diff(per_rank) < 0)
+    assert per_rank == pytest.approx([(W + G + 12) * params / k for k in (2, 4, 8, 16)], rel=1e-12)
 
 
 def test_explain_puts_what_the_gathers_add_under_dp_comm_and_sums_to_the_iteration():

@@ -66,7 +66,8 @@ def test_llama4_files_are_read_exactly_as_the_presets(name, experts, step):
     assert replace(read.model, moe_layer_freq=preset.moe_layer_freq) == replace(preset, seq_length=10485760)
     assert read.model.chunked_attention and read.model.windowed_layers[:4] == (True, True, True, False)
     assert read.ignored == ()
-    assert read.notes == ("vision_config ignored: that tower is not modelled (only the language model is)", QK_NOTE)
+    assert read.notes == ("scout.json: vision_config ignored: that tower is not modelled (only the language model is)",
+                          QK_NOTE)
 
 
 def test_scout_counts_match_the_model_card():

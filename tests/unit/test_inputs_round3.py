@@ -293,5 +293,9 @@ def test_kernel_file_sections(change, message):
 
 
 def test_shipped_kernel_files_still_load():
-    for path in sorted((REPO / "config/kernels").glob("*.json")):
-        KernelCeilings.from_dict(json.loads(path.read_text()), str(path))
+    """Each loads and is for the device it is named after (`shipped_kernel_ceilings` refuses
+    a file whose device is another)."""
+    paths = sorted((REPO / "config/kernels").glob("*.json"))
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB"} <= {p.stem for p in paths}
+    devices = [KernelCeilings.from_dict(json.loads(p.read_text()), str(p)).device for p in paths]
+    assert devices == [p.stem for p in paths]

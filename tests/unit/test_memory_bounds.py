@@ -178,6 +178,33 @@ def test_the_estimate_of_a_deep_pipeline_needs_megabytes_not_gigabytes():
     assert peak < 64e6
 
 
+def test_reading_a_small_input_file_sets_aside_no_more_than_it_needs(tmp_path):
+    """A 4 kB kernel file once took a 256 MiB buffer (read(MAX_FILE_BYTES + 1) allocates it
+    first), which made the test above pass only after another test had read the files."""
+    path = tmp_path / "small.json"
+    path.write_text('{"a": 1}' + " " * 4000)
+    tracemalloc.start()
+    try:
+        assert read_text(path, "a kernel file").startswith('{"a": 1}')
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20
+
+
+def test_a_file_above_the_bound_is_refused_and_one_at_it_read_whole(tmp_path, monkeypatch):
+    import paraplan.inputs
+
+    monkeypatch.setattr(paraplan.inputs, "MAX_FILE_BYTES", 3 * 2**20)  # three reading pieces
+    path = tmp_path / "big.csv"
+    path.write_bytes(b"x" * (3 * 2**20))
+    assert len(read_text(path, "a table")) == 3 * 2**20
+    path.write_bytes(b"x" * (3 * 2**20 + 1))
+    with pytest.raises(InputFileError) as err:
+        read_text(path, "a table")
+    assert str(err.value) == f"{path}: larger than 3 MiB; expected a table"
+
+
 def test_candidates_beyond_the_simulated_operations_are_not_retimed(monkeypatch):
     model = TransformerModel("small", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                              vocab_size=32000)

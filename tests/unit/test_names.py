@@ -30,9 +30,14 @@ RUN_HEADER = ("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_
 RUN_CELLS = ",24,2048,16,2048,50257,2,4,2,64,2\n"
 
 
-@pytest.mark.parametrize("name", [".", "..", "../x", "/abs/x", "a/b", "a\\b", "-x", "", "x" * 65, "a b", ".hidden"])
+@pytest.mark.parametrize("name", [".", "..", "../x", "/abs/x", "a/b", "a\\b", "-x", "", "a b", ".hidden"])
 def test_names_that_are_no_file_names_are_refused(name):
-    assert name_problem(name) is not None
+    assert name_problem(name) == f"'{name}' is not a usable name; expected {NAME_RULE}"
+
+
+def test_a_name_one_character_too_long_is_refused():
+    assert name_problem("x" * 65) == f"'xxxxxxxxxxxxxxxxxxxx...' (65 characters) is longer than 64 characters; " \
+                                     f"expected {NAME_RULE}"
 
 
 @pytest.mark.parametrize("name", ["gpt3-1.3b", "llm_a100", "a100-vtrain", "_x", "x" * 64, "2x8"])

@@ -57,7 +57,8 @@ def test_pair_time_closed_form():
 
 
 def test_bad_occupancy_inputs_are_named():
-    with pytest.raises(StrategyError, match="compute_units"):
+    with pytest.raises(StrategyError, match=r"^the occupancy model needs the device's compute_units \(SMs\) "
+                                             r"in its cluster file$"):
         sm_slowdown(np.array([1.0]), 0, 4)
     with pytest.raises(StrategyError, match="132 CTAs cannot run beside a GEMM on 132 SMs"):
         sm_slowdown(np.array([1.0]), 132, 132)

@@ -28,13 +28,14 @@ def test_global_batch_size_range_of_the_dapple_sweep():
 def test_global_batch_size_ranges_and_lists():
     assert _sizes("64:256:64") == (64, 128, 192, 256)
     assert _sizes("10:10:5") == (10,)
-    with pytest.raises(ValueError, match="1 <= A <= B"):
+    with pytest.raises(ValueError, match=r"^expected 1 <= A <= B and S >= 1 in A:B:S, got '32:16:8'$"):
         _sizes("32:16:8")
-    with pytest.raises(ValueError, match="A:B:S"):
+    with pytest.raises(ValueError, match=r"^expected A:B:S with three integers, got '32:4096'$"):
         _sizes("32:4096")
     assert _sizes("128,32,64,32") == (32, 64, 128)
     assert _sizes([128, 32]) == (32, 128)
-    with pytest.raises(ValueError, match="integers >= 1"):
+    with pytest.raises(ValueError, match=r"^expected a list of integers >= 1 \(32,64,128\) or A:B:S with 1 <= A <= B "
+                                         r"and S >= 1, got '32,x'$"):
         _sizes("32,x")
 
 
@@ -42,7 +43,7 @@ def test_cluster_shape():
     assert ClusterShape.parse("2x8") == ClusterShape(2, 8)
     assert ClusterShape.parse("16X1") == ClusterShape(16, 1)
     assert str(ClusterShape(2, 8)) == "2x8"
-    with pytest.raises(ValueError, match="NODESxDEVICES"):
+    with pytest.raises(ValueError, match=r"^expected NODESxDEVICES such as 2x8 or 16x1, got '16'$"):
         ClusterShape.parse("16")
 
 

@@ -86,10 +86,12 @@ def test_nothing_fits_is_an_error():
     layers = tuple(LayerProfile(f"l{i}", 1e-3, 2e-3, 1e6, 5e9) for i in range(3))
     problem = PlanProblem(ModelProfile("huge", 4, layers), _cluster(1, 2, 8e9), DappleConstantsModel(),
                           MemorySettings(8e9, 2.0, None), 8, 1)
-    with pytest.raises(NoFeasiblePlanError, match="no plan fits in 8 GB per device"):
-        plan_hybrid(problem)
-    with pytest.raises(NoFeasiblePlanError):
-        enumerate_hybrid(problem)
+    message = ("no plan fits in 8 GB per device for global batch 8 on 2 devices (model state 2 x 15 GB of parameters "
+               "plus activations); use more devices, a larger --memory-gb or a smaller batch")
+    for search_for in (plan_hybrid, enumerate_hybrid):
+        with pytest.raises(NoFeasiblePlanError) as err:
+            search_for(problem)
+        assert str(err.value) == message
 
 
 def test_hpgo_latency_closed_form():

@@ -132,6 +132,16 @@ def test_plan_csv_round_trips_through_predict(tmp_path):
     assert "true" in flags or "dualpipe" in schedules  # the post-pass is in the answer
 
 
+def test_a_deepseek_v3_plan_carries_its_router_and_round_trips_through_predict(tmp_path):
+    """DeepSeek-V3's own router (sigmoid, expert bias, weights scaled by 2.5) is planned and
+    written in every row; `paraplan predict` prices the rows again to the digit."""
+    planned = _planned_rows_repriced(tmp_path, ["--model", "deepseek-v3", "--seq-length", "4096", "--gpus", "1024",
+                                                "--global-batch-size", "1024"], 2)
+    routers = {(r["moe_router_score_function"], r["moe_router_enable_expert_bias"],
+                r["moe_router_topk_scaling_factor"], r["moe_router_pre_softmax"]) for r in planned}
+    assert routers == {("sigmoid", "true", "2.5", "false")}
+
+
 def test_zero3_pipeline_plan_round_trips_through_predict(tmp_path):
     """Llama 3 405B on 16,384 H100s: the best plan is ZeRO-3 under pipelines as Meta ran it
     (weights gathered once per iteration, gradients reduce-scattered after the last

@@ -63,8 +63,22 @@ def test_predict_reports_runs_that_do_not_fit(tmp_path, capsys):
     (row,) = read(out)
     assert row["fits_memory"] == "false" and float(row["predicted_peak_memory_bytes"]) > 80e9
     peak_gb = float(row["predicted_peak_memory_bytes"]) / 1e9
+    # 175B parameters over 8 pipeline stages, no recomputation: the model state is the largest part
+    state_gb = int(row["predicted_peak_model_state_bytes"]) / 1e9
+    assert state_gb > max(int(row[c]) for c in ("predicted_peak_working_bytes", "predicted_peak_activation_bytes",
+                                                 "predicted_peak_gradient_accumulator_bytes")) / 1e9
     assert ("1 run(s) in" in (err := capsys.readouterr().err)
-            and f"; 1 does not fit in 84.7 GB usable of 85.1 GB (line 2 'big' {peak_gb:.1f} GB)\n" in err)
+            and f"; 1 does not fit in 84.7 GB usable of 85.1 GB (line 2 'big' {peak_gb:.1f} GB, largest part "
+                f"model state {state_gb:.1f} GB)\n" in err)
+
+
+def test_the_largest_memory_part_is_named_with_its_size():
+    from paraplan.cli.predict import largest_memory_part
+    from paraplan.predict.peak_memory import PeakMemory
+
+    assert largest_memory_part(PeakMemory(0, 95.2e9, 12e9, 3e9, 5e9, 75.2e9)) == "activations 75.2 GB"
+    assert largest_memory_part(PeakMemory(3, 90e9, 10e9, 60.04e9, 20e9, 0.0)) == "working buffers 60.0 GB"
+    assert largest_memory_part(PeakMemory(1, 90e9, 30e9, 0.0, 30e9, 30e9)) == "model state 30.0 GB"
 
 
 def test_calibrate_writes_a_cross_validated_calibration(tmp_path):

@@ -319,7 +319,8 @@ def test_deepseek_v3_does_not_fit_64_h100_and_plans_with_expert_parallelism_on_1
     comm = CAL.comm_model(H100)
     with pytest.raises(StrategyError, match=r"^deepseek-v3 fits nowhere on 64 x H100-SXM5-80GB at global batch 1024: "
                                             r"its weights, gradients and optimizer state alone are 12.29 TB \(682.6B "
-                                            r"parameters x 18 bytes, bf16\), 192.0 GB per GPU even sharded over all "
+                                            r"parameters, 11.6B of them multi-token prediction, x 18 bytes, "
+                                            r"bf16\), 192.0 GB per GPU even sharded over all "
                                             r"64, against 84.6 GB usable of 85.0 GB each; the smallest plan needs .*"
                                             r"\. It takes at least 146 GPUs \(the model state alone, before "
                                             r"activations\), a smaller model or a device with more memory$"):

@@ -98,7 +98,8 @@ def test_gpu_clusters_list_float32_peaks(repo_root):
 
 
 def test_unknown_combine_is_a_config_error():
-    with pytest.raises(ConfigError, match="combine"):
+    with pytest.raises(ConfigError, match=r"^config key 'combine': unknown value 'average'; expected one of "
+                                          r"roofline, sum$"):
         analytic_profile(make_spec("mlp"), 8, DISTIR, "average")  # type: ignore[arg-type]
 
 

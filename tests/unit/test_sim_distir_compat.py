@@ -194,5 +194,5 @@ def test_impossible_requests_say_why(kwargs, match):
 
 
 def test_unknown_send_filter_says_why():
-    with pytest.raises(StrategyError, match="send filter"):
+    with pytest.raises(StrategyError, match=r"^unknown DistIR send filter 'some'; known: none, fig3_dp, fig3_pp$"):
         dc.simulate_distir(FIG3, dhpm(1, 1, 2, 4), 200, sends="some")  # type: ignore[arg-type]

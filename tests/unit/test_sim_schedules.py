@@ -137,6 +137,28 @@ def test_interleaved_bubble_closed_form(p, m, v):
     assert (tl.step_time_s - ideal) / ideal == pytest.approx((p - 1) / (v * m))
 
 
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 4, 2), (4, 8, 2), (4, 8, 4), (8, 16, 2), (16, 16, 8)])
+@pytest.mark.parametrize("c", [0.25, 1.0])
+def test_interleaved_transfers_cross_every_virtual_stage(p, m, v, c):
+    """Interleaved 1F1B with a transfer c <= min(t_f, t_b) per boundary takes
+    (v M + p - 1)(t_f + t_b) + 2 (p v - 1) c: Megatron's groups of p micro-batches per
+    chunk give a rank exactly the work of one trip round the p ranks, so the first
+    micro-batch's forward waits for every one of the p v - 1 transfers, and the last
+    one's backward likewise (docs/pipeline-schedules.md#where-the-interleaved-bubble-goes);
+    1F1B's fill and drain wait for 2 (p - 1)."""
+    tf, tb = 1.0, 2.0
+    tl = simulate_pipeline("interleaved_1f1b", p, m, tf, tb, virtual_stages=v, send_s=c)
+    assert tl.step_time_s == pytest.approx((v * m + p - 1) * (tf + tb) + 2 * (p * v - 1) * c)
+
+
+def test_interleaved_transfers_longer_than_an_op_stall_the_steady_state():
+    """Past c = min(t_f, t_b) the transfers no longer fit in the ring's slack: p = 4,
+    v = 2, M = 8, t_f = 1, t_b = 2 and c = 1.5 take 80 time units where the closed form
+    gives (16 + 3) 3 + 14 x 1.5 = 78."""
+    tl = simulate_pipeline("interleaved_1f1b", 4, 8, 1.0, 2.0, virtual_stages=2, send_s=1.5)
+    assert tl.step_time_s == pytest.approx(80.0)
+
+
 @pytest.mark.parametrize(("p", "m"), [(4, 8), (4, 4), (8, 16), (2, 8)])
 def test_zb_h1_bubble_is_a_third_of_1f1b(p, m):
     """ZB-H1 with t_F = t_B = t_W = 1: bubble (p - 1)(t_F + t_B - t_W) = p - 1 per stage,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -76,9 +77,24 @@ def _visible_options(parser: argparse.ArgumentParser) -> set[str]:
     return {s for a in parser._actions if a.help != argparse.SUPPRESS for s in a.option_strings}
 
 
+@functools.cache
+def _paraplan_commands() -> argparse._SubParsersAction:
+    """paraplan's subcommands, parsed once: every command checked reads the same parser."""
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+
+
+@functools.cache
+def _snakemake_options() -> tuple[set[str], set[str]]:
+    """Snakemake's options and those that take a value (its parser takes 0.2 s to build)."""
+    from snakemake.cli import get_argument_parser
+
+    parser = get_argument_parser()
+    return ({s for a in parser._actions for s in a.option_strings},
+            {s for a in parser._actions if a.nargs != 0 for s in a.option_strings})
+
+
 def _check_paraplan(words: list[str]) -> str | None:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = _paraplan_commands()
     if len(words) < 2 or words[1] in ("-h", "--help") or words[1].startswith("<"):
         return None
     if words[1] not in sub.choices:
@@ -92,11 +108,7 @@ def _check_paraplan(words: list[str]) -> str | None:
 
 
 def _check_snakemake(words: list[str], rules: set[str]) -> str | None:
-    from snakemake.cli import get_argument_parser
-
-    parser = get_argument_parser()
-    known = {s for a in parser._actions for s in a.option_strings}
-    takes_value = {s for a in parser._actions if a.nargs != 0 for s in a.option_strings}
+    known, takes_value = _snakemake_options()
     i, expect_rules = 1, True
     while i < len(words):
         word = words[i]

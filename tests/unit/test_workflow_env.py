@@ -85,6 +85,10 @@ def test_the_default_config_runs_here(default_config):
     (lambda c: c["predict"]["tables"]["llm_a100"].update(runs="config/runs/none.csv"),
      "predict.tables.llm_a100.runs", "config/runs/none.csv does not exist; expected a run table (CSV)"),
     (lambda c: c["simulate"]["studies"].append("fig9"), "simulate.studies", "no study 'fig9'"),
+    (lambda c: c["plan"]["llm"]["llama3-8b__8xH100"].update(fp8_recipe="mxfp8"),
+     "plan.llm.llama3-8b__8xH100.fp8_recipe", "applies to dtype fp8 only, got dtype bf16"),
+    (lambda c: c["plan"]["llm"]["llama3-8b__8xH100"].update(schedules=["gpipe", "dualpipe"]),
+     "plan.llm.llama3-8b__8xH100.schedules", "dualpipe needs 1f1b beside it"),
 ])
 def test_a_config_that_cannot_run_here_names_the_key(default_config, edit, key, message):
     edit(default_config)
@@ -134,3 +138,66 @@ def test_missing_configfiles_are_read_as_snakemake_reads_them(tmp_path, monkeypa
     # nargs="+": a target after --configfile is read as a config file by Snakemake too
     assert missing_configfiles(["snakemake", "--configfile", "a.yaml", "bench_all"]) == ["bench_all"]
     assert missing_configfiles(["snakemake", "bench_all", "--config", "x=1"]) == []
+
+
+# ---- plan.llm entries: every `paraplan plan --model` search option ------------------------
+
+
+def test_a_plan_llm_entry_becomes_the_commands_options():
+    entry = {"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": 64, "global_batch_size": 256,
+             "seq_length": 32768, "dtype": "fp8", "top_k": 3, "fp8_recipe": "blockwise",
+             "context_parallel_sizes": [1, 2, 4], "schedules": ["1f1b", "dualpipe"], "no_overlap_flags": True}
+    assert workflow_env.plan_llm_args(entry) == [
+        "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch-size", "256",
+        "--seq-length", "32768", "--dtype", "fp8", "--top-k", "3", "--fp8-recipe", "blockwise",
+        "--context-parallel-sizes", "1,2,4", "--schedules", "1f1b,dualpipe", "--no-overlap-flags"]
+    least = {"model": "gpt3-13b", "cluster": "dgx-a100", "gpus": 64, "global_batch_size": 512,
+             "no_overlap_flags": False}
+    assert workflow_env.plan_llm_args(least) == [
+        "--model", "gpt3-13b", "--cluster", "dgx-a100", "--gpus", "64", "--global-batch-size", "512",
+        "--dtype", "bf16", "--top-k", "5"]
+
+
+def test_every_plan_llm_option_the_command_parses_is_accepted_by_it():
+    from paraplan.cli.main import build_parser
+
+    entry = {"model": "gpt3-13b", "cluster": "dgx-a100", "gpus": 64, "global_batch_size": 512, "dtype": "fp8",
+             "fp8_recipe": "mxfp8", "context_parallel_sizes": [1, 2], "schedules": ["zb_h1"],
+             "no_overlap_flags": True}
+    args = build_parser().parse_args(["plan", *workflow_env.plan_llm_args(entry), "-o", "p.csv"])
+    assert (args.fp8_recipe, args.context_parallel_sizes, args.schedules, args.no_overlap_flags) == \
+        ("mxfp8", "1,2", "zb_h1", True)
+
+
+def _schema_entry(repo_root) -> dict:
+    import yaml
+
+    schema = yaml.safe_load((repo_root / "workflow/schemas/config.schema.yaml").read_text())
+    return schema["properties"]["plan"]["properties"]["llm"]["additionalProperties"]["properties"]
+
+
+def test_the_schemas_choices_are_the_commands(repo_root):
+    from paraplan.core.run_settings import FP8_RECIPES
+    from paraplan.plan.transformer.space import POST_PASS_SCHEDULES, SCHEDULES
+
+    properties = _schema_entry(repo_root)
+    assert tuple(properties["fp8_recipe"]["enum"]) == FP8_RECIPES
+    assert tuple(properties["schedules"]["items"]["enum"]) == (*SCHEDULES, *POST_PASS_SCHEDULES)
+
+
+@pytest.mark.parametrize(("value", "key", "message"), [
+    ({"fp8_recipe": "hybrid"}, "plan.llm.x.fp8_recipe",
+     "'hybrid' is not a choice; expected one of delayed, tensorwise, blockwise, mxfp8"),
+    ({"schedules": ["1f1b", "zb_v"]}, "plan.llm.x.schedules[1]",
+     "'zb_v' is not a choice; expected one of 1f1b, interleaved_1f1b, zb_h1, gpipe, dualpipe"),
+    ({"context_parallel_sizes": [0, 2]}, "plan.llm.x.context_parallel_sizes[0]",
+     "0 is below 1; expected a number >= 1"),
+    ({"context_parallel_sizes": []}, "plan.llm.x.context_parallel_sizes", "[] has 0 items; expected at least 1"),
+    ({"dtype": "fp9"}, "plan.llm.x.dtype", "'fp9' is not a choice; expected one of bf16, fp16, fp8, fp32"),
+])
+def test_a_bad_plan_llm_value_is_one_line_naming_the_key(repo_root, default_config, capsys, value, key, message):
+    default_config["plan"]["llm"] = {"x": {"model": "gpt3-13b", "cluster": "dgx-a100", "gpus": 64,
+                                           "global_batch_size": 512, **value}}
+    with pytest.raises(SystemExit):
+        workflow_env.check_config_keys(default_config, (), str(repo_root / "workflow/schemas/config.schema.yaml"))
+    assert capsys.readouterr().err == f"paraplan: error: config key '{key}': {message}\n"

@@ -8,21 +8,15 @@
 import os
 import re
 
+from paraplan.workflow_env import plan_llm_args
+
 PLAN = config["plan"]
 PLAN_MODELS = sorted(config["profile"]["models"])
 PLAN_LLM = {
     name: {"calibration": PREDICT_DEFAULT_CALIBRATION, **entry} for name, entry in PLAN["llm"].items()
 }
 # each plan.llm entry as `paraplan plan` options, one item per shell word
-PLAN_LLM_ARGS = {
-    name: [
-        "--model", str(entry["model"]), "--cluster", str(entry["cluster"]), "--gpus", str(entry["gpus"]),
-        "--global-batch-size", str(entry["global_batch_size"]),
-        *(["--seq-length", str(entry["seq_length"])] if entry.get("seq_length") else []),
-        "--dtype", str(entry.get("dtype", "bf16")), "--top-k", str(entry.get("top_k", 5)),
-    ]
-    for name, entry in PLAN_LLM.items()
-}
+PLAN_LLM_ARGS = {name: plan_llm_args(entry) for name, entry in PLAN_LLM.items()}
 
 
 # `paraplan plan` options shared by both planning rules, one item per shell word

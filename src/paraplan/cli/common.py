@@ -10,13 +10,22 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from paraplan.core import ConfigError, ParaplanError
-from paraplan.typed import deprecated_option, say_deprecated
 
 if TYPE_CHECKING:
     from paraplan.config_files import Kind, StudyStage
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The dispatcher's and every command's parser: a bad command line (an unknown
+    option, a value outside an option's choices, a missing value) is one line,
+    `paraplan <command>: error: <message>`, with where the options are documented,
+    not argparse's usage block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -46,12 +55,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def warn_deprecated(prog: str, old: str, new: str) -> None:
+    from paraplan.typed import say_deprecated
+
     say_deprecated(f"{old} is deprecated, use {new}", prog)
 
 
 def deprecated(parser, old: str | Sequence[str], new: str, dest: str, convert=None, flag: bool = False,
                const: object = True) -> None:
     """Accept `old` (hidden from --help) as `new`, storing into `dest`."""
+    from paraplan.typed import deprecated_option
+
     deprecated_option(parser, old, new, dest, convert=convert, flag=flag, const=const)
 
 
@@ -105,9 +118,11 @@ def add_tracking_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def tracking_wanted(args: argparse.Namespace) -> bool:
+    if not hasattr(args, "no_track") or args.no_track:
+        return False
     from paraplan.track import tracking_enabled
 
-    return hasattr(args, "no_track") and not args.no_track and tracking_enabled()
+    return tracking_enabled()
 
 
 def open_tracking(args: argparse.Namespace):

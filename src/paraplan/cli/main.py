@@ -3,7 +3,9 @@
 Every module in this package except `main` and `common` is a command: it defines
 `NAME`, `HELP`, `ORDER` (position in `--help`), `add_arguments(parser)` and
 `run(args) -> int`. Command modules import heavy packages (torch, mlflow,
-matplotlib) inside `run`, so `paraplan --help` stays fast.
+matplotlib) inside `run`, so `paraplan --help` stays fast; `main` builds the options of
+the command asked for only (`build_parser(only=...)`), so one command never pays for
+importing what the others' options are made from.
 
 The dispatcher opens the command's run record before the command runs (its start is
 the job's), ends it when the command succeeds and marks it FAILED with the error when
@@ -22,7 +24,7 @@ from types import ModuleType
 import paraplan
 import paraplan.cli
 from paraplan.cli._paths import check_outputs_apart
-from paraplan.cli.common import HelpFormatter, missing_required, named_as_given, open_tracking
+from paraplan.cli.common import ArgumentParser, HelpFormatter, missing_required, named_as_given, open_tracking
 from paraplan.core import ParaplanError
 
 _NOT_COMMANDS = {"main", "common"}
@@ -37,8 +39,10 @@ def _commands() -> list[ModuleType]:
     return sorted(modules, key=lambda m: (m.ORDER, m.NAME))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command with its options; with `only`, every command is listed (its
+    one-line help) but only that one gets its options (`main`: the command asked for)."""
+    parser = ArgumentParser(
         prog="paraplan",
         description=(
             "How should this model be split over this cluster, and what speedup will it get?\n"
@@ -56,14 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
             description=(module.__doc__ or module.HELP).strip(),
             formatter_class=HelpFormatter,
         )
-        module.add_arguments(cmd)
+        if only in (None, module.NAME):
+            module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run, _parser=cmd)
     return parser
 
 
+def _command_asked(argv: list[str]) -> str:
+    """The command in `argv`: its first word that is no option (the dispatcher's own
+    options, -h and --version, take no value); "" when there is none."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    parser = build_parser(only=_command_asked(sys.argv[1:] if argv is None else argv))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command's parser, which knows the options it lacks
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     missing = missing_required(args)
     if missing:
         args._parser.error(f"the following arguments are required: {missing}")

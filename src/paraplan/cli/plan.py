@@ -102,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "holding it) or a model YAML (docs/models.md)")
     llm.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (the cluster's node type, any count)")
     llm.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration")
-    llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: the model's)")
+    llm.add_argument("--seq-length", type=int, default=None, help="tokens per sequence (default: a preset's "
+                     "pre-training length, 2,048-8,192; a config.json's max_position_embeddings, said in a warning)")
     llm.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"), help="training precision")
     llm.add_argument("--fp8-recipe", default="", choices=("delayed", "tensorwise", "blockwise", "mxfp8"),
                      help="with --dtype fp8: Megatron-LM's --fp8-recipe (default: its default, delayed; docs/fp8.md)")
@@ -320,6 +321,20 @@ attention is most of its FLOPs, and an MFU of 12% sits beside 646 TFLOP/s per H1
 8K tokens attention adds about 20%, and the line says the MFU alone)."""
 
 
+def context_parallel_note(model: TransformerModel, cp_sizes: tuple[int, ...]) -> str:
+    """Why a long sequence is planned without context parallelism, when the search
+    would otherwise try it (`--context-parallel-sizes` not given, `MIN_CP_SEQ_LENGTH`
+    tokens or more) but the model's attention is not priced for it; '' otherwise."""
+    from paraplan.core.run_settings_checks import context_parallel_unpriced
+    from paraplan.plan.transformer.space import MIN_CP_SEQ_LENGTH
+
+    unpriced = context_parallel_unpriced(model)
+    if cp_sizes or model.seq_length < MIN_CP_SEQ_LENGTH or not unpriced:
+        return ""
+    return (f"context parallelism is not searched: it is not priced for {model.name}'s {unpriced} "
+            f"(docs/stages/plan.md), so its {model.seq_length:,}-token sequences are planned without it")
+
+
 def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str:
     """'MFU x%' as predict's column counts it (6 x active parameters x tokens), and
     beside it, where attention is a large share, the MFU counting the attention FLOPs
@@ -340,6 +355,20 @@ def baseline_text(best_s: float, baselines: Mapping[str, RunPrediction | None]) 
     name = min(fitting, key=lambda n: fitting[n])
     return (f"speedup over the fastest data-parallel baseline ({name}, {fitting[name]:.3g} s): "
             f"{fitting[name] / best_s:.2f}x")
+
+
+def baselines_run_text(baselines: Mapping[str, RunPrediction | None]) -> str:
+    """What the data-parallel baselines that fit run (`search.baseline_settings`: every
+    GPU data-parallel, micro-batch 1, full recomputation), said once above their times;
+    '' when none fits. On one GPU a plan of the same layout at a larger micro-batch read
+    as '4.34x over the fastest data-parallel baseline' without it."""
+    fitting = [b.settings for b in baselines.values() if b is not None and b.fits_memory]
+    if not fitting:
+        return ""
+    s = fitting[0]
+    recompute = "no" if s.recompute_granularity == "none" else s.recompute_granularity
+    return (f"data-parallel baselines (DP {s.data_parallel_size}, micro-batch {s.micro_batch_size}, {recompute} "
+            "recomputation, each with its own overlap or ZeRO stage):")
 
 
 def model_reference(spec: str, table: Path) -> str:
@@ -406,6 +435,9 @@ def _run_llm(args: argparse.Namespace) -> int:
                                      space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
+    unsearched = context_parallel_note(model, cp_sizes)
+    if unsearched:
+        print(f"paraplan plan: note: {unsearched}", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)
@@ -425,6 +457,8 @@ def _run_llm(args: argparse.Namespace) -> int:
     if rows[0]["plausibility"]:
         print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
               "the calibration", file=sys.stderr)
+    if baselines_run_text(result.baselines):
+        print(f"paraplan plan: {baselines_run_text(result.baselines)}", file=sys.stderr)
     for name, base in result.baselines.items():
         if base is not None and base.fits_memory:
             print(f"paraplan plan: baseline {name}: {base.iteration_s:.3g} s", file=sys.stderr)

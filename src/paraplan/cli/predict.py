@@ -38,8 +38,9 @@ moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatche
 (alltoall|flex: DeepEP; mixture-of-experts models; docs/moe.md), the MoE router's
 moe_router_load_balancing_type (aux_loss|seq_aux_loss|global_aux_loss|none), moe_aux_loss_coeff,
 moe_z_loss_coeff, moe_router_force_load_balancing, moe_router_score_function (softmax|sigmoid),
-moe_router_enable_expert_bias, moe_router_topk_scaling_factor, moe_router_pre_softmax,
-moe_router_dtype (fp32), moe_router_fusion and NeMo AutoModel's fake_balanced_gate (docs/moe.md),
+moe_router_enable_expert_bias, moe_router_topk_scaling_factor, moe_router_pre_softmax (these four
+empty: the model's own router, written into the output as priced), moe_router_dtype (fp32),
+moe_router_fusion and NeMo AutoModel's fake_balanced_gate (docs/moe.md),
 fp8_recipe (with dtype fp8:
 delayed|tensorwise|blockwise|mxfp8, Megatron-LM's --fp8-recipe; empty: delayed, its
 default; torchao_tensorwise: torchao's Float8Linear as torchtitan runs it; docs/fp8.md),
@@ -71,8 +72,9 @@ published full training step; such runs are also named in a warning). With a
 measured_iteration_s column the errors are printed and logged. With --explain,
 explain_gemm_s, explain_attention_s, explain_straggler_s, explain_memory_s, explain_tp_comm_s,
 explain_cp_comm_s, explain_ep_comm_s,
-explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_optimizer_s and
-explain_host_s split each run's predicted_iteration_s (docs/execution-model.md).
+explain_dp_comm_s, explain_pp_comm_s, explain_bubble_s, explain_imbalance_s (the wait
+for pipeline ranks with more work), explain_optimizer_s and explain_host_s split each
+run's predicted_iteration_s (docs/execution-model.md).
 
 examples:
   paraplan predict config/runs/llm_a100.csv --cluster dgx-a100 -o predicted.csv
@@ -112,8 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default for that one: the output's folder)")
     parser.add_argument("--explain", action="store_true",
                         help="add explain_*_s columns (where each run's iteration time goes: GEMM, attention, "
-                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, optimizer, host; they "
-                        "sum to predicted_iteration_s) and a stacked-bar figure <runs>_explain.png/.pdf")
+                        "memory-bound kernels, exposed TP / DP / PP communication, bubble, load imbalance between "
+                        "pipeline ranks, optimizer, host; they sum to predicted_iteration_s) and a stacked-bar "
+                        "figure <runs>_explain.png/.pdf")
     add_tracking_arguments(parser)
 
 
@@ -130,10 +133,12 @@ def explain_cells(seconds: dict[str, float], iteration_s: float) -> dict[str, st
 def searched_settings(row) -> set[str]:
     """The columns a row's prediction may fill in: the sizes it leaves to the predictor
     and, with a searched virtual pipeline size and no split of its own, Megatron's
-    uneven first/last stages (`predictor.UNEVEN_SPLIT_COLUMNS`)."""
+    uneven first/last stages (`predictor.UNEVEN_SPLIT_COLUMNS`), and the router
+    settings a MoE row takes from its model (`model_router_cells`)."""
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
 
     out = {"micro_batch_size"} if row.search_micro_batch_size else set()
+    out.update(model_router_cells(row))
     if row.search_virtual_stages:
         out.add("virtual_pipeline_model_parallel_size")
         if not row.settings.explicit_pipeline_split:
@@ -141,17 +146,38 @@ def searched_settings(row) -> set[str]:
     return out
 
 
+def model_router_cells(row) -> dict[str, str]:
+    """The router cells a MoE row left empty (docs/moe.md "The model's own router"),
+    filled with the values priced, as run-table text (`sigmoid`, `true`, `2.5`): the
+    model's own, or Megatron-Core's default where a stated cell drops the model's (a
+    stated softmax: no expert bias). Empty for a dense row or with NeMo AutoModel's
+    fake_balanced_gate, which replaces the router."""
+    from paraplan.core.moe_router_model import MODEL_ROUTER_FIELDS
+
+    if not row.model.is_moe or row.settings.fake_balanced_gate:
+        return {}
+    return {k: _router_text(getattr(row.settings, k)) for k in MODEL_ROUTER_FIELDS if not row.cells.get(k, "").strip()}
+
+
+def _router_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def output_columns(header: list[str], searched: set[str], explain: bool = False) -> list[str]:
     """The input's columns, the searched settings the input lacks (`searched`: what
     some row's prediction may fill in, `searched_settings`), the predictions, then
     with `explain` the time breakdown."""
+    from paraplan.core.moe_router_model import MODEL_ROUTER_FIELDS
     from paraplan.predict.explain import EXPLAIN_COLUMNS
     from paraplan.predict.peak_memory import RETIRED_COLUMNS
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS
     from paraplan.predict.runtable import PLAN_ONLY_COLUMNS, PREDICTED
 
     columns = [c for c in header if c not in PREDICTED and c not in RETIRED_COLUMNS and c not in PLAN_ONLY_COLUMNS]
-    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS):
+    for extra in ("micro_batch_size", "virtual_pipeline_model_parallel_size", *UNEVEN_SPLIT_COLUMNS,
+                  *MODEL_ROUTER_FIELDS):
         if extra not in columns and extra in searched:
             columns.append(extra)
     columns += list(PREDICTED)
@@ -169,6 +195,7 @@ def output_cells(columns: list[str], row, pred, calibration_label: str, flag: st
     cells = {c: row.cells.get(c, "") for c in columns if c not in PREDICTED}
     for name in pred.chosen:
         cells[name] = str(getattr(pred.settings, name))
+    cells.update((k, v) for k, v in model_router_cells(row).items() if k in cells)
     cells.update({
         "num_parameters": str(row.model.num_parameters),
         "active_parameters": str(row.model.active_parameters),
@@ -233,6 +260,15 @@ class _Figures:
 
 
 _UNFIT_NAMED = 5  # runs that do not fit named in the summary line
+
+
+def largest_memory_part(peak) -> str:
+    """The largest of a `PeakMemory`'s four parts, for the summary line of a run that
+    does not fit: "activations 75.2 GB" (1e9 bytes; the first of equal parts)."""
+    parts = {"model state": peak.model_state_bytes, "working buffers": peak.working_bytes,
+             "gradient accumulators": peak.gradient_accumulator_bytes, "activations": peak.activation_bytes}
+    name = max(parts, key=lambda k: parts[k])
+    return f"{name} {parts[name] / 1e9:.1f} GB"
 
 
 @dataclass
@@ -302,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     calibration = calibration_for(cluster, args.calibration,
                                   warn=lambda m: print(f"paraplan predict: warning: {m}", file=sys.stderr))
-    if calibration.device != cluster.device.name:
+    if args.calibration is not None and calibration.device != cluster.device.name:  # else calibration_for warned
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)
@@ -360,7 +396,8 @@ def run(args: argparse.Namespace) -> int:
                 written.rows += 1
                 written.unfit += not pred.fits_memory
                 if not pred.fits_memory and len(written.unfit_named) < _UNFIT_NAMED:
-                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB")
+                    written.unfit_named.append(f"line {row.line} '{row.name}' {pred.peak_memory_bytes / 1e9:.1f} GB, "
+                                               f"largest part {largest_memory_part(pred.peak_memory)}")
                 written.implausible += bool(flag)
                 written.used.update(pred.chosen)
                 if row.measured_iteration_s is not None:
@@ -386,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
     unfit = written.unfit
     print(f"paraplan predict: {written.rows} run(s) in {seconds:.2f} s with {calibration.label} -> {args.output}"
           + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
-             + ", ".join(written.unfit_named) + (", ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
+             + "; ".join(written.unfit_named) + ("; ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}

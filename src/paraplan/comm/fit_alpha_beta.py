@@ -11,13 +11,14 @@ smallest) decide everything.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import nnls
 
 NAME = "alpha_beta"
 _MAX_BW_BPS = 1e18  # a flat sweep (no size dependence) fits 1/beta = 0
 
 
 def fit(size_bytes: np.ndarray, time_s: np.ndarray, factor: float) -> dict:
+    from scipy.optimize import nnls  # here: predicting from a fit never pays for importing scipy.optimize
+
     size = np.asarray(size_bytes, dtype=float)
     time = np.asarray(time_s, dtype=float)
     design = np.column_stack((1.0 / time, size * factor / time))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.optimize import OptimizeWarning, curve_fit
 
 NAME = "sigmoid_bw"
 FLAT_SLOPE = 0.1
@@ -82,6 +81,8 @@ def _grid_start(x: np.ndarray, y: np.ndarray, lower, upper) -> tuple[float, floa
 def _fit_middle(x: np.ndarray, y: np.ndarray) -> tuple[dict, str]:
     """Sigmoid (bounded, grid start, analytic Jacobian) through (x, log10 busbw),
     else a line, else a constant."""
+    from scipy.optimize import OptimizeWarning, curve_fit  # here: predicting never imports scipy.optimize
+
     if x.size >= 4:
         span = float(y.max() - y.min())
         lower = (0.0, 1e-3, float(x.min()) - 8.0, float(y.min()) - 3.0)

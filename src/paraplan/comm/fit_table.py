@@ -7,7 +7,6 @@ with alpha-beta; this only serves held-out checks and plots)."""
 from __future__ import annotations
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
 
 NAME = "table"
 
@@ -28,6 +27,8 @@ def interpolator(params: dict):
     y = np.asarray(params["log2_time_s"], dtype=float)
     if x.size == 1:
         return lambda q: np.full_like(np.asarray(q, dtype=float), y[0])
+    from scipy.interpolate import PchipInterpolator  # here: only a table of two or more sizes needs it
+
     pchip = PchipInterpolator(x, y, extrapolate=False)
     lo_slope = (y[1] - y[0]) / (x[1] - x[0])
     hi_slope = (y[-1] - y[-2]) / (x[-1] - x[-2])

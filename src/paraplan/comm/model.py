@@ -86,9 +86,9 @@ def _scalar_predictor(model: str, params: dict) -> Callable[[float], float]:
         ys = [float(v) for v in params["log2_time_s"]]
         if len(xs) == 1:
             return lambda s: 2.0 ** ys[0]
-        from scipy.interpolate import PchipInterpolator
+        from paraplan.comm.pchip import coefficients  # scipy's PCHIP numbers without importing scipy.interpolate
 
-        coeffs = PchipInterpolator(np.array(xs), np.array(ys)).c.T.tolist()
+        coeffs = coefficients(xs, ys)
         last = len(xs) - 2
 
         def table(s: float) -> float:

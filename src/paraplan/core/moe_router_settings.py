@@ -3,6 +3,9 @@ them): the load-balancing type and its coefficients, forced balancing, the score
 function, the expert bias, the routing dtype and the fused router kernels. What each
 costs is `paraplan.predict.moe_router`; which combinations Megatron-Core (core_r0.15.0,
 `transformer_config.py`, `router.py`) and Transformer Engine refuse is `check_router`.
+The defaults below are Megatron-Core's; a run of a model takes the score function,
+expert bias, scaling factor and pre-softmax it leaves unstated from the model's own
+router (`paraplan.core.moe_router_model`).
 """
 
 from __future__ import annotations
@@ -11,13 +14,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.core.errors import StrategyError
+from paraplan.core.moe_router_model import SCORE_FUNCTIONS, ScoreFunction
 from paraplan.core.transformer import TransformerModel
 
 LoadBalancingType = Literal["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"]
 LOAD_BALANCING_TYPES: tuple[str, ...] = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 AUX_LOSS_TYPES: tuple[str, ...] = ("aux_loss", "seq_aux_loss", "global_aux_loss")
-ScoreFunction = Literal["softmax", "sigmoid"]
-SCORE_FUNCTIONS: tuple[str, ...] = ("softmax", "sigmoid")
 RouterDtype = Literal["", "fp32", "fp64"]
 ROUTER_DTYPES: tuple[str, ...] = ("fp32", "fp64")
 ROUTER_COLUMNS: tuple[str, ...] = (
@@ -46,7 +48,8 @@ class MoeRouterSettings:
     """Megatron-Core's benchmark switch: the router's logits replaced by random normal
     ones (a copy and a fill per MoE layer forward), so every expert gets its even share."""
     moe_router_score_function: ScoreFunction = "softmax"
-    """Megatron-Core's: `softmax` or `sigmoid` (DeepSeek-V3)."""
+    """Megatron-Core's: `softmax` or `sigmoid` (DeepSeek-V3, Llama 4); a run table's
+    empty cell: the model's own (`TransformerModel.moe_router_score_function`)."""
     moe_router_enable_expert_bias: bool = False
     """Megatron-Core's aux-loss-free balancing (DeepSeek-V3): a per-expert bias added to
     the sigmoid scores for the choice; each forward adds its token counts to a buffer, all
@@ -131,4 +134,5 @@ def check_router(settings: MoeRouterSettings, model: TransformerModel) -> None:
                             "(Megatron-Core: expert bias for aux-loss-free routing only supports sigmoid)")
     if model.moe_router_topk == 1 and s.moe_router_score_function == "softmax" and not s.moe_router_pre_softmax:
         raise StrategyError("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax "
-                            "(Megatron-Core: a softmax over one expert has a zero gradient)")
+                            "(Megatron-Core: a softmax over one expert has a zero gradient), or "
+                            "moe_router_score_function sigmoid (Llama 4's router)")

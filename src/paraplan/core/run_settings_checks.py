@@ -159,9 +159,12 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
     if (t * c * d) % (ep * etp):
         ranks = f"tensor x data-parallel ranks of a pipeline stage, {t} x {d}" if c == 1 else \
             f"tensor x context x data-parallel ranks of a pipeline stage, {t} x {c} x {d}"
+        # q6-moefirst: an empty ETP is TP, which a row that sets EP alone did not say
+        defaulted = (f"; expert_tensor_parallel_size left empty is the tensor-parallel size, {etp} (Megatron-Core's "
+                     "default): set it, e.g. 1" if settings.expert_tensor_parallel_size == 0 and etp > 1 else "")
         raise StrategyError(
             f"expert_model_parallel_size x expert_tensor_parallel_size = {ep} x {etp} does not divide the "
-            f"{ranks} (Megatron-Core: EP x ETP x PP must divide the world size)")
+            f"{ranks} (Megatron-Core: EP x ETP x PP must divide the world size){defaulted}")
     if model.moe_ffn_size % etp:
         raise StrategyError(f"moe_ffn_hidden_size {model.moe_ffn_size} is not divisible by "
                             f"expert_tensor_parallel_size {etp}")

@@ -13,7 +13,9 @@ attention sinks (`softmax_type`), gated MLPs with another activation
 `window_attn_skip_freq`), mixture-of-experts layers (`num_experts`,
 `moe_router_topk`, `moe_ffn_hidden_size`, `moe_shared_expert_intermediate_size`,
 `moe_layer_freq`, group-limited routing `moe_router_num_groups`,
-`moe_router_group_topk`), multi-latent attention (`multi_latent_attention`, `q_lora_rank`,
+`moe_router_group_topk`, and the model's own router, `moe_router_score_function`,
+`moe_router_enable_expert_bias`, `moe_router_topk_scaling_factor`, `moe_router_pre_softmax`:
+a run's defaults), multi-latent attention (`multi_latent_attention`, `q_lora_rank`,
 `kv_lora_rank`, `qk_head_dim`, `qk_pos_emb_head_dim`, `v_head_dim`) and
 multi-token-prediction layers (`mtp_num_layers`).
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.core.limits import LAYERS_WHY, MAX_LAYERS, MAX_WIDTH, WIDTH_WHY
+from paraplan.core.moe_router_model import ScoreFunction, check_model_router
 from paraplan.core.transformer_blocks import (
     FLAGS,
     OPTIONAL_SIZES,
@@ -131,6 +134,18 @@ class TransformerModel:
     moe_router_group_topk: int = 0
     """Groups a token's experts are taken from (DeepSeek-V3: 4), with
     `moe_router_num_groups`."""
+    moe_router_score_function: ScoreFunction = "softmax"
+    """The model's own router (`paraplan.core.moe_router_model`; a run's default):
+    `softmax` (Megatron-Core's default) or `sigmoid` (DeepSeek-V3, Kimi K2, Llama 4)."""
+    moe_router_enable_expert_bias: bool = False
+    """The model's router adds a per-expert bias to the scores for the choice
+    (DeepSeek-V3's aux-loss-free balancing, `topk_method noaux_tc`); sigmoid only."""
+    moe_router_topk_scaling_factor: float = 0.0
+    """The model's router scales the chosen experts' weights (DeepSeek-V3: 2.5,
+    `routed_scaling_factor`); 0: none."""
+    moe_router_pre_softmax: bool = False
+    """The model's softmax router normalises over all experts before the top-k (Qwen's
+    `norm_topk_prob false`), not over the k chosen."""
     multi_latent_attention: bool = False
     """Multi-latent attention (DeepSeek-V2/V3): queries and keys/values projected
     through low-rank latents; heads of `qk_head_dim` + `qk_pos_emb_head_dim` for
@@ -189,6 +204,7 @@ class TransformerModel:
                 )
             object.__setattr__(self, "kv_channels", self.hidden_size // self.num_attention_heads)
         check_extensions(self)
+        check_model_router(self)
         if self.num_attention_heads % self.query_groups:
             raise ValueError(
                 f"model '{self.name}': num_attention_heads {self.num_attention_heads} is not divisible "

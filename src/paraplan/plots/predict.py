@@ -74,8 +74,9 @@ def plot_predicted_runs(names: list[str], iteration_s: np.ndarray, mfu: np.ndarr
 
 
 PART_COLOURS = ("#1f77b4", "#17becf", "#9467bd", "#d62728", "#bcbd22", "#f7b6d2", "#ff7f0e", "#8c564b", "#c7c7c7",
-                "#2ca02c", "#e377c2", "#393b79")
-"""One colour per part of `paraplan.predict.explain.PARTS`, in its order (host: dark blue)."""
+                "#2ca02c", "#98df8a", "#e377c2", "#393b79")
+"""One colour per part of `paraplan.predict.explain.PARTS`, in its order (bubble: green,
+imbalance: light green, the other idle time; host: dark blue)."""
 
 
 def plot_time_breakdown(names: list[str], seconds: np.ndarray, parts: tuple[str, ...], stem: str | Path,

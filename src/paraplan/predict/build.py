@@ -92,7 +92,7 @@ from paraplan.predict.moe_router import expert_bias_sync_s
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
 from paraplan.predict.overlap_share import CALIBRATED_SHARES, OverlapShares, share_or_calibrated
-from paraplan.predict.param_gather import hidden_param_gather_s, param_gather_added_s
+from paraplan.predict.param_gather import chunk_gather_s, hidden_param_gather_s, param_gather_added_s
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pass_times import MOE_PASSES, PASSES, Pass, PassTimes, pass_times
 from paraplan.predict.pipeline_p2p import (
@@ -128,6 +128,7 @@ from paraplan.predict.variability import straggled
 from paraplan.predict.work import LayerWork, PassWork
 from paraplan.sim.engine import PipelineCosts
 from paraplan.sim.execution import ExecutionModel, GradSync, RankMemory
+from paraplan.sim.param_gather_run import ChunkGathers
 
 __all__ = [  # also what other modules and the tests import from here
     "GRAD_BUCKET_PARAMS", "OPTIMIZER_KERNELS",
@@ -176,6 +177,7 @@ class RunStructure:
     paired_moe_passes: tuple[PassCost, PassCost] | None = None  # dualpipe: a pair's MoE passes (`dualpipe_build`)
     hidden_gather_s: np.ndarray | None = None  # per pipeline stage: overlap_param_gather's beside the forward
     overlap_shares: OverlapShares = CALIBRATED_SHARES  # z14: occupancy shares of the overlaps outside TP
+    chunk_gather_s: np.ndarray | None = None  # q9: interleaved: [rank, chunk] gathers placed on the run
 
     @cached_property
     def grad_sync(self) -> tuple[GradSync, ...]:
@@ -308,6 +310,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
                         p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
                         hidden_gather_s=hidden_gather if hidden_gather.any() else None,
+                        chunk_gather_s=chunk_gather_s(settings, comm, groups, params, prec, sharding),  # q9
                         overlap_shares=OverlapShares.of(  # z14: the overlaps outside TP (`overlap_share`)
                             cluster.device.compute_units, groups.dp, sharding.shard,
                             bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
@@ -480,6 +483,9 @@ def price(structure: RunStructure, kernel_s: list[np.ndarray], eff: DeviceEffici
         model = dualpipe_model(st, times, eff, model)
     if st.hidden_gather_s is not None:  # z12: overlap_param_gather beside the forward
         model = replace(model, after_sync_s=model.after_sync_s + param_gather_contention_s(st, costs, eff))
+    if st.chunk_gather_s is not None:  # q9: interleaved: each chunk's gather where the schedule launches it
+        model = replace(model, param_gather=ChunkGathers(
+            st.chunk_gather_s, share_or_calibrated(st.overlap_shares.param_gather, eff)))
     return model
 
 

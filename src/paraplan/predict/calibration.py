@@ -29,7 +29,7 @@ from pathlib import Path
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, ConstantBandwidthModel, TieredCommModel
-from paraplan.core.errors import InputFileError
+from paraplan.core.errors import ConfigError, InputFileError
 from paraplan.inputs import NumberRule, check_number, read_json_object
 from paraplan.predict.device_model import EFFICIENCY_PARAMETERS, LEGACY_ATTENTION, PARAMETERS, DeviceEfficiency
 from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
@@ -163,6 +163,12 @@ def load_calibration(name_or_path: str | Path = DEFAULT_CALIBRATION) -> Calibrat
     from paraplan import config_files
 
     path = config_files.find("calibrations", name_or_path)
+    if not path.is_file() and not config_files.is_path(name_or_path, "calibrations"):
+        # q6-moefirst: a mistyped name now lists the known ones, as --cluster does
+        known = config_files.known_names("calibrations")
+        raise ConfigError("calibration", f"no calibration named '{name_or_path}' ({path} not found)"
+                          + (f"; known calibrations: {', '.join(known)}" if known else "")
+                          + "; or a path to a `paraplan calibrate` JSON")
     data = read_json_object(path, "a calibration (make one with `paraplan calibrate`)")
     return Calibration.from_dict(data, str(path))
 

@@ -19,8 +19,13 @@ rank's time is split into parts that sum to the iteration time exactly:
 - the blocking pipeline transfers its own ops wait for, and what overlapped ones take
   from the ops beside them (`pp_comm`, `pipeline_p2p`);
 - its idle time on the compute stream: the pipeline transfers on the fill and drain
-  path (`pp_comm`: 2 (p - 1) point-to-point transfers, at most the idle time) and the
-  rest, the `bubble`;
+  path (`pp_comm`: 2 (p v - 1) point-to-point transfers, at most the idle time: the
+  first micro-batch's forward and the last one's backward cross every virtual-stage
+  boundary, docs/pipeline-schedules.md#where-the-interleaved-bubble-goes), then the
+  `imbalance`: how much longer the busiest rank's ops run than its own (its compute and
+  the transfers and host time on its stream; 0 on the busiest rank, at most the idle time
+  left), the time it waits while ranks with more work compute, and the rest, the
+  `bubble`: the schedule's fill and drain;
 - DualPipe: the rank's two stages (r and p - 1 - r), M/2 micro-batches each, without
   blocking transfers; what its pairs hide of the all-to-alls comes off `ep_comm`;
 - the data-parallel gradient reduction past its compute, with what its buckets take
@@ -57,7 +62,7 @@ from paraplan.predict.variability import no_straggling_speed
 from paraplan.sim.execution import rank_ends
 
 PARTS: tuple[str, ...] = ("gemm", "attention", "straggler", "memory", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
-                          "pp_comm", "bubble", "optimizer", "host")
+                          "pp_comm", "bubble", "imbalance", "optimizer", "host")
 EXPLAIN_COLUMNS: tuple[str, ...] = tuple(f"explain_{p}_s" for p in PARTS)
 _DEVICE = 7  # gemm, attention, memory, tp_comm, cp_comm, ep_comm, dp_comm: the parts an op's device time has
 _DP = 6
@@ -137,6 +142,21 @@ def _average_gpu_compute_s(structure, eff: DeviceEfficiency, mine: np.ndarray, m
     return m * (fwd[mine] + bwd[mine]).sum(axis=0)[:2]
 
 
+def idle_split(idle_s: float, path_transfers_s: float, busy_s: np.ndarray, rank: int) -> tuple[float, float, float]:
+    """A rank's idle time on its compute stream (`idle_s`: its compute end less its busy
+    time) as (transfers, imbalance, bubble), which sum to `idle_s` exactly: first the
+    pipeline transfers on the fill and drain path (`path_transfers_s`, at most the idle
+    time), then how much longer the busiest rank is busy than this one (`busy_s`: per
+    pipeline rank, the engine's op time), at most the idle time left (q7-imbalance), and
+    the rest, the schedule's fill and drain. A rank lighter by d per micro-batch than the
+    others waits M d for them: with equal stages the imbalance is 0 and the bubble the
+    textbook (p - 1)(t_f + t_b) (`tests/unit/test_predict_explain.py`)."""
+    idle = max(idle_s, 0.0)
+    transfers = min(idle, path_transfers_s)
+    imbalance = min(max(float(busy_s.max() - busy_s[rank]), 0.0), idle - transfers)
+    return transfers, imbalance, idle_s - transfers - imbalance
+
+
 def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster, comm: CommModel,
                 eff: DeviceEfficiency) -> TimeBreakdown:
     """The breakdown of one run's predicted iteration (module doc)."""
@@ -174,18 +194,22 @@ def explain_run(model: TransformerModel, settings: RunSettings, cluster: Cluster
     if dualpipe is not None:  # what the pairs hide of the all-to-alls: the ops alone minus what the rank ran
         device[5] -= busy - float(ends.busy_s[rank])
         busy = float(ends.busy_s[rank])
-    idle = max(float(ends.compute_end_s[rank]) - busy, 0.0)
-    transfers = min(idle, 2 * float(structure.send_s[:p - 1].sum()))  # the first chunk's boundaries
+    # q3-bubble: the fill and drain path crosses every virtual-stage boundary, both ways
+    transfers, imbalance, bubble = idle_split(float(ends.compute_end_s[rank]) - busy, 2 * float(structure.send_s.sum()),
+                                              ends.busy_s, rank)
     exchange = structure.embedding_exchange_s if rank in (0, p - 1) and p > 1 else 0.0
     after_comm = float(structure.after_sync_comm_s[rank] + param_gather_contention_s(structure, costs, eff)[rank])
     optimizer = float(execution.after_sync_s[rank]) - after_comm
+    gathers = float(ends.param_gather_s[rank]) if ends.param_gather_s is not None else 0.0  # q9: interleaved chunks
     seconds = {
         "gemm": float(average[0]), "attention": float(average[1]),
         "straggler": float(device[0] + device[1] - average.sum()), "memory": float(device[2]),
         "tp_comm": float(device[3]), "cp_comm": float(device[4]), "ep_comm": float(device[5]),
-        "dp_comm": float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm - exchange,
+        "dp_comm": (float(device[_DP]) + float(ends.sync_end_s[rank] - ends.compute_end_s[rank]) + after_comm
+                    + gathers - exchange),
         "pp_comm": transfers + blocked + exchange,
-        "bubble": float(ends.compute_end_s[rank]) - busy - transfers,
+        "bubble": bubble,
+        "imbalance": imbalance,
         "optimizer": optimizer,
         "host": host_s,
     }

@@ -3,7 +3,7 @@
 Every key of the file is one of four kinds:
 - used: it sets a field of the model (`_read`);
 - harmless: it changes nothing paraplan prices or counts (token ids, initialisation,
-  rotary scaling, routing details such as `norm_topk_prob`, logit soft-capping);
+  rotary scaling, logit soft-capping);
 - refused: the architecture has layers paraplan does not model (state-space /
   linear-attention hybrids, encoder-decoders): an `InputFileError` naming the key;
 - anything else: named in a warning ("ignored: ..."), never silently dropped.
@@ -23,6 +23,7 @@ from typing import Any
 
 from paraplan.core.errors import InputFileError
 from paraplan.core.transformer import TransformerModel
+from paraplan.predict.hf_router import ROUTER_KEYS, router_fields
 
 GATED_ACTIVATIONS = ("silu", "swiglu", "swish")
 
@@ -32,7 +33,6 @@ HARMLESS = frozenset({
     "initializer_factor", "use_cache", "rope_scaling", "rope_theta", "rope_type", "rope_parameters",
     "partial_rotary_factor", "rotary_emb_base", "pretraining_tp", "rms_norm_eps", "layer_norm_eps",
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
-    "norm_topk_prob", "topk_method", "routed_scaling_factor", "scoring_func",
     "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
     "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
@@ -110,6 +110,8 @@ class _Family:
     dense_width_key: str = "intermediate_size"
     shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size
     rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
+    rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
+    # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -120,10 +122,13 @@ _FAMILIES: dict[str, _Family] = {
     "qwen2_moe": _Family(gated=True, qkv_bias=True), "qwen3_moe": _Family(gated=True, qk_norm=True),
     "deepseek_v2": _Family(gated=True, shared_expert="deepseek"),
     "deepseek_v3": _Family(gated=True, shared_expert="deepseek"),
+    # Moonshot's Kimi K2: DeepSeek-V3's architecture (`DeepseekV3ForCausalLM`) under its own model_type
+    "kimi_k2": _Family(gated=True, shared_expert="deepseek"),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
-    "gpt2": _Family(gated=False, rope=False), "gpt_neox": _Family(gated=False), "opt": _Family(gated=False, rope=False),
+    "gpt2": _Family(gated=False, rope=False, rms_norm=False), "gpt_neox": _Family(gated=False, rms_norm=False),
+    "opt": _Family(gated=False, rope=False, rms_norm=False),
 }
 
 
@@ -212,7 +217,7 @@ def _refuse(config: dict, source: str) -> None:
 
 def _language_model(config: dict, source: str) -> tuple[dict, list[str], str]:
     """The language model's mapping (`text_config` when nested), notes, and where it is."""
-    notes = [f"{tower} ignored: that tower is not modelled (only the language model is)"
+    notes = [f"{source}: {tower} ignored: that tower is not modelled (only the language model is)"
              for tower in OTHER_TOWERS if tower in config]
     text = config.get("text_config")
     if text is None:
@@ -247,7 +252,7 @@ def _moe_pattern(keys: _Keys, family: _Family, layers: int) -> list[int]:
     return pattern
 
 
-def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[str, Any]:
+def _moe_fields(keys: _Keys, family: _Family, layers: int, model_type: str) -> dict[str, Any]:
     experts_keys = ("num_experts", "num_local_experts", "n_routed_experts")
     experts = keys.count(*experts_keys, default=0, minimum=0)
     if not experts:
@@ -255,7 +260,7 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[
     pattern = _moe_pattern(keys, family, layers)
     if not any(pattern):
         keys.used.update(("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                          family.expert_width_key))
+                          family.expert_width_key, *ROUTER_KEYS))
         key = next(k for k in experts_keys if keys.config.get(k) is not None)
         keys.notes.append(f"{keys.source}: {key} {experts} unused: no layer holds experts (moe_layers is empty); "
                           "read as a dense model, as transformers builds it")
@@ -271,7 +276,8 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, hidden: int) -> dict[
         shared = keys.count("shared_expert_intermediate_size", minimum=0)
     freq: int | tuple[int, ...] = 1 if all(pattern) else tuple(pattern)
     return {"num_experts": experts, "moe_router_topk": topk, "moe_ffn_hidden_size": width,
-            "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq, **_group_fields(keys)}
+            "moe_shared_expert_intermediate_size": shared, "moe_layer_freq": freq, **_group_fields(keys),
+            **router_fields(keys, model_type, topk)}  # the model's own router (`hf_router`)
 
 
 # DeepSeek-V2/V3's `topk_method`: `greedy` has no group limit; the others route within
@@ -408,17 +414,17 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     keys = _Keys({**text, **filled}, where)
     family = _FAMILIES.get(model_type)
     if family is None:
-        notes.append(f"model_type '{model_type}' is not one paraplan knows; read from its keys alone (compare the "
-                     "parameter count with the model card)")
-        family = _Family(rope=False)
+        notes.append(f"{where}: model_type '{model_type}' is not one paraplan knows; read from its keys alone "
+                     "(compare the parameter count with the model card)")
+        family = _Family(rope=False, rms_norm=False)
     layers = keys.count("num_hidden_layers", "n_layer", "num_layers")
     hidden = keys.count("hidden_size", "n_embd", "d_model")
     heads = keys.count("num_attention_heads", "n_head")
     act = keys.text("hidden_activation", "hidden_act", "activation_function", "activation", default="gelu")
     gated = family.gated if family.gated is not None else act in GATED_ACTIVATIONS
-    moe = _moe_fields(keys, family, layers, hidden)
+    moe = _moe_fields(keys, family, layers, model_type)
     dense_width = keys.count(family.dense_width_key, "n_inner", "ffn_dim", default=4 * hidden)
-    rms = keys.has("rms_norm_eps") or keys.has("norm_eps")
+    rms = family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps")
     bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
     fields: dict[str, Any] = {
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,

@@ -15,7 +15,8 @@ Presets (architecture numbers from the papers that introduced them):
   MLA, 1 shared + 256 routed experts, top-8, first 3 layers dense, one MTP layer),
   GPT-OSS 20B / 120B (OpenAI 2025: sliding window 128 on every other layer,
   attention sinks, biases), Llama 4 Scout / Maverick (Meta 2025: one shared expert,
-  chunked attention of 8,192 tokens on three layers in four). Sequence lengths are
+  chunked attention of 8,192 tokens on three layers in four), each with its own router
+  (score function, expert bias, scaling factor: a run's defaults). Sequence lengths are
   those of the main pre-training phase (4,096 for DeepSeek-V3 and Qwen3, 8,192 for
   Llama 4, 4,096 for Mixtral and GPT-OSS).
 
@@ -73,6 +74,14 @@ _MODERN: dict[str, Any] = {
     "swiglu": True, "untie_embeddings_and_output_weights": True, "normalization": "RMSNorm",
     "position_embedding_type": "rope", "add_bias_linear": False, "hidden_dropout": 0.0, "attention_dropout": 0.0,
 }
+# The MoE presets' own routers (`paraplan.core.moe_router_model`), as their Hugging Face
+# files read (`paraplan.predict.hf_router`): DeepSeek-V3 a sigmoid with an expert bias
+# (`topk_method noaux_tc`) and weights scaled by 2.5; Llama 4 a sigmoid of the top-1
+# logit; Mixtral, Qwen3 (`norm_topk_prob true`) and GPT-OSS a softmax over the k chosen,
+# Megatron-Core's default
+_DEEPSEEK_V3_ROUTER: dict[str, Any] = {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+                                       "moe_router_topk_scaling_factor": 2.5}
+_LLAMA4_ROUTER: dict[str, Any] = {"moe_router_score_function": "sigmoid"}
 PRESETS.update({
     "mixtral-8x7b": TransformerModel("mixtral-8x7b", 32, 4096, 32, 4096, 32000, num_query_groups=8,
                                      ffn_hidden_size=14336, num_experts=8, moe_router_topk=2, **_MODERN),
@@ -87,7 +96,7 @@ PRESETS.update({
     "deepseek-v3": TransformerModel("deepseek-v3", 61, 7168, 128, 4096, 129280, ffn_hidden_size=18432,
                                     num_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
                                     moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58,
-                                    moe_router_num_groups=8, moe_router_group_topk=4,
+                                    moe_router_num_groups=8, moe_router_group_topk=4, **_DEEPSEEK_V3_ROUTER,
                                     multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128,
                                     qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1, **_MODERN),
     "gpt-oss-20b": TransformerModel("gpt-oss-20b", 24, 2880, 64, 4096, 201088, num_query_groups=8, kv_channels=64,
@@ -100,12 +109,12 @@ PRESETS.update({
                                      **{**_MODERN, "add_bias_linear": True}),
     "llama4-scout": TransformerModel("llama4-scout", 48, 5120, 40, 8192, 202048, num_query_groups=8,
                                      kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=16,
-                                     moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                     moe_router_topk=1, moe_ffn_hidden_size=8192, **_LLAMA4_ROUTER,
                                      moe_shared_expert_intermediate_size=8192, window_size=8192,
                                      window_attn_skip_freq=4, chunked_attention=True, **_MODERN),
     "llama4-maverick": TransformerModel("llama4-maverick", 48, 5120, 40, 8192, 202048, num_query_groups=8,
                                         kv_channels=128, qk_layernorm=True, ffn_hidden_size=16384, num_experts=128,
-                                        moe_router_topk=1, moe_ffn_hidden_size=8192,
+                                        moe_router_topk=1, moe_ffn_hidden_size=8192, **_LLAMA4_ROUTER,
                                         moe_shared_expert_intermediate_size=8192,
                                         moe_layer_freq=tuple(i % 2 for i in range(48)),  # HF: layers 1, 3, ..
                                         window_size=8192, window_attn_skip_freq=4, chunked_attention=True,
@@ -149,6 +158,8 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
                                    "(or a folder holding a config.json)")
     expected = "a model description (a Hugging Face config.json or TransformerModel fields)"
     data = read_json_object(path, expected) if path.suffix == ".json" else read_yaml(path, expected)
+    if not isinstance(data, dict):  # a YAML read of e.g. a run table or plan CSV named as the model
+        raise InputFileError(path, f"expected {expected} (a YAML mapping), got a YAML {type(data).__name__}")
     name = path.parent.name if path.name == "config.json" else path.stem
     problem = formula_problem(name)
     if problem:  # the name is written into plan CSVs

@@ -29,6 +29,7 @@ from paraplan.predict.megatron_ddp import (
     megatron_bucket_params,
     uses_megatron_buckets,
 )
+from paraplan.predict.param_gather import aligned_chunk_gathers  # q9: interleaved: placed on the run
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.predict.torch_pipelining import TorchPipeliningMemory
 from paraplan.sim.builder import rank_memory as memory_parts
@@ -211,7 +212,8 @@ def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: Comm
     if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.expert_rank_params, prec, groups.edp)
     if (sharded and not zero3 and sharding.shard.size > 1 and settings.overlap_param_gather
-            and uses_megatron_buckets(settings)):  # z7: the first rank's first all-gather waits (`megatron_ddp`)
+            and uses_megatron_buckets(settings)
+            and not aligned_chunk_gathers(settings)):  # z7: the first rank's first all-gather waits (`megatron_ddp`)
         first = first_gather_params(params.chunk_params(0, 0), params.embedding_params,
                                     megatron_bucket_params(settings))
         after_comm[0] += float(comm.time_s("all_gather", first * prec.weight_bytes, sharding.shard))

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from paraplan.core.errors import InputFileError, StrategyError
 from paraplan.core.limits import MAX_NUM_MICROBATCHES, MAX_SIMULATED_OPS, MICROBATCHES_WHY
+from paraplan.core.moe_router_model import model_router_defaults
 from paraplan.core.moe_router_settings import LOAD_BALANCING_TYPES, ROUTER_COLUMNS, ROUTER_DTYPES, SCORE_FUNCTIONS
 from paraplan.core.names import MAX_NAME_CHARS, formula_problem
 from paraplan.core.pipeline_layout import LayoutError, parse_layout
@@ -337,7 +338,8 @@ def parse_row(path: Path, line: int, cells: dict[str, str], has_columns: set[str
     search_v = ("virtual_pipeline_model_parallel_size" in has_columns  # a one-chunk schedule named: v 1
                 and "virtual_pipeline_model_parallel_size" not in values
                 and str(values.get("schedule") or "interleaved_1f1b") == "interleaved_1f1b")
-    settings = _row_settings(path, line, values)
+    # q10-router: the router columns the row leaves empty are the model's own (`moe_router_model`)
+    settings = _row_settings(path, line, {**model_router_defaults(model, values), **values})
     _check_num_gpus(path, line, values.get("num_gpus"), settings)
     try:
         probe = settings

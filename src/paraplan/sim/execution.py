@@ -44,6 +44,7 @@ from paraplan.sim.engine_batch import execute_batch
 from paraplan.sim.iteration_memory import MemoryAtPeak, memory_peaks
 from paraplan.sim.overlap_cost import contended_end_s, overlap_with_ops_s, pair_added_s
 from paraplan.sim.p3 import p3_steady_state
+from paraplan.sim.param_gather_run import ChunkGathers, run_gathers
 from paraplan.sim.pipeline import concat_columns, run_columns, transfer_columns
 from paraplan.sim.schedules import BWD, WGT, Schedule, cached_orders, get_schedule
 
@@ -142,6 +143,9 @@ class ExecutionModel:
     compute loses to it (`paraplan.sim.overlap_cost`; the data-parallel group's occupancy
     share, `paraplan.predict.overlap_share`, or the calibration's `comm_overlap_contention`
     on a device without an SM count); 0: hidden for free."""
+    param_gather: ChunkGathers | None = None
+    """q9: the interleaved schedule's per-chunk weight all-gathers (`overlap_param_gather`),
+    placed on the run (`paraplan.sim.param_gather_run`); their time lands on each rank's end."""
 
     def __post_init__(self) -> None:
         p, v = self.pipeline_stages, self.virtual_stages
@@ -220,6 +224,7 @@ class _Tail:
     sync_end_s: np.ndarray
     end_s: np.ndarray
     events: tuple[tuple[int, int, float, float], ...]  # (rank, kind, start, end) on the comm stream
+    param_gather_s: np.ndarray | None = None  # q9: per rank, what the chunk gathers add (`param_gather_run`)
 
 
 def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_events: bool = True) -> _Tail:
@@ -239,7 +244,14 @@ def _tail(model: ExecutionModel, run, grad_kind: int, iterations: int = 1, with_
         events.extend((s, EventKindCode.ALLREDUCE, a, b) for a, b in buckets)
         if model.after_sync_s[s] > 0:
             events.append((s, EventKindCode.OPTIMIZER, float(sync_end[s]), float(sync_end[s] + model.after_sync_s[s])))
-    return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
+    if model.param_gather is None or iterations != 1:  # q9: the interleaved chunks' gathers, on the run
+        return _Tail(compute_end, sync_end, sync_end + model.after_sync_s, tuple(events))
+    placed = run_gathers(model.param_gather, run, p)
+    gather = np.array([g.added_s for g in placed])
+    if with_events:
+        events.extend((s, EventKindCode.ALLGATHER, a, b) for s, g in enumerate(placed)
+                      for a, b in zip(g.start_s.tolist(), g.end_s.tolist(), strict=True) if b > a)
+    return _Tail(compute_end, sync_end, sync_end + model.after_sync_s + gather, tuple(events), gather)
 
 
 RECURRENCE_MIN_OPS = 2048  # below this the event loop is as fast
@@ -311,6 +323,7 @@ class RankEnds:
     compute_end_s: np.ndarray
     sync_end_s: np.ndarray
     end_s: np.ndarray
+    param_gather_s: np.ndarray | None = None  # q9: in end_s, the interleaved chunk gathers (`param_gather_run`)
 
 
 def rank_ends(model: ExecutionModel) -> RankEnds:
@@ -324,7 +337,8 @@ def rank_ends(model: ExecutionModel) -> RankEnds:
         raise StrategyError(f"schedule '{model.schedule}' runs iterations as one stream; its time has no per-rank end")
     run = _execute(model)
     tail = _tail(model, run, WGT if sched.split_backward else BWD)
-    return RankEnds(run.busy_s()[:model.pipeline_stages], tail.compute_end_s, tail.sync_end_s, tail.end_s)
+    return RankEnds(run.busy_s()[:model.pipeline_stages], tail.compute_end_s, tail.sync_end_s, tail.end_s,
+                    tail.param_gather_s)
 
 
 def run_iteration(model: ExecutionModel, timeline: bool = True) -> IterationResult:

@@ -10,7 +10,9 @@ one at the top). This walk runs first and says the same in one line per mistake:
   `plan.llm`, ..., or a value such as `cluster`) that breaks the rule of
   `paraplan.core.names` (where the schema carries its pattern).
 
-Types and ranges are checked after it, one line each too (`paraplan.typed.config_values`).
+It also says a value outside the schema's `enum`, `minimum` or `minItems`; anything else
+the schema refuses (a wrong type, a maximum) `paraplan.typed.config_values` says after
+it, one line per value too.
 """
 
 from __future__ import annotations
@@ -73,6 +75,19 @@ def _name(value: object, where: str, parts: tuple[object, ...], files: Sequence[
     return f"{key_named(where, _given_in(parts, files) if files else '')}: {problem}" if problem else None
 
 
+def _value(data: object, schema: Mapping[str, Any]) -> str | None:
+    """What is wrong with `data` under the schema's `enum`, `minimum` and `minItems`, which
+    Snakemake's schema check would report with the whole schema around them."""
+    if "enum" in schema and isinstance(data, (str, int, float)) and data not in schema["enum"]:
+        return f"{data!r} is not a choice; expected one of {', '.join(str(c) for c in schema['enum'])}"
+    number = isinstance(data, (int, float)) and not isinstance(data, bool)
+    if "minimum" in schema and number and data < schema["minimum"]:
+        return f"{data} is below {schema['minimum']}; expected a number >= {schema['minimum']}"
+    if "minItems" in schema and isinstance(data, list) and len(data) < schema["minItems"]:
+        return f"{data} has {len(data)} items; expected at least {schema['minItems']}"
+    return None
+
+
 def key_named(where: str, origin: str = "") -> str:
     """`config key 'bench.min_bytes'`, and where it was given when known: `in my.yaml`
     (a config file's name) or `in --config` (Snakemake's command line)."""
@@ -122,6 +137,8 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
     if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (
             problem := _name(data, where, parts, files)):
         return [problem]
+    if (problem := _value(data, schema)) is not None:
+        return [f"{key_named(where, _given_in(parts, files) if files else '')}: {problem}"]
     for option in schema.get("anyOf", []):  # e.g. an object or null: check against the object
         if isinstance(data, Mapping) and option.get("type") == "object":
             return config_key_problems(data, option, base, files, parts)

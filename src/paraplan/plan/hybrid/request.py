@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from paraplan.core import Cluster, CommModel, ModelProfile
 from paraplan.core import limits as lim
 from paraplan.plan.hybrid.problem import MemorySettings
-from paraplan.plan.hybrid.sweep import PlanSettings
 from paraplan.typed import AtLeast, AtMost, Count
+
+if TYPE_CHECKING:  # the sweep (simulator, process pool) is imported where a profile is planned, not for --help
+    from paraplan.plan.hybrid.sweep import PlanSettings
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 _RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*:\s*(\d+)\s*$")
@@ -152,6 +154,8 @@ class PlanRequest:
 
     def settings(self, profile: ModelProfile, cluster: Cluster, comm: CommModel) -> PlanSettings:
         """The planner's settings for `profile` on `cluster` (one of its shapes)."""
+        from paraplan.plan.hybrid.sweep import PlanSettings
+
         memory = MemorySettings(
             memory_bytes=self.memory_GB * 1e9 if self.memory_GB is not None else cluster.device.usable_memory_bytes,
             model_state_factor=self.model_state_factor,

@@ -3,30 +3,36 @@ and peak memory, vectorised with numpy over the candidate arrays (`space.Candida
 one function per phase (as Megatron-LM's `theoretical_memory_usage.py`):
 
 - the layer: its device and host time and activations per (t, b, sp, recompute, c,
-  EP, ETP), priced once with the exact device model (`layer_table.py`); a ZeRO-3
-  layer is no faster than its weight all-gather and gradient reduce-scatter;
+  EP, ETP), priced once with the exact device model (`layer_table.py`); a ZeRO-3 layer
+  without pipelines is no faster than its weight all-gather, a ZeRO-2 layer's backward
+  than its gradients' reduce-scatter (every micro-batch), and each op of theirs waits for
+  what no layer hides (`overlap_terms.sharded_unit_exposed_s`);
 - stage op times: layers per stage x the layer's device and host time (smooth
   maximum, as the exact model), the embedding on the first stage, the head on the last;
-- pipeline: 1F1B and GPipe sum of the stages' (F + B) + (M - 1) x the slowest stage's
-  (exact for uniform stages); interleaved M x a rank's (F + B) over its v chunks + one
+- pipeline (`pipeline_estimate.py`): 1F1B and GPipe the sum of the stages' (F + B) + the
+  longest path's other M - 1 steps (GPipe: the slowest forward's and the slowest
+  backward's; 1F1B: the longest turn at one stage, a path of the engine's op order, so
+  never above it; both exact for uniform stages), each op with the blocking transfers it
+  sends (one chunk per stage: every forward but the last stage's, every backward but the
+  first's, `pipeline_p2p.p2p_charges`); interleaved M x a rank's (F + B) over its v chunks + one
   chunk of each other rank (the first rank's first, the last rank's last), the latest of
   the first, the last and a middle rank (with an even split: (M v + p - 1) x one chunk's
   plus the first or last device's extra per micro-batch) + 2 (p v - 1) transfers (the
   first forward and the last backward cross every virtual stage); a v that does not
   divide the layers over the stages uses Megatron's uneven first/last stages; ZB-H1 as
   1F1B less (p - 1) W + min(M - 1, p - 1) min(W, F) of a middle stage (Qi et al. 2023:
-  2 (p - 1) W, the fill and drain run the weight gradients); plus the
-  fill/drain transfers, M x what blocking transfers add per micro-batch
-  (`paraplan.predict.pipeline_p2p`), and what overlapped transfers take from the ops
-  beside them (`overlap_terms`);
+  2 (p - 1) W, the fill and drain run the weight gradients; from M - 1 times the slowest
+  stage's F + B); interleaved with blocking transfers plus M x what they add per
+  micro-batch (`paraplan.predict.pipeline_p2p`); and what overlapped transfers take from
+  the ops beside them (`overlap_terms`);
 - the gradient reduction over the d x c ranks that hold the same weights, exposed past
   the last backward, in the engine's buckets (Megatron-Core's grow with DP; interleaved,
   each model chunk reduced once its last backward ends), the optimizer step (with the
   distributed optimizer's zeroing of the whole gradient buffer) and the sharded state's
   weight all-gather (`overlap_param_gather`'s: the first bucket exposed, the rest beside
-  the first micro-batch's forwards at the occupancy share, `overlap_terms`): the first
-  rank's end, or the second rank's where later (its compute ends a backward earlier, its
-  whole reduction after it: `grad_sync.second_rank_sync_s`);
+  the first micro-batch's forwards at the occupancy share; interleaved, chunk by chunk,
+  `overlap_terms`): the first rank's end, or the second rank's where later (its compute
+  ends a backward earlier, its whole reduction after it: `grad_sync.second_rank_sync_s`);
 - memory (`memory_estimate.py`) of the first and the last stage (and the second, where a
   middle stage may hold more, and for a model of dense and MoE layers the first stage of
   MoE layers alone): weights, gradients and optimizer state as sharded, activations x micro-batches
@@ -65,7 +71,12 @@ from paraplan.plan.transformer.experts import mixed_stage_params
 from paraplan.plan.transformer.grad_sync import gradient_sync_s, second_rank_sync_s
 from paraplan.plan.transformer.layer_table import LayerTable, activation_table, priced
 from paraplan.plan.transformer.memory_estimate import dualpipe_peak_bytes, peak_memory_bytes
-from paraplan.plan.transformer.overlap_terms import p2p_share, param_gather_s, sender_contention_s
+from paraplan.plan.transformer.overlap_terms import (
+    p2p_share,
+    param_gather_s,
+    sender_contention_s,
+    sharded_unit_exposed_s,
+)
 from paraplan.plan.transformer.pipeline_estimate import pipeline_s
 from paraplan.plan.transformer.space import Candidates
 from paraplan.plan.transformer.stage_kinds import StageKinds, stage_kinds
@@ -108,17 +119,21 @@ def estimate(model: TransformerModel, cand: Candidates, base: RunSettings, clust
     overlapped = (cols.v > 1) & base.overlap_p2p_comm
     units, calibrated = cluster.device.compute_units, eff.comm_overlap_contention
     p2p = p2p_share(cols, overlapped, units, cluster.devices_per_node, calibrated)
-    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p)
-    pipe, busy = pipeline_s(cols, stages, send)
     synchronize = eff.host_kernel_s if base.batch_p2p_sync else 0.0  # `pipeline_p2p.sync_s`
-    pipe = pipe + cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather, synchronize)
+    # one chunk per stage: each blocking transfer (and its all-gather and host synchronisation) on the
+    # op that sends it, as the engine charges it (`pipeline_p2p.p2p_charges`): every forward but the
+    # last stage's, every backward but the first's
+    blocked = (cols.p > 1) & (cols.v == 1)
+    stages = _stage_times(model, cols, kinds, times, table, eff, send, p2p,
+                          np.where(blocked, send + gather + synchronize, 0.0))
+    pipe, busy = pipeline_s(cols, stages, send)
+    pipe = pipe + np.where(blocked, 0.0, cols.m * blocking_per_microbatch_s(cols.v, overlapped, send, gather,
+                                                                            synchronize))
     share = occupancy_shares(units, cols.dp_nodes, calibrated)  # the dp-cp (= sharding) group's
     megatron = (cols.cand.zero < 3) & (base.DDP_impl == "local") & (not base.use_torch_fsdp2)
-    # the first rank's forwards of its first micro-batch, with what blocking transfers (v = 1: after
-    # each forward) and the received activations' all-gathers (chunks after the first) add to them
-    blocked = (cols.p > 1) & (cols.v == 1)
-    forward = stages.first_rank_forward + np.where(blocked, send + gather + synchronize,
-                                                   np.where(overlapped, (cols.v - 1) * gather, 0.0))
+    # the first rank's forwards of its first micro-batch (with the blocking transfer after it, one
+    # chunk) and the received activations' all-gathers (chunks after the first)
+    forward = stages.first_rank_forward + np.where(overlapped, (cols.v - 1) * gather, 0.0)
     optimizer = _optimizer_s(cols, params, cluster, base, eff)
     first_end = (pipe + gradient_sync_s(cols, params, times, layers, weights, stages, comm, prec, base, eff,
                                         timed, share)
@@ -185,12 +200,15 @@ class _LayerTimes:
     kind_fwd_host: np.ndarray
     kind_bwd_dev: np.ndarray
     kind_bwd_host: np.ndarray
+    exposed_fwd: np.ndarray  # per op holding a layer: what per-layer sharding leaves exposed (`ExposedUnits`)
+    exposed_bwd: np.ndarray
 
     def kinds_op_s(self, kinds: np.ndarray, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `kinds` ((n, 2): dense and MoE layers) plus `extra`."""
         layer_dev, layer_host = ((self.kind_bwd_dev, self.kind_bwd_host) if backward
                                  else (self.kind_fwd_dev, self.kind_fwd_host))
-        dev, host = (kinds * layer_dev).sum(axis=1), (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
+        exposed = np.where(kinds.sum(axis=1) > 0, self.exposed_bwd if backward else self.exposed_fwd, 0.0)
+        dev, host = (kinds * layer_dev).sum(axis=1) + exposed, (kinds * layer_host).sum(axis=1) + eff.host_microbatch_s
         if extra is not None:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
@@ -198,7 +216,8 @@ class _LayerTimes:
     def op_s(self, n_layers, eff: DeviceEfficiency, backward: bool, extra=None) -> np.ndarray:
         """One micro-batch's forward (or backward) of `n_layers` layers plus `extra`."""
         layer_dev, layer_host = (self.bwd_dev, self.bwd_host) if backward else (self.fwd_dev, self.fwd_host)
-        dev, host = n_layers * layer_dev, n_layers * layer_host + eff.host_microbatch_s
+        exposed = np.where(np.asarray(n_layers) > 0, self.exposed_bwd if backward else self.exposed_fwd, 0.0)
+        dev, host = n_layers * layer_dev + exposed, n_layers * layer_host + eff.host_microbatch_s
         if extra is not None:
             dev, host = dev + extra[:, 0], host + extra[:, 1]
         return host_bound_s(dev, host, eff)
@@ -207,11 +226,14 @@ class _LayerTimes:
 
 def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, comm: CommModel,
                  prec: Precision, eff: DeviceEfficiency, timed: np.ndarray, units: int) -> _LayerTimes:
-    """The table's layer times; with ZeRO-3 (`paraplan.predict.fsdp_ops`) each layer
-    runs beside the next one's weight gather, the backward beside its gradients'
-    reduce-scatter too (the engine's per-layer buckets; ZeRO-2's gradients, reduced after
-    every micro-batch, likewise): max + share x min, the occupancy share of a device of
-    `units` SMs (`paraplan.predict.overlap_share`)."""
+    """The table's layer times; with ZeRO-3 without pipelines (`paraplan.predict.fsdp_ops`)
+    each layer runs beside the next one's weight gather (forward and backward: resharded
+    after the forward), with ZeRO-2 (gradients reduce-scattered after every micro-batch)
+    each backward beside the next layer's reduce-scatter: max + share x min, the occupancy
+    share of a device of `units` SMs (`paraplan.predict.overlap_share`); what no layer hides
+    (each op's first gather, last reduce-scatter and root unit's: `sharded_unit_exposed_s`)
+    joins each op. ZeRO-3 without pipelines reduce-scatters after the last micro-batch
+    (`gradient_sync_s`), as under pipelines."""
     row = cols.row
     zero3_gather = np.zeros(len(cols))
     zero3_scatter = np.zeros(len(cols))
@@ -227,14 +249,25 @@ def _layer_times(cols: CandidateColumns, table: LayerTable, weights: _Weights, c
         size, nodes, layer = int(cols.dc[i]), int(cols.dp_nodes[i]), float(weights.layer[i])
         if cols.zero3[i]:
             zero3_gather[i] = time_s("all_gather", layer * prec.weight_bytes, size, nodes)
-        zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
+        else:  # ZeRO-2 reduces every micro-batch; ZeRO-3 after the last only (`gradient_sync_s`)
+            zero3_scatter[i] = time_s("reduce_scatter", layer * prec.grad_bytes, size, nodes)
     kappa = occupancy_shares(units, cols.dp_nodes, eff.comm_overlap_contention)  # z14: `overlap_share`
     gather, both, share = zero3_gather[:, None], (zero3_gather + zero3_scatter)[:, None], kappa[:, None]
+    exposed = sharded_unit_exposed_s(cols, weights.layer, weights.vocab + weights.positions, weights.head, comm,
+                                     prec, timed)
+
+    def with_root(pair: np.ndarray, root_s: np.ndarray) -> np.ndarray:  # (device, host): the root unit's device
+        return pair + np.stack([root_s, np.zeros_like(root_s)], axis=1)
+
     return _LayerTimes(paired_s(zero3_gather, table.fwd_dev[row], kappa), table.fwd_host[row],
                        paired_s(zero3_gather + zero3_scatter, table.bwd_dev[row], kappa), table.bwd_host[row],
-                       table.emb_fwd[row], table.emb_bwd[row], table.head_fwd[row], table.head_bwd[row],
+                       with_root(table.emb_fwd[row], exposed.first_fwd),
+                       with_root(table.emb_bwd[row], exposed.first_bwd),
+                       with_root(table.head_fwd[row], exposed.last_fwd),
+                       with_root(table.head_bwd[row], exposed.last_bwd),
                        paired_s(gather, table.kind_fwd_dev[row], share), table.kind_fwd_host[row],
-                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row])
+                       paired_s(both, table.kind_bwd_dev[row], share), table.kind_bwd_host[row],
+                       exposed.layer_fwd, exposed.layer_bwd)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,7 +279,8 @@ class _StageTimes:
     stage's weight-gradient part and the latter's forward; a mean other chunk of the
     first and last rank; with what overlapped transfers take from each op
     (`overlap_terms.sender_contention_s`). The first rank's forward of one micro-batch
-    over its chunks (`param_gather_s` sets the weight all-gathers beside it)."""
+    over its chunks (`param_gather_s` sets the weight all-gathers beside it). Each stage's
+    forward and backward apart, for 1F1B's and GPipe's paths (one chunk per stage)."""
 
     mid: np.ndarray
     middle_sum: np.ndarray
@@ -259,42 +293,60 @@ class _StageTimes:
     chunk_first: np.ndarray
     chunk_last: np.ndarray
     first_rank_forward: np.ndarray
+    # one chunk per stage (1F1B's and GPipe's paths, `pipeline_estimate`): the first and last stage's
+    # forward and backward, and each middle entry's ((n, J) as `StageKinds.middle`) with how many
+    # stages hold it and the lowest and highest of them
+    first_fwd: np.ndarray
+    first_bwd: np.ndarray
+    last_fwd: np.ndarray
+    last_bwd: np.ndarray
+    middle_fwd: np.ndarray
+    middle_bwd: np.ndarray
+    middle_count: np.ndarray
+    middle_low: np.ndarray
+    middle_high: np.ndarray
 
 
 def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKinds, times: _LayerTimes,
-                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray) -> _StageTimes:
+                 table: LayerTable, eff: DeviceEfficiency, send: np.ndarray, p2p_share: np.ndarray,
+                 blocking: np.ndarray) -> _StageTimes:
     """`p2p_share`: of each overlapped transfer beside an op (0 where they block): every
     forward sends its activation on but the last virtual stage's, every backward its
-    gradient back but the first's (`pipeline_p2p.overlap_contention_s`)."""
+    gradient back but the first's (`pipeline_p2p.overlap_contention_s`). `blocking`: what
+    a blocking transfer adds to the op that sends it, on the same ops (one chunk per
+    stage; 0 elsewhere)."""
 
-    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None) -> tuple[np.ndarray, np.ndarray]:
-        return times.kinds_op_s(layers, eff, False, fwd_extra), times.kinds_op_s(layers, eff, True, bwd_extra)
+    def ops(layers: np.ndarray, fwd_extra=None, bwd_extra=None, sends=(True, True)) -> tuple[np.ndarray, np.ndarray]:
+        return (times.kinds_op_s(layers, eff, False, fwd_extra) + sends[0] * blocking,
+                times.kinds_op_s(layers, eff, True, bwd_extra) + sends[1] * blocking)
 
     def contended(op: np.ndarray) -> np.ndarray:
         return op + sender_contention_s(send, op, p2p_share)
 
     wgt = table.kind_wgt_dev[cols.row]
     # the middle virtual stages: each distinct (dense, MoE) count's F + B; their sum and the slowest
-    mid_f, mid_fb, mid_w = [], [], []
+    mid_f, mid_b, mid_fb, mid_w = [], [], [], []
     for j in range(kinds.middle.shape[1]):
         f, b = ops(kinds.middle[:, j])
         mid_f.append(contended(f))
+        mid_b.append(contended(b))
         mid_fb.append(contended(f) + contended(b))
         mid_w.append((kinds.middle[:, j] * wgt).sum(axis=1))
     fb, count = np.stack(mid_fb, axis=1), kinds.middle_count
     slowest = np.argmax(np.where(count > 0, fb, -np.inf), axis=1)[:, None]  # p <= 2: column 0, vstage 0's layers
-    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd)
-    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd)
+    first_f, first_b = ops(kinds.first, times.emb_fwd, times.emb_bwd, (True, False))
+    last_f, last_b = ops(kinds.last, times.head_fwd, times.head_bwd, (False, True))
     chunk_first_f, chunk_first_b = ops(kinds.chunk_first)
     chunk_last_f, chunk_last_b = ops(kinds.chunk_last)
     whole = np.tile([model.num_layers - model.num_moe_layers, model.num_moe_layers], (len(cols), 1)).astype(float)
-    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd)
+    whole_f, whole_b = ops(whole, times.emb_fwd + times.head_fwd, times.emb_bwd + times.head_bwd, (False, False))
     first_f, chunk_first_f = contended(first_f), contended(chunk_first_f)
+    last_b = contended(last_b)
     return _StageTimes(
         mid=np.take_along_axis(fb, slowest, axis=1)[:, 0],
         middle_sum=(np.where(count > 0, fb, 0.0) * count).sum(axis=1),
         first=first_f + first_b,
-        last=last_f + contended(last_b),
+        last=last_f + last_b,
         whole=whole_f + whole_b,
         weight_grad_first=(kinds.first * wgt).sum(axis=1),
         weight_grad_mid=np.take_along_axis(np.stack(mid_w, axis=1), slowest, axis=1)[:, 0],
@@ -302,6 +354,9 @@ def _stage_times(model: TransformerModel, cols: CandidateColumns, kinds: StageKi
         chunk_first=chunk_first_f + contended(chunk_first_b),
         chunk_last=contended(chunk_last_f) + contended(chunk_last_b),
         first_rank_forward=np.where(cols.single, whole_f, first_f + (cols.v - 1) * chunk_first_f),
+        first_fwd=first_f, first_bwd=first_b, last_fwd=last_f, last_bwd=last_b,
+        middle_fwd=np.stack(mid_f, axis=1), middle_bwd=np.stack(mid_b, axis=1), middle_count=count,
+        middle_low=kinds.middle_low, middle_high=kinds.middle_high,
     )
 
 

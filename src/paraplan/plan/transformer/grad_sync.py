@@ -50,9 +50,9 @@ def _chunks_exposed_s(first_s: float, each_s: float, v: int, gap_s: float) -> fl
 def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTimes, layers: StageLayers,
                      weights: Weights, st: StageTimes, comm: CommModel, prec: Precision, base: RunSettings,
                      eff: DeviceEfficiency, timed: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 and 3
-    reduce per layer: `_layer_times`, but ZeRO-3 under pipelines reduce-scatters once
-    after the last micro-batch, as the distributed optimizer); the experts' over the
+    """Gradient reduction exposed past the first stage's last backward op (ZeRO-2 reduces
+    every micro-batch, per layer: `_layer_times`; ZeRO-3, with or without pipelines,
+    reduce-scatters once after the last micro-batch, as the distributed optimizer); the experts' over the
     expert-data-parallel group (stride EP x ETP). The buckets as the engine cuts them
     (`rank_state._stage_grad_sync`): Megatron-Core's DDP buckets the first rank's first
     chunk in `megatron_bucket_params` (1M per data-parallel rank, at least 40M) with the
@@ -88,17 +88,17 @@ def gradient_sync_s(cols: CandidateColumns, params: StageParams, times: LayerTim
         shown = max(first, _chunks_exposed_s(count * one + apart_s, n * each, v, float(gap[i])))
         return shown + share[i] * max(count * one + apart_s + (v - 1) * n * each - shown, 0.0)
 
-    for i in np.flatnonzero((cols.dc > 1) & ((cols.cand.zero < 2) | cols.zero3_once) & timed):
+    for i in np.flatnonzero((cols.dc > 1) & (cols.cand.zero != 2) & timed):  # ZeRO-2: every micro-batch
         group = Group(int(cols.dc[i]), int(cols.dp_nodes[i]))
         bucket = (bucket_params_for(cols.dc[i]) if megatron[i]
-                  else float(weights.layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
+                  else float(weights.layer[i]) if cols.zero3[i] else GRAD_BUCKET_PARAMS)
         chunk = float(layers.n_chunk[i] * weights.layer[i])
         sync[i] = exposed(int(i), float(params.first[i]), chunk, group, max(bucket, 1.0),
                           float(embedding[i]) if megatron[i] else 0.0)
     for i in np.flatnonzero((cols.edp > 1) & (params.first_experts > 0) & timed):
         group = Group(int(cols.edp[i]), int(cols.edp_nodes[i]))
         bucket = (bucket_params_for(cols.dc[i]) if megatron[i]
-                  else float(weights.expert_layer[i]) if cols.zero3_once[i] else GRAD_BUCKET_PARAMS)
+                  else float(weights.expert_layer[i]) if cols.zero3[i] else GRAD_BUCKET_PARAMS)
         chunk = float(params.first_experts[i] / cols.v[i])
         sync[i] += exposed(int(i), float(params.first_experts[i]), chunk, group, max(bucket, 1.0), 0.0)
     return sync

@@ -7,7 +7,10 @@ rank it is on and that rank's parts at that moment, adding up to the peak
 (`paraplan.predict.peak_memory.PeakMemory`).
 
 Every row names the overlaps it assumed (`tp_comm_overlap`, `overlap_p2p_comm`, the MoE
-overlaps), its FP8 recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
+overlaps), a MoE model's own router (`moe_router_score_function`,
+`moe_router_enable_expert_bias`, `moe_router_topk_scaling_factor`, `moe_router_pre_softmax`:
+`paraplan.core.moe_router_model`), its FP8
+recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
 (`account_for_*_in_pipeline_split`) and ZeRO-3's choices (`fsdp_reshard_after_forward`,
 `sharded_grad_reduce`), so `paraplan predict` on the row's settings prices the same run."""
 
@@ -30,7 +33,9 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward", "sharded_grad_reduce",
     "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
-    "moe_shared_expert_overlap", "schedule", "dtype", "fp8_recipe", "use_flash_attn", "predicted_iteration_s",
+    "moe_shared_expert_overlap", "moe_router_score_function", "moe_router_enable_expert_bias",
+    "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "schedule", "dtype", "fp8_recipe", "use_flash_attn",
+    "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
     *PEAK_MEMORY_COLUMNS, "bubble_fraction", "fits_memory", "plausibility", *(f"{name}_s" for name in BASELINES),
     "search_s", "calibration",
@@ -89,6 +94,11 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "overlap_p2p_comm": _flag(s.p2p_overlapped),
             "overlap_moe_expert_parallel_comm": _flag(s.overlap_moe_expert_parallel_comm),
             "moe_shared_expert_overlap": _flag(s.moe_shared_expert_overlap),
+            # the model's own router (`paraplan.core.moe_router_model`); empty for a dense model
+            "moe_router_score_function": s.moe_router_score_function if model.is_moe else "",
+            "moe_router_enable_expert_bias": _flag(s.moe_router_enable_expert_bias) if model.is_moe else "",
+            "moe_router_topk_scaling_factor": f"{s.moe_router_topk_scaling_factor:g}" if model.is_moe else "",
+            "moe_router_pre_softmax": _flag(s.moe_router_pre_softmax) if model.is_moe else "",
             "schedule": s.pipeline_schedule, "dtype": s.dtype,
             "fp8_recipe": (s.fp8_recipe or DEFAULT_FP8_RECIPE) if s.dtype == "fp8" else "",
             "use_flash_attn": _flag(s.use_flash_attn),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from paraplan.core.cluster import Cluster
+from paraplan.core.moe_router_model import model_router_defaults
 from paraplan.core.run_settings import Dtype, Fp8Recipe, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.space import SearchSpace
@@ -41,7 +42,9 @@ class TransformerPlanRequest:
     """Candidates of least estimated time per schedule re-timed with the exact engine."""
 
     def base_settings(self) -> RunSettings:
-        """The settings every candidate shares: batch, precision, attention kernel."""
+        """The settings every candidate shares: batch, precision, attention kernel, the
+        model's own router (`paraplan.core.moe_router_model`)."""
         flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
         return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype, use_flash_attn=flash,
-                           fp8_recipe=self.fp8_recipe)
+                           fp8_recipe=self.fp8_recipe,
+                           **model_router_defaults(self.model, {}))  # type: ignore[arg-type]

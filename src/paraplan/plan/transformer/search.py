@@ -41,7 +41,7 @@ from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.estimate import estimate
-from paraplan.plan.transformer.memory_text import peak_parts_text
+from paraplan.plan.transformer.memory_text import fits_nowhere_advice, peak_parts_text
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
@@ -125,6 +125,12 @@ def check_model_state_fits(model: TransformerModel, num_gpus: int, dtype: str, c
             f"{state / num_gpus / 1e9:,.0f} GB per GPU even sharded over all of them; each has "
             f"{capacity_bytes / 1e9:,.1f} GB usable (at least {math.ceil(state / capacity_bytes):,} GPUs, "
             "before activations)")
+
+
+def _mtp_share(model: TransformerModel) -> str:
+    """', 11.6B of them multi-token prediction,' where the model has such layers: the
+    count above is then more than its `num_parameters` (the plan CSV's column)."""
+    return f", {model.mtp_parameters / 1e9:,.1f}B of them multi-token prediction," if model.mtp_num_layers else ""
 
 
 def _size(nbytes: float) -> str:
@@ -285,10 +291,10 @@ def _raise_fits_nowhere(request: TransformerPlanRequest, cand: Candidates, est, 
         # is the least any split needs, and it says how many GPUs it would take
         raise StrategyError(
             f"{where}: its weights, gradients and optimizer state alone are {_size(state)} ({params / 1e9:,.1f}B "
-            f"parameters x {state / params:.0f} bytes, {request.dtype}), {_size(state / n)} per GPU even "
+            f"parameters{_mtp_share(request.model)} x {state / params:.0f} bytes, {request.dtype}), "
+            f"{_size(state / n)} per GPU even "
             f"sharded over all {n:,}, against {usable}; {needs}. It takes at least "
             f"{math.ceil(state / device.usable_memory_bytes):,} GPUs (the model state alone, before activations), "
             "a smaller model or a device with more memory")
-    raise StrategyError(
-        f"{where}: {needs}, against {usable}; more GPUs, a smaller model or a device with more memory "
-        "would do")
+    raise StrategyError(f"{where}: {needs}, against {usable}; "
+                        f"{fits_nowhere_advice(PeakMemory.of(best[0]), request.model, int(cand.cp.max()))}")

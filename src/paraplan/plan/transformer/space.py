@@ -255,6 +255,19 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                          space: SearchSpace, flash: bool = True) -> Candidates:
     """Every candidate that can run (divisibility, schedule rules); memory is checked later.
     `flash`: the run's attention is fused (context parallelism needs it)."""
+    rows, layouts = _candidate_rows(model, num_gpus, global_batch_size, devices_per_node, space, flash)
+    if not rows:
+        raise StrategyError(
+            f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
+            f"{global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)"
+            + _fewest_replicas_text(model, num_gpus, devices_per_node, space, flash, layouts))
+    cols = np.array(rows, dtype=np.int64).T
+    return Candidates(*cols)
+
+
+def _candidate_rows(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
+                    space: SearchSpace, flash: bool) -> tuple[list[tuple[int, ...]], list[tuple[int, int]]]:
+    """`enumerate_candidates`'s rows, and the (CP, TP) layouts they were built from."""
     rows: list[tuple[int, ...]] = []
     sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
     rc_idx = [RECOMPUTE.index(r) for r in space.recompute]
@@ -306,9 +319,23 @@ def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_si
                             for z in zeros:
                                 for ep, etp in experts[sp]:
                                     rows.append((t, p, d, b, v, s_i, rc, int(sp), z, first, last, c, ep, etp, acc))
-    if not rows:
-        raise StrategyError(
-            f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
-            f"{global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)")
-    cols = np.array(rows, dtype=np.int64).T
-    return Candidates(*cols)
+    return rows, layouts
+
+
+def _fewest_replicas_text(model: TransformerModel, num_gpus: int, devices_per_node: int, space: SearchSpace,
+                          flash: bool, layouts: list[tuple[int, int]]) -> str:
+    """'; the fewest data-parallel replicas of a layout that runs are 4 (TP 8, PP 32): a
+    global batch divisible by 4 would do' for a global batch that no layout's DP divides: the fewest
+    replicas with which some candidate runs (checked by enumerating at that batch); ''
+    when none does at any batch."""
+    replicas = sorted({num_gpus // (t * c * p) for c, t in layouts for p in divisors(num_gpus // (t * c))
+                       if p <= model.num_layers})
+    for d in replicas:
+        rows = _candidate_rows(model, num_gpus, d, devices_per_node, space, flash)[0]
+        if not rows:
+            continue
+        t, p, d, c = (min(rows, key=lambda row: row[2])[i] for i in (0, 1, 2, 11))
+        cp = f", CP {c}" if c > 1 else ""
+        return (f"; the fewest data-parallel replicas of a layout that runs are {d} (TP {t}{cp}, PP {p}): a "
+                f"global batch divisible by {d} would do")
+    return ""

@@ -28,7 +28,8 @@ class StageKinds:
     virtual stage 0 (beside the embedding), the last virtual stage (beside the head),
     a mean other chunk of the first and of the last rank (interleaved), the slowest
     middle virtual stage's candidates (`middle`, shape (n, J, 2)) with how many middle
-    virtual stages hold each (`middle_count`, (n, J), 0: padding). Where the pipeline
+    virtual stages hold each (`middle_count`, (n, J), 0: padding) and the lowest and
+    highest pipeline rank among them (`middle_low`, `middle_high`). Where the pipeline
     has no middle stage (p <= 2) `middle` holds virtual stage 0's layers with count 0.
     For the memory estimate: a mean chunk of the second rank, and which rank is the
     first to hold MoE layers alone (`moe_rank`; 1 where none of the middle ranks is)
@@ -41,6 +42,8 @@ class StageKinds:
     chunk_last: np.ndarray
     middle: np.ndarray
     middle_count: np.ndarray
+    middle_low: np.ndarray  # (n, J): the lowest pipeline rank that holds each middle entry
+    middle_high: np.ndarray  # (n, J): the highest (1F1B's paths turn at a stage: `pipeline_estimate`)
     second: np.ndarray
     moe_rank: np.ndarray
     moe_rank_layers: np.ndarray
@@ -63,12 +66,13 @@ def stage_kinds(model: TransformerModel, cand: Candidates, base: RunSettings) ->
 
     middle = np.zeros((len(splits), width, 2))
     count = np.zeros((len(splits), width))
+    low, high = np.zeros((len(splits), width)), np.zeros((len(splits), width))
     for i, sp in enumerate(splits):
-        for j, (pair, n) in enumerate(sp.middle):
-            middle[i, j], count[i, j] = pair, n
+        for j, ((pair, n), (lo, hi)) in enumerate(zip(sp.middle, sp.middle_ranks, strict=True)):
+            middle[i, j], count[i, j], low[i, j], high[i, j] = pair, n, lo, hi
     inv = inverse.ravel()
     return StageKinds(column("first")[inv], column("last")[inv], column("chunk_first")[inv],
-                      column("chunk_last")[inv], middle[inv], count[inv], column("second")[inv],
+                      column("chunk_last")[inv], middle[inv], count[inv], low[inv], high[inv], column("second")[inv],
                       np.array([sp.moe_rank for sp in splits], dtype=np.int64)[inv], column("moe_rank_layers")[inv])
 
 
@@ -85,6 +89,7 @@ class _Split:
     chunk_first: Pair
     chunk_last: Pair
     middle: tuple[tuple[Pair, int], ...]
+    middle_ranks: tuple[tuple[int, int], ...]  # each middle entry's lowest and highest pipeline rank
     second: Pair
     moe_rank: int
     moe_rank_layers: Pair
@@ -109,12 +114,17 @@ def _split(model: TransformerModel, base: RunSettings, p: int, v: int, first: in
 
     middle_pairs = by_rank[:, 1:p - 1].reshape(-1, 2)
     if len(middle_pairs):
-        distinct, n = np.unique(middle_pairs, axis=0, return_counts=True)
+        distinct, which, n = np.unique(middle_pairs, axis=0, return_inverse=True, return_counts=True)
+        ranks = np.arange(len(middle_pairs)) % (p - 2) + 1  # chunk-major: ranks 1 .. p - 2 per chunk
+        which = which.ravel()
         middle = tuple((pair(d), int(k)) for d, k in zip(distinct, n.tolist(), strict=True))
+        middle_ranks = tuple((int(ranks[which == j].min()), int(ranks[which == j].max()))
+                             for j in range(len(distinct)))
     else:
         middle = ((pair(pairs[0]), 0),)
+        middle_ranks = ((0, 0),)
     rank_mean = by_rank.mean(axis=0)  # (p, 2)
     moe_only = [r for r in range(1, p - 1) if by_rank[:, r, 0].sum() == 0 and by_rank[:, r, 1].sum() > 0]
     moe_rank = moe_only[0] if moe_only else min(1, p - 1)
     return _Split(pair(pairs[0]), pair(pairs[-1]), mean_other(by_rank[1:, 0]), mean_other(by_rank[:-1, p - 1]),
-                  middle, pair(rank_mean[min(1, p - 1)]), moe_rank, pair(rank_mean[moe_rank]))
+                  middle, middle_ranks, pair(rank_mean[min(1, p - 1)]), moe_rank, pair(rank_mean[moe_rank]))
