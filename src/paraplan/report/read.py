@@ -5,7 +5,7 @@ numbers where it computes with them, and JSON objects. A file that fails is one
 halfway through the summary.
 
 The columns are those `paraplan.report.summary` reads without a default; a result
-written by the stage has all of them (DESIGN.md's file contracts), so valid results
+written by the stage has all of them (the file contracts of docs/design.md), so valid results
 summarise exactly as before.
 """
 
