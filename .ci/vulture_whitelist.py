@@ -36,3 +36,9 @@ _.daemon_threads
 # fixtures a test requests for their side effect only
 one_thread
 keep_threads
+# result-column specs that cli/report.py looks up by name (getattr(read, kind)) after a lazy import
+VALIDATION
+PREDICTION
+LLM_PLAN
+SIMULATION
+COMPARISON
