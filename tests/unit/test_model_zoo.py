@@ -5,6 +5,7 @@ nothing paraplan cannot price is priced as a dense model."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -164,12 +165,50 @@ def test_a_file_without_a_sequence_length_says_which_it_uses(capsys):
     assert "no sequence length" not in capsys.readouterr().err
 
 
-def test_every_architecture_of_the_zoo_is_priced():
+ZOO = {  # what tensor_model_parallel_size 16 meets: the key/value groups (8 for Mixtral and Qwen3)
+    # must split over it; DeepSeek-V3's multi-latent attention has none, Gemma 3 has 16
+    "mixtral-8x7b": "num_query_groups 8 is not divisible by tensor_model_parallel_size 16",
+    "deepseek-v3": None,
+    "gemma-3-27b": None,
+    "qwen3-32b": "num_query_groups 8 is not divisible by tensor_model_parallel_size 16",
+}
+
+
+def _zoo_model(name: str):
+    return PRESETS[name] if name in ("mixtral-8x7b", "deepseek-v3") else _read(name).model
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_every_architecture_of_the_zoo_is_priced(name):
+    """Mixture-of-experts layers (Mixtral), MoE with multi-latent attention and an MTP layer
+    (DeepSeek-V3), sliding windows (Gemma 3), a head width of its own (Qwen3): each is
+    accepted at t 8 and priced to a finite time whose MFU is a fraction, and t 16 gets
+    exactly the outcome its attention heads allow."""
+    from paraplan.clusters import load_cluster
+    from paraplan.predict.calibration import load_calibration
+    from paraplan.predict.device_model import DeviceSpeed
+    from paraplan.predict.predictor import predict_settings, summarize
+
+    model = replace(_zoo_model(name), seq_length=4096)
     settings = RunSettings(tensor_model_parallel_size=8, data_parallel_size=8, global_batch_size=64)
-    settings.check(PRESETS["mixtral-8x7b"])  # mixture-of-experts layers (test_predict_moe.py)
-    settings.check(PRESETS["deepseek-v3"])  # MoE with multi-latent attention and an MTP layer
-    settings.check(_read("gemma-3-27b").model)  # sliding windows
-    settings.check(_read("qwen3-32b").model)  # dense, head width of its own
+    assert settings.check(model) is None
+    cluster, calibration = load_cluster("dgx-h100"), load_calibration()
+    [(result, priced)] = predict_settings(model, [settings], cluster, calibration.comm_model(cluster),
+                                          calibration.efficiency)
+    prediction = summarize(model, priced, result, cluster)
+    assert math.isfinite(prediction.iteration_s) and prediction.iteration_s > 0
+    assert 0 < prediction.mfu < 1, prediction.mfu
+    # MFU's convention: 6 x active parameters x tokens over the GPUs' bf16 peak
+    peak = DeviceSpeed.of(cluster.device, "bf16").peak_flops
+    assert prediction.mfu == pytest.approx(
+        6 * model.active_parameters * 64 * 4096 / prediction.iteration_s / 64 / peak, rel=1e-12)
+    wide = replace(settings, tensor_model_parallel_size=16)
+    if ZOO[name] is None:
+        assert wide.check(model) is None
+    else:
+        with pytest.raises(StrategyError) as err:
+            wide.check(model)
+        assert str(err.value) == ZOO[name]
 
 
 def test_a_model_whose_state_cannot_fit_is_infeasible_with_its_numbers():
