@@ -9,7 +9,10 @@ kept from regressing."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,9 +106,44 @@ def test_group_limited_routing_names_the_broken_condition(tmp_path, capsys, colu
 
 
 def test_group_limited_routing_that_fits_is_accepted(tmp_path):
+    """The row is priced as the same model and settings built directly: its router columns
+    are written back as given and its time, parameters and memory are `predict_settings`'s."""
+    from paraplan.clusters import load_cluster
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.core.transformer import TransformerModel
+    from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.predictor import predict_settings, summarize
+
     table = tmp_path / "runs.csv"
     table.write_text(f"{HEADER}{MOE}\n{CELLS},8,4,2,2\n")
     assert main(["predict", str(table), "--cluster", "dgx-h100", "-o", str(tmp_path / "o.csv"), "--no-track"]) == 0
+    with (tmp_path / "o.csv").open() as handle:
+        [row] = list(csv.DictReader(handle))
+    assert {k: row[k] for k in ("num_experts", "moe_router_topk", "moe_router_num_groups",
+                                "moe_router_group_topk")} == {"num_experts": "8", "moe_router_topk": "4",
+                                                              "moe_router_num_groups": "2",
+                                                              "moe_router_group_topk": "2"}
+    model = TransformerModel("x", num_layers=4, hidden_size=1024, num_attention_heads=16, seq_length=2048,
+                             vocab_size=32000, num_experts=8, moe_router_topk=4, moe_router_num_groups=2,
+                             moe_router_group_topk=2)
+    settings = RunSettings(tensor_model_parallel_size=2, pipeline_model_parallel_size=2, data_parallel_size=2,
+                           global_batch_size=64, micro_batch_size=1)
+    cluster = load_cluster("dgx-h100")
+    calibration = calibration_for(cluster)
+    assert row["calibration"].split("@")[0] == calibration.name
+    [(result, priced)] = predict_settings(model, [settings], cluster, calibration.comm_model(cluster),
+                                          calibration.efficiency)
+    direct = summarize(model, priced, result, cluster)
+    assert math.isfinite(direct.iteration_s) and direct.iteration_s > 0
+    # the file holds 6 significant digits
+    assert float(row["predicted_iteration_s"]) == pytest.approx(direct.iteration_s, rel=1e-6)
+    assert float(row["predicted_peak_memory_bytes"]) == pytest.approx(direct.peak_memory_bytes, rel=1e-6)
+    assert (int(row["num_parameters"]), int(row["active_parameters"])) == (model.num_parameters,
+                                                                          model.active_parameters)
+    # the group limit is priced: the same row without it is 6% faster (the comparison tells them apart)
+    [(ungrouped, _)] = predict_settings(replace(model, moe_router_num_groups=0, moe_router_group_topk=0), [settings],
+                                        cluster, calibration.comm_model(cluster), calibration.efficiency)
+    assert ungrouped.iteration_s < direct.iteration_s * (1 - 1e-3)
 
 
 # ---- Hugging Face config.json: n_group, topk_group, topk_method ----------------------
