@@ -185,12 +185,61 @@ def test_the_iteration_runs_the_dualpipe_engine() -> None:
 
 def test_a_pair_hides_part_of_the_all_to_alls() -> None:
     """With experts over EP 8 ranks a pair's passes are cheaper than the passes alone:
-    each all-to-all beside a module of the other pass, max(c, g) + contention x min(c, g)."""
-    _, dual, _ = _run("qwen3-30b-a3b", pipeline_model_parallel_size=2, data_parallel_size=8,
-                      expert_model_parallel_size=8, global_batch_size=32, micro_batch_size=1, schedule="dualpipe")
+    each of a MoE layer's four token transfers (c) runs beside a module of the other pass
+    (g) and takes max(c, g) + share x min(c, g) instead of c in series, so a layer hides
+    the sum of (1 - share) x min(c, g); a stage's op hides its MoE layers' worth of
+    device time, seen through the smooth maximum with its host time (`host_bound_s`)."""
+    from dataclasses import replace
+
+    from paraplan.clusters import load_cluster
+    from paraplan.core.run_settings import RunSettings
+    from paraplan.predict.build import StageLayers, kernel_times_by_pass, op_device_s, op_host_s, run_structure
+    from paraplan.predict.device_model import host_bound_s, kernel_times_s
+    from paraplan.predict.models import PRESETS
+    from paraplan.predict.pass_times import Pass, pass_times
+
+    kw = {"pipeline_model_parallel_size": 2, "data_parallel_size": 8, "expert_model_parallel_size": 8,
+          "global_batch_size": 32, "micro_batch_size": 1, "schedule": "dualpipe"}
+    _, dual, cal = _run("qwen3-30b-a3b", **kw)
     c = dual.dualpipe
     assert c is not None
     assert (c.pair_fwd_s < c.fwd_s).all() and (c.pair_bwd_s < c.bwd_s).all()
+
+    cluster, eff = load_cluster("dgx-h800"), cal.efficiency
+    st = run_structure(replace(PRESETS["qwen3-30b-a3b"], seq_length=4096), RunSettings(**kw), cluster,  # type: ignore[arg-type]
+                       cal.comm_model(cluster))
+    assert st.paired_moe_passes is not None
+
+    def device_s(cost) -> float:  # type: ignore[no-untyped-def]
+        return cost.device_s(kernel_times_s(cost.kernels, st.speed, eff), eff)
+
+    closed_form = 0.0
+    for cost in st.paired_moe_passes:
+        kernel_s = kernel_times_s(cost.kernels, st.speed, eff)
+        assert cost.hidden_comm_s.size == 2 and (cost.hidden_part == "ep").all()  # 2 transfers beside each pass
+        ends = np.concatenate(([0.0], np.cumsum(kernel_s)))
+        beside = ends[cost.hidden_by + cost.hidden_span] - ends[cost.hidden_by]
+        closed_form += float(((1 - cost.hidden_share) * np.minimum(cost.hidden_comm_s, beside)).sum())
+    paired_fwd, paired_bwd = st.paired_moe_passes
+    hidden_fwd = device_s(st.passes[Pass.MOE_LAYER_FWD]) - device_s(paired_fwd)
+    hidden_bwd = device_s(st.passes[Pass.MOE_LAYER_BWD]) - device_s(paired_bwd)
+    assert closed_form > 0
+    assert hidden_fwd + hidden_bwd == pytest.approx(closed_form, rel=1e-12)
+
+    times = pass_times(st, kernel_times_by_pass([st], eff)[0], eff)
+    layers = StageLayers.of(st)
+    assert layers.moe is not None and layers.moe.tolist() == [24, 24]  # 48 MoE layers over 2 stages
+    factor = eff.layer_time_factors.factor(st.layer_key)
+    fwd_dev, bwd_dev = op_device_s(st, times, layers, eff)
+    fwd_host, bwd_host = op_host_s(times, layers, eff)
+    hidden_stage = (host_bound_s(fwd_dev, fwd_host, eff) - host_bound_s(fwd_dev - layers.moe * factor * hidden_fwd,
+                                                                         fwd_host, eff)
+                    + host_bound_s(bwd_dev, bwd_host, eff) - host_bound_s(bwd_dev - layers.moe * factor * hidden_bwd,
+                                                                          bwd_host, eff))
+    # the sends' contention is the same beside a pair (each send is shorter than either op)
+    assert (c.fwd_s + c.bwd_s - c.pair_fwd_s - c.pair_bwd_s).tolist() == pytest.approx(hidden_stage.tolist(),
+                                                                                        rel=1e-9)
+    assert (hidden_stage < layers.moe * factor * closed_form).all()  # the host time takes its part
 
 
 @pytest.mark.parametrize("kw, message", [
