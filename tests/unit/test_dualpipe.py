@@ -196,26 +196,28 @@ def test_a_pair_hides_part_of_the_all_to_alls() -> None:
     from paraplan.predict.build import StageLayers, kernel_times_by_pass, op_device_s, op_host_s, run_structure
     from paraplan.predict.device_model import host_bound_s, kernel_times_s
     from paraplan.predict.models import PRESETS
+    from paraplan.predict.pass_cost import PassCost
     from paraplan.predict.pass_times import Pass, pass_times
 
     kw = {"pipeline_model_parallel_size": 2, "data_parallel_size": 8, "expert_model_parallel_size": 8,
           "global_batch_size": 32, "micro_batch_size": 1, "schedule": "dualpipe"}
     _, dual, cal = _run("qwen3-30b-a3b", **kw)
-    c = dual.dualpipe
+    c = dual.dualpipe  # type: ignore[attr-defined]
     assert c is not None
     assert (c.pair_fwd_s < c.fwd_s).all() and (c.pair_bwd_s < c.bwd_s).all()
 
-    cluster, eff = load_cluster("dgx-h800"), cal.efficiency
+    cluster, eff = load_cluster("dgx-h800"), cal.efficiency  # type: ignore[attr-defined]
     st = run_structure(replace(PRESETS["qwen3-30b-a3b"], seq_length=4096), RunSettings(**kw), cluster,  # type: ignore[arg-type]
-                       cal.comm_model(cluster))
+                       cal.comm_model(cluster))  # type: ignore[attr-defined]
     assert st.paired_moe_passes is not None
 
-    def device_s(cost) -> float:  # type: ignore[no-untyped-def]
+    def device_s(cost: PassCost) -> float:
         return cost.device_s(kernel_times_s(cost.kernels, st.speed, eff), eff)
 
     closed_form = 0.0
     for cost in st.paired_moe_passes:
         kernel_s = kernel_times_s(cost.kernels, st.speed, eff)
+        assert cost.hidden_part is not None and cost.hidden_span is not None and cost.hidden_share is not None
         assert cost.hidden_comm_s.size == 2 and (cost.hidden_part == "ep").all()  # 2 transfers beside each pass
         ends = np.concatenate(([0.0], np.cumsum(kernel_s)))
         beside = ends[cost.hidden_by + cost.hidden_span] - ends[cost.hidden_by]
