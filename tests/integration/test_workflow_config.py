@@ -40,9 +40,35 @@ def test_the_readme_config_override_works_as_written(workdir):
     assert "--collectives all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,all_to_allv " in line
 
 
-def test_tracking_off_from_the_command_line(workdir):
-    out = _dry_run(workdir, "--config", "mlflow={enabled: false}", "--until", "simulate_all")
+def test_tracking_off_from_the_command_line(repo_root, tmp_path):
+    """`mlflow={enabled: false}` on the command line: the simulate stage runs for real (about
+    10 s) and writes its tables, and nothing reaches MLflow: no store at the tracking URI
+    the environment names, none in the folder, no run records spooled for it."""
+    from paraplan.studies.simulate import RESULT_COLUMNS
+
+    folder = tmp_path / "workflow"
+    folder.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
+        source = repo_root / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, folder / name)
+    store = tmp_path / "store" / "mlflow.db"
+    store.parent.mkdir()
+    exe = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PARAPLAN_INVOCATION_ID")}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}"
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the jobs' `paraplan`
+    out = subprocess.run([exe, "--nolock", "-c1", "--config", "mlflow={enabled: false}", "--until", "simulate_all"],
+                         cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "paraplan: MLflow tracking is off (mlflow.enabled: false)" in out.stderr.splitlines()
+    tables = sorted((folder / "results" / "simulations").glob("*/results.csv"))
+    studies = sorted(p.stem for p in (folder / "config" / "studies" / "simulate").glob("*.yaml"))
+    assert [t.parent.name for t in tables] == studies
+    for table in tables:
+        assert table.read_text().splitlines()[0] == ",".join(RESULT_COLUMNS)
+    assert not store.exists() and not list(store.parent.iterdir())
+    assert not (folder / "mlruns").exists() and not (folder / "mlflow.db").exists()
+    assert not (folder / ".paraplan" / "runs").exists() or not any((folder / ".paraplan" / "runs").iterdir())
 
 
 @pytest.mark.parametrize(("config", "line"), [
