@@ -143,6 +143,10 @@ def test_text_config_is_read_and_the_other_towers_named():
     assert ("gemma-3-27b.json: vision_config ignored: that tower is not modelled (only the language model is)"
             in read.notes)
     assert any("vocab_size" in n and "gemma3_text defaults" in n for n in read.notes)
+    # Gemma's sandwich norms: named, not silently dropped (2 x 5,376 weights per layer)
+    assert read.notes[-1] == ("gemma-3-27b.json: text_config: gemma3_text's post-attention and post-feed-forward "
+                              "RMSNorms are not modelled: 2 of its 4 norms per layer are priced, 10752 weights and "
+                              "2 norm passes per layer left out")
 
 
 def test_unknown_keys_are_named_and_refused_architectures_are_errors(capsys):

@@ -452,6 +452,10 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     except ValueError as exc:
         raise InputFileError(where, str(exc)) from None
     notes += keys.notes
+    if model_type in ("gemma2", "gemma3_text"):
+        notes.append(f"{where}: {model_type}'s post-attention and post-feed-forward RMSNorms are not modelled: "
+                     f"2 of its 4 norms per layer are priced, {2 * model.hidden_size} weights and 2 norm passes "
+                     f"per layer left out")
     if model_type == "llama4_text" and fields["qk_layernorm"]:
         notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")
