@@ -88,6 +88,14 @@ def _value(data: object, schema: Mapping[str, Any]) -> str | None:
     return None
 
 
+def dotted(parts: Sequence[object]) -> str:
+    """A key path as the messages write it: `plan.llm.x.schedules[1]`."""
+    where = ""
+    for part in parts:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where
+
+
 def key_named(where: str, origin: str = "") -> str:
     """`config key 'bench.min_bytes'`, and where it was given when known: `in my.yaml`
     (a config file's name) or `in --config` (Snakemake's command line)."""
@@ -130,9 +138,7 @@ def config_key_problems(data: object, schema: Mapping[str, Any], base: Path,
     said to be in the first that holds it, else in --config); `parts`: the key path of
     `data` (for the recursion)."""
     schema, base = resolve_ref(dict(schema), base)
-    where = ""
-    for part in parts:
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    where = dotted(parts)
     problems: list[str] = []
     if schema.get("pattern") == NAME_PATTERN and isinstance(data, str) and (
             problem := _name(data, where, parts, files)):

@@ -20,7 +20,7 @@ from urllib.request import url2pathname
 
 import yaml
 
-from paraplan.typed.config_check import _given_in, key_named
+from paraplan.typed.config_check import _given_in, dotted, key_named
 
 _SHOWN = 200  # a message quotes the value; a whole section would drown the line
 
@@ -40,13 +40,6 @@ def _with_defaults(validator_class: Any) -> Any:
         yield from check_properties(validator, props, instance, schema)
 
     return validators.extend(validator_class, {"properties": properties})
-
-
-def _where(parts: Sequence[object]) -> str:
-    where = ""
-    for part in parts:
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    return where
 
 
 def config_value_problems(config: Mapping[str, Any], schema_path: Path,
@@ -73,5 +66,5 @@ def config_value_problems(config: Mapping[str, Any], schema_path: Path,
         message = " ".join(error.message.split())
         if len(message) > _SHOWN:
             message = message[:_SHOWN] + "..."
-        problems.append(f"{key_named(_where(parts) or '<top>', origin)}: {message}")
+        problems.append(f"{key_named(dotted(parts) or '<top>', origin)}: {message}")
     return problems
