@@ -1,7 +1,10 @@
-"""`paraplan bench --kind gemm|attention`: time torch.matmul over an m x n x k grid, or
-scaled_dot_product_attention forward and backward over sequence lengths and head
-dims, on one device (paraplan.kernels.bench); writes OUTPUT/<kind>.csv
-(paraplan.kernels.results) and one MLflow run. Not a command of its own."""
+"""`paraplan bench --kind gemm|attention|gemm-sustained`: time torch.matmul over an
+m x n x k grid (or listed shapes), scaled_dot_product_attention forward and backward
+over sequence lengths and head dims, on one device (paraplan.kernels.bench), or one
+GEMM shape's burst and sustained rate on a GPU (paraplan.kernels.sustained_bench);
+writes OUTPUT/gemm.csv, attention.csv (paraplan.kernels.results) or
+gemm_sustained.csv (paraplan.kernels.sustained) and one MLflow run. Not a command of
+its own."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ DEFAULT_SEQ_LENGTHS = "256,512,1024"
 
 
 def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("kernels (--kind gemm|attention)")
+    group = parser.add_argument_group("kernels (--kind gemm|attention|gemm-sustained)")
     group.add_argument("--device", default="auto", help="cpu, cuda, or auto (CUDA when present)")
     group.add_argument("--threads", type=int, default=1,
                        help="cpu: torch threads (default 1: one core, the local-cpu cluster's device)")
@@ -29,6 +32,13 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--k", default=DEFAULT_GEMM_SIZES, help="gemm: comma list of k")
     group.add_argument("--gemm-batch", default="1",
                        help="gemm: comma list of batch counts (independent products per batched matmul)")
+    group.add_argument("--gemm-shapes", default=None, metavar="MxNxK[xB],...",
+                       help="gemm, gemm-sustained: listed shapes instead of the --m x --n x --k x --gemm-batch grid")
+    group.add_argument("--sustain-s", type=float, default=30.0,
+                       help="gemm-sustained: seconds of back-to-back products (the sustained rate is the median "
+                            "of the second half)")
+    group.add_argument("--setup", default="one GPU (paraplan bench)",
+                       help="gemm-sustained: the CSV's setup column (what else ran, how the GPU was cooled)")
     group.add_argument("--seq-lengths", default=DEFAULT_SEQ_LENGTHS, help="attention: comma list of sequence lengths")
     group.add_argument("--head-dims", default="64,128", help="attention: comma list of head dimensions")
     group.add_argument("--heads", type=int, default=16, help="attention: heads")
@@ -45,6 +55,22 @@ def _positive_list(text: str, key: str) -> list[int]:
     if any(v < 1 for v in values):
         raise ConfigError(key, f"every value must be >= 1, got {text}")
     return values
+
+
+def _gemm_shapes(args: argparse.Namespace):
+    from paraplan.kernels import bench
+
+    if args.gemm_shapes is None:
+        return [bench.GemmShape(m, n, k, b) for m, n, k, b in itertools.product(
+            _positive_list(args.m, "--m"), _positive_list(args.n, "--n"), _positive_list(args.k, "--k"),
+            _positive_list(args.gemm_batch, "--gemm-batch"))]
+    shapes = []
+    for item in (part.strip() for part in args.gemm_shapes.split(",")):
+        dims = item.lower().split("x")
+        if len(dims) not in (3, 4) or not all(d.isdigit() and int(d) >= 1 for d in dims):
+            raise ConfigError("--gemm-shapes", f"expected MxNxK or MxNxKxBATCH of positive integers, got {item!r}")
+        shapes.append(bench.GemmShape(*(int(d) for d in dims)))
+    return shapes
 
 
 def run_kernel_bench(args: argparse.Namespace) -> int:
@@ -75,13 +101,15 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
                  f"{row['pass']} s={row['seq_length']} d={row['head_dim']} batch {row['batch']}")
         print(f"{args.kind} {shape}: {row['time_us']:.1f} us, {row['tflops']:.3f} TFLOP/s", file=sys.stderr, flush=True)
 
+    if args.kind == "gemm-sustained":
+        return _run_sustained(args, device, name)
     if args.kind == "gemm":
-        shapes = [bench.GemmShape(m, n, k, b) for m, n, k, b in itertools.product(
-            _positive_list(args.m, "--m"), _positive_list(args.n, "--n"), _positive_list(args.k, "--k"),
-            _positive_list(args.gemm_batch, "--gemm-batch"))]
-        rows = bench.time_gemms(shapes, args.dtype, device, args.warmup, args.iters, on_row=show)
+        rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show)
         columns = GEMM_COLUMNS
     else:
+        if args.dtype in bench.FP8_DTYPES:
+            raise ConfigError("--dtype", f"attention: {args.dtype} is a GEMM dtype here; expected one of "
+                              f"{', '.join(d for d in bench.DTYPES if d not in bench.FP8_DTYPES)}")
         if args.heads < 1 or args.tokens < 1:
             raise ConfigError("--heads" if args.heads < 1 else "--tokens", "must be >= 1")
         attention_shapes = [bench.AttentionShape(max(args.tokens // s, 1), args.heads, s, d, not args.non_causal)
@@ -105,6 +133,48 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
         params={"kind": args.kind, "device": name, "dtype": args.dtype, "warmup": args.warmup, "iters": args.iters,
                 "shapes": len(frame), "threads": args.threads if device.type == "cpu" else None},
         metrics={"max_tflops": float(frame["tflops"].max()), "median_tflops": float(frame["tflops"].median())},
+        artifacts=[path], tags={"kind": args.kind, "device": name},
+    ))
+    return 0
+
+
+def _run_sustained(args: argparse.Namespace, device, name: str) -> int:
+    """One row per listed shape (--gemm-shapes, else the grid's shapes) of the
+    sustained-GEMM CSV."""
+    import pandas as pd
+
+    from paraplan.files import write_csv
+    from paraplan.kernels.sustained import SUSTAINED_COLUMNS
+    from paraplan.kernels.sustained_bench import measure_sustained
+    from paraplan.track import RunLog
+
+    rows = []
+    def chunk(c) -> None:
+        print(f"gemm-sustained: {c.end_s:6.1f} s {c.tflops:7.1f} TFLOP/s clock {c.clock_mhz} MHz power "
+              f"{c.power_w} W", file=sys.stderr, flush=True)
+
+    for shape in _gemm_shapes(args):
+        print(f"gemm-sustained {shape.m}x{shape.n}x{shape.k} batch {shape.batch}, {args.dtype}, {args.sustain_s:g} s",
+              file=sys.stderr, flush=True)
+        row = measure_sustained(shape, args.dtype, device, seconds=args.sustain_s, warmup=args.warmup,
+                                iters=args.iters, on_chunk=chunk)
+        if row["power_limit_w"] is None:
+            raise ConfigError("--kind", "gemm-sustained: NVML gave no power limit for the device (pynvml missing "
+                              "or refused); the sustained CSV needs one")
+        rows.append({**row, "device": name, "setup": args.setup, "source": f"paraplan-bench:{device.type}"})
+    frame = pd.DataFrame(rows)[list(SUSTAINED_COLUMNS)]
+    path = args.output / "gemm_sustained.csv"
+    write_csv(path, frame)
+    ratios = frame["sustained_tflops"] / frame["burst_tflops"]
+    print(f"paraplan bench: {len(frame)} sustained GEMM row(s) on {name}, sustained/burst "
+          f"{ratios.min():.3f}-{ratios.max():.3f} -> {path}", file=sys.stderr)
+    track(args, RunLog(
+        stage="kernels", run_name=f"bench-gemm-sustained:{name}",
+        params={"kind": args.kind, "device": name, "dtype": args.dtype, "sustain_s": args.sustain_s,
+                "shapes": len(frame), "setup": args.setup},
+        metrics={"burst_tflops": float(frame["burst_tflops"].max()),
+                 "sustained_tflops": float(frame["sustained_tflops"].max()),
+                 "sustained_ratio": float(ratios.min())},
         artifacts=[path], tags={"kind": args.kind, "device": name},
     ))
     return 0

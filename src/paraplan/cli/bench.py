@@ -20,11 +20,15 @@ paraplan.comm.a2av).
 With --kind gemm or attention, times torch.matmul over an m x n x k grid, or
 scaled_dot_product_attention forward and backward, on one device (--device cpu|cuda)
 and writes OUTPUT/gemm.csv or OUTPUT/attention.csv for `paraplan fit --kind kernels`
-(docs/kernels.md).
+(docs/kernels.md); --dtype float8_e4m3fn times FP8 GEMMs (torch._scaled_mm, CUDA).
+With --kind gemm-sustained, runs each shape back to back for --sustain-s seconds on a
+GPU and writes its burst and sustained rates, SM clock and board power to
+OUTPUT/gemm_sustained.csv (the ceiling a GPU holds at its power limit).
 
 Examples:
   paraplan bench --world-size 2 --collectives all_reduce,all_gather --max-bytes 1048576 -o out/
   paraplan bench --kind gemm --device cuda --dtype bfloat16 --m 1024,4096,8192 --n 4096 --k 4096 -o out/
+  paraplan bench --kind gemm-sustained --device cuda --dtype bfloat16 --gemm-shapes 8192x8192x8192 -o out/
   paraplan bench --world-size 4 --collectives all_to_allv --a2a-samples 50 --seed 0 -o out/
 """
 
@@ -60,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_output_argument(parser, "folder for the CSVs, one <collective>_n<world>.csv per collective and "
                         "world size (--kind gemm|attention: gemm.csv or attention.csv)", old=["--out-dir"])
-    parser.add_argument("--kind", choices=("collectives", "gemm", "attention"), default="collectives",
+    parser.add_argument("--kind", choices=("collectives", "gemm", "attention", "gemm-sustained"), default="collectives",
                         help="what to measure")
     parser.add_argument("--backend", default="gloo",
                         help="torch.distributed backend: gloo (CPU) or nccl (one CUDA device per rank)")

@@ -20,7 +20,10 @@ import numpy as np
 from paraplan.core.errors import ConfigError
 from paraplan.kernels.results import attention_flops, gemm_flops
 
-DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float8_e4m3fn")
+FP8_DTYPES: tuple[str, ...] = ("float8_e4m3fn",)
+"""GEMM only, CUDA only: `torch._scaled_mm` with per-tensor scales (FP8 operands, BF16
+output), what Transformer Engine's tensorwise ("current scaling") recipe runs."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def device_name(device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def _times_s(call: Callable[[], object], device, warmup: int, iters: int,
+def times_s(call: Callable[[], object], device, warmup: int, iters: int,
              before: Callable[[], object] | None = None) -> np.ndarray:
     import torch
 
@@ -93,20 +96,40 @@ def _row(times_s: np.ndarray, flops: float) -> dict[str, float]:
             "time_p90_us": float(np.percentile(times_s, 90)) * 1e6, "tflops": flops / median / 1e12}
 
 
+def gemm_call(shape: GemmShape, dtype: str, device) -> Callable[[], object]:
+    """One product of `shape` on fresh random operands: torch.matmul, or for an FP8 dtype
+    torch._scaled_mm (B column-major, as cuBLASLt's FP8 kernels require; batch 1 only)."""
+    import torch
+
+    if dtype in FP8_DTYPES:
+        if device.type != "cuda":
+            raise ConfigError("--dtype", f"{dtype}: FP8 GEMMs run on CUDA only (torch._scaled_mm), not on {device}")
+        if shape.batch != 1 or shape.k % 16 or shape.n % 16:
+            raise ConfigError("--dtype", f"{dtype}: torch._scaled_mm takes batch 1 and k, n multiples of 16, got "
+                              f"{shape.m}x{shape.n}x{shape.k} batch {shape.batch}")
+        fp8 = getattr(torch, dtype)
+        a = torch.randn(shape.m, shape.k, device=device).to(fp8)
+        b = torch.randn(shape.n, shape.k, device=device).to(fp8).t()
+        one = torch.ones((), device=device)
+        return partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    torch_dtype = getattr(torch, dtype)
+    size_a = (shape.batch, shape.m, shape.k) if shape.batch > 1 else (shape.m, shape.k)
+    size_b = (shape.batch, shape.k, shape.n) if shape.batch > 1 else (shape.k, shape.n)
+    return partial(torch.matmul, torch.randn(size_a, dtype=torch_dtype, device=device),
+                   torch.randn(size_b, dtype=torch_dtype, device=device))
+
+
 def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, iters: int,
                on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """One row per shape (GEMM_COLUMNS less kind/device/source)."""
     import torch
 
-    torch_dtype = getattr(torch, dtype)
     rows = []
     for shape in shapes:
-        size_a = (shape.batch, shape.m, shape.k) if shape.batch > 1 else (shape.m, shape.k)
-        size_b = (shape.batch, shape.k, shape.n) if shape.batch > 1 else (shape.k, shape.n)
-        a = torch.randn(size_a, dtype=torch_dtype, device=device)
-        b = torch.randn(size_b, dtype=torch_dtype, device=device)
+        call = gemm_call(shape, dtype, device)
         with torch.no_grad():
-            times = _times_s(partial(torch.matmul, a, b), device, warmup, iters)
+            times = times_s(call, device, warmup, iters)
+        del call
         row = {"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
                **_row(times, gemm_flops(shape.m, shape.n, shape.k, shape.batch))}
         rows.append(row)
@@ -144,8 +167,8 @@ def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
         out[0].backward(grad)
 
     with torch.no_grad():
-        forward_s = _times_s(forward, device, warmup, iters)
-    return forward_s, _times_s(backward, device, warmup, iters, before=fresh_forward)
+        forward_s = times_s(forward, device, warmup, iters)
+    return forward_s, times_s(backward, device, warmup, iters, before=fresh_forward)
 
 
 def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
