@@ -43,6 +43,30 @@ PY
 )
 FP8=$($PY -c 'import itertools as i; s=(1024,2048,4096,8192,16384); print(",".join(f"{m}x{n}x{k}" for m,n,k in i.product(s,s,s)))')
 run() { echo "== $*" >>"$LOG"; "$PY" -m paraplan bench --no-track --device cuda --device-name "$NAME" "$@" 2>>"$LOG" || echo "FAILED: $*" | tee -a "$LOG"; }
+HELD=$($PY - "$SHAPES" <<'PY'
+import sys
+big = [s for s in sys.argv[1].split(",") if all(int(d) >= 1024 for d in s.split("x"))]
+grid = {f"{m}x{n}x{k}" for m in (1024, 2048, 4096, 8192, 16384) for n in (1024, 2048, 4096, 8192, 16384)
+        for k in (1024, 2048, 4096, 8192, 16384)}
+train = [s for s in big if any(int(d) not in (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+                               for d in s.split("x"))]
+print(",".join(sorted(grid | set(train))))
+PY
+)
+if [ "${HELD_ONLY:-0}" = 1 ]; then
+  # each shape run back to back for HOLD_S seconds before it is timed: at the clock the GPU holds at its power limit
+  HOLD=${HOLD_S:-0.3}
+  run --kind gemm --dtype bfloat16 --gemm-shapes "$HELD" --hold-s "$HOLD" -o "$OUT/gemm_bf16_held"
+  for backend in cudnn flash; do
+    run --kind attention --dtype bfloat16 --sdpa-backend $backend --seq-lengths 512,1024,2048,4096,8192,16384,32768 \
+      --head-dims 64,128 --heads 16 --tokens 32768 --hold-s "$HOLD" -o "$OUT/attn_${backend}_held"
+  done
+  run --kind gemm --dtype float8_e4m3fn --gemm-shapes "$FP8" --hold-s "$HOLD" -o "$OUT/gemm_fp8_held"
+  run --kind gemm-sustained --dtype bfloat16 --gemm-shapes 8192x13312x16384 --sustain-s 20 -o "$OUT/sustained_bf16_b"
+  { date -u; nvidia-smi -q -d POWER,CLOCK,TEMPERATURE,PERFORMANCE; } >>"$LOG" 2>&1
+  grep -h "paraplan bench:\|FAILED" "$LOG"
+  exit 0
+fi
 run --kind gemm --dtype bfloat16 --gemm-shapes "$SHAPES" -o "$OUT/gemm_bf16"
 for backend in cudnn flash; do
   run --kind attention --dtype bfloat16 --sdpa-backend $backend --seq-lengths 512,1024,2048,4096,8192,16384,32768 \

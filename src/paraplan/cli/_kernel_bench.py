@@ -37,6 +37,11 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sustain-s", type=float, default=30.0,
                        help="gemm-sustained: seconds of back-to-back products (the sustained rate is the median "
                             "of the second half)")
+    group.add_argument("--hold-s", type=float, default=0.0,
+                       help="gemm, attention: run each shape back to back this many seconds before timing it, so "
+                            "a GPU is timed at the clock it holds at its power limit, as in a training step (the "
+                            "CSV's source then reads paraplan-bench:cuda:held...; `fit` applies no sustained factor to "
+                            "such rows)")
     group.add_argument("--setup", default="one GPU (paraplan bench)",
                        help="gemm-sustained: the CSV's setup column (what else ran, how the GPU was cooled)")
     group.add_argument("--seq-lengths", default=DEFAULT_SEQ_LENGTHS, help="attention: comma list of sequence lengths")
@@ -47,7 +52,9 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--non-causal", action="store_true", help="attention: no causal mask")
     group.add_argument("--sdpa-backend", default="auto", choices=("auto", "flash", "cudnn", "efficient", "math"),
                        help="attention: scaled_dot_product_attention's kernel (default: torch's choice); the CSV's "
-                            "source ends with it, e.g. paraplan-bench:cuda:cudnn, for `fit --attention-kernel`")
+                            "source ends with its kernel name, e.g. paraplan-bench:cuda:cudnn, "
+                            "paraplan-bench:cuda:flash-attention-2 (torch's built-in flash kernel), for "
+                            "`fit --attention-kernel`")
 
 
 def _positive_list(text: str, key: str) -> list[int]:
@@ -101,10 +108,13 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
                  f"{row['pass']} s={row['seq_length']} d={row['head_dim']} batch {row['batch']}")
         print(f"{args.kind} {shape}: {row['time_us']:.1f} us, {row['tflops']:.3f} TFLOP/s", file=sys.stderr, flush=True)
 
+    if not args.hold_s >= 0:
+        raise ConfigError("--hold-s", f"must be >= 0, got {args.hold_s}")
     if args.kind == "gemm-sustained":
         return _run_sustained(args, device, name)
     if args.kind == "gemm":
-        rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show)
+        rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show,
+                                hold_s=args.hold_s)
         columns = GEMM_COLUMNS
     else:
         if args.dtype in bench.FP8_DTYPES:
@@ -116,11 +126,11 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
                             for s in _positive_list(args.seq_lengths, "--seq-lengths")
                             for d in _positive_list(args.head_dims, "--head-dims")]
         rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show,
-                                    backend=args.sdpa_backend)
+                                    backend=args.sdpa_backend, hold_s=args.hold_s)
         columns = ATTENTION_COLUMNS
-    source = f"paraplan-bench:{device.type}"
+    source = f"paraplan-bench:{device.type}" + (":held" if args.hold_s > 0 else "")
     if args.kind == "attention" and args.sdpa_backend != "auto":
-        source += f":{args.sdpa_backend}"
+        source += f":{bench.SDPA_KERNEL_NAMES.get(args.sdpa_backend, args.sdpa_backend)}"
     frame = pd.DataFrame([{**r, "kind": args.kind, "device": name, "source": source}
                           for r in rows])[list(columns)]
     path = args.output / f"{args.kind}.csv"

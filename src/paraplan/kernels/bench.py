@@ -63,10 +63,29 @@ def device_name(device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def times_s(call: Callable[[], object], device, warmup: int, iters: int,
-             before: Callable[[], object] | None = None) -> np.ndarray:
+def _hold(call: Callable[[], object], device, seconds: float, before: Callable[[], object] | None) -> None:
+    """Run `call` back to back for `seconds` (checked every 8 calls): the device then
+    runs at the clock it holds for this kernel at its power limit, as in a training step."""
     import torch
 
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(8):
+            if before is not None:
+                before()
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def times_s(call: Callable[[], object], device, warmup: int, iters: int,
+            before: Callable[[], object] | None = None, hold_s: float = 0.0) -> np.ndarray:
+    """`iters` timed calls after `warmup` untimed ones (and `hold_s` seconds of calls
+    back to back before those, when positive)."""
+    import torch
+
+    if hold_s > 0:
+        _hold(call, device, hold_s, before)
     for _ in range(warmup):
         if before is not None:
             before()
@@ -120,15 +139,16 @@ def gemm_call(shape: GemmShape, dtype: str, device) -> Callable[[], object]:
 
 
 def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, iters: int,
-               on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """One row per shape (GEMM_COLUMNS less kind/device/source)."""
+               on_row: Callable[[dict], None] | None = None, hold_s: float = 0.0) -> list[dict]:
+    """One row per shape (GEMM_COLUMNS less kind/device/source); each shape held
+    `hold_s` seconds before it is timed (times_s)."""
     import torch
 
     rows = []
     for shape in shapes:
         call = gemm_call(shape, dtype, device)
         with torch.no_grad():
-            times = times_s(call, device, warmup, iters)
+            times = times_s(call, device, warmup, iters, hold_s=hold_s)
         del call
         row = {"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
                **_row(times, gemm_flops(shape.m, shape.n, shape.k, shape.batch))}
@@ -145,8 +165,14 @@ H100 since PyTorch 2.5.1, FlashAttention-2 unless cuDNN is asked for; Transforme
 hence Megatron-Core, runs cuDNN's there)."""
 
 
+SDPA_KERNEL_NAMES: dict[str, str] = {"flash": "flash-attention-2"}
+"""The kernel a backend runs, where its name differs (the end of the CSV's source, what
+`paraplan fit --attention-kernel` selects): torch's built-in flash kernel is
+FlashAttention-2."""
+
+
 def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
-                       iters: int) -> tuple[np.ndarray, np.ndarray]:
+                       iters: int, hold_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward times of one shape (the backward after an untimed forward)."""
     import torch
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -167,12 +193,13 @@ def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
         out[0].backward(grad)
 
     with torch.no_grad():
-        forward_s = times_s(forward, device, warmup, iters)
-    return forward_s, times_s(backward, device, warmup, iters, before=fresh_forward)
+        forward_s = times_s(forward, device, warmup, iters, hold_s=hold_s)
+    return forward_s, times_s(backward, device, warmup, iters, before=fresh_forward, hold_s=hold_s)
 
 
 def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
-                   on_row: Callable[[dict], None] | None = None, backend: str = "auto") -> list[dict]:
+                   on_row: Callable[[dict], None] | None = None, backend: str = "auto",
+                   hold_s: float = 0.0) -> list[dict]:
     """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source),
     with scaled_dot_product_attention's `backend` (SDPA_BACKENDS); a backend the device
     cannot run for a shape is an error naming it."""
@@ -193,7 +220,8 @@ def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup:
     for shape in shapes:
         try:
             with chosen():
-                forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters)
+                forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters,
+                                                       hold_s)
         except RuntimeError as error:
             if member is None:
                 raise
