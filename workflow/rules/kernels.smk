@@ -107,6 +107,16 @@ rule kernels_published:
         attention_head_dim=lambda wildcards: str(KERNELS["published"][wildcards.device].get(
             "attention_head_dim", "128"
         )),
+        min_flops=lambda wildcards: (
+            f"--min-gemm-flops {shlex.quote(str(KERNELS['published'][wildcards.device]['min_gemm_flops']))}"
+            if KERNELS["published"][wildcards.device].get("min_gemm_flops") is not None
+            else ""
+        ),
+        gemm_latency=lambda wildcards: (
+            f"--gemm-latency-s {shlex.quote(str(KERNELS['published'][wildcards.device]['gemm_latency_s']))}"
+            if KERNELS["published"][wildcards.device].get("gemm_latency_s") is not None
+            else ""
+        ),
         # sustained-GEMM rows of another device of the same die and power limit (or none)
         sustained_from=lambda wildcards: (
             f"--sustained-from {shlex.quote(KERNELS['published'][wildcards.device]['sustained_from'])}"
@@ -119,7 +129,7 @@ rule kernels_published:
         tracked(
             "paraplan fit --kind kernels {input:q} --cluster {params.cluster:q} --device {wildcards.device:q}"
             " --attention-kernel {params.attention_kernel:q} --attention-head-dim {params.attention_head_dim:q}"
-            " {params.sustained_from} -o {output:q}",
+            " {params.sustained_from} {params.min_flops} {params.gemm_latency} -o {output:q}",
             "kernels_published", "device",
         )
 

@@ -27,6 +27,18 @@ def _line(what: str, report) -> str:
             + (f"; {report.note}" if report.note else ""))
 
 
+HELD_NOTE = ("timed after running each shape back to back (paraplan bench --hold-s): at the clock the device holds "
+             "at its power limit, as in a training step; no sustained factor applied")
+
+
+def _held(sources: set[str]) -> bool:
+    """Whether the rows of one fit were timed held at the power limit (`bench --hold-s`),
+    so that no sustained factor applies (KernelRows.held_first leaves a group one kind)."""
+    from paraplan.kernels.results import is_held
+
+    return any(is_held(source) for source in sources)
+
+
 def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cluster,
                  gemm) -> dict[str, Any] | None:
     """The FP8 GEMM ceiling (the `fp8` section of the kernel file, docs/fp8.md) when the
@@ -48,10 +60,12 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
                              f"({', '.join(dtypes)}); expected one")
     speed = DeviceSpeed.of(cluster.device, "fp8")
     base = replace(DEFAULTS, gemm_k_half=gemm.params["gemm_k_half"], kernel_latency_s=gemm.params["kernel_latency_s"])
-    fp8 = fit_gemm(rows.gemm_times(device, dtypes[0]), speed, base, min_flops=args.min_gemm_flops)
+    fp8 = fit_gemm(rows.gemm_times(device, dtypes[0]), speed, base, min_flops=args.min_gemm_flops,
+                   held=() if args.gemm_latency_s is None else ("kernel_latency_s",))
     print(_line(f"{device} GEMM ({dtypes[0]}, FP8 ceiling)", fp8), file=sys.stderr)
     used = {p for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]}
-    sustained = _sustained(args, sustained_rows, device, dtypes[0])
+    held = _held({str(r["source"]) for _, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]})
+    sustained = None if held else _sustained(args, sustained_rows, device, dtypes[0])
     factor = 1.0 if sustained is None else float(sustained["factor"])
     doc = {"dtype": dtypes[0], "peak_flops": speed.peak_flops,
            "efficiency": {"gemm_efficiency": fp8.params["gemm_efficiency"] * factor,
@@ -59,19 +73,22 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
            "data": _data(args.inputs, used), **fp8.as_dict()}
     if sustained is not None:
         doc["sustained"] = sustained
+    if held:
+        doc["held"] = HELD_NOTE
     return doc
 
 
 def _sustained(args: argparse.Namespace, sustained_rows, device: str, dtype: str,
                what: str = "GEMM") -> dict[str, Any] | None:
     """The sustained factor (paraplan.kernels.sustained) of the device's GEMMs in
-    `dtype`, from the rows of --sustained-from (default: the device's own), as the kernel
+    `dtype`, from the device's own rows, else those of --sustained-from, as the kernel
     file's `sustained` section of its `what` ceilings (GEMM, or attention: tensor-core
     bound kernels run at the same power-limited clock); None, said on stderr, when the
     inputs hold no such rows."""
     from paraplan.kernels.sustained import sustained_factor
 
-    source = args.sustained_from or device
+    source = device if args.sustained_from is None or sustained_factor(sustained_rows, device, dtype) else \
+        args.sustained_from
     found = sustained_factor(sustained_rows, source, dtype)
     if found is None:
         if sustained_rows:
@@ -116,13 +133,18 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
     attention = fit_attention(times, DeviceSpeed.of(cluster.device, str(dtypes[0])), base)
     print(_line(f"{device} attention ({kernel}, causal, head_dim {head_dim})", attention),
           file=sys.stderr)
-    used = {p for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)
-            and int(r["head_dim"]) == head_dim}
+    mine = [(p, r) for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)
+            and int(r["head_dim"]) == head_dim]
+    used = {p for p, _ in mine}
+    if _held({str(r["source"]) for _, r in mine}):
+        sustained = {"held": HELD_NOTE}
     doc = {"kernel": kernel, "causal": True, "head_dim": head_dim, "dtype": str(dtypes[0]),
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:
         doc["derived_causal_backward"] = derived
-    if sustained is not None:
+    if sustained is not None and "held" in sustained:
+        doc["held"] = sustained["held"]
+    elif sustained is not None:
         factor = float(sustained["factor"])
         doc["efficiency"] = {k: v * factor if k.endswith("_efficiency") else v
                              for k, v in attention.params.items()}
@@ -178,7 +200,9 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
     from paraplan.kernels.ceilings import KernelCeilings, head_dim_kernel
-    from paraplan.kernels.fit import fit_gemm
+    from dataclasses import replace
+
+    from paraplan.kernels.fit import DEFAULTS, GEMM_BOUNDS, fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
     from paraplan.kernels.sustained import is_sustained_csv, read_sustained_csvs
     from paraplan.predict.device_model import DeviceSpeed
@@ -199,7 +223,10 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
     device = args.device or cluster.device.name
     sustained_paths = [p for p in args.inputs if is_sustained_csv(p)]
     sustained_rows = read_sustained_csvs(sustained_paths)
-    rows = read_kernel_csvs([p for p in args.inputs if p not in sustained_paths])
+    rows, left_out = read_kernel_csvs([p for p in args.inputs if p not in sustained_paths]).held_first()
+    if left_out:
+        print(f"paraplan fit: {left_out} burst-timed row(s) left out where the same device, kernel and dtype (and "
+              "head_dim) have rows timed held at the power limit (bench --hold-s)", file=sys.stderr)
     if args.sustained_from is not None and not any(r.device == args.sustained_from for r in sustained_rows):
         raise ConfigError("--sustained-from", f"no sustained-GEMM rows of {args.sustained_from!r} in the inputs "
                           f"(devices: {', '.join(sorted({r.device for r in sustained_rows})) or 'none'})")
@@ -208,23 +235,32 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
         raise InputFileError(args.inputs[0], f"no GEMM rows of device {device!r} in {args.gemm_dtype} "
                              f"(devices in the inputs: {', '.join(rows.devices()) or 'none'})")
     speed = DeviceSpeed.of(cluster.device, args.gemm_dtype)
-    gemm = fit_gemm(rows.gemm_times(device, args.gemm_dtype), speed, min_flops=args.min_gemm_flops)
+    if args.gemm_latency_s is not None and not 0 <= args.gemm_latency_s <= GEMM_BOUNDS["kernel_latency_s"][1]:
+        raise ConfigError("--gemm-latency-s", f"expected seconds in [0, {GEMM_BOUNDS['kernel_latency_s'][1]:g}], "
+                          f"got {args.gemm_latency_s:g}")
+    held_params = () if args.gemm_latency_s is None else ("kernel_latency_s",)
+    base = DEFAULTS if args.gemm_latency_s is None else replace(DEFAULTS, kernel_latency_s=args.gemm_latency_s)
+    gemm = fit_gemm(rows.gemm_times(device, args.gemm_dtype), speed, base, min_flops=args.min_gemm_flops,
+                    held=held_params)
     print(_line(f"{device} GEMM ({args.gemm_dtype})", gemm), file=sys.stderr)
     if gemm.small_shapes:
         print(f"paraplan fit: {gemm.small_shapes} GEMM(s) below {args.min_gemm_flops:g} FLOPs left out of the fit; "
               f"its error on them: MAPE {gemm.small_shape_mape:.2%}", file=sys.stderr)
     # held by a calibration: what the kernels determined (a parameter the fit kept at its
     # default, e.g. gemm_k_half from one published shape, stays the calibration's to fit)
-    efficiency = {k: gemm.params[k] for k in gemm.fitted}
+    efficiency = {k: gemm.params[k] for k in (*gemm.fitted, *held_params)}
     gemm_doc = {"dtype": args.gemm_dtype, "peak_flops": speed.peak_flops, "compute_units": speed.compute_units,
                 "min_flops": args.min_gemm_flops, "data": _data(args.inputs, {p for p, _ in gemm_rows}),
                 **gemm.as_dict()}
     # the burst fit's ceiling held at the power limit: `params` stay the burst fit's (its
     # errors are against burst data), `efficiency` holds what a training step sustains
-    sustained = _sustained(args, sustained_rows, device, args.gemm_dtype)
+    held = _held({str(r["source"]) for _, r in gemm_rows})
+    sustained = None if held else _sustained(args, sustained_rows, device, args.gemm_dtype)
     if sustained is not None:
         efficiency["gemm_efficiency"] = gemm.params["gemm_efficiency"] * float(sustained["factor"])
         gemm_doc["sustained"] = sustained
+    if held:
+        gemm_doc["held"] = HELD_NOTE
     attention_sustained = _attention_sustained(args, rows, sustained_rows, device)
     docs = {k: _attention_doc(args, rows, device, cluster, gemm, k, head_dims[0], attention_sustained)
             for k in kernels}
@@ -270,6 +306,7 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
                        params={"kind": "kernels", "device": device, "cluster": cluster.name,
                                "inputs": [str(p) for p in args.inputs], "gemm_dtype": args.gemm_dtype,
                                "min_gemm_flops": args.min_gemm_flops, "attention_kernel": args.attention_kernel,
+                               "gemm_latency_s": args.gemm_latency_s,
                                "attention_head_dim": args.attention_head_dim,
                                "sustained_from": args.sustained_from or ""},
                        metrics={k: float(v) for k, v in metrics.items() if np.isfinite(v)},

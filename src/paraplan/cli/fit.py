@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gemm-dtype", default="bfloat16", help="kernels: the GEMM rows' dtype to fit")
     parser.add_argument("--min-gemm-flops", type=float, default=1e10,
                         help="kernels: GEMMs with fewer FLOPs are left out of the fit (their error is reported)")
+    parser.add_argument("--gemm-latency-s", type=float, default=None,
+                        help="kernels: hold the GEMM fit's kernel_latency_s at this value instead of fitting it "
+                             "(for shapes all far above the latency, where it cannot be told from the tile tail)")
     parser.add_argument("--attention-kernel", default="flash-attention-2",
                         help="kernels: the attention rows' kernels (the end of their source column), "
                              "comma-separated; the first is the one calibrations hold (attention_backend auto), "
@@ -85,8 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "kernel again as attention_kernels['<kernel>@hdim<d>'] (docs/kernels.md)")
     parser.add_argument("--sustained-from", default=None, metavar="DEVICE",
                         help="kernels: the device whose sustained-GEMM rows (sustained/burst throughput at the "
-                             "power limit) scale the GEMM and attention ceilings; default: the fitted device's own. "
-                             "Only a device of the same die at the same power limit (docs/kernels.md)")
+                             "power limit) scale the GEMM and attention ceilings of the dtypes the fitted device has no "
+                             "rows of (its own rows come first). Only a device of the same die at the same power "
+                             "limit (docs/kernels.md)")
     add_tracking_arguments(parser)
 
 

@@ -113,17 +113,19 @@ DEFAULTS = DeviceEfficiency()
 
 
 def fit_gemm(times: GemmTimes, speed: DeviceSpeed, base: DeviceEfficiency = DEFAULTS,
-             min_flops: float = 0.0) -> FitReport:
+             min_flops: float = 0.0, held: tuple[str, ...] = ()) -> FitReport:
     """The GEMM parameters (see the module doc) fitted to the GEMMs of `times` with at
     least `min_flops` FLOPs, with leave-one-shape-out errors; the smaller ones are
-    predicted by that fit and their error reported apart (`small_shape_mape`)."""
+    predicted by that fit and their error reported apart (`small_shape_mape`). The
+    parameters named in `held` stay at `base`'s values (said in the report's note)."""
     small = times.flops < min_flops
     if small.all():
         raise ParaplanError(f"no GEMM measurements of {times.device} in {times.dtype} with at least "
                             f"{min_flops:g} FLOPs to fit")
     outside = times.subset(small)
     times = times.subset(~small)
-    names = tuple(GEMM_BOUNDS) if len(times) > len(GEMM_BOUNDS) else ("gemm_efficiency",)
+    free = tuple(n for n in GEMM_BOUNDS if n not in held)
+    names = free if len(times) > len(free) else ("gemm_efficiency",)
     start = {n: float(getattr(base, n)) for n in GEMM_BOUNDS}
     kernels = _gemm_kernels(times)
     log_measured = np.log(times.time_s)
@@ -149,7 +151,9 @@ def fit_gemm(times: GemmTimes, speed: DeviceSpeed, base: DeviceEfficiency = DEFA
             heldout[i] = _errors(kernel_times_s(kernels, speed, efficiency(xi))[i:i + 1], times.time_s[i:i + 1])[0]
     note = "" if names == tuple(GEMM_BOUNDS) else (
         f"{len(times)} shape(s): only gemm_efficiency fitted; gemm_k_half and kernel_latency_s held at "
-        f"{base.gemm_k_half:g} and {base.kernel_latency_s:g} s")
+        f"{base.gemm_k_half:g} and {base.kernel_latency_s:g} s" if names == ("gemm_efficiency",) else
+        f"{', '.join(n for n in GEMM_BOUNDS if n not in names)} held at "
+        f"{', '.join(f'{getattr(base, n):g}' for n in GEMM_BOUNDS if n not in names)}")
     small_mape = float(_errors(predict_gemm_s(outside, speed, best), outside.time_s).mean()) if len(outside) else None
     return FitReport({n: float(getattr(best, n)) for n in GEMM_BOUNDS}, names, at_bound, len(times),
                      float(insample.mean()), None if heldout is None else float(heldout.mean()),

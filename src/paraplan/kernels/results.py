@@ -99,6 +99,25 @@ class KernelRows:
     gemm: tuple[tuple[str, int, dict[str, object]], ...]
     attention: tuple[tuple[str, int, dict[str, object]], ...]
 
+    def held_first(self) -> tuple[KernelRows, int]:
+        """These rows less the burst-timed rows of every group that also has rows timed
+        held at the power limit (`paraplan bench --hold-s`: `held` in the source), and how
+        many were left out. A group: a device's GEMMs in one dtype; a device's attention
+        rows of one kernel (the source's last part) and head dimension. Held timings are
+        what a training step runs at; burst ones need a sustained factor (docs/kernels.md)."""
+        def key(kind: str, r: dict[str, object]) -> tuple[object, ...]:
+            if kind == "gemm":
+                return (r["device"], r["dtype"])
+            return (r["device"], str(r["source"]).rsplit(":", 1)[-1], r["head_dim"])
+
+        def keep(kind: str, rows: tuple[tuple[str, int, dict[str, object]], ...]):
+            held = {key(kind, r) for _, _, r in rows if is_held(str(r["source"]))}
+            return tuple(x for x in rows if is_held(str(x[2]["source"])) or key(kind, x[2]) not in held)
+
+        gemm, attention = keep("gemm", self.gemm), keep("attention", self.attention)
+        return (KernelRows(gemm, attention),
+                len(self.gemm) + len(self.attention) - len(gemm) - len(attention))
+
     def devices(self) -> list[str]:
         return sorted({str(r["device"]) for _, _, r in (*self.gemm, *self.attention)})
 
@@ -115,6 +134,12 @@ class KernelRows:
         return AttentionTimes(device, dtype or "", np.array([r["pass"] for r in rows], dtype=object), num["batch"],
                               num["heads"], num["seq_length"], num["head_dim"],
                               np.array([bool(r["causal"]) for r in rows]), num["time_us"] * 1e-6)
+
+
+def is_held(source: str) -> bool:
+    """A row timed held at the power limit (`paraplan bench --hold-s`): `held` among the
+    source's colon-separated parts."""
+    return "held" in source.split(":")
 
 
 _POSITIVE_INT = ("m", "n", "k", "batch", "heads", "seq_length", "head_dim")

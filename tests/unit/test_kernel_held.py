@@ -1,0 +1,166 @@
+"""Kernels measured on a GPU: listed GEMM shapes, FP8 and sustained runs refused where
+they cannot run, timings held at the power limit (`--hold-s`, source `...:held...`)
+fitted with no sustained factor and taking precedence over burst rows of the same
+kernel, and the sustained loop's summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from paraplan.cli.main import main
+from paraplan.kernels.results import read_kernel_csvs
+from paraplan.kernels.sustained import SUSTAINED_COLUMNS
+from paraplan.kernels.sustained_bench import Chunk, sustained_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+MEASURED = ROOT / "data" / "measured" / "h100-sxm5"
+XLA = ROOT / "data" / "published" / "gemm" / "xla_h100_sm90_bf16.csv"
+
+
+def _bench(tmp_path: Path, *extra: str) -> int:
+    return main(["bench", "--kind", "gemm", "--device", "cpu", "--warmup", "0", "--iters", "1", "--no-track",
+                 "-o", str(tmp_path), *extra])
+
+
+def test_listed_shapes_are_timed_as_listed(tmp_path):
+    pytest.importorskip("torch")
+    assert _bench(tmp_path, "--gemm-shapes", "32x48x16,8x8x8x3") == 0
+    rows = read_kernel_csvs([tmp_path / "gemm.csv"]).gemm
+    assert [(r["m"], r["n"], r["k"], r["batch"]) for _, _, r in rows] == [(32, 48, 16, 1), (8, 8, 8, 3)]
+    assert {r["source"] for _, _, r in rows} == {"paraplan-bench:cpu"}
+
+
+def test_held_rows_say_so_in_their_source(tmp_path):
+    pytest.importorskip("torch")
+    assert _bench(tmp_path, "--gemm-shapes", "16x16x16", "--hold-s", "0.01") == 0
+    assert [r["source"] for _, _, r in read_kernel_csvs([tmp_path / "gemm.csv"]).gemm] == ["paraplan-bench:cpu:held"]
+    assert main(["bench", "--kind", "attention", "--device", "cpu", "--seq-lengths", "32", "--head-dims", "16",
+                 "--heads", "1", "--tokens", "32", "--sdpa-backend", "math", "--hold-s", "0.01", "--warmup", "0",
+                 "--iters", "1", "--no-track", "-o", str(tmp_path / "a")]) == 0
+    sources = {r["source"] for _, _, r in read_kernel_csvs([tmp_path / "a" / "attention.csv"]).attention}
+    assert sources == {"paraplan-bench:cpu:held:math"}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--gemm-shapes", "64x64"], "option --gemm-shapes: expected MxNxK or MxNxKxBATCH of positive integers, "
+                                 "got '64x64'"),
+    (["--gemm-shapes", "8x0x8"], "got '8x0x8'"),
+    (["--dtype", "float8_e4m3fn", "--gemm-shapes", "16x16x16"],
+     "option --dtype: float8_e4m3fn: FP8 GEMMs run on CUDA only (torch._scaled_mm), not on cpu"),
+    (["--hold-s", "-1"], "option --hold-s: must be >= 0, got -1.0"),
+])
+def test_gemm_inputs_it_cannot_run_are_one_line_errors(tmp_path, capsys, extra, message):
+    pytest.importorskip("torch")
+    assert _bench(tmp_path / "out", *extra) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_attention_in_fp8_and_sustained_on_a_cpu_are_refused(tmp_path, capsys):
+    pytest.importorskip("torch")
+    assert main(["bench", "--kind", "attention", "--device", "cpu", "--dtype", "float8_e4m3fn", "--no-track",
+                 "-o", str(tmp_path / "a")]) == 2
+    assert ("option --dtype: attention: float8_e4m3fn is a GEMM dtype here; expected one of float32, float16, "
+            "bfloat16") in capsys.readouterr().err
+    assert main(["bench", "--kind", "gemm-sustained", "--device", "cpu", "--gemm-shapes", "16x16x16", "--no-track",
+                 "-o", str(tmp_path / "s")]) == 2
+    assert ("option --kind: gemm-sustained measures a GPU at its power limit; it needs --device cuda, got cpu"
+            in capsys.readouterr().err)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "s").exists()
+
+
+def test_sustained_summary_takes_the_second_half_of_the_loop():
+    chunks = [Chunk(1.0, 800.0, 1980.0, 300.0), Chunk(2.0, 760.0, 1700.0, 650.0), Chunk(3.0, 690.0, 1400.0, 699.0),
+              Chunk(4.0, 700.0, 1455.0, 701.0), Chunk(5.0, 680.0, None, None)]
+    # the half is at 2.5 s: the chunks ending at 3, 4 and 5 s
+    assert sustained_summary(chunks) == {"sustained_tflops": 690.0, "sustained_clock_min_mhz": 1400.0,
+                                         "sustained_clock_max_mhz": 1455.0, "sustained_power_w": 700.0}
+    assert sustained_summary([Chunk(0.5, 640.0, None, None)]) == {
+        "sustained_tflops": 640.0, "sustained_clock_min_mhz": None, "sustained_clock_max_mhz": None,
+        "sustained_power_w": None}
+    with pytest.raises(ValueError, match="no chunks"):
+        sustained_summary([])
+
+
+def test_held_rows_take_precedence_over_burst_rows_of_the_same_group():
+    rows = read_kernel_csvs([MEASURED / "gemm_bf16_held.csv", XLA, MEASURED / "attention_cudnn_held.csv",
+                             ROOT / "data" / "published" / "attention" / "fa3_paper_h100_bwd_and_cudnn_fwd.csv"])
+    kept, left_out = rows.held_first()
+    xla_rows = sum(1 for p, _, _ in rows.gemm if p == str(XLA))
+    cudnn_128 = sum(1 for _, _, r in rows.attention if r["source"] == "fa3-h100-fwd:cudnn" or (
+        str(r["source"]).endswith(":cudnn") and "held" not in str(r["source"]) and r["head_dim"] == 128))
+    assert xla_rows == 375 and left_out == xla_rows + cudnn_128
+    assert {r["source"] for _, _, r in kept.gemm} == {"paraplan-bench:cuda:held"}
+    # FlashAttention-2's and -3's burst rows have no held twin among these inputs: they stay
+    assert {str(r["source"]).rsplit(":", 1)[-1] for _, _, r in kept.attention} == {
+        "cudnn", "flash-attention-2", "flash-attention-3"}
+    assert all("held" in str(r["source"]) for _, _, r in kept.attention if str(r["source"]).endswith("cudnn"))
+
+
+def _sustained_csv(tmp_path: Path, *rows: tuple[str, str, str, str]) -> Path:
+    path = tmp_path / "sustained.csv"
+    lines = [",".join(SUSTAINED_COLUMNS)]
+    for device, dtype, burst, sustained in rows:
+        cells = {c: "" for c in SUSTAINED_COLUMNS}
+        cells.update(kind="gemm_sustained", device=device, dtype=dtype, setup="s", runs="1", burst_tflops=burst,
+                     sustained_tflops=sustained, power_limit_w="700", source="test")
+        lines.append(",".join(cells[c] for c in SUSTAINED_COLUMNS))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_of_held_rows_applies_no_sustained_factor_and_holds_the_latency(tmp_path, capsys):
+    sustained = _sustained_csv(tmp_path, ("H100-SXM5-80GB", "bfloat16", "800", "720"))
+    out = tmp_path / "held.json"
+    assert main(["fit", "--kind", "kernels", "--no-track", str(MEASURED / "gemm_bf16_held.csv"), str(XLA),
+                 str(sustained), "--cluster", "dgx-h100", "--min-gemm-flops", "1e11", "--gemm-latency-s", "3.8e-6",
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "375 burst-timed row(s) left out" in err and "kernel_latency_s held at 3.8e-06" in err
+    doc = json.loads(out.read_text())
+    gemm = doc["gemm"]
+    assert "sustained" not in gemm and "power limit" in gemm["held"]
+    assert gemm["fitted"] == ["gemm_efficiency", "gemm_k_half"] and gemm["n_points"] == 169
+    assert doc["efficiency"]["kernel_latency_s"] == 3.8e-6
+    assert doc["efficiency"]["gemm_efficiency"] == gemm["params"]["gemm_efficiency"]
+    # the measured training-size GEMMs sit at 650-690 TFLOP/s of the 989 peak: a ceiling near 0.7
+    assert 0.68 < gemm["params"]["gemm_efficiency"] < 0.74 and gemm["heldout_mape"] < 0.05
+    # the burst rows alone take the factor, from the device's own rows
+    burst = tmp_path / "burst.json"
+    assert main(["fit", "--kind", "kernels", "--no-track", str(XLA), str(sustained), "--cluster", "dgx-h100",
+                 "-o", str(burst)]) == 0
+    doc = json.loads(burst.read_text())
+    assert doc["gemm"]["sustained"]["factor"] == pytest.approx(0.9, rel=1e-12)
+    assert doc["efficiency"]["gemm_efficiency"] == pytest.approx(doc["gemm"]["params"]["gemm_efficiency"] * 0.9)
+    assert main(["fit", "--kind", "kernels", "--no-track", str(XLA), "--cluster", "dgx-h100", "--gemm-latency-s",
+                 "1", "-o", str(tmp_path / "x.json")]) == 2
+    assert "option --gemm-latency-s: expected seconds in [0, 2e-05], got 1" in capsys.readouterr().err
+
+
+def test_sustained_from_serves_the_dtypes_without_own_rows(tmp_path):
+    """The device's own rows first (BF16 here); --sustained-from only for a dtype it has
+    none of (FP8: MAMF's FP8 row held by the other device's FP8 factor)."""
+    sustained = _sustained_csv(tmp_path, ("H100-SXM5-80GB", "bfloat16", "800", "720"),
+                               ("H200-SXM-141GB", "bfloat16", "800", "600"),
+                               ("H200-SXM-141GB", "float8_e4m3fn", "1000", "800"))
+    fp8 = ROOT / "data" / "published" / "gemm" / "mamf_best_shapes_fp8.csv"
+    out = tmp_path / "k.json"
+    assert main(["fit", "--kind", "kernels", "--no-track", str(XLA), str(fp8), str(sustained), "--cluster",
+                 "dgx-h100", "--sustained-from", "H200-SXM-141GB", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["gemm"]["sustained"]["from_device"] == "H100-SXM5-80GB"
+    assert doc["gemm"]["sustained"]["factor"] == pytest.approx(0.9, rel=1e-12)
+    assert doc["fp8"]["sustained"]["from_device"] == "H200-SXM-141GB"
+    assert doc["fp8"]["sustained"]["factor"] == pytest.approx(0.8, rel=1e-12)
+
+
+def test_shipped_h100_ceilings_rest_on_the_measured_rows():
+    doc = json.loads((ROOT / "config" / "kernels" / "H100-SXM5-80GB.json").read_text())
+    assert [d["path"] for d in doc["gemm"]["data"]] == ["data/measured/h100-sxm5/gemm_bf16_held.csv"]
+    assert "held" in doc["gemm"] and "sustained" not in doc["gemm"]
+    assert doc["attention"]["kernel"] == "cudnn" and "held" in doc["attention"]
+    assert [d["path"] for d in doc["attention"]["data"]] == ["data/measured/h100-sxm5/attention_cudnn_held.csv"]
+    assert doc["fp8"]["sustained"]["from_device"] == "H200-SXM-141GB"
