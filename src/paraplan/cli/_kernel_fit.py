@@ -195,13 +195,13 @@ def _head_dims(text: str) -> list[int]:
 
 
 def run_kernel_fit(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     import numpy as np
 
     from paraplan.clusters import load_cluster
     from paraplan.files import check_outputs, write_json
     from paraplan.kernels.ceilings import KernelCeilings, head_dim_kernel
-    from dataclasses import replace
-
     from paraplan.kernels.fit import DEFAULTS, GEMM_BOUNDS, fit_gemm
     from paraplan.kernels.results import read_kernel_csvs
     from paraplan.kernels.sustained import is_sustained_csv, read_sustained_csvs

@@ -88,9 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "kernel again as attention_kernels['<kernel>@hdim<d>'] (docs/kernels.md)")
     parser.add_argument("--sustained-from", default=None, metavar="DEVICE",
                         help="kernels: the device whose sustained-GEMM rows (sustained/burst throughput at the "
-                             "power limit) scale the GEMM and attention ceilings of the dtypes the fitted device has no "
-                             "rows of (its own rows come first). Only a device of the same die at the same power "
-                             "limit (docs/kernels.md)")
+                             "power limit) scale the GEMM and attention ceilings of the dtypes the fitted device "
+                             "has no rows of (its own rows come first). Only a device of the same die at the same "
+                             "power limit (docs/kernels.md)")
     add_tracking_arguments(parser)
 
 

@@ -56,7 +56,7 @@ class _Nvml:
 
     def __init__(self, index: int):
         try:
-            import pynvml
+            import pynvml  # type: ignore[import-not-found]
 
             pynvml.nvmlInit()
             self._nvml = pynvml
