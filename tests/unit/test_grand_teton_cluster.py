@@ -55,7 +55,7 @@ def test_compute_is_priced_by_the_700_w_h100_kernel_file(repo_root):
     device = load_cluster("grand-teton-h100-500w", repo_root / "config/clusters").device
     ceilings = shipped_kernel_ceilings(device.name)
     assert ceilings is not None and ceilings.device == "H100-SXM5-80GB"
-    assert round(ceilings.efficiency["gemm_efficiency"], 3) == 0.718  # 0.847 burst x 0.847 sustained at 700 W
+    assert round(ceilings.efficiency["gemm_efficiency"], 3) == 0.712  # measured held at the 700 W limit
 
 
 def test_torchtitans_measured_peaks_fit_here_and_not_on_dgx_h100(repo_root):

@@ -309,7 +309,7 @@ def _kernel_file_error(change) -> str:
     (lambda d: d["gemm"].__setitem__("sustained", "x"), "k.json: gemm.sustained: expected a JSON object whose factor "
                                                         "(sustained / burst throughput) is a number > 0 and <= 1, got "
                                                         "'x'"),
-    (lambda d: d["attention"]["sustained"].__setitem__("factor", 1.2),
+    (lambda d: d["attention"].__setitem__("sustained", {"factor": 1.2}),
      "k.json: attention.sustained: expected a JSON object whose factor (sustained / burst throughput) is a number "
      "> 0 and <= 1, got factor 1.2"),
     (lambda d: d["attention_kernels"]["flash-attention-2"].__setitem__("sustained", {}),

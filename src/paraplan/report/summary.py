@@ -258,9 +258,9 @@ def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
     for where, fit in sorted(kernels.items()):
         gemm, att = fit.get("gemm", {}), fit.get("attention") or {}
         eff = fit.get("efficiency", {})
-        sustained = (gemm.get("sustained") or {}).get("factor")
+        sustained = "held" if "held" in gemm else _fmt((gemm.get("sustained") or {}).get("factor"))
         rows.append([where, fit.get("device", ""), gemm.get("n_points", ""), _fmt(eff.get("gemm_efficiency")),
-                     _fmt(sustained), _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
+                     sustained, _fmt(gemm.get("params", {}).get("gemm_k_half")), _pct(gemm.get("mape")),
                      _pct(gemm.get("heldout_mape")), _fmt(eff.get("attention_fwd_efficiency")),
                      _fmt(eff.get("attention_bwd_efficiency")), _pct(att.get("heldout_mape"))])
     if not rows:
@@ -272,7 +272,8 @@ def kernels_section(kernels: Mapping[str, dict]) -> list[str]:
                  "attention fwd", "attention bwd", "attention held-out"], rows),
         "",
         "gemm_efficiency: what a training step holds, the burst fit's times `sustained` (sustained / burst "
-        "GEMM throughput at the power limit; empty: none measured). "
+        "GEMM throughput at the power limit; empty: none measured; held: the GEMMs were timed at the power "
+        "limit, no factor). "
         "Held-out: GEMMs leave one shape out, attention one sequence length out (docs/kernels.md). Reproduce: "
         "`snakemake -R kernels_bench --until kernels_all`, or `paraplan fit --kind kernels CSV... --cluster NAME "
         "-o FIT.json`.",
