@@ -164,3 +164,22 @@ def test_shipped_h100_ceilings_rest_on_the_measured_rows():
     assert doc["attention"]["kernel"] == "cudnn" and "held" in doc["attention"]
     assert [d["path"] for d in doc["attention"]["data"]] == ["data/measured/h100-sxm5/attention_cudnn_held.csv"]
     assert doc["fp8"]["sustained"]["from_device"] == "H200-SXM-141GB"
+
+
+def test_the_single_gpu_steps_are_predicted_as_one_gpu_runs(capsys):
+    """benchmarks/bench_single_gpu.py: each measured Llama-style step becomes a one-GPU run
+    table row with its SDPA kernel's attention_backend; predict takes all seven."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_single_gpu", ROOT / "benchmarks" / "bench_single_gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    measured = list(__import__("csv").DictReader((MEASURED / "llama_step.csv").open()))
+    assert len(measured) == 7 and {m["device"] for m in measured} == {"NVIDIA H100 80GB HBM3"}
+    row = dict(zip(module.COLUMNS, module.run_table_row(measured[2], 2), strict=True))
+    assert row["attention_backend"] == "fused" and measured[2]["sdpa_backend"] == "cudnn"
+    assert (row["tensor_model_parallel_size"], row["data_parallel_size"], row["global_batch_size"]) == ("1", "1", "1")
+    assert module.main([]) == 0
+    out = capsys.readouterr().out
+    assert "7 steps: mean signed error" in out and out.count(" v128256 ") == 6
