@@ -69,6 +69,9 @@ def test_attention_in_fp8_and_sustained_on_a_cpu_are_refused(tmp_path, capsys):
                  "-o", str(tmp_path / "s")]) == 2
     assert ("option --kind: gemm-sustained measures a GPU at its power limit; it needs --device cuda, got cpu"
             in capsys.readouterr().err)
+    assert main(["bench", "--kind", "gemm-sustained", "--device", "cpu", "--sustain-s", "0", "--no-track",
+                 "-o", str(tmp_path / "s")]) == 2
+    assert "option --sustain-s: must be positive, got 0" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "s").exists()
 
 

@@ -110,6 +110,8 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
 
     if not args.hold_s >= 0:
         raise ConfigError("--hold-s", f"must be >= 0, got {args.hold_s}")
+    if args.kind == "gemm-sustained" and not args.sustain_s > 0:
+        raise ConfigError("--sustain-s", f"must be positive, got {args.sustain_s:g}")
     if args.kind == "gemm-sustained":
         return _run_sustained(args, device, name)
     if args.kind == "gemm":

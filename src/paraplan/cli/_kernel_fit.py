@@ -138,6 +138,8 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
     used = {p for p, _ in mine}
     if _held({str(r["source"]) for _, r in mine}):
         sustained = {"held": HELD_NOTE}
+        print(f"paraplan fit: {device} attention ({kernel}, head_dim {head_dim}): rows timed held at the power "
+              "limit, no sustained factor", file=sys.stderr)
     doc = {"kernel": kernel, "causal": True, "head_dim": head_dim, "dtype": str(dtypes[0]),
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:

@@ -91,8 +91,8 @@ def measure_sustained(shape: GemmShape, dtype: str, device, *, seconds: float, w
     if device.type != "cuda":
         raise ConfigError("--kind", f"gemm-sustained measures a GPU at its power limit; it needs --device cuda, "
                           f"got {device}")
-    if seconds <= 0 or chunk < 1:
-        raise ConfigError("--sustain-s" if seconds <= 0 else "--iters", "must be positive")
+    if not seconds > 0:
+        raise ConfigError("--sustain-s", f"must be positive, got {seconds:g}")
     nvml = _Nvml(device.index or 0)
     flops = gemm_flops(shape.m, shape.n, shape.k, shape.batch)
     call = gemm_call(shape, dtype, device)
