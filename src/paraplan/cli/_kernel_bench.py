@@ -42,6 +42,9 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
                             "a GPU is timed at the clock it holds at its power limit, as in a training step (the "
                             "CSV's source then reads paraplan-bench:cuda:held...; `fit` applies no sustained factor to "
                             "such rows)")
+    group.add_argument("--fp8-fast-accum", action="store_true",
+                       help="gemm, gemm-sustained with an FP8 --dtype: cuBLASLt's fast accumulation, what Transformer "
+                            "Engine's FP8 recipes run for the forward GEMM (the source ends with :fast-accum)")
     group.add_argument("--setup", default="one GPU (paraplan bench)",
                        help="gemm-sustained: the CSV's setup column (what else ran, how the GPU was cooled)")
     group.add_argument("--seq-lengths", default=DEFAULT_SEQ_LENGTHS, help="attention: comma list of sequence lengths")
@@ -110,13 +113,16 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
 
     if not args.hold_s >= 0:
         raise ConfigError("--hold-s", f"must be >= 0, got {args.hold_s}")
+    if args.fp8_fast_accum and (args.kind == "attention" or args.dtype not in bench.FP8_DTYPES):
+        raise ConfigError("--fp8-fast-accum", f"applies to FP8 GEMMs (--dtype {', '.join(bench.FP8_DTYPES)}), got "
+                          f"--kind {args.kind} --dtype {args.dtype}")
     if args.kind == "gemm-sustained" and not args.sustain_s > 0:
         raise ConfigError("--sustain-s", f"must be positive, got {args.sustain_s:g}")
     if args.kind == "gemm-sustained":
         return _run_sustained(args, device, name)
     if args.kind == "gemm":
         rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show,
-                                hold_s=args.hold_s)
+                                hold_s=args.hold_s, fast_accum=args.fp8_fast_accum)
         columns = GEMM_COLUMNS
     else:
         if args.dtype in bench.FP8_DTYPES:
@@ -133,6 +139,8 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     source = f"paraplan-bench:{device.type}" + (":held" if args.hold_s > 0 else "")
     if args.kind == "attention" and args.sdpa_backend != "auto":
         source += f":{bench.SDPA_KERNEL_NAMES.get(args.sdpa_backend, args.sdpa_backend)}"
+    if args.fp8_fast_accum:
+        source += ":fast-accum"
     frame = pd.DataFrame([{**r, "kind": args.kind, "device": name, "source": source}
                           for r in rows])[list(columns)]
     path = args.output / f"{args.kind}.csv"
@@ -169,11 +177,12 @@ def _run_sustained(args: argparse.Namespace, device, name: str) -> int:
         print(f"gemm-sustained {shape.m}x{shape.n}x{shape.k} batch {shape.batch}, {args.dtype}, {args.sustain_s:g} s",
               file=sys.stderr, flush=True)
         row = measure_sustained(shape, args.dtype, device, seconds=args.sustain_s, warmup=args.warmup,
-                                iters=args.iters, on_chunk=chunk)
+                                iters=args.iters, fast_accum=args.fp8_fast_accum, on_chunk=chunk)
         if row["power_limit_w"] is None:
             raise ConfigError("--kind", "gemm-sustained: NVML gave no power limit for the device (pynvml missing "
                               "or refused); the sustained CSV needs one")
-        rows.append({**row, "device": name, "setup": args.setup, "source": f"paraplan-bench:{device.type}"})
+        rows.append({**row, "device": name, "setup": args.setup,
+                     "source": f"paraplan-bench:{device.type}" + (":fast-accum" if args.fp8_fast_accum else "")})
     frame = pd.DataFrame(rows)[list(SUSTAINED_COLUMNS)]
     path = args.output / "gemm_sustained.csv"
     write_csv(path, frame)

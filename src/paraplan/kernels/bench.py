@@ -115,9 +115,11 @@ def _row(times_s: np.ndarray, flops: float) -> dict[str, float]:
             "time_p90_us": float(np.percentile(times_s, 90)) * 1e6, "tflops": flops / median / 1e12}
 
 
-def gemm_call(shape: GemmShape, dtype: str, device) -> Callable[[], object]:
+def gemm_call(shape: GemmShape, dtype: str, device, fast_accum: bool = False) -> Callable[[], object]:
     """One product of `shape` on fresh random operands: torch.matmul, or for an FP8 dtype
-    torch._scaled_mm (B column-major, as cuBLASLt's FP8 kernels require; batch 1 only)."""
+    torch._scaled_mm (B column-major, as cuBLASLt's FP8 kernels require; batch 1 only),
+    with cuBLASLt's fast accumulation when `fast_accum` (what Transformer Engine's FP8
+    recipes use for the forward GEMM; their dgrad and wgrad GEMMs accumulate split)."""
     import torch
 
     if dtype in FP8_DTYPES:
@@ -130,7 +132,8 @@ def gemm_call(shape: GemmShape, dtype: str, device) -> Callable[[], object]:
         a = torch.randn(shape.m, shape.k, device=device).to(fp8)
         b = torch.randn(shape.n, shape.k, device=device).to(fp8).t()
         one = torch.ones((), device=device)
-        return partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                       use_fast_accum=fast_accum)
     torch_dtype = getattr(torch, dtype)
     size_a = (shape.batch, shape.m, shape.k) if shape.batch > 1 else (shape.m, shape.k)
     size_b = (shape.batch, shape.k, shape.n) if shape.batch > 1 else (shape.k, shape.n)
@@ -139,14 +142,15 @@ def gemm_call(shape: GemmShape, dtype: str, device) -> Callable[[], object]:
 
 
 def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, iters: int,
-               on_row: Callable[[dict], None] | None = None, hold_s: float = 0.0) -> list[dict]:
+               on_row: Callable[[dict], None] | None = None, hold_s: float = 0.0,
+               fast_accum: bool = False) -> list[dict]:
     """One row per shape (GEMM_COLUMNS less kind/device/source); each shape held
     `hold_s` seconds before it is timed (times_s)."""
     import torch
 
     rows = []
     for shape in shapes:
-        call = gemm_call(shape, dtype, device)
+        call = gemm_call(shape, dtype, device, fast_accum)
         with torch.no_grad():
             times = times_s(call, device, warmup, iters, hold_s=hold_s)
         del call

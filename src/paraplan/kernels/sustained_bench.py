@@ -83,7 +83,7 @@ class _Nvml:
 
 
 def measure_sustained(shape: GemmShape, dtype: str, device, *, seconds: float, warmup: int, iters: int,
-                      idle_s: float = 2.0, chunk: int = 20,
+                      idle_s: float = 2.0, chunk: int = 20, fast_accum: bool = False,
                       on_chunk: Callable[[Chunk], None] | None = None) -> dict[str, object]:
     """One sustained-GEMM row (SUSTAINED_COLUMNS less device/setup/source) of `shape`."""
     import torch
@@ -95,7 +95,7 @@ def measure_sustained(shape: GemmShape, dtype: str, device, *, seconds: float, w
         raise ConfigError("--sustain-s", f"must be positive, got {seconds:g}")
     nvml = _Nvml(device.index or 0)
     flops = gemm_flops(shape.m, shape.n, shape.k, shape.batch)
-    call = gemm_call(shape, dtype, device)
+    call = gemm_call(shape, dtype, device, fast_accum)
     with torch.no_grad():
         torch.cuda.synchronize(device)
         time.sleep(idle_s)
