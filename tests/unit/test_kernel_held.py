@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from paraplan.cli.main import main
@@ -186,3 +187,44 @@ def test_the_single_gpu_steps_are_predicted_as_one_gpu_runs(capsys):
     assert module.main([]) == 0
     out = capsys.readouterr().out
     assert "7 steps: mean signed error" in out and out.count(" v128256 ") == 6
+
+
+def test_transformer_engine_fp8_mix_times_each_shape_as_one_fast_and_two_split_gemms():
+    from paraplan.kernels.results import GemmTimes, transformer_engine_fp8_mix
+
+    def times(shapes, seconds):
+        col = np.array(shapes, dtype=float)
+        return GemmTimes("d", "float8_e4m3fn", col[:, 0], col[:, 1], col[:, 2], np.ones(len(shapes)),
+                         np.array(seconds))
+
+    fast = times([(8, 8, 8), (16, 16, 16), (32, 32, 32)], [1.0, 3.0, 5.0])
+    split = times([(16, 16, 16), (8, 8, 8), (64, 64, 64)], [6.0, 4.0, 9.0])
+    mixed = transformer_engine_fp8_mix(fast, split)
+    # the shapes measured both ways, in order; (t_fast + 2 t_split) / 3
+    assert mixed.m.tolist() == [8.0, 16.0] and mixed.time_s.tolist() == [3.0, 5.0]
+    assert len(transformer_engine_fp8_mix(times([(8, 8, 8)], [1.0]), times([(16, 16, 16)], [1.0]))) == 0
+
+
+def test_fp8_rows_with_and_without_fast_accumulation_are_fitted_as_transformer_engine_runs_them(tmp_path, capsys):
+    out = tmp_path / "k.json"
+    assert main(["fit", "--kind", "kernels", "--no-track", str(MEASURED / "gemm_bf16_held.csv"),
+                 str(MEASURED / "gemm_fp8_held.csv"), str(MEASURED / "gemm_fp8_fast_accum_held.csv"),
+                 "--cluster", "dgx-h100", "--min-gemm-flops", "1e11", "--gemm-latency-s", "3.8e-6",
+                 "-o", str(out)]) == 0
+    assert "each of 125 shapes measured both ways timed as (t_fast + 2 t_split) / 3" in capsys.readouterr().err
+    fp8 = json.loads(out.read_text())["fp8"]
+    assert fp8["n_points"] == 72 and "held" in fp8 and "sustained" not in fp8
+    assert fp8["accumulation"].startswith("Transformer Engine's FP8 recipes: the forward GEMM fast-accumulated")
+    # the mix sits between the two accumulation modes fitted alone, nearer the split one (2 of 3 GEMMs)
+    def rate_at_k_8192(doc: dict) -> float:
+        e = doc["efficiency"]
+        return e["gemm_efficiency"] * 8192 / (8192 + e["gemm_k_half"])
+
+    alone = {}
+    for name in ("gemm_fp8_held.csv", "gemm_fp8_fast_accum_held.csv"):
+        assert main(["fit", "--kind", "kernels", "--no-track", str(MEASURED / "gemm_bf16_held.csv"),
+                     str(MEASURED / name), "--cluster", "dgx-h100", "--min-gemm-flops", "1e11", "--gemm-latency-s",
+                     "3.8e-6", "-o", str(tmp_path / name)]) == 0
+        alone[name] = rate_at_k_8192(json.loads((tmp_path / name).read_text())["fp8"])
+    split, fast, mix = alone["gemm_fp8_held.csv"], alone["gemm_fp8_fast_accum_held.csv"], rate_at_k_8192(fp8)
+    assert split < mix < fast and mix - split < fast - mix

@@ -45,10 +45,13 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
     inputs hold FP8 GEMM rows of the device: fitted like the BF16 GEMMs against the FP8
     dense peak, with the BF16 fit's gemm_k_half and kernel latency as the values held
     when the FP8 shapes are too few to fit them; its `gemm_efficiency` times the FP8
-    sustained factor where the inputs hold one."""
+    sustained factor where the inputs hold one (burst rows). Rows timed both with and
+    without fast accumulation are fitted as Transformer Engine runs them
+    (results.transformer_engine_fp8_mix)."""
     from dataclasses import replace
 
     from paraplan.kernels.fit import DEFAULTS, fit_gemm, is_fp8_dtype
+    from paraplan.kernels.results import transformer_engine_fp8_mix
     from paraplan.predict.device_model import DeviceSpeed
 
     dtypes = sorted({str(r["dtype"]) for _, _, r in rows.gemm
@@ -60,7 +63,17 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
                              f"({', '.join(dtypes)}); expected one")
     speed = DeviceSpeed.of(cluster.device, "fp8")
     base = replace(DEFAULTS, gemm_k_half=gemm.params["gemm_k_half"], kernel_latency_s=gemm.params["kernel_latency_s"])
-    fp8 = fit_gemm(rows.gemm_times(device, dtypes[0]), speed, base, min_flops=args.min_gemm_flops,
+    times, mix = rows.gemm_times(device, dtypes[0]), None
+    fast, split = (rows.gemm_times(device, dtypes[0], fast_accum=f) for f in (True, False))
+    if len(fast) and len(split):
+        times = transformer_engine_fp8_mix(fast, split)
+        if not len(times):
+            raise InputFileError(args.inputs[0], f"FP8 GEMM rows of {device!r} with and without fast accumulation "
+                                 "share no shape; expected the same shapes measured both ways")
+        mix = (f"Transformer Engine's FP8 recipes: the forward GEMM fast-accumulated, dgrad and wgrad split; each of "
+               f"{len(times)} shapes measured both ways timed as (t_fast + 2 t_split) / 3")
+        print(f"paraplan fit: {device} FP8 GEMMs: {mix}", file=sys.stderr)
+    fp8 = fit_gemm(times, speed, base, min_flops=args.min_gemm_flops,
                    held=() if args.gemm_latency_s is None else ("kernel_latency_s",))
     print(_line(f"{device} GEMM ({dtypes[0]}, FP8 ceiling)", fp8), file=sys.stderr)
     used = {p for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]}
@@ -75,6 +88,8 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
         doc["sustained"] = sustained
     if held:
         doc["held"] = HELD_NOTE
+    if mix is not None:
+        doc["accumulation"] = mix
     return doc
 
 

@@ -121,8 +121,11 @@ class KernelRows:
     def devices(self) -> list[str]:
         return sorted({str(r["device"]) for _, _, r in (*self.gemm, *self.attention)})
 
-    def gemm_times(self, device: str, dtype: str) -> GemmTimes:
-        rows = [r for _, _, r in self.gemm if r["device"] == device and r["dtype"] == dtype]
+    def gemm_times(self, device: str, dtype: str, fast_accum: bool | None = None) -> GemmTimes:
+        """The GEMMs of `device` in `dtype`; with `fast_accum` True or False, only the FP8
+        rows timed with (source `...:fast-accum`) or without cuBLASLt's fast accumulation."""
+        rows = [r for _, _, r in self.gemm if r["device"] == device and r["dtype"] == dtype
+                and (fast_accum is None or ("fast-accum" in str(r["source"]).split(":")) == fast_accum)]
         col = {c: np.array([float(r[c]) for r in rows]) for c in ("m", "n", "k", "batch", "time_us")}  # type: ignore[arg-type]
         return GemmTimes(device, dtype, col["m"], col["n"], col["k"], col["batch"], col["time_us"] * 1e-6)
 
@@ -134,6 +137,22 @@ class KernelRows:
         return AttentionTimes(device, dtype or "", np.array([r["pass"] for r in rows], dtype=object), num["batch"],
                               num["heads"], num["seq_length"], num["head_dim"],
                               np.array([bool(r["causal"]) for r in rows]), num["time_us"] * 1e-6)
+
+
+def transformer_engine_fp8_mix(fast: GemmTimes, split: GemmTimes) -> GemmTimes:
+    """The FP8 GEMMs of a Transformer Engine linear layer at one ceiling: its recipes run
+    the forward GEMM with fast accumulation and the dgrad and wgrad GEMMs split
+    (`use_split_accumulator`), so each shape measured both ways is timed as the mean of
+    the three, (t_fast + 2 t_split) / 3. Shapes measured one way only are left out."""
+    def by_shape(times: GemmTimes) -> dict[tuple[float, ...], float]:
+        return {(m, n, k, b): t for m, n, k, b, t in zip(times.m, times.n, times.k, times.batch, times.time_s,
+                                                          strict=True)}
+
+    fast_s, split_s = by_shape(fast), by_shape(split)
+    shapes = sorted(set(fast_s) & set(split_s))
+    col = np.array(shapes, dtype=float).reshape(-1, 4)
+    mixed = np.array([(fast_s[s] + 2.0 * split_s[s]) / 3.0 for s in shapes])
+    return GemmTimes(fast.device, fast.dtype, col[:, 0], col[:, 1], col[:, 2], col[:, 3], mixed)
 
 
 def is_held(source: str) -> bool:
