@@ -9,6 +9,8 @@
 #   profile.tgz                `paraplan profile` of a 4-layer GPT (h 4096) on the GPU, BF16
 # Usage (repository root, a CUDA machine with torch, numpy, pandas, pyyaml, tqdm):
 #   OUT=results/kernels/my-gpu bash benchmarks/gpu/measure_kernels.sh
+#   HELD_ONLY=1 [HOLD_S=0.3] [MIN_TIME_S=0.5] OUT=results/kernels/my-gpu-held bash benchmarks/gpu/measure_kernels.sh
+#     (the held pass: every shape timed at the power limit; about 9 min on an H100 with the 0.5 s window)
 # Then: paraplan fit --kind kernels ... (docs/kernels.md, "Measuring a GPU").
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}
@@ -54,14 +56,20 @@ print(",".join(sorted(grid | set(train))))
 PY
 )
 if [ "${HELD_ONLY:-0}" = 1 ]; then
-  # each shape run back to back for HOLD_S seconds before it is timed: at the clock the GPU holds at its power limit
+  # each shape run back to back for HOLD_S seconds before it is timed (at the clock the GPU holds at its power
+  # limit), then timed until its calls add up to MIN_TIME_S (a window spanning the power controller's clock
+  # swings; data/measured/h100-sxm5 was taken with MIN_TIME_S=0, 20 calls a shape)
   HOLD=${HOLD_S:-0.3}
-  run --kind gemm --dtype bfloat16 --gemm-shapes "$HELD" --hold-s "$HOLD" -o "$OUT/gemm_bf16_held"
+  WINDOW=${MIN_TIME_S:-0.5}
+  run --kind gemm --dtype bfloat16 --gemm-shapes "$HELD" --hold-s "$HOLD" --min-time-s "$WINDOW" -o "$OUT/gemm_bf16_held"
   for backend in cudnn flash; do
     run --kind attention --dtype bfloat16 --sdpa-backend $backend --seq-lengths 512,1024,2048,4096,8192,16384,32768 \
-      --head-dims 64,128 --heads 16 --tokens 32768 --hold-s "$HOLD" -o "$OUT/attn_${backend}_held"
+      --head-dims 64,128 --heads 16 --tokens 32768 --hold-s "$HOLD" --min-time-s "$WINDOW" -o "$OUT/attn_${backend}_held"
   done
-  run --kind gemm --dtype float8_e4m3fn --gemm-shapes "$FP8" --hold-s "$HOLD" -o "$OUT/gemm_fp8_held"
+  run --kind gemm --dtype float8_e4m3fn --gemm-shapes "$FP8" --hold-s "$HOLD" --min-time-s "$WINDOW" \
+    -o "$OUT/gemm_fp8_held"
+  run --kind gemm --dtype float8_e4m3fn --fp8-fast-accum --gemm-shapes "$FP8" --hold-s "$HOLD" \
+    --min-time-s "$WINDOW" -o "$OUT/gemm_fp8_fast_held"
   run --kind gemm-sustained --dtype bfloat16 --gemm-shapes 8192x13312x16384 --sustain-s 20 -o "$OUT/sustained_bf16_b"
   { date -u; nvidia-smi -q -d POWER,CLOCK,TEMPERATURE,PERFORMANCE; } >>"$LOG" 2>&1
   grep -h "paraplan bench:\|FAILED" "$LOG"

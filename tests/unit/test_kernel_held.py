@@ -228,3 +228,16 @@ def test_fp8_rows_with_and_without_fast_accumulation_are_fitted_as_transformer_e
         alone[name] = rate_at_k_8192(json.loads((tmp_path / name).read_text())["fp8"])
     split, fast, mix = alone["gemm_fp8_held.csv"], alone["gemm_fp8_fast_accum_held.csv"], rate_at_k_8192(fp8)
     assert split < mix < fast and mix - split < fast - mix
+
+
+def test_min_time_keeps_timing_until_the_window_is_spanned(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    import time as clock
+
+    from paraplan.kernels.bench import times_s
+
+    times = times_s(lambda: clock.sleep(0.002), torch.device("cpu"), warmup=0, iters=2, min_time_s=0.03)
+    assert len(times) >= 10 and times.sum() >= 0.03 and times.min() >= 0.002
+    assert len(times_s(lambda: None, torch.device("cpu"), warmup=0, iters=3)) == 3
+    assert _bench(tmp_path / "x", "--min-time-s", "-0.5") == 2
+    assert "option --min-time-s: must be >= 0, got -0.5" in capsys.readouterr().err

@@ -42,6 +42,9 @@ def add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
                             "a GPU is timed at the clock it holds at its power limit, as in a training step (the "
                             "CSV's source then reads paraplan-bench:cuda:held...; `fit` applies no sustained factor to "
                             "such rows)")
+    group.add_argument("--min-time-s", type=float, default=0.0,
+                       help="gemm, attention: after --iters timed calls, keep timing until they add up to this many "
+                            "seconds (a window spanning a GPU's power-limited clock swings; 0.5 s on an H100)")
     group.add_argument("--fp8-fast-accum", action="store_true",
                        help="gemm, gemm-sustained with an FP8 --dtype: cuBLASLt's fast accumulation, what Transformer "
                             "Engine's FP8 recipes run for the forward GEMM (the source ends with :fast-accum)")
@@ -111,8 +114,9 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
                  f"{row['pass']} s={row['seq_length']} d={row['head_dim']} batch {row['batch']}")
         print(f"{args.kind} {shape}: {row['time_us']:.1f} us, {row['tflops']:.3f} TFLOP/s", file=sys.stderr, flush=True)
 
-    if not args.hold_s >= 0:
-        raise ConfigError("--hold-s", f"must be >= 0, got {args.hold_s}")
+    for key, value in (("--hold-s", args.hold_s), ("--min-time-s", args.min_time_s)):
+        if not value >= 0:
+            raise ConfigError(key, f"must be >= 0, got {value}")
     if args.fp8_fast_accum and (args.kind == "attention" or args.dtype not in bench.FP8_DTYPES):
         raise ConfigError("--fp8-fast-accum", f"applies to FP8 GEMMs (--dtype {', '.join(bench.FP8_DTYPES)}), got "
                           f"--kind {args.kind} --dtype {args.dtype}")
@@ -122,7 +126,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
         return _run_sustained(args, device, name)
     if args.kind == "gemm":
         rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show,
-                                hold_s=args.hold_s, fast_accum=args.fp8_fast_accum)
+                                hold_s=args.hold_s, fast_accum=args.fp8_fast_accum, min_time_s=args.min_time_s)
         columns = GEMM_COLUMNS
     else:
         if args.dtype in bench.FP8_DTYPES:
@@ -134,7 +138,7 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
                             for s in _positive_list(args.seq_lengths, "--seq-lengths")
                             for d in _positive_list(args.head_dims, "--head-dims")]
         rows = bench.time_attention(attention_shapes, args.dtype, device, args.warmup, args.iters, on_row=show,
-                                    backend=args.sdpa_backend, hold_s=args.hold_s)
+                                    backend=args.sdpa_backend, hold_s=args.hold_s, min_time_s=args.min_time_s)
         columns = ATTENTION_COLUMNS
     source = f"paraplan-bench:{device.type}" + (":held" if args.hold_s > 0 else "")
     if args.kind == "attention" and args.sdpa_backend != "auto":

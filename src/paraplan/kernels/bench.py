@@ -78,10 +78,17 @@ def _hold(call: Callable[[], object], device, seconds: float, before: Callable[[
             torch.cuda.synchronize(device)
 
 
+MAX_TIMED_CALLS = 100_000
+"""The most timed calls `min_time_s` may add for one shape."""
+
+
 def times_s(call: Callable[[], object], device, warmup: int, iters: int,
-            before: Callable[[], object] | None = None, hold_s: float = 0.0) -> np.ndarray:
+            before: Callable[[], object] | None = None, hold_s: float = 0.0,
+            min_time_s: float = 0.0) -> np.ndarray:
     """`iters` timed calls after `warmup` untimed ones (and `hold_s` seconds of calls
-    back to back before those, when positive)."""
+    back to back before those, when positive), and more until the timed calls add up to
+    `min_time_s` (at most MAX_TIMED_CALLS): a window long enough to span the power
+    controller's clock swings, which a few short calls sample at one phase."""
     import torch
 
     if hold_s > 0:
@@ -90,9 +97,9 @@ def times_s(call: Callable[[], object], device, warmup: int, iters: int,
         if before is not None:
             before()
         call()
-    times = []
+    times: list[float] = []
     cuda = device.type == "cuda"
-    for _ in range(iters):
+    while len(times) < iters or (sum(times) < min_time_s and len(times) < MAX_TIMED_CALLS):
         if before is not None:
             before()
         if cuda:
@@ -143,7 +150,7 @@ def gemm_call(shape: GemmShape, dtype: str, device, fast_accum: bool = False) ->
 
 def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, iters: int,
                on_row: Callable[[dict], None] | None = None, hold_s: float = 0.0,
-               fast_accum: bool = False) -> list[dict]:
+               fast_accum: bool = False, min_time_s: float = 0.0) -> list[dict]:
     """One row per shape (GEMM_COLUMNS less kind/device/source); each shape held
     `hold_s` seconds before it is timed (times_s)."""
     import torch
@@ -152,7 +159,7 @@ def time_gemms(shapes: Sequence[GemmShape], dtype: str, device, warmup: int, ite
     for shape in shapes:
         call = gemm_call(shape, dtype, device, fast_accum)
         with torch.no_grad():
-            times = times_s(call, device, warmup, iters, hold_s=hold_s)
+            times = times_s(call, device, warmup, iters, hold_s=hold_s, min_time_s=min_time_s)
         del call
         row = {"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k, "batch": shape.batch,
                **_row(times, gemm_flops(shape.m, shape.n, shape.k, shape.batch))}
@@ -176,7 +183,7 @@ FlashAttention-2."""
 
 
 def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
-                       iters: int, hold_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                       iters: int, hold_s: float = 0.0, min_time_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward times of one shape (the backward after an untimed forward)."""
     import torch
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -197,13 +204,14 @@ def _attention_times_s(shape: AttentionShape, torch_dtype, device, warmup: int,
         out[0].backward(grad)
 
     with torch.no_grad():
-        forward_s = times_s(forward, device, warmup, iters, hold_s=hold_s)
-    return forward_s, times_s(backward, device, warmup, iters, before=fresh_forward, hold_s=hold_s)
+        forward_s = times_s(forward, device, warmup, iters, hold_s=hold_s, min_time_s=min_time_s)
+    return forward_s, times_s(backward, device, warmup, iters, before=fresh_forward, hold_s=hold_s,
+                              min_time_s=min_time_s)
 
 
 def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup: int, iters: int,
                    on_row: Callable[[dict], None] | None = None, backend: str = "auto",
-                   hold_s: float = 0.0) -> list[dict]:
+                   hold_s: float = 0.0, min_time_s: float = 0.0) -> list[dict]:
     """Two rows per shape, forward and backward (ATTENTION_COLUMNS less kind/device/source),
     with scaled_dot_product_attention's `backend` (SDPA_BACKENDS); a backend the device
     cannot run for a shape is an error naming it."""
@@ -225,7 +233,7 @@ def time_attention(shapes: Sequence[AttentionShape], dtype: str, device, warmup:
         try:
             with chosen():
                 forward, backward = _attention_times_s(shape, getattr(torch, dtype), device, warmup, iters,
-                                                       hold_s)
+                                                       hold_s, min_time_s)
         except RuntimeError as error:
             if member is None:
                 raise
