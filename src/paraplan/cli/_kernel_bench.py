@@ -120,9 +120,9 @@ def run_kernel_bench(args: argparse.Namespace) -> int:
     if args.fp8_fast_accum and (args.kind == "attention" or args.dtype not in bench.FP8_DTYPES):
         raise ConfigError("--fp8-fast-accum", f"applies to FP8 GEMMs (--dtype {', '.join(bench.FP8_DTYPES)}), got "
                           f"--kind {args.kind} --dtype {args.dtype}")
-    if args.kind == "gemm-sustained" and not args.sustain_s > 0:
-        raise ConfigError("--sustain-s", f"must be positive, got {args.sustain_s:g}")
     if args.kind == "gemm-sustained":
+        if not args.sustain_s > 0:
+            raise ConfigError("--sustain-s", f"must be positive, got {args.sustain_s:g}")
         return _run_sustained(args, device, name)
     if args.kind == "gemm":
         rows = bench.time_gemms(_gemm_shapes(args), args.dtype, device, args.warmup, args.iters, on_row=show,

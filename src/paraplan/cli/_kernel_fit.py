@@ -123,7 +123,8 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
     published, `paraplan.kernels.causal`); None when the inputs hold no rows of it.
     With `sustained` (the device's sustained factor in the attention dtype), the doc's
     `efficiency` holds the fit's two efficiencies times it (what a training step runs
-    at), `params` stay the burst fit's (its errors are against burst data)."""
+    at), `params` stay the burst fit's (its errors are against burst data); rows timed
+    held at the power limit take no factor."""
     from paraplan.kernels.causal import with_causal_backward
     from paraplan.kernels.fit import fit_attention
     from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
@@ -151,16 +152,16 @@ def _attention_doc(args: argparse.Namespace, rows, device: str, cluster, gemm, k
     mine = [(p, r) for p, _, r in rows.attention if r["device"] == device and str(r["source"]).endswith(kernel)
             and int(r["head_dim"]) == head_dim]
     used = {p for p, _ in mine}
-    if _held({str(r["source"]) for _, r in mine}):
-        sustained = {"held": HELD_NOTE}
+    held = _held({str(r["source"]) for _, r in mine})
+    if held:
         print(f"paraplan fit: {device} attention ({kernel}, head_dim {head_dim}): rows timed held at the power "
               "limit, no sustained factor", file=sys.stderr)
     doc = {"kernel": kernel, "causal": True, "head_dim": head_dim, "dtype": str(dtypes[0]),
            "data": _data(args.inputs, used), **attention.as_dict()}
     if derived:
         doc["derived_causal_backward"] = derived
-    if sustained is not None and "held" in sustained:
-        doc["held"] = sustained["held"]
+    if held:
+        doc["held"] = HELD_NOTE
     elif sustained is not None:
         factor = float(sustained["factor"])
         doc["efficiency"] = {k: v * factor if k.endswith("_efficiency") else v
