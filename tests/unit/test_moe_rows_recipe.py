@@ -129,3 +129,14 @@ def test_a_memory_row_of_several_launches_pays_one_kernel_latency_per_launch():
     one, many = kernel_times_s(rows_, speed, eff)
     assert one == pytest.approx(1e6 / 1e12 + 4e-6, rel=1e-12)
     assert many == pytest.approx(1e6 / 1e12 + 48 * 4e-6, rel=1e-12)
+
+
+def test_the_26_06_qwen3_row_runs_hybridep_on_32_sms_across_two_nodes():
+    """v0.5.0's QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1: HybridEP, EP 16 on 16 GPUs;
+    _set_common_perf_overrides sets moe_hybridep_num_sms 32 after the H100 config names
+    the backend (overrides.py lines 74-75)."""
+    row = rows()["qwen3-30b-a3b 26.06"]
+    assert (row["moe_token_dispatcher_type"], row["moe_flex_dispatcher_backend"],
+            row["moe_flex_dispatcher_num_sms"]) == ("flex", "hybridep", "32")
+    assert (row["expert_model_parallel_size"], row["num_gpus"], row["not_expressible"]) == ("16", "16", "")
+    assert "lines 74-75" in row["note"] and "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1" in row["note"]

@@ -85,7 +85,8 @@ def test_tensor_parallel_collectives_keep_the_calibrations_share_the_others_take
     assert np.isnan(collective_share("etp", Group(8, 1), 132))
     assert collective_share("cp_ring", Group(2, 1), 132) == 24 / 132
     assert collective_share("ep", Group(16, 2), 132) == 32 / 132
-    assert collective_share("ep", Group(16, 2), 132, deepep=True) == DEEPEP_SMS / 132 == 20 / 132
+    assert collective_share("ep", Group(16, 2), 132, kernel_sms=DEEPEP_SMS) == DEEPEP_SMS / 132 == 20 / 132
+    assert collective_share("ep", Group(16, 2), 132, kernel_sms=8) == 8 / 132  # HybridEP's default across nodes
     assert np.isnan(collective_share("ep", Group(16, 2), 0))  # no SM count: the calibration's
 
 

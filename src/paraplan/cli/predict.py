@@ -35,7 +35,8 @@ the last two PyTorch's context parallelism as torchtitan runs it; docs/execution
 expert_model_parallel_size, expert_tensor_parallel_size, moe_load_imbalance,
 moe_expert_capacity_factor, moe_pad_expert_input_to_capacity,
 moe_shared_expert_overlap, overlap_moe_expert_parallel_comm, moe_token_dispatcher_type
-(alltoall|flex: DeepEP; mixture-of-experts models; docs/moe.md), the MoE router's
+(alltoall|flex), moe_flex_dispatcher_backend (deepep|hybridep: the flex dispatcher's kernels),
+moe_flex_dispatcher_num_sms (mixture-of-experts models; docs/moe.md), the MoE router's
 moe_router_load_balancing_type (aux_loss|seq_aux_loss|global_aux_loss|none), moe_aux_loss_coeff,
 moe_z_loss_coeff, moe_router_force_load_balancing, moe_router_score_function (softmax|sigmoid),
 moe_router_enable_expert_bias, moe_router_topk_scaling_factor, moe_router_pre_softmax (these four
@@ -332,6 +333,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.files import atomic_open
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, RunRowError, iter_predictions, plausibility
     from paraplan.predict.runtable import iter_run_table, model_cache
 
@@ -351,12 +353,15 @@ def run(args: argparse.Namespace) -> int:
     header, rows = iter_run_table(args.runs, models)
     searched: set[str] = set()
     default_fp8: list[str] = []
+    hybridep_over: list[str] = []  # HybridEP at more SMs than published: priced at the largest published
     recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
     for row in rows:
         searched |= searched_settings(row)
         recorded.append(row.cells.get("calibration", ""))
         if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
             default_fp8.append(str(row.line))
+        if hybridep_sms_above_measured(row.settings):
+            hybridep_over.append(str(row.line))
     other = other_calibration_warning(str(args.runs), recorded, calibration.label)
     if other:
         print(f"paraplan predict: warning: {other}", file=sys.stderr)
@@ -366,6 +371,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(default_fp8[:10])}"
               + (" ..." if len(default_fp8) > 10 else "") + f": dtype fp8 with an empty fp8_recipe runs Megatron-LM's "
               f"default recipe, {DEFAULT_FP8_RECIPE} (docs/fp8.md)", file=sys.stderr)
+    if hybridep_over:
+        print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(hybridep_over[:10])}"
+              + (" ..." if len(hybridep_over) > 10 else "") + f": HybridEP with moe_flex_dispatcher_num_sms above "
+              f"{HYBRIDEP_MAX_MEASURED_SMS} is priced at {HYBRIDEP_MAX_MEASURED_SMS} SMs' published bandwidths, the "
+              "most it was measured with (docs/moe.md)", file=sys.stderr)
     columns = output_columns(header, searched, args.explain)
     # the uneven-split columns appear only when some prediction chose such a split,
     # which only the prediction tells: with any row that may, the rows go to a scratch

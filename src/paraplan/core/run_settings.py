@@ -37,6 +37,10 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 PIPELINE_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe")
 MoeDispatcher = Literal["alltoall", "flex"]
 MOE_DISPATCHERS: tuple[str, ...] = ("alltoall", "flex")
+FlexDispatcherBackend = Literal["deepep", "hybridep"]
+FLEX_DISPATCHER_BACKENDS: tuple[str, ...] = ("deepep", "hybridep")
+FLEX_BACKEND_NAMES: dict[str, str] = {"deepep": "DeepEP", "hybridep": "HybridEP"}
+"""How the flex dispatcher's backends name themselves (their libraries' spelling)."""
 CPCommType = Literal["p2p", "all_gather", "a2a", "torch_allgather", "torch_alltoall"]
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "torch_allgather", "torch_alltoall")
 DDPImpl = Literal["local", "torch"]
@@ -293,9 +297,18 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     """Megatron-Core's: the shared experts run after the router, beside the token
     dispatch and combine all-to-alls (else before the router, in series)."""
     moe_token_dispatcher_type: MoeDispatcher = "alltoall"
-    """Megatron-Core's: `alltoall` (NCCL all-to-alls) or `flex` with its default DeepEP
-    backend (`paraplan.predict.moe_deepep`); Megatron's own default, allgather, is not
-    modelled."""
+    """Megatron-Core's: `alltoall` (NCCL all-to-alls) or `flex`, whose kernels
+    `moe_flex_dispatcher_backend` names (`paraplan.predict.moe_deepep`); Megatron's own
+    default, allgather, is not modelled."""
+    moe_flex_dispatcher_backend: FlexDispatcherBackend = "deepep"
+    """Megatron-Core's: the flex dispatcher's kernels, DeepEP's normal kernels (`deepep`,
+    its default) or NVIDIA's HybridEP (`hybridep`); priced at their published bandwidths
+    (`paraplan.predict.moe_deepep`)."""
+    moe_flex_dispatcher_num_sms: int = 0
+    """Megatron-Core's (its deprecated `moe_hybridep_num_sms` / `moe_deepep_num_sms`): the
+    SMs the flex dispatcher's kernels run on; 0: the backend's default (DeepEP 20,
+    HybridEP 8 across nodes). Each backend is priced only at SM counts it was measured
+    with (`paraplan.predict.moe_deepep`)."""
     overlap_moe_expert_parallel_comm: bool = False
     """Megatron-Core's: the 1F1B schedule runs one micro-batch's forward and another's
     backward layer by layer together, each one's dispatch and combine all-to-alls

@@ -14,6 +14,7 @@ from paraplan.core.run_settings import (
     CROSS_ENTROPY_IMPLS,
     ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
+    FLEX_BACKEND_NAMES,
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
     OPTIMIZER_IMPLS,
@@ -151,6 +152,7 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
         if settings.moe_token_dispatcher_type != "alltoall":
             raise StrategyError(f"moe_token_dispatcher_type {settings.moe_token_dispatcher_type} needs a "
                                 f"mixture-of-experts model; '{model.name}' has no experts")
+        check_flex_dispatcher(settings)
         return
     t, d, c = settings.tensor_model_parallel_size, settings.data_parallel_size, settings.context_parallel_size
     etp = settings.expert_tensor_parallel
@@ -181,9 +183,25 @@ def check_experts(settings: RunSettings, model: TransformerModel) -> None:
                             "(moe_shared_expert_intermediate_size 0)")
     if settings.overlap_moe_expert_parallel_comm:
         check_a2a_overlap(settings, model.mtp_num_layers)
+    check_flex_dispatcher(settings)
     if settings.moe_token_dispatcher_type == "flex" and etp > 1:
         raise StrategyError(f"moe_token_dispatcher_type flex with expert_tensor_parallel_size {etp} is not "
-                            "modelled (DeepEP priced for ETP 1)")
+                            f"modelled ({FLEX_BACKEND_NAMES[settings.moe_flex_dispatcher_backend]} priced for ETP 1)")
+
+
+def check_flex_dispatcher(settings: RunSettings) -> None:
+    """The flex dispatcher's own settings (backend, SM count) need the flex dispatcher."""
+    if settings.moe_flex_dispatcher_num_sms < 0:
+        raise StrategyError(f"moe_flex_dispatcher_num_sms must be >= 0 (0: the backend's default), got "
+                            f"{settings.moe_flex_dispatcher_num_sms}")
+    if settings.moe_token_dispatcher_type == "flex":
+        return
+    setting = ("moe_flex_dispatcher_backend hybridep" if settings.moe_flex_dispatcher_backend != "deepep" else
+               f"moe_flex_dispatcher_num_sms {settings.moe_flex_dispatcher_num_sms}"
+               if settings.moe_flex_dispatcher_num_sms else "")
+    if setting:
+        raise StrategyError(f"{setting} needs moe_token_dispatcher_type flex (the row's dispatcher is "
+                            f"{settings.moe_token_dispatcher_type})")
 
 
 # -- v5-dualpipe: DualPipe's rules (deepseek-ai/DualPipe's asserts; paraplan.sim.dualpipe)

@@ -70,6 +70,31 @@ Not priced: DeepEP's layout and notify kernels and its host wait for the receive
 counts (latency-bound; the intranode figures include them at their token count); the
 routing weights and indices sent with the tokens (a few bytes per token); EP sizes
 other than 16, 32 and 64 across nodes (an error: not measured).
+
+HybridEP (`moe_flex_dispatcher_backend hybridep`, NVIDIA's kernels in DeepEP's library,
+`deep_ep.HybridEPBuffer`) forwards tokens the same way, once per destination node over
+RDMA (TMA copies over NVLink inside the node), and its benchmark counts bytes as DeepEP's
+internode one does (tests/test_hybrid_ep.py on the hybrid-ep branch: RDMA bytes = tokens x
+distinct nodes per token, the local node included, x hidden x 2 bytes, over the time of
+the `dispatch` / `combine` call: "Torch API", with its stream synchronisation). So a
+HybridEP transfer across nodes is priced by the formula above with HybridEP's published
+H100 bandwidths (deepseek-ai/DeepEP docs/README_Hybrid-EP.md, "H100 Platform", BF16
+dispatch and combine, Torch API, by EP size 16 / 32 / 64 over 8-GPU nodes and SM count
+4 / 8 / 16: `data/published/deepep/hybridep_h100_internode.csv`, `HYBRIDEP_INTERNODE_GBps`),
+at the run's `moe_flex_dispatcher_num_sms` (HybridEP's default across nodes: 8, its
+`Configurer`). Past 8 SMs the published figures stop rising (dispatch at 8 and 16 SMs:
+57.74 and 54.47 GB/s for EP 16, 46.54 and 47.36 for EP 32, 41.46 and 41.24 for EP 64), so
+a count above the largest measured, 16, is priced at 16's figures (`hybridep_priced_sms`;
+Megatron-Bridge's performance scripts run HybridEP at 32), and `paraplan predict` says so
+in a note; counts under 16 that were not measured are errors. Megatron-Core runs
+HybridEP's dispatch in BF16 (`fused_a2a.py`: "HybridEP dispatcher does not support fp8
+dispatch now"). Its host-side work differs from DeepEP's:
+the forward dispatch first all-gathers every rank's routing map over the EP group (T x E
+booleans per rank) and scans it (`metadata_preprocessing`), then the host waits for the
+received count before it launches the transfer; the other calls reuse that handle and
+launch the transfer alone (`hybridep_host_work`). Not measured, so errors: HybridEP
+inside one node on these GPUs, other EP sizes or SM counts, and GPUs or NVLink other than
+the H100 SXM's (the figures' node, `H100_NODE`).
 """
 
 from __future__ import annotations
@@ -81,6 +106,8 @@ from math import comb
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import Group
 from paraplan.core.errors import StrategyError
+from paraplan.core.run_settings import RunSettings
+from paraplan.predict.overlap_share import DEEPEP_SMS
 from paraplan.predict.work import Collective, _Builder
 
 DEEPEP_INTERNODE_GBps: dict[int, tuple[float, float]] = {16: (43.0, 43.0), 32: (58.0, 57.0), 64: (51.0, 50.0)}
@@ -118,6 +145,48 @@ examples/distributed/deepseek_deepep/deepep.md (commit eccbd61c;
 `deepep_v1_intranode_h100_tilescale.csv`); see the module doc."""
 
 
+HYBRIDEP_INTERNODE_GBps: dict[tuple[NvlinkNode, int, int], tuple[float, float]] = {
+    (H100_NODE, 16, 4): (37.08, 42.47), (H100_NODE, 16, 8): (57.74, 56.96), (H100_NODE, 16, 16): (54.47, 53.35),
+    (H100_NODE, 32, 4): (44.88, 43.60), (H100_NODE, 32, 8): (46.54, 50.68), (H100_NODE, 32, 16): (47.36, 52.53),
+    (H100_NODE, 64, 4): (40.63, 41.00), (H100_NODE, 64, 8): (41.46, 47.68), (H100_NODE, 64, 16): (41.24, 46.57)}
+"""(node, EP size, SMs): (BF16 dispatch, combine) RDMA bandwidth in GB/s, HybridEP across
+8-GPU H100 nodes, the `dispatch` / `combine` calls timed whole ("Torch API"):
+deepseek-ai/DeepEP docs/README_Hybrid-EP.md at commit 41cad944
+(`data/published/deepep/hybridep_h100_internode.csv`); see the module doc."""
+HYBRIDEP_DEFAULT_SMS_ACROSS_NODES, HYBRIDEP_DEFAULT_SMS_IN_NODE = 8, 24
+"""HybridEP's SMs for dispatch and combine when the run names none, for an EP group across
+nodes and inside one (DeepEP hybrid-ep branch at 94a9f8f, csrc/hybrid_ep/config.cuh
+`Configurer`)."""
+
+
+HYBRIDEP_MAX_MEASURED_SMS = max(k for _, _, k in HYBRIDEP_INTERNODE_GBps)
+
+
+def hybridep_priced_sms(node: NvlinkNode | None, ep: int, sms: int) -> int:
+    """The SM count whose published HybridEP bandwidth prices `sms`: itself when measured;
+    above the largest measured count, that count, where the published figures no longer
+    rise with SMs (the module doc; `paraplan predict` names such rows in a note)."""
+    measured = sorted(k for n, e, k in HYBRIDEP_INTERNODE_GBps if n == node and e == ep)
+    return measured[-1] if measured and sms > measured[-1] else sms
+
+
+def hybridep_sms_above_measured(settings: RunSettings) -> bool:
+    """Whether a run's HybridEP kernels are priced at fewer SMs than it names
+    (`hybridep_priced_sms`)."""
+    return (settings.moe_token_dispatcher_type == "flex" and settings.moe_flex_dispatcher_backend == "hybridep"
+            and settings.moe_flex_dispatcher_num_sms > HYBRIDEP_MAX_MEASURED_SMS)
+
+
+def flex_sms(backend: str, num_sms: int, nodes: int) -> int:
+    """SMs the flex dispatcher's kernels run on: the run's `moe_flex_dispatcher_num_sms`,
+    else the backend's default."""
+    if num_sms:
+        return num_sms
+    if backend == "deepep":
+        return DEEPEP_SMS
+    return HYBRIDEP_DEFAULT_SMS_ACROSS_NODES if nodes > 1 else HYBRIDEP_DEFAULT_SMS_IN_NODE
+
+
 @lru_cache(maxsize=1024)
 def nodes_hit(experts: int, topk: int, nodes: int, groups: int = 1, group_topk: int = 1) -> float:
     """Expected distinct nodes among a token's `topk` experts, `experts` spread evenly
@@ -148,12 +217,23 @@ class DeepEpTransfer(Collective):
     topk: int = 0
     groups: int = 1
     group_topk: int = 1
+    backend: str = "deepep"  # `moe_flex_dispatcher_backend`: deepep or hybridep
+    num_sms: int = 0  # `moe_flex_dispatcher_num_sms`; 0: the backend's default
+
+    def sms(self, group: Group) -> int:
+        """SMs its kernels hold while they run (their share of an overlapped compute kernel)."""
+        return flex_sms(self.backend, self.num_sms, group.nodes)
 
     def time_s(self, group: Group, node: NvlinkNode | None = None) -> float:
         """Its time over the EP group `group` (see the module doc); `node` (the cluster's
-        GPU and NVLink) prices a group inside one node."""
+        GPU and NVLink) prices a group inside one node, and HybridEP's across nodes."""
         if group.size < 2:
             return 0.0
+        if self.backend == "hybridep":
+            return self._hybridep_s(group, node)
+        if self.num_sms not in (0, DEEPEP_SMS):
+            raise StrategyError(f"moe_flex_dispatcher_num_sms {self.num_sms} with DeepEP: its kernels are measured "
+                                f"at its default of {DEEPEP_SMS} SMs only")
         if group.nodes < 2:
             return self._intranode_s(group, node)
         bandwidth = DEEPEP_INTERNODE_GBps.get(group.size)
@@ -163,6 +243,29 @@ class DeepEpTransfer(Collective):
                 f"internode bandwidth is published for EP {', '.join(map(str, DEEPEP_INTERNODE_GBps))} only")
         if group.size % group.nodes or self.experts % group.nodes:
             raise StrategyError(f"DeepEP: {self.experts} experts on {group.size} ranks do not spread evenly over "
+                                f"{group.nodes} nodes")
+        gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
+        reached = nodes_hit(self.experts, self.topk, group.nodes, self.groups, self.group_topk)
+        return self.nbytes * reached / (gbps * 1e9)
+
+    def _hybridep_s(self, group: Group, node: NvlinkNode | None) -> float:
+        """HybridEP across nodes: T x load x h x e x nodes_hit over its published bandwidth."""
+        sms = self.sms(group)
+        priced = hybridep_priced_sms(node, group.size, sms)
+        bandwidth = HYBRIDEP_INTERNODE_GBps.get((node, group.size, priced)) if node is not None else None
+        if bandwidth is None or group.nodes < 2:
+            where = f" on {node.describe()}" if node is not None else ""
+            span = "inside one node" if group.nodes < 2 else f"over {group.nodes} nodes"
+            nodes = {n for n, _, _ in HYBRIDEP_INTERNODE_GBps}
+            listed = "; ".join(
+                f"EP {', '.join(map(str, sorted({ep for m, ep, _ in HYBRIDEP_INTERNODE_GBps if m == n})))} at "
+                f"{', '.join(map(str, sorted({k for m, _, k in HYBRIDEP_INTERNODE_GBps if m == n})))} SMs across "
+                f"8-GPU nodes of {n.describe()}" for n in sorted(nodes, key=NvlinkNode.describe))
+            raise StrategyError(
+                f"moe_flex_dispatcher_backend hybridep with an expert-parallel group of {group.size} ranks {span}"
+                f"{where} and {sms} SMs: HybridEP's kernels are measured for {listed} only")
+        if group.size % group.nodes or self.experts % group.nodes:
+            raise StrategyError(f"HybridEP: {self.experts} experts on {group.size} ranks do not spread evenly over "
                                 f"{group.nodes} nodes")
         gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
         reached = nodes_hit(self.experts, self.topk, group.nodes, self.groups, self.group_topk)
@@ -209,3 +312,21 @@ def deepep_host_work(w: _Builder, tokens: float, topk: int, experts: int, ranks:
     w.memory(2 * (ranks * ranks + experts) * LAYOUT_COUNT_BYTES)  # notify: the rank x rank and expert counts
     if not cached:
         w.host_syncs.append((len(w.rows), len(w.rows)))
+
+
+ROUTING_MAP_BYTES = 1  # a routing-map entry (torch.bool)
+
+
+def hybridep_host_work(w: _Builder, tokens: float, experts: int, ranks: int, cached: bool) -> None:
+    """What one HybridEP call issues besides its transfer (Megatron-Core `fused_a2a.py`
+    `HybridEPDispatch` / `HybridEPCombine`; DeepEP hybrid-ep branch `HybridEPBuffer`): the
+    forward dispatch all-gathers the T x E routing map of every EP rank
+    (`metadata_preprocessing`, `allgather_routing_map`), scans the gathered maps in one
+    kernel, and the host then waits for the received-token count before it launches the
+    transfer; every other call reuses that handle and adds nothing."""
+    if cached:
+        return
+    gathered = ranks * tokens * experts * ROUTING_MAP_BYTES
+    w.comm("all_gather", gathered, group="ep")
+    w.memory(gathered)  # the metadata scan reads every rank's map
+    w.host_syncs.append((len(w.rows), len(w.rows)))

@@ -1,9 +1,9 @@
 """What one mixture-of-experts layer runs on one rank for one micro-batch: the
 attention half of `paraplan.predict.ops` followed by Megatron-Core's MoE block with
 the all-to-all token dispatcher (`moe_token_dispatcher_type alltoall`), or the flex
-dispatcher with DeepEP's kernels (`flex`: `paraplan.predict.moe_deepep`; each token sent
-once per destination rank, ordered by local expert there and its experts' outputs summed
-there before the combine); the allgather dispatcher is not modelled.
+dispatcher with DeepEP's or HybridEP's kernels (`flex`, `moe_flex_dispatcher_backend`:
+`paraplan.predict.moe_deepep`; each token sent once per destination rank, ordered by
+local expert there and its experts' outputs summed there before the combine); the allgather dispatcher is not modelled.
 
 Forward of the MoE block (T tokens routed by this rank, k = `moe_router_topk`, E
 experts, EP / ETP the expert-parallel / expert-tensor-parallel sizes; the block's sizes
@@ -61,7 +61,13 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.layer_shape import _Shape, _shape
 from paraplan.predict.moe_activation import clamp_backward, clamp_forward, clamp_saved_bytes
 from paraplan.predict.moe_bias import expert_bias_backward, expert_bias_forward, probs_bytes
-from paraplan.predict.moe_deepep import DEEPEP_COMBINE, DEEPEP_DISPATCH, DeepEpTransfer, deepep_host_work
+from paraplan.predict.moe_deepep import (
+    DEEPEP_COMBINE,
+    DEEPEP_DISPATCH,
+    DeepEpTransfer,
+    deepep_host_work,
+    hybridep_host_work,
+)
 from paraplan.predict.moe_host import chunk_sort_map, dispatch_preprocess, permute_row_map
 from paraplan.predict.moe_padding import fp8_padding, fp8_unpadding, pads_fp8_rows
 from paraplan.predict.moe_router import fake_balanced_gate, router_passes
@@ -185,13 +191,19 @@ def _alltoall_combine(w: _Builder, x: _Shape, m: MoeShape, hide: int) -> None:
     w.memory((m.topk + 1) * x.e * m.routed_tokens * x.h)  # unpermute: sum of the k outputs
 
 
-def _deepep(w: _Builder, m: MoeShape, kind: str, hide: int, cached: bool = True) -> None:
-    """A DeepEP call: its transfer, notify kernels and wait (`moe_deepep.deepep_host_work`)."""
+def _deepep(w: _Builder, settings: RunSettings, m: MoeShape, kind: str, hide: int, cached: bool = True) -> None:
+    """A flex-dispatcher call: its transfer, and the kernels and wait its backend adds
+    (`moe_deepep.deepep_host_work`, `hybridep_host_work`)."""
     if m.ep > 1:
-        deepep_host_work(w, m.routed_tokens, m.topk, m.experts, m.ep, cached)
+        backend = settings.moe_flex_dispatcher_backend
+        if backend == "hybridep":
+            hybridep_host_work(w, m.routed_tokens, m.experts, m.ep, cached)
+        else:
+            deepep_host_work(w, m.routed_tokens, m.topk, m.experts, m.ep, cached)
         groups, group_topk = m.router_groups
         w.collectives.append(DeepEpTransfer(kind, m.a2a_bytes / m.topk, hide, "ep", experts=m.experts, topk=m.topk,
-                                            groups=groups, group_topk=group_topk))
+                                            groups=groups, group_topk=group_topk, backend=backend,
+                                            num_sms=settings.moe_flex_dispatcher_num_sms))
 
 
 def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettings, x: _Shape,
@@ -215,7 +227,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     flex = settings.moe_token_dispatcher_type == "flex"
     dispatch_at = len(w.rows)
     if flex:  # DeepEP: tokens sent once per destination rank, then ordered by local expert there
-        _deepep(w, m, DEEPEP_DISPATCH, hide[0], cached=False)
+        _deepep(w, settings, m, DEEPEP_DISPATCH, hide[0], cached=False)
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
         _alltoall_dispatch(w, settings, x, m, hide[0])
@@ -234,7 +246,7 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     experts_to = len(w.rows)
     if flex:  # each received token's local experts summed, then sent back
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
-        _deepep(w, m, DEEPEP_COMBINE, hide[1])
+        _deepep(w, settings, m, DEEPEP_COMBINE, hide[1])
     else:
         _alltoall_combine(w, x, m, hide[1])
     if m.etp > 1 and not m.gathered:  # tokens replicated over the tensor-parallel ranks
@@ -256,7 +268,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     _residual_backward(w, model, x)
     flex = settings.moe_token_dispatcher_type == "flex"
     if flex:  # combine's backward: DeepEP's dispatch kernel, then each token's gradient to its local experts
-        _deepep(w, m, DEEPEP_DISPATCH, hide[1])
+        _deepep(w, settings, m, DEEPEP_DISPATCH, hide[1])
         w.memory((m.received_tokens + m.expert_tokens) * x.e * x.h)
     else:
         w.memory((k + 1) * x.e * T * x.h)  # unpermute backward: each token's gradient copied to its k outputs
@@ -284,7 +296,7 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
     experts_to = len(w.rows)
     if flex:  # dispatch's backward: the local experts' gradients summed per token, DeepEP's combine kernel
         w.memory((m.expert_tokens + m.received_tokens) * x.e * x.h)
-        _deepep(w, m, DEEPEP_COMBINE, hide[0])
+        _deepep(w, settings, m, DEEPEP_COMBINE, hide[0])
     else:
         _sort_chunks(w, x, m)  # permutation 2's backward
         if m.gathered:

@@ -92,14 +92,14 @@ def share_or_calibrated(share: float | None, eff: DeviceEfficiency) -> float:
     return eff.comm_overlap_contention if share is None else share
 
 
-def collective_share(group_name: str, group: Group, compute_units: int, deepep: bool = False) -> float:
+def collective_share(group_name: str, group: Group, compute_units: int, kernel_sms: int = 0) -> float:
     """The share of one overlapped collective of a pass (`PassCost`): NaN (the
     calibration's) for the tensor-parallel groups, else the occupancy share of its NCCL
-    CTAs over `group`, or of DeepEP's SMs for DeepEP's kernels (NaN where the device has
-    no occupancy share)."""
+    CTAs over `group`, or of the `kernel_sms` SMs the flex dispatcher's kernels hold
+    (DeepEP, HybridEP; 0: an NCCL collective); NaN where the device has no occupancy share."""
     if group_name in TENSOR_PARALLEL_GROUPS:
         return float("nan")
-    share = occupancy_share(compute_units, DEEPEP_SMS if deepep else nccl_ctas(group))
+    share = occupancy_share(compute_units, kernel_sms if kernel_sms else nccl_ctas(group))
     return float("nan") if share is None else share
 
 

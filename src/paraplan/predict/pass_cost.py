@@ -52,7 +52,7 @@ class PassCost:
         for c in work.collectives:
             g = group if c.group == "tp" else (others or {})[c.group]
             part = PART_OF_GROUP[c.group]
-            if isinstance(c, DeepEpTransfer):  # DeepEP's kernels, at their published bandwidths
+            if isinstance(c, DeepEpTransfer):  # DeepEP's or HybridEP's kernels, at their published bandwidths
                 cost = c.time_s(g, node)
             else:
                 cost = float(comm.time_s(c.collective, c.nbytes, g)) if g.size > 1 else 0.0
@@ -61,7 +61,8 @@ class PassCost:
                 hidden_by.append(c.hidden_by)
                 hidden_part.append(part)
                 hidden_span.append(c.hidden_span)
-                hidden_share.append(collective_share(c.group, g, units, isinstance(c, DeepEpTransfer)))
+                hidden_share.append(collective_share(c.group, g, units,
+                                                    c.sms(g) if isinstance(c, DeepEpTransfer) else 0))
             else:
                 blocking += cost
                 if part != "tp":

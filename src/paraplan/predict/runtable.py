@@ -62,6 +62,7 @@ from paraplan.core.run_settings import (
     DDP_IMPLS,
     DTYPES,
     ELEMENTWISE_KERNELS,
+    FLEX_DISPATCHER_BACKENDS,
     FP8_RECIPE_CHOICES,
     FUSED_ATTENTION_BACKENDS,
     MOE_DISPATCHERS,
@@ -105,7 +106,8 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "decoder_last_pipeline_num_layers", "context_parallel_size", "cp_comm_type", "expert_model_parallel_size",
     "expert_tensor_parallel_size", "moe_load_imbalance", "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity", "moe_shared_expert_overlap",
-    "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "account_for_embedding_in_pipeline_split",
+    "overlap_moe_expert_parallel_comm", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+    "moe_flex_dispatcher_num_sms", "account_for_embedding_in_pipeline_split",
     "overlap_p2p_comm", "scatter_gather_tensors_in_pipeline", "batch_p2p_sync",
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
@@ -270,6 +272,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "moe_expert_capacity_factor": lambda text: float(_CAPACITY.parse(text)),
     "moe_pad_expert_input_to_capacity": _boolean, "moe_shared_expert_overlap": _boolean,
     "overlap_moe_expert_parallel_comm": _boolean, "moe_token_dispatcher_type": _choice(MOE_DISPATCHERS),
+    "moe_flex_dispatcher_backend": _choice(FLEX_DISPATCHER_BACKENDS), "moe_flex_dispatcher_num_sms": _integer,
     "overlap_p2p_comm": _boolean, "scatter_gather_tensors_in_pipeline": _boolean, "batch_p2p_sync": _boolean,
     # v6-router: the MoE router's settings (`paraplan.core.moe_router_settings`)
     "moe_router_load_balancing_type": _choice(LOAD_BALANCING_TYPES),
