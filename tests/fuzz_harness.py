@@ -263,7 +263,7 @@ def _run_model(path: Path, folder: Path) -> list[str]:
     del folder
     model = load_model(str(path))
     numbers = {"num_parameters": float(model.num_parameters),
-               "model_flops_per_iteration": model.model_flops_per_iteration(8, False)}
+               "model_flops_per_iteration": model.model_flops_per_iteration(8, 0.0)}
     return [f"{k} = {v}" for k, v in numbers.items() if not (math.isfinite(v) and v > 0)]
 
 

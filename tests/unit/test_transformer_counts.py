@@ -35,8 +35,8 @@ def test_megatron_flops_formula_with_full_recomputation():
     batch = 1536
     b, s, n, h, v = batch, m.seq_length, m.num_layers, m.hidden_size, m.vocab_size
     expected = 96 * b * s * n * h**2 * (1 + s / (6 * h) + v / (16 * n * h))
-    assert m.model_flops_per_iteration(batch, full_recompute=True) == pytest.approx(expected, rel=1e-12)
-    assert m.model_flops_per_iteration(batch, full_recompute=False) == pytest.approx(
+    assert m.model_flops_per_iteration(batch, recomputed_share=1.0) == pytest.approx(expected, rel=1e-12)
+    assert m.model_flops_per_iteration(batch, recomputed_share=0.0) == pytest.approx(
         expected - 24 * b * s * n * h**2 * (1 + s / (6 * h)), rel=1e-12)
 
 

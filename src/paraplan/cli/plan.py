@@ -339,7 +339,7 @@ def mfu_text(model: TransformerModel, global_batch_size: int, mfu: float) -> str
     """'MFU x%' as predict's column counts it (6 x active parameters x tokens), and
     beside it, where attention is a large share, the MFU counting the attention FLOPs
     (PaLM's convention; forward and backward, no recomputation)."""
-    with_attention = mfu * (model.model_flops_per_iteration(global_batch_size, False)
+    with_attention = mfu * (model.model_flops_per_iteration(global_batch_size, 0.0)
                             / model.mfu_flops_per_iteration(global_batch_size))
     if with_attention < ATTENTION_MFU_NOTE * mfu:
         return f"MFU {mfu:.1%}"

@@ -17,8 +17,9 @@ moe_router_num_groups, moe_router_group_topk,
 multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
 v_head_dim, mtp_num_layers, make_vocab_size_divisible_by (docs/models.md),
 micro_batch_size, virtual_pipeline_model_parallel_size, recompute_granularity
-(none|selective|full), recompute_modules (with selective, Megatron-Core's modules separated
-by spaces: core_attn, mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts; default
+(none|selective|full; with full, recompute_method uniform|block and
+recompute_num_layers), recompute_modules (with selective, Megatron-Core's modules separated by
+spaces: core_attn, mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts; default
 core_attn), sequence_parallel,
 use_distributed_optimizer, zero_stage,
 overlap_grad_reduce, overlap_param_gather, tp_comm_overlap,

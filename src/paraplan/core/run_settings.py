@@ -29,6 +29,8 @@ RecomputeGranularity = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp16", "fp8", "fp32"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b", "gpipe", "zb_h1", "dualpipe"]
 RECOMPUTE_GRANULARITIES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_METHODS: tuple[str, ...] = ("uniform", "block")
+"""Megatron-LM's `--recompute-method` (`paraplan.predict.partial_recompute`)."""
 MOE_RECOMPUTE_MODULES: tuple[str, ...] = ("moe_act", "moe", "shared_experts")
 """Megatron-Core's `--recompute-modules` of a MoE layer's block (`paraplan.predict.moe_ops`)."""
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", *MOE_RECOMPUTE_MODULES)
@@ -127,6 +129,14 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     recompute_granularity: RecomputeGranularity = "none"
     """`selective`: recompute the attention core in backward (Korthikanti et al. 2022);
     `full`: keep only each layer's input and recompute the layer."""
+    recompute_method: str = ""
+    """Megatron-LM's `--recompute-method` with `full`: `uniform` (the chunk's layers
+    checkpointed in groups of `recompute_num_layers`) or `block` (only the first
+    `recompute_num_layers` layers of each model chunk, the rest keep their activations);
+    empty: every layer on its own (uniform 1). `paraplan.predict.partial_recompute`."""
+    recompute_num_layers: int = 0
+    """Megatron-LM's `--recompute-num-layers` with a `recompute_method`: the group size
+    (uniform) or the layers recomputed per model chunk (block); 0 with no method."""
     recompute_modules: tuple[str, ...] = ("core_attn",)
     """With `selective`: what the backward recomputes (Megatron-Core's
     `--recompute-modules`, default core_attn): `core_attn` the attention core,
@@ -427,6 +437,7 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
                 f"{', '.join(RECOMPUTE_GRANULARITIES)}"
             )
         checks.check_recompute_modules(self, model)
+        checks.check_recompute_method(self)
         if self.dtype not in DTYPES:
             raise StrategyError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if self.zero_stage not in ZERO_STAGES:
@@ -504,3 +515,4 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
             raise StrategyError("overlap_param_gather needs use_distributed_optimizer or a zero_stage")
         checks.check_experts(self, model)
         check_router(self, model)  # v6-router
+        checks.check_recompute_block(self, model)

@@ -18,6 +18,7 @@ from paraplan.core.run_settings import (
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
     OPTIMIZER_IMPLS,
+    RECOMPUTE_METHODS,
     RECOMPUTE_MODULES,
     UNFUSED_ATTENTION_BACKENDS,
 )
@@ -49,6 +50,36 @@ def check_recompute_modules(settings: RunSettings, model: TransformerModel) -> N
                             "no experts")
     if "shared_experts" in modules and not model.moe_shared_expert_intermediate_size:
         raise StrategyError(f"recompute_modules shared_experts needs shared experts; '{model.name}' has none")
+
+
+def check_recompute_method(settings: RunSettings) -> None:
+    """`recompute_method` and `recompute_num_layers` go together, with full recomputation."""
+    method, n = settings.recompute_method, settings.recompute_num_layers
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise StrategyError(f"recompute_num_layers must be an integer >= 0, got {n!r}")
+    if not method:
+        if n:
+            raise StrategyError(f"recompute_num_layers {n} needs a recompute_method (uniform or block)")
+        return
+    if method not in RECOMPUTE_METHODS:
+        raise StrategyError(f"recompute_method '{method}' is not one of {', '.join(RECOMPUTE_METHODS)}")
+    if settings.recompute_granularity != "full":
+        raise StrategyError(f"recompute_method {method} needs recompute_granularity full, got "
+                            f"{settings.recompute_granularity}")
+    if n < 1:
+        raise StrategyError(f"recompute_method {method} needs recompute_num_layers >= 1 (Megatron-LM's "
+                            "--recompute-num-layers)")
+
+
+def check_recompute_block(settings: RunSettings, model: TransformerModel) -> None:
+    """A block of recomputed layers fits in every model chunk (Megatron-Core's check)."""
+    if settings.recompute_method != "block" or settings.recompute_granularity != "full":
+        return
+    most = max(settings.layers_per_virtual_stage(model.num_layers))
+    if settings.recompute_num_layers > most:
+        raise StrategyError(f"recompute_method block with recompute_num_layers {settings.recompute_num_layers}: a "
+                            f"model chunk holds at most {most} layers (Megatron-Core: recompute_num_layers must not "
+                            "exceed the layers of a chunk)")
 
 
 def check_attention_backend(settings: RunSettings) -> None:

@@ -432,12 +432,13 @@ class TransformerModel:
         """Forward FLOPs of the LM head (logits over the unpadded vocabulary): 2bshV."""
         return float(2 * sequences * self.seq_length * self.hidden_size * self.vocab_size)
 
-    def model_flops_per_iteration(self, global_batch_size: int, full_recompute: bool) -> float:
+    def model_flops_per_iteration(self, global_batch_size: int, recomputed_share: float) -> float:
         """FLOPs of one training iteration as Megatron-LM's paper counts them: forward,
-        backward (2x) and, with full recomputation, the recomputed forward of every
-        layer; the head is never recomputed. GPT with full recomputation:
+        backward (2x) and, with full recomputation, the recomputed forward of that
+        share of the layers (1: every layer; a `recompute_method block` run recomputes
+        fewer); the head is never recomputed. GPT with full recomputation:
         96 B s l h^2 (1 + s / 6h + V / 16 l h)."""
-        passes = 4.0 if full_recompute else 3.0
+        passes = 3.0 + recomputed_share
         return (passes * self.layers_forward_flops(global_batch_size)
                 + 3.0 * self.head_forward_flops(global_batch_size))
 

@@ -24,6 +24,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
 from paraplan.predict.layer_shape import _shape
 from paraplan.predict.ops import Kernels, _attention_core_backward, _attention_core_forward, _Builder
+from paraplan.predict.partial_recompute import PartialRecompute
 
 
 def attention_core_kernels(model: TransformerModel, settings: RunSettings, layer: int) -> tuple[Kernels, Kernels]:
@@ -45,6 +46,7 @@ class AttentionMix:
     variants: tuple[tuple[Kernels, Kernels], ...]
     counts: np.ndarray  # [variant, virtual stage]
     recomputed: bool  # the backward recomputes the core's forward
+    kept: np.ndarray | None = None  # [variant, virtual stage]: of `counts`, layers recomputing nothing (block)
 
     def added_s(self, speed: DeviceSpeed, eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
         """Per virtual stage: the device time its layers' cores add to (or take from)
@@ -53,18 +55,21 @@ class AttentionMix:
         ref_f, ref_b = (float(kernel_times_s(k, speed, eff).sum()) for k in self.reference)
         fwd = np.zeros(self.counts.shape[1])
         bwd = np.zeros(self.counts.shape[1])
-        for (kf, kb), counts in zip(self.variants, self.counts, strict=True):
+        kept = self.kept if self.kept is not None else np.zeros_like(self.counts)
+        for (kf, kb), counts, whole in zip(self.variants, self.counts, kept, strict=True):
             df = float(kernel_times_s(kf, speed, eff).sum()) - ref_f
             db = float(kernel_times_s(kb, speed, eff).sum()) - ref_b
             fwd += counts * df
-            bwd += counts * (db + (df if self.recomputed else 0.0))
+            bwd += counts * db + ((counts - whole) * df if self.recomputed else 0.0)
         return fwd, bwd
 
 
-def attention_mix(model: TransformerModel, settings: RunSettings, layers_per_vstage: np.ndarray) -> AttentionMix | None:
+def attention_mix(model: TransformerModel, settings: RunSettings, layers_per_vstage: np.ndarray,
+                  recompute: PartialRecompute | None = None) -> AttentionMix | None:
     """The attention cores that differ from layer 0's (None when every layer's is
     alike: no window, or the unfused attention path); `layers_per_vstage` in virtual
-    stage order (consecutive layer ranges)."""
+    stage order (consecutive layer ranges); `recompute`: the layers that recompute
+    nothing under `recompute_method block` (the last ones of each virtual stage)."""
     windowed = model.windowed_layers
     if not settings.use_flash_attn or len(set(windowed)) < 2 or model.window_size >= model.seq_length:
         return None
@@ -72,9 +77,16 @@ def attention_mix(model: TransformerModel, settings: RunSettings, layers_per_vst
     stage_of_layer = np.repeat(np.arange(len(layers_per_vstage)), layers_per_vstage)
     unlike = np.array([w != windowed[0] for w in windowed])
     counts = np.bincount(stage_of_layer[unlike], minlength=len(layers_per_vstage)).astype(float)[None, :]
+    kept = None
+    if recompute is not None and recompute.kept.any():  # a layer past the first N of its virtual stage
+        position = np.arange(len(windowed)) - np.repeat(np.cumsum(layers_per_vstage) - layers_per_vstage,
+                                                       layers_per_vstage)
+        whole = unlike & (position >= recompute.num_layers)
+        kept = np.bincount(stage_of_layer[whole], minlength=len(layers_per_vstage)).astype(float)[None, :]
     return AttentionMix(
         reference=attention_core_kernels(model, settings, 0),
         variants=(attention_core_kernels(model, settings, other),),
         counts=counts,
         recomputed=settings.recompute_granularity != "none",
+        kept=kept,
     )

@@ -93,6 +93,7 @@ from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.ops import layer_work
 from paraplan.predict.overlap_share import CALIBRATED_SHARES, OverlapShares, share_or_calibrated
 from paraplan.predict.param_gather import chunk_gather_s, hidden_param_gather_s, param_gather_added_s
+from paraplan.predict.partial_recompute import PartialRecompute
 from paraplan.predict.pass_cost import PassCost
 from paraplan.predict.pass_times import MOE_PASSES, PASSES, Pass, PassTimes, pass_times
 from paraplan.predict.pipeline_p2p import (
@@ -178,6 +179,7 @@ class RunStructure:
     hidden_gather_s: np.ndarray | None = None  # per pipeline stage: overlap_param_gather's beside the forward
     overlap_shares: OverlapShares = CALIBRATED_SHARES  # z14: occupancy shares of the overlaps outside TP
     chunk_gather_s: np.ndarray | None = None  # q9: interleaved: [rank, chunk] gathers placed on the run
+    partial_recompute: PartialRecompute | None = None  # recompute_method: layers kept or grouped (`partial_recompute`)
 
     @cached_property
     def grad_sync(self) -> tuple[GradSync, ...]:
@@ -247,17 +249,21 @@ def activation_bytes(model: TransformerModel, settings: RunSettings, work: RunWo
     """The passes' activations per micro-batch; under full recomputation (or torchtitan's
     per-op one) the layer being rebuilt holds its unrecomputed activations for a while
     (the larger kind's)."""
-    recomputed = 0.0
+    recomputed = kept = 0.0
+    kept_moe: float | None = None
     if settings.recompute_granularity == "full" or settings.selective_ac_option == "op":
-        unrecomputed = replace(settings, recompute_granularity="none", selective_ac_option="")
-        recomputed = layer_work(model, unrecomputed).activation_bytes
+        unrecomputed = replace(settings, recompute_granularity="none", selective_ac_option="", recompute_method="",
+                               recompute_num_layers=0)
+        recomputed = kept = layer_work(model, unrecomputed).activation_bytes
         if work.moe_layer is not None:
-            recomputed = max(recomputed, moe_layer_work(model, unrecomputed).activation_bytes)
+            kept_moe = moe_layer_work(model, unrecomputed).activation_bytes
+            recomputed = max(recomputed, kept_moe)
     moe = work.moe_layer.activation_bytes if work.moe_layer is not None else None
     return ActivationBytes(work.layer.activation_bytes, moe, work.embedding.activation_bytes,
                            work.head.activation_bytes, recomputed, loss_transient_bytes(model, settings),
                            torch_pipelining_memory(model, settings),
-                           layer_cp_transient(model, settings))  # z8-cpmem
+                           layer_cp_transient(model, settings),  # z8-cpmem
+                           kept_layer=kept, kept_moe_layer=kept_moe)
 
 
 def run_structure(model: TransformerModel, settings: RunSettings, cluster: Cluster,
@@ -279,6 +285,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     passes = tuple(PassCost.of(w, comm, groups.tp, groups.by_name, NvlinkNode.of(cluster)) for w in works)
     counts = layers_per_virtual_stage(model.num_layers, settings)
     moe_counts = moe_layers_per_virtual_stage(model, counts) if work.moe_layer is not None else None
+    recompute = PartialRecompute.of(model, settings, counts)  # recompute_method / recompute_num_layers
     send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)
     params = rank_parameters(model, settings, counts, moe_counts)
     sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
@@ -301,11 +308,11 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     fp8_copies = stage_weight_copy_bytes(
         work.layer.forward, work.moe_layer.forward if work.moe_layer is not None else None, work.head.forward,
         params.chunk_layers.sum(axis=0) - stage_moe, stage_moe, settings)
-    memory = partial(_rank_memory, model, settings, work, params, prec, ShardedState(fsdp, fp8_copies))
+    memory = partial(_rank_memory, model, settings, work, params, prec, ShardedState(fsdp, fp8_copies), recompute)
     return RunStructure(settings, speed, passes, counts, send, syncs,
                         params.rank_params, prec, after_comm, memory,
                         layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
-                        attention_mix=attention_mix(model, settings, counts),
+                        attention_mix=attention_mix(model, settings, counts, recompute),
                         moe_layers_per_vstage=moe_counts,
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
                         p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
@@ -315,12 +322,13 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                             cluster.device.compute_units, groups.dp, sharding.shard,
                             bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),
                         paired_moe_passes=(paired_moe_passes(model, settings, comm, groups, NvlinkNode.of(cluster))
-                                           if settings.pipeline_schedule == "dualpipe" else None))
+                                           if settings.pipeline_schedule == "dualpipe" else None),
+                        partial_recompute=recompute)
 
 
 def _rank_memory(model: TransformerModel, settings: RunSettings, work: RunWork, params: RankParams, prec: Precision,
-                 extra: ShardedState) -> tuple[RankMemory, ...]:
-    return rank_memory(settings, params, activation_bytes(model, settings, work), prec, extra)
+                 extra: ShardedState, recompute: PartialRecompute | None) -> tuple[RankMemory, ...]:
+    return rank_memory(settings, params, activation_bytes(model, settings, work), prec, extra, recompute)
 
 
 @dataclass(frozen=True)
@@ -330,14 +338,21 @@ class StageLayers:
 
     dense: np.ndarray
     moe: np.ndarray | None
+    dense_kept: np.ndarray | None = None  # of `dense`, the layers that recompute nothing (recompute_method block)
+    moe_kept: np.ndarray | None = None  # of `moe`, likewise
 
     @staticmethod
     def of(st: RunStructure) -> StageLayers:
         counts = st.layers_per_vstage.astype(float)
+        part = st.partial_recompute
+        kept = kept_moe = None
+        if part is not None and part.kept.any():
+            kept_moe = part.kept_moe.astype(float)
+            kept = part.kept.astype(float) - kept_moe
         if st.moe_layers_per_vstage is None:
-            return StageLayers(counts, None)
+            return StageLayers(counts, None, kept)
         moe_counts = st.moe_counts
-        return StageLayers(counts - moe_counts, moe_counts)
+        return StageLayers(counts - moe_counts, moe_counts, kept, kept_moe if kept is not None else None)
 
 
 def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
@@ -349,11 +364,18 @@ def op_device_s(st: RunStructure, times: PassTimes, layers: StageLayers,
     moe_dev = ((dev[Pass.MOE_LAYER_FWD], dev[Pass.MOE_LAYER_RECOMPUTE] + dev[Pass.MOE_LAYER_BWD])
                if layers.moe is not None else (0.0, 0.0))
     fsdp = st.fsdp.priced(st.speed, eff) if st.fsdp is not None else None  # FSDP2: its copy-ins (`fsdp_ops`)
+    share = share_or_calibrated(st.overlap_shares.fsdp, eff)  # z14: the sharding group's occupancy share
     layer_fwd, layer_bwd, moe_fwd, moe_bwd = layer_device_s(  # ZeRO-3: beside the gathers
-        fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev,
-        share_or_calibrated(st.overlap_shares.fsdp, eff))  # z14: the sharding group's occupancy share
+        fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_RECOMPUTE] + dev[Pass.LAYER_BWD]), moe_dev, share)
     fwd = layers.dense * layer_fwd
     bwd = layers.dense * layer_bwd
+    if layers.dense_kept is not None:  # recompute_method block: these layers' backward recomputes nothing
+        _, kept_bwd, _, kept_moe_bwd = layer_device_s(
+            fsdp, (dev[Pass.LAYER_FWD], dev[Pass.LAYER_BWD]),
+            (moe_dev[0], dev[Pass.MOE_LAYER_BWD]) if layers.moe is not None else moe_dev, share)
+        bwd += layers.dense_kept * (kept_bwd - layer_bwd)
+        if layers.moe_kept is not None:
+            bwd += layers.moe_kept * (kept_moe_bwd - moe_bwd)
     if st.attention_mix is not None:
         factor = eff.layer_time_factors.factor(st.layer_key)
         fwd_added, bwd_added = st.attention_mix.added_s(st.speed, eff)
@@ -382,6 +404,10 @@ def op_host_s(times: PassTimes, layers: StageLayers, eff: DeviceEfficiency) -> t
     if layers.moe is not None:
         fwd += layers.moe * host[Pass.MOE_LAYER_FWD]
         bwd += layers.moe * (host[Pass.MOE_LAYER_RECOMPUTE] + host[Pass.MOE_LAYER_BWD])
+    if layers.dense_kept is not None:  # recompute_method block: no recomputation to issue
+        bwd -= layers.dense_kept * host[Pass.LAYER_RECOMPUTE]
+        if layers.moe_kept is not None:
+            bwd -= layers.moe_kept * host[Pass.MOE_LAYER_RECOMPUTE]
     fwd[0] += host[Pass.EMBEDDING_FWD]
     bwd[0] += host[Pass.EMBEDDING_BWD]
     fwd[-1] += host[Pass.HEAD_FWD]

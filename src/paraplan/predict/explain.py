@@ -47,6 +47,7 @@ from paraplan.core.comm import CommModel
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
+    StageLayers,
     kernel_times_by_pass,
     param_gather_contention_s,
     price,
@@ -94,13 +95,14 @@ def _pass_parts(structure, kernel_s: list[np.ndarray], eff: DeviceEfficiency) ->
     return out
 
 
-def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
-    """(virtual stages, parts): one micro-batch's forward and backward device time of each
-    virtual stage by part, as `price` sums them (ZeRO-3's gathers under `_DP`)."""
-
-    layer_fwd, layer_bwd = parts[0].copy(), parts[1] + parts[2]
-    moe_fwd, moe_bwd = (parts[7].copy(), parts[8] + parts[9]) if len(parts) > 7 else (np.zeros(_DEVICE),) * 2
-    fsdp = structure.fsdp.priced(structure.speed, eff) if structure.fsdp is not None else None  # FSDP2 copy-ins
+def _layer_parts(structure, parts: np.ndarray, fsdp, eff: DeviceEfficiency,
+                 recomputed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One dense and one MoE layer's forward and backward by part (the backward with its
+    recomputed forward, or without: `recompute_method block`'s kept layers), with what
+    ZeRO-3's gathers beside them add under `_DP`."""
+    layer_fwd, layer_bwd = parts[0].copy(), parts[2] + (parts[1] if recomputed else 0.0)
+    moe_fwd, moe_bwd = ((parts[7].copy(), parts[9] + (parts[8] if recomputed else 0.0)) if len(parts) > 7
+                        else (np.zeros(_DEVICE), np.zeros(_DEVICE)))
     if fsdp is not None:  # ZeRO-3: what the gathers beside each layer add (`fsdp_ops`)
         layers = (layer_fwd, layer_bwd, moe_fwd, moe_bwd)
         sums = [float(part.sum()) for part in layers]
@@ -108,12 +110,27 @@ def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[n
                                 share_or_calibrated(structure.overlap_shares.fsdp, eff))  # z14
         for part, total, own in zip(layers, priced, sums, strict=True):
             part[_DP] += total - own
+    return layer_fwd, layer_bwd, moe_fwd, moe_bwd
+
+
+def _stage_parts(structure, parts: np.ndarray, eff: DeviceEfficiency) -> tuple[np.ndarray, np.ndarray]:
+    """(virtual stages, parts): one micro-batch's forward and backward device time of each
+    virtual stage by part, as `price` sums them (ZeRO-3's gathers under `_DP`)."""
+
+    fsdp = structure.fsdp.priced(structure.speed, eff) if structure.fsdp is not None else None  # FSDP2 copy-ins
+    layer_fwd, layer_bwd, moe_fwd, moe_bwd = _layer_parts(structure, parts, fsdp, eff, recomputed=True)
     moe = structure.moe_counts[:, None]
     counts = structure.layers_per_vstage.astype(float)[:, None] - moe
     fwd, bwd = counts * layer_fwd, counts * layer_bwd  # (virtual stages, parts)
     if len(parts) > 7:  # a mixture-of-experts model's MoE layers
         fwd += moe * moe_fwd
         bwd += moe * moe_bwd
+    layers = StageLayers.of(structure)
+    if layers.dense_kept is not None:  # recompute_method block: these layers' backward recomputes nothing
+        _, kept_bwd, _, kept_moe_bwd = _layer_parts(structure, parts, fsdp, eff, recomputed=False)
+        bwd += layers.dense_kept[:, None] * (kept_bwd - layer_bwd)
+        if layers.moe_kept is not None:
+            bwd += layers.moe_kept[:, None] * (kept_moe_bwd - moe_bwd)
     if fsdp is not None:  # the first gathers of each chunk, which no compute hides
         exposed_fwd, exposed_bwd = fsdp.exposed_s(counts[:, 0], structure.moe_counts)
         copies_fwd, copies_bwd = fsdp.fsdp2_stage_s(counts[:, 0], structure.moe_counts, structure.speed, eff)

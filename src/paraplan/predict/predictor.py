@@ -29,6 +29,7 @@ from paraplan.core.run_settings import RunSettings, interleaved_uneven_split
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import kernel_times_by_pass, price, run_structure
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
+from paraplan.predict.partial_recompute import recomputed_layer_share
 from paraplan.predict.peak_memory import PeakMemory
 from paraplan.predict.runtable import RunRow
 from paraplan.sim.execution import IterationResult, run_iteration
@@ -95,7 +96,7 @@ def summarize(model: TransformerModel, settings: RunSettings, result: IterationR
               chosen: tuple[str, ...] = ()) -> RunPrediction:
     gpus = settings.num_gpus
     seconds = result.iteration_s
-    flops = model.model_flops_per_iteration(settings.global_batch_size, settings.recompute_granularity == "full")
+    flops = model.model_flops_per_iteration(settings.global_batch_size, recomputed_layer_share(model, settings))
     peak = DeviceSpeed.of(cluster.device, settings.dtype).peak_flops
     mfu_flops = model.mfu_flops_per_iteration(settings.global_batch_size)
     memory = float(result.peak_memory_bytes.max())

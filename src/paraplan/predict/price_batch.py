@@ -43,7 +43,8 @@ def is_plain(st: RunStructure) -> bool:
             and not s.p2p_overlapped and not (s.overlap_grad_reduce or s.zero_stage >= 2 or s.DDP_impl == "torch")
             and not (p > 1 and 2 * p * m >= RECURRENCE_MIN_OPS)
             and all(c.hidden_by.size == 0 and not c.host_syncs for c in st.passes)
-            and st.hidden_gather_s is None)  # z12: overlap_param_gather beside the forward (`param_gather`)
+            and st.hidden_gather_s is None  # z12: overlap_param_gather beside the forward (`param_gather`)
+            and st.partial_recompute is None)  # recompute_method: not every layer recomputed alike
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,6 +30,7 @@ from paraplan.predict.megatron_ddp import (
     uses_megatron_buckets,
 )
 from paraplan.predict.param_gather import aligned_chunk_gathers  # q9: interleaved: placed on the run
+from paraplan.predict.partial_recompute import PartialRecompute
 from paraplan.predict.placement import Precision, RunGroups
 from paraplan.predict.torch_pipelining import TorchPipeliningMemory
 from paraplan.sim.builder import rank_memory as memory_parts
@@ -240,6 +241,8 @@ class ActivationBytes:
     loss_transient: float = 0.0  # the last stage's cross-entropy, for a moment (`loss_ops.loss_transient_bytes`)
     pipelining: TorchPipeliningMemory | None = None  # torchtitan's pipelines' buffers (`torch_pipelining`)
     cp: CpTransientBytes = field(default_factory=CpTransientBytes)  # a layer's attention under CP (`cp_memory`)
+    kept_layer: float = 0.0  # full recomputation: a dense layer's activations when it is not recomputed
+    kept_moe_layer: float | None = None  # likewise a MoE layer's (recompute_method block: `partial_recompute`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,13 +255,15 @@ class ShardedState:
 
 
 def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes,
-                prec: Precision, extra: ShardedState) -> tuple[RankMemory, ...]:
+                prec: Precision, extra: ShardedState,
+                recompute: PartialRecompute | None = None) -> tuple[RankMemory, ...]:
     """Each pipeline stage's bytes: Megatron-LM's bytes per parameter for weights,
     gradients and optimizer state (sharded as the settings say: ZeRO-3's weights over
     the sharding group, the experts' over theirs), the FP8 weight copies, ZeRO-3's
     transient gathers and the activations. The working set is given per model chunk for
     its two kinds of moment (`_Moments`), which the engine adds to what the schedule
-    holds when each op runs, and as their largest."""
+    holds when each op runs, and as their largest. `recompute`: Megatron's
+    `recompute_method` (layers kept whole, or checkpointed in groups)."""
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
     edp = settings.expert_data_parallel_size
     root_units = params.root_unit_params().reshape(v, p)
@@ -270,6 +275,15 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         chunk_acts = (params.chunk_layers[:, s] * acts.layer).astype(float)
         if acts.moe_layer is not None:
             chunk_acts += params.chunk_moe[:, s] * (acts.moe_layer - acts.layer)
+        rebuilt = 1
+        if recompute is not None:  # full recomputation of some layers, or in groups (`partial_recompute`)
+            kept_moe = recompute.by_chunk(recompute.kept_moe, v, p)[:, s]
+            kept_dense = recompute.by_chunk(recompute.kept, v, p)[:, s] - kept_moe
+            checkpointed = recompute.stored_inputs(params.chunk_layers[:, s])
+            chunk_acts = checkpointed * acts.layer + kept_dense * acts.kept_layer  # a checkpoint: the layer's input
+            if acts.kept_moe_layer is not None:
+                chunk_acts = chunk_acts + kept_moe * acts.kept_moe_layer
+            rebuilt = recompute.rebuilt_layers(int(params.chunk_layers[:, s].max()))
         experts = params.expert_rank_params[s]
         if s == 0:
             chunk_acts[0] += acts.embedding
@@ -278,8 +292,8 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         root = float(root_units[:, s].sum())
         moments = _Moments(
             gathered=fsdp_working_bytes(extra.fsdp, settings, root, n, experts, prec.weight_bytes, 0),
-            backward=acts.recomputed_layer + fsdp_working_bytes(extra.fsdp, settings, root, n, experts,
-                                                                prec.weight_bytes, prec.grad_bytes))
+            backward=rebuilt * acts.recomputed_layer + fsdp_working_bytes(extra.fsdp, settings, root, n, experts,
+                                                                          prec.weight_bytes, prec.grad_bytes))
         lazy = None
         if accumulates_unsharded(settings):  # unsharded gradients, from each chunk's first backward on
             lazy = prec.grad_bytes * np.array(

@@ -69,6 +69,7 @@ from paraplan.core.run_settings import (
     OPTIMIZER_IMPLS,
     PIPELINE_SCHEDULES,
     RECOMPUTE_GRANULARITIES,
+    RECOMPUTE_METHODS,
     RECOMPUTE_MODULES,
     UNFUSED_ATTENTION_BACKENDS,
     RunSettings,
@@ -96,7 +97,8 @@ MODEL_COLUMNS: tuple[str, ...] = (
     "position_embedding_type", "add_bias_linear", "hidden_dropout", "attention_dropout", *EXTENSION_COLUMNS,
 )
 SETTINGS_COLUMNS: tuple[str, ...] = (
-    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "recompute_modules",
+    "micro_batch_size", "virtual_pipeline_model_parallel_size", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "recompute_modules",
     "sequence_parallel",
     "use_distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
     "dtype", "schedule", "use_flash_attn", "attention_backend", "flash_attention_version",
@@ -254,6 +256,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "softmax_type": _choice(SOFTMAX_TYPES), "model": str,
     "micro_batch_size": _integer, "virtual_pipeline_model_parallel_size": _integer,
     "recompute_granularity": _choice(RECOMPUTE_GRANULARITIES), "recompute_modules": _modules,
+    "recompute_method": _choice(RECOMPUTE_METHODS), "recompute_num_layers": _integer,
     "sequence_parallel": _boolean,
     "use_distributed_optimizer": _boolean, "zero_stage": _choice(("0", "1", "2", "3")),
     "overlap_grad_reduce": _boolean, "overlap_param_gather": _boolean, "tp_comm_overlap": _boolean,
