@@ -143,10 +143,14 @@ def test_text_config_is_read_and_the_other_towers_named():
     assert ("gemma-3-27b.json: vision_config ignored: that tower is not modelled (only the language model is)"
             in read.notes)
     assert any("vocab_size" in n and "gemma3_text defaults" in n for n in read.notes)
-    # Gemma's sandwich norms: named, not silently dropped (2 x 5,376 weights per layer)
-    assert read.notes[-1] == ("gemma-3-27b.json: text_config: gemma3_text's post-attention and post-feed-forward "
-                              "RMSNorms are not modelled: 2 of its 4 norms per layer are priced, 10752 weights and "
-                              "2 norm passes per layer left out")
+    # Gemma's sandwich norms: four RMSNorms per layer (its input, post-attention, pre- and
+    # post-feed-forward norms), and each query and key head normalised
+    m = read.model
+    assert m.sandwich_norm and m.layer_norms == 4 and m.qk_layernorm
+    h, v = 5376, 262208
+    attention = h * (32 * 128 + 2 * 16 * 128) + 32 * 128 * h + 2 * 128
+    assert m.num_parameters == 62 * (attention + 3 * h * 21504 + 4 * h) + v * h + h  # tied embedding, final norm
+    assert not any("post-feed-forward" in n for n in read.notes)
 
 
 def test_unknown_keys_are_named_and_refused_architectures_are_errors(capsys):

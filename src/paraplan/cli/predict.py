@@ -10,7 +10,7 @@ Face config.json or the folder holding it, relative to the table's folder), with
 seq_length optional. Optional:
 name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
 normalization, position_embedding_type, add_bias_linear, hidden_dropout,
-attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, softmax_type,
+attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, sandwich_norm, softmax_type,
 gated_linear_unit, window_size, window_attn_skip_freq, chunked_attention, num_experts, moe_router_topk,
 moe_ffn_hidden_size, moe_shared_expert_intermediate_size, moe_layer_freq,
 moe_router_num_groups, moe_router_group_topk,

@@ -300,6 +300,7 @@ def _unlike_torchtitan_llama(model: TransformerModel) -> list[str]:
         ("position_embedding_type rope", model.position_embedding_type != "rope"),
         ("no dropout", model.hidden_dropout > 0 or model.attention_dropout > 0),
         ("no linear biases", model.add_bias_linear or model.add_qkv_bias), ("no qk_layernorm", model.qk_layernorm),
+        ("no sandwich_norm", model.sandwich_norm),
         ("no multi-latent attention", model.multi_latent_attention), ("no experts", model.is_moe),
     ) if differs]
 

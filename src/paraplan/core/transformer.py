@@ -101,6 +101,10 @@ class TransformerModel:
     """Biases on the QKV projection only (Qwen2), whatever `add_bias_linear` says."""
     qk_layernorm: bool = False
     """A normalisation of each query and key head (Qwen3, Gemma 3, OLMo 2)."""
+    sandwich_norm: bool = False
+    """A normalisation of each sublayer's output too, before its residual add (Gemma 2
+    and 3: four norms per layer, Hugging Face's `post_attention_layernorm` and
+    `post_feedforward_layernorm` beside the two input norms)."""
     softmax_type: SoftmaxType = "vanilla"
     """`learnable`: one learnable attention sink per head (GPT-OSS)."""
     gated_linear_unit: bool = False
@@ -318,21 +322,27 @@ class TransformerModel:
         return router + shared
 
     @property
+    def layer_norms(self) -> int:
+        """Normalisation layers of one transformer layer: the two input norms, and with
+        `sandwich_norm` the two output norms."""
+        return 4 if self.sandwich_norm else 2
+
+    @property
     def dense_layer_params(self) -> int:
         """Parameters of one layer with a dense MLP (GPT with biases: 12h^2 + 13h)."""
-        return self.attention_params + self.dense_mlp_params + 2 * self.norm_params
+        return self.attention_params + self.dense_mlp_params + self.layer_norms * self.norm_params
 
     @property
     def moe_layer_params(self) -> int:
         """Parameters of one mixture-of-experts layer (all its experts)."""
         return (self.attention_params + self.num_experts * self.expert_params + self.moe_always_params
-                + 2 * self.norm_params)
+                + self.layer_norms * self.norm_params)
 
     @property
     def moe_layer_active_params(self) -> int:
         """Parameters of one mixture-of-experts layer that one token uses."""
         return (self.attention_params + self.moe_router_topk * self.expert_params + self.moe_always_params
-                + 2 * self.norm_params)
+                + self.layer_norms * self.norm_params)
 
     @property
     def num_moe_layers(self) -> int:

@@ -15,7 +15,8 @@ OPTIONAL_SIZES = ("kv_channels", "window_size", "window_attn_skip_freq", "num_ex
                    "moe_shared_expert_intermediate_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                    "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "moe_router_num_groups",
                    "moe_router_group_topk")
-FLAGS = ("add_qkv_bias", "qk_layernorm", "gated_linear_unit", "multi_latent_attention", "chunked_attention")
+FLAGS = ("add_qkv_bias", "qk_layernorm", "sandwich_norm", "gated_linear_unit", "multi_latent_attention",
+         "chunked_attention")
 
 
 def check_extensions(m: TransformerModel) -> None:

@@ -106,6 +106,7 @@ class _Family:
     gated: bool | None = None  # None: from the activation's name
     qkv_bias: bool = False  # biases on QKV whatever `attention_bias` says (Qwen2)
     qk_norm: bool = False
+    sandwich_norm: bool = False  # each sublayer's output normalised too (Gemma 2, 3)
     expert_width_key: str = "moe_intermediate_size"
     dense_width_key: str = "intermediate_size"
     shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size
@@ -117,7 +118,8 @@ class _Family:
 _FAMILIES: dict[str, _Family] = {
     "llama": _Family(gated=True), "mistral": _Family(gated=True), "qwen2": _Family(gated=True, qkv_bias=True),
     "qwen3": _Family(gated=True, qk_norm=True), "olmo2": _Family(gated=True, qk_norm=True),
-    "gemma": _Family(gated=True), "gemma2": _Family(gated=True), "gemma3_text": _Family(gated=True, qk_norm=True),
+    "gemma": _Family(gated=True), "gemma2": _Family(gated=True, sandwich_norm=True),
+    "gemma3_text": _Family(gated=True, qk_norm=True, sandwich_norm=True),
     "mixtral": _Family(gated=True, expert_width_key="intermediate_size"),
     "qwen2_moe": _Family(gated=True, qkv_bias=True), "qwen3_moe": _Family(gated=True, qk_norm=True),
     "deepseek_v2": _Family(gated=True, shared_expert="deepseek"),
@@ -439,6 +441,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         else "learned_absolute",
         "add_bias_linear": bias, "add_qkv_bias": family.qkv_bias and not bias,
         "qk_layernorm": family.qk_norm or keys.flag("use_qk_norm", default=False),
+        "sandwich_norm": family.sandwich_norm,
         "softmax_type": "learnable" if model_type == "gpt_oss" else "vanilla",
         "hidden_dropout": keys.probability("hidden_dropout", "resid_pdrop", "dropout"),
         "attention_dropout": keys.probability("attention_dropout", "attn_pdrop"),
@@ -452,10 +455,6 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     except ValueError as exc:
         raise InputFileError(where, str(exc)) from None
     notes += keys.notes
-    if model_type in ("gemma2", "gemma3_text"):
-        notes.append(f"{where}: {model_type}'s post-attention and post-feed-forward RMSNorms are not modelled: "
-                     f"2 of its 4 norms per layer are priced, {2 * model.hidden_size} weights and 2 norm passes "
-                     f"per layer left out")
     if model_type == "llama4_text" and fields["qk_layernorm"]:
         notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")

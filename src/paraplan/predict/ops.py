@@ -166,7 +166,10 @@ def _attention_core_backward(w: _Builder, model: TransformerModel, x: _Shape, fl
 
 
 def _residual_forward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
-    """bias + dropout + residual add, one fused kernel."""
+    """bias + dropout + residual add, one fused kernel (after the sublayer output's own
+    norm with `sandwich_norm`)."""
+    if model.sandwich_norm:
+        _norm_forward(w, x)
     if x.eager:
         return eager_ops.residual(w, x)
     per_token = 3 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
@@ -178,12 +181,16 @@ def _residual_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
     backward (one fused kernel), and the sum of the residual stream's two gradients where
     it branched (autograd adds the norm path's input gradient to the skip path's: read
     two, write one), a kernel of its own in every Megatron version (docs/execution-model.md,
-    "What the backward costs besides its GEMMs")."""
+    "What the backward costs besides its GEMMs"); then, with `sandwich_norm`, the backward
+    of the sublayer output's norm."""
     if x.eager:
-        return eager_ops.residual(w, x)
-    per_token = 2 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
-    w.memory(per_token * x.sp_tokens * x.h)
-    w.memory(3 * x.e * x.sp_tokens * x.h)
+        eager_ops.residual(w, x)
+    else:
+        per_token = 2 * x.e + (MASK_BYTES if model.hidden_dropout > 0 else 0)
+        w.memory(per_token * x.sp_tokens * x.h)
+        w.memory(3 * x.e * x.sp_tokens * x.h)
+    if model.sandwich_norm:  # the sublayer output's norm, backward
+        _norm_backward(w, x)
 
 
 def _row_bias_backward(w: _Builder, model: TransformerModel, x: _Shape) -> None:
@@ -364,7 +371,8 @@ def layer_activation_bytes(model: TransformerModel, settings: RunSettings, layer
     # fp8: Transformer Engine keeps the linear layers' inputs as their FP8 copies (`fp8_ops`)
     lin = FP8_OPERAND_BYTES if settings.dtype == "fp8" else x.e
     norm_outputs = 0.0 if "layernorm" in recomputed else 2 * lin * split  # QKV/fc1 inputs
-    outside = 2 * x.e * split + norm_outputs + hidden_masks  # norm inputs too
+    # norm inputs too (with sandwich_norm the two output norms' inputs, the sublayers' outputs)
+    outside = model.layer_norms * x.e * split + norm_outputs + hidden_masks
     if model.multi_latent_attention:
         qkv = mla_activation_bytes(model, x, keep_qkv="mla_up_proj" not in recomputed)
     else:

@@ -19,7 +19,8 @@ from paraplan.core.transformer import TransformerModel
 
 DIMENSIONS: tuple[str, ...] = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
 EXTENSION_COLUMNS: tuple[str, ...] = (
-    "kv_channels", "add_qkv_bias", "qk_layernorm", "softmax_type", "gated_linear_unit", "window_size",
+    "kv_channels", "add_qkv_bias", "qk_layernorm", "sandwich_norm", "softmax_type", "gated_linear_unit",
+    "window_size",
     "window_attn_skip_freq", "chunked_attention", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_router_num_groups", "moe_router_group_topk",
     "multi_latent_attention", "q_lora_rank",
