@@ -241,12 +241,7 @@ class DeepEpTransfer(Collective):
             raise StrategyError(
                 f"moe_token_dispatcher_type flex (DeepEP) with expert_model_parallel_size {group.size}: DeepEP's "
                 f"internode bandwidth is published for EP {', '.join(map(str, DEEPEP_INTERNODE_GBps))} only")
-        if group.size % group.nodes or self.experts % group.nodes:
-            raise StrategyError(f"DeepEP: {self.experts} experts on {group.size} ranks do not spread evenly over "
-                                f"{group.nodes} nodes")
-        gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
-        reached = nodes_hit(self.experts, self.topk, group.nodes, self.groups, self.group_topk)
-        return self.nbytes * reached / (gbps * 1e9)
+        return self._across_nodes_s(group, bandwidth, "DeepEP")
 
     def _hybridep_s(self, group: Group, node: NvlinkNode | None) -> float:
         """HybridEP across nodes: T x load x h x e x nodes_hit over its published bandwidth."""
@@ -264,8 +259,12 @@ class DeepEpTransfer(Collective):
             raise StrategyError(
                 f"moe_flex_dispatcher_backend hybridep with an expert-parallel group of {group.size} ranks {span}"
                 f"{where} and {sms} SMs: HybridEP's kernels are measured for {listed} only")
+        return self._across_nodes_s(group, bandwidth, "HybridEP")
+
+    def _across_nodes_s(self, group: Group, bandwidth: tuple[float, float], kernels: str) -> float:
+        """T x load x h x e x nodes_hit over the (dispatch, combine) RDMA `bandwidth`."""
         if group.size % group.nodes or self.experts % group.nodes:
-            raise StrategyError(f"HybridEP: {self.experts} experts on {group.size} ranks do not spread evenly over "
+            raise StrategyError(f"{kernels}: {self.experts} experts on {group.size} ranks do not spread evenly over "
                                 f"{group.nodes} nodes")
         gbps = bandwidth[0] if self.collective == DEEPEP_DISPATCH else bandwidth[1]
         reached = nodes_hit(self.experts, self.topk, group.nodes, self.groups, self.group_topk)
