@@ -10,6 +10,7 @@ from typing import Annotated
 from paraplan import config_files
 from paraplan.core import Cluster, ConfigError, Device, Link, Network, RailFit
 from paraplan.core import limits as lim
+from paraplan.core.cluster import nvlink_multicast
 from paraplan.core.names import name_problem
 from paraplan.typed import AtLeast, AtMost, Source, load, read_yaml
 
@@ -75,11 +76,17 @@ class NetworkFile:
     """Devices that share one NVLink domain (default: devices_per_node; 72 for a GB200 NVL72 rack)."""
     rail_fits: tuple[RailFitFile, ...] = ()
     """Fitted per-NIC curves by node count (none: line rate x the efficiency fitted on published logs)."""
+    nvls: bool | None = None
+    """Whether NCCL can run its NVLink SHARP algorithms (NVLS, NVLS-Tree: the hierarchical
+    all-reduce across nodes), which need NVSwitch multicast; default: a Hopper or newer
+    device (H100, H200, H800, GH200, B200, ...) in an NVLink domain of several GPUs. Set
+    false for nodes whose GPUs are linked without an NVSwitch (e.g. 4 GH200 per node)."""
 
-    def to_network(self, devices_per_node: int) -> Network:
+    def to_network(self, devices_per_node: int, device_name: str) -> Network:
         domain = self.nvlink_domain_size if self.nvlink_domain_size is not None else devices_per_node
         fits = tuple(sorted((f.to_rail_fit() for f in self.rail_fits), key=lambda f: f.nodes))
-        return Network(self.nics_per_node, self.nic_Gbps * _GIGA / 8, domain, fits)
+        nvls = self.nvls if self.nvls is not None else (nvlink_multicast(device_name) and domain > 1)
+        return Network(self.nics_per_node, self.nic_Gbps * _GIGA / 8, domain, fits, nvls)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,7 +199,8 @@ class ClusterFile:
             raise ValueError(f"network.rail_fits: two fits for the same node count ({sorted(fits)})")
 
     def to_cluster(self) -> Cluster:
-        network = self.network.to_network(self.devices_per_node) if self.network is not None else None
+        network = (self.network.to_network(self.devices_per_node, self.device.name) if self.network is not None
+                   else None)
         return Cluster(self.name, self.nodes, self.devices_per_node, self.device.to_device(),
                        self.links.intra.to_link(), self.links.inter.to_link(), network)
 

@@ -42,9 +42,10 @@ RAIL = Rail(A_S, NIC_Bps)
 ALLTOALL_CSV = Path(__file__).resolve().parents[2] / "data/published/alltoall/nccl_tests_alltoall_multinode.csv"
 
 
-def model(intra_Bps: float = 900e9, nics: int = 8) -> TopologyCommModel:
+def model(intra_Bps: float = 900e9, nics: int = 8, nvls: bool = True) -> TopologyCommModel:
+    """A DGX H100-like node (NVSwitch with multicast: NCCL's NVLS algorithms) unless `nvls` is off."""
     intra = ConstantBandwidthModel(intra_Bps, intra_Bps)
-    return TopologyCommModel(intra, Network(nics, NIC_Bps, 8), 8, RAIL)
+    return TopologyCommModel(intra, Network(nics, NIC_Bps, 8, nvls=nvls), 8, RAIL)
 
 
 def test_two_dgx_nodes_all_reduce_is_the_hierarchical_formula():
@@ -57,6 +58,21 @@ def test_two_dgx_nodes_all_reduce_is_the_hierarchical_formula():
     # the ring over all 16 ranks moves 2 (15/16) S over the same NICs: ~1.9x slower
     assert m.algorithm_times("all_reduce", GiB, Group(16, 2))["ring"] == pytest.approx(
         2 * A_S + 2 * 15 / 16 * GiB / (8 * NIC_Bps), rel=1e-12)
+
+
+def test_without_nvlink_sharp_nccl_has_rings_and_trees_only():
+    """An A100 node (NVSwitch without multicast) or GPUs linked without an NVSwitch: NCCL's
+    NVLS algorithms do not run, so the hierarchy is not among the choices; across 3
+    nodes the ring's 2 (23/24) S per rail is then what a large all_reduce pays, not the
+    hierarchy's 2 (2/3) S / 8 per rail."""
+    a100 = model(nvls=False)
+    times = a100.algorithm_times("all_reduce", GiB, Group(24, 3))
+    assert set(times) == {"ring", "tree"}
+    assert a100.choose("all_reduce", GiB, Group(24, 3)) == ("ring", pytest.approx(
+        4 * A_S + 2 * 23 / 24 * GiB / (8 * NIC_Bps), rel=1e-12))
+    h100 = model()
+    assert h100.choose("all_reduce", GiB, Group(24, 3))[0] == "hierarchical"
+    assert h100.time_s("all_reduce", GiB, Group(24, 3)) < 0.75 * a100.time_s("all_reduce", GiB, Group(24, 3))
 
 
 def test_slow_nvlink_bounds_the_hierarchical_all_reduce():
@@ -307,3 +323,23 @@ def test_all_reduce_restricted_to_rings_is_the_ring_formula():
     assert set(m.algorithm_times("all_reduce", GiB, Group(16, 2))) == {"ring"}
     with pytest.raises(ValueError, match="expected some of ring, hierarchical, tree, got \\('nvls',\\)"):
         replace(model(), all_reduce_algorithms=("nvls",))
+
+
+@pytest.mark.parametrize(("device", "nvls", "expected"), [
+    ("H100-SXM5-80GB", None, True),  # Hopper on an NVSwitch: multicast
+    ("A100-SXM4-80GB", None, False),  # Ampere's NVSwitch has none
+    ("GH200-96GB", False, False),  # stated: GPUs linked without an NVSwitch
+    ("A100-SXM4-80GB", True, True),  # stated wins
+])
+def test_nvls_defaults_to_the_device_unless_the_file_says(device, nvls, expected):
+    data = _cluster_dict({"nics_per_node": 8, "nic_Gbps": 400, **({} if nvls is None else {"nvls": nvls})})
+    data["device"]["name"] = device
+    network = cluster_from_dict(data).network
+    assert network is not None and network.nvls is expected
+
+
+def test_the_shipped_clusters_state_nvlink_sharp_as_their_nodes_have_it():
+    from paraplan.clusters import load_cluster
+
+    assert all(load_cluster(n).network.nvls for n in ("dgx-h100", "dgx-h200", "dgx-h800", "gcp-a3-mega"))
+    assert not any(load_cluster(n).network.nvls for n in ("dgx-a100", "vtrain-a100", "oci-bm-gpu4-8", "gh200-alps"))

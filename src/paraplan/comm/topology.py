@@ -27,7 +27,10 @@ all_reduce, the fastest of:
   ring crosses each domain boundary once per direction, so the NICs carry what one ring
   link carries: t = 2(N-1) a + 2(n-1)/n x S / B, against the NVLink hops
   intra(all_reduce, S x (n-1)/n x r/(r-1)) (the same bytes per rank); the larger.
-- hierarchical (NCCL's NVLS-Tree / CollNet shape): intra-domain reduce-scatter, an
+- hierarchical (NCCL's NVLS-Tree / CollNet shape), only where the network has NVLink
+  SHARP (`Network.nvls`: NVSwitch multicast, Hopper and newer; NCCL's `ncclNvlsInit`
+  reads `CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`, and CollNet needs a SHARP network
+  plugin it does not load by default): intra-domain reduce-scatter, an
   all_reduce of S / r per rail among the N domains, intra-domain all_gather, pipelined:
   t = max(intra(all_reduce, S) + 2(N-1) a, 2(N-1) a + 2(N-1)/N x S / B + intra(all_reduce, 0)):
   the slower stage plus the other stage's latency. Two domains move S / B instead of the ring's
@@ -66,13 +69,15 @@ from dataclasses import dataclass, field
 from paraplan.core.cluster import Network, RailFit
 from paraplan.core.comm import CommModel, Group
 
-DEFAULT_RAIL_EFFICIENCY = 0.642
+DEFAULT_RAIL_EFFICIENCY = 0.678
 """Effective / line-rate bandwidth of one NIC when a cluster has no fitted rail curve:
 `paraplan.comm.fit_rail.fit_rail` over the sizes >= 1 MiB of all nine multi-node
 all_reduce logs of data/nccl-tests/ (H100 NDR 400 Gb/s 2x8 twice, 4x8 twice, 8x8; GCP
 A3 Mega 2x8; A100 OCI BM.GPU4.8 2x8; GH200 Slingshot 2x4, 2x1), each with its cluster file
-(`benchmarks/bench_comm_topology.py` refits it and prints the held-out errors)."""
-DEFAULT_RAIL_LATENCY_S = 45.9e-6
+and the algorithms its network has (`Network.nvls`: the A100 and GH200 logs rings and
+trees only; `benchmarks/bench_comm_topology.py` refits it and prints the held-out errors).
+0.642 when every log was priced with the NVLS hierarchy too."""
+DEFAULT_RAIL_LATENCY_S = 46.45e-6
 """Latency of one inter-node step, fitted with the efficiency above (same logs). It is
 several times NCCL's own per-step network latency (14 us for the Simple protocol): it
 also absorbs the lower bandwidth of mid sizes (1-64 MiB, fewer channels in flight), so
@@ -207,9 +212,11 @@ class TopologyCommModel:
             tree = 2 * math.ceil(math.log2(domains)) * a + max(
                 c_n * s / bw, intra("all_reduce", s * r / (r - 1)) if r > 1 else 0.0)
             every = {"ring": ring, "hierarchical": hierarchical, "tree": tree}
-            if self.all_reduce_algorithms is None:
-                return every
-            return {name: every[name] for name in self.all_reduce_algorithms}
+            if self.all_reduce_algorithms is not None:
+                return {name: every[name] for name in self.all_reduce_algorithms}
+            if not self.network.nvls:  # no NVLink SHARP: NCCL has rings and trees only
+                return {"ring": ring, "tree": tree}
+            return every
         if collective in ("all_gather", "reduce_scatter"):
             ring = max((domains - 1) * a + (n - 1) / n * s / bw, intra(collective, s * ring_share))
             return {"ring": ring}

@@ -106,18 +106,31 @@ class RailFit:
         _finite_at_least_zero("rail fit", "latency_s", self.latency_s)
 
 
+MULTICAST_DEVICES: tuple[str, ...] = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200", "GB200", "B300", "GB300")
+"""Device name prefixes of compute capability 9.0 and newer (Hopper, Blackwell): the GPUs
+whose NVSwitch nodes offer CUDA multicast (NVLink SHARP), which NCCL's NVLS algorithms
+and Transformer Engine's userbuffers use. An A100's NVSwitch has none."""
+
+
+def nvlink_multicast(device_name: str) -> bool:
+    """The device is a Hopper or Blackwell GPU (`MULTICAST_DEVICES`)."""
+    return device_name.startswith(MULTICAST_DEVICES)
+
+
 @dataclass(frozen=True)
 class Network:
     """What a node has for talking to other nodes: `nics_per_node` NICs of
     `nic_bandwidth_Bps` line rate each (one per GPU on a rail-optimised DGX), and how
     many devices share one NVLink domain (8 on a DGX, 72 on a GB200 NVL72 rack).
     `rail_fits` are fitted per-NIC curves (none: line rate x a documented efficiency,
-    see `paraplan.comm.topology`)."""
+    see `paraplan.comm.topology`); `nvls`: NCCL can run its NVLink SHARP algorithms
+    (NVLS, NVLS-Tree), which need NVSwitch multicast (Hopper and newer)."""
 
     nics_per_node: int
     nic_bandwidth_Bps: float
     nvlink_domain_size: int
     rail_fits: tuple[RailFit, ...] = ()
+    nvls: bool = False  # NCCL's NVLS algorithms (NVLink SHARP): the hierarchical all-reduce across nodes
 
     def __post_init__(self) -> None:
         for key in ("nics_per_node", "nvlink_domain_size"):

@@ -30,19 +30,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from paraplan.core.cluster import Cluster
+from paraplan.core.cluster import Cluster, nvlink_multicast
 from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.space import SCHEDULES, Candidates, SearchSpace
-
-USERBUFFERS_MULTICAST_DEVICES: tuple[str, ...] = ("H100", "H200", "H800", "H20", "GH200", "B100", "B200",
-                                                   "GB200", "B300", "GB300")
-"""Device name prefixes of compute capability 9.0 and newer (Hopper, Blackwell). Transformer
-Engine's userbuffers use CUDA multicast there; older devices need `UB_SKIPMC=1` for a CUDA
-IPC fallback that Transformer Engine calls less performant, and paraplan has no
-measurement of it, so the planner does not offer `tp_comm_overlap` on them (`paraplan
-predict` still prices a row that sets it, as on Hopper)."""
 
 DUALPIPE_CANDIDATES = 4
 """1F1B candidates of least estimated DualPipe time (`dualpipe_estimate_s`) re-timed as DualPipe."""
@@ -51,8 +43,12 @@ VARIANT_PLANS = 5
 
 
 def userbuffers_multicast(device_name: str) -> bool:
-    """The device is a Hopper or Blackwell GPU (`USERBUFFERS_MULTICAST_DEVICES`)."""
-    return device_name.startswith(USERBUFFERS_MULTICAST_DEVICES)
+    """Transformer Engine's userbuffers use CUDA multicast on Hopper and Blackwell GPUs
+    (`paraplan.core.cluster.MULTICAST_DEVICES`); older devices need `UB_SKIPMC=1` for a
+    CUDA IPC fallback that Transformer Engine calls less performant, and paraplan has no
+    measurement of it, so the planner does not offer `tp_comm_overlap` on them (`paraplan
+    predict` still prices a row that sets it, as on Hopper)."""
+    return nvlink_multicast(device_name)
 
 
 def tp_comm_overlap_runs(s: RunSettings, cluster: Cluster) -> bool:
