@@ -193,3 +193,29 @@ def test_predict_refuses_the_all_to_all_overlap_where_megatron_core_does():
     replace(overlapped, pipeline_model_parallel_size=1, data_parallel_size=4).check(MOE)
     with pytest.raises(StrategyError, match=r"needs at most one multi-token-prediction layer"):
         replace(overlapped, pipeline_model_parallel_size=1, data_parallel_size=4).check(replace(MOE, mtp_num_layers=2))
+
+
+def test_block_recomputation_is_tried_on_plans_that_recompute_every_layer():
+    """Llama 3 8B on 8 H100s searched with full recomputation only: the post-pass tries
+    recomputing only the first N layers of each chunk, and the exact engine keeps the
+    fastest that fits (faster than recomputing all, still fitting)."""
+    from paraplan.plan.transformer.variants import block_recompute_variants
+    from paraplan.predict.models import PRESETS
+
+    model = replace(PRESETS["llama3-8b"], seq_length=8192)
+    full = RunSettings(data_parallel_size=8, global_batch_size=128, recompute_granularity="full", zero_stage=3)
+    space = SearchSpace()
+    assert [v.recompute_num_layers for v in block_recompute_variants(full, model, space)] == [8, 16, 24, 31]
+    assert all(v.recompute_method == "block" for v in block_recompute_variants(full, model, space))
+    assert block_recompute_variants(full, model, replace(space, recompute_block=(False,))) == []
+    assert block_recompute_variants(replace(full, recompute_granularity="selective"), model, space) == []
+    cal = calibration_for(H100)
+    comm = cal.comm_model(H100)
+    only_full = SearchSpace(tensor_sizes=(1,), recompute=("full",), schedules=("1f1b",), tp_comm_overlap=(False,))
+    request = TransformerPlanRequest(model, H100, 8, 128, space=only_full)
+    blocks = search(request, comm, cal.efficiency)
+    every = search(replace(request, space=replace(only_full, recompute_block=(False,))), comm, cal.efficiency)
+    best = blocks.plans[0]
+    assert best.settings.recompute_method == "block" and best.fits_memory
+    assert best.iteration_s < every.plans[0].iteration_s
+    assert all(p.settings.recompute_method == "" for p in every.plans)

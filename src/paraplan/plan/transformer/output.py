@@ -30,7 +30,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "virtual_pipeline_model_parallel_size",
     "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "recompute_granularity",
-    "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward", "sharded_grad_reduce",
+    "recompute_method", "recompute_num_layers", "sequence_parallel", "zero_stage", "fsdp_reshard_after_forward",
+    "sharded_grad_reduce",
     "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
     "moe_shared_expert_overlap", "moe_router_score_function", "moe_router_enable_expert_bias",
@@ -82,7 +83,9 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "decoder_last_pipeline_num_layers": str(s.decoder_last_pipeline_num_layers or ""),
             "account_for_embedding_in_pipeline_split": _flag(s.account_for_embedding_in_pipeline_split),
             "account_for_loss_in_pipeline_split": _flag(s.account_for_loss_in_pipeline_split),
-            "recompute_granularity": s.recompute_granularity, "sequence_parallel": _flag(s.sequence_parallel),
+            "recompute_granularity": s.recompute_granularity, "recompute_method": s.recompute_method,
+            "recompute_num_layers": str(s.recompute_num_layers) if s.recompute_method else "",
+            "sequence_parallel": _flag(s.sequence_parallel),
             "zero_stage": str(s.zero_stage),
             # ZeRO-3's choices where the plan makes them (`space.ZERO3_PIPELINED`); empty: the default
             "fsdp_reshard_after_forward": _chosen(s.fsdp_reshard_after_forward),
@@ -132,8 +135,13 @@ def describe(plan: RunPrediction) -> str:
         parts.append(f"{' and '.join(counted)} counted as a layer")
     if s.pipeline_model_parallel_size > 1:
         parts.append(s.pipeline_schedule)
-    parts.append(f"{s.recompute_granularity} recomputation" if s.recompute_granularity != "none"
-                 else "no recomputation")
+    if s.recompute_method == "block":
+        parts.append(f"full recomputation of the first {s.recompute_num_layers} layers of each model chunk")
+    elif s.recompute_method == "uniform":
+        parts.append(f"full recomputation in groups of {s.recompute_num_layers} layers")
+    else:
+        parts.append(f"{s.recompute_granularity} recomputation" if s.recompute_granularity != "none"
+                     else "no recomputation")
     if s.sequence_parallel:
         parts.append("sequence parallel")
     if s.tp_comm_overlap:

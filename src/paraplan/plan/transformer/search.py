@@ -47,6 +47,7 @@ from paraplan.plan.transformer.retime import retime
 from paraplan.plan.transformer.space import Candidates, enumerate_candidates
 from paraplan.plan.transformer.variants import (
     VARIANT_PLANS,
+    block_recompute_variants,
     dualpipe_estimate_s,
     dualpipe_settings,
     flag_variants,
@@ -202,7 +203,8 @@ def _post_pass(request: TransformerPlanRequest, plans: list[RunPrediction], cand
     pool: list[RunSettings] = []
     order_s: list[float] = []
     for plan in plans[:max(VARIANT_PLANS, request.top_k)]:
-        variants = flag_variants(plan.settings, model, cluster, space)
+        variants = [*flag_variants(plan.settings, model, cluster, space),
+                    *block_recompute_variants(plan.settings, model, space)]
         pool += variants
         order_s += [plan.iteration_s] * len(variants)
     return out + _retime_pool(request, pool, order_s, plans, comm, efficiency)

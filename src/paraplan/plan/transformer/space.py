@@ -93,6 +93,10 @@ class SearchSpace:
     moe_shared_expert_overlap: tuple[bool, ...] = (False, True)
     """Megatron-Core's shared experts beside the all-to-alls, tried on the best plans where
     it can run (`variants.shared_overlap_runs`); (False,): never."""
+    recompute_block: tuple[bool, ...] = (False, True)
+    """Megatron-LM's `recompute_method block`, tried on the best plans with full
+    recomputation: only the first N layers of each model chunk recomputed
+    (`variants.block_recompute_variants`); (False,): never."""
 
     def __post_init__(self) -> None:
         known = (*SCHEDULES, *POST_PASS_SCHEDULES)
@@ -112,7 +116,8 @@ class SearchSpace:
             raise StrategyError("schedule dualpipe in the search space needs 1f1b beside it: DualPipe is tried on "
                                 "the best 1F1B candidates")
         if not (self.schedules and self.recompute and self.zero_stages and self.sequence_parallel
-                and self.tp_comm_overlap and self.overlap_moe_expert_parallel_comm and self.moe_shared_expert_overlap):
+                and self.tp_comm_overlap and self.overlap_moe_expert_parallel_comm and self.moe_shared_expert_overlap
+                and self.recompute_block):
             raise StrategyError("every dimension of the search space needs at least one value")
 
 

@@ -19,6 +19,12 @@ search and re-timed with the exact engine (`search.py`, `retime.py`).
   of `run_settings_checks.check_dualpipe_settings`) and whose memory with two stages per
   rank fits by estimate (`estimate.Estimates.dualpipe_peak_memory_bytes`).
 
+- `recompute_method block` (Megatron-LM's: the first N layers of each model chunk fully
+  recomputed, the others keeping their activations) on the best plans with full
+  recomputation, for a few N below the chunk's layer count (`block_recompute_variants`):
+  recomputing fewer layers is faster and holds more memory, so the exact engine keeps the
+  fastest that fits.
+
 Each is a flag a plan row carries (`output.py`), so `paraplan predict` on the row prices
 what the planner priced.
 """
@@ -96,6 +102,26 @@ def flag_variants(s: RunSettings, model: TransformerModel, cluster: Cluster, spa
         variant = replace(plain, tp_comm_overlap=on, overlap_moe_expert_parallel_comm=a2a,
                           moe_shared_expert_overlap=shared)
         if variant != s and _runs(variant, model):
+            out.append(variant)
+    return out
+
+
+BLOCK_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75)
+"""Shares of a chunk's layers a block recomputation variant recomputes (with one fewer
+than all): few enough that the exact re-timing stays cheap."""
+
+
+def block_recompute_variants(s: RunSettings, model: TransformerModel, space: SearchSpace) -> list[RunSettings]:
+    """`s` (full recomputation of every layer) with only the first N layers of each model
+    chunk recomputed, N a few shares of its largest chunk and one fewer than it."""
+    if True not in space.recompute_block or s.recompute_granularity != "full" or s.recompute_method:
+        return []
+    most = max(s.layers_per_virtual_stage(model.num_layers))
+    counts = sorted({max(1, round(most * share)) for share in BLOCK_SHARES} | {most - 1})
+    out = []
+    for n in counts:
+        variant = replace(s, recompute_method="block", recompute_num_layers=n)
+        if 1 <= n < most and _runs(variant, model):
             out.append(variant)
     return out
 
