@@ -8,7 +8,8 @@ sequence parallelism and ZeRO stage / distributed optimizer (and for
 mixture-of-experts models such as mixtral-8x7b expert and expert-tensor
 parallelism), every plan fitting device memory and re-timed by the simulator; then
 DualPipe and the overlaps tp_comm_overlap (Hopper and newer), overlap_moe_expert_parallel_comm
-and moe_shared_expert_overlap tried on the best plans where they can run; the data-parallel
+and moe_shared_expert_overlap tried on the best plans where they can run, and on those that
+recompute every layer, recompute_method block (the first N layers of each chunk); the data-parallel
 baselines are candidates of the same search. Writes one row per plan kept, best first, in
 `paraplan predict`'s column names (+ the baselines' iteration times and search_s).
 
