@@ -219,3 +219,39 @@ def test_block_recomputation_is_tried_on_plans_that_recompute_every_layer():
     assert best.settings.recompute_method == "block" and best.fits_memory
     assert best.iteration_s < every.plans[0].iteration_s
     assert all(p.settings.recompute_method == "" for p in every.plans)
+
+
+def test_a_flex_dispatcher_plan_searches_only_the_layouts_its_kernels_were_measured_at(tmp_path, capsys):
+    """DeepSeek-V3 on 1,024 H100s with DeepEP: every plan's expert layout is one DeepEP was
+    measured at (ETP 1; EP 8 inside a node, or 16, 32, 64 across nodes), its row names the
+    dispatcher, and `paraplan predict` prices every row again to the digit."""
+    planned = _planned_rows_repriced(tmp_path, ["--model", "deepseek-v3", "--seq-length", "4096", "--gpus", "1024",
+                                                "--global-batch-size", "1024", "--moe-token-dispatcher-type", "flex"],
+                                     3)
+    assert {r["moe_token_dispatcher_type"] for r in planned} == {"flex"}
+    assert {r["moe_flex_dispatcher_backend"] for r in planned} == {"deepep"}
+    assert {r["expert_tensor_parallel_size"] for r in planned} == {"1"}
+    assert {int(r["expert_model_parallel_size"]) for r in planned} <= {8, 16, 32, 64}
+    out = tmp_path / "x.csv"
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch-size", "8",
+            "-o", str(out), "--no-track"]
+    assert main([*args, "--moe-token-dispatcher-type", "flex"]) == 2
+    assert "--moe-token-dispatcher-type: needs a mixture-of-experts model" in capsys.readouterr().err
+    assert main([*args, "--moe-flex-dispatcher-backend", "hybridep"]) == 2
+    assert "needs --moe-token-dispatcher-type flex" in capsys.readouterr().err and not out.exists()
+
+
+def test_flex_layouts_follow_the_measured_kernels():
+    from paraplan.plan.transformer.experts import flex_layouts
+    from paraplan.predict.models import PRESETS
+
+    qwen = PRESETS["qwen3-30b-a3b"]
+    base = RunSettings(moe_token_dispatcher_type="flex")
+    deepep = flex_layouts(qwen, base, H100)
+    assert deepep is not None
+    assert [ep for ep in (2, 4, 8, 16, 32, 64, 128) if deepep(ep, 1)] == [8, 16, 32, 64]
+    assert not deepep(16, 2)  # ETP 2: the flex dispatcher runs ETP 1 only
+    assert deepep(1, 1)  # EP 1 sends nothing
+    hybrid = flex_layouts(qwen, replace(base, moe_flex_dispatcher_backend="hybridep"), H100)
+    assert hybrid is not None and [ep for ep in (8, 16, 32, 64) if hybrid(ep, 1)] == [16, 32, 64]
+    assert flex_layouts(qwen, RunSettings(), H100) is None

@@ -123,6 +123,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="pipeline schedules to search among 1f1b, interleaved_1f1b, zb_h1, gpipe, dualpipe "
                           "(default: all; dualpipe needs 1f1b beside it and a framework that runs DeepSeek's "
                           "DualPipe, which Megatron-LM does not)")
+    llm.add_argument("--moe-token-dispatcher-type", default=None, choices=("alltoall", "flex"),
+                     help="a mixture-of-experts model's token dispatcher (default alltoall: NCCL's all-to-alls); flex "
+                          "runs DeepEP's or HybridEP's kernels, searched only at the expert layouts they were measured "
+                          "at (docs/moe.md)")
+    llm.add_argument("--moe-flex-dispatcher-backend", default=None, choices=("deepep", "hybridep"),
+                     help="with --moe-token-dispatcher-type flex: DeepEP's kernels (default) or HybridEP's")
     llm.add_argument("--no-overlap-flags", action="store_true",
                      help="do not try tp_comm_overlap, overlap_moe_expert_parallel_comm and "
                           "moe_shared_expert_overlap on the best plans (e.g. for Megatron-LM's --deterministic-mode, "
@@ -211,7 +217,9 @@ def _refuse_unused(args: argparse.Namespace, model: bool) -> None:
         ("--seq-length", args.seq_length is not None), ("--fp8-recipe", bool(args.fp8_recipe)),
         ("--calibration", args.calibration is not None), ("--allow-cross-node-tp", args.allow_cross_node_tp),
         ("--context-parallel-sizes", args.context_parallel_sizes is not None),
-        ("--schedules", args.schedules is not None), ("--no-overlap-flags", args.no_overlap_flags)) if given_]
+        ("--schedules", args.schedules is not None), ("--no-overlap-flags", args.no_overlap_flags),
+        ("--moe-token-dispatcher-type", args.moe_token_dispatcher_type is not None),
+        ("--moe-flex-dispatcher-backend", args.moe_flex_dispatcher_backend is not None)) if given_]
     if unused:
         raise ConfigError(unused[0], "is for a transformer (--model), not a layer profile")
 
@@ -431,8 +439,16 @@ def _run_llm(args: argparse.Namespace) -> int:
 
         print(f"paraplan plan: FP8 recipe {args.fp8_recipe or DEFAULT_FP8_RECIPE}"
               + ("" if args.fp8_recipe else " (Megatron-LM's default; --fp8-recipe to choose)"), file=sys.stderr)
+    dispatcher = args.moe_token_dispatcher_type or "alltoall"
+    if args.moe_flex_dispatcher_backend is not None and dispatcher != "flex":
+        raise ConfigError("--moe-flex-dispatcher-backend", "needs --moe-token-dispatcher-type flex")
+    if dispatcher != "alltoall" and not model.is_moe:
+        raise ConfigError("--moe-token-dispatcher-type", f"needs a mixture-of-experts model; '{model.name}' has no "
+                          "experts")
     request = TransformerPlanRequest(model, cluster, args.gpus, args.global_batch_size, dtype=args.dtype,
                                      top_k=args.top_k, fp8_recipe=args.fp8_recipe,
+                                     moe_token_dispatcher_type=dispatcher,  # type: ignore[arg-type]
+                                     moe_flex_dispatcher_backend=args.moe_flex_dispatcher_backend or "deepep",
                                      space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)

@@ -5,6 +5,7 @@ size, and the first and last stage's parameters of a model with dense and MoE la
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.comm import CommModel, Group
+from paraplan.core.errors import StrategyError
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import (
@@ -23,7 +25,7 @@ from paraplan.predict.build import (
     run_structure,
 )
 from paraplan.predict.layer_factors import layer_shape_key
-from paraplan.predict.moe_deepep import NvlinkNode
+from paraplan.predict.moe_deepep import DEEPEP_DISPATCH, DeepEpTransfer, NvlinkNode
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.mtp_ops import last_stage_work
 from paraplan.predict.pass_cost import PassCost
@@ -35,9 +37,11 @@ if TYPE_CHECKING:
     from paraplan.plan.transformer.space import SearchSpace
 
 
-def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace) -> list[tuple[int, int]]:
+def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: SearchSpace,
+                   priced: Callable[[int, int], bool] | None = None) -> list[tuple[int, int]]:
     """(EP, ETP) pairs a candidate of TP t and data x context parallel dc may use
-    (`run_settings_checks.check_experts`' rules); [(1, 0)] for a dense model."""
+    (`run_settings_checks.check_experts`' rules, and `priced`: those the run's token
+    dispatcher can be priced for); [(1, 0)] for a dense model."""
     if not model.is_moe:
         return [(1, 0)]
     eps = space.expert_model_sizes or tuple(divisors(model.num_experts))
@@ -48,8 +52,42 @@ def expert_layouts(model: TransformerModel, t: int, dc: int, sp: bool, space: Se
             if (model.num_experts % ep or (t * dc) % (ep * etp) or model.moe_ffn_size % etp
                     or (t > 1 and not sp and (ep > 1 or etp != t))):
                 continue
+            if priced is not None and not priced(ep, etp):
+                continue
             out.append((ep, etp))
     return out
+
+
+def flex_layouts(model: TransformerModel, base: RunSettings, cluster: Cluster) -> Callable[[int, int], bool] | None:
+    """With the flex dispatcher, which (EP, ETP) its kernels can be priced for
+    (`paraplan.predict.moe_deepep`: ETP 1, and EP groups of the sizes, spans and SM counts
+    DeepEP's or HybridEP's kernels were measured at); None for any other dispatcher.
+    Megatron-Core lays an expert-parallel group of ETP 1 on consecutive ranks whatever the
+    TP, so whether it can be priced depends on EP alone."""
+    if base.moe_token_dispatcher_type != "flex" or not model.is_moe:
+        return None
+    node = NvlinkNode.of(cluster)
+    known: dict[int, bool] = {}
+
+    def priced(ep: int, etp: int) -> bool:
+        if etp != 1:
+            return False
+        if ep not in known:
+            s = replace(base, tensor_model_parallel_size=1, pipeline_model_parallel_size=1, data_parallel_size=ep,
+                        global_batch_size=ep, micro_batch_size=1, expert_model_parallel_size=ep,
+                        expert_tensor_parallel_size=1)
+            group = expert_parallel_groups(s, placement(s, cluster.devices_per_node))["ep"]
+            transfer = DeepEpTransfer(DEEPEP_DISPATCH, 1.0, -1, "ep", experts=model.num_experts,
+                                      topk=model.moe_router_topk, backend=base.moe_flex_dispatcher_backend,
+                                      num_sms=base.moe_flex_dispatcher_num_sms)
+            try:
+                transfer.time_s(group, node)
+                known[ep] = True
+            except StrategyError:
+                known[ep] = False
+        return known[ep]
+
+    return priced
 
 
 def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster: Cluster,

@@ -16,7 +16,7 @@ recipe (`fp8_recipe`, with dtype fp8), how it splits the layers
 
 from __future__ import annotations
 
-from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
+from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, FLEX_BACKEND_NAMES
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.search import BASELINES, PlanResult
 from paraplan.predict.device_model import DeviceEfficiency
@@ -34,7 +34,8 @@ PLAN_COLUMNS: tuple[str, ...] = (
     "sharded_grad_reduce",
     "use_distributed_optimizer", "overlap_grad_reduce",
     "overlap_param_gather", "tp_comm_overlap", "overlap_p2p_comm", "overlap_moe_expert_parallel_comm",
-    "moe_shared_expert_overlap", "moe_router_score_function", "moe_router_enable_expert_bias",
+    "moe_shared_expert_overlap", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+    "moe_flex_dispatcher_num_sms", "moe_router_score_function", "moe_router_enable_expert_bias",
     "moe_router_topk_scaling_factor", "moe_router_pre_softmax", "schedule", "dtype", "fp8_recipe", "use_flash_attn",
     "predicted_iteration_s",
     "predicted_tokens_per_s", "predicted_tflops_per_gpu", "predicted_mfu", "predicted_peak_memory_bytes",
@@ -97,6 +98,10 @@ def plan_rows(model: TransformerModel, result: PlanResult, calibration: str,
             "overlap_p2p_comm": _flag(s.p2p_overlapped),
             "overlap_moe_expert_parallel_comm": _flag(s.overlap_moe_expert_parallel_comm),
             "moe_shared_expert_overlap": _flag(s.moe_shared_expert_overlap),
+            "moe_token_dispatcher_type": s.moe_token_dispatcher_type if model.is_moe else "",
+            "moe_flex_dispatcher_backend": (s.moe_flex_dispatcher_backend if s.moe_token_dispatcher_type == "flex"
+                                            else ""),
+            "moe_flex_dispatcher_num_sms": str(s.moe_flex_dispatcher_num_sms or ""),
             # the model's own router (`paraplan.core.moe_router_model`); empty for a dense model
             "moe_router_score_function": s.moe_router_score_function if model.is_moe else "",
             "moe_router_enable_expert_bias": _flag(s.moe_router_enable_expert_bias) if model.is_moe else "",
@@ -123,6 +128,8 @@ def describe(plan: RunPrediction) -> str:
              f"PP {s.pipeline_model_parallel_size}", f"DP {s.data_parallel_size}"]
     if s.expert_model_parallel_size > 1 or s.expert_tensor_parallel_size:
         parts.append(f"EP {s.expert_model_parallel_size}, ETP {s.expert_tensor_parallel}")
+        if s.moe_token_dispatcher_type == "flex":
+            parts.append(f"{FLEX_BACKEND_NAMES[s.moe_flex_dispatcher_backend]} dispatcher")
     parts.append(f"micro-batch {s.micro_batch_size}")
     if s.virtual_pipeline_model_parallel_size > 1:
         parts.append(f"v {s.virtual_pipeline_model_parallel_size}")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from paraplan.core.cluster import Cluster
 from paraplan.core.moe_router_model import model_router_defaults
-from paraplan.core.run_settings import Dtype, Fp8Recipe, RunSettings
+from paraplan.core.run_settings import Dtype, FlexDispatcherBackend, Fp8Recipe, MoeDispatcher, RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.space import SearchSpace
 from paraplan.predict.runtable import default_flash_attention
@@ -34,6 +34,11 @@ class TransformerPlanRequest:
     """With dtype fp8 (`RunSettings.fp8_recipe`); empty: Megatron's default."""
     use_flash_attn: bool | None = None
     """Fused attention; None: the run table's default for the dtype."""
+    moe_token_dispatcher_type: MoeDispatcher = "alltoall"
+    """A mixture-of-experts model's token dispatcher (`RunSettings.moe_token_dispatcher_type`):
+    with `flex`, only the expert layouts its kernels were measured for are searched."""
+    moe_flex_dispatcher_backend: FlexDispatcherBackend = "deepep"
+    """With `flex`: DeepEP's kernels or HybridEP's (`paraplan.predict.moe_deepep`)."""
     space: SearchSpace = field(default_factory=SearchSpace)
     """What the search may choose from."""
     top_k: Count = 5
@@ -46,5 +51,6 @@ class TransformerPlanRequest:
         model's own router (`paraplan.core.moe_router_model`)."""
         flash = default_flash_attention(self.dtype) if self.use_flash_attn is None else self.use_flash_attn
         return RunSettings(global_batch_size=self.global_batch_size, dtype=self.dtype, use_flash_attn=flash,
-                           fp8_recipe=self.fp8_recipe,
+                           fp8_recipe=self.fp8_recipe, moe_token_dispatcher_type=self.moe_token_dispatcher_type,
+                           moe_flex_dispatcher_backend=self.moe_flex_dispatcher_backend,
                            **model_router_defaults(self.model, {}))  # type: ignore[arg-type]

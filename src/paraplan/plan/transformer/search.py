@@ -41,6 +41,7 @@ from paraplan.core.limits import MAX_SIMULATED_OPS
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.plan.transformer.estimate import estimate
+from paraplan.plan.transformer.experts import flex_layouts
 from paraplan.plan.transformer.memory_text import fits_nowhere_advice, peak_parts_text
 from paraplan.plan.transformer.request import TransformerPlanRequest
 from paraplan.plan.transformer.retime import retime
@@ -147,7 +148,7 @@ def search(request: TransformerPlanRequest, comm: CommModel, efficiency: DeviceE
         raise StrategyError(f"--gpus must be >= 1, got {request.num_gpus}")
     base = request.base_settings()
     cand = enumerate_candidates(model, request.num_gpus, request.global_batch_size, cluster.devices_per_node,
-                                request.space, base.use_flash_attn)
+                                request.space, base.use_flash_attn, flex_layouts(model, base, cluster))
     capacity = cluster.device.usable_memory_bytes
     est = estimate(model, cand, base, cluster, comm, efficiency, fits_bytes=capacity * MEMORY_MARGIN)
     fits = est.peak_memory_bytes <= capacity * MEMORY_MARGIN

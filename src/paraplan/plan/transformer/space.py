@@ -28,6 +28,7 @@ best candidates after the search and re-timed with the exact engine (`variants.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -257,21 +258,27 @@ def tensor_degrees(model: TransformerModel, devices_per_node: int, num_gpus: int
 
 
 def enumerate_candidates(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
-                         space: SearchSpace, flash: bool = True) -> Candidates:
+                         space: SearchSpace, flash: bool = True,
+                         priced: Callable[[int, int], bool] | None = None) -> Candidates:
     """Every candidate that can run (divisibility, schedule rules); memory is checked later.
-    `flash`: the run's attention is fused (context parallelism needs it)."""
-    rows, layouts = _candidate_rows(model, num_gpus, global_batch_size, devices_per_node, space, flash)
+    `flash`: the run's attention is fused (context parallelism needs it); `priced`: the
+    (EP, ETP) layouts the run's token dispatcher can be priced for (`experts.flex_layouts`)."""
+    rows, layouts = _candidate_rows(model, num_gpus, global_batch_size, devices_per_node, space, flash, priced)
     if not rows:
+        dispatcher = (" and the expert layouts the flex dispatcher's kernels were measured for (ETP 1; DeepEP "
+                      "and HybridEP: docs/moe.md)" if priced is not None else "")
         raise StrategyError(
-            f"no parallel layout of {model.name} fits the divisibility rules on {num_gpus} GPUs at global batch "
-            f"{global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)"
-            + _fewest_replicas_text(model, num_gpus, devices_per_node, space, flash, layouts))
+            f"no parallel layout of {model.name} fits the divisibility rules{dispatcher} on {num_gpus} GPUs at "
+            f"global batch {global_batch_size} (TP must divide the heads, groups and MLP width; DP the global batch)"
+            + _fewest_replicas_text(model, num_gpus, devices_per_node, space, flash, layouts, priced))
     cols = np.array(rows, dtype=np.int64).T
     return Candidates(*cols)
 
 
 def _candidate_rows(model: TransformerModel, num_gpus: int, global_batch_size: int, devices_per_node: int,
-                    space: SearchSpace, flash: bool) -> tuple[list[tuple[int, ...]], list[tuple[int, int]]]:
+                    space: SearchSpace, flash: bool,
+                    priced: Callable[[int, int], bool] | None = None) -> tuple[list[tuple[int, ...]],
+                                                                               list[tuple[int, int]]]:
     """`enumerate_candidates`'s rows, and the (CP, TP) layouts they were built from."""
     rows: list[tuple[int, ...]] = []
     sched_idx: dict[str, int] = {s: i for i, s in enumerate(SCHEDULES)}
@@ -287,7 +294,7 @@ def _candidate_rows(model: TransformerModel, num_gpus: int, global_batch_size: i
             if global_batch_size % d:
                 continue
             splits: dict[int, list[tuple[int, int, int]]] = {}
-            experts = {sp: expert_layouts(model, t, c * d, sp, space) for sp in sps}
+            experts = {sp: expert_layouts(model, t, c * d, sp, space, priced) for sp in sps}
             per_replica = global_batch_size // d
             for b in divisors(per_replica):
                 if b > space.max_micro_batch_size:
@@ -328,7 +335,8 @@ def _candidate_rows(model: TransformerModel, num_gpus: int, global_batch_size: i
 
 
 def _fewest_replicas_text(model: TransformerModel, num_gpus: int, devices_per_node: int, space: SearchSpace,
-                          flash: bool, layouts: list[tuple[int, int]]) -> str:
+                          flash: bool, layouts: list[tuple[int, int]],
+                          priced: Callable[[int, int], bool] | None = None) -> str:
     """'; the fewest data-parallel replicas of a layout that runs are 4 (TP 8, PP 32): a
     global batch divisible by 4 would do' for a global batch that no layout's DP divides: the fewest
     replicas with which some candidate runs (checked by enumerating at that batch); ''
@@ -336,7 +344,7 @@ def _fewest_replicas_text(model: TransformerModel, num_gpus: int, devices_per_no
     replicas = sorted({num_gpus // (t * c * p) for c, t in layouts for p in divisors(num_gpus // (t * c))
                        if p <= model.num_layers})
     for d in replicas:
-        rows = _candidate_rows(model, num_gpus, d, devices_per_node, space, flash)[0]
+        rows = _candidate_rows(model, num_gpus, d, devices_per_node, space, flash, priced)[0]
         if not rows:
             continue
         t, p, d, c = (min(rows, key=lambda row: row[2])[i] for i in (0, 1, 2, 11))
