@@ -61,11 +61,6 @@ class PartialRecompute:
                 kept_moe[j] = flags[start + min(n, count):start + count].sum()
         return PartialRecompute(method, n, kept, kept_moe)
 
-    def by_chunk(self, per_vstage: np.ndarray, v: int, p: int) -> np.ndarray:
-        """A per-virtual-stage array as [model chunk, pipeline stage] (virtual stage
-        c p + s is chunk c of stage s)."""
-        return np.asarray(per_vstage).reshape(v, p)
-
     def stored_inputs(self, chunk_layers: np.ndarray) -> np.ndarray:
         """Hidden states a chunk of `chunk_layers` layers keeps for its checkpointed
         layers: one per group under uniform, one per recomputed layer under block (the

@@ -272,13 +272,14 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
     memory = []
     for s in range(p):
         n = params.rank_params[s]
-        chunk_acts = (params.chunk_layers[:, s] * acts.layer).astype(float)
-        if acts.moe_layer is not None:
-            chunk_acts += params.chunk_moe[:, s] * (acts.moe_layer - acts.layer)
         rebuilt = 1
-        if recompute is not None:  # full recomputation of some layers, or in groups (`partial_recompute`)
-            kept_moe = recompute.by_chunk(recompute.kept_moe, v, p)[:, s]
-            kept_dense = recompute.by_chunk(recompute.kept, v, p)[:, s] - kept_moe
+        if recompute is None:
+            chunk_acts = (params.chunk_layers[:, s] * acts.layer).astype(float)
+            if acts.moe_layer is not None:
+                chunk_acts += params.chunk_moe[:, s] * (acts.moe_layer - acts.layer)
+        else:  # full recomputation of some layers, or in groups (`partial_recompute`); virtual stage c p + s
+            kept_moe = recompute.kept_moe.reshape(v, p)[:, s]
+            kept_dense = recompute.kept.reshape(v, p)[:, s] - kept_moe
             checkpointed = recompute.stored_inputs(params.chunk_layers[:, s])
             chunk_acts = checkpointed * acts.layer + kept_dense * acts.kept_layer  # a checkpoint: the layer's input
             if acts.kept_moe_layer is not None:
