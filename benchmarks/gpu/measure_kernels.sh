@@ -11,6 +11,9 @@
 #   OUT=results/kernels/my-gpu bash benchmarks/gpu/measure_kernels.sh
 #   HELD_ONLY=1 [HOLD_S=0.3] [MIN_TIME_S=0.5] OUT=results/kernels/my-gpu-held bash benchmarks/gpu/measure_kernels.sh
 #     (the held pass: every shape timed at the power limit; about 9 min on an H100 with the 0.5 s window)
+#   MOE_ONLY=1 [GROUPED_MAX_S=150] [HOLD_S=0.2] [MIN_TIME_S=0.3] OUT=results/kernels/my-gpu-moe bash benchmarks/gpu/measure_kernels.sh
+#     (a MoE layer's expert GEMMs, BF16 and FP8, benchmarks/gpu/grouped_gemm.py; then the FP8 grid held, timed over
+#     a window, with and without fast accumulation)
 # Then: paraplan fit --kind kernels ... (docs/kernels.md, "Measuring a GPU").
 set -uo pipefail
 OUT=${OUT:?set OUT to the output folder}
@@ -55,6 +58,25 @@ train = [s for s in big if any(int(d) not in (256, 512, 1024, 1536, 2048, 3072, 
 print(",".join(sorted(grid | set(train))))
 PY
 )
+if [ "${MOE_ONLY:-0}" = 1 ]; then
+  # a MoE layer's expert GEMMs (benchmarks/gpu/grouped_gemm.py: per-expert GEMMs on 1 and 4 streams, one grouped
+  # kernel, the dense GEMM of the same FLOPs), BF16 and FP8; then the FP8 grid held (HOLD_S) and timed over a
+  # window (MIN_TIME_S), with and without fast accumulation
+  for dtype in bfloat16 float8_e4m3fn; do
+    echo "== grouped_gemm.py --dtype $dtype" >>"$LOG"
+    "$PY" benchmarks/gpu/grouped_gemm.py --dtype $dtype --max-s "${GROUPED_MAX_S:-150}" \
+      --out "$OUT/grouped_gemm_${dtype%%_*}.csv" 2>>"$LOG" || echo "FAILED: grouped_gemm $dtype" | tee -a "$LOG"
+  done
+  HOLD=${HOLD_S:-0.2}
+  WINDOW=${MIN_TIME_S:-0.3}
+  run --kind gemm --dtype float8_e4m3fn --gemm-shapes "$FP8" --hold-s "$HOLD" --min-time-s "$WINDOW" \
+    -o "$OUT/gemm_fp8_held"
+  run --kind gemm --dtype float8_e4m3fn --fp8-fast-accum --gemm-shapes "$FP8" --hold-s "$HOLD" \
+    --min-time-s "$WINDOW" -o "$OUT/gemm_fp8_fast_held"
+  { date -u; nvidia-smi -q -d POWER,CLOCK,TEMPERATURE,PERFORMANCE; } >>"$LOG" 2>&1
+  grep -h "paraplan bench:\|FAILED\|grouped_gemm.py\|: [0-9]* s$" "$LOG"
+  exit 0
+fi
 if [ "${HELD_ONLY:-0}" = 1 ]; then
   # each shape run back to back for HOLD_S seconds before it is timed (at the clock the GPU holds at its power
   # limit), then timed until its calls add up to MIN_TIME_S (a window spanning the power controller's clock
