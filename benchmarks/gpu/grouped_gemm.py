@@ -11,7 +11,10 @@ dimension is the expert's m tokens). Modes, each timed with CUDA events on the m
 - `streams4`: the G GEMMs round-robin over 4 side streams joined to the main stream by
   events, as Transformer Engine's grouped linear layer runs them
   (`general_grouped_gemm`, `nvte_multi_stream_cublas_gemm`, 4 compute streams);
-- `grouped_mm`: `torch._grouped_mm`, one CUTLASS grouped kernel (BF16 forward and dgrad).
+- `grouped_mm`: `torch._grouped_mm`, one CUTLASS grouped kernel (BF16 forward and dgrad);
+- `graph1`, `graph4`: `streams1` and `streams4` captured once in a CUDA graph and replayed,
+  the device's time without Python's launch cost between the G GEMMs (Transformer Engine
+  launches them from one C++ loop).
 
 `--dtype bfloat16` runs `torch.matmul`; `--dtype float8_e4m3fn` runs `torch._scaled_mm` with
 per-tensor scales and BF16 output, fast accumulation for the forward only (Transformer
@@ -88,12 +91,26 @@ class Case:
             self.dense = (da.to(f8).contiguous(), db.t().contiguous().to(f8).t())
         self.streams = [torch.cuda.Stream() for _ in range(SIDE_STREAMS)]
         self.out_parts: list = [None] * groups
+        self.graphs: dict = {}
 
     def mm(self, a, b):
         if self.fp8:
             return self.torch._scaled_mm(a, b, scale_a=self.scale, scale_b=self.scale, out_dtype=self.torch.bfloat16,
                                          use_fast_accum=self.fast_accum)
         return self.torch.matmul(a, b)
+
+    def capture(self, mode: str):
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture, as CUDA graphs require
+            for _ in range(2):
+                self.run(mode)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.run(mode)
+        return graph
 
     def run(self, mode: str) -> None:
         torch = self.torch
@@ -111,6 +128,10 @@ class Case:
                     self.out_parts[e] = self.mm(self.a_parts[e], self.b_parts[e])
             for s in self.streams:
                 main.wait_stream(s)
+        elif mode in ("graph1", "graph4"):
+            if mode not in self.graphs:
+                self.graphs[mode] = self.capture("streams1" if mode == "graph1" else "streams4")
+            self.graphs[mode].replay()
         elif mode == "grouped_mm":
             a, b, offs = self.grouped
             torch._grouped_mm(a, b, offs=offs)
@@ -138,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="m, tokens per expert")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--modes", default=None, help="comma-separated modes (default: dense, streams1, streams4, "
+                        "graph1, graph4 and, BF16 only, grouped_mm)")
     parser.add_argument("--max-s", type=float, default=1e9, help="stop (CSV kept) after this many seconds")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -148,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.cuda.get_device_name()
     fp8 = args.dtype != "bfloat16"
-    modes = ("dense", "streams1", "streams4") if fp8 else ("dense", "streams1", "streams4", "grouped_mm")
+    modes = ("dense", "streams1", "streams4", "graph1", "graph4") + (() if fp8 else ("grouped_mm",))
+    if args.modes:
+        modes = tuple(args.modes.split(","))
     began = time.perf_counter()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as handle:
