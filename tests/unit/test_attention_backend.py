@@ -73,7 +73,7 @@ def test_the_h100_file_carries_cudnn_first_and_flash_attention_2():
 def test_an_attention_kernel_prices_its_passes_at_its_own_ceilings():
     s, flops = 4096.0, 1e12
     kernels = Kernels(np.full(2, ATTENTION, dtype=np.int8), np.full(2, flops), np.zeros(2), np.full(2, s),
-                      np.array([0.0, 1.0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool))
+                      np.array([0.0, 1.0]), np.zeros(2), np.ones(2), np.zeros(2, dtype=bool), np.ones(2))
     eff = load_calibration("h100-transfer").efficiency
     fa2 = AttentionCeiling("flash-attention-2", 0.36, 0.31, 450.0)
     speed = DeviceSpeed.of(H100.device, "bf16")

@@ -139,7 +139,7 @@ def test_an_fp8_gemm_is_priced_at_the_measured_fp8_ceiling():
     m, k, n = 8192.0, 8192.0, 8448.0  # 64 x 66 tiles = 4,224 = 32 waves of 132 units
     flops = 2 * m * k * n
     kernels = Kernels(np.array([FP8_GEMM, GEMM], dtype=np.int8), np.full(2, flops), np.zeros(2), np.full(2, m),
-                      np.full(2, n), np.full(2, k), np.ones(2), np.zeros(2, dtype=bool))
+                      np.full(2, n), np.full(2, k), np.ones(2), np.zeros(2, dtype=bool), np.ones(2))
     fp8_s, bf16_s = kernel_times_s(kernels, speed, eff)
     assert fp8_s == pytest.approx(flops / (1978.9e12 * 0.8 * k / (k + 100)) + 4e-6)
     assert bf16_s == pytest.approx(flops / (989.4e12 * 0.85 * k / (k + 150)) + 4e-6)

@@ -13,7 +13,7 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict import fp8_ops
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_times_s
 from paraplan.predict.moe_ops import moe_layer_work
-from paraplan.predict.ops import FP8_GEMM, MEMORY, Kernels
+from paraplan.predict.ops import FP8_GEMM, KERNEL_FIELDS_ORDER, MEMORY, Kernels
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "benchmarks" / "data" / "megatron_bridge_h100_moe.csv"
@@ -91,8 +91,7 @@ def test_every_predicted_row_splits_its_global_batch_into_whole_micro_batches():
 
 def fp8_casts(kernels: Kernels, before: int) -> Kernels:
     keep = np.arange(len(kernels)) >= before
-    return Kernels(*(getattr(kernels, f)[keep] for f in ("kind", "flops", "bytes", "m", "n", "k", "batch",
-                                                          "weight_grad")))
+    return Kernels(*(getattr(kernels, f)[keep] for f in KERNEL_FIELDS_ORDER))
 
 
 def test_tensorwise_casts_of_a_grouped_gemm_launch_three_kernels_per_expert():
@@ -113,7 +112,7 @@ def test_tensorwise_casts_of_a_grouped_gemm_launch_three_kernels_per_expert():
     scaled = fp8_ops.with_scaling(fwd, "forward", "tensorwise", MICROBATCHES)
     added = fp8_casts(scaled.kernels, len(fwd.kernels))
     assert set(added.kind.tolist()) == {MEMORY} and len(added) == 2 * 4  # two host-issued passes per GEMM
-    assert added.batch.sum() == pytest.approx(inputs + weights, rel=1e-15)
+    assert added.launches.sum() == pytest.approx(inputs + weights, rel=1e-15)
     # backward: the output gradients of the 4 input-gradient GEMMs, split the same way
     back = work.backward.kernels
     assert fp8_ops.scaling_launches(back, "backward", "tensorwise", MICROBATCHES) == 2 * 3 + 2 * 3 * LOCAL_EXPERTS
@@ -125,7 +124,7 @@ def test_a_memory_row_of_several_launches_pays_one_kernel_latency_per_launch():
     speed = DeviceSpeed(peak_flops=1e15, mem_bandwidth_Bps=2e12)
     eff = DeviceEfficiency(memory_efficiency=0.5, kernel_latency_s=4e-6)
     rows_ = Kernels(np.full(2, MEMORY, dtype=np.int8), np.zeros(2), np.full(2, 1e6), np.zeros(2), np.zeros(2),
-                    np.zeros(2), np.array([1.0, 48.0]), np.zeros(2, dtype=bool))
+                    np.zeros(2), np.ones(2), np.zeros(2, dtype=bool), np.array([1.0, 48.0]))
     one, many = kernel_times_s(rows_, speed, eff)
     assert one == pytest.approx(1e6 / 1e12 + 4e-6, rel=1e-12)
     assert many == pytest.approx(1e6 / 1e12 + 48 * 4e-6, rel=1e-12)

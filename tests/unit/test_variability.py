@@ -123,7 +123,7 @@ def test_the_factor_scales_compute_bound_time_only():
     def one(kind: int, flops: float, nbytes: float, mnk: int) -> Kernels:
         dims = np.full(1, float(mnk))
         return Kernels(np.full(1, kind, dtype=np.int8), np.full(1, flops), np.full(1, nbytes), dims, dims, dims,
-                       np.ones(1), np.zeros(1, dtype=bool))
+                       np.ones(1), np.zeros(1, dtype=bool), np.ones(1))
 
     gemm = one(GEMM, 2 * 8192.0**3, 3 * 2 * 8192.0**2, 8192)
     norm = one(MEMORY, 1e6, 1e9, 0)

@@ -76,7 +76,7 @@ def _gemm_kernels(times: GemmTimes) -> Kernels:
     if is_fp8_dtype(times.dtype):  # FP8 inputs, BF16 output (as an FP8 GEMM of paraplan.predict.ops)
         nbytes = (m * k + k * n + 2 * m * n) * b
     return Kernels(np.full(len(times), GEMM, dtype=np.int8), 2.0 * m * n * k * b, nbytes,
-                   m, n, k, b, np.zeros(len(times), dtype=bool))
+                   m, n, k, b, np.zeros(len(times), dtype=bool), np.ones(len(times)))
 
 
 def is_fp8_dtype(dtype: str) -> bool:
@@ -179,7 +179,7 @@ def _attention_kernels(times: AttentionTimes, element_bytes: int = 2) -> tuple[K
     col = np.array(rows, dtype=float).T
     n = col.shape[1]
     kernels = Kernels(np.full(n, ATTENTION, dtype=np.int8), col[0], col[1], col[2], col[3], np.zeros(n), np.ones(n),
-                      np.zeros(n, dtype=bool))
+                      np.zeros(n, dtype=bool), np.ones(n))
     return kernels, np.array(owner)
 
 

@@ -20,8 +20,11 @@ latency:
   `attention_backend` runs another kernel than the calibration's is priced at that
   kernel's (`DeviceSpeed.attention`, `paraplan.kernels.attention_backends`).
 - Memory-bound kernels (norms, softmax, dropout, activations, optimizer): bytes at
-  memory_efficiency of the bandwidth; a row with `batch` b > 1 is b launches of one
-  framework call (one latency each; the FP8 casts of a grouped GEMM's splits).
+  memory_efficiency of the bandwidth.
+- Every row pays the latency once per device launch (`Kernels.launches`): once, but a
+  grouped GEMM once per group (a MoE layer's local experts: their tiles share the
+  waves, each expert's GEMM its own launch) and a framework call that launches several
+  memory kernels once per kernel (the FP8 casts of a grouped GEMM's splits).
 
 The host (Python and the framework's dispatcher) issues kernels one by one and may
 run ahead of the device. One pipeline op (a micro-batch's forward or backward on a
@@ -45,7 +48,7 @@ from paraplan.core.cluster import Device
 from paraplan.core.errors import StrategyError
 from paraplan.core.limits import MAX_WIDTH, WIDTH_WHY
 from paraplan.predict.layer_factors import NO_FACTORS, LayerTimeFactors
-from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, MEMORY, Kernels
+from paraplan.predict.ops import ATTENTION, FP8_GEMM, GEMM, Kernels
 from paraplan.predict.parameters import FitRange, Parameter, declared_parameters, parameter
 
 TILE = 128.0
@@ -259,8 +262,7 @@ def kernel_times_s(kernels: Kernels, speed: DeviceSpeed, eff: DeviceEfficiency) 
         peak[is_fp8] = fp8.peak_flops
     compute = kernels.flops / (peak * np.maximum(efficiency, 1e-9)) * speed.compute_time_factor
     memory = kernels.bytes / (speed.mem_bandwidth_Bps * eff.memory_efficiency)
-    launches = np.where(kernels.kind == MEMORY, kernels.batch, 1.0)  # a memory row: `batch` launches
-    return np.maximum(compute, memory) + launches * eff.kernel_latency_s
+    return np.maximum(compute, memory) + kernels.launches * eff.kernel_latency_s
 
 
 def memory_time_s(nbytes: float, speed: DeviceSpeed, eff: DeviceEfficiency, kernels: int = 1) -> float:

@@ -174,7 +174,7 @@ def scaling_launches(kernels: Kernels, role: str, recipe: str, microbatches: int
 def with_scaling(work: PassWork, role: str, recipe: str, microbatches: int) -> PassWork:
     """`work` with its scaling kernels appended (after its own, so the kernel indices its
     collectives run beside are unchanged); the bytes and the device launches
-    (`scaling_launches`, a memory kernel's `batch`) are spread evenly over as many
+    (`scaling_launches`, `Kernels.launches`) are spread evenly over as many
     kernels as the casts take."""
     nbytes, count = scaling_bytes(work.kernels, role, recipe, microbatches)
     if count == 0:
@@ -183,8 +183,8 @@ def with_scaling(work: PassWork, role: str, recipe: str, microbatches: int) -> P
     k = work.kernels
     added = {"kind": np.full(count, MEMORY, dtype=np.int8), "flops": np.zeros(count),
              "bytes": np.full(count, nbytes / count), "m": np.zeros(count), "n": np.zeros(count),
-             "k": np.zeros(count), "batch": np.full(count, launches / count),
-             "weight_grad": np.zeros(count, dtype=bool)}
+             "k": np.zeros(count), "batch": np.ones(count), "weight_grad": np.zeros(count, dtype=bool),
+             "launches": np.full(count, launches / count)}
     merged = Kernels(*(np.concatenate([getattr(k, name), column]) for name, column in added.items()))
     return replace(work, kernels=merged)
 

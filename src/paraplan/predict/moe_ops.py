@@ -32,7 +32,10 @@ on one rank: `paraplan.predict.moe_shape`):
 - the local experts, E / EP of them, as one grouped GEMM per projection: each expert
   gets T k EP ETP / E tokens on average (ETP only when gathered), times the imbalance,
   priced by the device model's GEMM curve at that real m (small GEMMs run less
-  efficiently than the dense MLP's);
+  efficiently than the dense MLP's), the experts' tiles sharing the SMs, and the kernel
+  latency once per local expert (`Kernels.launches`: Transformer Engine's grouped
+  linear layer launches one cuBLAS GEMM per expert over four streams; measured on an
+  H100 with `benchmarks/gpu/grouped_gemm.py`, `benchmarks/bench_grouped_gemm.py`);
 - combine all-to-all (the same volume) and unpermute (the sum of each token's k
   outputs; the routing probabilities are applied inside the experts' activation,
   Megatron-Core's experts.py `bias_act_func`); around the experts GPT-OSS's clamps,
@@ -236,9 +239,9 @@ def _moe_block_forward(w: _Builder, model: TransformerModel, settings: RunSettin
     q, pad = probs_bytes(settings), pads_fp8_rows(settings, m.routed_tokens, m.topk, m.experts, m.ranks)
     if pad:  # Transformer Engine's FP8 row padding per local expert (`moe_padding`)
         fp8_padding(w, m.expert_tokens, x.h, x.e, q)
-    w.gemm(n, x.h, m.expert_in, batch)
+    w.gemm(n, x.h, m.expert_in, batch, grouped=True)
     _routed_act_forward(w, model, x, m)
-    w.gemm(n, m.expert_ffn, x.h, batch)
+    w.gemm(n, m.expert_ffn, x.h, batch, grouped=True)
     if pad:
         fp8_unpadding(w, m.expert_tokens, x.h, x.e)
     if model.add_bias_linear:  # fc2's bias, one local expert at a time (`moe_bias`)
@@ -284,13 +287,13 @@ def _moe_backward(w: _Builder, model: TransformerModel, settings: RunSettings, x
         expert_bias_backward(w, m.expert_tokens, round(m.local_experts), x.h, x.e, q)
     if pad:  # the unpadding's backward (`moe_padding`)
         fp8_unpadding(w, m.expert_tokens, x.h, x.e)
-    w.gemm(n, x.h, m.expert_ffn, batch)  # fc2 input gradient
-    w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True)
+    w.gemm(n, x.h, m.expert_ffn, batch, grouped=True)  # fc2 input gradient
+    w.gemm(m.expert_ffn, n, x.h, batch, weight_grad=True, grouped=True)
     _act_backward(w, model.gated_mlp, x.e, m.expert_tokens, m.expert_ffn, probs=True, fp8_store=x.fp8_act_store)
     if model.activation_func_clamp_value:  # GPT-OSS's clamps (`moe_activation`)
         clamp_backward(w, m.expert_tokens, m.expert_ffn, x.e)
-    w.gemm(n, m.expert_in, x.h, batch)  # fc1 input gradient
-    w.gemm(x.h, n, m.expert_in, batch, weight_grad=True)
+    w.gemm(n, m.expert_in, x.h, batch, grouped=True)  # fc1 input gradient
+    w.gemm(x.h, n, m.expert_in, batch, weight_grad=True, grouped=True)
     if pad:  # the paddings' backward
         fp8_padding(w, m.expert_tokens, x.h, x.e, q)
     experts_to = len(w.rows)

@@ -41,9 +41,9 @@ from paraplan.predict.work import NOT_HIDDEN
 def concat(*works: PassWork) -> PassWork:
     """Passes run one after another, as one pass."""
     cols = np.concatenate([np.stack([getattr(p.kernels, f) for f in KERNEL_FIELDS_ORDER]).astype(float)
-                           for p in works], axis=1) if works else np.zeros((8, 0))
+                           for p in works], axis=1) if works else np.zeros((len(KERNEL_FIELDS_ORDER), 0))
     kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
-                      cols[7].astype(bool))
+                      cols[7].astype(bool), cols[8])
     collectives: list[Collective] = []
     syncs: list[tuple[int, int]] = []
     offset = 0

@@ -223,7 +223,8 @@ def with_casts(work: PassWork, cast: CastWork) -> PassWork:
     count, k = cast.kernels, work.kernels
     added = {"kind": np.full(count, MEMORY, dtype=np.int8), "flops": np.zeros(count),
              "bytes": np.full(count, cast.nbytes / count), "m": np.zeros(count), "n": np.zeros(count),
-             "k": np.zeros(count), "batch": np.ones(count), "weight_grad": np.zeros(count, dtype=bool)}
+             "k": np.zeros(count), "batch": np.ones(count), "weight_grad": np.zeros(count, dtype=bool),
+             "launches": np.ones(count)}
     merged = Kernels(*(np.concatenate([getattr(k, name), column]) for name, column in added.items()))
     return replace(work, kernels=merged)
 

@@ -27,7 +27,8 @@ GEMM, ATTENTION, MEMORY, FP8_GEMM = KernelKind.GEMM, KernelKind.ATTENTION, Kerne
 FP8_OPERAND_BYTES = 1  # an FP8 GEMM's input element (`DTYPE_BYTES["fp8"]`)
 NOT_HIDDEN = -1
 """`Collective.hidden_by` of a collective the compute stream waits for (no kernel beside it)."""
-KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad")  # `Kernels`' columns
+# `Kernels`' columns, in order
+KERNEL_FIELDS_ORDER = ("kind", "flops", "bytes", "m", "n", "k", "batch", "weight_grad", "launches")
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,8 +36,10 @@ class Kernels:
     """Aligned columns, one entry per kernel. A GEMM is `batch` independent
     (m x k) @ (k x n) products; a fused attention kernel has m = its sequence length
     and n = 1 for the backward pass (0 forward); other kernels have m = n = k = 0 and
-    `batch` device launches (1 but where one framework call launches several, each
-    paying the kernel latency: `paraplan.predict.fp8_ops`)."""
+    batch 1. `launches`: the device launches of the row, each paying the kernel latency:
+    1, but a grouped GEMM's `batch` (one GEMM per local expert, `paraplan.predict.moe_ops`)
+    and a framework call that launches several memory kernels (the FP8 casts of a grouped
+    GEMM's splits, `paraplan.predict.fp8_ops`)."""
 
     kind: np.ndarray
     flops: np.ndarray
@@ -46,6 +49,7 @@ class Kernels:
     k: np.ndarray
     batch: np.ndarray
     weight_grad: np.ndarray  # bool: computes a weight gradient (deferrable in split-backward schedules)
+    launches: np.ndarray
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -90,13 +94,15 @@ class _Builder:
 
     gemm_bytes: int  # bytes per GEMM operand element
     accumulate_bytes_per_param: float = 0.0  # unfused gradient accumulation after each weight gradient
-    rows: list[tuple[int, float, float, float, float, float, float, bool]] = field(default_factory=list)
+    rows: list[tuple[int, float, float, float, float, float, float, bool, float]] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     host_syncs: list[tuple[int, int]] = field(default_factory=list)
 
     def gemm(self, m: float, k: float, n: float, batch: float = 1.0, weight_grad: bool = False,
-             high_precision: bool = False) -> int:
-        """(m x k) @ (k x n), `batch` times; returns its kernel index. In an fp8 run (1-byte
+             high_precision: bool = False, grouped: bool = False) -> int:
+        """(m x k) @ (k x n), `batch` times; returns its kernel index. `grouped`: the `batch`
+        products are a grouped GEMM's groups, one launch each (`Kernels.launches`); else one
+        batched kernel. In an fp8 run (1-byte
         operands) a linear layer's GEMM is an `FP8_GEMM` (FP8 inputs, BF16 output); one
         that Transformer Engine keeps in 16 bits (`high_precision`: attention core, LM
         head, router) has 2-byte operands (`paraplan.predict.fp8_ops`)."""
@@ -105,28 +111,28 @@ class _Builder:
         if self.gemm_bytes == FP8_OPERAND_BYTES:
             kind, nbytes = ((GEMM, 2 * (m * k + k * n + m * n) * batch) if high_precision
                             else (FP8_GEMM, (m * k + k * n + 2 * m * n) * batch))
-        self.rows.append((kind, flops, nbytes, m, n, k, batch, weight_grad))
+        self.rows.append((kind, flops, nbytes, m, n, k, batch, weight_grad, batch if grouped else 1.0))
         index = len(self.rows) - 1
         if weight_grad and self.accumulate_bytes_per_param:
             self.rows.append((MEMORY, 0.0, self.accumulate_bytes_per_param * m * n * batch, 0.0, 0.0, 0.0, 1.0,
-                              True))
+                              True, 1.0))
         return index
 
     def attention(self, flops: float, nbytes: float, seq_length: float, backward: bool) -> int:
-        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False))
+        self.rows.append((ATTENTION, flops, nbytes, seq_length, 1.0 if backward else 0.0, 0.0, 1.0, False, 1.0))
         return len(self.rows) - 1
 
     def memory(self, nbytes: float) -> int:
-        self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False))
+        self.rows.append((MEMORY, 0.0, nbytes, 0.0, 0.0, 0.0, 1.0, False, 1.0))
         return len(self.rows) - 1
 
     def comm(self, collective: str, nbytes: float, hidden_by: int = NOT_HIDDEN, group: str = "tp") -> None:
         self.collectives.append(Collective(collective, float(nbytes), hidden_by, group))
 
     def build(self) -> PassWork:
-        cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((8, 0))
+        cols = np.array(self.rows, dtype=float).T if self.rows else np.zeros((len(KERNEL_FIELDS_ORDER), 0))
         kernels = Kernels(cols[0].astype(np.int8), cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
-                          cols[7].astype(bool))
+                          cols[7].astype(bool), cols[8])
         return PassWork(kernels, tuple(self.collectives), tuple(self.host_syncs))
 
 
