@@ -179,8 +179,8 @@ def _h100_fit_arguments() -> list[str]:
     entry = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["kernels"]["published"]["H100-SXM5-80GB"]
     return [*(str(REPO / path) for path in entry["inputs"]), "--cluster", entry["cluster"],
             "--attention-kernel", entry["attention_kernel"], "--attention-head-dim", entry["attention_head_dim"],
-            "--sustained-from", entry["sustained_from"], "--min-gemm-flops", str(entry["min_gemm_flops"]),
-            "--gemm-latency-s", str(entry["gemm_latency_s"])]
+            *(("--sustained-from", entry["sustained_from"]) if entry.get("sustained_from") else ()),
+            "--min-gemm-flops", str(entry["min_gemm_flops"]), "--gemm-latency-s", str(entry["gemm_latency_s"])]
 
 
 def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
@@ -192,6 +192,8 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
     for kernel, params in shipped.attention_ceilings().items():
         assert fitted[kernel] == pytest.approx(params, rel=1e-6), kernel
     assert refit.efficiency == pytest.approx(shipped.efficiency, rel=1e-6)
+    assert refit.fp8 is not None and shipped.fp8 is not None
+    assert refit.fp8["efficiency"] == pytest.approx(shipped.fp8["efficiency"], rel=1e-6)
     inputs = [REPO / "data/published" / name for name in (
         "gemm/mamf_best_shapes_bf16.csv", "attention/flash2_fwd_bwd.csv")]
     assert main(["fit", "--kind", "kernels", "--no-track", *map(str, inputs), "--cluster", "dgx-a100",

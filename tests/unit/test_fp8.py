@@ -145,25 +145,35 @@ def test_an_fp8_gemm_is_priced_at_the_measured_fp8_ceiling():
     assert bf16_s == pytest.approx(flops / (989.4e12 * 0.85 * k / (k + 150)) + 4e-6)
 
 
-def test_h100_fp8_ceiling_is_the_mamf_row_fitted():
-    """One published FP8 shape (MAMF, H100 SXM, 1024 x 9216 x 14336 at 1402.6 TFLOP/s):
-    gemm_efficiency is the one value that gives its time back, gemm_k_half held at the
-    BF16 fit's; the peak is the datasheet's 1978.9 TFLOP/s."""
+def test_h100_fp8_ceiling_agrees_with_the_sustained_loops_and_sits_under_mamf_burst():
+    """The H100 FP8 ceiling is fitted on our held, windowed grid (data/measured/h100-sxm5).
+    Two measurements it was not fitted on check it: the 20-s sustained loops of 8192^3 on
+    the same GPU (split accumulation 1,228 TFLOP/s, fast 1,304: Transformer Engine's mix of
+    one fast and two split GEMMs runs at 3 / (1 / 1304 + 2 / 1228) = 1,253), within 6%; and
+    MAMF's best published FP8 shape (burst, another H100: 1,402.6 TFLOP/s), which a
+    ceiling at the power limit must price slower."""
+    import csv
+
     kernels = load_kernel_ceilings("H100-SXM5-80GB")
-    assert kernels.fp8 is not None and kernels.fp8["fitted"] == ["gemm_efficiency"]
     ceiling = fp8_ceiling("H100-SXM5-80GB")
-    assert ceiling is not None and ceiling.peak_flops == 1978.9e12
-    assert ceiling.gemm_k_half == kernels.efficiency["gemm_k_half"]
-    m, n, k = 1024, 9216, 14336
-    tiles = 8 * 72
-    wave = tiles / (5 * 132)
-    latency = kernels.fp8["params"]["kernel_latency_s"]
-    time_s = 192.915e-6  # the data file's time_us: 2 m n k / 1402.6e12, rounded to the nanosecond
-    expected = 2 * m * n * k / (time_s - latency) / (1978.9e12 * wave * k / (k + ceiling.gemm_k_half))
-    assert kernels.fp8["params"]["gemm_efficiency"] == pytest.approx(expected, rel=1e-6)
-    # held at the 700 W limit: the H200's (same GH100) FP8 MSMF / MAMF, 1288.7 / 1491.9
-    assert kernels.fp8["sustained"]["factor"] == pytest.approx(1288.7 / 1491.9, rel=1e-12)
-    assert ceiling.gemm_efficiency == pytest.approx(expected * 1288.7 / 1491.9, rel=1e-6)
+    assert kernels.fp8 is not None and ceiling is not None and ceiling.peak_flops == 1978.9e12
+    assert kernels.fp8["fitted"] == ["gemm_efficiency", "gemm_k_half"] and "held" in kernels.fp8
+    speed = DeviceSpeed(989.4e12, 3.35e12, 132, fp8_gemm=ceiling)
+    eff = DeviceEfficiency(kernel_latency_s=kernels.fp8["params"]["kernel_latency_s"])
+
+    def rate(m: float, n: float, k: float) -> float:
+        flops = 2 * m * n * k
+        shape = Kernels(np.array([FP8_GEMM], dtype=np.int8), np.array([flops]), np.zeros(1), np.array([m]),
+                        np.array([n]), np.array([k]), np.ones(1), np.zeros(1, dtype=bool), np.ones(1))
+        return flops / kernel_times_s(shape, speed, eff)[0] / 1e12
+
+    rows = list(csv.DictReader((REPO / "data/measured/h100-sxm5/gemm_sustained_fp8.csv").open()))
+    sustained = {r["source"].endswith("fast-accum"): float(r["sustained_tflops"]) for r in rows}
+    mix = 3 / (1 / sustained[True] + 2 / sustained[False])
+    assert mix == pytest.approx(1252.6, abs=0.1)
+    assert rate(8192, 8192, 8192) == pytest.approx(mix, rel=0.06)
+    assert rate(8192, 8192, 8192) < mix
+    assert rate(1024, 9216, 14336) < 1402.6 * 0.9
 
 
 def test_fp8_prediction_uses_the_bf16_peak_outside_the_fp8_gemms():

@@ -167,7 +167,9 @@ def test_shipped_h100_ceilings_rest_on_the_measured_rows():
     assert "held" in doc["gemm"] and "sustained" not in doc["gemm"]
     assert doc["attention"]["kernel"] == "cudnn" and "held" in doc["attention"]
     assert [d["path"] for d in doc["attention"]["data"]] == ["data/measured/h100-sxm5/attention_cudnn_held.csv"]
-    assert doc["fp8"]["sustained"]["from_device"] == "H200-SXM-141GB"
+    assert [d["path"] for d in doc["fp8"]["data"]] == ["data/measured/h100-sxm5/gemm_fp8_held_window.csv",
+                                                       "data/measured/h100-sxm5/gemm_fp8_fast_accum_held_window.csv"]
+    assert "held" in doc["fp8"] and "sustained" not in doc["fp8"]
 
 
 def test_the_single_gpu_steps_are_predicted_as_one_gpu_runs(capsys):
@@ -208,12 +210,16 @@ def test_transformer_engine_fp8_mix_times_each_shape_as_one_fast_and_two_split_g
 def test_fp8_rows_with_and_without_fast_accumulation_are_fitted_as_transformer_engine_runs_them(tmp_path, capsys):
     out = tmp_path / "k.json"
     assert main(["fit", "--kind", "kernels", "--no-track", str(MEASURED / "gemm_bf16_held.csv"),
-                 str(MEASURED / "gemm_fp8_held.csv"), str(MEASURED / "gemm_fp8_fast_accum_held.csv"),
+                 str(MEASURED / "gemm_fp8_held_window.csv"), str(MEASURED / "gemm_fp8_fast_accum_held_window.csv"),
                  "--cluster", "dgx-h100", "--min-gemm-flops", "1e11", "--gemm-latency-s", "3.8e-6",
                  "-o", str(out)]) == 0
-    assert "each of 125 shapes measured both ways timed as (t_fast + 2 t_split) / 3" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "each of 125 shapes measured both ways timed as (t_fast + 2 t_split) / 3" in err
+    # the BF16 threshold's duration at the FP8 peak: 1e11 x 1978.9 / 989.4 FLOPs, 53 of the 125 shapes
+    assert "72 FP8 GEMM(s) below 2.0001e+11 FLOPs left out of the fit" in err
     fp8 = json.loads(out.read_text())["fp8"]
-    assert fp8["n_points"] == 72 and "held" in fp8 and "sustained" not in fp8
+    assert fp8["min_flops"] == pytest.approx(1e11 * 1978.9 / 989.4, rel=1e-12)
+    assert fp8["n_points"] == 53 and "held" in fp8 and "sustained" not in fp8
     assert fp8["accumulation"].startswith("Transformer Engine's FP8 recipes: the forward GEMM fast-accumulated")
     # the mix sits between the two accumulation modes fitted alone, nearer the split one (2 of 3 GEMMs)
     def rate_at_k_8192(doc: dict) -> float:
@@ -221,12 +227,13 @@ def test_fp8_rows_with_and_without_fast_accumulation_are_fitted_as_transformer_e
         return e["gemm_efficiency"] * 8192 / (8192 + e["gemm_k_half"])
 
     alone = {}
-    for name in ("gemm_fp8_held.csv", "gemm_fp8_fast_accum_held.csv"):
+    for name in ("gemm_fp8_held_window.csv", "gemm_fp8_fast_accum_held_window.csv"):
         assert main(["fit", "--kind", "kernels", "--no-track", str(MEASURED / "gemm_bf16_held.csv"),
                      str(MEASURED / name), "--cluster", "dgx-h100", "--min-gemm-flops", "1e11", "--gemm-latency-s",
                      "3.8e-6", "-o", str(tmp_path / name)]) == 0
         alone[name] = rate_at_k_8192(json.loads((tmp_path / name).read_text())["fp8"])
-    split, fast, mix = alone["gemm_fp8_held.csv"], alone["gemm_fp8_fast_accum_held.csv"], rate_at_k_8192(fp8)
+    split, fast = alone["gemm_fp8_held_window.csv"], alone["gemm_fp8_fast_accum_held_window.csv"]
+    mix = rate_at_k_8192(fp8)
     assert split < mix < fast and mix - split < fast - mix
 
 

@@ -47,7 +47,9 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
     when the FP8 shapes are too few to fit them; its `gemm_efficiency` times the FP8
     sustained factor where the inputs hold one (burst rows). Rows timed both with and
     without fast accumulation are fitted as Transformer Engine runs them
-    (results.transformer_engine_fp8_mix)."""
+    (results.transformer_engine_fp8_mix). The smallest GEMM fitted lasts as long as the
+    BF16 fit's smallest: --min-gemm-flops times the FP8 over the BF16 peak (the
+    threshold stands for a duration, the power controller's clock swings)."""
     from dataclasses import replace
 
     from paraplan.kernels.fit import DEFAULTS, fit_gemm, is_fp8_dtype
@@ -73,14 +75,18 @@ def _fp8_section(args: argparse.Namespace, rows, sustained_rows, device: str, cl
         mix = (f"Transformer Engine's FP8 recipes: the forward GEMM fast-accumulated, dgrad and wgrad split; each of "
                f"{len(times)} shapes measured both ways timed as (t_fast + 2 t_split) / 3")
         print(f"paraplan fit: {device} FP8 GEMMs: {mix}", file=sys.stderr)
-    fp8 = fit_gemm(times, speed, base, min_flops=args.min_gemm_flops,
+    min_flops = args.min_gemm_flops * speed.peak_flops / DeviceSpeed.of(cluster.device, args.gemm_dtype).peak_flops
+    fp8 = fit_gemm(times, speed, base, min_flops=min_flops,
                    held=() if args.gemm_latency_s is None else ("kernel_latency_s",))
     print(_line(f"{device} GEMM ({dtypes[0]}, FP8 ceiling)", fp8), file=sys.stderr)
+    if fp8.small_shapes:
+        print(f"paraplan fit: {fp8.small_shapes} FP8 GEMM(s) below {min_flops:g} FLOPs left out of the fit; its "
+              f"error on them: MAPE {fp8.small_shape_mape:.2%}", file=sys.stderr)
     used = {p for p, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]}
     held = _held({str(r["source"]) for _, _, r in rows.gemm if r["device"] == device and r["dtype"] == dtypes[0]})
     sustained = None if held else _sustained(args, sustained_rows, device, dtypes[0])
     factor = 1.0 if sustained is None else float(sustained["factor"])
-    doc = {"dtype": dtypes[0], "peak_flops": speed.peak_flops,
+    doc = {"dtype": dtypes[0], "peak_flops": speed.peak_flops, "min_flops": min_flops,
            "efficiency": {"gemm_efficiency": fp8.params["gemm_efficiency"] * factor,
                           "gemm_k_half": fp8.params["gemm_k_half"]},
            "data": _data(args.inputs, used), **fp8.as_dict()}
