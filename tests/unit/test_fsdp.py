@@ -4,6 +4,7 @@ sharding settings' rules with their exact messages."""
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from paraplan.clusters import load_cluster
@@ -147,6 +148,51 @@ def test_zero3_with_experts_shards_them_over_the_expert_data_parallel_group():
     assert st.fsdp is not None
     assert st.fsdp.moe_layer_gather_s == pytest.approx(COMM.time_s("all_gather", unit_dense * W, Group(8, 1))
                                                        + COMM.time_s("all_gather", unit_experts * W, Group(4, 1)))
+
+
+def test_hybrid_sharding_splits_the_experts_over_edp_over_r_and_all_reduces_each_shard_over_the_replicas():
+    """16 ranks on two 8-GPU nodes, EP 2: the expert-data-parallel group is 8 ranks, every
+    2nd (0, 2, ..., 14); shard 8 x replicate 2 splits it into 2 copies of a 4-rank shard
+    group (ranks 0-6, one node) whose replicas sit 8 ranks apart (the other node), as
+    Megatron-Core's intra- and inter-partial expert-data-parallel groups. The experts'
+    state is / 4, their gathers over the 4 ranks, their gradient buckets reduce-scattered
+    over them and each 1/4 all-reduced over the 2 nodes."""
+    model = PRESETS["mixtral-8x7b"]
+    s = fsdp(data_parallel_size=16, global_batch_size=16, data_parallel_shard_degree=8, expert_model_parallel_size=2)
+    assert s.expert_data_parallel_size == 8 and s.expert_optimizer_shards == 4
+    s.check(model)
+    st = run_structure(model, s, A100, COMM)
+    experts, dense = st.expert_rank_params, st.rank_params[0]
+    assert experts is not None
+    assert st.memory[0].weight_state_bytes == pytest.approx((W + G + 12) * (dense / 8 + experts[0] / 4))
+    assert st.fsdp is not None and st.fsdp.expert_ranks == 4
+    unit_experts = model.num_experts * model.expert_params / 2
+    unit_dense = model.moe_layer_params - model.num_experts * model.expert_params
+    assert st.fsdp.moe_layer_gather_s == pytest.approx(COMM.time_s("all_gather", unit_dense * W, Group(8, 1))
+                                                       + COMM.time_s("all_gather", unit_experts * W, Group(4, 1)))
+    bucket = experts[0] / model.num_layers * G  # one MoE layer's experts: one FSDP unit's bucket
+    one = COMM.time_s("reduce_scatter", bucket, Group(4, 1)) + COMM.time_s("all_reduce", bucket / 4, Group(2, 2))
+    assert np.sum(np.isclose(st.grad_sync[0].bucket_s, one, rtol=1e-12)) == model.num_layers
+    # without the replicas the experts are split over all 8 expert-data-parallel ranks
+    whole = run_structure(model, replace(s, data_parallel_shard_degree=0), A100, COMM)
+    assert whole.memory[0].weight_state_bytes == pytest.approx((W + G + 12) * (dense / 16 + experts[0] / 8))
+
+
+def test_megatron_optimizer_instances_split_the_experts_optimizer_inside_each_instance():
+    """Megatron-Core's distributed optimizer with 2 instances, EP 2 on 16 ranks: the experts'
+    Adam state over EDP / 2 = 4 ranks (the intra-partial expert-data-parallel group), and
+    after the step their weights all-gathered over those 4 (one node), beside the dense
+    weights' over 8."""
+    model = PRESETS["mixtral-8x7b"]
+    s = RunSettings(data_parallel_size=16, micro_batch_size=1, global_batch_size=16, use_distributed_optimizer=True,
+                    num_distributed_optimizer_instances=2, expert_model_parallel_size=2)
+    st = run_structure(model, s, A100, COMM)
+    experts, dense = st.expert_rank_params, st.rank_params[0]
+    assert experts is not None
+    assert st.memory[0].weight_state_bytes == pytest.approx((2 + 4) * (dense + experts[0])
+                                                            + 12 * (dense / 8 + experts[0] / 4))
+    assert st.after_sync_comm_s[0] == pytest.approx(COMM.time_s("all_gather", dense * W, Group(8, 1))
+                                                    + COMM.time_s("all_gather", experts[0] * W, Group(4, 1)))
 
 
 def test_experts_on_one_expert_data_parallel_rank_are_neither_gathered_nor_held_unsharded():

@@ -126,8 +126,10 @@ def test_expert_parallel_group_spans_nodes_in_megatron_order():
     ({"tensor_model_parallel_size": 2, "data_parallel_size": 4, "expert_model_parallel_size": 2},
      "expert_model_parallel_size 2 / expert_tensor_parallel_size 2 with tensor_model_parallel_size 2 need "
      "sequence_parallel"),
-    ({"zero_stage": 3, "data_parallel_size": 4, "data_parallel_replicate_degree": 2},
-     "hybrid sharding \\(replicate degree 2\\) with mixture-of-experts layers is not modelled"),
+    ({"zero_stage": 3, "data_parallel_size": 4, "expert_model_parallel_size": 4, "global_batch_size": 4,
+      "data_parallel_replicate_degree": 2},
+     "the replicate degree 2 does not divide the expert-data-parallel size 1 \\(t c d / \\(EP ETP\\)\\): each "
+     "replica must hold whole expert shards"),
     ({"moe_load_imbalance": 0.5}, "moe_load_imbalance must be a number in [1, 64]"),
     ({"moe_pad_expert_input_to_capacity": True}, "moe_pad_expert_input_to_capacity needs a "
                                                  "moe_expert_capacity_factor"),

@@ -22,7 +22,13 @@ from paraplan.core.pipeline_split import (  # noqa: F401  (the split functions' 
     pipeline_split_slots,
 )
 from paraplan.core.precision_settings import LowPrecisionStorageSettings, check_low_precision_storage
-from paraplan.core.sharding import GradReduce, ReshardAfterForward, check_sharding, sharding_group_size
+from paraplan.core.sharding import (
+    GradReduce,
+    ReshardAfterForward,
+    check_sharding,
+    expert_sharding_group_size,
+    sharding_group_size,
+)
 from paraplan.core.transformer import TransformerModel
 
 RecomputeGranularity = Literal["none", "selective", "full"]
@@ -410,9 +416,10 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
 
     @property
     def expert_optimizer_shards(self) -> int:
-        """Ranks the expert weights' optimizer state is sharded over (1: not sharded)."""
+        """Ranks the expert weights' optimizer state is sharded over (1: not sharded):
+        EDP / R (`paraplan.core.sharding`)."""
         sharded = self.use_distributed_optimizer or self.zero_stage >= 1
-        return self.expert_data_parallel_size if sharded else 1
+        return expert_sharding_group_size(self) if sharded else 1
 
     @property
     def optimizer_shards(self) -> int:

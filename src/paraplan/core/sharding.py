@@ -17,6 +17,14 @@ must agree where several are given):
 Megatron-FSDP's `data_parallel_sharding_strategy` names the ZeRO stage
 (`SHARDING_STRATEGY_STAGE`). `check_sharding` holds every rule between these settings.
 
+A mixture-of-experts model's routed experts are held by the expert-data-parallel group
+(EDP = t c d / (EP ETP) ranks). With R replicas its sharded state is split the same way:
+over EDP / R ranks, each shard kept R times (Megatron-Core's intra- and inter-partial
+expert-data-parallel groups, `parallel_state`: "Expert data parallel size should be
+divisible by partial DistOpt shard factor"; torchtitan shards the experts over the
+data-parallel shard ranks that expert parallelism leaves, `dp_shard_mod_ep`, and
+replicates them over `dp_replicate`). R must divide EDP.
+
 With sharded gradients (ZeRO-2 and 3) and several micro-batches per iteration, the
 gradients are reduce-scattered at one of two moments (`sharded_grad_reduce`):
 
@@ -67,6 +75,11 @@ def replicate_degree(settings: RunSettings) -> int:
 def sharding_group_size(settings: RunSettings) -> int:
     """d c / R: the ranks one copy of the sharded state is split over."""
     return max(settings.data_context_parallel_size // replicate_degree(settings), 1)
+
+
+def expert_sharding_group_size(settings: RunSettings) -> int:
+    """EDP / R: the ranks one copy of the routed experts' sharded state is split over."""
+    return max(settings.expert_data_parallel_size // replicate_degree(settings), 1)
 
 
 def reshards_after_forward(settings: RunSettings) -> bool:
@@ -151,9 +164,10 @@ def check_sharding(settings: RunSettings, model: TransformerModel) -> None:
     if reduces_every_microbatch(settings) and (r > 1 or model.is_moe):
         raise StrategyError("sharded_grad_reduce every_microbatch with hybrid sharding or mixture-of-experts layers "
                             "is not modelled (use sharded_grad_reduce last_microbatch)")
-    if r > 1 and model.is_moe:
-        raise StrategyError(f"hybrid sharding (replicate degree {r}) with mixture-of-experts layers is not modelled "
-                            "(the expert weights' shard and replicate groups are not defined by these settings)")
+    edp = settings.expert_data_parallel_size
+    if r > 1 and model.is_moe and edp % r:
+        raise StrategyError(f"the replicate degree {r} does not divide the expert-data-parallel size {edp} "
+                            f"(t c d / (EP ETP)): each replica must hold whole expert shards")
     if dc % r:
         raise StrategyError(f"the replicate degree {r} does not divide the data x context parallel ranks {dc}")
 

@@ -295,7 +295,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                       torchao_fp8.gather_amax_s(comm, sharding.shard, settings, linears))
     syncs = partial(gradient_syncs, settings, comm, groups, params, prec, sharding)
     hidden_gather = hidden_param_gather_s(  # z12: overlap_param_gather's all-gathers beside the forward
-        settings, comm, groups, float(params.rank_params[0]), float(params.expert_rank_params[0]),
+        settings, comm, float(params.rank_params[0]), float(params.expert_rank_params[0]),
         params.chunk_params(0, 0), params.embedding_params, params.moe, prec, sharding)
     after_comm, exchange = after_sync_comm_s(model, settings, comm, groups, params, prec, sharding)
     after_comm = after_comm + np.array([torchao_fp8.precompute_s(comm, sharding.shard, settings, int(n), linears)
@@ -317,7 +317,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,
                         p2p_gather_s=pipeline_gather_s(model, settings, comm, place.tp_nodes),
                         hidden_gather_s=hidden_gather if hidden_gather.any() else None,
-                        chunk_gather_s=chunk_gather_s(settings, comm, groups, params, prec, sharding),  # q9
+                        chunk_gather_s=chunk_gather_s(settings, comm, params, prec, sharding),  # q9
                         overlap_shares=OverlapShares.of(  # z14: the overlaps outside TP (`overlap_share`)
                             cluster.device.compute_units, groups.dp, sharding.shard,
                             bool(boundary_crosses_nodes(settings, cluster.devices_per_node).any())),

@@ -52,6 +52,7 @@ import numpy as np
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import (
+    expert_sharding_group_size,
     gathers_once_per_iteration,
     reduces_every_microbatch,
     replicate_degree,
@@ -62,28 +63,40 @@ from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.fsdp2_passes import Fsdp2Passes, copy_in_bytes_per_element, grad_bytes_per_element
 
+ONE_RANK = Group(1)
+
 
 @dataclass(frozen=True)
 class ShardGroups:
     """The groups of one rank's sharded state: `shard` splits it, `replicate` holds the
     copies of one shard (size 1 without hybrid sharding), `expert` splits the routed
-    experts' state (the expert-data-parallel group)."""
+    experts' state (the expert-data-parallel group, or with hybrid sharding its EDP / R
+    consecutive members) and `expert_replicate` holds the copies of an expert shard."""
 
     shard: Group
     replicate: Group
     expert: Group
+    expert_replicate: Group = ONE_RANK
 
 
 def shard_groups(settings: RunSettings, devices_per_node: int, expert_group: Group) -> ShardGroups:
     """In Megatron-Core's rank order tp-cp-dp-pp the d x c ranks holding the same weights
     are every t-th rank; the sharding group is d c / R consecutive ones of them (as
     torchtitan's mesh puts dp_shard inside dp_replicate and Megatron its optimizer
-    instances), the R replicas of a shard are d c / R of them apart."""
+    instances), the R replicas of a shard are d c / R of them apart. The experts' likewise
+    in the expert grid (etp-ep-edp-pp: the EDP ranks of `expert_group` are every EP x ETP-th
+    rank): EDP / R consecutive ones of them, the R replicas EDP / R of them apart."""
     t, g = settings.tensor_model_parallel_size, devices_per_node
     size, r = sharding_group_size(settings), replicate_degree(settings)
     shard_nodes = len({(t * j) // g for j in range(size)})
     replicate_nodes = len({(t * size * j) // g for j in range(r)})
-    return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert_group)
+    if r == 1 or expert_group.size == 1:
+        return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert_group)
+    stride = settings.expert_model_parallel_size * settings.expert_tensor_parallel
+    expert_size = expert_sharding_group_size(settings)
+    expert = Group(expert_size, len({(stride * j) // g for j in range(expert_size)}))
+    expert_replicate = Group(r, len({(stride * expert_size * j) // g for j in range(r)}))
+    return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert, expert_replicate)
 
 
 def reduce_bucket_s(comm: CommModel, collective: str, nbytes: float, groups: ShardGroups) -> float:

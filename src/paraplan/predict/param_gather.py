@@ -31,7 +31,7 @@ from paraplan.core.run_settings import RunSettings
 from paraplan.core.sharding import gathers_once_per_iteration
 from paraplan.predict.fsdp_ops import ShardGroups
 from paraplan.predict.megatron_ddp import first_gather_params, megatron_bucket_params, uses_megatron_buckets
-from paraplan.predict.placement import Precision, RunGroups
+from paraplan.predict.placement import Precision
 from paraplan.sim.overlap_cost import pair_added_s
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def aligned_chunk_gathers(settings: RunSettings) -> bool:
             and settings.virtual_pipeline_model_parallel_size > 1)
 
 
-def chunk_gather_s(settings: RunSettings, comm: CommModel, groups: RunGroups, params: RankParams, prec: Precision,
+def chunk_gather_s(settings: RunSettings, comm: CommModel, params: RankParams, prec: Precision,
                    sharding: ShardGroups) -> np.ndarray | None:
     """Per pipeline rank and model chunk ([rank, chunk]): the weight all-gather of the chunk
     (the dense weights over the sharding group, the experts' over theirs), which
@@ -69,12 +69,12 @@ def chunk_gather_s(settings: RunSettings, comm: CommModel, groups: RunGroups, pa
                 dense = params.chunk_params(c, r) * prec.weight_bytes
                 out[r, c] += float(comm.time_s("all_gather", dense, sharding.shard)) if dense > 0 else 0.0
             experts = float(params.chunk_expert_params[c, r]) * prec.weight_bytes
-            if params.moe and groups.edp.size > 1 and experts > 0:
-                out[r, c] += float(comm.time_s("all_gather", experts, groups.edp))
+            if params.moe and sharding.expert.size > 1 and experts > 0:
+                out[r, c] += float(comm.time_s("all_gather", experts, sharding.expert))
     return out if out.any() else None
 
 
-def hidden_param_gather_s(settings: RunSettings, comm: CommModel, groups: RunGroups, stage0_params: float,
+def hidden_param_gather_s(settings: RunSettings, comm: CommModel, stage0_params: float,
                           stage0_expert_params: float, first_chunk_params: float, embedding_params: float,
                           moe: bool, prec: Precision, sharding: ShardGroups) -> np.ndarray:
     """Per pipeline rank: the time of the weight all-gathers that run beside its forward
@@ -89,8 +89,8 @@ def hidden_param_gather_s(settings: RunSettings, comm: CommModel, groups: RunGro
         if uses_megatron_buckets(settings):  # the first bucket's gather is exposed (`after_sync_comm_s`)
             first = first_gather_params(first_chunk_params, embedding_params, megatron_bucket_params(settings))
             out[0] -= float(comm.time_s("all_gather", first * prec.weight_bytes, sharding.shard))
-    if moe and groups.edp.size > 1 and stage0_expert_params > 0:
-        out[0] += float(comm.time_s("all_gather", stage0_expert_params * prec.weight_bytes, groups.edp))
+    if moe and sharding.expert.size > 1 and stage0_expert_params > 0:
+        out[0] += float(comm.time_s("all_gather", stage0_expert_params * prec.weight_bytes, sharding.expert))
     return np.maximum(out, 0.0)
 
 

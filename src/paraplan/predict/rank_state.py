@@ -12,7 +12,12 @@ import numpy as np
 
 from paraplan.core.comm import CommModel, Group
 from paraplan.core.run_settings import RunSettings
-from paraplan.core.sharding import gathers_once_per_iteration, reduces_every_microbatch, sharding_group_size
+from paraplan.core.sharding import (
+    expert_sharding_group_size,
+    gathers_once_per_iteration,
+    reduces_every_microbatch,
+    sharding_group_size,
+)
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.cp_memory import CpTransientBytes
 from paraplan.predict.fsdp_ops import (
@@ -173,7 +178,7 @@ def _stage_grad_sync(stage: int, comm: CommModel, params: RankParams, buckets: G
     fractions: list[float] = []
     bucket_s: list[float] = []
     for c in range(params.chunk_layers.shape[0] - 1, -1, -1):
-        expert_groups = replace(sharding, shard=sharding.expert, replicate=Group(1))
+        expert_groups = replace(sharding, shard=sharding.expert, replicate=sharding.expert_replicate)
         apart = float(root_apart[c * params.chunk_layers.shape[1] + stage]) if root_apart is not None else 0.0
         for total, over, expert in ((params.chunk_params(c, stage) - apart, sharding, False),
                                     (float(params.chunk_expert_params[c, stage]), expert_groups, True)):
@@ -210,8 +215,8 @@ def after_sync_comm_s(model: TransformerModel, settings: RunSettings, comm: Comm
     zero3 = settings.zero_stage == 3 and not gathers_once_per_iteration(settings)
     if sharded and not zero3 and sharding.shard.size > 1 and not settings.overlap_param_gather:
         after_comm += _all_gather_s(comm, params.rank_params, prec, sharding.shard)
-    if sharded and not zero3 and groups.edp.size > 1 and params.moe and not settings.overlap_param_gather:
-        after_comm += _all_gather_s(comm, params.expert_rank_params, prec, groups.edp)
+    if sharded and not zero3 and sharding.expert.size > 1 and params.moe and not settings.overlap_param_gather:
+        after_comm += _all_gather_s(comm, params.expert_rank_params, prec, sharding.expert)
     if (sharded and not zero3 and sharding.shard.size > 1 and settings.overlap_param_gather
             and uses_megatron_buckets(settings)
             and not aligned_chunk_gathers(settings)):  # z7: the first rank's first all-gather waits (`megatron_ddp`)
@@ -265,7 +270,7 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
     holds when each op runs, and as their largest. `recompute`: Megatron's
     `recompute_method` (layers kept whole, or checkpointed in groups)."""
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
-    edp = settings.expert_data_parallel_size
+    edp = expert_sharding_group_size(settings)  # the experts' sharding group (EDP / R)
     root_units = params.root_unit_params().reshape(v, p)
     zero3 = settings.zero_stage == 3
     shards, expert_shards = settings.optimizer_shards, settings.expert_optimizer_shards
