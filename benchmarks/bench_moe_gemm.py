@@ -7,7 +7,7 @@ NVLink cut (same SMs, clocks, HBM3 and FP8 peak).
 Each shape is priced as an fp8 run prices a routed expert's GEMM (`moe_ops`: one
 `FP8_GEMM` of `groups` batched GEMMs of m x k x n, the tiles of all groups in waves over
 the SMs), on dgx-h100 with its shipped calibration (h100-transfer) and FP8 GEMM ceiling
-(`config/kernels/H100-SXM5-80GB.json`, fitted on one cuBLAS FP8 best shape). It prints
+(`config/kernels/H100-SXM5-80GB.json`, fitted on cuBLAS FP8 GEMMs measured held on an H100). It prints
 per row the published and the predicted TFLOP/s and their ratio (published / predicted),
 and per layout the median ratio. DeepGEMM scales 1 x 128 / 128 x 128 blocks and promotes
 on CUDA cores (DeepSeek-V3's FP8 recipe, `fp8_recipe blockwise`); the Megatron-Bridge
