@@ -62,6 +62,7 @@ from paraplan.core.sharding import (
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.fsdp2_passes import Fsdp2Passes, copy_in_bytes_per_element, grad_bytes_per_element
+from paraplan.sim.builder.placement import strided_group_nodes
 
 ONE_RANK = Group(1)
 
@@ -88,15 +89,14 @@ def shard_groups(settings: RunSettings, devices_per_node: int, expert_group: Gro
     rank): EDP / R consecutive ones of them, the R replicas EDP / R of them apart."""
     t, g = settings.tensor_model_parallel_size, devices_per_node
     size, r = sharding_group_size(settings), replicate_degree(settings)
-    shard_nodes = len({(t * j) // g for j in range(size)})
-    replicate_nodes = len({(t * size * j) // g for j in range(r)})
+    shard = Group(size, strided_group_nodes(size, t, g))
+    replicate = Group(r, strided_group_nodes(r, t * size, g))
     if r == 1 or expert_group.size == 1:
-        return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert_group)
+        return ShardGroups(shard, replicate, expert_group)
     stride = settings.expert_model_parallel_size * settings.expert_tensor_parallel
     expert_size = expert_sharding_group_size(settings)
-    expert = Group(expert_size, len({(stride * j) // g for j in range(expert_size)}))
-    expert_replicate = Group(r, len({(stride * expert_size * j) // g for j in range(r)}))
-    return ShardGroups(Group(size, shard_nodes), Group(r, replicate_nodes), expert, expert_replicate)
+    return ShardGroups(shard, replicate, Group(expert_size, strided_group_nodes(expert_size, stride, g)),
+                       Group(r, strided_group_nodes(r, stride * expert_size, g)))
 
 
 def reduce_bucket_s(comm: CommModel, collective: str, nbytes: float, groups: ShardGroups) -> float:
