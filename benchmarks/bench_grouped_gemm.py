@@ -14,7 +14,9 @@ out. paraplan prices the grouped GEMM as its experts' tiles sharing the SMs plus
 kernel latency once per expert (`Kernels.launches`); the line "tiles only" is the same
 price with one latency for the whole group (paraplan before the measurement). Nothing is
 fitted here: the latency is the shipped calibration's; the per-expert cost a free fit
-would give is printed beside it.
+would give is printed beside it. The dense reference was timed eagerly (one call between
+two CUDA events): for the smallest cases (a few microseconds of device work) the host's
+launch is inside it, so their ratios are the least reliable.
 
     PYTHONPATH=src python benchmarks/bench_grouped_gemm.py
 """
