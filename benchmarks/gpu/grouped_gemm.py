@@ -12,9 +12,10 @@ dimension is the expert's m tokens). Modes, each timed with CUDA events on the m
   events, as Transformer Engine's grouped linear layer runs them
   (`general_grouped_gemm`, `nvte_multi_stream_cublas_gemm`, 4 compute streams);
 - `grouped_mm`: `torch._grouped_mm`, one CUTLASS grouped kernel (BF16 forward and dgrad);
-- `graph1`, `graph4`: `streams1` and `streams4` captured once in a CUDA graph and replayed,
-  the device's time without Python's launch cost between the G GEMMs (Transformer Engine
-  launches them from one C++ loop).
+- `graph1`, `graph4`, `graph_dense`: `streams1`, `streams4` and `dense` captured once in a
+  CUDA graph and replayed, the device's time without Python's launch cost (Transformer
+  Engine launches the G GEMMs from one C++ loop; an eager call timed between two events
+  holds the host's launch of it, tens of microseconds, which small cases cannot hide).
 
 `--dtype bfloat16` runs `torch.matmul`; `--dtype float8_e4m3fn` runs `torch._scaled_mm` with
 per-tensor scales and BF16 output, fast accumulation for the forward only (Transformer
@@ -47,6 +48,7 @@ MODELS = {  # hidden, expert FFN (each expert gated: fc1 is hidden x 2 FFN)
 GROUPS = (4, 8, 16, 32)
 TOKENS = (256, 512, 1024, 2048, 4096)
 SIDE_STREAMS = 4
+GRAPHED = {"graph1": "streams1", "graph4": "streams4", "graph_dense": "dense"}  # mode -> the mode it captures
 FIELDS = ("model", "dtype", "pass", "projection", "groups", "m", "k", "n", "mode", "flops", "time_us",
           "time_p10_us", "time_p90_us", "tflops", "device")
 
@@ -128,9 +130,9 @@ class Case:
                     self.out_parts[e] = self.mm(self.a_parts[e], self.b_parts[e])
             for s in self.streams:
                 main.wait_stream(s)
-        elif mode in ("graph1", "graph4"):
+        elif mode in GRAPHED:
             if mode not in self.graphs:
-                self.graphs[mode] = self.capture("streams1" if mode == "graph1" else "streams4")
+                self.graphs[mode] = self.capture(GRAPHED[mode])
             self.graphs[mode].replay()
         elif mode == "grouped_mm":
             a, b, offs = self.grouped
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--modes", default=None, help="comma-separated modes (default: dense, streams1, streams4, "
-                        "graph1, graph4 and, BF16 only, grouped_mm)")
+                        "graph_dense, graph1, graph4 and, BF16 only, grouped_mm)")
     parser.add_argument("--max-s", type=float, default=1e9, help="stop (CSV kept) after this many seconds")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.cuda.get_device_name()
     fp8 = args.dtype != "bfloat16"
-    modes = ("dense", "streams1", "streams4", "graph1", "graph4") + (() if fp8 else ("grouped_mm",))
+    modes = ("dense", "streams1", "streams4", "graph_dense", "graph1", "graph4") + (() if fp8 else ("grouped_mm",))
     if args.modes:
         modes = tuple(args.modes.split(","))
     began = time.perf_counter()
