@@ -288,7 +288,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     recompute = PartialRecompute.of(model, settings, counts)  # recompute_method / recompute_num_layers
     send = pipeline_send_s(model, settings, comm, cluster.devices_per_node)
     params = rank_parameters(model, settings, counts, moe_counts)
-    sharding = shard_groups(settings, cluster.devices_per_node, groups.edp)
+    sharding = shard_groups(settings, cluster.devices_per_node)
     linears = torchao_fp8.torchtitan_linears(model)  # torchao Float8: the float8 all-gather and its scales
     fsdp = fsdp_costs(comm, sharding, model, settings, params.root_unit_params(), prec.weight_bytes,
                       prec.grad_bytes, torchao_fp8.gather_weight_bytes(settings),

@@ -64,8 +64,6 @@ from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed
 from paraplan.predict.fsdp2_passes import Fsdp2Passes, copy_in_bytes_per_element, grad_bytes_per_element
 from paraplan.sim.builder.placement import strided_group_nodes
 
-ONE_RANK = Group(1)
-
 
 @dataclass(frozen=True)
 class ShardGroups:
@@ -77,22 +75,20 @@ class ShardGroups:
     shard: Group
     replicate: Group
     expert: Group
-    expert_replicate: Group = ONE_RANK
+    expert_replicate: Group
 
 
-def shard_groups(settings: RunSettings, devices_per_node: int, expert_group: Group) -> ShardGroups:
+def shard_groups(settings: RunSettings, devices_per_node: int) -> ShardGroups:
     """In Megatron-Core's rank order tp-cp-dp-pp the d x c ranks holding the same weights
     are every t-th rank; the sharding group is d c / R consecutive ones of them (as
     torchtitan's mesh puts dp_shard inside dp_replicate and Megatron its optimizer
     instances), the R replicas of a shard are d c / R of them apart. The experts' likewise
-    in the expert grid (etp-ep-edp-pp: the EDP ranks of `expert_group` are every EP x ETP-th
-    rank): EDP / R consecutive ones of them, the R replicas EDP / R of them apart."""
+    in the expert grid (etp-ep-edp-pp: the EDP ranks holding the same experts are every
+    EP x ETP-th rank): EDP / R consecutive ones of them, the R replicas EDP / R of them apart."""
     t, g = settings.tensor_model_parallel_size, devices_per_node
     size, r = sharding_group_size(settings), replicate_degree(settings)
     shard = Group(size, strided_group_nodes(size, t, g))
     replicate = Group(r, strided_group_nodes(r, t * size, g))
-    if r == 1 or expert_group.size == 1:
-        return ShardGroups(shard, replicate, expert_group)
     stride = settings.expert_model_parallel_size * settings.expert_tensor_parallel
     expert_size = expert_sharding_group_size(settings)
     return ShardGroups(shard, replicate, Group(expert_size, strided_group_nodes(expert_size, stride, g)),

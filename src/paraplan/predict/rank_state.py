@@ -270,7 +270,7 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
     holds when each op runs, and as their largest. `recompute`: Megatron's
     `recompute_method` (layers kept whole, or checkpointed in groups)."""
     p, v = settings.pipeline_model_parallel_size, settings.virtual_pipeline_model_parallel_size
-    edp = expert_sharding_group_size(settings)  # the experts' sharding group (EDP / R)
+    expert_ranks = expert_sharding_group_size(settings)  # the experts' sharding group (EDP / R)
     root_units = params.root_unit_params().reshape(v, p)
     zero3 = settings.zero_stage == 3
     shards, expert_shards = settings.optimizer_shards, settings.expert_optimizer_shards
@@ -304,7 +304,7 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         if accumulates_unsharded(settings):  # unsharded gradients, from each chunk's first backward on
             lazy = prec.grad_bytes * np.array(
                 [params.chunk_params(c, s) * (sharding_group_size(settings) > 1)
-                 + params.chunk_expert_params[c, s] * (edp > 1) for c in range(v)])
+                 + params.chunk_expert_params[c, s] * (expert_ranks > 1) for c in range(v)])
         elif extra.fsdp is None and settings.zero_stage == 2 and sharding_group_size(settings) > 1:
             # ZeRO-2 reduced after the only micro-batch: each unit's gradient until its reduce-scatter
             moments = replace(moments, backward=moments.backward + unsharded_grad_params(
@@ -315,7 +315,8 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
-        expert = memory_parts.ParamState(experts, *state, edp if zero3 else 1, edp if zero2 else 1, expert_shards)
+        expert = memory_parts.ParamState(experts, *state, expert_ranks if zero3 else 1, expert_ranks if zero2 else 1,
+                                          expert_shards)
         memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, float(per_op.max()),
                                                        extra.fp8_copy_bytes[s]),
                               lazy_gradient_bytes_per_chunk=lazy, kept_output_bytes_per_chunk=held.kept_output,
