@@ -6,22 +6,18 @@ links and anchors."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 
 import pytest
 import yaml
 
 from paraplan.cli.main import build_parser
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def gen_pages(repo_root):
-    spec = importlib.util.spec_from_file_location("gen_pages", repo_root / "docs" / "gen_pages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(repo_root / "docs" / "gen_pages.py")
 
 
 def _nav_files(nav) -> list[str]:

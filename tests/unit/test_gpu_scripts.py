@@ -5,22 +5,19 @@ script's syntax)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 GPU = REPO / "benchmarks" / "gpu"
 
 
 def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GPU / f"{name}.py")
 
 
 def test_an_experts_six_gemms_are_fc1_and_fc2_forward_dgrad_and_wgrad():

@@ -7,26 +7,18 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 from paraplan.clusters import load_cluster
 from paraplan.kernels.ceilings import shipped_kernel_ceilings
+from script_module import load_script
 
 GIB = 2**30
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _published_module():
-    if "published" in sys.modules:
-        return sys.modules["published"]
-    spec = importlib.util.spec_from_file_location("published", BENCHMARKS / "published.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["published"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARKS / "published.py", register=True)
 
 
 def test_memory_is_torchtitans_96_gb_hbm2e_at_2_4_tb_s(repo_root):

@@ -16,6 +16,7 @@ from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_
 from paraplan.predict.moe_ops import moe_layer_work
 from paraplan.predict.ops import GEMM, layer_work
 from paraplan.predict.work import _Builder
+from script_module import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SPEED = DeviceSpeed(peak_flops=989.4e12, mem_bandwidth_Bps=3.35e12, compute_units=132)
@@ -71,20 +72,10 @@ def test_the_measured_grouped_gemms_cost_about_one_latency_per_expert_more_than_
     assert np.percentile(extra_us, [25, 50, 75]) == pytest.approx([2.35, 4.14, 6.62], abs=0.01)
 
 
-def _bench(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_grouped_gemm_benchmark_prints_the_figures_docs_moe_quotes(capsys):
     """docs/moe.md, "Grouped GEMMs measured on an H100": the price against the 4-stream GEMMs,
     GMAE 14.0% (BF16) and 17.5% (FP8) with a latency per expert, 23.5% / 28.3% without."""
-    _bench("bench_grouped_gemm").main()
+    load_script(REPO / "benchmarks" / "bench_grouped_gemm.py").main()
     out = capsys.readouterr().out
     bf16, fp8 = out.split("\nfp8: ")
     for text, new, old in ((bf16, "GMAE  14.0%  signed  +0.2%", "GMAE  23.5%  signed -16.3%"),
@@ -98,7 +89,7 @@ def test_the_grouped_gemm_benchmark_prints_the_figures_docs_moe_quotes(capsys):
 def test_the_memory_kernel_benchmark_prices_streaming_kernels_near_and_norms_fast(capsys):
     """docs/kernels.md, memory_efficiency: streaming kernels priced within -2%..+8% (median),
     PyTorch's norms 30-44% fast, fused AdamW 7% fast."""
-    _bench("bench_memory_kernels").main()
+    load_script(REPO / "benchmarks" / "bench_memory_kernels.py").main()
     out = capsys.readouterr().out
     assert ("median priced / measured: copy 0.98, add 1.07, mul_scalar 1.04, layer_norm_fwd 0.67, rms_norm_fwd "
             "0.70, layer_norm_bwd 0.56, rms_norm_bwd 0.59, adam_fused 0.93") in out

@@ -15,6 +15,7 @@ from paraplan.cli.main import main
 from paraplan.kernels.results import read_kernel_csvs
 from paraplan.kernels.sustained import SUSTAINED_COLUMNS
 from paraplan.kernels.sustained_bench import Chunk, sustained_summary
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "data" / "measured" / "h100-sxm5"
@@ -175,12 +176,7 @@ def test_shipped_h100_ceilings_rest_on_the_measured_rows():
 def test_the_single_gpu_steps_are_predicted_as_one_gpu_runs(capsys):
     """benchmarks/bench_single_gpu.py: each measured Llama-style step becomes a one-GPU run
     table row with its SDPA kernel's attention_backend; predict takes all seven."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_single_gpu", ROOT / "benchmarks" / "bench_single_gpu.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "benchmarks" / "bench_single_gpu.py")
     measured = list(__import__("csv").DictReader((MEASURED / "llama_step.csv").open()))
     assert len(measured) == 11 and {m["device"] for m in measured} == {"NVIDIA H100 80GB HBM3"}
     row = dict(zip(module.COLUMNS, module.run_table_row(measured[2], 2), strict=True))

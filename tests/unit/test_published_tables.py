@@ -6,20 +6,16 @@ utilisation the papers print beside it."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 from paraplan.predict.vtrain import read_vtrain
+from script_module import load_script
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-_spec = importlib.util.spec_from_file_location("published", BENCHMARKS / "published.py")
-assert _spec is not None and _spec.loader is not None
-published = importlib.util.module_from_spec(_spec)
-sys.modules["published"] = published
-_spec.loader.exec_module(published)
+published = load_script(BENCHMARKS / "published.py", register=True)
 
 ROWS = {"megatron_sc21_table1": 10, "korthikanti2022_table5": 9, "megatron_core_h100_weak_scaling": 9,
         "megatron_deepspeed_vtrain_multinode": 109, "llama3_405b_table4": 3, "megatron_bridge_h100_moe": 8,
@@ -177,7 +173,6 @@ def test_the_docs_summary_is_what_the_benchmark_writes(tmp_path):
     """docs/published-benchmarks.md shows benchmarks/results/published-summary.md: it must be
     the benchmark's own output for the code as it is, never a hand-edited copy."""
     import subprocess
-    import sys
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "summary.md"

@@ -3,21 +3,17 @@ files and the options use its names, and the generated schemas equal what the da
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
 
 from paraplan.core.glossary import TERMS, TERMS_BY_NAME, overlap_flag_as_gradient_sync
+from script_module import load_script
 
 
 def _vocabulary_section(repo_root) -> str:
     """docs/vocabulary.md as `mkdocs build` writes it (docs/gen_pages.py)."""
-    spec = importlib.util.spec_from_file_location("gen_pages", repo_root / "docs" / "gen_pages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    text: str = module.vocabulary_page()
+    text: str = load_script(repo_root / "docs" / "gen_pages.py").vocabulary_page()
     return text[text.index("# Vocabulary"):]
 
 
