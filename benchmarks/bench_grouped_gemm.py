@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.clusters import load_cluster
+from paraplan.core.cluster import Cluster
 from paraplan.core.run_settings import RunSettings
 from paraplan.predict.calibration import calibration_for
-from paraplan.predict.device_model import kernel_times_s
+from paraplan.predict.device_model import DeviceEfficiency, kernel_times_s
 from paraplan.predict.fp8_ops import device_speed
 from paraplan.predict.work import _Builder
 
@@ -56,8 +57,8 @@ def read_cases(dtype: str) -> dict[tuple, dict[str, float]]:
     return cases
 
 
-def priced_us(cases: list[tuple], dtype: str, grouped: bool, dense: bool = False) -> np.ndarray:
-    cluster = load_cluster("dgx-h100")
+def priced_us(cases: list[tuple], dtype: str, cluster: Cluster, efficiency: DeviceEfficiency, grouped: bool,
+              dense: bool = False) -> np.ndarray:
     settings = RunSettings(tensor_model_parallel_size=1, pipeline_model_parallel_size=1, data_parallel_size=1,
                            global_batch_size=1, dtype="fp8" if dtype == "fp8" else "bf16",
                            **({"fp8_recipe": "tensorwise"} if dtype == "fp8" else {}))
@@ -68,7 +69,7 @@ def priced_us(cases: list[tuple], dtype: str, grouped: bool, dense: bool = False
             work.gemm(m if pass_ == "wgrad" else m * groups, k * groups if pass_ == "wgrad" else k, n)
         else:
             work.gemm(m, k, n, groups, grouped=grouped)
-    return kernel_times_s(work.build().kernels, speed, calibration_for(cluster).efficiency) * 1e6
+    return kernel_times_s(work.build().kernels, speed, efficiency) * 1e6
 
 
 def gmae(ratio: np.ndarray) -> float:
@@ -81,15 +82,17 @@ def signed(ratio: np.ndarray) -> float:
 
 def main() -> None:
     cluster = load_cluster("dgx-h100")
-    latency_us = calibration_for(cluster).efficiency.kernel_latency_s * 1e6
+    calibration = calibration_for(cluster)
+    eff = calibration.efficiency
+    latency_us = eff.kernel_latency_s * 1e6
     print(f"grouped expert GEMMs on {cluster.device.name}: priced / measured, each as a ratio to the dense GEMM of "
-          f"the same FLOPs (kernel latency {latency_us:.1f} us, calibration {calibration_for(cluster).name})")
+          f"the same FLOPs (kernel latency {latency_us:.1f} us, calibration {calibration.name})")
     for dtype in ("bf16", "fp8"):
         data = read_cases(dtype)
         cases = sorted(data)
-        dense_priced = priced_us(cases, dtype, grouped=False, dense=True)
-        grouped_priced = priced_us(cases, dtype, grouped=True)
-        packed_priced = priced_us(cases, dtype, grouped=False)
+        dense_priced = priced_us(cases, dtype, cluster, eff, grouped=False, dense=True)
+        grouped_priced = priced_us(cases, dtype, cluster, eff, grouped=True)
+        packed_priced = priced_us(cases, dtype, cluster, eff, grouped=False)
         groups = np.array([c[3] for c in cases], dtype=float)
         scale = dense_priced / np.array([data[c]["dense"] for c in cases])
         print(f"\n{dtype}: {len(cases)} cases; dense GEMMs priced / measured, median {np.median(scale):.3f} "
