@@ -229,6 +229,17 @@ def test_kimi_k2_is_read_as_deepseek_v3s_architecture():
     assert read_hf_config(trimmed, "kimi-k2", "config.json").model == m
 
 
+def test_the_kimi_k2_preset_is_its_file_at_its_pre_training_length():
+    """The preset is the file read at 4,096 tokens (the report's first pre-training phase),
+    with the grouped-query default (as many groups as heads: 0) spelled as presets do."""
+    from paraplan.predict.hf_config import read_hf_config
+
+    read = read_hf_config(KIMI_K2, "kimi-k2", "config.json").model
+    assert PRESETS["kimi-k2"] == replace(read, seq_length=4096, num_query_groups=0)
+    assert (PRESETS["kimi-k2"].num_parameters, PRESETS["kimi-k2"].active_parameters) == (1_026_408_209_408,
+                                                                                        32_861_477_888)
+
+
 def test_the_baselines_say_what_they_run(tmp_path, capsys):
     """On one GPU the best plan and the baselines share TP 1, PP 1, DP 1; the speedup
     over them is the micro-batch and recomputation, which the line above them says."""

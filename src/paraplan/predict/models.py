@@ -15,9 +15,11 @@ Presets (architecture numbers from the papers that introduced them):
   MLA, 1 shared + 256 routed experts, top-8, first 3 layers dense, one MTP layer),
   GPT-OSS 20B / 120B (OpenAI 2025: sliding window 128 on every other layer,
   attention sinks, biases), Llama 4 Scout / Maverick (Meta 2025: one shared expert,
-  chunked attention of 8,192 tokens on three layers in four), each with its own router
+  chunked attention of 8,192 tokens on three layers in four), Kimi K2 (Moonshot AI 2025:
+  DeepSeek-V3's architecture with 64 heads, 384 experts and one dense layer), each with
+  its own router
   (score function, expert bias, scaling factor: a run's defaults). Sequence lengths are
-  those of the main pre-training phase (4,096 for DeepSeek-V3 and Qwen3, 8,192 for
+  those of the main pre-training phase (4,096 for DeepSeek-V3, Kimi K2 and Qwen3, 8,192 for
   Llama 4, 4,096 for Mixtral and GPT-OSS).
 
 `load_model(name_or_path)` accepts a preset name, a Hugging Face `config.json`
@@ -120,6 +122,13 @@ PRESETS.update({
                                         window_size=8192, window_attn_skip_freq=4, chunked_attention=True,
                                         **_MODERN),
 })
+# Moonshot's Kimi K2 (arXiv 2507.20534; moonshotai/Kimi-K2-Base config.json): DeepSeek-V3's
+# architecture with 64 heads, 384 routed experts, one dense layer before them, no routing
+# groups (n_group 1), scaling 2.827, no multi-token prediction, a 163,840-token vocabulary
+PRESETS["kimi-k2"] = replace(PRESETS["deepseek-v3"], name="kimi-k2", num_attention_heads=64, kv_channels=0,
+                             vocab_size=163840, num_experts=384, moe_layer_freq=(0,) + (1,) * 60,
+                             moe_router_num_groups=0, moe_router_group_topk=0,
+                             moe_router_topk_scaling_factor=2.827, mtp_num_layers=0)
 _FIELDS = {f.name for f in fields(TransformerModel)}
 
 
