@@ -56,8 +56,10 @@ def test_bytes_per_element_are_the_copies_fsdp2_runs():
     2w. Gradients: bf16 cast into the fp32 reduce-scatter input, 2 + 4; accumulated over M
     micro-batches in fp32: 6 + (M - 1)(4 + 2 + 4) + 8 per iteration; in bf16 autograd adds
     in place, (M - 1) 3 x 2, and the copy-in 2 x 2."""
-    assert copy_in_bytes_per_element(2) == 10
-    assert copy_in_bytes_per_element(1) == 7  # torchao's float8 all-gather: the fp8 copies
+    assert copy_in_bytes_per_element(2, 4) == 10
+    assert copy_in_bytes_per_element(1, 4) == 7  # torchao's float8 all-gather: the fp8 copies
+    assert copy_in_bytes_per_element(2, 2) == 4  # bf16 shards: no cast, the copy into the input alone
+    assert copy_in_bytes_per_element(1, 2) == 5  # bf16 shards cast to fp8: 2 + 1, then 1 + 1
     assert grad_bytes_per_element(2, 4, 1, False) == 6
     assert grad_bytes_per_element(2, 4, 8, True) == 6  # every micro-batch reduces its own
     assert grad_bytes_per_element(2, 4, 8, False) == pytest.approx((6 + 7 * 10 + 8) / 8)
@@ -149,6 +151,28 @@ def test_foreach_adamw_reads_and_writes_92_bytes_per_parameter_and_all_reduces_t
     assert em.after_sync_s[0] == pytest.approx(root_rs + clip + step + mem(6 * ROOT, st.speed), rel=1e-9)
 
 
+def test_the_shards_gradients_and_moments_are_kept_in_the_parameters_dtype():
+    """FSDP2's sharded parameters are the optimizer's own: fp32 ones (torchtitan) keep 4 +
+    4 + 8 = 16 bytes per parameter over the 8 ranks, bf16 ones (NeMo AutoModel) 2 + 2 + 4
+    = 8, where ZeRO-3 without FSDP2 keeps Megatron's 2 + 4 + 12; the gathers still move
+    bf16 weights and the reduce-scatters fp32 gradients, and the bf16 shards are copied
+    into the gathers without a cast and stepped at half the bytes."""
+    shard = (N * L + ROOT) / 8
+    for settings, kept in ((fsdp2(), (4, 4, 8)), (fsdp2(fsdp_param_dtype="bf16"), (2, 2, 4)),
+                           (fsdp2(use_torch_fsdp2=False), (2, 4, 12))):
+        st = run_structure(GPT, settings, A100, COMM)
+        rank = st.memory[0]
+        got = (rank.weights_bytes, rank.gradients_bytes, rank.optimizer_bytes)
+        np.testing.assert_allclose(got, np.array(kept) * shard, rtol=1e-12)
+    st = run_structure(GPT, fsdp2(fsdp_param_dtype="bf16"), A100, COMM)
+    assert st.fsdp is not None and st.fsdp.fsdp2 is not None
+    assert st.fsdp.fsdp2.layer_copy_in_bytes == pytest.approx(4 * L / 8)
+    assert st.fsdp.layer_gather_s == pytest.approx(
+        run_structure(GPT, fsdp2(), A100, COMM).fsdp.layer_gather_s)  # type: ignore[union-attr]
+    assert optimizer_step_bytes(fsdp2(fsdp_param_dtype="bf16", optimizer_impl="foreach"), 38) == 46
+    assert optimizer_step_bytes(fsdp2(fsdp_param_dtype="bf16"), 42) == 21
+
+
 def test_a_stage_gathered_once_per_iteration_accumulates_in_fp32_and_copies_once():
     """Under pipelines (weights kept to the last backward) FSDP2 gathers each stage once:
     its copy-in and copy-out once per iteration, after the step; each micro-batch's
@@ -169,8 +193,15 @@ def test_a_stage_gathered_once_per_iteration_accumulates_in_fp32_and_copies_once
     (dict(zero_stage=1), "use_torch_fsdp2 needs zero_stage 3 (FSDP2 shards weights, gradients and optimizer "
                          "state), got zero_stage 1"),
     (dict(use_torch_fsdp2=False, optimizer_impl="foreach"),
-     "optimizer_impl foreach is priced on FSDP2's fp32 sharded weights: it needs use_torch_fsdp2 true"),
+     "optimizer_impl foreach is priced on FSDP2's sharded weights: it needs use_torch_fsdp2 true"),
     (dict(optimizer_impl="sgd"), "optimizer_impl 'sgd' is not one of fused, foreach"),
+    (dict(fsdp_param_dtype="fp16"), "fsdp_param_dtype 'fp16' is not one of fp32, bf16"),
+    (dict(use_torch_fsdp2=False, fsdp_param_dtype="bf16"),
+     "fsdp_param_dtype bf16 is the dtype FSDP2 keeps its sharded parameters in: it needs use_torch_fsdp2 true "
+     "(Megatron-LM's own optimizers keep fp32 main params)"),
+    (dict(fsdp_param_dtype="bf16", dtype="fp32"),
+     "fsdp_param_dtype bf16 with dtype fp32: expected dtype bf16 or fp8 (bf16 parameters computed in a wider dtype "
+     "are not modelled)"),
 ])
 def test_settings_rules(kw, message):
     with pytest.raises(StrategyError) as info:

@@ -19,7 +19,7 @@ published = load_script(BENCHMARKS / "published.py", register=True)
 
 ROWS = {"megatron_sc21_table1": 10, "korthikanti2022_table5": 9, "megatron_core_h100_weak_scaling": 9,
         "megatron_deepspeed_vtrain_multinode": 109, "llama3_405b_table4": 3, "megatron_bridge_h100_moe": 8,
-        "automodel_h100_moe": 5, "deepseek_v3_report": 1, "megatron_bridge_h100_llama3_fp8": 5,
+        "automodel_h100_moe": 6, "deepseek_v3_report": 1, "megatron_bridge_h100_llama3_fp8": 5,
         "torchtitan_llama31_h100": 18}
 A100_PEAK_FLOPS = 312e12
 H100_PEAK_FLOPS = 989.4e12
@@ -165,6 +165,10 @@ def test_moe_throughputs_convert_to_the_published_tokens_per_gpu(tables):
     automodel = {r.name: r.cells for r in tables["automodel_h100_moe"]}
     c = automodel["DeepSeek V3 671B 256 GPUs"]
     assert 512 * 4096 / float(c["measured_iteration_s"]) / 256 == pytest.approx(1002, abs=1)
+    c = automodel["Kimi K2 256 GPUs"]  # the table's 924 tokens/s/GPU and its FSDP 32 x PP 8 x 1
+    assert 512 * 4096 / float(c["measured_iteration_s"]) / 256 == pytest.approx(924, abs=1)
+    assert int(c["data_parallel_size"]) * int(c["pipeline_model_parallel_size"]) == int(c["num_gpus"])
+    assert {r["fsdp_param_dtype"] for r in automodel.values()} == {"bf16"}  # the model built in bf16
     (report,) = tables["deepseek_v3_report"]
     assert 15360 * 4096 / float(report.cells["measured_iteration_s"]) / 2048 == pytest.approx(1543.2, abs=0.1)
 

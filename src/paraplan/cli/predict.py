@@ -56,7 +56,8 @@ fsdp_reshard_after_forward (default|always|never), data_parallel_sharding_strate
 (no_shard|optim|optim_grads|optim_grads_params; docs/fsdp.md), sharded_grad_reduce
 (default|every_microbatch|last_microbatch; docs/fsdp.md), use_torch_fsdp2 (FSDP2's own copies, with
 zero_stage 3), optimizer_impl (fused|foreach: torch.optim's foreach AdamW, with use_torch_fsdp2;
-docs/fsdp.md), num_gpus,
+docs/fsdp.md), fsdp_param_dtype (fp32|bf16: the dtype of FSDP2's shards, with use_torch_fsdp2),
+num_gpus,
 measured_iteration_s (docs/execution-model.md says what each setting changes).
 An empty micro_batch_size or virtual_pipeline_model_parallel_size means the
 fastest that fits.

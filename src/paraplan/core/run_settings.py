@@ -86,6 +86,10 @@ OptimizerImpl = Literal["fused", "foreach"]
 OPTIMIZER_IMPLS: tuple[str, ...] = ("fused", "foreach")
 """The optimizer step's code (`paraplan.predict.fsdp2_passes.optimizer_step_bytes`): one fused
 Adam kernel (Megatron-LM's), or torch.optim.AdamW's multi-tensor path (torchtitan)."""
+FsdpParamDtype = Literal["fp32", "bf16"]
+FSDP_PARAM_DTYPES: tuple[str, ...] = ("fp32", "bf16")
+"""The dtype FSDP2 keeps its sharded parameters in (`RunSettings.fsdp_param_dtype`)."""
+FSDP_PARAM_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
 # -- end u3-fsdp2
 MAIN_GRAD_BYTES: dict[str, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
@@ -184,8 +188,13 @@ class RunSettings(MoeRouterSettings, LowPrecisionStorageSettings):
     reduce-scattered after the backward; False: ZeRO-3 without these copies."""
     optimizer_impl: OptimizerImpl = "fused"
     """`fused` (default): Megatron-LM's fused Adam, one kernel per step; `foreach`:
-    torch.optim.AdamW(foreach=True) on FSDP2's fp32 shards after torch's
+    torch.optim.AdamW(foreach=True) on FSDP2's shards after torch's
     `clip_grad_norm_` (torchtitan's default, `optimizer.fused = false`; needs use_torch_fsdp2)."""
+    fsdp_param_dtype: FsdpParamDtype = "fp32"
+    """With use_torch_fsdp2: the dtype of the model's own parameters, which FSDP2 shards and
+    the optimizer updates, its gradients and torch.optim's moments following it (`fp32`:
+    16 bytes per sharded parameter, as torchtitan builds the model; `bf16`: 8, as NeMo
+    AutoModel builds it, `torch_dtype` auto; docs/fsdp.md)."""
     sharded_grad_reduce: GradReduce = "default"
     """With zero_stage 2 or 3: reduce-scatter the gradients after every micro-batch
     (`every_microbatch`, Megatron-FSDP) or once after the last (`last_microbatch`,

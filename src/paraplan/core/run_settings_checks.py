@@ -15,6 +15,7 @@ from paraplan.core.run_settings import (
     ELEMENTWISE_KERNELS,
     FLASH_ATTENTION_VERSIONS,
     FLEX_BACKEND_NAMES,
+    FSDP_PARAM_DTYPES,
     FUSED_ATTENTION_BACKENDS,
     MOE_RECOMPUTE_MODULES,
     OPTIMIZER_IMPLS,
@@ -400,8 +401,8 @@ def check_cross_entropy(settings: RunSettings) -> None:
 # -- u3-fsdp2
 def check_torch_fsdp2(settings: RunSettings) -> None:
     """`use_torch_fsdp2` names how a zero_stage 3 run shards (FSDP2); `optimizer_impl
-    foreach` is priced on FSDP2's fp32 shards only (no separate 16-bit weight copy to
-    write), so it needs FSDP2."""
+    foreach` is priced on FSDP2's shards only (no separate 16-bit weight copy to write),
+    and `fsdp_param_dtype` is the dtype of those shards, so both need FSDP2."""
     if settings.use_torch_fsdp2 and settings.zero_stage != 3:
         raise StrategyError(f"use_torch_fsdp2 needs zero_stage 3 (FSDP2 shards weights, gradients and optimizer "
                             f"state), got zero_stage {settings.zero_stage}")
@@ -409,6 +410,15 @@ def check_torch_fsdp2(settings: RunSettings) -> None:
     if impl not in OPTIMIZER_IMPLS:
         raise StrategyError(f"optimizer_impl '{impl}' is not one of {', '.join(OPTIMIZER_IMPLS)}")
     if impl == "foreach" and not settings.use_torch_fsdp2:
-        raise StrategyError("optimizer_impl foreach is priced on FSDP2's fp32 sharded weights: it needs "
+        raise StrategyError("optimizer_impl foreach is priced on FSDP2's sharded weights: it needs "
                             "use_torch_fsdp2 true")
+    kept = settings.fsdp_param_dtype
+    if kept not in FSDP_PARAM_DTYPES:
+        raise StrategyError(f"fsdp_param_dtype '{kept}' is not one of {', '.join(FSDP_PARAM_DTYPES)}")
+    if kept != "fp32" and not settings.use_torch_fsdp2:
+        raise StrategyError(f"fsdp_param_dtype {kept} is the dtype FSDP2 keeps its sharded parameters in: it needs "
+                            "use_torch_fsdp2 true (Megatron-LM's own optimizers keep fp32 main params)")
+    if kept == "bf16" and settings.dtype not in ("bf16", "fp8"):
+        raise StrategyError(f"fsdp_param_dtype bf16 with dtype {settings.dtype}: expected dtype bf16 or fp8 (bf16 "
+                            "parameters computed in a wider dtype are not modelled)")
 # -- end u3-fsdp2

@@ -48,7 +48,8 @@ every fp32 gradient once (`_foreach_norm`), all-reduces the norm over the data-p
 mesh (the DTensor's partial norm) and multiplies every gradient (`clip_grads_with_norm_`:
 read and write); AdamW's multi-tensor path then runs eight passes over fp32 tensors
 (weight decay mul 8, exp_avg lerp 12, exp_avg_sq mul 8 and addcmul 12, sqrt 8, div 8,
-add eps 8, the addcdiv update 16): 80 + 12 = 92 bytes per sharded parameter. `zero_grad`
+add eps 8, the addcdiv update 16): 80 + 12 = 92 bytes per sharded parameter, half of it
+with bf16 shards (torch.optim keeps the moments in the parameters' dtype). `zero_grad`
 sets the gradients to None (no kernel); the loss is all-reduced for logging only every
 `metrics.log_freq` = 10 steps (two scalar all-reduces), not priced.
 """
@@ -60,10 +61,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.run_settings import FSDP_PARAM_BYTES, RunSettings
 from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, memory_time_s
 
-SHARDED_PARAM_BYTES = 4  # FSDP2's sharded weights as torchtitan builds them: fp32
 FOREACH_ADAMW_BYTES = 80  # torch.optim's _multi_tensor_adamw, capturable False, on fp32 tensors (module doc)
 FOREACH_ADAMW_PASSES = 8
 CLIP_GRAD_NORM_BYTES = 12  # _foreach_norm (read 4) + clip_grads_with_norm_'s _foreach_mul_ (read 4, write 4)
@@ -71,10 +71,13 @@ CLIP_GRAD_NORM_PASSES = 2
 MULTI_TENSOR_APPLY_ELEMENTS = 320 * 65536  # torch's multi_tensor_apply: 320 blocks of 65,536-element chunks a launch
 
 
-def copy_in_bytes_per_element(gathered_bytes: float) -> float:
-    """Bytes per shard element of a unit's all-gather copy-in: the fp32 shard cast into a
-    flat temporary (read o, write w), copied into the all-gather input (read w, write w)."""
-    return SHARDED_PARAM_BYTES + 3 * gathered_bytes
+def copy_in_bytes_per_element(gathered_bytes: float, sharded_bytes: int) -> float:
+    """Bytes per shard element of a unit's all-gather copy-in: a shard of o bytes per
+    element cast into a flat temporary (read o, write w), copied into the all-gather input
+    (read w, write w); a shard already in the gathered dtype is copied in directly (2w)."""
+    if sharded_bytes == gathered_bytes:
+        return 2 * gathered_bytes
+    return sharded_bytes + 3 * gathered_bytes
 
 
 def grad_bytes_per_element(grad16_bytes: int, reduce_bytes: int, microbatches: int, every_microbatch: bool) -> float:
@@ -166,11 +169,15 @@ class Fsdp2Passes:
         return np.array([memory_time_s(float(b), speed, eff) if b else 0.0 for b in nbytes])
 
 
-def optimizer_step_bytes(settings: RunSettings, fused_bytes: int) -> int:
+def optimizer_step_bytes(settings: RunSettings, fused_bytes: int) -> float:
     """Memory traffic of one optimizer step per sharded parameter: `fused_bytes` (the
     fused step, `Precision.optimizer_step_bytes`), or torch's clip_grad_norm_ and foreach
-    AdamW on fp32 tensors (module doc)."""
-    return FOREACH_ADAMW_BYTES + CLIP_GRAD_NORM_BYTES if settings.optimizer_impl == "foreach" else fused_bytes
+    AdamW on fp32 tensors (module doc); with FSDP2's shards in bf16 (`fsdp_param_dtype`)
+    every pass reads and writes 2-byte tensors (the moments follow the parameters): half."""
+    nbytes = FOREACH_ADAMW_BYTES + CLIP_GRAD_NORM_BYTES if settings.optimizer_impl == "foreach" else fused_bytes
+    if settings.use_torch_fsdp2:
+        return nbytes * FSDP_PARAM_BYTES[settings.fsdp_param_dtype] / FSDP_PARAM_BYTES["fp32"]
+    return nbytes
 
 
 def optimizer_kernels(settings: RunSettings, params: float, fused_kernels: int) -> int:

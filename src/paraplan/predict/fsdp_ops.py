@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from paraplan.core.comm import CommModel, Group
-from paraplan.core.run_settings import RunSettings
+from paraplan.core.run_settings import FSDP_PARAM_BYTES, RunSettings
 from paraplan.core.sharding import (
     expert_sharding_group_size,
     gathers_once_per_iteration,
@@ -248,6 +248,7 @@ def fsdp2_passes(comm: CommModel, groups: ShardGroups, model: TransformerModel, 
     dense, moe_dense, moe_experts = units
     on_shard, on_expert = float(shard.size > 1), float(expert.size > 1)
     every = reduces_every_microbatch(settings)
+    kept = FSDP_PARAM_BYTES[settings.fsdp_param_dtype]  # the shards' dtype
     grad = grad_bytes_per_element(root_w, reduce_bytes, settings.num_microbatches, every)
     per_iteration = grad * (1 if every else settings.num_microbatches)  # the root's, once after the backward
     root = np.asarray(root_params, dtype=float) * on_shard
@@ -262,13 +263,13 @@ def fsdp2_passes(comm: CommModel, groups: ShardGroups, model: TransformerModel, 
     if settings.optimizer_impl == "foreach" and norm.size > 1:  # torch's clip_grad_norm_: the DTensor norm's
         after += float(comm.time_s("all_reduce", 4, norm))  # all-reduce over the data-parallel mesh
     return Fsdp2Passes(
-        layer_copy_in_bytes=copy_in_bytes_per_element(layer_w) * dense * on_shard / shard.size,
+        layer_copy_in_bytes=copy_in_bytes_per_element(layer_w, kept) * dense * on_shard / shard.size,
         layer_copy_out_bytes=2 * layer_w * dense * on_shard,
         layer_grad_bytes=grad * dense * on_shard,
-        moe_copy_in_bytes=copy_in_bytes_per_element(root_w) * moe_shard,
+        moe_copy_in_bytes=copy_in_bytes_per_element(root_w, kept) * moe_shard,
         moe_copy_out_bytes=2 * root_w * moe_full,
         moe_grad_bytes=grad * moe_full,
-        root_copy_in_bytes=copy_in_bytes_per_element(root_w) * root / shard.size,
+        root_copy_in_bytes=copy_in_bytes_per_element(root_w, kept) * root / shard.size,
         root_copy_out_bytes=2 * root_w * root,
         root_grad_bytes=per_iteration * root,
         after_backward_comm_s=after,

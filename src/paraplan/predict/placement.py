@@ -10,10 +10,10 @@ link tier its collectives use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.core.comm import Group
-from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, RunSettings, main_grad_bytes
+from paraplan.core.run_settings import DEFAULT_FP8_RECIPE, FSDP_PARAM_BYTES, RunSettings, main_grad_bytes
 from paraplan.predict.cp_ops import CP_GROUP, CP_RING
 from paraplan.predict.optimizer_precision import precision_aware_bytes
 from paraplan.sim.builder.placement import strided_group_nodes
@@ -23,10 +23,18 @@ from paraplan.sim.builder.placement import strided_group_nodes
 class Precision:
     """Bytes per parameter of each kind of state (Megatron-LM's mixed precision)."""
 
-    weight_bytes: int
-    grad_bytes: int
+    weight_bytes: int  # as gathered and communicated
+    grad_bytes: int  # as reduced
     optimizer_bytes: int  # main weights, main gradients (fp16), Adam moments
     optimizer_step_bytes: int  # memory traffic of one optimizer step per parameter
+    kept_bytes: tuple[int, int, int] | None = None
+    """Weights, gradients and optimizer state as kept, where they differ from the three
+    above: FSDP2's shards (`of_settings`); None: those three."""
+
+    @property
+    def state_bytes(self) -> tuple[int, int, int]:
+        """Bytes per parameter kept of weights, gradients and optimizer state."""
+        return self.kept_bytes or (self.weight_bytes, self.grad_bytes, self.optimizer_bytes)
 
     @staticmethod
     def of(dtype: str, grad_reduce_in_bf16: bool = False) -> Precision:
@@ -54,8 +62,16 @@ class Precision:
     @staticmethod
     def of_settings(settings: RunSettings) -> Precision:
         """A run's: `of` its dtype and gradient dtype, the optimizer's shard and step as
-        the precision-aware optimizer sets them (`optimizer_precision`) when it is on."""
+        the precision-aware optimizer sets them (`optimizer_precision`) when it is on.
+        With FSDP2 (`use_torch_fsdp2`) the sharded parameters are the optimizer's own, in
+        `fsdp_param_dtype` (k bytes), and so are their gradients and torch.optim's two
+        moments: k + k + 2k kept (16 for fp32, 8 for bf16; no 16-bit copy besides the
+        gathered one), while gathers still move the 16-bit weights and reduce-scatters the
+        reduce dtype."""
         base = Precision.of(settings.dtype, settings.grad_reduce_in_bf16 or settings.main_grads_dtype == "bf16")
+        if settings.use_torch_fsdp2:
+            kept = FSDP_PARAM_BYTES[settings.fsdp_param_dtype]
+            return replace(base, kept_bytes=(kept, kept, 2 * kept))
         if not settings.use_precision_aware_optimizer:
             return base
         grad_bytes = main_grad_bytes(settings)

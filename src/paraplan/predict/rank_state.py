@@ -312,7 +312,7 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         held = _PipeliningHeld.of(acts.pipelining, s, p, v)
         chunk_acts -= np.where(params.chunk_layers[:, s] > 0, held.received_input, 0.0)  # a block saved it
         per_op = moments.per_op(params.chunk_layers[:, s] > 0, acts, s == p - 1) + held.buffers  # buffers: always
-        state = (prec.weight_bytes, prec.grad_bytes, prec.optimizer_bytes)
+        state = prec.state_bytes
         zero2 = settings.zero_stage >= 2
         dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
         expert = memory_parts.ParamState(experts, *state, expert_ranks if zero3 else 1, expert_ranks if zero2 else 1,

@@ -29,7 +29,8 @@ with `recompute_granularity selective` is torchtitan's per-op recomputation
 torch: torchtitan's `F.cross_entropy` on fp32 logits) says which code computes the loss
 (`paraplan.predict.loss_ops`); `use_torch_fsdp2` (with zero_stage 3) and
 `optimizer_impl` (fused, the default, or foreach) price PyTorch FSDP2's own copies and
-torch.optim's foreach AdamW (`paraplan.predict.fsdp2_passes`).
+torch.optim's foreach AdamW (`paraplan.predict.fsdp2_passes`), `fsdp_param_dtype` (fp32,
+the default, or bf16) the dtype its shards, their gradients and moments are kept in.
 
 Every cell is checked once here: an error names the file, the line, the column,
 the value and what was expected. A `name` is free text of at most
@@ -64,6 +65,7 @@ from paraplan.core.run_settings import (
     ELEMENTWISE_KERNELS,
     FLEX_DISPATCHER_BACKENDS,
     FP8_RECIPE_CHOICES,
+    FSDP_PARAM_DTYPES,
     FUSED_ATTENTION_BACKENDS,
     MOE_DISPATCHERS,
     OPTIMIZER_IMPLS,
@@ -114,7 +116,7 @@ SETTINGS_COLUMNS: tuple[str, ...] = (
     "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout", "fp8_recipe",
     # sharded data parallelism (`paraplan.core.sharding`, docs/fsdp.md)
     "data_parallel_shard_degree", "data_parallel_replicate_degree", "num_distributed_optimizer_instances",
-    "use_torch_fsdp2", "optimizer_impl",  # u3-fsdp2: FSDP2's own passes (`fsdp_ops`)
+    "use_torch_fsdp2", "optimizer_impl", "fsdp_param_dtype",  # u3-fsdp2: FSDP2's own passes (`fsdp_ops`)
     "fsdp_reshard_after_forward", "data_parallel_sharding_strategy", "sharded_grad_reduce",
     # torchao Float8 (torchtitan's `--float8.*`, docs/fp8.md)
     "enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp",
@@ -266,6 +268,7 @@ _PARSERS: dict[str, Callable[[str], object]] = {
     "elementwise_kernels": _choice(ELEMENTWISE_KERNELS), "selective_ac_option": _choice(("op",)),
     "cross_entropy_impl": _choice(CROSS_ENTROPY_IMPLS),
     "use_torch_fsdp2": _boolean, "optimizer_impl": _choice(OPTIMIZER_IMPLS),  # u3-fsdp2
+    "fsdp_param_dtype": _choice(FSDP_PARAM_DTYPES),
     "async_tensor_model_parallel_allreduce": _boolean, "gradient_accumulation_fusion": _boolean,
     "grad_reduce_in_bf16": _boolean,
     "DDP_impl": _choice(DDP_IMPLS), "decoder_first_pipeline_num_layers": _integer,

@@ -67,12 +67,13 @@ def peak_memory_bytes(model: TransformerModel, cols: CandidateColumns, layers: S
     layers and the unsharded gradients; on the last stage at least the loss's transient
     beside the gathered weights)."""
     cand, row, v, dc, edp = cols.cand, cols.row, cols.v, cols.dc, cols.edp
-    weights_b = np.where(cols.zero3, prec.weight_bytes / dc, prec.weight_bytes)
-    grads_b = np.where(cand.zero >= 2, prec.grad_bytes / dc, prec.grad_bytes)
-    state_b = weights_b + grads_b + prec.optimizer_bytes / cols.shards
-    state_e = (np.where(cols.zero3, prec.weight_bytes / edp, prec.weight_bytes)
-               + np.where(cand.zero >= 2, prec.grad_bytes / edp, prec.grad_bytes)
-               + prec.optimizer_bytes / cols.expert_shards)
+    kept_w, kept_g, kept_o = prec.state_bytes
+    weights_b = np.where(cols.zero3, kept_w / dc, kept_w)
+    grads_b = np.where(cand.zero >= 2, kept_g / dc, kept_g)
+    state_b = weights_b + grads_b + kept_o / cols.shards
+    state_e = (np.where(cols.zero3, kept_w / edp, kept_w)
+               + np.where(cand.zero >= 2, kept_g / edp, kept_g)
+               + kept_o / cols.expert_shards)
     # first, last, second, and the first stage of MoE layers alone
     held = inflight(cols.schedule, cand.p, np.round(cols.m).astype(np.int64), cand.v, kinds.moe_rank)
     act_kind, per_chunk = table.act_kind[row], v[:, None]
@@ -188,9 +189,10 @@ def dualpipe_peak_bytes(model: TransformerModel, cols: CandidateColumns, layers:
     embedding and the head) and a middle rank's (two stages of the model's heaviest
     layers: MoE ones where the model has both kinds)."""
     row = cols.row
-    optimizer = np.where(cols.sharded, 0.5, 1.0) * prec.optimizer_bytes
-    state_b = prec.weight_bytes + prec.grad_bytes + optimizer / cols.shards
-    state_e = prec.weight_bytes + prec.grad_bytes + optimizer / cols.expert_shards
+    kept_w, kept_g, kept_o = prec.state_bytes
+    optimizer = np.where(cols.sharded, 0.5, 1.0) * kept_o
+    state_b = kept_w + kept_g + optimizer / cols.shards
+    state_e = kept_w + kept_g + optimizer / cols.expert_shards
     held = np.minimum(cols.p, cols.m) + 1.0
     working = np.where(cols.cand.recompute == RECOMPUTE.index("full"), table.act_full_layer[row], 0.0)
     cp_fwd, cp_bwd = table.cp_forward[row], table.cp_backward[row]  # a layer's attention under CP (`cp_memory`)
