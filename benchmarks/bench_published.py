@@ -154,7 +154,7 @@ def print_table(stem: str, results: list[RowResult], calibration: Calibration) -
     errors = [r.error for r in results if r.error is not None]
     summary = Summary.of(errors)
     cluster = load_cluster(TABLES[stem][0])
-    transferred = "" if cluster.device.name == calibration.device else (
+    transferred = "" if cluster.device.compute_name == calibration.device else (
         f"; calibration fitted on {calibration.device}, efficiencies taken as fractions of this device's peaks")
     print(f"\n== {stem}: {TABLES[stem][1]} [{cluster.name}{transferred}]")
     print(f"   {summary.line() if summary else 'no predicted rows'}")

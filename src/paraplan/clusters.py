@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 from paraplan import config_files
-from paraplan.core import Cluster, ConfigError, Device, Link, Network, RailFit
+from paraplan.core import Cluster, ConfigError, Device, InputFileError, Link, Network, RailFit
 from paraplan.core import limits as lim
 from paraplan.core.cluster import nvlink_multicast
 from paraplan.core.names import name_problem
@@ -135,6 +135,11 @@ class DeviceFile:
     """Coefficient of variation of a compute-bound GEMM's time across GPUs of this SKU running at the same
     time (a fraction: 0.01 = 1%), measured by GEMM micro-benchmarks on many GPUs of one cluster; a synchronous
     job of N GPUs waits for its slowest one (docs/accuracy-at-scale.md). 0: every GPU as fast as the others."""
+    same_compute_as: str = ""
+    """Another device's name whose measured kernel ceilings (config/kernels/<it>.json) and shipped calibration
+    price this device's GEMMs and attention: only for the same die at the same clocks and power limit (the H200
+    SXM and the H800 SXM5 are the H100 SXM5's GH100 at 700 W); memory, bandwidth and links stay this file's.
+    Empty: the device's own (docs/clusters.md)."""
 
     def __post_init__(self) -> None:
         if (self.memory_MiB is None) == (self.memory_GB is None):
@@ -159,6 +164,7 @@ class DeviceFile:
             peak_flops_by_dtype=tuple(sorted((k, v * _TERA) for k, v in self.peak_tflops_by_dtype.items())),
             reserved_bytes=self.reserved.total_bytes,
             gpu_speed_cv=self.gpu_speed_cv,
+            same_compute_as=self.same_compute_as,
         )
 
 
@@ -229,4 +235,10 @@ def load_cluster(name_or_path: str | Path, cluster_dir: Path = DEFAULT_CLUSTER_D
         raise ConfigError(
             "cluster", f"no cluster file {path}" + (f"; known clusters: {', '.join(known)}" if known else "")
         )
-    return cluster_from_dict(read_yaml(path, "a cluster file (config/clusters/*.yaml)"), source=str(path))
+    cluster = cluster_from_dict(read_yaml(path, "a cluster file (config/clusters/*.yaml)"), source=str(path))
+    same = cluster.device.same_compute_as
+    if same and not config_files.find("kernels", same).is_file():
+        known = config_files.known_names("kernels")
+        raise InputFileError(path, f"names {same!r}, which has no kernel ceilings (config/kernels/{same}.json); "
+                             f"expected one of: {', '.join(known) or 'none'}", field="device.same_compute_as")
+    return cluster

@@ -193,10 +193,17 @@ def test_mxfp8_needs_blackwell():
 def test_fp8_without_a_measured_ceiling_is_an_error():
     fp8_ops.fp8_gemm_ceiling.cache_clear()
     with pytest.raises(StrategyError) as err:
-        run_structure(GPT, FP8, load_cluster("dgx-h200"), COMM)
+        run_structure(GPT, FP8, load_cluster("gh200-alps"), COMM)
     assert str(err.value) == (
-        "dtype fp8: no measured FP8 GEMM ceiling for device H200-SXM-141GB (config/kernels/H200-SXM-141GB.json has "
+        "dtype fp8: no measured FP8 GEMM ceiling for device GH200-96GB (config/kernels/GH200-96GB.json has "
         "no fp8 section; fit one from FP8 GEMM micro-benchmarks with `paraplan fit --kind kernels`, docs/fp8.md)")
+
+
+def test_a_device_of_the_same_compute_takes_the_measured_fp8_ceiling():
+    """The H200 (`same_compute_as: H100-SXM5-80GB`) runs FP8 GEMMs at the H100's measured
+    ceiling: the same FP8 GEMM speed, its own name and memory."""
+    h100, h200 = (run_structure(GPT, FP8, load_cluster(c), COMM) for c in ("dgx-h100", "dgx-h200"))
+    assert h200.speed.fp8_gemm == h100.speed.fp8_gemm is not None
 
 
 def test_fp8_recipe_needs_dtype_fp8():

@@ -35,17 +35,20 @@ def test_only_the_memory_differs_from_dgx_h100(repo_root):
     H100 SXM5 node's: nothing else about the 500 W part is published."""
     grand_teton = load_cluster("grand-teton-h100-500w", repo_root / "config/clusters")
     dgx = load_cluster("dgx-h100", repo_root / "config/clusters")
-    assert dataclasses.replace(grand_teton.device, mem_bandwidth_Bps=3.35e12,
-                               memory_bytes=dgx.device.memory_bytes) == dgx.device
+    assert dataclasses.replace(grand_teton.device, name="H100-SXM5-80GB", same_compute_as="",
+                               mem_bandwidth_Bps=3.35e12, memory_bytes=dgx.device.memory_bytes) == dgx.device
     assert (grand_teton.nodes, grand_teton.devices_per_node) == (4, 8)
     assert (grand_teton.intra, grand_teton.inter, grand_teton.network) == (dgx.intra, dgx.inter, dgx.network)
 
 
 def test_compute_is_priced_by_the_700_w_h100_kernel_file(repo_root):
-    """The device keeps the H100 SXM5's name so that its measured ceilings price it (held at
-    the 700 W limit: a lower bound on GEMM and attention time at 500 W)."""
+    """The device, named as its part, computes as the H100 SXM5 (`same_compute_as`) so that
+    its measured ceilings price it (held at the 700 W limit: a lower bound on GEMM and
+    attention time at 500 W)."""
     device = load_cluster("grand-teton-h100-500w", repo_root / "config/clusters").device
-    ceilings = shipped_kernel_ceilings(device.name)
+    assert (device.name, device.compute_name) == ("H100-SXM-96GB-HBM2e", "H100-SXM5-80GB")
+    assert shipped_kernel_ceilings(device.name) is None
+    ceilings = shipped_kernel_ceilings(device.compute_name)
     assert ceilings is not None and ceilings.device == "H100-SXM5-80GB"
     assert round(ceilings.efficiency["gemm_efficiency"], 3) == 0.712  # measured held at the 700 W limit
 

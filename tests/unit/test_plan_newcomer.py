@@ -140,7 +140,7 @@ def test_predict_on_a_device_without_calibration_says_so_once(tmp_path, capsys):
     runs = tmp_path / "runs.csv"
     runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
                     "global_batch_size,micro_batch_size\nllama3-8b,1,1,8,64,1\n")
-    assert main(["predict", str(runs), "--cluster", "dgx-h200", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+    assert main(["predict", str(runs), "--cluster", "gh200-alps", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
     err = capsys.readouterr().err
     assert err.count("A100-SXM4-80GB") == 1 and "note: calibration" not in err
     assert main(["predict", str(runs), "--cluster", "dgx-h100", "--calibration", "a100-vtrain", "-o",
@@ -238,6 +238,21 @@ def test_the_kimi_k2_preset_is_its_file_at_its_pre_training_length():
     assert PRESETS["kimi-k2"] == replace(read, seq_length=4096, num_query_groups=0)
     assert (PRESETS["kimi-k2"].num_parameters, PRESETS["kimi-k2"].active_parameters) == (1_026_408_209_408,
                                                                                         32_861_477_888)
+
+
+def test_a_device_of_the_same_compute_takes_its_calibration_without_a_warning(tmp_path, capsys):
+    """dgx-h200's device computes as the H100 SXM5 (`same_compute_as`): predict takes the
+    H100's shipped calibration and says nothing; naming it is no note either."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,"
+                    "global_batch_size,micro_batch_size\nllama3-8b,1,1,8,64,1\n")
+    for extra in ([], ["--calibration", "h100-transfer"]):
+        assert main(["predict", str(runs), "--cluster", "dgx-h200", "-o", str(tmp_path / "a.csv"), "--no-track",
+                     *extra]) == 0
+        err = capsys.readouterr().err
+        assert "with h100-transfer@" in err and "warning" not in err and "note: calibration" not in err
+        with (tmp_path / "a.csv").open(newline="") as handle:
+            assert next(csv.DictReader(handle))["calibration"].startswith("h100-transfer@")
 
 
 def test_the_baselines_say_what_they_run(tmp_path, capsys):

@@ -165,10 +165,10 @@ def _transfer(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     source = load_calibration(args.transfer)
     which = args.kernel_ceilings or "device"
-    ceilings = load_kernel_ceilings(cluster.device.name if which == "device" else which)
-    if ceilings.device != cluster.device.name:
-        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
-                          f"{cluster.device.name}")
+    ceilings = load_kernel_ceilings(cluster.device.compute_name if which == "device" else which)
+    if ceilings.device != cluster.device.compute_name:
+        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device "
+                          f"{_computes_as(cluster.device)}")
     calibration = transferred_calibration(source, cluster.device.name, dict(ceilings.efficiency), which,
                                           args.name or args.output.stem)
     write_json(args.output, calibration.to_dict())
@@ -271,10 +271,10 @@ def _held(which: str | None, cluster: Cluster, asked: tuple[str, ...]) -> tuple[
     from paraplan.core import ConfigError
     from paraplan.kernels.ceilings import load_kernel_ceilings
 
-    ceilings = load_kernel_ceilings(cluster.device.name if which == "device" else which)
-    if ceilings.device != cluster.device.name:
-        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device is "
-                          f"{cluster.device.name}")
+    ceilings = load_kernel_ceilings(cluster.device.compute_name if which == "device" else which)
+    if ceilings.device != cluster.device.compute_name:
+        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device "
+                          f"{_computes_as(cluster.device)}")
     clash = [n for n in asked if n in ceilings.efficiency]
     if clash:
         raise ConfigError("--fit", f"'{clash[0]}' is held at the kernel fit (--kernel-ceilings); leave it out")
@@ -316,3 +316,10 @@ def _write(args: argparse.Namespace, report: CalibrationReport, data: Calibratio
             f"{name} on {cluster.device.name}: {report.honest_kind}\nMAPE {e.mape:.1%}, median {e.median_ape:.1%}, "
             f"max {e.max_ape:.0%}, Spearman {e.spearman:.3f}, {e.n} measurements")
     return artifacts
+
+
+def _computes_as(device) -> str:
+    """`device`'s name, and what it computes as where that is another device's."""
+    if device.compute_name == device.name:
+        return f"is {device.name}"
+    return f"{device.name} computes as {device.compute_name} (same_compute_as)"

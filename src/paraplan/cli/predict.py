@@ -342,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     calibration = calibration_for(cluster, args.calibration,
                                   warn=lambda m: print(f"paraplan predict: warning: {m}", file=sys.stderr))
-    if args.calibration is not None and calibration.device != cluster.device.name:  # else calibration_for warned
+    if args.calibration is not None and calibration.device != cluster.device.compute_name:  # else calibration_for did
         print(f"paraplan predict: note: calibration '{calibration.name}' was fitted on {calibration.device}; "
               f"{cluster.device.name} gets its efficiencies as fractions of its own datasheet peaks",
               file=sys.stderr)

@@ -37,6 +37,9 @@ class Device:
     # coefficient of variation of a compute-bound kernel's time across GPUs of this SKU
     # (`paraplan.predict.variability`); 0: every GPU as fast as the others
     gpu_speed_cv: float = 0.0
+    # another device whose measured kernel ceilings and calibration price this one's
+    # compute (the same die at the same clocks and power limit); empty: its own
+    same_compute_as: str = ""
 
     def __post_init__(self) -> None:
         where = f"device '{self.name}'"
@@ -53,6 +56,12 @@ class Device:
             raise ValueError(f"{where}: compute_units must be an integer >= 0, got {self.compute_units!r}")
         for dtype, peak in self.peak_flops_by_dtype:
             _positive(where, f"peak_flops_by_dtype[{dtype}]", peak)
+
+    @property
+    def compute_name(self) -> str:
+        """The device whose kernel ceilings (config/kernels/<it>.json) and shipped
+        calibration price this one's GEMMs and attention: `same_compute_as`, else itself."""
+        return self.same_compute_as or self.name
 
     @property
     def usable_memory_bytes(self) -> float:

@@ -273,7 +273,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     does not limit the run (its nodes are the run's kind of node)."""
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
-    speed = with_attention_kernel(speed, cluster.device.name, settings,  # attention_backend's kernel
+    speed = with_attention_kernel(speed, cluster.device.compute_name, settings,  # attention_backend's kernel
                                   attention_head_widths(model)[0])  # at the model's head width
     speed = straggled(speed, cluster.device, settings.num_gpus)  # the job waits for its slowest GPU
     place = placement(settings, cluster.devices_per_node)
@@ -311,7 +311,7 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     memory = partial(_rank_memory, model, settings, work, params, prec, ShardedState(fsdp, fp8_copies), recompute)
     return RunStructure(settings, speed, passes, counts, send, syncs,
                         params.rank_params, prec, after_comm, memory,
-                        layer_shape_key(model, settings, cluster.device.name, place.tp_nodes), exchange,
+                        layer_shape_key(model, settings, cluster.device.compute_name, place.tp_nodes), exchange,
                         attention_mix=attention_mix(model, settings, counts, recompute),
                         moe_layers_per_vstage=moe_counts,
                         expert_rank_params=params.expert_rank_params if params.moe else None, fsdp=fsdp,

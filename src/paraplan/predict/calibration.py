@@ -196,7 +196,7 @@ def calibration_for(cluster: Cluster, name_or_path: str | Path | None = None,
     warning that its efficiencies are taken as fractions of another device's peaks."""
     if name_or_path is not None:
         return load_calibration(name_or_path)
-    name = shipped_calibration_for(cluster.device.name)
+    name = shipped_calibration_for(cluster.device.compute_name)
     if name is not None:
         return load_calibration(name)
     calibration = load_calibration(DEFAULT_CALIBRATION)

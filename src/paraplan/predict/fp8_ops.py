@@ -227,7 +227,7 @@ def device_speed(device: Device, settings: RunSettings) -> DeviceSpeed:
     if recipe == "mxfp8" and MXFP8_PEAK_NAME not in dict(device.peak_flops_by_dtype):
         raise StrategyError(f"fp8_recipe mxfp8 needs MXFP8 tensor cores (Blackwell): device {device.name} lists no "
                             f"{MXFP8_PEAK_NAME} peak in its cluster file; use delayed, tensorwise or blockwise")
-    ceiling = fp8_gemm_ceiling(device.name)
+    ceiling = fp8_gemm_ceiling(device.compute_name)
     return replace(DeviceSpeed.of(device, "bf16"), fp8_gemm=replace(ceiling, peak_flops=fp8_peak))
 
 

@@ -120,7 +120,7 @@ def probe_structures(model: TransformerModel, probes: list[RunSettings], cluster
             passes = (*passes[:Pass.HEAD_FWD], PassCost.of(head.forward, comm, tp, groups, node),
                       PassCost.of(head.backward, comm, tp, groups, node), *passes[Pass.MOE_LAYER_FWD:])
         out.append(replace(first, settings=s, passes=passes,
-                           layer_key=layer_shape_key(model, s, cluster.device.name, place.tp_nodes)))
+                           layer_key=layer_shape_key(model, s, cluster.device.compute_name, place.tp_nodes)))
     return out
 
 
