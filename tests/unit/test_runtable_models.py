@@ -43,6 +43,18 @@ def test_a_config_file_is_found_beside_the_table(tmp_path, capsys):
         read_run_table(table(tmp_path / "runs.csv", f"model,{SETTINGS}", "configs/none.json,8,1,1,8"))
 
 
+def test_a_preset_row_may_say_how_many_mtp_layers_the_run_trains(tmp_path):
+    """`mtp_num_layers` is Megatron's training argument: beside a model it replaces the
+    model's count (NeMo AutoModel's DeepSeek-V3 trains none: 671.0B parameters, the card's
+    671B; with its MTP layer 682.6B)."""
+    path = table(tmp_path / "runs.csv", f"model,mtp_num_layers,{SETTINGS},micro_batch_size",
+                 "deepseek-v3,0,8,8,16,1024,1", "deepseek-v3,,8,8,16,1024,1")
+    _, (none, own) = read_run_table(path)
+    assert none.model == replace(PRESETS["deepseek-v3"], mtp_num_layers=0) and own.model == PRESETS["deepseek-v3"]
+    assert round(none.model.num_parameters / 1e9, 1) == 671.0 and none.model.mtp_parameters == 0
+    assert round((own.model.num_parameters + own.model.mtp_parameters) / 1e9, 1) == 682.6
+
+
 def test_a_model_and_its_dimensions_in_one_row_is_a_conflict(tmp_path):
     path = table(tmp_path / "runs.csv", f"model,hidden_size,{SETTINGS}", "llama3-8b,4096,8,1,1,8")
     with pytest.raises(InputFileError) as err:

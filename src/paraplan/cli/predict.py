@@ -7,7 +7,8 @@ vocab_size, tensor_model_parallel_size, pipeline_model_parallel_size,
 data_parallel_size, global_batch_size; or, instead of the model's dimensions, a
 model column naming a preset (deepseek-v3, llama3-70b, ...) or a model file (a Hugging
 Face config.json or the folder holding it, relative to the table's folder), with
-seq_length optional. Optional:
+seq_length optional and mtp_num_layers the multi-token-prediction layers the run trains
+(empty: the model's own). Optional:
 name, num_query_groups, ffn_hidden_size, swiglu, untie_embeddings_and_output_weights,
 normalization, position_embedding_type, add_bias_linear, hidden_dropout,
 attention_dropout, kv_channels, add_qkv_bias, qk_layernorm, sandwich_norm, softmax_type,

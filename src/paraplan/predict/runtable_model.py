@@ -6,12 +6,16 @@ YAML/JSON mapping of `TransformerModel` fields), a path relative to the table's 
 With `model`, the dimension columns must be empty (or absent): one row, one source of
 its architecture. `seq_length` stays a run setting: it overrides the preset's (or the
 file's) training length; a Hugging Face file without it trains at its
-`max_position_embeddings`, said in a warning.
+`max_position_embeddings`, said in a warning. So does `mtp_num_layers` (Megatron-LM's
+`--mtp-num-layers`, a training argument): how many multi-token-prediction layers the run
+trains, in place of the model's own count (0: a framework that trains none, as NeMo
+AutoModel's DeepSeek-V3 does).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from paraplan.core.errors import ConfigError, InputFileError
@@ -27,6 +31,10 @@ EXTENSION_COLUMNS: tuple[str, ...] = (
     "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers",
     "make_vocab_size_divisible_by",
 )
+
+
+RUN_MODEL_COLUMNS: tuple[str, ...] = ("mtp_num_layers",)
+"""Model columns a row may give beside a `model` cell: what the run trains of it (module doc)."""
 
 
 class ModelCache:
@@ -65,13 +73,17 @@ def row_model(table: Path, line: int, name: str, values: dict[str, object], mode
     `values` are the row's parsed non-empty cells."""
     spec = str(values.get("model", "")).strip()
     if spec:
-        conflict = [c for c in (*DIMENSIONS[:3], DIMENSIONS[4], *model_columns) if c in values]
+        conflict = [c for c in (*DIMENSIONS[:3], DIMENSIONS[4], *model_columns)
+                    if c in values and c not in RUN_MODEL_COLUMNS]
         if conflict:
             raise InputFileError(table, f"a row with a model ('{spec}') takes its architecture from it; column "
                                  f"'{conflict[0]}' must be empty (or give the dimensions without a model)",
                                  line=line)
         seq = values.get("seq_length")
-        return cache.get(table, line, spec, int(seq) if seq is not None else None)  # type: ignore[call-overload]
+        model = cache.get(table, line, spec, int(seq) if seq is not None else None)  # type: ignore[call-overload]
+        if "mtp_num_layers" in values:  # the run trains this many of them (module doc)
+            model = replace(model, mtp_num_layers=int(values["mtp_num_layers"]))  # type: ignore[call-overload]
+        return model
     for column in DIMENSIONS:
         if column not in values:
             raise InputFileError(table, f"expected {expected_count}, got an empty cell (or a model column naming "
