@@ -55,3 +55,21 @@ def test_calibrate_transfer_writes_a_calibration_predict_can_use(tmp_path):
         "H100-SXM5-80GB").efficiency["gemm_efficiency"]
     assert main(["calibrate", "runs.csv", "--transfer", DEFAULT_CALIBRATION, "--cluster", "dgx-h100", "-o",
                  str(tmp_path / "x.json"), "--no-track"]) == 2
+
+
+def test_a_transfer_for_a_device_of_the_same_compute_holds_that_devices_kernel_fit(tmp_path, capsys):
+    """dgx-h200 computes as the H100 SXM5 (`same_compute_as`): `--kernel-ceilings device`
+    is the H100's file, the calibration is made for the H200 by name; another device's
+    file is refused, saying what the cluster's device computes as."""
+    out = tmp_path / "h200.json"
+    assert main(["calibrate", "--transfer", DEFAULT_CALIBRATION, "--cluster", "dgx-h200", "-o", str(out),
+                 "--no-track"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["device"] == "H200-SXM-141GB"
+    assert load_calibration(out).efficiency.gemm_efficiency == load_kernel_ceilings(
+        "H100-SXM5-80GB").efficiency["gemm_efficiency"]
+    capsys.readouterr()
+    assert main(["calibrate", "--transfer", DEFAULT_CALIBRATION, "--cluster", "dgx-h200", "--kernel-ceilings",
+                 "A100-SXM4-80GB", "-o", str(tmp_path / "x.json"), "--no-track"]) == 2
+    assert ("the kernel fit is for A100-SXM4-80GB, the cluster's device H200-SXM-141GB computes as H100-SXM5-80GB "
+            "(same_compute_as)") in capsys.readouterr().err

@@ -41,7 +41,7 @@ from paraplan.cli._paths import output_path
 from paraplan.cli.common import add_tracking_arguments, track
 
 if TYPE_CHECKING:
-    from paraplan.core import Cluster
+    from paraplan.core import Cluster, Device
     from paraplan.core.comm import CommModel
     from paraplan.predict.calibration_report import (
         CalibrationData,
@@ -318,7 +318,7 @@ def _write(args: argparse.Namespace, report: CalibrationReport, data: Calibratio
     return artifacts
 
 
-def _computes_as(device) -> str:
+def _computes_as(device: Device) -> str:
     """`device`'s name, and what it computes as where that is another device's."""
     if device.compute_name == device.name:
         return f"is {device.name}"
