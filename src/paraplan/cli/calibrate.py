@@ -43,6 +43,7 @@ from paraplan.cli.common import add_tracking_arguments, track
 if TYPE_CHECKING:
     from paraplan.core import Cluster, Device
     from paraplan.core.comm import CommModel
+    from paraplan.kernels.ceilings import KernelCeilings
     from paraplan.predict.calibration_report import (
         CalibrationData,
         CalibrationReport,
@@ -157,7 +158,6 @@ def _transfer(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
     from paraplan.files import write_json
-    from paraplan.kernels.ceilings import load_kernel_ceilings
     from paraplan.predict.calibration import load_calibration, transferred_calibration
 
     if args.runs is not None or args.profile is not None:
@@ -165,10 +165,7 @@ def _transfer(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     source = load_calibration(args.transfer)
     which = args.kernel_ceilings or "device"
-    ceilings = load_kernel_ceilings(cluster.device.compute_name if which == "device" else which)
-    if ceilings.device != cluster.device.compute_name:
-        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device "
-                          f"{_computes_as(cluster.device)}")
+    ceilings = _device_ceilings(cluster, which)
     calibration = transferred_calibration(source, cluster.device.name, dict(ceilings.efficiency), which,
                                           args.name or args.output.stem)
     write_json(args.output, calibration.to_dict())
@@ -269,12 +266,8 @@ def _held(which: str | None, cluster: Cluster, asked: tuple[str, ...]) -> tuple[
     if which is None:
         return {}, None
     from paraplan.core import ConfigError
-    from paraplan.kernels.ceilings import load_kernel_ceilings
 
-    ceilings = load_kernel_ceilings(cluster.device.compute_name if which == "device" else which)
-    if ceilings.device != cluster.device.compute_name:
-        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device "
-                          f"{_computes_as(cluster.device)}")
+    ceilings = _device_ceilings(cluster, which)
     clash = [n for n in asked if n in ceilings.efficiency]
     if clash:
         raise ConfigError("--fit", f"'{clash[0]}' is held at the kernel fit (--kernel-ceilings); leave it out")
@@ -316,6 +309,19 @@ def _write(args: argparse.Namespace, report: CalibrationReport, data: Calibratio
             f"{name} on {cluster.device.name}: {report.honest_kind}\nMAPE {e.mape:.1%}, median {e.median_ape:.1%}, "
             f"max {e.max_ape:.0%}, Spearman {e.spearman:.3f}, {e.n} measurements")
     return artifacts
+
+
+def _device_ceilings(cluster: Cluster, which: str) -> KernelCeilings:
+    """The kernel fit --kernel-ceilings names (`device`: the file of what the cluster's
+    device computes as), refused when it is another device's."""
+    from paraplan.core import ConfigError
+    from paraplan.kernels.ceilings import load_kernel_ceilings
+
+    ceilings = load_kernel_ceilings(cluster.device.compute_name if which == "device" else which)
+    if ceilings.device != cluster.device.compute_name:
+        raise ConfigError("--kernel-ceilings", f"the kernel fit is for {ceilings.device}, the cluster's device "
+                          f"{_computes_as(cluster.device)}")
+    return ceilings
 
 
 def _computes_as(device: Device) -> str:

@@ -81,9 +81,8 @@ def row_model(table: Path, line: int, name: str, values: dict[str, object], mode
                                  line=line)
         seq = values.get("seq_length")
         model = cache.get(table, line, spec, int(seq) if seq is not None else None)  # type: ignore[call-overload]
-        if "mtp_num_layers" in values:  # the run trains this many of them (module doc)
-            model = replace(model, mtp_num_layers=int(values["mtp_num_layers"]))  # type: ignore[call-overload]
-        return model
+        trained = {c: values[c] for c in RUN_MODEL_COLUMNS if c in values}  # what the run trains (module doc)
+        return replace(model, **trained) if trained else model  # type: ignore[arg-type]
     for column in DIMENSIONS:
         if column not in values:
             raise InputFileError(table, f"expected {expected_count}, got an empty cell (or a model column naming "
