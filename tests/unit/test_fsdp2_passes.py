@@ -15,6 +15,7 @@ from paraplan.core.comm import Group
 from paraplan.core.run_settings import RunSettings
 from paraplan.core.transformer import TransformerModel
 from paraplan.predict.build import OPTIMIZER_KERNELS, kernel_times_by_pass, price, run_structure
+from paraplan.predict.calibration import load_calibration
 from paraplan.predict.device_model import DeviceEfficiency, memory_time_s
 from paraplan.predict.fsdp2_passes import (
     copy_in_bytes_per_element,
@@ -24,6 +25,7 @@ from paraplan.predict.fsdp2_passes import (
 )
 from paraplan.predict.fsdp_ops import paired_s
 from paraplan.predict.pass_times import pass_times
+from paraplan.predict.predictor import predict_settings
 
 GPT = TransformerModel("gpt", num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024,
                        vocab_size=50257)
@@ -162,8 +164,11 @@ def test_the_shards_gradients_and_moments_are_kept_in_the_parameters_dtype():
                            (fsdp2(use_torch_fsdp2=False), (2, 4, 12))):
         st = run_structure(GPT, settings, A100, COMM)
         rank = st.memory[0]
-        got = (rank.weights_bytes, rank.gradients_bytes, rank.optimizer_bytes)
+        lazy = 0.0 if rank.lazy_gradient_bytes_per_chunk is None else rank.lazy_gradient_bytes_per_chunk.sum()
+        got = (rank.weights_bytes, rank.gradients_bytes + lazy, rank.optimizer_bytes)
         np.testing.assert_allclose(got, np.array(kept) * shard, rtol=1e-12)
+        # FSDP2's gradients come and go with zero_grad: allocated in the backward, not kept
+        assert (rank.gradients_bytes == 0) == settings.use_torch_fsdp2
     st = run_structure(GPT, fsdp2(fsdp_param_dtype="bf16"), A100, COMM)
     assert st.fsdp is not None and st.fsdp.fsdp2 is not None
     assert st.fsdp.fsdp2.layer_copy_in_bytes == pytest.approx(4 * L / 8)
@@ -207,3 +212,33 @@ def test_settings_rules(kw, message):
     with pytest.raises(StrategyError) as info:
         fsdp2(**kw).check(GPT)
     assert str(info.value) == message
+
+
+def test_zero_grad_frees_the_sharded_gradients_until_the_backward():
+    """torchtitan and NeMo AutoModel call `optimizer.zero_grad()` (set_to_none) before the
+    forward, so FSDP2's sharded gradients are absent at the end of the forward, the peak of
+    one micro-batch, and back (4 bytes per parameter over the 8 ranks) once the backward has
+    freed the activations. ZeRO-3 without FSDP2 (Megatron's persistent gradient buffer)
+    holds them at the peak. Under 1F1B over two stages the first stage holds two
+    micro-batches after its second forward: with two micro-batches that is before its first
+    backward, without gradients; with four, again after its third forward, beside the
+    unsharded fp32 gradients it accumulates from its first backward on (FSDP2 under
+    pipelines reduces after the last micro-batch), whose shards replace them only after."""
+    cal = load_calibration()
+    shard = 4 * (N * L + ROOT) / 8
+    (torch_fsdp, _), (megatron, _) = predict_settings(
+        GPT, [fsdp2(), fsdp2(use_torch_fsdp2=False, overlap_grad_reduce=True)], A100, cal.comm_model(A100),
+        cal.efficiency)
+    at = torch_fsdp.memory_at_peak
+    assert at.gradient_accumulator_bytes[0] == 0
+    assert at.state_bytes[0] == pytest.approx((4 + 8) * (N * L + ROOT) / 8)
+    assert megatron.memory_at_peak.state_bytes[0] == pytest.approx((2 + 4 + 12) * (N * L + ROOT) / 8)
+    st = run_structure(GPT, fsdp2(), A100, COMM)
+    assert st.memory[0].lazy_gradient_bytes_per_chunk.sum() == pytest.approx(shard)
+    assert st.memory[0].iteration_end_bytes == pytest.approx(shard)
+    pp = [fsdp2(pipeline_model_parallel_size=2, data_parallel_size=4, micro_batch_size=8, global_batch_size=32 * m)
+          for m in (2, 4)]  # a micro-batch's activations (1.1 GB) outweigh the stage's gradients
+    (two, _), (four, _) = predict_settings(GPT, pp, A100, cal.comm_model(A100), cal.efficiency)
+    first_stage = N // 2 * L + GPT.embedding_params()
+    assert two.memory_at_peak.gradient_accumulator_bytes[0] == 0
+    assert four.memory_at_peak.gradient_accumulator_bytes[0] == pytest.approx(4 * first_stage)

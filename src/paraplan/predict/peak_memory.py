@@ -11,7 +11,8 @@ The parts (`paraplan.sim.iteration_memory.MemoryAtPeak`, built in `rank_state.ra
   forward the loss's transient, a layer's context-parallel attention buffers
   (`paraplan.predict.cp_memory`);
 - gradient accumulators: unsharded gradients accumulated over the micro-batches
-  (ZeRO-2/3 reduced after the last), each model chunk's allocated by its first
+  (ZeRO-2/3 reduced after the last), else FSDP2's sharded gradients (freed by
+  `zero_grad` before the forward), each model chunk's allocated by its first
   backward, those allocated by the peak moment;
 - activations held at that moment (the rank's activation peak, or fewer where the
   accumulators' growth or a larger working set elsewhere moves the peak).

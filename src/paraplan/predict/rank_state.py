@@ -312,17 +312,43 @@ def rank_memory(settings: RunSettings, params: RankParams, acts: ActivationBytes
         held = _PipeliningHeld.of(acts.pipelining, s, p, v)
         chunk_acts -= np.where(params.chunk_layers[:, s] > 0, held.received_input, 0.0)  # a block saved it
         per_op = moments.per_op(params.chunk_layers[:, s] > 0, acts, s == p - 1) + held.buffers  # buffers: always
-        state = prec.state_bytes
+        weight_b, grad_b, optimizer_b = (float(b) for b in prec.state_bytes)
         zero2 = settings.zero_stage >= 2
-        dense = memory_parts.ParamState(n, *state, shards if zero3 else 1, shards if zero2 else 1, shards)
-        expert = memory_parts.ParamState(experts, *state, expert_ranks if zero3 else 1, expert_ranks if zero2 else 1,
-                                          expert_shards)
+        iteration_end = held.iteration_end
+        if settings.use_torch_fsdp2:  # sharded gradients freed by zero_grad, allocated again in the backward
+            dense_g, expert_g = _fsdp2_sharded_grad_bytes(params, s, grad_b, shards, expert_ranks)
+            if lazy is None:
+                lazy = dense_g + expert_g
+            else:  # accumulated unsharded (a group of one: its shard is the whole), the shards replace them after
+                lazy = lazy + dense_g * (sharding_group_size(settings) == 1) + expert_g * (expert_ranks == 1)
+            iteration_end += float((dense_g + expert_g).sum())
+            grad_b = 0.0
+        dense = memory_parts.ParamState(n, weight_b, grad_b, optimizer_b, shards if zero3 else 1,
+                                        shards if zero2 else 1, shards)
+        expert = memory_parts.ParamState(experts, weight_b, grad_b, optimizer_b, expert_ranks if zero3 else 1,
+                                         expert_ranks if zero2 else 1, expert_shards)
         memory.append(replace(memory_parts.rank_memory([dense, expert], chunk_acts, float(per_op.max()),
                                                        extra.fp8_copy_bytes[s]),
                               lazy_gradient_bytes_per_chunk=lazy, kept_output_bytes_per_chunk=held.kept_output,
                               kept_input_grad_bytes_per_chunk=held.kept_input_grad,
-                              iteration_end_bytes=held.iteration_end, working_bytes_per_op=per_op))
+                              iteration_end_bytes=iteration_end, working_bytes_per_op=per_op))
     return tuple(memory)
+
+
+def _fsdp2_sharded_grad_bytes(params: RankParams, stage: int, grad_bytes: float, shards: int,
+                              expert_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per model chunk of one stage: FSDP2's sharded gradients (`fully_shard`: each
+    unit's reduce-scatter output, assigned to `param.grad`). Every torch optimizer's
+    `zero_grad` sets them to None (`set_to_none`, torch's default since 2.0), and the
+    training loops that run FSDP2 call it before the forward (torchtitan `train.py`,
+    NeMo AutoModel's recipes), so the forward runs without them and each chunk's come
+    back in its first backward, unit by unit, as its activations are freed: they are
+    allocated like the gradient accumulators (`RankMemory.lazy_gradient_bytes_per_chunk`),
+    not kept in the weight state as Megatron's persistent gradient buffer is. The dense
+    weights' and the routed experts' apart."""
+    v = params.chunk_layers.shape[0]
+    dense = np.array([params.chunk_params(c, stage) for c in range(v)])
+    return grad_bytes * dense / shards, grad_bytes * params.chunk_expert_params[:, stage] / expert_ranks
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,8 @@ class RankMemory:
     lazy_gradient_bytes_per_chunk: np.ndarray | None = None
     """Per model chunk: gradients allocated by the chunk's first backward op and held to
     the iteration's end (autograd's unsharded gradients under FSDP, accumulated over the
-    micro-batches: `paraplan.predict.fsdp_ops`); None: none beyond the weight state."""
+    micro-batches: `paraplan.predict.fsdp_ops`; FSDP2's sharded ones, freed by `zero_grad`
+    before the forward: `paraplan.predict.rank_state`); None: none beyond the weight state."""
     kept_output_bytes_per_chunk: np.ndarray | None = None
     """Per model chunk: bytes each micro-batch's forward allocates that stay held to the
     iteration's end, past its backward (`torch.distributed.pipelining` keeps every
