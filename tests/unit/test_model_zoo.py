@@ -33,6 +33,7 @@ CARDS = {
     "gpt-oss-20b": ("20.91", "3.61", False),
     "gpt-oss-120b": ("116.83", "5.13", False),
     "gemma-3-27b": ("27", "27", True),
+    "gemma-2-9b-it": ("9.24", "9.24", True),
 }
 
 
@@ -133,6 +134,27 @@ def test_group_limited_routing_is_read_and_checked():
         replace(PRESETS["deepseek-v3"], moe_router_group_topk=3)
     assert str(err.value) == ("model 'deepseek-v3': group-limited routing: moe_router_topk 8 is not divisible by "
                               "moe_router_group_topk 3")
+
+
+def test_gemma_2_takes_its_families_defaults_and_says_so():
+    """Gemma 2's released files state neither a tied output layer nor which layers slide:
+    transformers' Gemma2Config ties them (tie_word_embeddings=True) and its decoder layers
+    alternate, even ones windowed (4,096 tokens) and odd ones global. Untied, the count would
+    be 10.16B against the card's 9.24B. The window stated twice must agree."""
+    read = _read("gemma-2-9b-it")
+    m = read.model
+    assert not m.untie_embeddings_and_output_weights
+    assert m.windowed_layers[:4] == (True, False, True, False) and m.window_size == 4096
+    assert read.ignored == ()
+    assert read.notes == ("gemma-2-9b-it.json: sliding_window_pattern, tie_word_embeddings not stated: "
+                          "transformers' gemma2 defaults used",)
+    config = json.loads((HF / "gemma-2-9b-it.json").read_text())
+    untied = read_hf_config({**config, "tie_word_embeddings": False}, "untied").model
+    assert untied.num_parameters - m.num_parameters == 256000 * 3584
+    with pytest.raises(InputFileError) as err:
+        read_hf_config({**config, "sliding_window_size": 2048}, "g", "g.json")
+    assert str(err.value) == ("g.json: keys 'sliding_window' (4096) and 'sliding_window_size' (2048) differ: "
+                              "expected one window length")
 
 
 def test_text_config_is_read_and_the_other_towers_named():

@@ -88,6 +88,13 @@ REFUSED_LAYER_TYPES = {
 Gated DeltaNet layers, hybrids)."""
 
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    # transformers' GemmaConfig and Gemma2Config tie the output layer to the embedding
+    # (tie_word_embeddings=True), which the released files leave unstated; Gemma 2
+    # alternates sliding-window and global layers (Gemma2DecoderLayer: every 2nd layer global)
+    "gemma": {"tie_word_embeddings": True},
+    "gemma2": {"tie_word_embeddings": True, "sliding_window_pattern": 2},
+    # transformers' GPTNeoXConfig: an untied output layer (tie_word_embeddings=False)
+    "gpt_neox": {"tie_word_embeddings": False},
     # transformers' Gemma3TextConfig defaults for keys the released files leave out
     "gemma3_text": {"vocab_size": 262208, "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131072, "sliding_window_pattern": 6, "tie_word_embeddings": True,
@@ -381,6 +388,11 @@ def _window_fields(keys: _Keys, layers: int) -> dict[str, Any]:
                                  "sliding-window attention in one model is not modelled")
         return _chunk_fields(keys, layers)
     window = keys.count("sliding_window", default=0, minimum=0)
+    if keys.has("sliding_window_size"):  # Gemma 2's files state the window twice
+        alias = keys.count("sliding_window_size", minimum=0)
+        if alias != window:
+            raise InputFileError(keys.source, f"keys 'sliding_window' ({window}) and 'sliding_window_size' "
+                                 f"({alias}) differ: expected one window length")
     use = keys.flag("use_sliding_window", default=True)
     types = _layer_types(keys, layers, ("full_attention", "sliding_attention"))
     if not window or not use:
