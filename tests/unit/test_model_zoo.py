@@ -157,6 +157,19 @@ def test_gemma_2_takes_its_families_defaults_and_says_so():
                               "expected one window length")
 
 
+@pytest.mark.parametrize(("model_type", "act", "tied"), [("cohere", "silu", True), ("nemotron", "relu2", False),
+                                                         ("phi", "gelu_new", False), ("gpt_neox", "gelu", False)])
+def test_a_files_unstated_output_layer_is_its_transformers_classs(model_type, act, tied):
+    """Where a family's transformers class ties (or unties) the output layer against
+    paraplan's guess for unknown families (untied with a gated MLP), the class's default is
+    used and named."""
+    config = {"model_type": model_type, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "vocab_size": 1000, "hidden_act": act, "max_position_embeddings": 2048}
+    read = read_hf_config(config, model_type, "c.json")
+    assert read.model.untie_embeddings_and_output_weights is not tied
+    assert any(f"tie_word_embeddings not stated: transformers' {model_type} defaults used" in n for n in read.notes)
+
+
 def test_text_config_is_read_and_the_other_towers_named():
     read = _read("gemma-3-27b")
     assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu

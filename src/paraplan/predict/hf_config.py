@@ -93,8 +93,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # alternates sliding-window and global layers (Gemma2DecoderLayer: every 2nd layer global)
     "gemma": {"tie_word_embeddings": True},
     "gemma2": {"tie_word_embeddings": True, "sliding_window_pattern": 2},
-    # transformers' GPTNeoXConfig: an untied output layer (tie_word_embeddings=False)
-    "gpt_neox": {"tie_word_embeddings": False},
+    # the output layer where transformers' class differs from paraplan's guess for a family
+    # read from its keys alone (untied when the MLP is gated, else tied): GPTNeoXConfig,
+    # NemotronConfig and PhiConfig untie it, CohereConfig ties it (transformers 5.24 and 4.57)
+    "gpt_neox": {"tie_word_embeddings": False}, "nemotron": {"tie_word_embeddings": False},
+    "phi": {"tie_word_embeddings": False}, "cohere": {"tie_word_embeddings": True},
     # transformers' Gemma3TextConfig defaults for keys the released files leave out
     "gemma3_text": {"vocab_size": 262208, "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131072, "sliding_window_pattern": 6, "tie_word_embeddings": True,
