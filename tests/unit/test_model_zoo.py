@@ -170,6 +170,22 @@ def test_a_files_unstated_output_layer_is_its_transformers_classs(model_type, ac
     assert any(f"tie_word_embeddings not stated: transformers' {model_type} defaults used" in n for n in read.notes)
 
 
+def test_qwens_window_slides_from_max_window_layers_on():
+    """Qwen2's sliding window (use_sliding_window true) covers the layers from
+    max_window_layers on: 0 windows every layer, the layer count none, anything between is
+    no regular pattern and an error; with the window off the key says nothing."""
+    config = json.loads((HF / "qwen2.5-32b.json").read_text())
+    assert config["use_sliding_window"] is False and not _read("qwen2.5-32b").model.window_size
+    on = {**config, "use_sliding_window": True, "sliding_window": 4096}
+    assert read_hf_config({**on, "max_window_layers": 0}, "q").model.windowed_layers == (True,) * 64
+    assert not any(read_hf_config({**on, "max_window_layers": 64}, "q").model.windowed_layers)
+    with pytest.raises(InputFileError) as err:
+        read_hf_config({**on, "max_window_layers": 60}, "q", "q.json")
+    assert str(err.value) == ("q.json: key 'max_window_layers': only a regular pattern of sliding and full attention "
+                              "layers is modelled (every k-th layer full); got full attention on layers "
+                              f"{list(range(60))} of 64")
+
+
 def test_text_config_is_read_and_the_other_towers_named():
     read = _read("gemma-3-27b")
     assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu

@@ -38,7 +38,7 @@ HARMLESS = frozenset({
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
     "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params", "use_parallel_residual",
-    "max_window_layers", "quantization_config", "boi_token_index", "eoi_token_index", "image_token_index",
+    "quantization_config", "boi_token_index", "eoi_token_index", "image_token_index",
     "mm_tokens_per_image", "tokenizer_class", "_name_or_path", "cache_implementation", "attn_implementation",
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "head_dim_original",
     "floor_scale", "attn_scale", "attn_temperature_tuning", "moe_router_dtype", "router_dtype",
@@ -402,9 +402,15 @@ def _window_fields(keys: _Keys, layers: int) -> dict[str, Any]:
         if any(t == "sliding_attention" for t in types):
             raise InputFileError(keys.source, "key 'layer_types': sliding_attention layers need a "
                                  "'sliding_window' (and use_sliding_window true), got none")
+        keys.used.add("max_window_layers")  # Qwen's: which layers would slide, were the window used
         return {}
     if types:
         skip = _regular_skip_freq([t == "sliding_attention" for t in types], "layer_types", keys.source,
+                                  "sliding")
+        return {} if skip < 0 else {"window_size": window, "window_attn_skip_freq": skip}
+    if keys.has("max_window_layers"):  # Qwen2/3: the first max_window_layers layers full, the rest windowed
+        first = keys.count("max_window_layers", minimum=0)
+        skip = _regular_skip_freq([i >= first for i in range(layers)], "max_window_layers", keys.source,
                                   "sliding")
         return {} if skip < 0 else {"window_size": window, "window_attn_skip_freq": skip}
     skip = keys.count("sliding_window_pattern", default=0, minimum=0)
