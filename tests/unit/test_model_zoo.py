@@ -186,6 +186,27 @@ def test_qwens_window_slides_from_max_window_layers_on():
                               f"{list(range(60))} of 64")
 
 
+def test_glm_4_5_is_read_as_its_transformers_class_builds_it():
+    """GLM-4.5-Air (`glm4_moe`): DeepSeek-V3's MoE layout (one dense layer, 128 experts of
+    1,408 and one shared, top 8, one MTP layer) on GQA attention of 96 heads of 128 on a
+    width of 4,096, biases on q/k/v alone, DeepSeek-V3's sigmoid router with its expert
+    bias. The card's 106B total; its "12B active" leaves out the embedding and output layer."""
+    read = _read("glm-4.5-air")
+    m = read.model
+    assert read.ignored == () and read.notes == ()
+    h, v = 4096, 151552
+    attention = h * 96 * 128 + 2 * h * 8 * 128 + 96 * 128 * h + (96 + 16) * 128  # q/k/v biases, no o_proj bias
+    expert = 3 * h * 1408
+    assert m.attention_params == attention
+    assert m.moe_layer_params == attention + 128 * expert + expert + 128 * h + 2 * h  # shared expert, router, norms
+    assert m.num_parameters == m.moe_layer_params * 45 + attention + 3 * h * 10944 + 2 * h + 2 * v * h + h
+    assert _matches_card(m.num_parameters, "106")
+    assert round((m.active_parameters - 2 * v * h) / 1e9) == 12
+    assert m.mtp_num_layers == 1 and not m.add_bias_linear and m.add_qkv_bias
+    assert (m.moe_router_score_function, m.moe_router_enable_expert_bias, m.moe_router_topk_scaling_factor) == (
+        "sigmoid", True, 1.0)
+
+
 def test_text_config_is_read_and_the_other_towers_named():
     read = _read("gemma-3-27b")
     assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu

@@ -115,6 +115,7 @@ class _Family:
 
     gated: bool | None = None  # None: from the activation's name
     qkv_bias: bool = False  # biases on QKV whatever `attention_bias` says (Qwen2)
+    qkv_bias_key: bool = False  # `attention_bias` sets QKV biases alone, never the output's or the MLP's (GLM-4.5)
     qk_norm: bool = False
     sandwich_norm: bool = False  # each sublayer's output normalised too (Gemma 2, 3)
     expert_width_key: str = "moe_intermediate_size"
@@ -136,6 +137,10 @@ _FAMILIES: dict[str, _Family] = {
     "deepseek_v3": _Family(gated=True, shared_expert="deepseek"),
     # Moonshot's Kimi K2: DeepSeek-V3's architecture (`DeepseekV3ForCausalLM`) under its own model_type
     "kimi_k2": _Family(gated=True, shared_expert="deepseek"),
+    # Zhipu's GLM-4.5 / 4.6 (transformers' Glm4MoeConfig): DeepSeek-V3's MoE layout (first_k_dense_replace
+    # dense layers, n_shared_experts x the expert width, num_nextn_predict_layers MTP layers) on GQA
+    # attention with optional per-head QK norm (`use_qk_norm`) and `attention_bias` on q/k/v only
+    "glm4_moe": _Family(gated=True, shared_expert="deepseek", qkv_bias_key=True),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
@@ -448,7 +453,10 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     moe = _moe_fields(keys, family, layers, model_type)
     dense_width = keys.count(family.dense_width_key, "n_inner", "ffn_dim", default=4 * hidden)
     rms = family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps")
-    bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
+    if family.qkv_bias_key:
+        qkv_bias, bias = keys.flag("attention_bias", default=False), False
+    else:
+        qkv_bias, bias = family.qkv_bias, keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
     fields: dict[str, Any] = {
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
         "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
@@ -460,7 +468,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         "normalization": "RMSNorm" if rms else "LayerNorm",
         "position_embedding_type": "rope" if (family.rope or keys.has("rope_theta") or keys.has("rotary_pct"))
         else "learned_absolute",
-        "add_bias_linear": bias, "add_qkv_bias": family.qkv_bias and not bias,
+        "add_bias_linear": bias, "add_qkv_bias": qkv_bias and not bias,
         "qk_layernorm": family.qk_norm or keys.flag("use_qk_norm", default=False),
         "sandwich_norm": family.sandwich_norm,
         "softmax_type": "learnable" if model_type == "gpt_oss" else "vanilla",

@@ -57,6 +57,10 @@ ROUTERS: dict[str, Router] = {
     "deepseek_v3": _DEEPSEEK_V3, "kimi_k2": _DEEPSEEK_V3,
     "deepseek_v2": Router(scaling=1.0, normalised=False),  # transformers' DeepseekV2Config defaults
     "qwen2_moe": _QWEN_MOE, "qwen3_moe": _QWEN_MOE,
+    # GLM-4.5's router is DeepSeek-V3's class (sigmoid, the e_score_correction_bias); its files
+    # state the scaling and normalisation, transformers' Glm4MoeConfig defaults 1.0 and true
+    "glm4_moe": Router(reads=("routed_scaling_factor", "norm_topk_prob"), score="sigmoid", expert_bias=True,
+                       scaling=1.0),
     # fixed by the family's code, no key read: a renormalised top-2 softmax (Mixtral), a
     # softmax over the top-k logits (GPT-OSS), a sigmoid of the top-1 logit (Llama 4)
     "mixtral": Router(reads=()), "gpt_oss": Router(reads=()), "llama4_text": Router(reads=(), score="sigmoid"),
