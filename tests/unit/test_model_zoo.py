@@ -207,6 +207,23 @@ def test_glm_4_5_is_read_as_its_transformers_class_builds_it():
         "sigmoid", True, 1.0)
 
 
+def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
+    """ERNIE 4.5's experts (`moe_num_experts`, `moe_k`, ...) are not keys paraplan reads:
+    read without them the model would be a dense 3.35B, so it is refused, naming the keys."""
+    config = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+              "max_position_embeddings": 131072, "num_attention_heads": 20, "num_key_value_heads": 4,
+              "num_hidden_layers": 28, "rms_norm_eps": 1e-5, "vocab_size": 103424, "tie_word_embeddings": True,
+              "hidden_act": "silu", "head_dim": 128, "rope_theta": 500000, "moe_num_experts": 64, "moe_k": 6,
+              "moe_intermediate_size": 1536}
+    with pytest.raises(InputFileError) as err:
+        read_hf_config(config, "ernie", "e.json")
+    assert str(err.value).startswith("e.json: keys moe_intermediate_size, moe_k, moe_num_experts: experts stated in "
+                                     "keys paraplan does not read for model_type 'ernie4_5_moe'; read without them "
+                                     "it would be priced as a dense model of 3.35B parameters")
+    dense = {k: v for k, v in config.items() if not k.startswith("moe_")}
+    assert not read_hf_config(dense, "dense").model.is_moe  # the same file without them reads
+
+
 def test_text_config_is_read_and_the_other_towers_named():
     read = _read("gemma-3-27b")
     assert read.model.num_layers == 62 and read.model.gated_linear_unit and not read.model.swiglu

@@ -18,6 +18,7 @@ QKV has biases, whether the MLP is gated) is in `_FAMILIES`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -492,4 +493,16 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     if nested:
         ignored += sorted(k for k in config if k not in HARMLESS and k not in OTHER_TOWERS
                           and k not in ("model_type", "text_config"))
+    expert_keys = [k for k in ignored if _EXPERT_KEY.search(k)]
+    if expert_keys and not model.is_moe:
+        raise InputFileError(where, f"keys {', '.join(expert_keys)}: experts stated in keys paraplan does not read "
+                             f"for model_type '{model_type}'; read without them it would be priced as a dense model "
+                             f"of {model.num_parameters / 1e9:.2f}B parameters, which it is not (the mixture-of-"
+                             "experts keys paraplan reads: num_experts / num_local_experts / n_routed_experts, "
+                             "num_experts_per_tok, moe_intermediate_size; docs/models.md)")
     return HfModel(model, tuple(ignored), tuple(notes), fields["seq_length"])
+
+
+_EXPERT_KEY = re.compile(r"(^|_)(moe|experts?)(_|$)")
+"""A key that speaks of experts (ERNIE's `moe_num_experts`, `moe_k`): left unread on a model
+read as dense, the model is refused rather than priced without its experts."""
