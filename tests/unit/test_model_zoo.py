@@ -207,18 +207,45 @@ def test_glm_4_5_is_read_as_its_transformers_class_builds_it():
         "sigmoid", True, 1.0)
 
 
-def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
-    """ERNIE 4.5's experts (`moe_num_experts`, `moe_k`, ...) are not keys paraplan reads:
-    read without them the model would be a dense 3.35B, so it is refused, naming the keys."""
+def test_ernie_4_5_moe_is_read_as_its_transformers_class_builds_it():
+    """ERNIE 4.5 MoE (`ernie4_5_moe`, transformers' Ernie4_5_MoeConfig defaults, its
+    ERNIE-4.5-21B-A3B layout): 64 experts of 1,536 with 2 shared, 6 chosen, on every layer
+    from index 1 (`moe_layer_start_index`) to the last, the output layer tied, no biases;
+    every `moe_layer_interval`-th layer up to `moe_layer_end_index` otherwise."""
     config = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
               "max_position_embeddings": 131072, "num_attention_heads": 20, "num_key_value_heads": 4,
+              "num_hidden_layers": 28, "rms_norm_eps": 1e-5, "vocab_size": 103424, "rope_theta": 500000,
+              "use_bias": False, "hidden_act": "silu", "head_dim": 128, "moe_num_experts": 64, "moe_k": 6,
+              "moe_intermediate_size": 1536, "moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+              "moe_layer_interval": 1}
+    read = read_hf_config(config, "ernie", "e.json")
+    m = read.model
+    h, v = 2560, 103424
+    attention = h * 20 * 128 + 2 * h * 4 * 128 + 20 * 128 * h
+    expert = 3 * h * 1536
+    assert m.moe_layers == (False,) + (True,) * 27 and m.moe_router_topk == 6
+    assert m.num_parameters == (27 * (attention + 64 * expert + 2 * expert + 64 * h + 2 * h)
+                                + attention + 3 * h * 12288 + 2 * h + v * h + h)
+    assert round(m.num_parameters / 1e9, 1) == 21.8
+    assert read.ignored == () and "priced as Megatron-Core's softmax router" in read.notes[-1]
+    alternate = read_hf_config({**config, "moe_layer_interval": 2, "moe_layer_end_index": 20}, "e2").model
+    assert [i for i, moe in enumerate(alternate.moe_layers) if moe] == [1, 3, 5, 7, 9, 11, 13, 15, 17, 19]
+    assert read_hf_config({**config, "use_bias": True}, "e3").model.add_bias_linear
+
+
+def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
+    """Experts in keys paraplan does not read (`moe_expert_count`, `moe_topk` of a family it
+    does not know): read without them the model would be a dense 3.35B, so it is refused,
+    naming the keys."""
+    config = {"model_type": "some_moe", "hidden_size": 2560, "intermediate_size": 12288,
+              "max_position_embeddings": 131072, "num_attention_heads": 20, "num_key_value_heads": 4,
               "num_hidden_layers": 28, "rms_norm_eps": 1e-5, "vocab_size": 103424, "tie_word_embeddings": True,
-              "hidden_act": "silu", "head_dim": 128, "rope_theta": 500000, "moe_num_experts": 64, "moe_k": 6,
+              "hidden_act": "silu", "head_dim": 128, "rope_theta": 500000, "moe_expert_count": 64, "moe_topk": 6,
               "moe_intermediate_size": 1536}
     with pytest.raises(InputFileError) as err:
         read_hf_config(config, "ernie", "e.json")
-    assert str(err.value).startswith("e.json: keys moe_intermediate_size, moe_k, moe_num_experts: experts stated in "
-                                     "keys paraplan does not read for model_type 'ernie4_5_moe'; read without them "
+    assert str(err.value).startswith("e.json: keys moe_expert_count, moe_intermediate_size, moe_topk: experts stated "
+                                     "in keys paraplan does not read for model_type 'some_moe'; read without them "
                                      "it would be priced as a dense model of 3.35B parameters")
     dense = {k: v for k, v in config.items() if not k.startswith("moe_")}
     assert not read_hf_config(dense, "dense").model.is_moe  # the same file without them reads

@@ -99,6 +99,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # NemotronConfig and PhiConfig untie it, CohereConfig ties it (transformers 5.24 and 4.57)
     "gpt_neox": {"tie_word_embeddings": False}, "nemotron": {"tie_word_embeddings": False},
     "phi": {"tie_word_embeddings": False}, "cohere": {"tie_word_embeddings": True},
+    "ernie4_5_moe": {"tie_word_embeddings": True},  # Ernie4_5_MoeConfig's default
     # transformers' Gemma3TextConfig defaults for keys the released files leave out
     "gemma3_text": {"vocab_size": 262208, "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131072, "sliding_window_pattern": 6, "tie_word_embeddings": True,
@@ -121,7 +122,8 @@ class _Family:
     sandwich_norm: bool = False  # each sublayer's output normalised too (Gemma 2, 3)
     expert_width_key: str = "moe_intermediate_size"
     dense_width_key: str = "intermediate_size"
-    shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size
+    shared_expert: str = ""  # "deepseek": n_shared_experts x expert width; "llama4": one of intermediate_size;
+    # "ernie": moe_num_shared_experts x expert width (and ERNIE's MoE layer placement)
     rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
     rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
     # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
@@ -142,6 +144,10 @@ _FAMILIES: dict[str, _Family] = {
     # dense layers, n_shared_experts x the expert width, num_nextn_predict_layers MTP layers) on GQA
     # attention with optional per-head QK norm (`use_qk_norm`) and `attention_bias` on q/k/v only
     "glm4_moe": _Family(gated=True, shared_expert="deepseek", qkv_bias_key=True),
+    # Baidu's ERNIE 4.5 MoE (transformers' Ernie4_5_MoeConfig): moe_num_experts of moe_intermediate_size,
+    # moe_k chosen, moe_num_shared_experts x that width, on every moe_layer_interval-th layer from
+    # moe_layer_start_index to moe_layer_end_index; `use_bias` on every linear layer
+    "ernie4_5_moe": _Family(gated=True, shared_expert="ernie"),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
@@ -258,6 +264,16 @@ def _moe_pattern(keys: _Keys, family: _Family, layers: int) -> list[int]:
                 raise InputFileError(keys.source, f"key 'moe_layers': expected layer indices in [0, {layers}), "
                                      f"got {i!r}")
         return [int(i in set(listed)) for i in range(layers)]
+    if family.shared_expert == "ernie":  # ERNIE 4.5: every interval-th layer from start to end (inclusive)
+        start = keys.count("moe_layer_start_index", default=1, minimum=0)
+        end = keys.config.get("moe_layer_end_index", -1)
+        keys.used.add("moe_layer_end_index")
+        if isinstance(end, bool) or not isinstance(end, int) or not -1 <= end < layers:
+            raise InputFileError(keys.source, f"key 'moe_layer_end_index': expected -1 (the last layer) or a layer "
+                                 f"index in [0, {layers}), got {end!r}")
+        end = layers - 1 if end == -1 else end
+        interval = keys.count("moe_layer_interval", default=1)
+        return [int((i + 1) % interval == 0 and start <= i <= end) for i in range(layers)]
     first_dense = keys.count("first_k_dense_replace", default=0, minimum=0)
     step = keys.count("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", default=1)
     pattern = [int(i >= first_dense and (i % step == 0 if family.shared_expert == "deepseek" else (i + 1) % step == 0))
@@ -271,23 +287,25 @@ def _moe_pattern(keys: _Keys, family: _Family, layers: int) -> list[int]:
 
 
 def _moe_fields(keys: _Keys, family: _Family, layers: int, model_type: str) -> dict[str, Any]:
-    experts_keys = ("num_experts", "num_local_experts", "n_routed_experts")
+    experts_keys = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
     experts = keys.count(*experts_keys, default=0, minimum=0)
     if not experts:
         return {}
     pattern = _moe_pattern(keys, family, layers)
     if not any(pattern):
-        keys.used.update(("num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                          family.expert_width_key, *ROUTER_KEYS))
+        keys.used.update(("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k",
+                          "moe_num_shared_experts", family.expert_width_key, *ROUTER_KEYS))
         key = next(k for k in experts_keys if keys.config.get(k) is not None)
         keys.notes.append(f"{keys.source}: {key} {experts} unused: no layer holds experts (moe_layers is empty); "
                           "read as a dense model, as transformers builds it")
         return {}
-    topk = keys.count("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+    topk = keys.count("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k")
     width = keys.count(family.expert_width_key)
     shared = 0
     if family.shared_expert == "deepseek":
         shared = keys.count("n_shared_experts", default=0, minimum=0) * width
+    elif family.shared_expert == "ernie":
+        shared = keys.count("moe_num_shared_experts", default=0, minimum=0) * width
     elif family.shared_expert == "llama4":
         shared = width
     elif keys.has("shared_expert_intermediate_size"):
@@ -457,7 +475,9 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     if family.qkv_bias_key:
         qkv_bias, bias = keys.flag("attention_bias", default=False), False
     else:
-        qkv_bias, bias = family.qkv_bias, keys.flag("attention_bias", default=keys.flag("mlp_bias", default=not rms))
+        qkv_bias = family.qkv_bias
+        every = keys.flag("use_bias", default=not rms)  # ERNIE's and StarCoder 2's: every linear layer
+        bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=every))
     fields: dict[str, Any] = {
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
         "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),

@@ -64,6 +64,9 @@ ROUTERS: dict[str, Router] = {
     # fixed by the family's code, no key read: a renormalised top-2 softmax (Mixtral), a
     # softmax over the top-k logits (GPT-OSS), a sigmoid of the top-1 logit (Llama 4)
     "mixtral": Router(reads=()), "gpt_oss": Router(reads=()), "llama4_text": Router(reads=(), score="sigmoid"),
+    # ERNIE 4.5: a softmax over all experts, the top-k renormalised (its selection also adds a fixed
+    # correction bias to the scores, which Megatron-Core's softmax router has not: a note says so)
+    "ernie4_5_moe": Router(reads=()),
 }
 """Routers by `model_type`; any other family reads every key, Megatron-Core's defaults
 where the file states none."""
@@ -99,6 +102,9 @@ def router_fields(keys: _Keys, model_type: str, topk: int) -> dict[str, Any]:
         keys.notes.append(f"{keys.source}: {', '.join(unstated)} not stated: the {model_type} family's router "
                           f"used ({score}{', expert bias' if bias else ''}, scaling {scaling:g}, "
                           f"norm_topk_prob {str(normalised).lower()}, as transformers builds it)")
+    if model_type == "ernie4_5_moe":
+        keys.notes.append(f"{keys.source}: ERNIE 4.5's router adds a correction bias to its softmax scores to choose "
+                          "the experts; priced as Megatron-Core's softmax router (the bias is one add over the scores)")
     if score == "sigmoid" and not normalised and topk > 1:
         keys.notes.append(f"{keys.source}: norm_topk_prob false: Megatron-Core's sigmoid router normalises the "
                           f"{topk} chosen weights whatever it is told; priced with that division")
