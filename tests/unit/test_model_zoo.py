@@ -233,6 +233,24 @@ def test_ernie_4_5_moe_is_read_as_its_transformers_class_builds_it():
     assert read_hf_config({**config, "use_bias": True}, "e3").model.add_bias_linear
 
 
+def test_minimax_m2_is_read_as_its_transformers_class_builds_it():
+    """MiniMax-M2 (`minimax_m2`, transformers' MiniMaxM2Config defaults): 256 experts of
+    `intermediate_size` 1,536 (Mixtral's key), 8 chosen by a sigmoid with the expert bias,
+    48 heads of 128 on a width of 3,072, QK norm, no bias: 228.7B (the card's 230B), 9.8B
+    active without the embedding and output layer (the card's 10B)."""
+    config = {"model_type": "minimax_m2", "vocab_size": 200064, "hidden_size": 3072, "intermediate_size": 1536,
+              "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+              "hidden_act": "silu", "max_position_embeddings": 196608, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": False, "num_experts_per_tok": 8, "num_local_experts": 256}
+    read = read_hf_config(config, "m2", "m2.json")
+    m = read.model
+    assert read.ignored == () and read.notes == ()
+    assert m.num_layers == m.num_moe_layers == 62 and m.moe_ffn_size == 1536 and m.qk_layernorm
+    assert _matches_card(m.num_parameters, "230")
+    assert round((m.active_parameters - 2 * 200064 * 3072) / 1e9) == 10
+    assert (m.moe_router_score_function, m.moe_router_enable_expert_bias) == ("sigmoid", True)
+
+
 def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
     """Experts in keys paraplan does not read (`moe_expert_count`, `moe_topk` of a family it
     does not know): read without them the model would be a dense 3.35B, so it is refused,

@@ -148,6 +148,9 @@ _FAMILIES: dict[str, _Family] = {
     # moe_k chosen, moe_num_shared_experts x that width, on every moe_layer_interval-th layer from
     # moe_layer_start_index to moe_layer_end_index; `use_bias` on every linear layer
     "ernie4_5_moe": _Family(gated=True, shared_expert="ernie"),
+    # MiniMax-M2 (transformers' MiniMaxM2Config): Mixtral's experts (of intermediate_size) and QK norm,
+    # DeepSeek-V3's sigmoid router with its expert bias; no biases, no shared expert
+    "minimax_m2": _Family(gated=True, expert_width_key="intermediate_size", qk_norm=True),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),

@@ -67,6 +67,8 @@ ROUTERS: dict[str, Router] = {
     # ERNIE 4.5: a softmax over all experts, the top-k renormalised (its selection also adds a fixed
     # correction bias to the scores, which Megatron-Core's softmax router has not: a note says so)
     "ernie4_5_moe": Router(reads=()),
+    # MiniMax-M2: a sigmoid of the logits, the expert bias added to choose, the k chosen renormalised
+    "minimax_m2": Router(reads=(), score="sigmoid", expert_bias=True),
 }
 """Routers by `model_type`; any other family reads every key, Megatron-Core's defaults
 where the file states none."""
