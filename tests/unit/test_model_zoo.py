@@ -251,6 +251,21 @@ def test_minimax_m2_is_read_as_its_transformers_class_builds_it():
     assert (m.moe_router_score_function, m.moe_router_enable_expert_bias) == ("sigmoid", True)
 
 
+def test_olmoe_is_read_as_its_transformers_class_builds_it():
+    """OLMoE-1B-7B-0924 (`olmoe`; the architecture keys of its config.json): 64 experts of
+    `intermediate_size` 1,024, 8 chosen by a softmax left unnormalised (`norm_topk_prob`
+    false), QK norm: 6.92B parameters, 1.28B active (the card's 7B and 1B)."""
+    config = {"model_type": "olmoe", "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 1024,
+              "num_hidden_layers": 16, "num_experts": 64, "num_experts_per_tok": 8, "num_attention_heads": 16,
+              "num_key_value_heads": 16, "vocab_size": 50304, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "norm_topk_prob": False}
+    read = read_hf_config(config, "olmoe", "o.json")
+    m = read.model
+    assert read.ignored == () and read.notes == ()
+    assert (round(m.num_parameters / 1e9, 2), round(m.active_parameters / 1e9, 2)) == (6.92, 1.28)
+    assert m.moe_router_pre_softmax and m.qk_layernorm and m.moe_ffn_size == 1024
+
+
 def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
     """Experts in keys paraplan does not read (`moe_expert_count`, `moe_topk` of a family it
     does not know): read without them the model would be a dense 3.35B, so it is refused,

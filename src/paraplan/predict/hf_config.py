@@ -151,6 +151,8 @@ _FAMILIES: dict[str, _Family] = {
     # MiniMax-M2 (transformers' MiniMaxM2Config): Mixtral's experts (of intermediate_size) and QK norm,
     # DeepSeek-V3's sigmoid router with its expert bias; no biases, no shared expert
     "minimax_m2": _Family(gated=True, expert_width_key="intermediate_size", qk_norm=True),
+    # AllenAI's OLMoE (transformers' OlmoeConfig): Mixtral's experts (of intermediate_size) with QK norm
+    "olmoe": _Family(gated=True, expert_width_key="intermediate_size", qk_norm=True),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),

@@ -56,7 +56,7 @@ _QWEN_MOE = Router(reads=("norm_topk_prob",), normalised=False)  # transformers'
 ROUTERS: dict[str, Router] = {
     "deepseek_v3": _DEEPSEEK_V3, "kimi_k2": _DEEPSEEK_V3,
     "deepseek_v2": Router(scaling=1.0, normalised=False),  # transformers' DeepseekV2Config defaults
-    "qwen2_moe": _QWEN_MOE, "qwen3_moe": _QWEN_MOE,
+    "qwen2_moe": _QWEN_MOE, "qwen3_moe": _QWEN_MOE, "olmoe": _QWEN_MOE,  # OlmoeConfig: norm_topk_prob false
     # GLM-4.5's router is DeepSeek-V3's class (sigmoid, the e_score_correction_bias); its files
     # state the scaling and normalisation, transformers' Glm4MoeConfig defaults 1.0 and true
     "glm4_moe": Router(reads=("routed_scaling_factor", "norm_topk_prob"), score="sigmoid", expert_bias=True,
