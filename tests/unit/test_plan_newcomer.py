@@ -196,8 +196,8 @@ def test_a_mistyped_calibration_name_lists_the_known_ones(tmp_path, capsys):
                  "--calibration", "h100", "-o", str(tmp_path / "x.csv"), "--no-track"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("paraplan plan: error: option --calibration: no calibration named 'h100' (")
-    assert err.endswith("h100.json not found); known calibrations: a100-vtrain, h100-transfer; or a path to a "
-                        "`paraplan calibrate` JSON\n")
+    assert err.endswith("h100.json not found); known calibrations: a100-vtrain, h100-transfer, mi300x-transfer; "
+                        "or a path to a `paraplan calibrate` JSON\n")
 
 
 KIMI_K2 = {  # the architecture keys of moonshotai/Kimi-K2-Instruct's config.json

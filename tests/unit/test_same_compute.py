@@ -58,4 +58,5 @@ def test_a_name_without_kernel_ceilings_is_refused(tmp_path):
     with pytest.raises(InputFileError) as err:
         load_cluster(path)
     assert str(err.value) == (f"{path}: device.same_compute_as: names 'H100-SXM5-80G', which has no kernel ceilings "
-                              "(config/kernels/H100-SXM5-80G.json); expected one of: A100-SXM4-80GB, H100-SXM5-80GB")
+                              "(config/kernels/H100-SXM5-80G.json); expected one of: A100-SXM4-80GB, H100-SXM5-80GB, "
+                              "MI300X-192GB")

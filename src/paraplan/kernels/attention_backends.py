@@ -91,7 +91,7 @@ def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings
     kernels = device_attention_kernels(device)
     wanted = run_attention_kernel(settings, kernels[0][0] if kernels else None)
     have = dict(kernels or ())
-    if head_dim is not None and kernels is not None:
+    if head_dim is not None and kernels:  # a kernel file may hold GEMMs alone (MI300X's)
         at_dim = head_dim_kernel(wanted or kernels[0][0], head_dim)
         if at_dim in have:
             return replace(speed, attention=have[at_dim])
@@ -106,6 +106,6 @@ def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings
         raise StrategyError(f"attention_backend {settings.attention_backend}{pinned} runs {wanted}, whose ceilings "
                             f"device {device} has not measured ({where}); fit them with `paraplan fit --kind "
                             "kernels --attention-kernel` (docs/kernels.md) or use attention_backend auto")
-    if kernels is not None and wanted == kernels[0][0]:
+    if kernels and wanted == kernels[0][0]:
         return speed
     return replace(speed, attention=have[wanted])

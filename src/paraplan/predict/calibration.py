@@ -192,13 +192,20 @@ def shipped_calibration_for(device: str) -> str | None:
 def calibration_for(cluster: Cluster, name_or_path: str | Path | None = None,
                     warn: Callable[[str], None] | None = None) -> Calibration:
     """The calibration a prediction on `cluster` uses: `name_or_path` when given, else
-    the shipped one made for the cluster's device, else `DEFAULT_CALIBRATION` with a
+    the shipped one made for the cluster's device (with a warning where its attention
+    efficiencies were carried from another device), else `DEFAULT_CALIBRATION` with a
     warning that its efficiencies are taken as fractions of another device's peaks."""
     if name_or_path is not None:
         return load_calibration(name_or_path)
     name = shipped_calibration_for(cluster.device.compute_name)
     if name is not None:
-        return load_calibration(name)
+        shipped = load_calibration(name)
+        carried = (shipped.assumptions or {}).get("carried_from_source", ())
+        if warn is not None and "attention_fwd_efficiency" in carried:
+            source = shipped.data.get("source_device", "another device")
+            warn(f"{shipped.name}: no attention kernel of {cluster.device.name} is measured; its attention "
+                 f"efficiencies are {source}'s taken as fractions of this device's peaks (docs/kernels.md)")
+        return shipped
     calibration = load_calibration(DEFAULT_CALIBRATION)
     if warn is not None:
         warn(f"no calibration for {cluster.device.name}: {calibration.name}'s (fitted on {calibration.device}) "
