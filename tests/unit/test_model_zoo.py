@@ -282,6 +282,8 @@ def test_experts_in_keys_paraplan_does_not_read_are_refused_not_priced_dense():
                                      "it would be priced as a dense model of 3.35B parameters")
     dense = {k: v for k, v in config.items() if not k.startswith("moe_")}
     assert not read_hf_config(dense, "dense").model.is_moe  # the same file without them reads
+    off = read_hf_config({**dense, "use_moe": False, "num_moe_experts": 0}, "off")  # experts said to be absent
+    assert not off.model.is_moe and off.ignored == ("num_moe_experts", "use_moe")
 
 
 def test_text_config_is_read_and_the_other_towers_named():

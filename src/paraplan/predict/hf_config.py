@@ -518,7 +518,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     if nested:
         ignored += sorted(k for k in config if k not in HARMLESS and k not in OTHER_TOWERS
                           and k not in ("model_type", "text_config"))
-    expert_keys = [k for k in ignored if _EXPERT_KEY.search(k)]
+    stated = {**config, **text}
+    expert_keys = [k for k in ignored if _EXPERT_KEY.search(k) and stated.get(k) not in (None, False, 0, [], "")]
     if expert_keys and not model.is_moe:
         raise InputFileError(where, f"keys {', '.join(expert_keys)}: experts stated in keys paraplan does not read "
                              f"for model_type '{model_type}'; read without them it would be priced as a dense model "
