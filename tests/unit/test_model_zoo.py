@@ -251,6 +251,19 @@ def test_minimax_m2_is_read_as_its_transformers_class_builds_it():
     assert (m.moe_router_score_function, m.moe_router_enable_expert_bias) == ("sigmoid", True)
 
 
+def test_a_parallel_block_is_named_where_it_is_priced_as_two():
+    """GPT-NeoX's parallel residual (attention and MLP on the same input, one residual add;
+    GPTNeoXConfig's default) is priced as two blocks in sequence: a note says so."""
+    config = {"model_type": "gpt_neox", "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "vocab_size": 1000, "hidden_act": "gelu", "max_position_embeddings": 2048,
+              "rotary_pct": 0.25, "layer_norm_eps": 1e-5}
+    for stated in ({}, {"use_parallel_residual": True}):
+        notes = read_hf_config({**config, **stated}, "neox", "n.json").notes
+        assert any(n.startswith("n.json: use_parallel_residual: attention and MLP read the same input") for n in notes)
+    assert not any("use_parallel_residual" in n for n in
+                   read_hf_config({**config, "use_parallel_residual": False}, "neox", "n.json").notes)
+
+
 def test_olmoe_is_read_as_its_transformers_class_builds_it():
     """OLMoE-1B-7B-0924 (`olmoe`; the architecture keys of its config.json): 64 experts of
     `intermediate_size` 1,024, 8 chosen by a softmax left unnormalised (`norm_topk_prob`

@@ -38,7 +38,7 @@ HARMLESS = frozenset({
     "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
-    "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params", "use_parallel_residual",
+    "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx", "task_specific_params",
     "quantization_config", "boi_token_index", "eoi_token_index", "image_token_index",
     "mm_tokens_per_image", "tokenizer_class", "_name_or_path", "cache_implementation", "attn_implementation",
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "head_dim_original",
@@ -510,6 +510,11 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     except ValueError as exc:
         raise InputFileError(where, str(exc)) from None
     notes += keys.notes
+    # GPT-NeoX's parallel block (transformers' GPTNeoXConfig default true): x + attn(ln1 x) + mlp(ln2 x)
+    if keys.flag("use_parallel_residual", default=model_type == "gpt_neox"):
+        notes.append(f"{where}: use_parallel_residual: attention and MLP read the same input and add into one "
+                     "residual; priced as two blocks one after the other (the same weights and matrix products; "
+                     "under tensor parallelism the one reduction of their summed outputs is priced as two)")
     if model_type == "llama4_text" and fields["qk_layernorm"]:
         notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")
