@@ -245,3 +245,25 @@ def test_a_head_dim_list_must_be_distinct_integers(tmp_path, capsys):
                  "--attention-head-dim", "128,128", "-o", str(tmp_path / "k.json")]) != 0
     assert "--attention-head-dim" in capsys.readouterr().err
     assert not (tmp_path / "k.json").exists()
+
+
+# ---- soft-capped attention logits (Gemma 2): FlashAttention, never cuDNN's fused kernel ----
+def test_soft_capped_logits_run_flash_attention_where_auto_would_run_cudnn():
+    """Transformer Engine disqualifies cuDNN's fused attention for soft-capped logits
+    (NVIDIA/TransformerEngine#3391): on H100 `auto` then runs FlashAttention-2 (the pinned
+    generation where one is), `fused` is an error; on A100, whose first kernel is
+    FlashAttention-2 already, nothing changes; without a cap, nothing changes."""
+    capped = replace(GPT, attn_logit_softcapping=50.0)
+    params = load_kernel_ceilings("H100-SXM5-80GB").attention_ceilings()
+    for version, kernel in ((0, "flash-attention-2"), (3, "flash-attention-3")):
+        speed = run_structure(capped, replace(RUN, flash_attention_version=version), H100, COMM).speed
+        assert speed.attention == AttentionCeiling(kernel, *(params[kernel][k] for k in ATTENTION_PARAMETERS))
+    assert run_structure(GPT, RUN, H100, COMM).speed.attention is None
+    assert run_structure(capped, RUN, A100, COMM).speed == run_structure(GPT, RUN, A100, COMM).speed
+    with pytest.raises(StrategyError) as err:
+        run_structure(capped, replace(RUN, attention_backend="fused"), H100, COMM)
+    assert str(err.value) == ("attention_backend fused with attn_logit_softcapping: cuDNN's fused attention takes no "
+                              "soft-cap (Transformer Engine runs it on FlashAttention); use attention_backend auto "
+                              "or flash")
+    with pytest.raises(ValueError, match="attn_logit_softcapping must be a finite number >= 0"):
+        replace(GPT, attn_logit_softcapping=-1.0)

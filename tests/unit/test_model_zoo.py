@@ -143,7 +143,7 @@ def test_gemma_2_takes_its_families_defaults_and_says_so():
     be 10.16B against the card's 9.24B. The window stated twice must agree."""
     read = _read("gemma-2-9b-it")
     m = read.model
-    assert not m.untie_embeddings_and_output_weights
+    assert not m.untie_embeddings_and_output_weights and m.attn_logit_softcapping == 50.0
     assert m.windowed_layers[:4] == (True, False, True, False) and m.window_size == 4096
     assert read.ignored == ()
     assert read.notes == ("gemma-2-9b-it.json: sliding_window_pattern, tie_word_embeddings not stated: "

@@ -167,6 +167,11 @@ class TransformerModel:
     """MLA: value head width."""
     mtp_num_layers: int = 0
     """Multi-token-prediction layers after the main model (DeepSeek-V3: 1)."""
+    attn_logit_softcapping: float = 0.0
+    """Gemma 2's soft-cap of the attention logits, cap x tanh(logit / cap) (Megatron-LM's
+    `attn_logit_softcapping`, Hugging Face's key of the same name; 0: none). It changes no
+    count; Transformer Engine runs it on FlashAttention, never on cuDNN's fused kernel
+    (`paraplan.kernels.attention_backends`)."""
     activation_func_clamp_value: float = 0.0
     """GPT-OSS's gated activation as Megatron-Core runs it (Megatron-Bridge's GPT-OSS
     provider: `quick_gelu`, `glu_linear_offset` 1, this clamp 7.0; Hugging Face's
@@ -207,6 +212,10 @@ class TransformerModel:
                     f"num_attention_heads {self.num_attention_heads} (give kv_channels, the head width)"
                 )
             object.__setattr__(self, "kv_channels", self.hidden_size // self.num_attention_heads)
+        cap = self.attn_logit_softcapping
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < float("inf"):
+            raise ValueError(f"model '{self.name}': attn_logit_softcapping must be a finite number >= 0 "
+                             f"(0: none), got {cap!r}")
         check_extensions(self)
         check_model_router(self)
         if self.num_attention_heads % self.query_groups:

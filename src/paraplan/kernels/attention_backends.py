@@ -65,31 +65,41 @@ def device_attention_kernels(device: str) -> tuple[tuple[str, AttentionCeiling],
     return tuple((name, AttentionCeiling(name, **params)) for name, params in ceilings.attention_ceilings().items())
 
 
-def run_attention_kernel(settings: RunSettings, first: str | None) -> str | None:
+def run_attention_kernel(settings: RunSettings, first: str | None, softcap: bool = False) -> str | None:
     """The kernel a fused-attention run runs, given its device file's first kernel
     (`first`; None without a file); None where that is the first kernel by `auto`,
-    whose ceilings the calibration holds (module doc)."""
+    whose ceilings the calibration holds (module doc). With soft-capped attention logits
+    (`softcap`, Gemma 2) Transformer Engine disqualifies cuDNN's fused kernel and runs
+    FlashAttention (NVIDIA/TransformerEngine#3391, `get_attention_backend`): `auto` runs it
+    there, `fused` is an error."""
     flash = f"flash-attention-{settings.flash_attention_version or 2}"
     if settings.attention_backend == "flash":
         return flash
     if settings.attention_backend == "fused":
+        if softcap:
+            raise StrategyError("attention_backend fused with attn_logit_softcapping: cuDNN's fused attention takes "
+                                "no soft-cap (Transformer Engine runs it on FlashAttention); use attention_backend "
+                                "auto or flash")
         return BACKEND_KERNELS["fused"]
+    if softcap and first is not None and not first.startswith("flash-attention-"):
+        return flash  # auto: Transformer Engine steers a soft-capped run to FlashAttention
     if settings.flash_attention_version and first is not None and first.startswith("flash-attention-"):
         return flash  # auto runs FlashAttention there, at the pinned generation
     return None
 
 
 def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings,
-                          head_dim: int | None = None) -> DeviceSpeed:
+                          head_dim: int | None = None, softcap: bool = False) -> DeviceSpeed:
     """`speed` with the ceilings of the run's attention kernel where it is not the
     device's first kernel at its main head dimension (whose ceilings the calibration
     holds); unchanged otherwise. With `head_dim` (the model's query/key head width),
     the kernel's ceilings at that head dimension where the file has them
-    (`<kernel>@hdim<d>`, module doc)."""
+    (`<kernel>@hdim<d>`, module doc); with `softcap`, the kernel a soft-capped run
+    runs (`run_attention_kernel`)."""
     if not settings.use_flash_attn:
         return speed
     kernels = device_attention_kernels(device)
-    wanted = run_attention_kernel(settings, kernels[0][0] if kernels else None)
+    wanted = run_attention_kernel(settings, kernels[0][0] if kernels else None, softcap)
     have = dict(kernels or ())
     if head_dim is not None and kernels:  # a kernel file may hold GEMMs alone (MI300X's)
         at_dim = head_dim_kernel(wanted or kernels[0][0], head_dim)

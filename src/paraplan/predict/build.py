@@ -274,7 +274,8 @@ def run_structure(model: TransformerModel, settings: RunSettings, cluster: Clust
     settings.check(model)
     speed = device_speed(cluster.device, settings)  # fp8: the BF16 peak and the FP8 GEMM ceiling
     speed = with_attention_kernel(speed, cluster.device.compute_name, settings,  # attention_backend's kernel
-                                  attention_head_widths(model)[0])  # at the model's head width
+                                  attention_head_widths(model)[0],  # at the model's head width
+                                  softcap=model.attn_logit_softcapping > 0)  # Gemma 2: FlashAttention
     speed = straggled(speed, cluster.device, settings.num_gpus)  # the job waits for its slowest GPU
     place = placement(settings, cluster.devices_per_node)
     groups = RunGroups.of(settings, place)

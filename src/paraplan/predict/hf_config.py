@@ -34,7 +34,7 @@ HARMLESS = frozenset({
     "initializer_factor", "use_cache", "rope_scaling", "rope_theta", "rope_type", "rope_parameters",
     "partial_rotary_factor", "rotary_emb_base", "pretraining_tp", "rms_norm_eps", "layer_norm_eps",
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
-    "seq_aux", "ep_size", "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+    "seq_aux", "ep_size", "query_pre_attn_scalar", "final_logit_softcapping",
     "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
@@ -223,6 +223,15 @@ class _Keys:
         if not isinstance(value, list):
             raise InputFileError(self.source, f"key '{key}': expected a list, got {value!r}")
         return value
+
+
+def _softcap(keys: _Keys) -> float:
+    """Gemma 2's `attn_logit_softcapping` (null or absent: none, as Gemma 3's files say)."""
+    cap = keys.get("attn_logit_softcapping", default=0.0)
+    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < float("inf"):
+        raise InputFileError(keys.source, f"key 'attn_logit_softcapping': expected a finite number >= 0 or null, "
+                             f"got {cap!r}")
+    return float(cap)
 
 
 def _clamp(keys: _Keys) -> float:
@@ -503,6 +512,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         "kv_channels": keys.count("head_dim", default=0, minimum=0),
         "mtp_num_layers": keys.count("num_nextn_predict_layers", default=0, minimum=0),
         "activation_func_clamp_value": _clamp(keys),
+        "attn_logit_softcapping": _softcap(keys),
         **moe, **_mla_fields(keys), **_window_fields(keys, layers),
     }
     try:
