@@ -281,8 +281,9 @@ MODELLED = {
     "use_qk_norm", "sliding_window", "sliding_window_pattern", "hidden_activation", "layer_types",
     "experts_per_token", "num_local_experts", "decoder_sparse_step", "shared_expert_intermediate_size",
     "mlp_only_layers", "first_k_dense_replace", "n_group", "topk_group", "swiglu_limit",
+    "attn_logit_softcapping", "final_logit_softcapping", "use_parallel_residual", "max_window_layers",
 }
-"""Keys the reader turns into fields of the model (docs/models.md says how)."""
+"""Keys the reader turns into fields of the model or names in a note (docs/models.md says how)."""
 ALWAYS_REFUSED = {key for key in (*FAMILY_KEYS["qwen3_next"][1:7], *FAMILY_KEYS["deepseek_v32"][:3],
                                   *FAMILY_KEYS["mamba"])}
 

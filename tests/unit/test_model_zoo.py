@@ -147,7 +147,9 @@ def test_gemma_2_takes_its_families_defaults_and_says_so():
     assert m.windowed_layers[:4] == (True, False, True, False) and m.window_size == 4096
     assert read.ignored == ()
     assert read.notes == ("gemma-2-9b-it.json: sliding_window_pattern, tie_word_embeddings not stated: "
-                          "transformers' gemma2 defaults used",)
+                          "transformers' gemma2 defaults used",
+                          "gemma-2-9b-it.json: final_logit_softcapping: the logits' soft-cap (a tanh over every "
+                          "logit, forward and backward, and the capped logits kept for the loss) is not priced")
     config = json.loads((HF / "gemma-2-9b-it.json").read_text())
     untied = read_hf_config({**config, "tie_word_embeddings": False}, "untied").model
     assert untied.num_parameters - m.num_parameters == 256000 * 3584

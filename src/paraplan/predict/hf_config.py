@@ -34,7 +34,7 @@ HARMLESS = frozenset({
     "initializer_factor", "use_cache", "rope_scaling", "rope_theta", "rope_type", "rope_parameters",
     "partial_rotary_factor", "rotary_emb_base", "pretraining_tp", "rms_norm_eps", "layer_norm_eps",
     "layer_norm_epsilon", "norm_eps", "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha",
-    "seq_aux", "ep_size", "query_pre_attn_scalar", "final_logit_softcapping",
+    "seq_aux", "ep_size", "query_pre_attn_scalar",
     "initial_context_length", "router_jitter_noise", "attention_dropout",
     "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "scale_attn_weights",
@@ -520,6 +520,9 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     except ValueError as exc:
         raise InputFileError(where, str(exc)) from None
     notes += keys.notes
+    if keys.get("final_logit_softcapping", default=0.0):  # Gemma 2's 30.0; null in Gemma 3's files
+        notes.append(f"{where}: final_logit_softcapping: the logits' soft-cap (a tanh over every logit, forward and "
+                     "backward, and the capped logits kept for the loss) is not priced")
     # GPT-NeoX's parallel block (transformers' GPTNeoXConfig default true): x + attn(ln1 x) + mlp(ln2 x)
     if keys.flag("use_parallel_residual", default=model_type == "gpt_neox"):
         notes.append(f"{where}: use_parallel_residual: attention and MLP read the same input and add into one "
