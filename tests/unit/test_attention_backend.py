@@ -267,3 +267,21 @@ def test_soft_capped_logits_run_flash_attention_where_auto_would_run_cudnn():
                               "or flash")
     with pytest.raises(ValueError, match="attn_logit_softcapping must be a finite number >= 0"):
         replace(GPT, attn_logit_softcapping=-1.0)
+
+
+def test_a_head_width_the_kernel_file_does_not_measure_is_named(tmp_path, capsys):
+    """The H100 file measures head widths 128 (main) and 64: a model of 256 (Gemma 2) or of
+    192 (DeepSeek-V3's MLA queries and keys) is priced at 128's ceilings, said in a note by
+    plan and predict; 64 and 128 get none, nor does a device whose file has no attention."""
+    from paraplan.kernels.attention_backends import unmeasured_head_width
+
+    assert unmeasured_head_width("H100-SXM5-80GB", 256) == (
+        "attention at head width 256: config/kernels/H100-SXM5-80GB.json measures head width 64, 128; priced at "
+        "128's ceilings (docs/kernels.md, \"Head widths\")")
+    assert unmeasured_head_width("H100-SXM5-80GB", 64) == unmeasured_head_width("H100-SXM5-80GB", 128) == ""
+    assert unmeasured_head_width("MI300X-192GB", 256) == ""  # GEMMs alone: its calibration prices attention
+    assert unmeasured_head_width("A100-SXM4-80GB", 192).startswith("attention at head width 192: ")
+    assert main(["plan", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "1024", "--global-batch-size",
+                 "1024", "--seq-length", "4096", "-o", str(tmp_path / "p.csv"), "--no-track"]) == 0
+    assert ("paraplan plan: note: deepseek-v3: attention at head width 192: config/kernels/H100-SXM5-80GB.json "
+            "measures head width 64, 128") in capsys.readouterr().err

@@ -455,6 +455,12 @@ def _run_llm(args: argparse.Namespace) -> int:
     unsearched = context_parallel_note(model, cp_sizes)
     if unsearched:
         print(f"paraplan plan: note: {unsearched}", file=sys.stderr)
+    from paraplan.core.transformer_blocks import attention_head_widths
+    from paraplan.kernels.attention_backends import unmeasured_head_width
+
+    width = unmeasured_head_width(cluster.device.compute_name, attention_head_widths(model)[0])
+    if width:
+        print(f"paraplan plan: note: {model.name}: {width}", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)

@@ -333,7 +333,9 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import StrategyError
     from paraplan.core.errors import InputFileError
+    from paraplan.core.transformer_blocks import attention_head_widths
     from paraplan.files import atomic_open
+    from paraplan.kernels.attention_backends import unmeasured_head_width
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
     from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
@@ -358,13 +360,20 @@ def run(args: argparse.Namespace) -> int:
     default_fp8: list[str] = []
     hybridep_over: list[str] = []  # HybridEP at more SMs than published: priced at the largest published
     recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
+    widths: dict[str, str] = {}  # model name: the note on its attention head width, once each
     for row in rows:
+        if row.model.name not in widths:
+            widths[row.model.name] = unmeasured_head_width(cluster.device.compute_name,
+                                                           attention_head_widths(row.model)[0])
         searched |= searched_settings(row)
         recorded.append(row.cells.get("calibration", ""))
         if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
             default_fp8.append(str(row.line))
         if hybridep_sms_above_measured(row.settings):
             hybridep_over.append(str(row.line))
+    for name, width in widths.items():
+        if width:
+            print(f"paraplan predict: note: {args.runs}: model {name}: {width}", file=sys.stderr)
     other = other_calibration_warning(str(args.runs), recorded, calibration.label)
     if other:
         print(f"paraplan predict: warning: {other}", file=sys.stderr)

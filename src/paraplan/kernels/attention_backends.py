@@ -119,3 +119,23 @@ def with_attention_kernel(speed: DeviceSpeed, device: str, settings: RunSettings
     if kernels and wanted == kernels[0][0]:
         return speed
     return replace(speed, attention=have[wanted])
+
+
+def unmeasured_head_width(device: str, head_dim: int) -> str:
+    """A note where `device`'s kernel file measures no attention at head width `head_dim`
+    (the model's query/key head width), whose runs are then priced at the main fit's
+    width (docs/kernels.md, "Head widths"); '' where it does, or where no file or no
+    attention fit ships for the device (its calibration's own attention prices it)."""
+    from paraplan.kernels.ceilings import shipped_kernel_ceilings
+
+    ceilings = shipped_kernel_ceilings(device)
+    if ceilings is None or ceilings.attention is None:
+        return ""
+    main = int(ceilings.attention.get("head_dim", 0))
+    others = {int(name.rsplit("@hdim", 1)[1]) for name in ceilings.attention_kernels if "@hdim" in name}
+    widths = sorted({main} | others)
+    if not main or head_dim in widths:
+        return ""
+    listed = ", ".join(str(w) for w in widths)
+    return (f"attention at head width {head_dim}: config/kernels/{device}.json measures head width {listed}; "
+            f"priced at {main}'s ceilings (docs/kernels.md, \"Head widths\")")
