@@ -200,7 +200,7 @@ def calibration_for(cluster: Cluster, name_or_path: str | Path | None = None,
     name = shipped_calibration_for(cluster.device.compute_name)
     if name is not None:
         shipped = load_calibration(name)
-        carried = (shipped.assumptions or {}).get("carried_from_source", ())
+        carried = shipped.assumptions.get("carried_from_source", ())
         if warn is not None and "attention_fwd_efficiency" in carried:
             source = shipped.data.get("source_device", "another device")
             warn(f"{shipped.name}: no attention kernel of {cluster.device.name} is measured; its attention "

@@ -225,20 +225,12 @@ class _Keys:
         return value
 
 
-def _softcap(keys: _Keys) -> float:
-    """Gemma 2's `attn_logit_softcapping` (null or absent: none, as Gemma 3's files say)."""
-    cap = keys.get("attn_logit_softcapping", default=0.0)
-    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < float("inf"):
-        raise InputFileError(keys.source, f"key 'attn_logit_softcapping': expected a finite number >= 0 or null, "
-                             f"got {cap!r}")
-    return float(cap)
-
-
-def _clamp(keys: _Keys) -> float:
-    """GPT-OSS's `swiglu_limit`: Megatron-Core's `activation_func_clamp_value` (0: none)."""
-    value = keys.get("swiglu_limit", default=0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InputFileError(keys.source, f"key 'swiglu_limit': expected a number >= 0, got {value!r}")
+def _nonnegative(keys: _Keys, key: str) -> float:
+    """A key that is a number >= 0, 0 where absent or null: GPT-OSS's `swiglu_limit`
+    (Megatron-Core's `activation_func_clamp_value`), Gemma 2's `attn_logit_softcapping`."""
+    value = keys.get(key, default=0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise InputFileError(keys.source, f"key '{key}': expected a number >= 0, got {value!r}")
     return float(value)
 
 
@@ -511,8 +503,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         "attention_dropout": keys.probability("attention_dropout", "attn_pdrop"),
         "kv_channels": keys.count("head_dim", default=0, minimum=0),
         "mtp_num_layers": keys.count("num_nextn_predict_layers", default=0, minimum=0),
-        "activation_func_clamp_value": _clamp(keys),
-        "attn_logit_softcapping": _softcap(keys),
+        "activation_func_clamp_value": _nonnegative(keys, "swiglu_limit"),
+        "attn_logit_softcapping": _nonnegative(keys, "attn_logit_softcapping"),
         **moe, **_mla_fields(keys), **_window_fields(keys, layers),
     }
     try:
