@@ -19,7 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from paraplan.predict.variability import expected_max_std_normal, split_jobs, straggler_time_factor, within_job_cv
+from paraplan.predict.variability import (
+    MEASURED_A100_CV,
+    expected_max_std_normal,
+    split_jobs,
+    straggler_time_factor,
+    within_job_cv,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data/published/gpu_variability"
 FILES = (("perlmutter_a100_bf16_gemm_n32768.csv", 64, False), ("perlmutter_a100_bf16_gemm_n32768_tail.csv", 256, True))
@@ -49,9 +55,9 @@ def main() -> int:
         model = straggler_time_factor(cv, size)
         print(f"    N = {size:4d} (E[max] {expected_max_std_normal(size):.3f}): {len(found):2d} jobs, measured mean "
               f"{np.mean(measured):.4f} (range {min(measured):.4f}-{max(measured):.4f}), model {model:.4f}")
-    print("  the factor at the test sets' scales (cv as shipped, 0.010):")
+    print(f"  the factor at the test sets' scales (cv as shipped, {MEASURED_A100_CV:.3f}):")
     for n in (8, 64, 512, 3072, 16384):
-        print(f"    N = {n:5d}: x {straggler_time_factor(0.010, n):.4f} on compute-bound kernel time")
+        print(f"    N = {n:5d}: x {straggler_time_factor(MEASURED_A100_CV, n):.4f} on compute-bound kernel time")
     return 0
 
 

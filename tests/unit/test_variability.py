@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from paraplan.cli.main import main
 from paraplan.clusters import cluster_from_dict, load_cluster
 from paraplan.core import ConstantBandwidthModel
 from paraplan.core.errors import InputFileError
@@ -23,9 +24,11 @@ from paraplan.predict.device_model import DeviceEfficiency, DeviceSpeed, kernel_
 from paraplan.predict.explain import PARTS, explain_run
 from paraplan.predict.ops import GEMM, MEMORY, Kernels
 from paraplan.predict.variability import (
+    MEASURED_A100_CV,
     expected_max_std_normal,
     split_jobs,
     straggler_time_factor,
+    unpriced_spread_note,
     within_job_cv,
 )
 
@@ -110,11 +113,24 @@ def test_perlmutter_a100_gemm_times_give_a_cv_of_one_percent():
     assert cv == pytest.approx(0.010015, abs=1e-6)
     # every shipped A100 cluster file states it, rounded to a tenth of a percent
     for name in ("dgx-a100", "dgx-a100-40gb", "vtrain-a100", "oci-bm-gpu4-8"):
-        assert load_cluster(name).device.gpu_speed_cv == round(cv, 3)
+        assert load_cluster(name).device.gpu_speed_cv == round(cv, 3) == MEASURED_A100_CV
     # the measured slowest GPU of each job against the model (held out: cv is the spread, not the maxima)
     slowest64 = np.mean([max(j) / np.mean(j) for j in jobs64])
     assert slowest64 == pytest.approx(1.0280, abs=1e-4)
     assert straggler_time_factor(cv, 64) == pytest.approx(1.0235, abs=1e-4)
+
+
+def test_a_multi_node_job_on_a_device_without_a_measured_spread_is_told_it_is_not_priced():
+    h100 = load_cluster("dgx-h100")
+    a100 = load_cluster("dgx-a100")
+    assert h100.device.gpu_speed_cv == 0  # no H100 measurement of the spread exists (docs/accuracy-at-scale.md)
+    note = unpriced_spread_note(h100.device, 16384, h100.devices_per_node)
+    # 1 + 0.010 x E[max of 16,384 standard normals] = 1 + 0.010 x 3.971
+    assert "slowest of 16,384 GPUs is not priced" in note and "by 4.0%" in note and "gpu_speed_cv" in note
+    assert "by 2.3%" in unpriced_spread_note(h100.device, 64, 8)  # E[max of 64] = 2.344
+    # one node: nothing to say; a device whose spread is measured: priced, nothing to say
+    assert unpriced_spread_note(h100.device, 8, 8) == ""
+    assert unpriced_spread_note(a100.device, 16384, a100.devices_per_node) == ""
 
 
 def test_the_factor_scales_compute_bound_time_only():
@@ -179,3 +195,16 @@ def test_explain_shows_what_the_slowest_gpu_adds():
     plain = explain_run(gpt, run, same, cal.comm_model(same), cal.efficiency)
     assert plain.seconds["straggler"] == 0.0
     assert plain.seconds["gemm"] == pytest.approx(b.seconds["gemm"], rel=1e-12)  # one average GPU's GEMMs
+
+
+def test_predict_names_the_unpriced_spread_of_its_largest_multi_node_job(tmp_path, capsys):
+    table = tmp_path / "runs.csv"
+    table.write_text("name,num_layers,hidden_size,num_attention_heads,seq_length,vocab_size,"
+                     "tensor_model_parallel_size,pipeline_model_parallel_size,data_parallel_size,global_batch_size\n"
+                     "one node,4,1024,16,2048,32000,1,1,8,64\nsix nodes,4,1024,16,2048,32000,1,1,48,96\n")
+    assert main(["predict", str(table), "--cluster", "dgx-h100", "-o", str(tmp_path / "h.csv"), "--no-track"]) == 0
+    err = capsys.readouterr().err
+    assert ("paraplan predict: note: H100-SXM5-80GB has no measured GPU-to-GPU speed spread (its cluster file states "
+            "no gpu_speed_cv), so the wait for the slowest of 48 GPUs is not priced") in err
+    assert main(["predict", str(table), "--cluster", "dgx-a100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+    assert "speed spread" not in capsys.readouterr().err  # the A100's is measured, and priced

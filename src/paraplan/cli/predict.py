@@ -341,6 +341,7 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, RunRowError, iter_predictions, plausibility
     from paraplan.predict.runtable import iter_run_table, model_cache
+    from paraplan.predict.variability import unpriced_spread_note
 
     cluster = load_cluster(args.cluster)
     calibration = calibration_for(cluster, args.calibration,
@@ -361,7 +362,9 @@ def run(args: argparse.Namespace) -> int:
     hybridep_over: list[str] = []  # HybridEP at more SMs than published: priced at the largest published
     recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
     widths: dict[str, str] = {}  # model name: the note on its attention head width, once each
+    most_gpus = 0  # the largest job: the note on an unmeasured GPU-to-GPU spread speaks of it
     for row in rows:
+        most_gpus = max(most_gpus, row.settings.num_gpus)
         if row.model.name not in widths:
             widths[row.model.name] = unmeasured_head_width(cluster.device.compute_name,
                                                            attention_head_widths(row.model)[0])
@@ -374,6 +377,7 @@ def run(args: argparse.Namespace) -> int:
     for name, width in widths.items():
         if width:
             print(f"paraplan predict: note: {args.runs}: model {name}: {width}", file=sys.stderr)
+    spread = unpriced_spread_note(cluster.device, most_gpus, cluster.devices_per_node)  # said with the results
     other = other_calibration_warning(str(args.runs), recorded, calibration.label)
     if other:
         print(f"paraplan predict: warning: {other}", file=sys.stderr)
@@ -447,6 +451,8 @@ def run(args: argparse.Namespace) -> int:
           + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
              + "; ".join(written.unfit_named) + ("; ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
+    if spread:
+        print(f"paraplan predict: note: {spread}", file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}
     artifacts = [args.output]

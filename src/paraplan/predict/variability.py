@@ -71,6 +71,24 @@ def straggled(speed: DeviceSpeed, device: Device, gpus: int) -> DeviceSpeed:
     return replace(speed, compute_time_factor=straggler_time_factor(device.gpu_speed_cv, gpus))
 
 
+MEASURED_A100_CV = 0.010
+"""The A100's within-job spread (`within_job_cv` of `data/published/gpu_variability/`, 1.0015%):
+the one device it is measured for, quoted for scale where a device has none."""
+
+
+def unpriced_spread_note(device: Device, gpus: int, devices_per_node: int) -> str:
+    """A note for a job of `gpus` devices across nodes on a device whose cluster file states no
+    `gpu_speed_cv`: the slowest GPU's drag is then not priced, and the note says how much it
+    would be at the A100's measured spread; "" where it is priced or the job is one node."""
+    if device.gpu_speed_cv > 0 or gpus <= devices_per_node:
+        return ""
+    factor = straggler_time_factor(MEASURED_A100_CV, gpus)
+    return (f"{device.name} has no measured GPU-to-GPU speed spread (its cluster file states no gpu_speed_cv), "
+            f"so the wait for the slowest of {gpus:,} GPUs is not priced; at the A100's measured "
+            f"{100 * MEASURED_A100_CV:.1f}% it would lengthen GEMM and attention time by {100 * (factor - 1):.1f}% "
+            "(docs/accuracy-at-scale.md#gpu-to-gpu-speed)")
+
+
 def within_job_cv(jobs: Sequence[Sequence[float]]) -> float:
     """The pooled coefficient of variation of per-GPU kernel times inside jobs: each
     time over its own job's mean, the root mean square of its deviation from 1 over all
