@@ -25,6 +25,7 @@ MiB = Annotated[float, _SMALLEST, AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)
 ReservedMiB = Annotated[float, AtLeast(0), AtMost(lim.MAX_MEMORY_MIB, lim.MEMORY_MIB_WHY)]
 Microseconds = Annotated[float, AtLeast(0), AtMost(lim.MAX_LATENCY_US, lim.LATENCY_WHY)]
 Devices = Annotated[int, AtLeast(1), AtMost(lim.MAX_DEVICES, lim.DEVICES_WHY)]
+Watts = Annotated[float, _SMALLEST, AtMost(lim.MAX_POWER_LIMIT_W, lim.POWER_LIMIT_WHY)]
 _SPEED_CV_WHY = "GPUs of one SKU more than 50% apart in speed; wrong unit? (a fraction: 0.01 = 1%)"
 
 
@@ -135,6 +136,11 @@ class DeviceFile:
     """Coefficient of variation of a compute-bound GEMM's time across GPUs of this SKU running at the same
     time (a fraction: 0.01 = 1%), measured by GEMM micro-benchmarks on many GPUs of one cluster; a synchronous
     job of N GPUs waits for its slowest one (docs/accuracy-at-scale.md). 0: every GPU as fast as the others."""
+    power_limit_w: Watts | None = None
+    """The power limit the devices run at, in W (nvidia-smi's enforced limit; the SXM parts' default is their
+    TDP). A kernel fit made on this cluster records it; a device priced by ceilings measured at another limit
+    (`same_compute_as`) gets a note, since a power limit sets the clock compute-bound kernels hold and paraplan
+    does not model that (docs/kernels.md#power-limits). Absent: not stated, nothing compared."""
     same_compute_as: str = ""
     """Another device's name whose measured kernel ceilings (config/kernels/<it>.json) and shipped calibration
     price this device's GEMMs and attention: only for the same die at the same clocks and power limit (the H200
@@ -165,6 +171,7 @@ class DeviceFile:
             reserved_bytes=self.reserved.total_bytes,
             gpu_speed_cv=self.gpu_speed_cv,
             same_compute_as=self.same_compute_as,
+            power_limit_w=self.power_limit_w,
         )
 
 

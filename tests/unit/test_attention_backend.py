@@ -192,6 +192,7 @@ def test_the_published_tables_refit_to_the_shipped_kernels(tmp_path, capsys):
     for kernel, params in shipped.attention_ceilings().items():
         assert fitted[kernel] == pytest.approx(params, rel=1e-6), kernel
     assert refit.efficiency == pytest.approx(shipped.efficiency, rel=1e-6)
+    assert refit.power_limit_w == shipped.power_limit_w == 700.0  # dgx-h100's, recorded by the fit
     assert refit.fp8 is not None and shipped.fp8 is not None
     assert refit.fp8["efficiency"] == pytest.approx(shipped.fp8["efficiency"], rel=1e-6)
     inputs = [REPO / "data/published" / name for name in (

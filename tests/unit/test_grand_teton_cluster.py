@@ -32,11 +32,14 @@ def test_memory_is_torchtitans_96_gb_hbm2e_at_2_4_tb_s(repo_root):
 
 def test_only_the_memory_differs_from_dgx_h100(repo_root):
     """Peaks, SMs, launch overhead, reserve, links and the 8 x 400 Gb/s network are the
-    H100 SXM5 node's: nothing else about the 500 W part is published."""
+    H100 SXM5 node's: nothing else about the 500 W part is published but its memory and
+    its power limit."""
     grand_teton = load_cluster("grand-teton-h100-500w", repo_root / "config/clusters")
     dgx = load_cluster("dgx-h100", repo_root / "config/clusters")
     assert dataclasses.replace(grand_teton.device, name="H100-SXM5-80GB", same_compute_as="",
-                               mem_bandwidth_Bps=3.35e12, memory_bytes=dgx.device.memory_bytes) == dgx.device
+                               mem_bandwidth_Bps=3.35e12, memory_bytes=dgx.device.memory_bytes,
+                               power_limit_w=700.0) == dgx.device
+    assert grand_teton.device.power_limit_w == 500.0
     assert (grand_teton.nodes, grand_teton.devices_per_node) == (4, 8)
     assert (grand_teton.intra, grand_teton.inter, grand_teton.network) == (dgx.intra, dgx.inter, dgx.network)
 

@@ -255,7 +255,7 @@ def _cluster_text(repo_root) -> str:
 
 @pytest.mark.parametrize(("extra", "message"), [
     (b"\nextra: " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "not valid YAML: nested too deeply"),
-    (b"\n# \xff\n", ":27: byte 0xff at column 3 is not UTF-8"),
+    (b"\n# \xff\n", ":28: byte 0xff at column 3 is not UTF-8"),
     (b"".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n".encode() for i in range(1, 10)),
      "holds more than 1,000,000 values once its aliases are expanded"),
 ])

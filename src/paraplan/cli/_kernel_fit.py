@@ -305,7 +305,9 @@ def run_kernel_fit(args: argparse.Namespace) -> int:
                          if (doc := _attention_doc(args, rows, device, cluster, gemm, k, d,
                                                    attention_sustained)) is not None})
     fp8_doc = _fp8_section(args, rows, sustained_rows, device, cluster, gemm)
-    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more).to_dict()
+    # the power limit the cluster file states for its device, where that is the device fitted
+    power = cluster.device.power_limit_w if device == cluster.device.name else None
+    doc = KernelCeilings(device, efficiency, cluster.name, gemm_doc, attention_doc, fp8_doc, more, power).to_dict()
     write_json(args.output, doc)
     print(f"paraplan fit: {device}: kernel ceilings -> {args.output}", file=sys.stderr)
     metrics = {"gemm_mape": gemm.mape, "gemm_points": float(gemm.n_points),

@@ -477,11 +477,10 @@ def _run_llm(args: argparse.Namespace) -> int:
           f"per GPU ({result.candidates} candidates, {result.retimed} re-timed, {result.search_s:.2f} s)",
           file=sys.stderr)
     print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
-    from paraplan.predict.variability import unpriced_spread_note
+    from paraplan.predict.device_notes import device_notes
 
-    spread = unpriced_spread_note(cluster.device, args.gpus, cluster.devices_per_node)
-    if spread:
-        print(f"paraplan plan: note: {spread}", file=sys.stderr)
+    for note in device_notes(cluster, args.gpus):
+        print(f"paraplan plan: note: {note}", file=sys.stderr)
     if rows[0]["plausibility"]:
         print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
               "the calibration", file=sys.stderr)

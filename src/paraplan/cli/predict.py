@@ -338,10 +338,10 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.kernels.attention_backends import unmeasured_head_width
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
+    from paraplan.predict.device_notes import device_notes
     from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, RunRowError, iter_predictions, plausibility
     from paraplan.predict.runtable import iter_run_table, model_cache
-    from paraplan.predict.variability import unpriced_spread_note
 
     cluster = load_cluster(args.cluster)
     calibration = calibration_for(cluster, args.calibration,
@@ -377,7 +377,7 @@ def run(args: argparse.Namespace) -> int:
     for name, width in widths.items():
         if width:
             print(f"paraplan predict: note: {args.runs}: model {name}: {width}", file=sys.stderr)
-    spread = unpriced_spread_note(cluster.device, most_gpus, cluster.devices_per_node)  # said with the results
+    notes = device_notes(cluster, most_gpus)  # said with the results
     other = other_calibration_warning(str(args.runs), recorded, calibration.label)
     if other:
         print(f"paraplan predict: warning: {other}", file=sys.stderr)
@@ -451,8 +451,8 @@ def run(args: argparse.Namespace) -> int:
           + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
              + "; ".join(written.unfit_named) + ("; ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
-    if spread:
-        print(f"paraplan predict: note: {spread}", file=sys.stderr)
+    for note in notes:
+        print(f"paraplan predict: note: {note}", file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}
     artifacts = [args.output]

@@ -40,9 +40,13 @@ class Device:
     # another device whose measured kernel ceilings and calibration price this one's
     # compute (the same die at the same clocks and power limit); empty: its own
     same_compute_as: str = ""
+    # the power limit the devices run at (W); None: not stated
+    power_limit_w: float | None = None
 
     def __post_init__(self) -> None:
         where = f"device '{self.name}'"
+        if self.power_limit_w is not None:
+            _positive(where, "power_limit_w", self.power_limit_w)
         _finite_at_least_zero(where, "gpu_speed_cv", self.gpu_speed_cv)
         _positive(where, "peak_flops", self.peak_flops)
         _positive(where, "mem_bandwidth_Bps", self.mem_bandwidth_Bps)

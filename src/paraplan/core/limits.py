@@ -50,6 +50,8 @@ WIDTH_WHY = "wider than any trained model (the widest dimensions hold a few hund
 
 MAX_PEAK_TFLOPS = 1e6
 PEAK_WHY = "above 1 EFLOP/s per device; wrong unit? (peak_tflops is in TFLOP/s)"
+MAX_POWER_LIMIT_W = 10_000.0
+POWER_LIMIT_WHY = "above 10 kW for one device; wrong unit? (power_limit_w is in watts)"
 MAX_BANDWIDTH_GBPS = 1e6
 BANDWIDTH_WHY = "above 1 PB/s; wrong unit? (GB/s, 1e9 bytes per second)"
 MAX_MEMORY_GB = 1e6

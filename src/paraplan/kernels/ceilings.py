@@ -10,7 +10,8 @@ small versioned JSON file, `config/kernels/<device>.json`:
      "attention_kernels": {"flash-attention-2": {...fit report of another kernel...,
                                                   "efficiency": {...its three parameters...}}},
      "fp8": {"dtype": "float8_e4m3fn", "peak_flops": ...,
-             "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ...}, ...fit report...}}
+             "efficiency": {"gemm_efficiency": ..., "gemm_k_half": ...}, ...fit report...},
+     "power_limit_w": 700.0}
 
 `attention` is the device's first attention kernel (its `kernel` key): the one
 Transformer Engine picks on the device (`attention_backend auto`), whose parameters
@@ -33,6 +34,11 @@ ceiling dtype fp8 runs are priced with (`paraplan.predict.fp8_ops`, docs/fp8.md)
 `gemm_efficiency` is fitted on the FP8 rows; `gemm_k_half` is fitted too with enough
 shapes, else held at the BF16 fit's value (the same tile machinery).
 
+`power_limit_w` (present only where the fit's cluster file states its device's
+`power_limit_w`) is the power limit the kernels were measured at. A device priced by
+these ceilings at another limit (`same_compute_as`) gets a note from `predict` and
+`plan` (`power_limit_note`): a power cap sets the clock compute-bound kernels hold.
+
 `efficiency` holds the parameters the kernel data determined, which `paraplan
 calibrate --kernel-ceilings` keeps at these values (`held_parameters`): the GEMM
 parameters the fit could identify (all three with enough shapes; only
@@ -46,8 +52,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paraplan.core import limits as lim
 from paraplan.core.errors import InputFileError
-from paraplan.inputs import check_number, read_json_object
+from paraplan.inputs import NumberRule, check_number, read_json_object
 from paraplan.predict.calibration import EFFICIENCY_RULES
 from paraplan.predict.device_model import Fp8GemmCeiling
 
@@ -55,6 +62,9 @@ SCHEMA_VERSION = 1
 HELD: tuple[str, ...] = ("gemm_efficiency", "gemm_k_half", "kernel_latency_s", "attention_fwd_efficiency",
                          "attention_bwd_efficiency", "attention_seq_half")
 """The parameters a kernel file may fix for a calibration (those its data determined)."""
+POWER_LIMIT_RULE = NumberRule("the measured device's power limit in W", 0.0, lim.MAX_POWER_LIMIT_W,
+                              low_inclusive=False, why="a device's power limit is above 0 and at most 10 kW; "
+                              "wrong unit? (power_limit_w is in watts)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,9 @@ class KernelCeilings:
     attention: Mapping | None = None
     fp8: Mapping | None = None
     attention_kernels: Mapping[str, Mapping] = field(default_factory=dict)
+    power_limit_w: float | None = None
+    """The power limit (W) of the device the kernels were measured on, as the fit's cluster
+    file states it (`device.power_limit_w`); None: not stated."""
 
     def attention_ceilings(self) -> dict[str, dict[str, float]]:
         """Every attention kernel of the file by name: its three attention parameters
@@ -85,6 +98,8 @@ class KernelCeilings:
             out["attention_kernels"] = {k: dict(v) for k, v in self.attention_kernels.items()}
         if self.fp8 is not None:
             out["fp8"] = dict(self.fp8)
+        if self.power_limit_w is not None:
+            out["power_limit_w"] = self.power_limit_w
         return out
 
     @staticmethod
@@ -121,8 +136,14 @@ class KernelCeilings:
         more = _attention_kernels(data.get("attention_kernels"), source)
         if attention is not None or more:
             _check_attention(attention, values, more, source)
+        power = data.get("power_limit_w")
+        if power is not None:
+            if isinstance(power, bool) or not isinstance(power, int | float):
+                raise InputFileError(source, f"expected {POWER_LIMIT_RULE.expected}, got {power!r}",
+                                     field="power_limit_w")
+            power = float(check_number(source, None, "power_limit_w", power, POWER_LIMIT_RULE))
         return KernelCeilings(device, values, str(data.get("cluster", "")), data.get("gemm") or {},
-                              attention, fp8, more)
+                              attention, fp8, more, power)
 
 
 def head_dim_kernel(kernel: str, head_dim: int) -> str:
@@ -264,3 +285,21 @@ def fp8_ceiling(device: str) -> Fp8GemmCeiling | None:
     eff = ceilings.fp8["efficiency"]
     return Fp8GemmCeiling(float(ceilings.fp8.get("peak_flops", 0.0)), float(eff["gemm_efficiency"]),
                           float(eff["gemm_k_half"]))
+
+
+def power_limit_note(device_name: str, compute_name: str, power_limit_w: float | None) -> str:
+    """A note where a device at `power_limit_w` is priced by kernel ceilings measured at
+    another power limit (its `same_compute_as` device's, or its own file refitted
+    elsewhere); "" where either limit is not stated or they agree. A power cap lowers the
+    SM clock a compute-bound kernel holds, which paraplan does not model: GEMM and
+    attention time is then a lower bound below the measured limit (docs/kernels.md)."""
+    if power_limit_w is None:
+        return ""
+    ceilings = shipped_kernel_ceilings(compute_name)
+    if ceilings is None or ceilings.power_limit_w is None or ceilings.power_limit_w == power_limit_w:
+        return ""
+    bound = "a lower bound" if power_limit_w < ceilings.power_limit_w else "an upper bound"
+    return (f"{device_name} runs at a {power_limit_w:g} W power limit, but its GEMM and attention ceilings "
+            f"(config/kernels/{compute_name}.json) were measured at {ceilings.power_limit_w:g} W; a power limit "
+            f"sets the clock compute-bound kernels hold, which paraplan does not model, so their time here is "
+            f"{bound} (docs/kernels.md#power-limits)")
