@@ -324,6 +324,62 @@ def _copy_columns(body, handle, columns: list[str], keep: list[str]) -> None:
         writer.writerow(cells)
 
 
+@dataclass
+class _Survey:
+    """What the first pass over a run table finds: the settings a prediction may choose (their
+    output columns), and the notes and warnings to print before the predictions (`before`) and
+    with their results (`after`), each without the `paraplan predict: ` prefix."""
+
+    searched: set[str] = field(default_factory=set)
+    before: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)
+
+
+def _lines_text(lines: list[str]) -> str:
+    return ", ".join(lines[:10]) + (" ..." if len(lines) > 10 else "")
+
+
+def _survey(table: str, rows, cluster, calibration_label: str) -> _Survey:
+    """The first pass: every row read and checked (a bad row fails before any prediction)."""
+    from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
+    from paraplan.core.transformer_blocks import attention_head_widths
+    from paraplan.kernels.attention_backends import unmeasured_head_width
+    from paraplan.predict.device_notes import device_notes
+    from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
+
+    survey = _Survey()
+    default_fp8: list[str] = []
+    hybridep_over: list[str] = []  # HybridEP at more SMs than published: priced at the largest published
+    recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
+    widths: dict[str, str] = {}  # model name: the note on its attention head width, once each
+    most_gpus = 0  # the largest job: the note on an unmeasured GPU-to-GPU spread speaks of it
+    for row in rows:
+        most_gpus = max(most_gpus, row.settings.num_gpus)
+        if row.model.name not in widths:
+            widths[row.model.name] = unmeasured_head_width(cluster.device.compute_name,
+                                                           attention_head_widths(row.model)[0])
+        survey.searched |= searched_settings(row)
+        recorded.append(row.cells.get("calibration", ""))
+        if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
+            default_fp8.append(str(row.line))
+        if hybridep_sms_above_measured(row.settings):
+            hybridep_over.append(str(row.line))
+    survey.before += [f"note: {table}: model {name}: {width}" for name, width in widths.items() if width]
+    other = other_calibration_warning(table, recorded, calibration_label)
+    if other:
+        survey.before.append(f"warning: {other}")
+    if default_fp8:
+        survey.before.append(f"note: {table}: line(s) {_lines_text(default_fp8)}: dtype fp8 with an empty fp8_recipe "
+                             f"runs Megatron-LM's default recipe, {DEFAULT_FP8_RECIPE} (docs/fp8.md)")
+    if hybridep_over:
+        survey.before.append(f"note: {table}: line(s) {_lines_text(hybridep_over)}: HybridEP with "
+                             f"moe_flex_dispatcher_num_sms above {HYBRIDEP_MAX_MEASURED_SMS} is priced at "
+                             f"{HYBRIDEP_MAX_MEASURED_SMS} SMs' published bandwidths, the most it was measured with "
+                             "(docs/moe.md)")
+    survey.after += [f"note: {note}" for note in device_notes(cluster, most_gpus)]
+    return survey
+
+
 def run(args: argparse.Namespace) -> int:
     import csv
     import tempfile
@@ -333,13 +389,9 @@ def run(args: argparse.Namespace) -> int:
     from paraplan.clusters import load_cluster
     from paraplan.core import StrategyError
     from paraplan.core.errors import InputFileError
-    from paraplan.core.transformer_blocks import attention_head_widths
     from paraplan.files import atomic_open
-    from paraplan.kernels.attention_backends import unmeasured_head_width
     from paraplan.predict.calibrate import ErrorSummary
     from paraplan.predict.calibration import calibration_for
-    from paraplan.predict.device_notes import device_notes
-    from paraplan.predict.moe_deepep import HYBRIDEP_MAX_MEASURED_SMS, hybridep_sms_above_measured
     from paraplan.predict.predictor import UNEVEN_SPLIT_COLUMNS, RunRowError, iter_predictions, plausibility
     from paraplan.predict.runtable import iter_run_table, model_cache
 
@@ -357,42 +409,10 @@ def run(args: argparse.Namespace) -> int:
     # output)
     models = model_cache()  # a model file's warnings once, not once per pass
     header, rows = iter_run_table(args.runs, models)
-    searched: set[str] = set()
-    default_fp8: list[str] = []
-    hybridep_over: list[str] = []  # HybridEP at more SMs than published: priced at the largest published
-    recorded: list[str] = []  # the table's own calibration column (a plan's, as it was priced)
-    widths: dict[str, str] = {}  # model name: the note on its attention head width, once each
-    most_gpus = 0  # the largest job: the note on an unmeasured GPU-to-GPU spread speaks of it
-    for row in rows:
-        most_gpus = max(most_gpus, row.settings.num_gpus)
-        if row.model.name not in widths:
-            widths[row.model.name] = unmeasured_head_width(cluster.device.compute_name,
-                                                           attention_head_widths(row.model)[0])
-        searched |= searched_settings(row)
-        recorded.append(row.cells.get("calibration", ""))
-        if row.settings.dtype == "fp8" and not row.settings.fp8_recipe:
-            default_fp8.append(str(row.line))
-        if hybridep_sms_above_measured(row.settings):
-            hybridep_over.append(str(row.line))
-    for name, width in widths.items():
-        if width:
-            print(f"paraplan predict: note: {args.runs}: model {name}: {width}", file=sys.stderr)
-    notes = device_notes(cluster, most_gpus)  # said with the results
-    other = other_calibration_warning(str(args.runs), recorded, calibration.label)
-    if other:
-        print(f"paraplan predict: warning: {other}", file=sys.stderr)
-    if default_fp8:
-        from paraplan.core.run_settings import DEFAULT_FP8_RECIPE
-
-        print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(default_fp8[:10])}"
-              + (" ..." if len(default_fp8) > 10 else "") + f": dtype fp8 with an empty fp8_recipe runs Megatron-LM's "
-              f"default recipe, {DEFAULT_FP8_RECIPE} (docs/fp8.md)", file=sys.stderr)
-    if hybridep_over:
-        print(f"paraplan predict: note: {args.runs}: line(s) {', '.join(hybridep_over[:10])}"
-              + (" ..." if len(hybridep_over) > 10 else "") + f": HybridEP with moe_flex_dispatcher_num_sms above "
-              f"{HYBRIDEP_MAX_MEASURED_SMS} is priced at {HYBRIDEP_MAX_MEASURED_SMS} SMs' published bandwidths, the "
-              "most it was measured with (docs/moe.md)", file=sys.stderr)
-    columns = output_columns(header, searched, args.explain)
+    survey = _survey(str(args.runs), rows, cluster, calibration.label)
+    for line in survey.before:
+        print(f"paraplan predict: {line}", file=sys.stderr)
+    columns = output_columns(header, survey.searched, args.explain)
     # the uneven-split columns appear only when some prediction chose such a split,
     # which only the prediction tells: with any row that may, the rows go to a scratch
     # file first and are copied into the output without the columns none filled in
@@ -451,8 +471,8 @@ def run(args: argparse.Namespace) -> int:
           + (f"; {unfit} {'does' if unfit == 1 else 'do'} not fit in {cluster.device.capacity_text()} ("
              + "; ".join(written.unfit_named) + ("; ..." if unfit > _UNFIT_NAMED else "") + ")" if unfit else ""),
           file=sys.stderr)
-    for note in notes:
-        print(f"paraplan predict: note: {note}", file=sys.stderr)
+    for line in survey.after:
+        print(f"paraplan predict: {line}", file=sys.stderr)
     metrics: dict[str, float] = {"runs": float(written.rows), "predict_s": seconds, "not_fitting": float(unfit),
                                  "implausible": float(written.implausible)}
     artifacts = [args.output]
