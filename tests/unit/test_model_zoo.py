@@ -415,3 +415,41 @@ def test_every_key_is_used_named_or_refused(extra):
     for key in extra:
         if key not in base and key not in HARMLESS and config[key] is not None:
             assert key in read.ignored
+
+
+FALCON_7B = {  # tiiuae/falcon-7b's released config.json (transformers 4.27.4), token ids and dtype left out
+    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0, "bias": False, "hidden_dropout": 0.0, "hidden_size": 4544,
+    "layer_norm_epsilon": 1e-05, "model_type": "falcon", "multi_query": True, "new_decoder_architecture": False,
+    "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": True, "vocab_size": 65024,
+}
+
+
+def test_falcon_reads_as_transformers_builds_it():
+    """Falcon (FalconConfig / FalconAttention): multi-query attention unless the new decoder
+    (num_kv_heads groups), LayerNorm, a GELU MLP of 4 x hidden, no biases, the output layer
+    tied and 2,048 positions as transformers' defaults (the files state neither)."""
+    read = _read("falcon-40b")
+    m = read.model
+    h = 8192
+    layer = h * (h + 2 * 8 * 64) + h * h + 2 * h * 4 * h + 2 * 2 * h  # QKV of 8 groups, out, MLP, two LayerNorms
+    assert m.num_parameters == 60 * layer + 65024 * h + 2 * h == 41_303_293_952
+    assert (m.num_query_groups, m.ffn_hidden_size, m.normalization, m.position_embedding_type, m.seq_length) == (
+        8, 4 * h, "LayerNorm", "rope", 2048)
+    assert not (m.add_bias_linear or m.add_qkv_bias or m.swiglu or m.untie_embeddings_and_output_weights)
+    assert read.ignored == ()
+    assert read.notes == (
+        "falcon-40b.json: max_position_embeddings, tie_word_embeddings not stated: transformers' falcon defaults "
+        "used",
+        "falcon-40b.json: parallel_attn: attention and MLP read the same input and add into one residual; priced as "
+        "two blocks one after the other (the same weights and matrix products; under tensor parallelism the one "
+        "reduction of their summed outputs is priced as two)")
+    seven = read_hf_config(FALCON_7B, "falcon-7b", "falcon-7b.json")
+    assert seven.model.num_query_groups == 1 and seven.ignored == ()  # multi-query: one key/value head
+    assert seven.notes[-1].endswith("priced as two; the one layer norm they share as two)")
+    # FalconConfig's multi_query defaults to true; without it and the new decoder, one group per head
+    assert read_hf_config({**FALCON_7B, "multi_query": None}, "f", "f.json").model.num_query_groups == 1
+    assert read_hf_config({**FALCON_7B, "multi_query": False}, "f", "f.json").model.num_query_groups == 71
+    assert read_hf_config({**FALCON_7B, "bias": True}, "f", "f.json").model.add_bias_linear
+    with pytest.raises(InputFileError, match=r"^f\.json: key 'alibi': ALiBi attention biases are not a position "):
+        read_hf_config({**FALCON_7B, "alibi": True}, "f", "f.json")

@@ -106,6 +106,9 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                     "rms_norm_eps": 1e-6},
     # transformers' Llama4TextConfig: chunked attention of 8,192 tokens, query/key norm
     "llama4_text": {"attention_chunk_size": 8192, "use_qk_norm": True},
+    # transformers' FalconConfig: 2,048 positions, and PretrainedConfig's tied output layer (Falcon's files
+    # state neither)
+    "falcon": {"max_position_embeddings": 2048, "tie_word_embeddings": True},
 }
 
 OTHER_TOWERS = ("vision_config", "audio_config", "speech_config")
@@ -127,6 +130,7 @@ class _Family:
     rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
     rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
     # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
+    bias_key: str = ""  # the one key that sets every linear layer's bias, false when absent (Falcon's `bias`)
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -156,6 +160,10 @@ _FAMILIES: dict[str, _Family] = {
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
+    # TII's Falcon 7B / 40B / 180B (transformers' FalconConfig): LayerNorm, a GELU MLP of ffn_hidden_size,
+    # biases only with `bias`; multi-query attention unless new_decoder_architecture (num_kv_heads groups);
+    # attention and MLP in parallel (`parallel_attn`)
+    "falcon": _Family(gated=False, rms_norm=False, dense_width_key="ffn_hidden_size", bias_key="bias"),
     "gpt2": _Family(gated=False, rope=False, rms_norm=False), "gpt_neox": _Family(gated=False, rms_norm=False),
     "opt": _Family(gated=False, rope=False, rms_norm=False),
 }
@@ -345,6 +353,20 @@ def _group_fields(keys: _Keys) -> dict[str, Any]:
     return {"moe_router_num_groups": groups, "moe_router_group_topk": chosen}
 
 
+def _falcon_query_groups(keys: _Keys, heads: int) -> int:
+    """Falcon's key/value heads as transformers' FalconAttention sets them: num_kv_heads
+    (default: one per query head) with new_decoder_architecture or without multi_query,
+    else one (multi-query attention, FalconConfig's default). ALiBi (Falcon-RW) is refused:
+    paraplan prices rotary or learned positions only."""
+    if keys.flag("alibi", default=False):
+        raise InputFileError(keys.source, "key 'alibi': ALiBi attention biases are not a position scheme paraplan "
+                             "models (rotary or learned absolute positions); expected false")
+    keys.used.update(("num_ln_in_parallel_attn", "apply_residual_connection_post_layernorm"))
+    kv = keys.count("num_kv_heads", default=heads)
+    new, multi = keys.flag("new_decoder_architecture", default=False), keys.flag("multi_query", default=True)
+    return kv if new or not multi else 1
+
+
 def _mla_fields(keys: _Keys) -> dict[str, Any]:
     if not keys.has("kv_lora_rank"):
         return {}
@@ -480,6 +502,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     rms = family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps")
     if family.qkv_bias_key:
         qkv_bias, bias = keys.flag("attention_bias", default=False), False
+    elif family.bias_key:
+        qkv_bias, bias = False, keys.flag(family.bias_key, default=False)
     else:
         qkv_bias = family.qkv_bias
         every = keys.flag("use_bias", default=not rms)  # ERNIE's and StarCoder 2's: every linear layer
@@ -488,7 +512,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
         "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
         "vocab_size": keys.count("vocab_size"),
-        "num_query_groups": keys.count("num_key_value_heads", default=heads),
+        "num_query_groups": (_falcon_query_groups(keys, heads) if model_type == "falcon"
+                             else keys.count("num_key_value_heads", default=heads)),
         "ffn_hidden_size": dense_width,
         "swiglu": gated and act in GATED_ACTIVATIONS, "gated_linear_unit": gated and act not in GATED_ACTIVATIONS,
         "untie_embeddings_and_output_weights": not keys.flag("tie_word_embeddings", default=not gated),
@@ -515,11 +540,15 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     if keys.get("final_logit_softcapping", default=0.0):  # Gemma 2's 30.0; null in Gemma 3's files
         notes.append(f"{where}: final_logit_softcapping: the logits' soft-cap (a tanh over every logit, forward and "
                      "backward, and the capped logits kept for the loss) is not priced")
-    # GPT-NeoX's parallel block (transformers' GPTNeoXConfig default true): x + attn(ln1 x) + mlp(ln2 x)
-    if keys.flag("use_parallel_residual", default=model_type == "gpt_neox"):
-        notes.append(f"{where}: use_parallel_residual: attention and MLP read the same input and add into one "
+    # GPT-NeoX's parallel block (transformers' GPTNeoXConfig default true): x + attn(ln1 x) + mlp(ln2 x);
+    # Falcon's (FalconConfig's parallel_attn, default true), from one layer norm in its first decoder
+    parallel = "parallel_attn" if model_type == "falcon" else "use_parallel_residual"
+    if keys.flag(parallel, default=model_type in ("gpt_neox", "falcon")):
+        one_norm = model_type == "falcon" and not keys.flag("new_decoder_architecture", default=False)
+        notes.append(f"{where}: {parallel}: attention and MLP read the same input and add into one "
                      "residual; priced as two blocks one after the other (the same weights and matrix products; "
-                     "under tensor parallelism the one reduction of their summed outputs is priced as two)")
+                     "under tensor parallelism the one reduction of their summed outputs is priced as two"
+                     + ("; the one layer norm they share as two" if one_norm else "") + ")")
     if model_type == "llama4_text" and fields["qk_layernorm"]:
         notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")
