@@ -34,6 +34,7 @@ CARDS = {
     "gpt-oss-120b": ("116.83", "5.13", False),
     "gemma-3-27b": ("27", "27", True),
     "gemma-2-9b-it": ("9.24", "9.24", True),
+    "phi-3.5-moe": ("41.9", "6.6", True),
 }
 
 
@@ -453,3 +454,39 @@ def test_falcon_reads_as_transformers_builds_it():
     assert read_hf_config({**FALCON_7B, "bias": True}, "f", "f.json").model.add_bias_linear
     with pytest.raises(InputFileError, match=r"^f\.json: key 'alibi': ALiBi attention biases are not a position "):
         read_hf_config({**FALCON_7B, "alibi": True}, "f", "f.json")
+
+
+GRANITE_MOE = {  # the layout of ibm-granite/granite-3.0-3b-a800m (transformers' GraniteMoeConfig keys)
+    "model_type": "granitemoe", "hidden_size": 1536, "intermediate_size": 512, "num_hidden_layers": 32,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "num_local_experts": 40, "num_experts_per_tok": 8,
+    "vocab_size": 49155, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    "embedding_multiplier": 12.0, "logits_scaling": 6.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+}
+
+
+def test_granite_moe_and_phi_moe_read_their_experts_as_transformers_builds_them():
+    """Granite MoE: Mixtral's experts of intermediate_size, RMSNorm, tied (GraniteMoeConfig's default), a softmax
+    over the top-k; its scalar multipliers change no count. The shared variant adds one expert of
+    shared_intermediate_size. Phi-3.5-MoE: LayerNorm although its epsilon is named rms_norm_eps."""
+    read = read_hf_config(GRANITE_MOE, "g", "g.json")
+    m, h = read.model, 1536
+    attention, expert, router, norms = h * (h + 2 * 512) + h * h, 3 * h * 512, h * 40, 2 * h
+    assert m.num_parameters == 32 * (attention + 40 * expert + router + norms) + 49155 * h + h
+    assert m.active_parameters == 32 * (attention + 8 * expert + router + norms) + 49155 * h + h
+    assert (m.num_experts, m.moe_router_topk, m.moe_ffn_hidden_size, m.normalization) == (40, 8, 512, "RMSNorm")
+    assert not m.untie_embeddings_and_output_weights and not m.moe_router_pre_softmax
+    assert read.ignored == () and read.notes == ("g.json: tie_word_embeddings not stated: transformers' granitemoe "
+                                                 "defaults used",)
+    shared = read_hf_config({**GRANITE_MOE, "model_type": "granitemoeshared", "shared_intermediate_size": 1024},
+                            "s", "s.json").model
+    assert shared.moe_shared_expert_intermediate_size == 1024
+    assert shared.num_parameters - m.num_parameters == 32 * 3 * h * 1024
+    phi = _read("phi-3.5-moe")
+    assert (phi.model.normalization, phi.model.add_qkv_bias, phi.model.add_bias_linear) == ("LayerNorm", True, False)
+    assert phi.ignored == ()
+    assert phi.notes == (
+        "phi-3.5-moe.json: Phi-3.5-MoE's SparseMixer router (each of its two experts chosen by a masked softmax) is "
+        "priced as Megatron-Core's softmax router over the two chosen",
+        "phi-3.5-moe.json: attention_bias, lm_head_bias: the attention output projection's bias (hidden_size weights "
+        "a layer; the query, key and value biases are counted) and the output layer's bias (vocab_size weights) not "
+        "counted")

@@ -45,6 +45,10 @@ HARMLESS = frozenset({
     "floor_scale", "attn_scale", "attn_temperature_tuning", "moe_router_dtype", "router_dtype",
     "rotary_pct", "hidden_dropout", "dropout", "tie_word_embeddings", "attention_bias", "mlp_bias",
     "for_llm_compressor", "_attn_implementation_autoset", "rope_local_base_freq",
+    # Granite's scalars on the embedding, the residual branches, the attention scores and the logits
+    "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
+    "input_jitter_noise",  # Phi-3.5-MoE's training-time noise on the router's input
+    "original_max_position_embeddings",  # Phi-3's LongRoPE: the length before the extension
 })
 """Keys that change nothing paraplan counts or prices (dropouts and biases are read,
 and listed here only so their presence is not reported)."""
@@ -109,6 +113,8 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers' FalconConfig: 2,048 positions, and PretrainedConfig's tied output layer (Falcon's files
     # state neither)
     "falcon": {"max_position_embeddings": 2048, "tie_word_embeddings": True},
+    # transformers' GraniteMoeConfig and GraniteMoeSharedConfig tie the output layer
+    "granitemoe": {"tie_word_embeddings": True}, "granitemoeshared": {"tie_word_embeddings": True},
 }
 
 OTHER_TOWERS = ("vision_config", "audio_config", "speech_config")
@@ -131,6 +137,7 @@ class _Family:
     rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
     # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
     bias_key: str = ""  # the one key that sets every linear layer's bias, false when absent (Falcon's `bias`)
+    layer_norm: bool = False  # LayerNorm whatever its epsilon's key is called (Phi-3.5-MoE's `rms_norm_eps`)
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -158,6 +165,13 @@ _FAMILIES: dict[str, _Family] = {
     # AllenAI's OLMoE (transformers' OlmoeConfig): Mixtral's experts (of intermediate_size) with QK norm
     "olmoe": _Family(gated=True, expert_width_key="intermediate_size", qk_norm=True),
     "gpt_oss": _Family(gated=True, expert_width_key="intermediate_size"),
+    # Microsoft's Phi-3.5-MoE (transformers' PhimoeConfig): Mixtral's experts (of intermediate_size), LayerNorm
+    # (its epsilon named rms_norm_eps), `attention_bias` on q/k/v/o; SparseMixer's top-2 router
+    "phimoe": _Family(gated=True, expert_width_key="intermediate_size", qkv_bias_key=True, layer_norm=True),
+    # IBM's Granite MoE (transformers' GraniteMoeConfig, GraniteMoeSharedConfig): Mixtral's experts (of
+    # intermediate_size), RMSNorm, no biases; the shared variant adds one expert of shared_intermediate_size
+    "granitemoe": _Family(gated=True, expert_width_key="intermediate_size"),
+    "granitemoeshared": _Family(gated=True, expert_width_key="intermediate_size", shared_expert="granite"),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
     # TII's Falcon 7B / 40B / 180B (transformers' FalconConfig): LayerNorm, a GELU MLP of ffn_hidden_size,
@@ -322,6 +336,8 @@ def _moe_fields(keys: _Keys, family: _Family, layers: int, model_type: str) -> d
         shared = keys.count("moe_num_shared_experts", default=0, minimum=0) * width
     elif family.shared_expert == "llama4":
         shared = width
+    elif family.shared_expert == "granite":
+        shared = keys.count("shared_intermediate_size", default=0, minimum=0)
     elif keys.has("shared_expert_intermediate_size"):
         shared = keys.count("shared_expert_intermediate_size", minimum=0)
     freq: int | tuple[int, ...] = 1 if all(pattern) else tuple(pattern)
@@ -499,7 +515,7 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     gated = family.gated if family.gated is not None else act in GATED_ACTIVATIONS
     moe = _moe_fields(keys, family, layers, model_type)
     dense_width = keys.count(family.dense_width_key, "n_inner", "ffn_dim", default=4 * hidden)
-    rms = family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps")
+    rms = not family.layer_norm and (family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps"))
     if family.qkv_bias_key:
         qkv_bias, bias = keys.flag("attention_bias", default=False), False
     elif family.bias_key:
@@ -549,6 +565,13 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
                      "residual; priced as two blocks one after the other (the same weights and matrix products; "
                      "under tensor parallelism the one reduction of their summed outputs is priced as two"
                      + ("; the one layer norm they share as two" if one_norm else "") + ")")
+    if model_type == "phimoe":  # Phi-3.5-MoE's biases beyond Megatron-Core's add_qkv_bias
+        what = {"attention_bias": "the attention output projection's bias (hidden_size weights a layer; the query, "
+                                  "key and value biases are counted)",
+                "lm_head_bias": "the output layer's bias (vocab_size weights)"}
+        unpriced = [k for k in what if keys.flag(k, default=False)]
+        if unpriced:
+            notes.append(f"{where}: {', '.join(unpriced)}: {' and '.join(what[k] for k in unpriced)} not counted")
     if model_type == "llama4_text" and fields["qk_layernorm"]:
         notes.append(f"{where}: use_qk_norm: Llama 4's query/key L2 norm (no weights, on the rotary layers) is "
                      f"priced as qk_layernorm on every layer, {2 * model.kv_channels} weights each")

@@ -69,6 +69,9 @@ ROUTERS: dict[str, Router] = {
     "ernie4_5_moe": Router(reads=()),
     # MiniMax-M2: a sigmoid of the logits, the expert bias added to choose, the k chosen renormalised
     "minimax_m2": Router(reads=(), score="sigmoid", expert_bias=True),
+    # Granite MoE: a softmax over the top-k logits; Phi-3.5-MoE's SparseMixer picks two experts
+    # with a masked softmax each, priced as the softmax over the k chosen (a note says so)
+    "granitemoe": Router(reads=()), "granitemoeshared": Router(reads=()), "phimoe": Router(reads=()),
 }
 """Routers by `model_type`; any other family reads every key, Megatron-Core's defaults
 where the file states none."""
@@ -107,6 +110,9 @@ def router_fields(keys: _Keys, model_type: str, topk: int) -> dict[str, Any]:
     if model_type == "ernie4_5_moe":
         keys.notes.append(f"{keys.source}: ERNIE 4.5's router adds a correction bias to its softmax scores to choose "
                           "the experts; priced as Megatron-Core's softmax router (the bias is one add over the scores)")
+    if model_type == "phimoe":
+        keys.notes.append(f"{keys.source}: Phi-3.5-MoE's SparseMixer router (each of its two experts chosen by a "
+                          "masked softmax) is priced as Megatron-Core's softmax router over the two chosen")
     if score == "sigmoid" and not normalised and topk > 1:
         keys.notes.append(f"{keys.source}: norm_topk_prob false: Megatron-Core's sigmoid router normalises the "
                           f"{topk} chosen weights whatever it is told; priced with that division")
