@@ -35,6 +35,7 @@ CARDS = {
     "gemma-3-27b": ("27", "27", True),
     "gemma-2-9b-it": ("9.24", "9.24", True),
     "phi-3.5-moe": ("41.9", "6.6", True),
+    "dbrx": ("132", "36", True),
 }
 
 
@@ -490,3 +491,21 @@ def test_granite_moe_and_phi_moe_read_their_experts_as_transformers_builds_them(
         "phi-3.5-moe.json: attention_bias, lm_head_bias: the attention output projection's bias (hidden_size weights "
         "a layer; the query, key and value biases are counted) and the output layer's bias (vocab_size weights) not "
         "counted")
+
+
+def test_dbrx_reads_its_nested_sections_as_transformers_builds_them():
+    """DBRX (DbrxConfig): attn_config's kv_n_heads, ffn_config's experts (16 of ffn_hidden_size, 4 chosen) and
+    activation (silu when unstated), LayerNorm, no biases, untied; a router norm other than 1 is refused."""
+    read = _read("dbrx")
+    m, h = read.model, 6144
+    attention, expert, router, norms = h * (h + 2 * 8 * 128) + h * h, 3 * h * 10752, h * 16, 2 * 2 * h
+    assert m.num_parameters == 40 * (attention + 16 * expert + router + norms) + 2 * 100352 * h + 2 * h
+    assert m.active_parameters == 40 * (attention + 4 * expert + router + norms) + 2 * 100352 * h + 2 * h
+    assert (m.num_query_groups, m.num_experts, m.moe_router_topk, m.swiglu, m.normalization, m.seq_length) == (
+        8, 16, 4, True, "LayerNorm", 32768)
+    assert not (m.add_bias_linear or m.add_qkv_bias or m.moe_router_pre_softmax)
+    assert read.ignored == () and read.notes == ("dbrx.json: hidden_act not stated: transformers' dbrx defaults used",)
+    config = json.loads((HF / "dbrx.json").read_text())
+    config["ffn_config"]["moe_normalize_expert_weights"] = 2
+    with pytest.raises(InputFileError, match=r"^d\.json: key 'ffn_config\.moe_normalize_expert_weights': 2; only 1 "):
+        read_hf_config(config, "d", "d.json")

@@ -49,6 +49,7 @@ HARMLESS = frozenset({
     "embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling",
     "input_jitter_noise",  # Phi-3.5-MoE's training-time noise on the router's input
     "original_max_position_embeddings",  # Phi-3's LongRoPE: the length before the extension
+    "emb_pdrop", "clip_qkv", "moe_jitter_eps", "moe_loss_weight",  # DBRX's: dropout, a clamp, router training terms
 })
 """Keys that change nothing paraplan counts or prices (dropouts and biases are read,
 and listed here only so their presence is not reported)."""
@@ -115,6 +116,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"max_position_embeddings": 2048, "tie_word_embeddings": True},
     # transformers' GraniteMoeConfig and GraniteMoeSharedConfig tie the output layer
     "granitemoe": {"tie_word_embeddings": True}, "granitemoeshared": {"tie_word_embeddings": True},
+    "dbrx": {"hidden_act": "silu"},  # DbrxFFNConfig's ffn_act_fn default, {"name": "silu"}
 }
 
 OTHER_TOWERS = ("vision_config", "audio_config", "speech_config")
@@ -136,7 +138,8 @@ class _Family:
     rope: bool = True  # rotary positions (False: learned absolute positions unless rotary keys say otherwise)
     rms_norm: bool = True  # RMSNorm and no linear biases unless the file says otherwise, as its transformers
     # class defaults (False: from the keys, RMSNorm where rms_norm_eps / norm_eps is stated)
-    bias_key: str = ""  # the one key that sets every linear layer's bias, false when absent (Falcon's `bias`)
+    bias_key: str | None = None  # the one key that sets every linear layer's bias, false when absent (Falcon's
+    # `bias`); "": no biases whatever the keys (DBRX); None: `use_bias`, `attention_bias`, `mlp_bias`
     layer_norm: bool = False  # LayerNorm whatever its epsilon's key is called (Phi-3.5-MoE's `rms_norm_eps`)
 
 
@@ -172,6 +175,9 @@ _FAMILIES: dict[str, _Family] = {
     # intermediate_size), RMSNorm, no biases; the shared variant adds one expert of shared_intermediate_size
     "granitemoe": _Family(gated=True, expert_width_key="intermediate_size"),
     "granitemoeshared": _Family(gated=True, expert_width_key="intermediate_size", shared_expert="granite"),
+    # Databricks' DBRX (transformers' DbrxConfig; its attn_config and ffn_config read as flat keys,
+    # `_dbrx_flat`): GQA, experts of ffn_hidden_size, LayerNorm without biases, no linear biases
+    "dbrx": _Family(gated=True, expert_width_key="intermediate_size", layer_norm=True, bias_key=""),
     "llama4_text": _Family(gated=True, expert_width_key="intermediate_size", dense_width_key="intermediate_size_mlp",
                            shared_expert="llama4"),
     # TII's Falcon 7B / 40B / 180B (transformers' FalconConfig): LayerNorm, a GELU MLP of ffn_hidden_size,
@@ -369,6 +375,43 @@ def _group_fields(keys: _Keys) -> dict[str, Any]:
     return {"moe_router_num_groups": groups, "moe_router_group_topk": chosen}
 
 
+_DBRX_NESTED = {
+    "attn_config": {"kv_n_heads": "num_key_value_heads", "attn_pdrop": "attention_dropout"},
+    "ffn_config": {"moe_num_experts": "num_local_experts", "moe_top_k": "num_experts_per_tok",
+                   "ffn_hidden_size": "intermediate_size"},
+}
+"""DbrxConfig's nested keys under the flat names the reader reads; their other keys keep
+their names (`rope_theta`, `clip_qkv`, `moe_jitter_eps`, ...)."""
+
+
+def _dbrx_flat(config: dict, source: str) -> dict:
+    """DBRX's `attn_config` and `ffn_config` merged into the top level under the reader's
+    names; `ffn_act_fn` {"name": ...} as `hidden_act`. DBRX's router (a softmax over all
+    experts, the top-k divided by their `moe_normalize_expert_weights`-norm) is the softmax
+    over the k chosen for the L1 norm, its default; another norm is refused."""
+    flat = {k: v for k, v in config.items() if k not in _DBRX_NESTED}
+    for section, names in _DBRX_NESTED.items():
+        nested = config.get(section) or {}
+        if not isinstance(nested, dict):
+            raise InputFileError(source, f"key '{section}': expected a JSON object, got {nested!r}")
+        for key, value in nested.items():
+            if key != "model_type":  # each sub-config's own, empty in the released file
+                flat[names.get(key, key)] = value
+    act = flat.pop("ffn_act_fn", None)
+    if act is not None:
+        if not isinstance(act, dict) or not isinstance(act.get("name"), str):
+            raise InputFileError(source, f"key 'ffn_config.ffn_act_fn': expected {{\"name\": ...}}, got {act!r}")
+        flat["hidden_act"] = act["name"]
+    norm = flat.pop("moe_normalize_expert_weights", 1)
+    if norm not in (1, 1.0):
+        raise InputFileError(source, f"key 'ffn_config.moe_normalize_expert_weights': {norm!r}; only 1 (the chosen "
+                             "experts' weights summing to one, DbrxConfig's default) is modelled")
+    if flat.pop("uniform_expert_assignment", False):
+        raise InputFileError(source, "key 'ffn_config.uniform_expert_assignment': true (tokens sent to experts in "
+                             "turn, a benchmarking mode) is not modelled; expected false")
+    return flat
+
+
 def _falcon_query_groups(keys: _Keys, heads: int) -> int:
     """Falcon's key/value heads as transformers' FalconAttention sets them: num_kv_heads
     (default: one per query head) with new_decoder_architecture or without multi_query,
@@ -499,6 +542,8 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     nested = text is not config
     if nested and text.get("tie_word_embeddings") is None and config.get("tie_word_embeddings") is not None:
         text = {**text, "tie_word_embeddings": config["tie_word_embeddings"]}
+    if model_type == "dbrx":
+        text = _dbrx_flat(text, where)
     filled = {k: v for k, v in FAMILY_DEFAULTS.get(model_type, {}).items() if text.get(k) is None}
     if filled:
         notes.append(f"{where}: {', '.join(sorted(filled))} not stated: transformers' {model_type} defaults used")
@@ -508,9 +553,9 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
         notes.append(f"{where}: model_type '{model_type}' is not one paraplan knows; read from its keys alone "
                      "(compare the parameter count with the model card)")
         family = _Family(rope=False, rms_norm=False)
-    layers = keys.count("num_hidden_layers", "n_layer", "num_layers")
+    layers = keys.count("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     hidden = keys.count("hidden_size", "n_embd", "d_model")
-    heads = keys.count("num_attention_heads", "n_head")
+    heads = keys.count("num_attention_heads", "n_head", "n_heads")
     act = keys.text("hidden_activation", "hidden_act", "activation_function", "activation", default="gelu")
     gated = family.gated if family.gated is not None else act in GATED_ACTIVATIONS
     moe = _moe_fields(keys, family, layers, model_type)
@@ -518,15 +563,15 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     rms = not family.layer_norm and (family.rms_norm or keys.has("rms_norm_eps") or keys.has("norm_eps"))
     if family.qkv_bias_key:
         qkv_bias, bias = keys.flag("attention_bias", default=False), False
-    elif family.bias_key:
-        qkv_bias, bias = False, keys.flag(family.bias_key, default=False)
+    elif family.bias_key is not None:
+        qkv_bias, bias = False, bool(family.bias_key) and keys.flag(family.bias_key, default=False)
     else:
         qkv_bias = family.qkv_bias
         every = keys.flag("use_bias", default=not rms)  # ERNIE's and StarCoder 2's: every linear layer
         bias = keys.flag("attention_bias", default=keys.flag("mlp_bias", default=every))
     fields: dict[str, Any] = {
         "name": name, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-        "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
+        "seq_length": keys.count("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len"),
         "vocab_size": keys.count("vocab_size"),
         "num_query_groups": (_falcon_query_groups(keys, heads) if model_type == "falcon"
                              else keys.count("num_key_value_heads", default=heads)),

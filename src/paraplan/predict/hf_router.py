@@ -72,6 +72,8 @@ ROUTERS: dict[str, Router] = {
     # Granite MoE: a softmax over the top-k logits; Phi-3.5-MoE's SparseMixer picks two experts
     # with a masked softmax each, priced as the softmax over the k chosen (a note says so)
     "granitemoe": Router(reads=()), "granitemoeshared": Router(reads=()), "phimoe": Router(reads=()),
+    # DBRX: a softmax over all experts, the top-k renormalised (`hf_config._dbrx_flat`)
+    "dbrx": Router(reads=()),
 }
 """Routers by `model_type`; any other family reads every key, Megatron-Core's defaults
 where the file states none."""
