@@ -304,3 +304,51 @@ def test_layout_places_each_stage_and_back(schedule, ranks, expected):
     for pipe in range(layout.pipelines):
         for stage in range(layout.stages):
             assert layout.place(layout.rank_of(pipe, stage), layout.chunk_of(pipe, stage)) == (pipe, stage)
+
+
+@pytest.mark.parametrize(("schedule", "ranks", "microbatches"), [("dualpipe", 8, 32), ("dualpipev", 4, 12)])
+def test_every_op_starts_when_its_rank_and_inputs_allow_whatever_the_costs(schedule, ranks, microbatches):
+    """One compiled order serves every set of costs (z7-dualpipe): for random stage times, each
+    op starts exactly at the later of its rank's previous op's end and its inputs' arrival
+    (a forward: the previous stage's forward of that micro-batch plus the transfer; a backward:
+    its own forward and the next stage's backward plus the transfer), and the shared rows are
+    read-only."""
+    rng = np.random.default_rng(7)
+    stages = ranks if schedule == "dualpipe" else 2 * ranks
+    layout = dp.Layout(schedule, ranks, microbatches)
+    for _ in range(3):
+        costs = dp.DualPipeCosts(*(rng.uniform(0.5, 3.0, stages) for _ in range(5)), rng.uniform(0.0, 0.5, stages - 1))
+        run = dp.execute(schedule, ranks, microbatches, costs)
+        assert not run.rank.flags.writeable
+        fwd_end, bwd_end = {}, {}
+        for i in range(run.rank.size):  # the outputs each (pipeline, stage, micro-batch) has when
+            pipe, stage = layout.place(int(run.rank[i]), int(run.chunk[i]))
+            key = (pipe, stage, int(run.microbatch[i]))
+            pair_end = run.end_s[i + 1] if run.pair[i] and run.kind[i] == DualOp.F else run.end_s[i]
+            if run.kind[i] == DualOp.F:
+                fwd_end[key] = pair_end  # a pair sends its outputs once it ends
+            elif run.kind[i] in (DualOp.B, DualOp.I):
+                bwd_end[key] = run.end_s[i]
+        for i in range(run.rank.size):
+            if run.pair[i] and run.kind[i] == DualOp.B:
+                assert run.start_s[i] == run.end_s[i - 1]  # a pair's backward share follows its forward's
+                continue
+            pipe, stage = layout.place(int(run.rank[i]), int(run.chunk[i]))
+            mb, kind = int(run.microbatch[i]), run.kind[i]
+            ready = [run.end_s[i - 1] if i and run.rank[i - 1] == run.rank[i] else 0.0]
+            if kind == DualOp.F and stage > 0:
+                ready.append(fwd_end[(pipe, stage - 1, mb)] + costs.send_s[stage - 1])
+            if kind in (DualOp.B, DualOp.I) or (run.pair[i] and kind == DualOp.F):
+                if run.pair[i]:  # the pair's backward half waits too: the pair starts when both can
+                    j = i + 1
+                    pipe2, stage2 = layout.place(int(run.rank[j]), int(run.chunk[j]))
+                    mb2 = int(run.microbatch[j])
+                else:
+                    pipe2, stage2, mb2 = pipe, stage, mb
+                if kind != DualOp.F or run.pair[i]:
+                    ready.append(fwd_end[(pipe2, stage2, mb2)])
+                    if stage2 < stages - 1:
+                        ready.append(bwd_end[(pipe2, stage2 + 1, mb2)] + costs.send_s[stage2])
+            if kind == DualOp.W:
+                ready = ready[:1]
+            assert run.start_s[i] == pytest.approx(max(ready), abs=1e-12), (i, kind)

@@ -269,39 +269,64 @@ class DualPipeRun:
         return float(self.start_s[i]), float(self.end_s[i])
 
 
-def execute(schedule: str, ranks: int, microbatches: int, costs: DualPipeCosts) -> DualPipeRun:
-    """Run every rank's order as soon as its inputs allow (module doc)."""
+@dataclass(frozen=True, eq=False)
+class _Compiled:
+    """A schedule's ops in one order that respects every dependency, each with what it
+    waits for, and where its rows go in a `DualPipeRun`. Which op can run next depends on
+    the orders alone (an input is there or not), never on the costs, so one symbolic run
+    of the engine's sweep serves every set of costs: `execute` then times the ops in one
+    pass (z7-dualpipe: was one sweep of readiness checks per call, 40-90 ms at 16 ranks
+    and 512 micro-batches)."""
+
+    rank: list[int]
+    code: list[int]  # DualOp
+    stage: list[int]  # the op's stage (a pair: its forward's)
+    stage2: list[int]  # a pair's backward's stage; else -1
+    deps: list[tuple[int, int, int, int, int, int]]  # up to three (op, transfer) pairs it waits for; op -1: none,
+    # transfer -1: none (the costs' transfers with a 0 appended)
+    rows: list[tuple[int, int]]  # its row in the run (a pair: its forward's row, its backward's)
+    row_rank: np.ndarray
+    row_kind: np.ndarray
+    row_chunk: np.ndarray
+    row_mb: np.ndarray
+    row_pair: np.ndarray
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(schedule: str, ranks: int, microbatches: int) -> _Compiled:
     plan = orders(schedule, ranks, microbatches)
     layout = Layout(schedule, ranks, microbatches)  # type: ignore[arg-type]
-    if costs.stages != layout.stages or costs.send_s.shape != (max(layout.stages - 1, 0),):
-        raise StrategyError(f"{schedule} over {ranks} ranks runs {layout.stages} stages; the costs describe "
-                            f"{costs.stages} stages and {costs.send_s.shape[0]} boundaries")
     nd, ns, n = layout.pipelines, layout.stages, layout.per_pipeline
-    f_end = np.full((nd, ns, n), -1.0)
-    b_end = np.full((nd, ns, n), -1.0)
-    fwd, bwd, wgt = costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist()
-    pf, pb, send = costs.pair_fwd_s.tolist(), costs.pair_bwd_s.tolist(), costs.send_s.tolist()
+    f_op = np.full((nd, ns, n), -1, dtype=np.int64)  # the op whose end is the forward's output
+    b_op = np.full((nd, ns, n), -1, dtype=np.int64)
     places = [[layout.place(r, c) for c in (0, 1)] for r in range(ranks)]
+    op_rank: list[int] = []
+    op_code: list[int] = []
+    op_stage: list[int] = []
+    op_stage2: list[int] = []
+    op_deps: list[tuple[int, int, int, int, int, int]] = []
+    op_rows: list[tuple[int, int]] = []
+    raw_rows: list[tuple[int, int, int, int, bool]] = []  # rank, kind, chunk, global micro-batch, pair
 
-    def f_ready(r: int, c: int, m: int) -> float:
+    def f_dep(r: int, c: int, m: int) -> tuple[int, int] | None:
+        """(op, transfer) the forward waits for; (-1, -1) at the first stage; None: not yet run."""
         d, g = places[r][c]
         if g == 0:
-            return 0.0
-        up = f_end[d, g - 1, m]
-        return -1.0 if up < 0 else up + send[g - 1]
+            return -1, -1
+        up = int(f_op[d, g - 1, m])
+        return None if up < 0 else (up, g - 1)
 
-    def b_ready(r: int, c: int, m: int) -> float:
+    def b_dep(r: int, c: int, m: int) -> tuple[int, int, int, int] | None:
         d, g = places[r][c]
-        own = f_end[d, g, m]
+        own = int(f_op[d, g, m])
         if own < 0:
-            return -1.0
+            return None
         if g == ns - 1:
-            return own
-        down = b_end[d, g + 1, m]
-        return -1.0 if down < 0 else max(own, down + send[g])
+            return own, -1, -1, -1
+        down = int(b_op[d, g + 1, m])
+        return None if down < 0 else (own, -1, down, g)
 
-    ptr, clock = [0] * ranks, [0.0] * ranks
-    rows: list[tuple[int, int, int, int, bool, float, float]] = []
+    ptr = [0] * ranks
     progress = True
     while progress:
         progress = False
@@ -310,60 +335,106 @@ def execute(schedule: str, ranks: int, microbatches: int, costs: DualPipeCosts) 
             while ptr[r] < len(order):
                 op = order[ptr[r]]
                 d, g = places[r][op.chunk]
+                deps: tuple[int, int, int, int, int, int] = (-1, -1, -1, -1, -1, -1)
                 if op.kind == DualOp.F:
-                    ready = f_ready(r, op.chunk, op.mb)
+                    a = f_dep(r, op.chunk, op.mb)
+                    if a is None:
+                        break
+                    deps = (*a, -1, -1, -1, -1)
                 elif op.kind in (DualOp.B, DualOp.I):
-                    ready = b_ready(r, op.chunk, op.mb)
-                elif op.kind == DualOp.W:
-                    ready = clock[r]  # its I ran earlier on this rank
-                else:
-                    a, b = f_ready(r, op.chunk, op.mb), b_ready(r, op.chunk2, op.mb2)
-                    ready = -1.0 if a < 0 or b < 0 else max(a, b)
-                if ready < 0:
-                    break
-                t = max(clock[r], ready)
-                if op.kind == DualOp.F:
-                    end = t + fwd[g]
-                    f_end[d, g, op.mb] = end
-                    rows.append((r, DualOp.F, op.chunk, op.mb, False, t, end))
-                elif op.kind == DualOp.B:
-                    end = t + bwd[g]
-                    b_end[d, g, op.mb] = end
-                    rows.append((r, DualOp.B, op.chunk, op.mb, False, t, end))
-                elif op.kind == DualOp.I:
-                    end = t + bwd[g] - wgt[g]
-                    b_end[d, g, op.mb] = end
-                    rows.append((r, DualOp.I, op.chunk, op.mb, False, t, end))
-                elif op.kind == DualOp.W:
-                    end = t + wgt[g]
-                    rows.append((r, DualOp.W, op.chunk, op.mb, False, t, end))
-                else:
+                    b = b_dep(r, op.chunk, op.mb)
+                    if b is None:
+                        break
+                    deps = (*b, -1, -1)
+                elif op.kind == DualOp.P:
+                    a, b = f_dep(r, op.chunk, op.mb), b_dep(r, op.chunk2, op.mb2)
+                    if a is None or b is None:
+                        break
+                    deps = (*a, *b)
+                i = len(op_rank)
+                op_rank.append(r)
+                op_code.append(int(op.kind))
+                op_stage.append(g)
+                op_deps.append(deps)
+                mb = layout.global_mb(r, op.chunk, op.mb)
+                if op.kind == DualOp.P:
                     d2, g2 = places[r][op.chunk2]
-                    mid = t + pf[g]
-                    end = mid + pb[g2]
-                    f_end[d, g, op.mb] = end  # both outputs are sent once the pair ends
-                    b_end[d2, g2, op.mb2] = end
-                    rows.append((r, DualOp.F, op.chunk, op.mb, True, t, mid))
-                    rows.append((r, DualOp.B, op.chunk2, op.mb2, True, mid, end))
-                clock[r] = end
+                    f_op[d, g, op.mb] = b_op[d2, g2, op.mb2] = i  # both outputs are sent once the pair ends
+                    op_stage2.append(g2)
+                    op_rows.append((len(raw_rows), len(raw_rows) + 1))
+                    raw_rows.append((r, DualOp.F, op.chunk, mb, True))
+                    raw_rows.append((r, DualOp.B, op.chunk2, layout.global_mb(r, op.chunk2, op.mb2), True))
+                else:
+                    if op.kind == DualOp.F:
+                        f_op[d, g, op.mb] = i
+                    elif op.kind in (DualOp.B, DualOp.I):
+                        b_op[d, g, op.mb] = i
+                    op_stage2.append(-1)
+                    op_rows.append((len(raw_rows), -1))
+                    raw_rows.append((r, int(op.kind), op.chunk, mb, False))
                 ptr[r] += 1
                 progress = True
     stuck = [r for r in range(ranks) if ptr[r] < len(plan[r])]
     if stuck:
         raise AssertionError(f"{schedule} order deadlocks at rank {stuck[0]}, op {ptr[stuck[0]]}")
-    return _run_arrays(rows, layout)
-
-
-def _run_arrays(rows: list[tuple[int, int, int, int, bool, float, float]], layout: Layout) -> DualPipeRun:
-    cols = list(zip(*rows, strict=True))
+    cols = list(zip(*raw_rows, strict=True))
     rank = np.array(cols[0], dtype=np.int32)
-    chunk = np.array(cols[2], dtype=np.int32)
-    mb = np.array([layout.global_mb(r, c, m) for r, c, m in zip(cols[0], cols[2], cols[3], strict=True)],
-                  dtype=np.int32)
-    order = np.argsort(rank, kind="stable")  # rows were appended sweep by sweep
-    return DualPipeRun(rank[order], np.array(cols[1], dtype=np.int8)[order], chunk[order], mb[order],
-                       np.array(cols[4], dtype=bool)[order], np.array(cols[5], dtype=float)[order],
-                       np.array(cols[6], dtype=float)[order], layout.ranks)
+    by_rank = np.argsort(rank, kind="stable")  # rows were made sweep by sweep; a run lists them rank by rank
+    position = np.empty_like(by_rank)
+    position[by_rank] = np.arange(by_rank.size)
+    rows = [(int(position[a]), int(position[b]) if b >= 0 else -1) for a, b in op_rows]
+    columns: list[np.ndarray] = [rank[by_rank], np.array(cols[1], dtype=np.int8)[by_rank],
+                                 np.array(cols[2], dtype=np.int32)[by_rank],
+                                 np.array(cols[3], dtype=np.int32)[by_rank], np.array(cols[4], dtype=bool)[by_rank]]
+    for column in columns:  # shared by every run of this shape: read-only
+        column.flags.writeable = False
+    return _Compiled(op_rank, op_code, op_stage, op_stage2, op_deps, rows, *columns)
+
+
+def execute(schedule: str, ranks: int, microbatches: int, costs: DualPipeCosts) -> DualPipeRun:
+    """Run every rank's order as soon as its inputs allow (module doc): each op starts at
+    the later of its rank's previous op's end and its inputs' arrival."""
+    layout = Layout(schedule, ranks, microbatches)  # type: ignore[arg-type]
+    check_dualpipe(schedule, ranks, microbatches)
+    if costs.stages != layout.stages or costs.send_s.shape != (max(layout.stages - 1, 0),):
+        raise StrategyError(f"{schedule} over {ranks} ranks runs {layout.stages} stages; the costs describe "
+                            f"{costs.stages} stages and {costs.send_s.shape[0]} boundaries")
+    c = _compiled(schedule, ranks, microbatches)
+    fwd, bwd, wgt = costs.fwd_s.tolist(), costs.bwd_s.tolist(), costs.wgt_s.tolist()
+    pf, pb = costs.pair_fwd_s.tolist(), costs.pair_bwd_s.tolist()
+    send = [*costs.send_s.tolist(), 0.0]  # index -1: no transfer
+    ends = [0.0] * len(c.rank)
+    clock = [0.0] * ranks
+    start_s, end_s = np.empty(c.row_rank.size), np.empty(c.row_rank.size)
+    starts, finishes = start_s.tolist(), end_s.tolist()
+    for i, (r, code, g, (a, sa, b, sb, e, se), (row, row2)) in enumerate(
+            zip(c.rank, c.code, c.stage, c.deps, c.rows, strict=True)):
+        t = clock[r]
+        if a >= 0 and ends[a] + send[sa] > t:
+            t = ends[a] + send[sa]
+        if b >= 0 and ends[b] + send[sb] > t:
+            t = ends[b] + send[sb]
+        if e >= 0 and ends[e] + send[se] > t:
+            t = ends[e] + send[se]
+        if code == DualOp.F:
+            end = t + fwd[g]
+        elif code == DualOp.B:
+            end = t + bwd[g]
+        elif code == DualOp.I:
+            end = t + bwd[g] - wgt[g]
+        elif code == DualOp.W:
+            end = t + wgt[g]
+        else:
+            mid = t + pf[g]
+            end = mid + pb[c.stage2[i]]
+            starts[row2], finishes[row2] = mid, end
+            finishes[row] = mid
+        starts[row] = t
+        if code != DualOp.P:
+            finishes[row] = end
+        ends[i] = clock[r] = end
+    return DualPipeRun(c.row_rank, c.row_kind, c.row_chunk, c.row_mb, c.row_pair, np.array(starts),
+                       np.array(finishes), ranks)
 
 
 def inflight_peak(schedule: str, ranks: int, microbatches: int) -> np.ndarray:
