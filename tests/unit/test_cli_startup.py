@@ -53,3 +53,15 @@ def test_a_command_alone_has_the_options_and_help_of_the_full_parser(command):
 ])
 def test_the_command_asked_is_the_first_word_that_is_no_option(argv, command):
     assert _command_asked(argv) == command
+
+
+def test_planning_and_predicting_import_no_scipy(tmp_path):
+    """The planner and the predictor run on numpy alone (scipy.special's log_ndtr, the slowest
+    GPU's expected lag, was a tenth of a second of every plan: `paraplan.predict.variability`)."""
+    out = tmp_path / "p.csv"
+    loaded = _imported_after(
+        "from paraplan.cli.main import main\n"
+        f"main(['plan', '--model', 'llama3-8b', '--cluster', 'dgx-h100', '--gpus', '16', '--global-batch-size', "
+        f"'32', '--top-k', '1', '-o', {str(out)!r}, '--no-track'])")
+    assert out.is_file() and "paraplan.plan.transformer.search" in loaded
+    assert not [name for name in loaded if name == "scipy" or name.startswith("scipy.")]

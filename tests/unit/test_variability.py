@@ -36,6 +36,16 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "data/published/gpu_variability"
 
 
+def test_the_log_cdf_matches_scipys_without_importing_it():
+    from scipy.special import log_ndtr
+
+    from paraplan.predict.variability import _log_ndtr
+
+    x = np.linspace(-12.0, 12.0, 2401)
+    ours = np.array([_log_ndtr(v) for v in x.tolist()])
+    assert np.allclose(ours, log_ndtr(x), rtol=1e-13, atol=0)
+
+
 def test_the_maximum_of_two_standard_normals_is_one_over_root_pi():
     assert expected_max_std_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-9)
 
