@@ -77,3 +77,31 @@ def test_predict_on_the_500_w_hosts_says_their_compute_is_priced_at_700_w(tmp_pa
             "ceilings (config/kernels/H100-SXM5-80GB.json) were measured at 700 W") in capsys.readouterr().err
     assert main(["predict", str(table), "--cluster", "dgx-h100", "-o", str(tmp_path / "p.csv"), "--no-track"]) == 0
     assert "power limit" not in capsys.readouterr().err
+
+
+def test_the_notes_become_the_tracked_runs_description(tmp_path, monkeypatch, capsys):
+    """What predict and plan say about a device they cannot price fully is also the MLflow
+    run's description (`mlflow.note.content`), where `mlflow ui` shows it."""
+    import paraplan.cli.common
+    import paraplan.cli.predict
+
+    logged = []
+    monkeypatch.setattr(paraplan.cli.predict, "track", lambda args, run: logged.append(run))
+    monkeypatch.setattr(paraplan.cli.common, "track", lambda args, run: logged.append(run))
+    table = tmp_path / "runs.csv"
+    table.write_text("name,model,seq_length,tensor_model_parallel_size,pipeline_model_parallel_size,"
+                     "data_parallel_size,global_batch_size\nr,llama3-8b,2048,1,1,16,16\n")
+    assert main(["predict", str(table), "--cluster", "grand-teton-h100-500w", "-o", str(tmp_path / "o.csv"),
+                 "--no-track"]) == 0
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "grand-teton-h100-500w", "--gpus", "16",
+                 "--global-batch-size", "16", "--seq-length", "2048", "--top-k", "1", "-o", str(tmp_path / "p.csv"),
+                 "--no-track"]) == 0
+    for run in logged:
+        description = run.tags["mlflow.note.content"]
+        assert description.startswith("paraplan's notes and warnings:\n\n- note: ")
+        assert "runs at a 500 W power limit" in description  # the power-limit note
+        assert "slowest of 16 GPUs is not priced" in description  # the spread note (two nodes of 8)
+    assert [run.stage for run in logged] == ["predict", "plan"]
+    assert main(["predict", str(table), "--cluster", "dgx-a100", "-o", str(tmp_path / "a.csv"), "--no-track"]) == 0
+    assert logged[-1].tags == {}  # nothing to say: no description
+    capsys.readouterr()

@@ -160,6 +160,14 @@ def track(args: argparse.Namespace, run) -> str | None:
     return where
 
 
+def notes_tags(notes: Sequence[str]) -> dict[str, str]:
+    """The notes and warnings a command printed as its MLflow run's description (the
+    `mlflow.note.content` tag, which `mlflow ui` shows above the run's parameters)."""
+    if not notes:
+        return {}
+    return {"mlflow.note.content": "paraplan's notes and warnings:\n\n" + "\n".join(f"- {n}" for n in notes)}
+
+
 def int_list(text: str, key: str) -> list[int]:
     """`"2,4,8"` -> [2, 4, 8]; the error names the option."""
     try:

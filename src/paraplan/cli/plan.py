@@ -396,7 +396,7 @@ def _run_llm(args: argparse.Namespace) -> int:
     """The transformer planner (--model): search, write the ranked plans, track them."""
     import csv
 
-    from paraplan.cli.common import track
+    from paraplan.cli.common import notes_tags, track
     from paraplan.clusters import load_cluster
     from paraplan.core import ConfigError
     from paraplan.files import atomic_open, check_outputs
@@ -452,15 +452,18 @@ def _run_llm(args: argparse.Namespace) -> int:
                                      space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
+    said: list[str] = []  # the notes and warnings printed, kept in the tracked run's description
     unsearched = context_parallel_note(model, cp_sizes)
     if unsearched:
-        print(f"paraplan plan: note: {unsearched}", file=sys.stderr)
+        said.append(f"note: {unsearched}")
+        print(f"paraplan plan: {said[-1]}", file=sys.stderr)
     from paraplan.core.transformer_blocks import attention_head_widths
     from paraplan.kernels.attention_backends import unmeasured_head_width
 
     width = unmeasured_head_width(cluster.device.compute_name, attention_head_widths(model)[0])
     if width:
-        print(f"paraplan plan: note: {model.name}: {width}", file=sys.stderr)
+        said.append(f"note: {model.name}: {width}")
+        print(f"paraplan plan: {said[-1]}", file=sys.stderr)
     result = search(request, calibration.comm_model(cluster), calibration.efficiency,
                     progress=lambda m: print(f"paraplan plan: {m}", file=sys.stderr))
     rows = plan_rows(model, result, calibration.label, calibration.efficiency)
@@ -479,11 +482,13 @@ def _run_llm(args: argparse.Namespace) -> int:
     print(f"paraplan plan: best plan's peak memory: {peak_parts_text(best.peak_memory)}", file=sys.stderr)
     from paraplan.predict.device_notes import device_notes
 
-    for note in device_notes(cluster, args.gpus):
-        print(f"paraplan plan: note: {note}", file=sys.stderr)
+    after = [f"note: {note}" for note in device_notes(cluster, args.gpus)]
     if rows[0]["plausibility"]:
-        print(f"paraplan plan: warning: the best plan's {rows[0]['plausibility']}; outside anything published, check "
-              "the calibration", file=sys.stderr)
+        after.append(f"warning: the best plan's {rows[0]['plausibility']}; outside anything published, check the "
+                     "calibration")
+    for line in after:
+        print(f"paraplan plan: {line}", file=sys.stderr)
+    said += after
     if baselines_run_text(result.baselines):
         print(f"paraplan plan: {baselines_run_text(result.baselines)}", file=sys.stderr)
     for name, base in result.baselines.items():
@@ -501,7 +506,7 @@ def _run_llm(args: argparse.Namespace) -> int:
         metrics={"search_s": result.search_s, "candidates": float(result.candidates), "retimed": float(result.retimed),
                  **{f"best_{k}": float(rows[0][k]) for k in numeric}},
         table=Table(rows=rows, metrics=("rank", *numeric)),
-        artifacts=[args.output]))
+        artifacts=[args.output], tags=notes_tags(said)))
     return 0
 
 

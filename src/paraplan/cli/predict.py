@@ -96,7 +96,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.cli._paths import output_path
-from paraplan.cli.common import add_tracking_arguments, track
+from paraplan.cli.common import add_tracking_arguments, notes_tags, track
 from paraplan.core import ParaplanError
 
 NAME = "predict"
@@ -516,6 +516,6 @@ def run(args: argparse.Namespace) -> int:
     track(args, RunLog(
         stage="predict", run_name=f"{args.runs.name}@{cluster.name}",
         params={"runs": str(args.runs), "cluster": cluster.name, "calibration": calibration.label},
-        metrics=metrics, artifacts=artifacts,
+        metrics=metrics, artifacts=artifacts, tags=notes_tags([*survey.before, *survey.after]),
     ))
     return 0
