@@ -509,3 +509,21 @@ def test_dbrx_reads_its_nested_sections_as_transformers_builds_them():
     config["ffn_config"]["moe_normalize_expert_weights"] = 2
     with pytest.raises(InputFileError, match=r"^d\.json: key 'ffn_config\.moe_normalize_expert_weights': 2; only 1 "):
         read_hf_config(config, "d", "d.json")
+
+
+def test_what_the_reader_says_of_a_file_is_in_the_plans_tracked_description(tmp_path, monkeypatch, capsys):
+    import paraplan.cli.common
+    from paraplan.cli.main import main
+
+    folder = tmp_path / "falcon-40b"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF / "falcon-40b.json").read_text())
+    logged = []
+    monkeypatch.setattr(paraplan.cli.common, "track", lambda args, run: logged.append(run))
+    assert main(["plan", "--model", str(folder), "--cluster", "dgx-a100", "--gpus", "64", "--global-batch-size", "64",
+                 "--top-k", "1", "-o", str(tmp_path / "p.csv"), "--no-track"]) == 0
+    description = logged[0].tags["mlflow.note.content"]
+    defaults = "max_position_embeddings, tie_word_embeddings not stated"
+    assert f"- warning: {folder / 'config.json'}: {defaults}" in description
+    assert "no sequence length given; using max_position_embeddings 2,048" in description
+    assert "paraplan plan: warning: " in capsys.readouterr().err  # printed as before

@@ -420,8 +420,9 @@ def _run_llm(args: argparse.Namespace) -> int:
         raise ConfigError("--top-k", f"must be >= 1, got {args.top_k}")
     cp_sizes = _context_parallel_sizes(args.context_parallel_sizes)
     check_outputs([args.output])
+    said: list[str] = []  # the notes and warnings printed, kept in the tracked run's description
     try:
-        model = load_model(args.model, args.seq_length, prog="paraplan plan")
+        model = load_model(args.model, args.seq_length, prog="paraplan plan", said=said)
     except ConfigError as exc:
         if exc.key != "seq_length":
             raise
@@ -452,7 +453,6 @@ def _run_llm(args: argparse.Namespace) -> int:
                                      space=_search_space(args, cp_sizes))
     print(f"paraplan plan: {model.name} on {args.gpus} x {cluster.device.name}, global batch "
           f"{args.global_batch_size} x {model.seq_length} tokens ...", file=sys.stderr)
-    said: list[str] = []  # the notes and warnings printed, kept in the tracked run's description
     unsearched = context_parallel_note(model, cp_sizes)
     if unsearched:
         said.append(f"note: {unsearched}")

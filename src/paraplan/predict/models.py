@@ -149,15 +149,22 @@ def from_mapping(data: dict, name: str, source: str) -> TransformerModel:
         raise InputFileError(source, str(exc)) from None
 
 
-def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "paraplan") -> TransformerModel:
+def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "paraplan",
+               said: list[str] | None = None) -> TransformerModel:
     """A preset by name, or a model file (see the module doc), trained at `seq_length`
     tokens (default: the preset's, or a Hugging Face file's `max_position_embeddings`,
     said in a warning). What a Hugging Face file holds that paraplan does not model is
-    printed as warnings on stderr."""
+    printed as warnings on stderr, each also appended to `said` when given."""
+
+    def warn(message: str) -> None:
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+        if said is not None:
+            said.append(f"warning: {message}")
+
     if name_or_path in PRESETS:
         if Path(name_or_path).exists():
-            print(f"{prog}: warning: '{name_or_path}' is a preset, which is used; the file or folder of that name "
-                  f"is not read (name it ./{name_or_path} to read it)", file=sys.stderr)
+            warn(f"'{name_or_path}' is a preset, which is used; the file or folder of that name is not read (name it "
+                 f"./{name_or_path} to read it)")
         return with_seq_length(PRESETS[name_or_path], seq_length)
     path = Path(name_or_path)
     if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
@@ -177,16 +184,16 @@ def load_model(name_or_path: str, seq_length: int | None = None, prog: str = "pa
         return with_seq_length(from_mapping(data, name, str(path)), seq_length)
     read = read_hf_config(data, name, str(path))
     for note in read.notes:
-        print(f"{prog}: warning: {note}", file=sys.stderr)
+        warn(note)
     if read.ignored:
-        print(f"{prog}: warning: {path}: ignored (not modelled): {', '.join(read.ignored)}", file=sys.stderr)
+        warn(f"{path}: ignored (not modelled): {', '.join(read.ignored)}")
     if not seq_length:
-        print(f"{prog}: warning: {path}: no sequence length given; using max_position_embeddings "
-              f"{read.max_position_embeddings:,} (pass --seq-length to train at another length)", file=sys.stderr)
+        warn(f"{path}: no sequence length given; using max_position_embeddings {read.max_position_embeddings:,} "
+             "(pass --seq-length to train at another length)")
     elif seq_length > read.max_position_embeddings:
-        print(f"{prog}: warning: {path}: sequence length {seq_length:,} is beyond the model's "
-              f"max_position_embeddings {read.max_position_embeddings:,}; priced as asked (the positions' extension, "
-              "e.g. YaRN or a rope_scaling change, costs nothing paraplan counts)", file=sys.stderr)
+        warn(f"{path}: sequence length {seq_length:,} is beyond the model's max_position_embeddings "
+             f"{read.max_position_embeddings:,}; priced as asked (the positions' extension, e.g. YaRN or a "
+             "rope_scaling change, costs nothing paraplan counts)")
     return with_seq_length(read.model, seq_length)
 
 
