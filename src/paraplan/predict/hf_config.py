@@ -141,6 +141,9 @@ class _Family:
     bias_key: str | None = None  # the one key that sets every linear layer's bias, false when absent (Falcon's
     # `bias`); "": no biases whatever the keys (DBRX); None: `use_bias`, `attention_bias`, `mlp_bias`
     layer_norm: bool = False  # LayerNorm whatever its epsilon's key is called (Phi-3.5-MoE's `rms_norm_eps`)
+    parallel_key: str = "use_parallel_residual"  # the key of a parallel attention + MLP block (Falcon's
+    # `parallel_attn`), and whether the family's class builds one when the file does not say
+    parallel_default: bool = False
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -183,8 +186,10 @@ _FAMILIES: dict[str, _Family] = {
     # TII's Falcon 7B / 40B / 180B (transformers' FalconConfig): LayerNorm, a GELU MLP of ffn_hidden_size,
     # biases only with `bias`; multi-query attention unless new_decoder_architecture (num_kv_heads groups);
     # attention and MLP in parallel (`parallel_attn`)
-    "falcon": _Family(gated=False, rms_norm=False, dense_width_key="ffn_hidden_size", bias_key="bias"),
-    "gpt2": _Family(gated=False, rope=False, rms_norm=False), "gpt_neox": _Family(gated=False, rms_norm=False),
+    "falcon": _Family(gated=False, rms_norm=False, dense_width_key="ffn_hidden_size", bias_key="bias",
+                      parallel_key="parallel_attn", parallel_default=True),
+    "gpt2": _Family(gated=False, rope=False, rms_norm=False),
+    "gpt_neox": _Family(gated=False, rms_norm=False, parallel_default=True),  # GPTNeoXConfig's default
     "opt": _Family(gated=False, rope=False, rms_norm=False),
 }
 
@@ -601,12 +606,10 @@ def read_hf_config(config: object, name: str, source: str = "<config.json>") -> 
     if keys.get("final_logit_softcapping", default=0.0):  # Gemma 2's 30.0; null in Gemma 3's files
         notes.append(f"{where}: final_logit_softcapping: the logits' soft-cap (a tanh over every logit, forward and "
                      "backward, and the capped logits kept for the loss) is not priced")
-    # GPT-NeoX's parallel block (transformers' GPTNeoXConfig default true): x + attn(ln1 x) + mlp(ln2 x);
-    # Falcon's (FalconConfig's parallel_attn, default true), from one layer norm in its first decoder
-    parallel = "parallel_attn" if model_type == "falcon" else "use_parallel_residual"
-    if keys.flag(parallel, default=model_type in ("gpt_neox", "falcon")):
+    # a parallel block, x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX; Falcon's from one layer norm in its first decoder)
+    if keys.flag(family.parallel_key, default=family.parallel_default):
         one_norm = model_type == "falcon" and not keys.flag("new_decoder_architecture", default=False)
-        notes.append(f"{where}: {parallel}: attention and MLP read the same input and add into one "
+        notes.append(f"{where}: {family.parallel_key}: attention and MLP read the same input and add into one "
                      "residual; priced as two blocks one after the other (the same weights and matrix products; "
                      "under tensor parallelism the one reduction of their summed outputs is priced as two"
                      + ("; the one layer norm they share as two" if one_norm else "") + ")")
